@@ -1,0 +1,184 @@
+/*
+ * config.h — the validated, fully resolved settings that a DeepSpeed-style
+ * JSON file turns into (config/config.c; the only place jansson is used).
+ *
+ * Every field has its DeepSpeed default unless it says otherwise. Integer
+ * fields that a file may write as "auto" hold ZINC_AUTO until they are
+ * resolved: batch sizes at engine creation (from the data-parallel size),
+ * bucket sizes and precision at engine build (from the registered model).
+ * After zinc_settings_resolve_model() no field is ZINC_AUTO.
+ *
+ * Every size is in elements (DeepSpeed's convention) unless it says bytes.
+ */
+#ifndef ZINC_CONFIG_H
+#define ZINC_CONFIG_H
+
+#include <stdint.h>
+
+#include "zinc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZINC_AUTO (-1)
+
+typedef enum { ZINC_OFFLOAD_NONE = 0, ZINC_OFFLOAD_CPU, ZINC_OFFLOAD_NVME } zinc_offload_device;
+typedef enum { ZINC_OPTIM_ADAM = 0, ZINC_OPTIM_ADAMW } zinc_optim_type;
+typedef enum {
+  ZINC_SCHED_NONE = 0,     /* constant lr */
+  ZINC_SCHED_WARMUP_LR,    /* WarmupLR */
+  ZINC_SCHED_WARMUP_DECAY, /* WarmupDecayLR */
+  ZINC_SCHED_WARMUP_COSINE /* WarmupCosineLR */
+} zinc_sched_type;
+typedef enum { ZINC_WARMUP_LOG = 0, ZINC_WARMUP_LINEAR } zinc_warmup_type;
+
+#define ZINC_MAX_NVME_PATHS 16
+
+typedef struct {
+  zinc_offload_device device;     /* "none" | "cpu" | "nvme"                     */
+  char *nvme_paths[ZINC_MAX_NVME_PATHS]; /* nvme_path: a string or (zinc) a list */
+  int nvme_path_count;
+  int pin_memory;                 /* false                                       */
+  int64_t buffer_count;           /* optimizer: 4; param: 5                      */
+  int pipeline_read;              /* optimizer only: false                       */
+  int pipeline_write;             /* optimizer only: false                       */
+  int fast_init;                  /* optimizer only: false                       */
+  double ratio;                   /* optimizer only: 1.0 (fraction offloaded)    */
+  int64_t buffer_size;            /* param only: 1e8 elements                    */
+  int64_t max_in_cpu;             /* param only: 1e9 elements                    */
+} zinc_offload_settings;
+
+typedef struct {
+  /* ---- batch (resolved against the data-parallel size, as DeepSpeed) */
+  int64_t train_batch_size;               /* ZINC_AUTO until resolved */
+  int64_t train_micro_batch_size_per_gpu; /* ZINC_AUTO until resolved */
+  int64_t gradient_accumulation_steps;    /* ZINC_AUTO until resolved */
+  int batch_given_mask;                   /* bit 0: train_batch_size, 1: micro, 2: gas
+                                             were given as numbers in the file */
+
+  double gradient_clipping;               /* 0 = off; "auto" -> 1.0       */
+  int steps_per_print;                    /* 10                           */
+  int wall_clock_breakdown;               /* false                        */
+  int zero_allow_untested_optimizer;      /* false                        */
+  int prescale_gradients;                 /* false                        */
+  double gradient_predivide_factor;       /* 1.0                          */
+
+  /* ---- precision: at most one of fp16/bf16 enabled; ZINC_AUTO = follow
+   *      the registered parameters' dtype (resolved at build) */
+  int fp16_enabled;                       /* false                        */
+  double fp16_loss_scale;                 /* 0 = dynamic                  */
+  int fp16_initial_scale_power;           /* 16                           */
+  int fp16_loss_scale_window;             /* 1000                         */
+  int fp16_hysteresis;                    /* 2                            */
+  int fp16_consecutive_hysteresis;        /* false                        */
+  double fp16_min_loss_scale;             /* 1                            */
+  int bf16_enabled;                       /* false                        */
+
+  /* ---- optimizer */
+  zinc_optim_type optimizer;              /* Adam                          */
+  double lr;                              /* 1e-3 (also for "auto")        */
+  double beta1, beta2;                    /* 0.9, 0.999                    */
+  double eps;                             /* 1e-8                          */
+  double weight_decay;                    /* 0                             */
+  int adam_w_mode;                        /* true (DeepSpeed's default:
+                                             type Adam is decoupled unless
+                                             adam_w_mode is false)         */
+  int bias_correction;                    /* true                          */
+
+  /* ---- scheduler */
+  zinc_sched_type scheduler;
+  double warmup_min_lr;                   /* 0                             */
+  double warmup_max_lr;                   /* 1e-3                          */
+  int64_t warmup_num_steps;               /* 1000                          */
+  zinc_warmup_type warmup_type;           /* log                           */
+  int64_t total_num_steps;                /* WarmupDecay/Cosine: required  */
+  double warmup_min_ratio;                /* cosine: 0                     */
+  double cos_min_ratio;                   /* cosine: 1e-4                  */
+
+  /* ---- zero_optimization */
+  int stage;                              /* 0                             */
+  int contiguous_gradients;               /* true                          */
+  int overlap_comm;                       /* false (stage 3: true)         */
+  int reduce_scatter;                     /* true                          */
+  int64_t reduce_bucket_size;             /* 5e8 (ZINC_AUTO until build)   */
+  int allgather_partitions;               /* true                          */
+  int64_t allgather_bucket_size;          /* 5e8                           */
+  int round_robin_gradients;              /* false (accepted, no effect)   */
+  int64_t sub_group_size;                 /* 1e9                           */
+  zinc_offload_settings offload_optimizer;
+  zinc_offload_settings offload_param;
+  int64_t stage3_prefetch_bucket_size;    /* 5e7 (ZINC_AUTO until build)   */
+  int64_t stage3_param_persistence_threshold; /* 1e5 (ZINC_AUTO until build) */
+  int64_t stage3_max_live_parameters;     /* 1e9                           */
+  int64_t stage3_max_reuse_distance;      /* 1e9                           */
+  int stage3_gather_16bit_weights_on_model_save; /* false (also the older
+                                             ..._fp16_weights_... spelling) */
+
+  /* ---- aio (NVMe offload) */
+  int64_t aio_block_size;                 /* 1048576 bytes                 */
+  int aio_queue_depth;                    /* 8                             */
+  int aio_intra_op_parallelism;           /* 1 (older name: thread_count)  */
+  int aio_single_submit;                  /* false                         */
+  int aio_overlap_events;                 /* true                          */
+  int aio_use_gds;                        /* false; true is reported as
+                                             unsupported (warning)         */
+  int aio_allow_buffered_io;              /* zinc: false. true lets NVMe
+                                             offload fall back to buffered
+                                             I/O where O_DIRECT or io_uring
+                                             is refused (with a warning)   */
+  int aio_swap_checksums;                 /* zinc: true. crc32c per swap
+                                             block, verified on read       */
+
+  /* ---- activation_checkpointing */
+  int ac_partition_activations;           /* false                         */
+  int ac_cpu_checkpointing;               /* false                         */
+  int ac_contiguous_memory_optimization;  /* false                         */
+  int64_t ac_number_checkpoints;          /* 0 (null)                      */
+  int ac_synchronize_checkpoint_boundary; /* false                         */
+  int ac_profile;                         /* false                         */
+
+  /* ---- "zinc" section: options DeepSpeed has no key for */
+  int log_level;                          /* -1: leave the logger as is;
+                                             else a zinc_log_level         */
+  double comm_timeout_s;                  /* 600: a collective that does not
+                                             complete in this time fails
+                                             with ZINC_ERR_COMM            */
+  char *memory_timeline;                  /* NULL, or a JSON file path the
+                                             profiler samples into         */
+  int placement_verbose;                  /* false: print thread/NUMA placement */
+} zinc_settings;
+
+struct zinc_config {
+  zinc_settings s;
+  int warnings;         /* warnings the load produced */
+  char *source;         /* where it came from: a path or "<string>" */
+};
+
+/* Defaults for every field (what an empty JSON object "{}" gives). */
+void zinc_settings_defaults(zinc_settings *s);
+/* Deep copy (paths and strings duplicated). */
+zinc_status zinc_settings_copy(zinc_settings *dst, const zinc_settings *src);
+void zinc_settings_free(zinc_settings *s);
+
+/* Resolve the batch triad against the data-parallel size exactly as
+ * DeepSpeed does; errors name the keys and values. */
+zinc_status zinc_settings_resolve_batch(zinc_settings *s, int dp_size);
+
+/* Resolve what depends on the model: "auto" bucket sizes from the hidden
+ * size (reduce_bucket_size = h*h, stage3_prefetch_bucket_size = 0.9*h*h,
+ * stage3_param_persistence_threshold = 10*h, as DeepSpeed's HF integration
+ * does), and fp16/bf16 "auto" from the parameters' dtype. */
+zinc_status zinc_settings_resolve_model(zinc_settings *s, int64_t hidden_size,
+                                        int any_f16, int any_bf16);
+
+/* The resolved settings as JSON text (malloc'ed) — used by the printer, by
+ * zinc_config_to_json and stored in checkpoints. */
+char *zinc_settings_to_json(const zinc_settings *s);
+
+const char *zinc_offload_device_name(zinc_offload_device d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZINC_CONFIG_H */

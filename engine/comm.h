@@ -1,0 +1,154 @@
+/*
+ * comm.h — the comm seam: every collective the engine issues goes through a
+ * zinc_comm, a small table of function pointers chosen at engine creation.
+ *
+ * Backends: self (world of one, no dependency), mpi (host buffers; the CPU
+ * device's backend and the bootstrap for NCCL), nccl (device buffers).
+ *
+ * Work is described by zinc_coll records and run as a batch: `run` blocks
+ * until the whole batch is done, `start` queues it and returns a request
+ * that `wait`/`test` complete. Batches on one comm complete in the order they
+ * were started, and every rank must start the same batches in the same order
+ * (as with any collective library). A batch lets a backend amortise its
+ * synchronisation (one pair of barriers for many shared-memory
+ * reduce-scatters; one ncclGroupStart/End).
+ *
+ * Reductions are deterministic: for every element the contributions are
+ * added in rank order 0, 1, ..., n-1, in fp32 for 16-bit types (rounded
+ * once), whatever the bucket layout. The ZeRO stages oracle rests on this.
+ *
+ * Buffer rules (as NCCL):
+ *  - reduce-scatter: send holds size*count elements, recv count; in place when
+ *    recv == send + rank*count.
+ *  - all-gather: send holds count elements, recv size*count; in place when
+ *    send == recv + rank*count.
+ *  - all-reduce: in place when send == recv.
+ * Failures come back as ZINC_ERR_COMM with a message naming the operation,
+ * the peer where known, and the backend's error string. An operation that
+ * has not completed after timeout_s fails the same way (the comm is then
+ * unusable: destroy it).
+ */
+#ifndef ZINC_COMM_H
+#define ZINC_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zinc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Element types a comm moves: zinc_dtype values plus these. */
+enum { ZINC_DT_F64 = 16, ZINC_DT_I32 = 17, ZINC_DT_I64 = 18, ZINC_DT_U8 = 19 };
+size_t zinc_dt_size(int dtype);        /* bytes per element; 0 if unknown */
+const char *zinc_dt_name(int dtype);
+
+typedef enum { ZINC_OP_SUM = 0, ZINC_OP_MAX, ZINC_OP_MIN } zinc_comm_op;
+
+typedef enum {
+  ZINC_COLL_ALLREDUCE = 0,
+  ZINC_COLL_REDUCE_SCATTER,   /* sum */
+  ZINC_COLL_ALLGATHER,
+  ZINC_COLL_ALLGATHERV,
+  ZINC_COLL_BROADCAST,
+  ZINC_COLL_BARRIER
+} zinc_coll_kind;
+
+typedef struct {
+  zinc_coll_kind kind;
+  const void *send;        /* broadcast: unused (buffer is recv)              */
+  void *recv;
+  size_t count;            /* allreduce: elements; reduce-scatter: per-rank
+                              recv count; all-gather: per-rank send count;
+                              allgatherv: this rank's send count; broadcast:
+                              elements                                        */
+  int dtype;               /* zinc_dtype or ZINC_DT_*                         */
+  zinc_comm_op op;         /* allreduce only                                  */
+  int root;                /* broadcast only                                  */
+  const size_t *counts;    /* allgatherv: per-rank counts (size entries)      */
+  const size_t *displs;    /* allgatherv: per-rank offsets in recv, elements  */
+} zinc_coll;
+
+typedef struct zinc_comm zinc_comm;
+typedef struct zinc_comm_req zinc_comm_req;
+
+typedef struct {
+  const char *name;                                         /* "mpi" */
+  zinc_status (*run)(zinc_comm *c, const zinc_coll *colls, int n);
+  /* Queue a batch; *req completes when all of it has. The colls array may
+   * be reused once start returns; the buffers must stay valid until done. */
+  zinc_status (*start)(zinc_comm *c, const zinc_coll *colls, int n,
+                       zinc_comm_req **req);
+  /* Block until done (or timeout_s), then free the request. */
+  zinc_status (*wait)(zinc_comm *c, zinc_comm_req *req);
+  /* *done = 1 when complete (the request is then freed, as by wait). */
+  zinc_status (*test)(zinc_comm *c, zinc_comm_req *req, int *done);
+  /* Collective: ranks with the same color form a new comm, ordered by key. */
+  zinc_status (*split)(zinc_comm *c, int color, int key, zinc_comm **out);
+  /* Optional (NULL if the backend has none). Collective: memory that peers
+   * on the node can read, so that reductions from it need no copy. Every
+   * rank passes the same bytes. The comm keeps it until free_shared or
+   * destroy. */
+  zinc_status (*alloc_shared)(zinc_comm *c, size_t bytes, void **out);
+  void (*free_shared)(zinc_comm *c, void *p);
+  void (*destroy)(zinc_comm *c);
+} zinc_comm_ops;
+
+struct zinc_comm {
+  const zinc_comm_ops *ops;
+  int rank, size;
+  double timeout_s;     /* a wait longer than this fails with ZINC_ERR_COMM */
+  void *impl;           /* backend state */
+};
+
+/* -------------------------------------------------------------- creation */
+
+/* World of one. */
+zinc_status zinc_comm_self_create(zinc_comm **out);
+
+/* mpi_comm: MPI_Comm* to duplicate, or NULL for MPI_COMM_WORLD. Initialises
+ * MPI (MPI_THREAD_MULTIPLE) when nobody has, and finalises it at exit. With
+ * a thread level below MULTIPLE, `start` runs the batch at once in the
+ * caller's thread (no overlap) and says so once at info level. */
+zinc_status zinc_comm_mpi_create(void *mpi_comm, double timeout_s, zinc_comm **out);
+/* 1 when zinc was built with MPI. */
+int zinc_comm_mpi_available(void);
+
+/* NCCL comm over the same ranks as `bootstrap` (an mpi comm): the unique id
+ * is broadcast over it. Operations run on the comm's own stream, ordered
+ * after work already queued on `compute_stream` (cudaStream_t, may be NULL).
+ * ZINC_ERR_UNSUPPORTED when built without CUDA. */
+zinc_status zinc_comm_nccl_create(zinc_comm *bootstrap, int cuda_device,
+                                  void *compute_stream, double timeout_s,
+                                  zinc_comm **out);
+
+static inline void zinc_comm_destroy(zinc_comm *c) {
+  if (c)
+    c->ops->destroy(c);
+}
+
+/* ------------------------------------------------- single-op conveniences */
+
+zinc_status zinc_comm_allreduce(zinc_comm *c, const void *send, void *recv,
+                                size_t count, int dtype, zinc_comm_op op);
+zinc_status zinc_comm_reduce_scatter(zinc_comm *c, const void *send, void *recv,
+                                     size_t recvcount, int dtype);
+zinc_status zinc_comm_allgather(zinc_comm *c, const void *send, void *recv,
+                                size_t sendcount, int dtype);
+zinc_status zinc_comm_allgatherv(zinc_comm *c, const void *send, size_t sendcount,
+                                 void *recv, const size_t *counts,
+                                 const size_t *displs, int dtype);
+zinc_status zinc_comm_broadcast(zinc_comm *c, void *buf, size_t count, int dtype,
+                                int root);
+zinc_status zinc_comm_barrier(zinc_comm *c);
+
+/* Check a batch's arguments (kinds, dtypes, NULL buffers, counts) before a
+ * backend touches them; every backend calls it first. */
+zinc_status zinc_coll_validate(const zinc_comm *c, const zinc_coll *colls, int n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZINC_COMM_H */

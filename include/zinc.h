@@ -1,0 +1,319 @@
+/*
+ * zinc.h — the one public header of zinc ("ZeRO in C").
+ *
+ * zinc trains models data-parallel with ZeRO (stages 0-3): optimizer state,
+ * gradients and parameters are partitioned across the data-parallel ranks,
+ * the optimizer runs on each rank's shard (on the device, on the CPU, or
+ * streamed from NVMe), and full parameters are rebuilt with all-gather when
+ * the trainer needs them. It is configured with a DeepSpeed-style JSON file.
+ *
+ * Conventions
+ *  - Every call that can fail returns zinc_status; results come back through
+ *    out-parameters; zinc_last_error() gives a message for the calling thread
+ *    that names the thing that failed and what to do.
+ *  - Handles are opaque, created and destroyed in pairs; every destroy/free
+ *    accepts NULL.
+ *  - No MPI, NCCL, CUDA or JSON-library type appears here.
+ *  - The library never exits the process and prints only through its logger
+ *    (rank aware; level from the config's "zinc.log_level" or the environment
+ *    variable ZINC_LOG_LEVEL = error|warn|info|debug).
+ *
+ * A trainer's step, for every stage:
+ *
+ *   for each micro-batch:
+ *     for each module m in forward order:  fetch(m); forward(m); release(m)
+ *     for each module m in reverse order:  fetch(m); backward(m) into grad(p);
+ *                                          grads_ready(m); release(m)
+ *     backward_end()
+ *   step()        // no-op except at the gradient-accumulation boundary
+ */
+#ifndef ZINC_H
+#define ZINC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define ZINC_API __attribute__((visibility("default")))
+#else
+#define ZINC_API
+#endif
+
+#define ZINC_VERSION_MAJOR 0
+#define ZINC_VERSION_MINOR 1
+#define ZINC_VERSION_PATCH 0
+
+/* ------------------------------------------------------------------ status */
+
+typedef enum {
+  ZINC_OK = 0,
+  ZINC_ERR_INVALID,     /* bad argument or API misuse                       */
+  ZINC_ERR_CONFIG,      /* the JSON config is malformed or contradictory    */
+  ZINC_ERR_NOMEM,       /* an allocation (device, host or disk space) failed */
+  ZINC_ERR_IO,          /* a file or disk operation failed                   */
+  ZINC_ERR_COMM,        /* a collective failed or a peer was lost            */
+  ZINC_ERR_DEVICE,      /* the device (CUDA) reported an error               */
+  ZINC_ERR_UNSUPPORTED, /* asked for something this build cannot do          */
+  ZINC_ERR_CORRUPT      /* a checkpoint or swap file failed its checks       */
+} zinc_status;
+
+/* Message of the last failure on the calling thread ("" if none). */
+ZINC_API const char *zinc_last_error(void);
+/* Name of a status ("ZINC_ERR_IO"). */
+ZINC_API const char *zinc_status_name(zinc_status s);
+/* "0.1.0" */
+ZINC_API const char *zinc_version(void);
+
+typedef enum { ZINC_F32, ZINC_BF16, ZINC_F16 } zinc_dtype;
+
+/* Bytes per element of a dtype (4 or 2); 0 for an unknown value. */
+ZINC_API size_t zinc_dtype_size(zinc_dtype dt);
+/* "f32", "bf16", "f16" */
+ZINC_API const char *zinc_dtype_name(zinc_dtype dt);
+
+/* ------------------------------------------------------------------ config */
+
+typedef struct zinc_config zinc_config;
+
+/* Load and validate a DeepSpeed-style JSON file. On failure *out is NULL and
+ * the message gives the JSON path, the value found and what is expected.
+ * Warnings (unknown keys, sections zinc does not implement) go to the logger. */
+ZINC_API zinc_status zinc_config_load(const char *path, zinc_config **out);
+/* Same, from a string. */
+ZINC_API zinc_status zinc_config_parse(const char *json_text, zinc_config **out);
+ZINC_API void zinc_config_free(zinc_config *cfg);
+/* Copy of the resolved settings as a JSON text (caller frees with free()).
+ * Values still "auto" at this point (they resolve at engine creation/build)
+ * are written as "auto". */
+ZINC_API zinc_status zinc_config_to_json(const zinc_config *cfg, char **json_out);
+/* Print the resolved settings through the logger, as DeepSpeed prints its
+ * config at start-up. */
+ZINC_API void zinc_config_print(const zinc_config *cfg);
+/* Number of warnings the load produced (unknown keys, ignored sections). */
+ZINC_API int zinc_config_warning_count(const zinc_config *cfg);
+
+/* ------------------------------------------------------------------ engine */
+
+typedef struct zinc_engine zinc_engine;
+typedef struct zinc_module zinc_module;
+typedef struct zinc_param zinc_param;
+
+typedef struct {                 /* what a JSON file should not carry */
+  int   device;                  /* ZINC_DEVICE_AUTO: the local rank's GPU if CUDA is
+                                    built and a GPU exists, else the CPU;
+                                    ZINC_DEVICE_CPU; or a CUDA ordinal >= 0 */
+  void *mpi_comm;                /* MPI_Comm* to use instead of MPI_COMM_WORLD, or NULL */
+  int   model_parallel_size;     /* 1 = pure data parallel */
+  void *cuda_stream;             /* cudaStream_t the trainer computes on, or NULL
+                                    (the legacy default stream); ignored on the CPU */
+  int   threads;                 /* optimizer/kernel threads on the CPU;
+                                    0 = this rank's share of its cpuset */
+} zinc_options;
+#define ZINC_DEVICE_AUTO (-2)
+#define ZINC_DEVICE_CPU  (-1)
+#define ZINC_OPTIONS_INIT { ZINC_DEVICE_AUTO, NULL, 1, NULL, 0 }
+
+/* Create an engine. Collective over the communicator: every rank calls it.
+ * If MPI is not initialised, zinc initialises it (MPI_THREAD_MULTIPLE) and
+ * finalises it at process exit. cfg is copied; the caller may free it. */
+ZINC_API zinc_status zinc_engine_create(const zinc_config *cfg,
+                                        const zinc_options *opt,
+                                        zinc_engine **out);
+/* Free everything the engine owns: memory, threads, files (swap files are
+ * removed). Accepts NULL. Collective when the engine was built. */
+ZINC_API void zinc_engine_destroy(zinc_engine *e);
+
+/* Rank and size in the whole world. */
+ZINC_API int zinc_rank(const zinc_engine *e);
+ZINC_API int zinc_world_size(const zinc_engine *e);
+/* Rank and size in the data-parallel group (ZeRO partitions over it). */
+ZINC_API int zinc_dp_rank(const zinc_engine *e);
+ZINC_API int zinc_dp_size(const zinc_engine *e);
+/* Rank and size in the model-parallel group (consecutive world ranks). */
+ZINC_API int zinc_mp_rank(const zinc_engine *e);
+ZINC_API int zinc_mp_size(const zinc_engine *e);
+/* 1 when the engine computes on a CUDA device, 0 on the CPU. */
+ZINC_API int zinc_engine_on_gpu(const zinc_engine *e);
+
+/* --------------------------------------------------------------- registry */
+
+/* Register a module (a unit that is fetched, computed and released together,
+ * e.g. a transformer block). Modules are laid out in registration order;
+ * register them in forward order. Returns NULL on error (zinc_last_error). */
+ZINC_API zinc_module *zinc_module_add(zinc_engine *e, const char *name);
+
+/* Register a parameter of module m: name (unique within m), dtype (the
+ * compute dtype: the full tensor the trainer reads), shape (ndim 1..8, each
+ * dimension > 0). Returns NULL on error. */
+ZINC_API zinc_param *zinc_param_add(zinc_engine *e, zinc_module *m,
+                                    const char *name, zinc_dtype dtype,
+                                    int ndim, const int64_t *shape);
+
+/* Weight decay applies to a parameter unless turned off here (biases and
+ * norm scales usually are). Call before zinc_engine_build. */
+ZINC_API zinc_status zinc_param_set_weight_decay(zinc_param *p, int enabled);
+
+/* Fill the full tensor of `p` (numel fp32 values in host memory) with the same
+ * values on every rank; the engine converts and partitions it. */
+typedef zinc_status (*zinc_init_fn)(const zinc_param *p, float *dst,
+                                    int64_t numel, void *ctx);
+
+/* Lay the registered parameters out, allocate every buffer, partition, and
+ * initialise the parameters through `init` (called once per parameter, in
+ * registration order, on every rank). Resolves config values that depend on
+ * the model ("auto" bucket sizes from the largest hidden size). Collective. */
+ZINC_API zinc_status zinc_engine_build(zinc_engine *e, zinc_init_fn init,
+                                       void *ctx);
+
+ZINC_API const char *zinc_module_name(const zinc_module *m);
+ZINC_API zinc_module *zinc_module_find(const zinc_engine *e, const char *name);
+ZINC_API const char *zinc_param_name(const zinc_param *p);
+ZINC_API int64_t zinc_param_numel(const zinc_param *p);
+ZINC_API zinc_dtype zinc_param_dtype(const zinc_param *p);
+/* Shape of p: returns ndim and, if shape is not NULL, writes ndim values. */
+ZINC_API int zinc_param_shape(const zinc_param *p, int64_t *shape);
+ZINC_API zinc_module *zinc_param_module(const zinc_param *p);
+/* Number of registered modules/parameters and access by index. */
+ZINC_API int zinc_module_count(const zinc_engine *e);
+ZINC_API zinc_module *zinc_module_at(const zinc_engine *e, int index);
+ZINC_API int zinc_module_param_count(const zinc_module *m);
+ZINC_API zinc_param *zinc_module_param_at(const zinc_module *m, int index);
+
+/* --------------------------------------------------------------- training */
+
+/* Make the full parameters of m available (stage 3: all-gather, or wait for
+ * the prefetch started earlier; other stages: nothing to do). Collective in
+ * stage 3: every rank fetches the same modules in the same order. */
+ZINC_API zinc_status zinc_module_fetch(zinc_engine *e, zinc_module *m);
+/* The trainer is done with m's parameters for now (stage 3 frees the
+ * gathered copy unless it is reused soon). */
+ZINC_API zinc_status zinc_module_release(zinc_engine *e, zinc_module *m);
+
+/* The full tensor of p in its compute dtype, on the engine's device; valid
+ * between fetch and release. NULL (and zinc_last_error) when not fetched. */
+ZINC_API void *zinc_param_data(zinc_param *p);
+/* The gradient buffer of p (p's dtype, p's shape, on the device) that the
+ * backward pass accumulates into (+=). It is zeroed by the engine when it is
+ * first handed out in an accumulation window (stages 0-1) or micro-batch
+ * (stages 2-3); the trainer never zeroes it. Valid until grads_ready(m).
+ * NULL (and zinc_last_error) when p's module is not fetched. */
+ZINC_API void *zinc_param_grad(zinc_param *p);
+/* m's gradients for this micro-batch are complete: the engine may start
+ * reducing them (stage 2/3: reduce-scatter, overlapped with the trainer's
+ * next module when overlap_comm is on). */
+ZINC_API zinc_status zinc_module_grads_ready(zinc_engine *e, zinc_module *m);
+/* The micro-batch's backward pass is over: every pending reduction is
+ * finished before this returns. */
+ZINC_API zinc_status zinc_backward_end(zinc_engine *e);
+
+typedef struct {
+  int64_t step;        /* optimizer steps taken so far */
+  int     boundary;    /* 1 if this call ended an accumulation window */
+  int     skipped;     /* 1 if the step was skipped for overflow */
+  float   grad_norm;   /* global L2 norm before clipping */
+  float   loss_scale;  /* scale in force after this call */
+  float   lr;          /* learning rate used */
+  int64_t micro_step;  /* micro-batches seen so far */
+} zinc_step_info;
+
+/* Count one micro-batch; at the accumulation boundary run the optimizer:
+ * gradients summed over ranks and micro-batches are divided by
+ * (data-parallel size x gradient_accumulation_steps) and by the loss scale,
+ * checked for inf/nan on every rank (a skipped step changes no parameter and
+ * no optimizer state), clipped by the global L2 norm, and Adam/AdamW updates
+ * the fp32 master shard; parameters are then gathered as the stage needs.
+ * info may be NULL. */
+ZINC_API zinc_status zinc_step(zinc_engine *e, zinc_step_info *info);
+
+/* The factor the trainer multiplies its loss gradient by (fp16 dynamic or
+ * static loss scaling); 1 for fp32/bf16. */
+ZINC_API float zinc_loss_scale(const zinc_engine *e);
+/* Learning rate the next step will use. */
+ZINC_API float zinc_lr(const zinc_engine *e);
+/* Micro-batch size per rank and accumulation steps, as resolved. */
+ZINC_API int zinc_micro_batch_size(const zinc_engine *e);
+ZINC_API int zinc_gradient_accumulation_steps(const zinc_engine *e);
+ZINC_API int64_t zinc_train_batch_size(const zinc_engine *e);
+/* Configured steps_per_print and wall_clock_breakdown. */
+ZINC_API int zinc_steps_per_print(const zinc_engine *e);
+ZINC_API int zinc_wall_clock_breakdown(const zinc_engine *e);
+
+typedef enum { ZINC_REDUCE_SUM, ZINC_REDUCE_MAX, ZINC_REDUCE_MIN,
+               ZINC_REDUCE_MEAN } zinc_reduce_op;
+/* All-reduce n host doubles over the data-parallel group (collective), for a
+ * trainer's own figures (mean loss, token counts). In place. */
+ZINC_API zinc_status zinc_allreduce_host(zinc_engine *e, double *values,
+                                         int n, zinc_reduce_op op);
+/* All-gather n host doubles from every world rank into out (world_size * n). */
+ZINC_API zinc_status zinc_allgather_host(zinc_engine *e, const double *values,
+                                         int n, double *out);
+
+/* Wall-clock seconds spent by the engine in its phases since the last call
+ * (forward = fetch..first grad, backward, step, comm waits), for
+ * wall_clock_breakdown reporting. Resets the counters. */
+typedef struct {
+  double forward, backward, step, comm_wait;
+} zinc_timers;
+ZINC_API zinc_status zinc_timers_take(zinc_engine *e, zinc_timers *out);
+
+/* --------------------------------------------------- full-state access */
+
+typedef enum {
+  ZINC_STATE_PARAM,      /* fp32 master value of the parameter           */
+  ZINC_STATE_GRAD,       /* reduced, averaged gradient (valid after the
+                            last backward_end of a window, before step)  */
+  ZINC_STATE_EXP_AVG,    /* Adam m                                        */
+  ZINC_STATE_EXP_AVG_SQ  /* Adam v                                        */
+} zinc_state_kind;
+
+/* Read the full fp32 tensor of p's state into dst (numel floats, host
+ * memory), gathering from every rank. Collective: every rank calls it with
+ * the same p and kind. (DeepSpeed's safe_get_full_*.) */
+ZINC_API zinc_status zinc_param_get_full(zinc_engine *e, zinc_param *p,
+                                         zinc_state_kind kind, float *dst);
+/* Overwrite the full fp32 state of p from src (numel floats, identical on
+ * every rank); PARAM also updates the compute-dtype copy. Collective.
+ * GRAD cannot be set. */
+ZINC_API zinc_status zinc_param_set_full(zinc_engine *e, zinc_param *p,
+                                         zinc_state_kind kind, const float *src);
+
+/* ------------------------------------------------------------- memory */
+
+enum { ZINC_MEM_PARAMS, ZINC_MEM_GRADS, ZINC_MEM_OPTIM, ZINC_MEM_BUFFERS,
+       ZINC_MEM_ACTIVATIONS, ZINC_MEM_OTHER, ZINC_MEM_NCAT };
+enum { ZINC_LOC_DEVICE, ZINC_LOC_HOST, ZINC_LOC_NVME, ZINC_LOC_N };
+typedef struct {
+  uint64_t current[ZINC_LOC_N][ZINC_MEM_NCAT];
+  uint64_t peak[ZINC_LOC_N][ZINC_MEM_NCAT];
+  uint64_t peak_total[ZINC_LOC_N];
+  uint64_t theoretical_model_states;   /* ZeRO formula, bytes per rank */
+} zinc_mem_stats;
+
+/* Current and peak bytes the engine holds, by location and category.
+ * Model states = PARAMS + GRADS + OPTIM. BUFFERS holds communication
+ * buckets and stage-3 gathered parameters. */
+ZINC_API zinc_status zinc_memory_stats(const zinc_engine *e, zinc_mem_stats *out);
+/* Name of a category ("params") or location ("device"). */
+ZINC_API const char *zinc_mem_category_name(int cat);
+ZINC_API const char *zinc_mem_location_name(int loc);
+
+/* -------------------------------------------------------- checkpoints */
+
+/* Save every rank's shards and a manifest under dir/tag, crash-safe, and
+ * point dir/latest at it. Collective. */
+ZINC_API zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir,
+                                          const char *tag);
+/* Load dir/tag (tag NULL: the one dir/latest names) into the engine's
+ * current world size, stage and offload, re-partitioning as needed. On
+ * failure the engine's state is unchanged. Collective. */
+ZINC_API zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir,
+                                          const char *tag);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZINC_H */

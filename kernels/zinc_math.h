@@ -1,0 +1,231 @@
+/*
+ * zinc_math.h — per-element arithmetic written once and shared by the CPU
+ * code (optim/) and the CUDA kernels (kernels/, the .cu files): 16-bit conversions, the
+ * Adam/AdamW update, and the canonical order of the sum of squares.
+ *
+ * Bitwise agreement rules:
+ *  - every function here spells out its operation order and uses fmaf()
+ *    exactly where the SIMD paths fuse, so the scalar, AVX2, AVX-512 and
+ *    CUDA paths give the same bits (compile with -ffp-contract=off and, for
+ *    nvcc, --fmad=false so that nothing else gets fused);
+ *  - division and square root are IEEE correctly rounded on every path.
+ */
+#ifndef ZINC_MATH_H
+#define ZINC_MATH_H
+
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __CUDACC__
+#define ZINC_HD __host__ __device__ __forceinline__
+#else
+#define ZINC_HD __attribute__((always_inline)) inline
+#include <math.h>
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------- bit casting */
+
+static ZINC_HD uint32_t zinc_f32_bits(float f) {
+#ifdef __CUDA_ARCH__
+  return (uint32_t)__float_as_uint(f);
+#else
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+
+static ZINC_HD float zinc_bits_f32(uint32_t u) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+
+/* ---------------------------------------------------------------- bf16 */
+
+/* fp32 -> bf16, round to nearest even; NaN stays a (quiet) NaN. */
+static ZINC_HD uint16_t zinc_f32_to_bf16(float f) {
+  uint32_t u = zinc_f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return (uint16_t)((u >> 16) | 0x0040u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+static ZINC_HD float zinc_bf16_to_f32(uint16_t h) {
+  return zinc_bits_f32((uint32_t)h << 16);
+}
+
+/* ---------------------------------------------------------------- fp16 */
+
+/* fp32 -> IEEE binary16, round to nearest even, overflow to inf, NaN kept. */
+static ZINC_HD uint16_t zinc_f32_to_f16(float f) {
+  uint32_t u = zinc_f32_bits(f);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  uint32_t a = u & 0x7fffffffu;
+  if (a >= 0x7f800000u) /* inf or NaN */
+    return (uint16_t)(sign | 0x7c00u | (a > 0x7f800000u ? 0x0200u : 0u));
+  if (a >= 0x477ff000u) /* rounds to >= 65520: overflow */
+    return (uint16_t)(sign | 0x7c00u);
+  if (a < 0x38800000u) { /* below the smallest normal half: subnormal or 0 */
+    if (a < 0x33000000u) /* below half the smallest subnormal: +-0 */
+      return (uint16_t)sign;
+    uint32_t e = a >> 23;
+    uint32_t m = (a & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126u - e; /* 14..24 */
+    uint32_t half = m >> shift;
+    uint32_t rem = m & ((1u << shift) - 1u);
+    uint32_t mid = 1u << (shift - 1u);
+    if (rem > mid || (rem == mid && (half & 1u)))
+      half++;
+    return (uint16_t)(sign | half);
+  }
+  /* normal: rebias exponent 127 -> 15 and round 13 bits away */
+  uint32_t r = a - 0x38000000u;
+  r += 0xfffu + ((r >> 13) & 1u);
+  return (uint16_t)(sign | (r >> 13));
+}
+
+static ZINC_HD float zinc_f16_to_f32(uint16_t h) {
+  uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
+  uint32_t e = ((uint32_t)h >> 10) & 0x1fu;
+  uint32_t m = (uint32_t)h & 0x3ffu;
+  if (e == 0x1fu)
+    return zinc_bits_f32(sign | 0x7f800000u | (m << 13));
+  if (e == 0) {
+    if (m == 0)
+      return zinc_bits_f32(sign);
+    /* subnormal: normalise */
+    e = 1;
+    while (!(m & 0x400u)) {
+      m <<= 1;
+      e--;
+    }
+    m &= 0x3ffu;
+    return zinc_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+  }
+  return zinc_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+/* Load/store one element of a zinc_dtype (0 f32, 1 bf16, 2 f16). */
+static ZINC_HD float zinc_load_as_f32(const void *base, int64_t i, int dtype) {
+  if (dtype == 0)
+    return ((const float *)base)[i];
+  if (dtype == 1)
+    return zinc_bf16_to_f32(((const uint16_t *)base)[i]);
+  return zinc_f16_to_f32(((const uint16_t *)base)[i]);
+}
+
+static ZINC_HD void zinc_store_from_f32(void *base, int64_t i, int dtype, float v) {
+  if (dtype == 0)
+    ((float *)base)[i] = v;
+  else if (dtype == 1)
+    ((uint16_t *)base)[i] = zinc_f32_to_bf16(v);
+  else
+    ((uint16_t *)base)[i] = zinc_f32_to_f16(v);
+}
+
+/* ---------------------------------------------------------------- Adam */
+
+/* Coefficients of one optimizer step, computed once on the host in double
+ * and rounded to float (zinc_adam_coef_init in optim/adam.c). */
+typedef struct zinc_adam_coef {
+  float grad_scale;       /* 1 / (loss_scale * dp_size * accumulation) * clip */
+  float beta1, one_minus_beta1;
+  float beta2, one_minus_beta2;
+  float eps;
+  float step_size;        /* lr / (1 - beta1^t)    (lr when no bias correction) */
+  float inv_sqrt_bc2;     /* 1 / sqrt(1 - beta2^t) (1 when no bias correction)  */
+  float weight_decay;     /* L2 coefficient (Adam, adam_w_mode false)           */
+  float decay_factor;     /* 1 - lr * weight_decay (AdamW)                      */
+  int adamw;              /* 1: decoupled weight decay                          */
+} zinc_adam_coef;
+
+/* One element of Adam/AdamW. The order below is the contract every path
+ * follows:
+ *   g  = g * grad_scale
+ *   g  = fma(weight_decay, p, g)                 (Adam with L2, decay on)
+ *   m  = fma(beta1, m, one_minus_beta1 * g)
+ *   v  = fma(beta2, v, (one_minus_beta2 * g) * g)
+ *   d  = fma(sqrt(v), inv_sqrt_bc2, eps)
+ *   p  = p * decay_factor                        (AdamW, decay on)
+ *   p  = fma(-step_size, m / d, p)
+ */
+static ZINC_HD void zinc_adam_elem(const zinc_adam_coef *c, int decay, float *p,
+                                   float *m, float *v, float g) {
+  float pv = *p;
+  g = g * c->grad_scale;
+  if (decay && !c->adamw)
+    g = fmaf(c->weight_decay, pv, g);
+  float mv = fmaf(c->beta1, *m, c->one_minus_beta1 * g);
+  float vv = fmaf(c->beta2, *v, (c->one_minus_beta2 * g) * g);
+  float d = fmaf(sqrtf(vv), c->inv_sqrt_bc2, c->eps);
+  if (decay && c->adamw)
+    pv = pv * c->decay_factor;
+  pv = fmaf(-c->step_size, mv / d, pv);
+  *p = pv;
+  *m = mv;
+  *v = vv;
+}
+
+/* --------------------------------------------------------- sum of squares */
+
+/* The canonical order of a chunk's sum of squares (used for the gradient
+ * norm, so that it depends only on the values and never on the number of
+ * threads or the SIMD width):
+ *   - the chunk is cut into blocks of ZINC_SUMSQ_BLOCK elements;
+ *   - inside a block, lane j (0..15) accumulates in double the squares of
+ *     elements j, j+16, j+32, ... (x*x is exact in double, so fused or not
+ *     gives the same result);
+ *   - the 16 lanes are combined as ((l0+l8)+(l4+l12)) + ((l2+l10)+(l6+l14))
+ *     + ... — precisely: first l[j] += l[j+8] for j<8, then l[j] += l[j+4]
+ *     for j<4, then l[j] += l[j+2] for j<2, then l[0] + l[1];
+ *   - block sums are added in block order, starting from 0.0.
+ */
+#define ZINC_SUMSQ_BLOCK 4096
+#define ZINC_SUMSQ_LANES 16
+
+static ZINC_HD double zinc_sumsq_lanes_combine(double *l) {
+  for (int j = 0; j < 8; j++)
+    l[j] += l[j + 8];
+  for (int j = 0; j < 4; j++)
+    l[j] += l[j + 4];
+  for (int j = 0; j < 2; j++)
+    l[j] += l[j + 2];
+  return l[0] + l[1];
+}
+
+/* Reference (scalar) implementation of one block of n <= ZINC_SUMSQ_BLOCK. */
+static ZINC_HD double zinc_sumsq_block_ref(const void *data, int64_t start,
+                                           int64_t n, int dtype) {
+  double l[ZINC_SUMSQ_LANES];
+  for (int j = 0; j < ZINC_SUMSQ_LANES; j++)
+    l[j] = 0.0;
+  for (int64_t i = 0; i < n; i++) {
+    double x = (double)zinc_load_as_f32(data, start + i, dtype);
+    l[i % ZINC_SUMSQ_LANES] += x * x;
+  }
+  return zinc_sumsq_lanes_combine(l);
+}
+
+static ZINC_HD double zinc_sumsq_chunk_ref(const void *data, int64_t n, int dtype) {
+  double s = 0.0;
+  for (int64_t b = 0; b < n; b += ZINC_SUMSQ_BLOCK) {
+    int64_t len = n - b < ZINC_SUMSQ_BLOCK ? n - b : ZINC_SUMSQ_BLOCK;
+    s += zinc_sumsq_block_ref(data, b, len, dtype);
+  }
+  return s;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZINC_MATH_H */

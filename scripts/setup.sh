@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Install everything zinc needs to build, test and run on Debian 12, from
+# Debian's own packages. Safe to run again: apt skips what is installed.
+#
+# The CUDA toolkit and NCCL are not Debian packages; when /usr/local/cuda
+# holds them the CUDA build is compiled too (see README).
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git          # toolchain
+  liburing-dev libhwloc-dev libjansson-dev      # io_uring, topology, JSON
+  libcmocka-dev                                 # unit tests
+  libopenmpi-dev openmpi-bin                    # launcher, CPU collectives
+  clang libclang-rt-14-dev                      # libFuzzer, sanitizer runtimes
+  fio                                           # the aio benchmark's peer
+  python3                                       # test readers (stdlib only)
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages already installed"
+else
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [ -x /usr/local/cuda/bin/nvcc ]; then
+  echo "setup: CUDA toolkit found: $(/usr/local/cuda/bin/nvcc --version | tail -1)"
+else
+  echo "setup: no CUDA toolkit under /usr/local/cuda: only the CPU build will be made"
+fi
