@@ -1,0 +1,246 @@
+/*
+ * build.c — allocation of the model states for the configured stage and the
+ * parameters' initialisation through the trainer's zinc_init_fn.
+ *
+ * Every buffer is zero-filled at allocation, so alignment padding starts at
+ * zero and (see layout.c) stays zero. Parameter values come from the
+ * trainer's init function, called once per parameter on every rank; the
+ * values must agree across data-parallel ranks, which build checks with one
+ * crc32c per parameter rather than trusting it.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+
+zinc_status zinc_engine_alloc(zinc_engine *e, size_t bytes, int location, int category,
+                              void **out, const char *what) {
+  *out = NULL;
+  zinc_status st = e->dev->ops->alloc(e->dev, bytes ? bytes : 64, location, category, out);
+  if (st != ZINC_OK)
+    return zinc_error_wrap(st, "allocating %s (%zu bytes on the %s)", what, bytes,
+                           zinc_mem_location_name(location));
+  st = e->dev->ops->fill_zero(e->dev, *out, bytes, e->stream);
+  if (st != ZINC_OK)
+    return zinc_error_wrap(st, "zero-filling %s", what);
+  return ZINC_OK;
+}
+
+void zinc_engine_free(zinc_engine *e, void *p, size_t bytes, int location, int category) {
+  if (p)
+    e->dev->ops->free(e->dev, p, bytes ? bytes : 64, location, category);
+}
+
+/* Gradient memory that collectives read from: on the cpu device, memory the
+ * comm can share with its peers on the node, so reductions need no copy. */
+zinc_status zinc_engine_alloc_comm(zinc_engine *e, size_t bytes, int category, void **out,
+                                   int *shared, const char *what) {
+  *shared = 0;
+  if (!e->dev->ops->is_gpu && e->dp->ops->alloc_shared && e->dp->size > 1) {
+    zinc_status st = e->dp->ops->alloc_shared(e->dp, bytes ? bytes : 64, out);
+    if (st != ZINC_OK)
+      return zinc_error_wrap(st, "allocating %s (%zu bytes, shared with the node's ranks)",
+                             what, bytes);
+    memset(*out, 0, bytes);
+    zinc_prof_account(e->prof, ZINC_LOC_DEVICE, category, (int64_t)bytes);
+    *shared = 1;
+    return ZINC_OK;
+  }
+  return zinc_engine_alloc(e, bytes, ZINC_LOC_DEVICE, category, out, what);
+}
+
+void zinc_engine_free_comm(zinc_engine *e, void *p, size_t bytes, int category, int shared) {
+  if (!p)
+    return;
+  if (shared) {
+    e->dp->ops->free_shared(e->dp, p);
+    zinc_prof_account(e->prof, ZINC_LOC_DEVICE, category, -(int64_t)bytes);
+  } else {
+    zinc_engine_free(e, p, bytes, ZINC_LOC_DEVICE, category);
+  }
+}
+
+static size_t seg_bytes(const zinc_segment *s) {
+  return (size_t)s->numel * zinc_dtype_size(s->dtype);
+}
+
+static zinc_status alloc_states(zinc_engine *e) {
+  int stage = e->cfg.stage;
+  e->opt_location = e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NONE ? ZINC_LOC_DEVICE
+                                                                          : ZINC_LOC_HOST;
+  /* parameters */
+  if (stage < 3) {
+    ZINC_CHECK(zinc_engine_alloc(e, e->full_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS,
+                                 &e->param_full, "parameters"));
+    size_t off = 0;
+    for (int mi = 0; mi < e->nmodules; mi++)
+      for (int s = 0; s < e->modules[mi]->nsegs; s++) {
+        e->modules[mi]->segs[s].full = (char *)e->param_full + off;
+        off += seg_bytes(&e->modules[mi]->segs[s]);
+      }
+  } else {
+    ZINC_CHECK(zinc_engine_alloc(e, e->shard_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS,
+                                 &e->param_shard, "parameter partition"));
+    e->persist_bytes = 0;
+    for (int mi = 0; mi < e->nmodules; mi++)
+      for (int s = 0; s < e->modules[mi]->nsegs; s++)
+        if (e->modules[mi]->segs[s].persistent)
+          e->persist_bytes += seg_bytes(&e->modules[mi]->segs[s]);
+    if (e->persist_bytes) {
+      ZINC_CHECK(zinc_engine_alloc(e, e->persist_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS,
+                                   &e->persist, "persistent parameters"));
+      size_t off = 0;
+      for (int mi = 0; mi < e->nmodules; mi++)
+        for (int s = 0; s < e->modules[mi]->nsegs; s++) {
+          zinc_segment *seg = &e->modules[mi]->segs[s];
+          if (seg->persistent) {
+            seg->full = (char *)e->persist + off;
+            off += seg_bytes(seg);
+          }
+        }
+    }
+  }
+  /* gradients */
+  if (stage <= 1) {
+    ZINC_CHECK(zinc_engine_alloc_comm(e, e->full_bytes, ZINC_MEM_GRADS, &e->grad_full,
+                                      &e->grad_full_shared, "gradients"));
+  } else {
+    ZINC_CHECK(zinc_engine_alloc(e, (size_t)e->shard_numel * 4, e->opt_location,
+                                 ZINC_MEM_GRADS, (void **)&e->grad_part,
+                                 "gradient partition"));
+  }
+  /* optimizer state */
+  size_t ob = (size_t)e->opt_numel * 4;
+  ZINC_CHECK(zinc_engine_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM, (void **)&e->master,
+                               "fp32 master parameters"));
+  ZINC_CHECK(zinc_engine_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM, (void **)&e->exp_avg,
+                               "Adam exp_avg"));
+  ZINC_CHECK(zinc_engine_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM,
+                               (void **)&e->exp_avg_sq, "Adam exp_avg_sq"));
+  return ZINC_OK;
+}
+
+void zinc_build_free(zinc_engine *e) {
+  if (!e->dev)
+    return;
+  zinc_grads_free(e);
+  for (int mi = 0; mi < e->nmodules; mi++) {
+    zinc_module *m = e->modules[mi];
+    if (m->gathered) {
+      zinc_engine_free(e, m->gathered, m->gather_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS);
+      m->gathered = NULL;
+    }
+    for (int s = 0; s < m->nsegs; s++)
+      m->segs[s].full = m->segs[s].grad = NULL;
+  }
+  size_t ob = (size_t)e->opt_numel * 4;
+  zinc_engine_free(e, e->master, ob, e->opt_location, ZINC_MEM_OPTIM);
+  zinc_engine_free(e, e->exp_avg, ob, e->opt_location, ZINC_MEM_OPTIM);
+  zinc_engine_free(e, e->exp_avg_sq, ob, e->opt_location, ZINC_MEM_OPTIM);
+  zinc_engine_free(e, e->grad_part, (size_t)e->shard_numel * 4, e->opt_location,
+                   ZINC_MEM_GRADS);
+  zinc_engine_free_comm(e, e->grad_full, e->full_bytes, ZINC_MEM_GRADS, e->grad_full_shared);
+  zinc_engine_free(e, e->param_full, e->full_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS);
+  zinc_engine_free(e, e->param_shard, e->shard_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS);
+  zinc_engine_free(e, e->persist, e->persist_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS);
+  e->master = e->exp_avg = e->exp_avg_sq = e->grad_part = NULL;
+  e->grad_full = e->param_full = e->param_shard = e->persist = NULL;
+  free(e->units);
+  free(e->runs);
+  e->units = NULL;
+  e->runs = NULL;
+  e->nunits = e->nruns = 0;
+}
+
+/* ------------------------------------------------------------ init */
+
+typedef struct {
+  const float *values;   /* (numel) f32, host: the parameter from init */
+  void *scratch;         /* (numel) 16-bit/f32 staging for conversions */
+} init_ctx;
+
+/* Host f32 values -> device memory in `dtype`. */
+zinc_status zinc_engine_put(zinc_engine *e, void *dst, int dtype, const float *src, int64_t n,
+                            void *scratch) {
+  const void *from = src;
+  if (dtype != ZINC_F32) {
+    for (int64_t i = 0; i < n; i++)
+      zinc_store_from_f32(scratch, i, dtype, src[i]);
+    from = scratch;
+  }
+  return e->dev->ops->copy(e->dev, dst, from, (size_t)n * zinc_dt_size(dtype), e->stream);
+}
+
+static zinc_status init_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
+                              int64_t chunk_off, int64_t param_off, int64_t len, void *vctx) {
+  init_ctx *c = vctx;
+  const float *src = c->values + param_off;
+  if (e->cfg.stage == 0 || r == e->dp_rank)
+    ZINC_CHECK(zinc_engine_put(e, e->master + zinc_layout_opt_offset(e, u, r) + chunk_off,
+                               ZINC_F32, src, len, c->scratch));
+  if (e->cfg.stage == 3 && r == e->dp_rank)
+    ZINC_CHECK(zinc_engine_put(e, (char *)e->param_shard + u->shard_byte +
+                                      (size_t)chunk_off * zinc_dtype_size(u->dtype),
+                               u->dtype, src, len, c->scratch));
+  return ZINC_OK;
+}
+
+static zinc_status init_params(zinc_engine *e, zinc_init_fn init, void *ctx) {
+  int64_t largest = 1;
+  for (int i = 0; i < e->nparams; i++)
+    if (e->params[i]->numel > largest)
+      largest = e->params[i]->numel;
+  float *values = NULL;
+  void *scratch = NULL;
+  uint32_t *crc = NULL, *all_crc = NULL;
+  zinc_status st;
+  ZINC_CHECK_GOTO(zinc_calloc((void **)&values, (size_t)largest, 4, "parameter init"), st, out);
+  ZINC_CHECK_GOTO(zinc_calloc(&scratch, (size_t)largest, 4, "parameter init"), st, out);
+  ZINC_CHECK_GOTO(zinc_calloc((void **)&crc, (size_t)e->nparams + 1, 4, "init checks"), st, out);
+  ZINC_CHECK_GOTO(zinc_calloc((void **)&all_crc, ((size_t)e->nparams + 1) * (size_t)e->dp_size,
+                              4, "init checks"), st, out);
+  for (int i = 0; i < e->nparams; i++) {
+    zinc_param *p = e->params[i];
+    memset(values, 0, (size_t)p->numel * 4);
+    if (init) {
+      st = init(p, values, p->numel, ctx);
+      if (st != ZINC_OK) {
+        zinc_error_wrap(st, "zinc_init_fn failed for \"%s.%s\"", p->module->name, p->name);
+        goto out;
+      }
+    }
+    crc[i] = zinc_crc32c(0, values, (size_t)p->numel * 4);
+    init_ctx c = {values, scratch};
+    ZINC_CHECK_GOTO(zinc_layout_for_each_piece(e, p, init_piece, &c), st, out);
+    zinc_segment *seg = &p->module->segs[p->segment];
+    if (seg->full)
+      ZINC_CHECK_GOTO(zinc_engine_put(e, (char *)seg->full +
+                                             (size_t)p->seg_offset * zinc_dtype_size(p->dtype),
+                                      p->dtype, values, p->numel, scratch), st, out);
+  }
+  if (e->stream)
+    ZINC_CHECK_GOTO(e->dev->ops->stream_sync(e->dev, e->stream), st, out);
+  /* every data-parallel rank must hold the same values */
+  ZINC_CHECK_GOTO(zinc_comm_allgather(e->dp, crc, all_crc, (size_t)e->nparams + 1,
+                                      ZINC_DT_I32), st, out);
+  for (int i = 0; i < e->nparams; i++)
+    for (int r = 1; r < e->dp_size; r++)
+      if (all_crc[(size_t)r * ((size_t)e->nparams + 1) + (size_t)i] != all_crc[i]) {
+        st = zinc_error(ZINC_ERR_INVALID, "zinc_init_fn gave different values for \"%s.%s\" "
+                        "on data-parallel ranks 0 and %d; initialise from the same seed on "
+                        "every rank", e->params[i]->module->name, e->params[i]->name, r);
+        goto out;
+      }
+  st = ZINC_OK;
+out:
+  free(values);
+  free(scratch);
+  free(crc);
+  free(all_crc);
+  return st;
+}
+
+zinc_status zinc_build_buffers(zinc_engine *e, zinc_init_fn init, void *ctx) {
+  ZINC_CHECK(alloc_states(e));
+  return init_params(e, init, ctx);
+}

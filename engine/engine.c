@@ -1,0 +1,462 @@
+/*
+ * engine.c — engine creation and destruction, ranks and groups, the public
+ * entry points of the training loop (argument and state checks, phase
+ * timers), and the trainer's host collectives.
+ *
+ * Groups: model-parallel groups are consecutive world ranks (as Megatron);
+ * data-parallel groups take one rank of every model-parallel group. ZeRO
+ * partitions over the data-parallel group only.
+ *
+ * A failure in the middle of a collective sequence (a comm error, an I/O
+ * error during a swap, a deviation between ranks that cannot be served)
+ * makes the engine refuse further work with the same message: continuing on
+ * half-updated state would silently train on garbage.
+ */
+#define _GNU_SOURCE
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "optim/lr_schedule.h"
+
+/* ------------------------------------------------------------ failures */
+
+zinc_status zinc_engine_fail(zinc_engine *e, zinc_status st) {
+  if (e && e->failed == ZINC_OK) {
+    e->failed = st;
+    snprintf(e->failed_msg, sizeof e->failed_msg, "%s", zinc_last_error());
+    zinc_log(ZINC_LOG_ERROR, "engine stopped: %s", e->failed_msg);
+  }
+  return st;
+}
+
+zinc_status zinc_engine_usable(const zinc_engine *e, const char *what) {
+  if (!e)
+    return zinc_error(ZINC_ERR_INVALID, "%s: engine is NULL", what);
+  if (e->failed != ZINC_OK)
+    return zinc_error(e->failed, "%s: the engine stopped after an earlier failure (%s); "
+                      "reload state from a checkpoint in a new engine", what, e->failed_msg);
+  if (!e->built)
+    return zinc_error(ZINC_ERR_INVALID, "%s: the engine is not built; call "
+                      "zinc_engine_build after registering every module", what);
+  return ZINC_OK;
+}
+
+void zinc_engine_phase(zinc_engine *e, zinc_phase p) {
+  double now = zinc_now();
+  double dt = now - e->phase_start;
+  switch (e->phase) {
+  case ZINC_PHASE_FORWARD: e->t_forward += dt; break;
+  case ZINC_PHASE_BACKWARD: e->t_backward += dt; break;
+  case ZINC_PHASE_STEP: e->t_step += dt; break;
+  default: break;
+  }
+  e->phase = p;
+  e->phase_start = now;
+  zinc_prof_phase(e->prof, (int)p);
+}
+
+/* ------------------------------------------------------------ creation */
+
+/* Ranks sharing this node: all-gather host names over the world. */
+static zinc_status find_local_ranks(zinc_engine *e) {
+  char name[64] = {0};
+  if (gethostname(name, sizeof name - 1) != 0)
+    snprintf(name, sizeof name, "unknown");
+  char *all = calloc((size_t)e->world_size, sizeof name);
+  if (!all)
+    return zinc_error(ZINC_ERR_NOMEM, "out of memory gathering host names");
+  zinc_status st = zinc_comm_allgather(e->world, name, all, sizeof name, ZINC_DT_U8);
+  if (st == ZINC_OK) {
+    e->local_rank = 0;
+    e->local_size = 0;
+    for (int r = 0; r < e->world_size; r++)
+      if (strncmp(all + (size_t)r * sizeof name, name, sizeof name) == 0) {
+        if (r < e->world_rank)
+          e->local_rank++;
+        e->local_size++;
+      }
+  }
+  free(all);
+  return st;
+}
+
+static zinc_status create_comms(zinc_engine *e) {
+  if (zinc_comm_mpi_available())
+    ZINC_CHECK(zinc_comm_mpi_create(e->opt.mpi_comm, e->cfg.comm_timeout_s, &e->world));
+  else
+    ZINC_CHECK(zinc_comm_self_create(&e->world));
+  e->world_rank = e->world->rank;
+  e->world_size = e->world->size;
+  zinc_log_set_rank(e->world_rank);
+  int mp = e->opt.model_parallel_size;
+  if (mp < 1 || e->world_size % mp != 0)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_options.model_parallel_size is %d but the "
+                      "world has %d ranks: it must be >= 1 and divide the world size",
+                      mp, e->world_size);
+  e->mp_size = mp;
+  e->mp_rank = e->world_rank % mp;
+  e->dp_size = e->world_size / mp;
+  e->dp_rank = e->world_rank / mp;
+  if (mp == 1) {
+    e->dp = e->world;
+    ZINC_CHECK(zinc_comm_self_create(&e->mp));
+  } else {
+    ZINC_CHECK(e->world->ops->split(e->world, e->world_rank / mp, e->world_rank, &e->mp));
+    ZINC_CHECK(e->world->ops->split(e->world, e->world_rank % mp, e->world_rank, &e->dp));
+  }
+  e->host_comm = e->dp;
+  return find_local_ranks(e);
+}
+
+static int cpuset_cores(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0)
+    return 1;
+  int n = CPU_COUNT(&set);
+  return n > 0 ? n : 1;
+}
+
+static zinc_status create_device(zinc_engine *e) {
+  int want = e->opt.device;
+  int ngpu = zinc_device_cuda_count();
+  if (want == ZINC_DEVICE_AUTO)
+    want = ngpu > 0 ? e->local_rank % ngpu : ZINC_DEVICE_CPU;
+  if (want >= 0) {
+    ZINC_CHECK(zinc_device_cuda_create(want, e->opt.cuda_stream, &e->dev));
+  } else {
+    int threads = e->opt.threads;
+    if (threads <= 0) {
+      threads = cpuset_cores() / (e->local_size > 0 ? e->local_size : 1);
+      if (threads < 1)
+        threads = 1;
+    }
+    ZINC_CHECK(zinc_device_cpu_create(threads, e->cfg.offload_optimizer.pin_memory, &e->dev));
+  }
+  e->dev->mem_hook = zinc_prof_account;
+  e->dev->mem_hook_ctx = e->prof;
+  if (e->dev->ops->is_gpu)
+    ZINC_CHECK(e->dev->ops->stream_create(e->dev, &e->stream));
+  return ZINC_OK;
+}
+
+zinc_status zinc_engine_create(const zinc_config *cfg, const zinc_options *opt,
+                               zinc_engine **out) {
+  if (!out)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_engine_create: out is NULL");
+  *out = NULL;
+  if (!cfg)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_engine_create: config is NULL; load one with "
+                      "zinc_config_load or zinc_config_parse");
+  zinc_engine *e = calloc(1, sizeof *e);
+  if (!e)
+    return zinc_error(ZINC_ERR_NOMEM, "out of memory creating the engine");
+  zinc_status st;
+  zinc_options defaults = ZINC_OPTIONS_INIT;
+  e->opt = opt ? *opt : defaults;
+  ZINC_CHECK_GOTO(zinc_settings_copy(&e->cfg, &cfg->s), st, fail);
+  ZINC_CHECK_GOTO(zinc_prof_create(&e->prof), st, fail);
+  ZINC_CHECK_GOTO(create_comms(e), st, fail);
+  ZINC_CHECK_GOTO(zinc_settings_resolve_batch(&e->cfg, e->dp_size), st, fail);
+  ZINC_CHECK_GOTO(create_device(e), st, fail);
+  e->phase_start = zinc_now();
+  zinc_log0(ZINC_LOG_INFO, "engine: %d ranks (data-parallel %d x model-parallel %d), "
+            "%d on this node, device %s, comm %s, stage %d",
+            e->world_size, e->dp_size, e->mp_size, e->local_size, e->dev->ops->name,
+            e->dp->ops->name, e->cfg.stage);
+  *out = e;
+  return ZINC_OK;
+fail:
+  zinc_engine_destroy(e);
+  return st;
+}
+
+void zinc_engine_destroy(zinc_engine *e) {
+  if (!e)
+    return;
+  zinc_build_free(e);
+  zinc_trace_free(e);
+  zinc_registry_free(e);
+  if (e->stream)
+    e->dev->ops->stream_destroy(e->dev, e->stream);
+  zinc_device_destroy(e->dev);
+  if (e->dp && e->dp != e->world)
+    zinc_comm_destroy(e->dp);
+  zinc_comm_destroy(e->mp);
+  zinc_comm_destroy(e->world);
+  zinc_prof_destroy(e->prof);
+  zinc_settings_free(&e->cfg);
+  free(e);
+}
+
+/* ---------------------------------------------------------- accessors */
+
+int zinc_rank(const zinc_engine *e) { return e ? e->world_rank : -1; }
+int zinc_world_size(const zinc_engine *e) { return e ? e->world_size : 0; }
+int zinc_dp_rank(const zinc_engine *e) { return e ? e->dp_rank : -1; }
+int zinc_dp_size(const zinc_engine *e) { return e ? e->dp_size : 0; }
+int zinc_mp_rank(const zinc_engine *e) { return e ? e->mp_rank : -1; }
+int zinc_mp_size(const zinc_engine *e) { return e ? e->mp_size : 0; }
+int zinc_engine_on_gpu(const zinc_engine *e) { return e && e->dev ? e->dev->ops->is_gpu : 0; }
+float zinc_loss_scale(const zinc_engine *e) {
+  return e ? zinc_loss_scaler_scale(&e->scaler) : 1.0f;
+}
+float zinc_lr(const zinc_engine *e) { return e ? (float)zinc_lr_at(&e->cfg, e->step) : 0.0f; }
+int zinc_micro_batch_size(const zinc_engine *e) {
+  return e ? (int)e->cfg.train_micro_batch_size_per_gpu : 0;
+}
+int zinc_gradient_accumulation_steps(const zinc_engine *e) {
+  return e ? (int)e->cfg.gradient_accumulation_steps : 0;
+}
+int64_t zinc_train_batch_size(const zinc_engine *e) { return e ? e->cfg.train_batch_size : 0; }
+int zinc_steps_per_print(const zinc_engine *e) { return e ? e->cfg.steps_per_print : 0; }
+int zinc_wall_clock_breakdown(const zinc_engine *e) {
+  return e ? e->cfg.wall_clock_breakdown : 0;
+}
+
+/* ---------------------------------------------------------- the build */
+
+/* Hidden size for "auto" bucket sizes: the largest 1-D parameter (a norm or
+ * bias is as wide as the model), else the square root of the largest one. */
+static int64_t hidden_size(const zinc_engine *e) {
+  int64_t h = 0, largest = 0;
+  for (int i = 0; i < e->nparams; i++) {
+    const zinc_param *p = e->params[i];
+    if (p->ndim == 1 && p->numel > h)
+      h = p->numel;
+    if (p->numel > largest)
+      largest = p->numel;
+  }
+  if (h == 0) {
+    while ((h + 1) * (h + 1) <= largest)
+      h++;
+  }
+  return h > 0 ? h : 1;
+}
+
+zinc_status zinc_engine_build(zinc_engine *e, zinc_init_fn init, void *ctx) {
+  if (!e)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_engine_build: engine is NULL");
+  if (e->built)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_engine_build: the engine is already built");
+  int any16[3] = {0, 0, 0};
+  for (int i = 0; i < e->nparams; i++)
+    any16[e->params[i]->dtype] = 1;
+  zinc_status st = zinc_settings_resolve_model(&e->cfg, hidden_size(e), any16[ZINC_F16],
+                                               any16[ZINC_BF16]);
+  if (st != ZINC_OK)
+    return st;
+  if (e->cfg.fp16_enabled && any16[ZINC_BF16])
+    return zinc_error(ZINC_ERR_CONFIG, "fp16.enabled is true but parameters are registered "
+                      "as bf16; register them as ZINC_F16 or enable bf16 instead");
+  if (e->cfg.bf16_enabled && any16[ZINC_F16])
+    return zinc_error(ZINC_ERR_CONFIG, "bf16.enabled is true but parameters are registered "
+                      "as f16; register them as ZINC_BF16 or enable fp16 instead");
+  zinc_loss_scaler_init(&e->scaler, &e->cfg);
+  ZINC_CHECK_GOTO(zinc_layout_build(e), st, fail);
+  ZINC_CHECK_GOTO(zinc_build_buffers(e, init, ctx), st, fail);
+  ZINC_CHECK_GOTO(zinc_grads_init(e), st, fail);
+  e->built = 1;
+  e->recording = 1;
+  e->deviation = -1;
+  zinc_log0(ZINC_LOG_INFO, "engine built: %d modules, %d parameters, %lld elements "
+            "(%d units of at most %lld, shard %lld elements per rank)", e->nmodules,
+            e->nparams, (long long)(e->psi[0] + e->psi[1] + e->psi[2]), e->nunits,
+            (long long)e->unit_max, (long long)e->shard_numel);
+  return ZINC_OK;
+fail:
+  zinc_grads_free(e);
+  zinc_build_free(e);
+  return st;
+}
+
+/* --------------------------------------------------- the training loop */
+
+static zinc_status module_check(zinc_engine *e, zinc_module *m, const char *what) {
+  ZINC_CHECK(zinc_engine_usable(e, what));
+  if (!m)
+    return zinc_error(ZINC_ERR_INVALID, "%s: module is NULL", what);
+  if (m->engine != e || m->index >= e->nmodules || e->modules[m->index] != m)
+    return zinc_error(ZINC_ERR_INVALID, "%s: module does not belong to this engine", what);
+  return ZINC_OK;
+}
+
+static void micro_begin(zinc_engine *e) {
+  if (e->mb_open)
+    return;
+  e->mb_open = 1;
+  e->mb_ended = 0;
+  zinc_grads_micro_begin(e);
+}
+
+zinc_status zinc_module_fetch(zinc_engine *e, zinc_module *m) {
+  ZINC_CHECK(module_check(e, m, "zinc_module_fetch"));
+  micro_begin(e);
+  if (e->phase == ZINC_PHASE_IDLE)
+    zinc_engine_phase(e, ZINC_PHASE_FORWARD);
+  zinc_status st = zinc_trace_event_add(e, ZINC_EV_FETCH, m);
+  if (st != ZINC_OK)
+    return st;
+  if (e->cfg.stage == 3) {
+    st = zinc_stage3_fetch(e, m);
+    if (st != ZINC_OK)
+      return zinc_engine_fail(e, st);
+  }
+  m->fetched++;
+  return zinc_grads_poll(e);
+}
+
+zinc_status zinc_module_release(zinc_engine *e, zinc_module *m) {
+  ZINC_CHECK(module_check(e, m, "zinc_module_release"));
+  if (m->fetched <= 0)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_module_release(\"%s\"): the module is not "
+                      "fetched", m->name);
+  zinc_status st = zinc_trace_event_add(e, ZINC_EV_RELEASE, m);
+  if (st != ZINC_OK)
+    return st;
+  m->fetched--;
+  if (e->cfg.stage == 3 && m->fetched == 0) {
+    st = zinc_stage3_release(e, m);
+    if (st != ZINC_OK)
+      return zinc_engine_fail(e, st);
+  }
+  return ZINC_OK;
+}
+
+void *zinc_param_data(zinc_param *p) {
+  if (!p) {
+    zinc_error(ZINC_ERR_INVALID, "zinc_param_data: parameter is NULL");
+    return NULL;
+  }
+  zinc_engine *e = p->engine;
+  if (zinc_engine_usable(e, "zinc_param_data") != ZINC_OK)
+    return NULL;
+  if (p->module->fetched <= 0) {
+    zinc_error(ZINC_ERR_INVALID, "zinc_param_data(\"%s.%s\"): module \"%s\" is not fetched; "
+               "call zinc_module_fetch first", p->module->name, p->name, p->module->name);
+    return NULL;
+  }
+  const zinc_segment *seg = &p->module->segs[p->segment];
+  if (!seg->full) {
+    zinc_error(ZINC_ERR_INVALID, "zinc_param_data(\"%s.%s\"): no gathered copy", p->module->name,
+               p->name);
+    return NULL;
+  }
+  return (char *)seg->full + (size_t)p->seg_offset * zinc_dtype_size(p->dtype);
+}
+
+void *zinc_param_grad(zinc_param *p) {
+  if (!p) {
+    zinc_error(ZINC_ERR_INVALID, "zinc_param_grad: parameter is NULL");
+    return NULL;
+  }
+  zinc_engine *e = p->engine;
+  zinc_module *m = p->module;
+  if (zinc_engine_usable(e, "zinc_param_grad") != ZINC_OK)
+    return NULL;
+  if (m->fetched <= 0) {
+    zinc_error(ZINC_ERR_INVALID, "zinc_param_grad(\"%s.%s\"): module \"%s\" is not fetched "
+               "(gradients are only handed out between fetch and release)", m->name, p->name,
+               m->name);
+    return NULL;
+  }
+  if (m->grad_state == ZINC_GRAD_READY) {
+    zinc_error(ZINC_ERR_INVALID, "zinc_param_grad(\"%s.%s\"): zinc_module_grads_ready was "
+               "already called for \"%s\" in this micro-batch", m->name, p->name, m->name);
+    return NULL;
+  }
+  if (e->phase != ZINC_PHASE_BACKWARD)
+    zinc_engine_phase(e, ZINC_PHASE_BACKWARD);
+  if (m->grad_state == ZINC_GRAD_NONE) {
+    zinc_status st = zinc_grads_open(e, m);
+    if (st != ZINC_OK) {
+      zinc_engine_fail(e, st);
+      return NULL;
+    }
+  }
+  const zinc_segment *seg = &m->segs[p->segment];
+  return (char *)seg->grad + (size_t)p->seg_offset * zinc_dtype_size(p->dtype);
+}
+
+zinc_status zinc_module_grads_ready(zinc_engine *e, zinc_module *m) {
+  ZINC_CHECK(module_check(e, m, "zinc_module_grads_ready"));
+  if (m->grad_state == ZINC_GRAD_READY)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_module_grads_ready(\"%s\"): called twice in one "
+                      "micro-batch; report a module once, after its last backward use",
+                      m->name);
+  micro_begin(e);
+  if (e->phase != ZINC_PHASE_BACKWARD)
+    zinc_engine_phase(e, ZINC_PHASE_BACKWARD);
+  zinc_status st = zinc_trace_event_add(e, ZINC_EV_READY, m);
+  if (st != ZINC_OK)
+    return st;
+  st = zinc_grads_ready(e, m);
+  return st == ZINC_OK ? ZINC_OK : zinc_engine_fail(e, st);
+}
+
+zinc_status zinc_backward_end(zinc_engine *e) {
+  ZINC_CHECK(zinc_engine_usable(e, "zinc_backward_end"));
+  micro_begin(e);
+  zinc_status st = zinc_grads_flush(e);
+  if (st == ZINC_OK)
+    st = zinc_trace_end_micro(e);
+  if (st != ZINC_OK)
+    return zinc_engine_fail(e, st);
+  e->mb_open = 0;
+  e->mb_ended = 1;
+  zinc_engine_phase(e, ZINC_PHASE_IDLE);
+  return ZINC_OK;
+}
+
+zinc_status zinc_step(zinc_engine *e, zinc_step_info *info) {
+  ZINC_CHECK(zinc_engine_usable(e, "zinc_step"));
+  if (!e->mb_ended)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_step: call zinc_backward_end after the "
+                      "micro-batch's backward pass before zinc_step");
+  zinc_step_info local;
+  if (!info)
+    info = &local;
+  memset(info, 0, sizeof *info);
+  e->mb_ended = 0;
+  zinc_engine_phase(e, ZINC_PHASE_STEP);
+  zinc_status st = zinc_step_run(e, info);
+  zinc_engine_phase(e, ZINC_PHASE_IDLE);
+  return st == ZINC_OK ? ZINC_OK : zinc_engine_fail(e, st);
+}
+
+zinc_status zinc_timers_take(zinc_engine *e, zinc_timers *out) {
+  if (!e || !out)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_timers_take: NULL argument");
+  zinc_engine_phase(e, e->phase); /* close the running interval */
+  out->forward = e->t_forward;
+  out->backward = e->t_backward;
+  out->step = e->t_step;
+  out->comm_wait = e->t_comm_wait;
+  e->t_forward = e->t_backward = e->t_step = e->t_comm_wait = 0;
+  return ZINC_OK;
+}
+
+/* ------------------------------------------------ trainer collectives */
+
+zinc_status zinc_allreduce_host(zinc_engine *e, double *values, int n, zinc_reduce_op op) {
+  if (!e || (!values && n > 0) || n < 0)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_allreduce_host: NULL engine/values or n < 0");
+  if ((unsigned)op > ZINC_REDUCE_MEAN)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_allreduce_host: unknown op %d", (int)op);
+  zinc_comm_op cop = op == ZINC_REDUCE_MAX ? ZINC_OP_MAX :
+                     op == ZINC_REDUCE_MIN ? ZINC_OP_MIN : ZINC_OP_SUM;
+  ZINC_CHECK(zinc_comm_allreduce(e->host_comm, values, values, (size_t)n, ZINC_DT_F64, cop));
+  if (op == ZINC_REDUCE_MEAN)
+    for (int i = 0; i < n; i++)
+      values[i] /= e->host_comm->size;
+  return ZINC_OK;
+}
+
+zinc_status zinc_allgather_host(zinc_engine *e, const double *values, int n, double *out) {
+  if (!e || ((!values || !out) && n > 0) || n < 0)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_allgather_host: NULL argument or n < 0");
+  return zinc_comm_allgather(e->world, values, out, (size_t)n, ZINC_DT_F64);
+}

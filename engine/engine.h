@@ -1,0 +1,365 @@
+/*
+ * engine.h — the ZeRO engine's internal state, shared by the engine/ files.
+ *
+ * Layout (the one idea everything else follows)
+ * ---------------------------------------------
+ * Parameters are registered per module. Inside a module, parameters of one
+ * dtype form a *segment*: a flat buffer in registration order, each
+ * parameter starting at a multiple of ZINC_ALIGN_ELEMS elements, the
+ * segment padded to a multiple of dp_size * ZINC_ALIGN_ELEMS. A segment is
+ * cut into *units* of at most unit_max elements (a multiple of
+ * dp_size * ZINC_ALIGN_ELEMS); every unit splits into dp_size equal
+ * *chunks*, and rank r owns chunk r of every unit. A rank's *shard* is the
+ * concatenation of its chunks in unit order, so every rank's shard has the
+ * same size and the same offsets.
+ *
+ * The layout depends only on the registered model, dp_size and unit_max
+ * (from reduce_bucket_size), never on the stage: that is what makes stages
+ * 0-3 compute bitwise the same numbers. Gradients are reduce-scattered unit
+ * by unit (the comm sums each element in rank order), the norm is summed
+ * chunk by chunk in unit order and then rank by rank, and Adam is
+ * elementwise.
+ *
+ * Where each stage keeps things (P = parameter bytes, S = shard elements,
+ * N = dp_size):
+ *   stage 0: param_full (P), grad_full (P), master/m/v for all N chunks (N*S)
+ *   stage 1: param_full (P), grad_full (P), master/m/v (S)
+ *   stage 2: param_full (P), grad_part f32 (S), master/m/v (S), grad areas
+ *   stage 3: param_shard (S, param dtype), persistent segments whole,
+ *            gathered modules on demand, grad_part f32 (S), master/m/v (S)
+ * With offload_optimizer cpu, master/m/v (and grad_part) live in pinned host
+ * memory and the CPU optimizer updates them there.
+ */
+#ifndef ZINC_ENGINE_H
+#define ZINC_ENGINE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "base.h"
+#include "config/config.h"
+#include "engine/comm.h"
+#include "engine/device.h"
+#include "optim/loss_scaler.h"
+#include "zinc.h"
+#include "zinc_math.h"
+
+#define ZINC_ALIGN_ELEMS 32 /* 128 B of f32, 64 B of 16-bit */
+#define ZINC_MAX_NDIM 8
+
+typedef struct zinc_prof zinc_prof;
+
+/* ------------------------------------------------------------- registry */
+
+struct zinc_param {
+  zinc_engine *engine;
+  zinc_module *module;
+  char *name;
+  zinc_dtype dtype;
+  int ndim;
+  int64_t shape[ZINC_MAX_NDIM];
+  int64_t numel;
+  int decay;              /* weight decay applies */
+  int index;              /* registration order, whole model */
+  int segment;            /* index into module->segs */
+  int64_t seg_offset;     /* first element inside the segment */
+};
+
+typedef struct {
+  zinc_dtype dtype;
+  int64_t used;           /* elements up to the end of the last parameter */
+  int64_t numel;          /* padded: a multiple of N * ZINC_ALIGN_ELEMS */
+  int first_unit, nunits; /* into engine->units */
+  int persistent;         /* stage 3: kept whole on every rank */
+  void *full;             /* (numel) dtype on the device: where the full
+                             segment is now (param_full, persistent copy, or
+                             the module's gathered buffer); NULL when absent */
+  void *grad;             /* (numel) dtype on the device: gradient area while
+                             handed out; NULL otherwise */
+  size_t gather_offset;   /* stage 3: byte offset inside the gathered buffer */
+} zinc_segment;
+
+typedef enum {
+  ZINC_GRAD_NONE = 0,     /* not handed out in this window/micro-batch */
+  ZINC_GRAD_OPEN,         /* handed out, accumulating */
+  ZINC_GRAD_READY         /* grads_ready called; reduction pending/launched */
+} zinc_grad_state;
+
+struct zinc_module {
+  zinc_engine *engine;
+  char *name;
+  int index;
+  zinc_param **params;
+  int nparams, cap;
+  zinc_segment *segs;
+  int nsegs;
+  int64_t numel;          /* padded elements of all segments */
+  int64_t gather_numel;   /* stage 3: padded elements gathered on fetch */
+  size_t gather_bytes;    /* stage 3: bytes of the gathered buffer */
+  size_t grad_bytes;      /* bytes of a gradient area (all segments) */
+
+  int fetched;            /* trainer holds it (fetch count minus releases) */
+  /* stage 3 */
+  void *gathered;         /* (gather_bytes) on the device, or NULL */
+  zinc_comm_req *gather_req; /* in-flight all-gather, or NULL */
+  /* gradients */
+  zinc_grad_state grad_state;
+  int64_t grad_window;    /* stage 0/1: window whose zeroing was done */
+  void *grad_area;        /* stage 2/3: (grad_bytes) in the ring, or dedicated */
+  size_t area_offset;     /* ring offset of grad_area */
+  size_t area_span;       /* bytes the ring gave (incl. any wrap skip) */
+  int area_dedicated;     /* grad_area is its own allocation */
+  int area_done;          /* its reduction retired: the ring may free it */
+  int64_t reduced_window; /* stage 2/3: window whose partition it wrote */
+  int use_event;          /* stage 3: trace index of the FETCH being served */
+};
+
+/* A partition unit (see the header comment). */
+typedef struct {
+  int module, segment;
+  zinc_dtype dtype;
+  int64_t seg_offset;     /* first element inside the segment */
+  int64_t numel;          /* N * chunk */
+  int64_t chunk;          /* elements per rank, multiple of ZINC_ALIGN_ELEMS */
+  int64_t shard_offset;   /* this unit's chunk in every rank's shard (elements) */
+  size_t shard_byte;      /* same, in bytes of a param_shard (stage 3) */
+  int64_t full_offset;    /* N * shard_offset: the unit in a whole-model
+                             f32 index space (stage 0 optimizer) */
+} zinc_unit;
+
+/* One contiguous run of optimizer work: a chunk (or the part of one with a
+ * single weight-decay flag). Offsets are into the optimizer arrays. */
+typedef struct {
+  int unit;
+  int owner;              /* rank whose chunk this is */
+  int64_t opt_offset;     /* into master/m/v */
+  int64_t unit_offset;    /* first element inside the unit */
+  int64_t n;
+  int decay;
+} zinc_opt_run;
+
+/* ------------------------------------------------------------- gradients */
+
+/* A launched gradient reduction: the modules whose areas it reduces.
+ * Reductions retire strictly in launch order. */
+typedef struct {
+  zinc_comm_req *req;
+  int first_module;       /* index into engine->launched_modules */
+  int nmodules;
+} zinc_reduction;
+
+/* ------------------------------------------------------------- trace */
+
+/* The trainer's calls in one micro-batch, recorded in the first one. Every
+ * later micro-batch is compared with it event by event; collectives are
+ * issued in the order these events dictate, so ranks that make the same
+ * calls issue the same collectives. */
+typedef enum { ZINC_EV_FETCH = 0, ZINC_EV_RELEASE, ZINC_EV_READY } zinc_event_kind;
+typedef struct {
+  int kind;               /* zinc_event_kind */
+  int module;
+} zinc_trace_event;
+
+/* ----------------------------------------------------------------- engine */
+
+typedef enum { ZINC_PHASE_IDLE = 0, ZINC_PHASE_FORWARD, ZINC_PHASE_BACKWARD,
+               ZINC_PHASE_STEP, ZINC_PHASE_N } zinc_phase;
+
+struct zinc_engine {
+  zinc_settings cfg;
+  zinc_options opt;
+  int built;
+  zinc_status failed;     /* sticky failure: the engine refuses to go on */
+  char failed_msg[512];
+
+  /* ---- ranks and groups */
+  int world_rank, world_size;
+  int dp_rank, dp_size;
+  int mp_rank, mp_size;
+  int local_rank, local_size;  /* ranks on this node */
+  zinc_comm *world;       /* every rank */
+  zinc_comm *dp;          /* ZeRO partitions over this one */
+  zinc_comm *mp;          /* model-parallel group */
+  zinc_comm *host_comm;   /* mpi comm over dp for host-memory figures (or dp) */
+
+  /* ---- device and accounting */
+  zinc_device *dev;
+  zinc_stream *stream;    /* the engine's stream (NULL on cpu) */
+  zinc_prof *prof;
+
+  /* ---- registry */
+  zinc_module **modules;
+  int nmodules, modules_cap;
+  zinc_param **params;    /* registration order */
+  int nparams, params_cap;
+
+  /* ---- layout */
+  int64_t unit_max;
+  zinc_unit *units;
+  int nunits;
+  int64_t shard_numel;    /* S */
+  size_t shard_bytes;     /* param shard bytes (stage 3) */
+  int64_t total_numel;    /* N * S: padded elements of the whole model */
+  size_t full_bytes;      /* P (padded) */
+  int64_t psi[3];         /* unpadded parameter count per zinc_dtype */
+  zinc_opt_run *runs;
+  int nruns;
+
+  /* ---- model states (device unless offloaded) */
+  void *param_full;       /* stage 0-2: (P bytes) every segment whole */
+  void *param_shard;      /* stage 3: (shard_bytes) this rank's chunks */
+  void *persist;          /* stage 3: (persist_bytes) persistent segments */
+  size_t persist_bytes;
+  void *grad_full;        /* stage 0/1: (P bytes) accumulated gradients */
+  int grad_full_shared;   /* allocated with comm alloc_shared */
+  float *grad_part;       /* stage 2/3: (S) f32 reduced gradient partition */
+  float *master, *exp_avg, *exp_avg_sq; /* (opt_numel) f32 */
+  int64_t opt_numel;      /* S, or N*S at stage 0 */
+  int opt_location;       /* ZINC_LOC_DEVICE or ZINC_LOC_HOST (offload) */
+
+  /* ---- gradient reduction */
+  void *arena_base;       /* stage 2/3: (arena_bytes) gradient areas, a ring */
+  size_t arena_bytes;
+  int arena_shared;
+  size_t arena_head, arena_tail, arena_used; /* ring: allocate at head,
+                             free at tail in allocation order */
+  int *ring_mods;         /* modules holding ring areas, allocation order */
+  int ring_first, ring_n;
+  int *pending;           /* modules ready, not launched, in launch order */
+  int npending;
+  int64_t pending_elems;
+  zinc_reduction *inflight; /* FIFO: [inflight_first, ninflight) */
+  int inflight_first, ninflight, inflight_cap;
+  int *launched_modules;  /* modules of the in-flight reductions, in order */
+  int nlaunched, launched_cap;
+  int dedicated_warned;
+
+  /* ---- trace */
+  int recording;          /* first micro-batch: record and agree per event */
+  zinc_trace_event *trace;
+  int ntrace, trace_cap;
+  int trace_pos;          /* events seen in this micro-batch */
+  int *ready_seq;         /* modules of the READY events, in trace order */
+  int nready_seq;
+  int ready_pos;          /* next READY event to launch */
+  unsigned char *ready_now; /* (nmodules) reported ready this micro-batch */
+  unsigned char *keep_after; /* (ntrace) stage 3: keep the gathered copy after
+                             this FETCH's use (reuse distance) */
+  int deviation;          /* first deviating event index, or -1 */
+  int deviation_module;   /* what the trainer did there */
+  int deviation_kind;
+
+  /* ---- stage 3 */
+  int64_t live_elems;     /* gathered elements currently allocated */
+  int64_t live_peak;
+
+  /* ---- step state */
+  int64_t micro_step;     /* micro-batches completed (backward_end calls) */
+  int64_t step;           /* optimizer steps taken (not skipped) */
+  int64_t skipped_steps;
+  int64_t window;         /* accumulation window index */
+  int mb_open;            /* micro-batch has started (fetch/grad seen) */
+  int mb_ended;           /* backward_end called, step not yet */
+  zinc_loss_scaler scaler;
+  float last_grad_norm;
+
+  /* ---- timers */
+  zinc_phase phase;
+  double phase_start;
+  double t_forward, t_backward, t_step, t_comm_wait;
+};
+
+/* --------------------------------------------------------- engine.c */
+/* Fail the engine for good (after an error mid-step) and return st. */
+zinc_status zinc_engine_fail(zinc_engine *e, zinc_status st);
+zinc_status zinc_engine_usable(const zinc_engine *e, const char *what);
+void zinc_engine_phase(zinc_engine *e, zinc_phase p);
+
+/* --------------------------------------------------------- registry.c */
+void zinc_registry_free(zinc_engine *e);
+
+/* --------------------------------------------------------- layout.c */
+/* Partition of `count` elements over `ranks`: chunk per rank (a multiple of
+ * align) and the padded total. Pure. */
+void zinc_partition(int64_t count, int ranks, int64_t align, int64_t *chunk,
+                    int64_t *padded);
+/* Build segments, units, shard offsets and optimizer runs. */
+zinc_status zinc_layout_build(zinc_engine *e);
+/* Position of a unit's chunk for rank r in the optimizer arrays. */
+int64_t zinc_layout_opt_offset(const zinc_engine *e, const zinc_unit *u, int r);
+/* Visit every piece of parameter p as (unit, rank, offset in chunk, offset
+ * in p, length). */
+typedef zinc_status (*zinc_piece_fn)(zinc_engine *e, const zinc_unit *u, int unit_index,
+                                     int r, int64_t chunk_off, int64_t param_off,
+                                     int64_t len, void *ctx);
+zinc_status zinc_layout_for_each_piece(zinc_engine *e, const zinc_param *p,
+                                       zinc_piece_fn fn, void *ctx);
+/* Byte pointer of a unit inside a segment buffer. */
+static inline char *zinc_unit_ptr(void *seg_base, const zinc_unit *u) {
+  return (char *)seg_base + (size_t)u->seg_offset * zinc_dtype_size(u->dtype);
+}
+
+/* --------------------------------------------------------- build.c */
+zinc_status zinc_build_buffers(zinc_engine *e, zinc_init_fn init, void *ctx);
+void zinc_build_free(zinc_engine *e);
+zinc_status zinc_engine_alloc(zinc_engine *e, size_t bytes, int location, int category,
+                              void **out, const char *what);
+void zinc_engine_free(zinc_engine *e, void *p, size_t bytes, int location, int category);
+/* Memory that collectives read from (comm-shared on the cpu device). */
+zinc_status zinc_engine_alloc_comm(zinc_engine *e, size_t bytes, int category, void **out,
+                                   int *shared, const char *what);
+void zinc_engine_free_comm(zinc_engine *e, void *p, size_t bytes, int category, int shared);
+/* Host f32 values -> device memory in dtype (scratch: n elements of 4 B). */
+zinc_status zinc_engine_put(zinc_engine *e, void *dst, int dtype, const float *src, int64_t n,
+                            void *scratch);
+/* Wait for a comm request, timing the wait. */
+zinc_status zinc_engine_wait(zinc_engine *e, zinc_comm *c, zinc_comm_req *req);
+
+/* --------------------------------------------------------- grads.c */
+zinc_status zinc_grads_init(zinc_engine *e);
+void zinc_grads_free(zinc_engine *e);
+/* Hand out (allocating/zeroing as needed) the gradient buffers of m. */
+zinc_status zinc_grads_open(zinc_engine *e, zinc_module *m);
+zinc_status zinc_grads_ready(zinc_engine *e, zinc_module *m);
+/* Launch what is pending and wait for every reduction. */
+zinc_status zinc_grads_flush(zinc_engine *e);
+/* Complete finished reductions without blocking (progress). */
+zinc_status zinc_grads_poll(zinc_engine *e);
+/* Start of an accumulation window / micro-batch bookkeeping. */
+void zinc_grads_micro_begin(zinc_engine *e);
+int zinc_grads_is_boundary_micro(const zinc_engine *e);
+/* Pointer to the reduced gradient of a unit's chunk for rank r (and its
+ * dtype), where the step reads it. */
+const void *zinc_grads_chunk(const zinc_engine *e, int unit, int r, int *dtype);
+
+/* --------------------------------------------------------- stage3.c */
+zinc_status zinc_stage3_fetch(zinc_engine *e, zinc_module *m);
+zinc_status zinc_stage3_release(zinc_engine *e, zinc_module *m);
+/* Drop every gathered copy (after a step the shards changed). */
+zinc_status zinc_stage3_invalidate(zinc_engine *e);
+/* Gather a persistent/whole copy of units after the optimizer wrote shards. */
+zinc_status zinc_stage3_gather_persistent(zinc_engine *e);
+
+/* --------------------------------------------------------- trace.c */
+/* Record (first micro-batch) or check one event of the trainer. While
+ * recording, events that lead to collectives are agreed across ranks first,
+ * so a rank that diverges gets ZINC_ERR_INVALID (on every rank) instead of
+ * a collective that never completes. */
+zinc_status zinc_trace_event_add(zinc_engine *e, zinc_event_kind kind, zinc_module *m);
+/* End of a micro-batch: fix the trace after the first one; afterwards agree
+ * across ranks that every rank made the recorded calls. */
+zinc_status zinc_trace_end_micro(zinc_engine *e);
+void zinc_trace_free(zinc_engine *e);
+
+/* --------------------------------------------------------- step.c */
+zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info);
+
+/* --------------------------------------------------------- profiler.c */
+zinc_status zinc_prof_create(zinc_prof **out);
+void zinc_prof_destroy(zinc_prof *p);
+void zinc_prof_account(void *prof, int location, int category, int64_t bytes);
+void zinc_prof_stats(const zinc_prof *p, zinc_mem_stats *out);
+void zinc_prof_phase(zinc_prof *p, int phase);
+uint64_t zinc_formula_model_states(const zinc_engine *e);
+
+#endif /* ZINC_ENGINE_H */

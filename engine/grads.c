@@ -1,0 +1,486 @@
+/*
+ * grads.c — gradient buffers handed to the trainer and their reduction.
+ *
+ * Stages 0/1: one full gradient buffer (param dtype, comm-shared on the cpu
+ * device). A module's region is zeroed the first time it is handed out in an
+ * accumulation window; the trainer accumulates into it across the window's
+ * micro-batches; in the boundary micro-batch each module's units are
+ * reduce-scattered in place as the module reports grads_ready.
+ *
+ * Stages 2/3: a module's gradient area comes from a ring of comm-shared
+ * memory when its first gradient is handed out in a micro-batch; when the
+ * module reports grads_ready its units are reduce-scattered (bucketed by
+ * reduce_bucket_size, asynchronously with overlap_comm) and this rank's
+ * reduced chunks are added, in fp32, into the gradient partition; then the
+ * area goes back to the ring.
+ *
+ * Determinism across ranks: every decision that issues a collective depends
+ * only on the trainer's calls (identical on every rank, see trace.c), never
+ * on when a reduction happens to complete. Reductions retire strictly in
+ * launch order and the ring frees in allocation order, so "does the next
+ * area fit once everything in flight has retired" has the same answer on
+ * every rank.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+
+static int64_t window_of(const zinc_engine *e) {
+  return e->micro_step / e->cfg.gradient_accumulation_steps;
+}
+
+int zinc_grads_is_boundary_micro(const zinc_engine *e) {
+  int64_t gas = e->cfg.gradient_accumulation_steps;
+  return e->micro_step % gas == gas - 1;
+}
+
+/* Reductions run in every micro-batch at stages 2/3, at the boundary at 0/1. */
+static int reduce_this_micro(const zinc_engine *e) {
+  return e->cfg.stage >= 2 || zinc_grads_is_boundary_micro(e);
+}
+
+zinc_status zinc_engine_wait(zinc_engine *e, zinc_comm *c, zinc_comm_req *req) {
+  double t0 = zinc_now();
+  zinc_status st = c->ops->wait(c, req);
+  e->t_comm_wait += zinc_now() - t0;
+  return st;
+}
+
+/* ------------------------------------------------------------ the ring */
+
+static int ring_alloc(zinc_engine *e, size_t bytes, size_t *offset, size_t *span) {
+  size_t cap = e->arena_bytes;
+  bytes = (size_t)zinc_round_up(bytes, 256);
+  if (bytes > cap)
+    return 0;
+  if (e->arena_used == 0) {
+    e->arena_head = e->arena_tail = 0;
+  }
+  size_t head = e->arena_head, tail = e->arena_tail;
+  if (e->arena_used == 0 || head > tail || (head == tail && e->arena_used == 0)) {
+    /* free space: [head, cap) and [0, tail) */
+    if (cap - head >= bytes) {
+      *offset = head;
+      *span = bytes;
+    } else if (tail >= bytes) {
+      *offset = 0;
+      *span = bytes + (cap - head); /* the skipped end counts until freed */
+    } else {
+      return 0;
+    }
+  } else {
+    /* head < tail (or full): free space is [head, tail) */
+    if (tail - head < bytes)
+      return 0;
+    *offset = head;
+    *span = bytes;
+  }
+  e->arena_head = (*offset + bytes) % cap;
+  e->arena_used += *span;
+  return 1;
+}
+
+static void ring_free(zinc_engine *e, size_t span) {
+  e->arena_tail = (e->arena_tail + span) % e->arena_bytes;
+  e->arena_used -= span;
+  if (e->arena_used == 0)
+    e->arena_head = e->arena_tail = 0;
+}
+
+/* --------------------------------------------------------- setup */
+
+zinc_status zinc_grads_init(zinc_engine *e) {
+  ZINC_CHECK(zinc_calloc((void **)&e->pending, (size_t)e->nmodules + 1, sizeof *e->pending,
+                         "pending reductions"));
+  ZINC_CHECK(zinc_calloc((void **)&e->ready_now, (size_t)e->nmodules + 1, 1,
+                         "gradient states"));
+  ZINC_CHECK(zinc_calloc((void **)&e->ring_mods, (size_t)e->nmodules + 1,
+                         sizeof *e->ring_mods, "gradient ring"));
+  if (e->cfg.stage <= 1) {
+    size_t off = 0;
+    for (int mi = 0; mi < e->nmodules; mi++)
+      for (int s = 0; s < e->modules[mi]->nsegs; s++) {
+        zinc_segment *seg = &e->modules[mi]->segs[s];
+        seg->grad = (char *)e->grad_full + off;
+        off += (size_t)seg->numel * zinc_dtype_size(seg->dtype);
+      }
+    return ZINC_OK;
+  }
+  /* Ring size: two buckets plus two of the largest module (one filling,
+   * one in flight), never more than the whole model's gradients. */
+  size_t largest = 0;
+  for (int mi = 0; mi < e->nmodules; mi++)
+    if (e->modules[mi]->grad_bytes > largest)
+      largest = e->modules[mi]->grad_bytes;
+  uint64_t bucket = 0;
+  if (!zinc_mul_ok((uint64_t)e->cfg.reduce_bucket_size, 4, &bucket))
+    bucket = UINT64_MAX / 4;
+  uint64_t want = 2 * bucket + 2 * (uint64_t)zinc_round_up(largest, 256);
+  uint64_t all = 0;
+  for (int mi = 0; mi < e->nmodules; mi++)
+    all += zinc_round_up(e->modules[mi]->grad_bytes, 256);
+  e->arena_bytes = (size_t)(want < all ? want : all);
+  if (e->arena_bytes < zinc_round_up(largest, 256))
+    e->arena_bytes = zinc_round_up(largest, 256);
+  if (e->arena_bytes == 0)
+    e->arena_bytes = 256;
+  return zinc_engine_alloc_comm(e, e->arena_bytes, ZINC_MEM_BUFFERS, &e->arena_base,
+                                &e->arena_shared, "gradient buckets");
+}
+
+void zinc_grads_free(zinc_engine *e) {
+  /* Requests still in flight must finish before their buffers go away. */
+  for (int i = e->inflight_first; i < e->ninflight; i++)
+    if (e->inflight[i].req)
+      e->dp->ops->wait(e->dp, e->inflight[i].req);
+  for (int mi = 0; mi < e->nmodules; mi++) {
+    zinc_module *m = e->modules[mi];
+    if (m->grad_area && m->area_dedicated)
+      zinc_engine_free_comm(e, m->grad_area, m->grad_bytes, ZINC_MEM_BUFFERS, 0);
+    m->grad_area = NULL;
+  }
+  zinc_engine_free_comm(e, e->arena_base, e->arena_bytes, ZINC_MEM_BUFFERS, e->arena_shared);
+  e->arena_base = NULL;
+  free(e->pending);
+  free(e->inflight);
+  free(e->launched_modules);
+  free(e->ready_now);
+  free(e->ring_mods);
+  e->ring_mods = NULL;
+  e->pending = NULL;
+  e->inflight = NULL;
+  e->launched_modules = NULL;
+  e->ready_now = NULL;
+  e->ninflight = e->inflight_first = e->inflight_cap = 0;
+  e->nlaunched = e->launched_cap = 0;
+}
+
+void zinc_grads_micro_begin(zinc_engine *e) {
+  for (int mi = 0; mi < e->nmodules; mi++)
+    e->modules[mi]->grad_state = ZINC_GRAD_NONE;
+  memset(e->ready_now, 0, (size_t)e->nmodules);
+  e->ready_pos = 0;
+  e->npending = 0;
+  e->pending_elems = 0;
+}
+
+/* ------------------------------------------------------ retirement */
+
+/* This rank's reduced chunks of m, now in m's area, go into the f32
+ * partition (overwriting in the window's first micro-batch). */
+static zinc_status absorb(zinc_engine *e, zinc_module *m) {
+  int overwrite = m->reduced_window != window_of(e);
+  for (int s = 0; s < m->nsegs; s++) {
+    const zinc_segment *seg = &m->segs[s];
+    for (int ui = seg->first_unit; ui < seg->first_unit + seg->nunits; ui++) {
+      const zinc_unit *u = &e->units[ui];
+      const char *src = zinc_unit_ptr(seg->grad, u) +
+                        (size_t)e->dp_rank * (size_t)u->chunk * zinc_dtype_size(u->dtype);
+      ZINC_CHECK(e->dev->ops->accumulate_f32(e->dev, e->stream, e->grad_part + u->shard_offset,
+                                             src, u->dtype, u->chunk, overwrite));
+    }
+  }
+  m->reduced_window = window_of(e);
+  return ZINC_OK;
+}
+
+static void area_release(zinc_engine *e, zinc_module *m) {
+  if (!m->grad_area)
+    return;
+  if (m->area_dedicated)
+    zinc_engine_free_comm(e, m->grad_area, m->grad_bytes, ZINC_MEM_BUFFERS, 0);
+  m->grad_area = NULL;
+  m->area_dedicated = 0;
+  for (int s = 0; s < m->nsegs; s++)
+    m->segs[s].grad = NULL;
+}
+
+/* Ring areas are freed in allocation order: pop the queue's front while
+ * the module holding it has retired its reduction. */
+static void ring_collect(zinc_engine *e) {
+  while (e->ring_first < e->ring_n) {
+    zinc_module *m = e->modules[e->ring_mods[e->ring_first]];
+    if (!m->area_done)
+      return;
+    ring_free(e, m->area_span);
+    area_release(e, m);
+    e->ring_first++;
+  }
+  e->ring_first = e->ring_n = 0;
+}
+
+static zinc_status retire_oldest(zinc_engine *e) {
+  zinc_reduction *r = &e->inflight[e->inflight_first];
+  zinc_status st = ZINC_OK;
+  if (r->req) {
+    st = zinc_engine_wait(e, e->dp, r->req);
+    r->req = NULL;
+  }
+  if (st != ZINC_OK)
+    return zinc_error_wrap(st, "reducing gradients");
+  for (int i = 0; i < r->nmodules; i++) {
+    zinc_module *m = e->modules[e->launched_modules[r->first_module + i]];
+    if (e->cfg.stage >= 2) {
+      ZINC_CHECK(absorb(e, m));
+      if (m->area_dedicated)
+        area_release(e, m);
+      else
+        m->area_done = 1;
+    }
+  }
+  e->inflight_first++;
+  if (e->inflight_first == e->ninflight) {
+    e->inflight_first = e->ninflight = 0;
+    e->nlaunched = 0;
+  }
+  ring_collect(e);
+  return ZINC_OK;
+}
+
+zinc_status zinc_grads_poll(zinc_engine *e) {
+  while (e->inflight_first < e->ninflight) {
+    zinc_reduction *r = &e->inflight[e->inflight_first];
+    int done = 1;
+    if (r->req) {
+      zinc_status st = e->dp->ops->test(e->dp, r->req, &done);
+      if (st != ZINC_OK)
+        return zinc_error_wrap(st, "reducing gradients");
+      if (done)
+        r->req = NULL;
+    }
+    if (!done)
+      return ZINC_OK;
+    ZINC_CHECK(retire_oldest(e));
+  }
+  return ZINC_OK;
+}
+
+static zinc_status retire_all(zinc_engine *e) {
+  while (e->inflight_first < e->ninflight)
+    ZINC_CHECK(retire_oldest(e));
+  return ZINC_OK;
+}
+
+/* ------------------------------------------------------------ launch */
+
+static zinc_status launch(zinc_engine *e) {
+  if (e->npending == 0)
+    return ZINC_OK;
+  int ncoll = 0;
+  for (int i = 0; i < e->npending; i++) {
+    zinc_module *m = e->modules[e->pending[i]];
+    for (int s = 0; s < m->nsegs; s++)
+      ncoll += m->segs[s].nunits;
+  }
+  zinc_coll *colls = NULL;
+  ZINC_CHECK(zinc_calloc((void **)&colls, (size_t)ncoll, sizeof *colls, "reduction batch"));
+  int k = 0;
+  for (int i = 0; i < e->npending; i++) {
+    zinc_module *m = e->modules[e->pending[i]];
+    for (int s = 0; s < m->nsegs; s++) {
+      const zinc_segment *seg = &m->segs[s];
+      for (int ui = seg->first_unit; ui < seg->first_unit + seg->nunits; ui++) {
+        const zinc_unit *u = &e->units[ui];
+        char *send = zinc_unit_ptr(seg->grad, u);
+        colls[k++] = (zinc_coll){
+            .kind = ZINC_COLL_REDUCE_SCATTER,
+            .send = send,
+            .recv = send + (size_t)e->dp_rank * (size_t)u->chunk * zinc_dtype_size(u->dtype),
+            .count = (size_t)u->chunk,
+            .dtype = u->dtype};
+      }
+    }
+  }
+  /* record the reduction */
+  if (e->ninflight == e->inflight_cap) {
+    int ncap = e->inflight_cap ? e->inflight_cap * 2 : 16;
+    zinc_reduction *r = realloc(e->inflight, (size_t)ncap * sizeof *r);
+    if (!r) {
+      free(colls);
+      return zinc_error(ZINC_ERR_NOMEM, "out of memory tracking reductions");
+    }
+    e->inflight = r;
+    e->inflight_cap = ncap;
+  }
+  if (e->nlaunched + e->npending > e->launched_cap) {
+    int ncap = (e->nlaunched + e->npending) * 2;
+    int *l = realloc(e->launched_modules, (size_t)ncap * sizeof *l);
+    if (!l) {
+      free(colls);
+      return zinc_error(ZINC_ERR_NOMEM, "out of memory tracking reductions");
+    }
+    e->launched_modules = l;
+    e->launched_cap = ncap;
+  }
+  zinc_reduction *r = &e->inflight[e->ninflight];
+  r->first_module = e->nlaunched;
+  r->nmodules = e->npending;
+  memcpy(e->launched_modules + e->nlaunched, e->pending, (size_t)e->npending * sizeof(int));
+  e->nlaunched += e->npending;
+  e->npending = 0;
+  e->pending_elems = 0;
+
+  zinc_status st;
+  if (e->cfg.overlap_comm) {
+    st = e->dp->ops->start(e->dp, colls, ncoll, &r->req);
+  } else {
+    double t0 = zinc_now();
+    st = e->dp->ops->run(e->dp, colls, ncoll);
+    e->t_comm_wait += zinc_now() - t0;
+    r->req = NULL;
+  }
+  free(colls);
+  if (st != ZINC_OK)
+    return zinc_error_wrap(st, "starting a gradient reduction");
+  e->ninflight++;
+  if (!e->cfg.overlap_comm)
+    return retire_all(e);
+  return ZINC_OK;
+}
+
+/* ------------------------------------------------------- hand-out */
+
+static zinc_status area_get(zinc_engine *e, zinc_module *m) {
+  size_t offset = 0, span = 0;
+  if (!ring_alloc(e, m->grad_bytes, &offset, &span)) {
+    /* Deterministic make-room: retire everything in flight, then launch
+     * what is pending; only then fall back to a dedicated buffer. */
+    ZINC_CHECK(retire_all(e));
+    if (!ring_alloc(e, m->grad_bytes, &offset, &span) && e->npending > 0) {
+      ZINC_CHECK(launch(e));
+      ZINC_CHECK(retire_all(e));
+    }
+    if (!span && !ring_alloc(e, m->grad_bytes, &offset, &span)) {
+      if (!e->dedicated_warned) {
+        zinc_log0(ZINC_LOG_WARN, "gradient buckets full (%zu bytes) with modules still "
+                  "accumulating; giving \"%s\" its own buffer (report modules ready sooner "
+                  "or raise reduce_bucket_size)", e->arena_bytes, m->name);
+        e->dedicated_warned = 1;
+      }
+      int shared;
+      ZINC_CHECK(zinc_engine_alloc_comm(e, m->grad_bytes, ZINC_MEM_BUFFERS, &m->grad_area,
+                                        &shared, "gradient area"));
+      m->area_dedicated = 1;
+      m->area_span = 0;
+      return ZINC_OK;
+    }
+  }
+  m->grad_area = (char *)e->arena_base + offset;
+  m->area_offset = offset;
+  m->area_span = span;
+  m->area_dedicated = 0;
+  m->area_done = 0;
+  e->ring_mods[e->ring_n++] = m->index;
+  return e->dev->ops->fill_zero(e->dev, m->grad_area, m->grad_bytes, e->stream);
+}
+
+zinc_status zinc_grads_open(zinc_engine *e, zinc_module *m) {
+  if (e->cfg.stage <= 1) {
+    if (m->grad_window != window_of(e)) {
+      for (int s = 0; s < m->nsegs; s++)
+        ZINC_CHECK(e->dev->ops->fill_zero(e->dev, m->segs[s].grad,
+                                          (size_t)m->segs[s].numel *
+                                              zinc_dtype_size(m->segs[s].dtype),
+                                          e->stream));
+      m->grad_window = window_of(e);
+    }
+  } else {
+    ZINC_CHECK(area_get(e, m));
+    size_t off = 0;
+    for (int s = 0; s < m->nsegs; s++) {
+      m->segs[s].grad = (char *)m->grad_area + off;
+      off += (size_t)m->segs[s].numel * zinc_dtype_size(m->segs[s].dtype);
+    }
+  }
+  m->grad_state = ZINC_GRAD_OPEN;
+  return ZINC_OK;
+}
+
+static zinc_status enqueue(zinc_engine *e, zinc_module *m) {
+  e->pending[e->npending++] = m->index;
+  e->pending_elems += m->numel;
+  if (e->pending_elems >= e->cfg.reduce_bucket_size)
+    return launch(e);
+  return ZINC_OK;
+}
+
+/* Push ready modules to the pending bucket in the recorded order. */
+static zinc_status advance(zinc_engine *e) {
+  while (e->ready_pos < e->nready_seq && e->ready_now[e->ready_seq[e->ready_pos]]) {
+    ZINC_CHECK(enqueue(e, e->modules[e->ready_seq[e->ready_pos]]));
+    e->ready_pos++;
+  }
+  return ZINC_OK;
+}
+
+zinc_status zinc_grads_ready(zinc_engine *e, zinc_module *m) {
+  if (m->grad_state == ZINC_GRAD_NONE)
+    ZINC_CHECK(zinc_grads_open(e, m)); /* reported without gradients: zeros */
+  m->grad_state = ZINC_GRAD_READY;
+  e->ready_now[m->index] = 1;
+  if (!reduce_this_micro(e))
+    return ZINC_OK;
+  if (e->recording)
+    ZINC_CHECK(enqueue(e, m));
+  else
+    ZINC_CHECK(advance(e));
+  return zinc_grads_poll(e);
+}
+
+zinc_status zinc_grads_flush(zinc_engine *e) {
+  if (reduce_this_micro(e) && !e->recording) {
+    /* Modules the trace expects but the trainer did not report are reduced
+     * as zeros so that every rank issues the same collectives; trace.c
+     * reports the deviation on every rank. */
+    for (int i = e->ready_pos; i < e->nready_seq; i++) {
+      zinc_module *m = e->modules[e->ready_seq[i]];
+      if (!e->ready_now[m->index]) {
+        if (m->grad_state == ZINC_GRAD_NONE)
+          ZINC_CHECK(zinc_grads_open(e, m));
+        m->grad_state = ZINC_GRAD_READY;
+        e->ready_now[m->index] = 1;
+      }
+    }
+    ZINC_CHECK(advance(e));
+  }
+  ZINC_CHECK(launch(e));
+  ZINC_CHECK(retire_all(e));
+  /* Modules that produced no gradient this window hold zeros. */
+  for (int mi = 0; mi < e->nmodules; mi++) {
+    zinc_module *m = e->modules[mi];
+    if (e->cfg.stage >= 2) {
+      if (m->reduced_window != window_of(e))
+        for (int s = 0; s < m->nsegs; s++) {
+          const zinc_segment *seg = &m->segs[s];
+          for (int ui = seg->first_unit; ui < seg->first_unit + seg->nunits; ui++)
+            ZINC_CHECK(e->dev->ops->fill_zero(e->dev, e->grad_part + e->units[ui].shard_offset,
+                                              (size_t)e->units[ui].chunk * 4, e->stream));
+        }
+      m->reduced_window = window_of(e);
+      area_release(e, m);
+    } else if (zinc_grads_is_boundary_micro(e) && m->grad_window != window_of(e)) {
+      for (int s = 0; s < m->nsegs; s++)
+        ZINC_CHECK(e->dev->ops->fill_zero(e->dev, m->segs[s].grad,
+                                          (size_t)m->segs[s].numel *
+                                              zinc_dtype_size(m->segs[s].dtype),
+                                          e->stream));
+      m->grad_window = window_of(e);
+    }
+  }
+  e->ring_first = e->ring_n = 0;
+  e->arena_used = 0;
+  e->arena_head = e->arena_tail = 0;
+  return ZINC_OK;
+}
+
+const void *zinc_grads_chunk(const zinc_engine *e, int unit, int r, int *dtype) {
+  const zinc_unit *u = &e->units[unit];
+  if (e->cfg.stage >= 2) {
+    *dtype = ZINC_F32;
+    return e->grad_part + u->shard_offset;
+  }
+  const zinc_segment *seg = &e->modules[u->module]->segs[u->segment];
+  *dtype = u->dtype;
+  return zinc_unit_ptr(seg->grad, u) + (size_t)r * (size_t)u->chunk * zinc_dtype_size(u->dtype);
+}

@@ -1,0 +1,223 @@
+/*
+ * layout.c — partition math: segments, units, chunks, shard offsets and the
+ * optimizer's runs (see engine.h for the picture).
+ *
+ * Invariants
+ *  - every unit's numel is dp_size * chunk and chunk % ZINC_ALIGN_ELEMS == 0;
+ *  - padding elements (between parameters, at a segment's end) are zero in
+ *    every buffer and stay zero through Adam (zero grad, zero param), so they
+ *    never leak into results;
+ *  - nothing here depends on the stage except which chunks this rank owns.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+
+void zinc_partition(int64_t count, int ranks, int64_t align, int64_t *chunk,
+                    int64_t *padded) {
+  int64_t c = (int64_t)zinc_round_up(zinc_div_up((uint64_t)count, (uint64_t)ranks),
+                                     (uint64_t)align);
+  *chunk = c;
+  *padded = c * ranks;
+}
+
+int64_t zinc_layout_opt_offset(const zinc_engine *e, const zinc_unit *u, int r) {
+  if (e->cfg.stage == 0)
+    return u->full_offset + (int64_t)r * u->chunk;
+  return u->shard_offset;
+}
+
+/* Segments of one module: parameters of one dtype, in registration order. */
+static zinc_status layout_segments(zinc_engine *e, zinc_module *m) {
+  int64_t group = (int64_t)e->dp_size * ZINC_ALIGN_ELEMS;
+  ZINC_CHECK(zinc_calloc((void **)&m->segs, (size_t)m->nparams, sizeof *m->segs,
+                         "module segments"));
+  m->nsegs = 0;
+  for (int i = 0; i < m->nparams; i++) {
+    zinc_param *p = m->params[i];
+    int s = 0;
+    while (s < m->nsegs && m->segs[s].dtype != p->dtype)
+      s++;
+    if (s == m->nsegs)
+      m->segs[m->nsegs++].dtype = p->dtype;
+    zinc_segment *seg = &m->segs[s];
+    p->segment = s;
+    p->seg_offset = (int64_t)zinc_round_up((uint64_t)seg->used, ZINC_ALIGN_ELEMS);
+    seg->used = p->seg_offset + p->numel;
+  }
+  m->numel = 0;
+  m->grad_bytes = 0;
+  m->gather_numel = 0;
+  m->gather_bytes = 0;
+  for (int s = 0; s < m->nsegs; s++) {
+    zinc_segment *seg = &m->segs[s];
+    seg->numel = (int64_t)zinc_round_up((uint64_t)seg->used, (uint64_t)group);
+    seg->persistent = e->cfg.stage == 3 &&
+                      seg->used < e->cfg.stage3_param_persistence_threshold;
+    m->numel += seg->numel;
+    m->grad_bytes += (size_t)seg->numel * zinc_dtype_size(seg->dtype);
+    if (e->cfg.stage == 3 && !seg->persistent) {
+      seg->gather_offset = m->gather_bytes;
+      m->gather_numel += seg->numel;
+      m->gather_bytes += (size_t)seg->numel * zinc_dtype_size(seg->dtype);
+    }
+  }
+  return ZINC_OK;
+}
+
+static zinc_status units_grow(zinc_engine *e, int *cap) {
+  if (e->nunits < *cap)
+    return ZINC_OK;
+  int ncap = *cap ? *cap * 2 : 64;
+  zinc_unit *u = realloc(e->units, (size_t)ncap * sizeof *u);
+  if (!u)
+    return zinc_error(ZINC_ERR_NOMEM, "out of memory for %d partition units", ncap);
+  e->units = u;
+  *cap = ncap;
+  return ZINC_OK;
+}
+
+/* Decay flag of element x of a segment: the flag of the last parameter that
+ * starts at or before x (padding after a parameter inherits its flag; it is
+ * zero either way). Returns the end of the run of that flag. */
+static int64_t decay_run(const zinc_module *m, int seg, int64_t x, int *decay) {
+  int flag = 1;
+  int64_t end = m->segs[seg].numel;
+  for (int i = 0; i < m->nparams; i++) {
+    const zinc_param *p = m->params[i];
+    if (p->segment != seg)
+      continue;
+    if (p->seg_offset <= x) {
+      flag = p->decay;
+    } else {
+      end = p->seg_offset;
+      break;
+    }
+  }
+  *decay = flag;
+  return end;
+}
+
+static zinc_status runs_add(zinc_engine *e, int *cap, zinc_opt_run run) {
+  if (e->nruns > 0) {
+    zinc_opt_run *last = &e->runs[e->nruns - 1];
+    if (last->unit == run.unit && last->owner == run.owner && last->decay == run.decay &&
+        last->unit_offset + last->n == run.unit_offset &&
+        last->opt_offset + last->n == run.opt_offset) {
+      last->n += run.n;
+      return ZINC_OK;
+    }
+  }
+  if (e->nruns == *cap) {
+    int ncap = *cap ? *cap * 2 : 64;
+    zinc_opt_run *r = realloc(e->runs, (size_t)ncap * sizeof *r);
+    if (!r)
+      return zinc_error(ZINC_ERR_NOMEM, "out of memory for %d optimizer runs", ncap);
+    e->runs = r;
+    *cap = ncap;
+  }
+  e->runs[e->nruns++] = run;
+  return ZINC_OK;
+}
+
+/* The optimizer's runs: every owned chunk, cut where the decay flag changes. */
+static zinc_status layout_runs(zinc_engine *e) {
+  int cap = 0;
+  e->nruns = 0;
+  for (int ui = 0; ui < e->nunits; ui++) {
+    const zinc_unit *u = &e->units[ui];
+    const zinc_module *m = e->modules[u->module];
+    int r0 = e->cfg.stage == 0 ? 0 : e->dp_rank;
+    int r1 = e->cfg.stage == 0 ? e->dp_size : e->dp_rank + 1;
+    for (int r = r0; r < r1; r++) {
+      int64_t a = (int64_t)r * u->chunk, b = a + u->chunk;
+      while (a < b) {
+        int decay;
+        int64_t end = decay_run(m, u->segment, u->seg_offset + a, &decay) - u->seg_offset;
+        if (end > b)
+          end = b;
+        zinc_opt_run run = {.unit = ui,
+                            .owner = r,
+                            .opt_offset = zinc_layout_opt_offset(e, u, r) + (a - (int64_t)r * u->chunk),
+                            .unit_offset = a,
+                            .n = end - a,
+                            .decay = decay};
+        ZINC_CHECK(runs_add(e, &cap, run));
+        a = end;
+      }
+    }
+  }
+  return ZINC_OK;
+}
+
+zinc_status zinc_layout_build(zinc_engine *e) {
+  int64_t group = (int64_t)e->dp_size * ZINC_ALIGN_ELEMS;
+  int64_t bucket = e->cfg.reduce_bucket_size;
+  e->unit_max = bucket / group * group;
+  if (e->unit_max < group)
+    e->unit_max = group;
+
+  int cap = 0;
+  e->nunits = 0;
+  e->shard_numel = 0;
+  e->shard_bytes = 0;
+  e->full_bytes = 0;
+  memset(e->psi, 0, sizeof e->psi);
+  for (int mi = 0; mi < e->nmodules; mi++) {
+    zinc_module *m = e->modules[mi];
+    ZINC_CHECK(layout_segments(e, m));
+    for (int i = 0; i < m->nparams; i++)
+      e->psi[m->params[i]->dtype] += m->params[i]->numel;
+    for (int s = 0; s < m->nsegs; s++) {
+      zinc_segment *seg = &m->segs[s];
+      seg->first_unit = e->nunits;
+      for (int64_t off = 0; off < seg->numel; off += e->unit_max) {
+        ZINC_CHECK(units_grow(e, &cap));
+        int64_t len = seg->numel - off < e->unit_max ? seg->numel - off : e->unit_max;
+        zinc_unit *u = &e->units[e->nunits++];
+        u->module = mi;
+        u->segment = s;
+        u->dtype = seg->dtype;
+        u->seg_offset = off;
+        u->numel = len;
+        u->chunk = len / e->dp_size;
+        u->shard_offset = e->shard_numel;
+        u->shard_byte = e->shard_bytes;
+        u->full_offset = u->shard_offset * e->dp_size;
+        e->shard_numel += u->chunk;
+        e->shard_bytes += (size_t)u->chunk * zinc_dtype_size(u->dtype);
+      }
+      seg->nunits = e->nunits - seg->first_unit;
+      e->full_bytes += (size_t)seg->numel * zinc_dtype_size(seg->dtype);
+    }
+  }
+  e->total_numel = e->shard_numel * e->dp_size;
+  e->opt_numel = e->cfg.stage == 0 ? e->total_numel : e->shard_numel;
+  return layout_runs(e);
+}
+
+zinc_status zinc_layout_for_each_piece(zinc_engine *e, const zinc_param *p,
+                                       zinc_piece_fn fn, void *ctx) {
+  const zinc_module *m = p->module;
+  const zinc_segment *seg = &m->segs[p->segment];
+  int64_t a = p->seg_offset, b = p->seg_offset + p->numel;
+  for (int ui = seg->first_unit; ui < seg->first_unit + seg->nunits; ui++) {
+    const zinc_unit *u = &e->units[ui];
+    int64_t lo = a > u->seg_offset ? a : u->seg_offset;
+    int64_t hi = b < u->seg_offset + u->numel ? b : u->seg_offset + u->numel;
+    if (lo >= hi)
+      continue;
+    lo -= u->seg_offset;
+    hi -= u->seg_offset;
+    for (int r = (int)(lo / u->chunk); r < e->dp_size && (int64_t)r * u->chunk < hi; r++) {
+      int64_t c0 = (int64_t)r * u->chunk;
+      int64_t s = lo > c0 ? lo : c0;
+      int64_t t = hi < c0 + u->chunk ? hi : c0 + u->chunk;
+      if (s >= t)
+        continue;
+      ZINC_CHECK(fn(e, u, ui, r, s - c0, u->seg_offset + s - p->seg_offset, t - s, ctx));
+    }
+  }
+  return ZINC_OK;
+}

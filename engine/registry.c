@@ -1,0 +1,207 @@
+/*
+ * registry.c — modules and parameters registered by name and shape before
+ * zinc_engine_build, and the read-only accessors of both.
+ *
+ * Names: a module name is unique in the engine, a parameter name unique in
+ * its module; "module.param" names a parameter in messages and checkpoints.
+ * Nothing can be registered once the engine is built.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+
+static int name_ok(const char *name) {
+  if (!name || !name[0] || strlen(name) > 255)
+    return 0;
+  for (const char *c = name; *c; c++)
+    if ((unsigned char)*c < 0x20 || *c == '"' || *c == '\\')
+      return 0;
+  return 1;
+}
+
+static zinc_status grow(void **arr, int *cap, int n, size_t elem, const char *what) {
+  if (n < *cap)
+    return ZINC_OK;
+  int ncap = *cap ? *cap * 2 : 16;
+  void *p = realloc(*arr, (size_t)ncap * elem);
+  if (!p)
+    return zinc_error(ZINC_ERR_NOMEM, "out of memory registering %s", what);
+  *arr = p;
+  *cap = ncap;
+  return ZINC_OK;
+}
+
+zinc_module *zinc_module_add(zinc_engine *e, const char *name) {
+  if (!e) {
+    zinc_error(ZINC_ERR_INVALID, "zinc_module_add: engine is NULL");
+    return NULL;
+  }
+  if (e->built) {
+    zinc_error(ZINC_ERR_INVALID, "zinc_module_add(\"%s\"): the engine is already built; "
+               "register every module before zinc_engine_build", name ? name : "(null)");
+    return NULL;
+  }
+  if (!name_ok(name)) {
+    zinc_error(ZINC_ERR_INVALID, "zinc_module_add: module name \"%s\" is empty, too long "
+               "or has control/quote characters", name ? name : "(null)");
+    return NULL;
+  }
+  if (zinc_module_find(e, name)) {
+    zinc_error(ZINC_ERR_INVALID, "zinc_module_add: a module named \"%s\" is already registered",
+               name);
+    return NULL;
+  }
+  if (grow((void **)&e->modules, &e->modules_cap, e->nmodules, sizeof *e->modules,
+           name) != ZINC_OK)
+    return NULL;
+  zinc_module *m = calloc(1, sizeof *m);
+  if (!m || !(m->name = zinc_strdup(name))) {
+    free(m);
+    zinc_error(ZINC_ERR_NOMEM, "out of memory registering module \"%s\"", name);
+    return NULL;
+  }
+  m->engine = e;
+  m->index = e->nmodules;
+  m->grad_window = -1;
+  e->modules[e->nmodules++] = m;
+  return m;
+}
+
+zinc_param *zinc_param_add(zinc_engine *e, zinc_module *m, const char *name,
+                           zinc_dtype dtype, int ndim, const int64_t *shape) {
+  if (!e || !m || m->engine != e) {
+    zinc_error(ZINC_ERR_INVALID, "zinc_param_add: %s", !e ? "engine is NULL" :
+               !m ? "module is NULL" : "module belongs to another engine");
+    return NULL;
+  }
+  if (e->built) {
+    zinc_error(ZINC_ERR_INVALID, "zinc_param_add(\"%s.%s\"): the engine is already built",
+               m->name, name ? name : "(null)");
+    return NULL;
+  }
+  if (!name_ok(name)) {
+    zinc_error(ZINC_ERR_INVALID, "zinc_param_add: parameter name \"%s\" in module \"%s\" is "
+               "empty, too long or has control/quote characters", name ? name : "(null)",
+               m->name);
+    return NULL;
+  }
+  for (int i = 0; i < m->nparams; i++)
+    if (strcmp(m->params[i]->name, name) == 0) {
+      zinc_error(ZINC_ERR_INVALID, "zinc_param_add: module \"%s\" already has a parameter "
+                 "named \"%s\"", m->name, name);
+      return NULL;
+    }
+  if (zinc_dtype_size(dtype) == 0) {
+    zinc_error(ZINC_ERR_INVALID, "zinc_param_add(\"%s.%s\"): unknown dtype %d (expected "
+               "ZINC_F32, ZINC_BF16 or ZINC_F16)", m->name, name, (int)dtype);
+    return NULL;
+  }
+  if (ndim < 1 || ndim > ZINC_MAX_NDIM || !shape) {
+    zinc_error(ZINC_ERR_INVALID, "zinc_param_add(\"%s.%s\"): ndim %d outside 1..%d or shape "
+               "NULL", m->name, name, ndim, ZINC_MAX_NDIM);
+    return NULL;
+  }
+  int64_t numel = 1;
+  for (int d = 0; d < ndim; d++) {
+    uint64_t prod;
+    if (shape[d] <= 0 || !zinc_mul_ok((uint64_t)numel, (uint64_t)shape[d], &prod) ||
+        prod > (uint64_t)INT64_MAX / 64) {
+      zinc_error(ZINC_ERR_INVALID, "zinc_param_add(\"%s.%s\"): dimension %d is %lld (each "
+                 "dimension must be > 0 and the product must fit in 64 bits)",
+                 m->name, name, d, (long long)shape[d]);
+      return NULL;
+    }
+    numel = (int64_t)prod;
+  }
+  if (grow((void **)&m->params, &m->cap, m->nparams, sizeof *m->params, name) != ZINC_OK ||
+      grow((void **)&e->params, &e->params_cap, e->nparams, sizeof *e->params, name) !=
+          ZINC_OK)
+    return NULL;
+  zinc_param *p = calloc(1, sizeof *p);
+  if (!p || !(p->name = zinc_strdup(name))) {
+    free(p);
+    zinc_error(ZINC_ERR_NOMEM, "out of memory registering parameter \"%s.%s\"", m->name, name);
+    return NULL;
+  }
+  p->engine = e;
+  p->module = m;
+  p->dtype = dtype;
+  p->ndim = ndim;
+  memcpy(p->shape, shape, (size_t)ndim * sizeof *shape);
+  p->numel = numel;
+  p->decay = 1;
+  p->index = e->nparams;
+  m->params[m->nparams++] = p;
+  e->params[e->nparams++] = p;
+  return p;
+}
+
+zinc_status zinc_param_set_weight_decay(zinc_param *p, int enabled) {
+  if (!p)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_param_set_weight_decay: parameter is NULL");
+  if (p->engine->built)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_param_set_weight_decay(\"%s.%s\"): call it "
+                      "before zinc_engine_build", p->module->name, p->name);
+  p->decay = enabled ? 1 : 0;
+  return ZINC_OK;
+}
+
+void zinc_registry_free(zinc_engine *e) {
+  for (int i = 0; i < e->nmodules; i++) {
+    zinc_module *m = e->modules[i];
+    for (int j = 0; j < m->nparams; j++) {
+      free(m->params[j]->name);
+      free(m->params[j]);
+    }
+    free(m->params);
+    free(m->segs);
+    free(m->name);
+    free(m);
+  }
+  free(e->modules);
+  free(e->params);
+  e->modules = NULL;
+  e->params = NULL;
+  e->nmodules = e->nparams = 0;
+}
+
+const char *zinc_module_name(const zinc_module *m) { return m ? m->name : NULL; }
+
+zinc_module *zinc_module_find(const zinc_engine *e, const char *name) {
+  if (!e || !name)
+    return NULL;
+  for (int i = 0; i < e->nmodules; i++)
+    if (strcmp(e->modules[i]->name, name) == 0)
+      return e->modules[i];
+  return NULL;
+}
+
+const char *zinc_param_name(const zinc_param *p) { return p ? p->name : NULL; }
+int64_t zinc_param_numel(const zinc_param *p) { return p ? p->numel : 0; }
+zinc_dtype zinc_param_dtype(const zinc_param *p) { return p ? p->dtype : ZINC_F32; }
+zinc_module *zinc_param_module(const zinc_param *p) { return p ? p->module : NULL; }
+
+int zinc_param_shape(const zinc_param *p, int64_t *shape) {
+  if (!p)
+    return 0;
+  if (shape)
+    memcpy(shape, p->shape, (size_t)p->ndim * sizeof *shape);
+  return p->ndim;
+}
+
+int zinc_module_count(const zinc_engine *e) { return e ? e->nmodules : 0; }
+
+zinc_module *zinc_module_at(const zinc_engine *e, int index) {
+  if (!e || index < 0 || index >= e->nmodules)
+    return NULL;
+  return e->modules[index];
+}
+
+int zinc_module_param_count(const zinc_module *m) { return m ? m->nparams : 0; }
+
+zinc_param *zinc_module_param_at(const zinc_module *m, int index) {
+  if (!m || index < 0 || index >= m->nparams)
+    return NULL;
+  return m->params[index];
+}

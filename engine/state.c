@@ -1,0 +1,163 @@
+/*
+ * state.c — full-state access for trainers and tools (DeepSpeed's
+ * safe_get_full_* / safe_set_full_* family): the full fp32 value, reduced
+ * gradient, exp_avg or exp_avg_sq of one parameter, from any stage.
+ *
+ * A parameter's elements are spread over (unit, rank) pieces (layout.c).
+ * Reading: each rank contributes the pieces it owns, in the piece order
+ * every rank enumerates identically, through one all-gatherv; every rank
+ * then has the whole tensor. Writing: every rank passes the same full
+ * tensor and keeps its own pieces (and its copy of the compute parameter).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+
+typedef struct {
+  zinc_state_kind kind;
+  float *dst;             /* (numel) host, read */
+  const float *src;       /* (numel) host, write */
+  float *local;           /* this rank's pieces, in piece order */
+  size_t *counts;         /* per rank, elements */
+  size_t *cursor;         /* per rank, running offset */
+  int pass;               /* 0 count, 1 copy out, 2 scatter in */
+  float *gathered;        /* all ranks' pieces (displs by rank) */
+  size_t *displs;
+  void *scratch;
+} state_ctx;
+
+static int owns(const zinc_engine *e, zinc_state_kind kind, int r) {
+  if (kind == ZINC_STATE_GRAD)
+    return r == e->dp_rank;
+  return e->cfg.stage == 0 || r == e->dp_rank;
+}
+
+static float *state_array(zinc_engine *e, zinc_state_kind kind) {
+  return kind == ZINC_STATE_PARAM ? e->master : kind == ZINC_STATE_EXP_AVG ? e->exp_avg
+                                                                            : e->exp_avg_sq;
+}
+
+static zinc_status read_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
+                              int64_t chunk_off, int64_t param_off, int64_t len, void *vctx) {
+  state_ctx *c = vctx;
+  int who = r; /* chunk r's owner contributes it (at stage 0 every rank has it) */
+  if (c->pass == 0) {
+    c->counts[who] += (size_t)len;
+    return ZINC_OK;
+  }
+  if (c->pass == 1) {
+    if (who != e->dp_rank)
+      return ZINC_OK;
+    float *out = c->local + c->cursor[who];
+    c->cursor[who] += (size_t)len;
+    if (c->kind == ZINC_STATE_GRAD) {
+      int dt;
+      const char *g = zinc_grads_chunk(e, ui, r, &dt);
+      /* device -> host, then to f32 and averaged */
+      size_t es = zinc_dt_size(dt);
+      ZINC_CHECK(e->dev->ops->copy(e->dev, c->scratch, g + (size_t)chunk_off * es,
+                                   (size_t)len * es, e->stream));
+      if (e->stream)
+        ZINC_CHECK(e->dev->ops->stream_sync(e->dev, e->stream));
+      double base = 1.0 / ((double)zinc_loss_scaler_scale(&e->scaler) * e->dp_size *
+                           (double)e->cfg.gradient_accumulation_steps);
+      for (int64_t i = 0; i < len; i++)
+        out[i] = (float)(zinc_load_as_f32(c->scratch, i, dt) * base);
+      return ZINC_OK;
+    }
+    const float *a = state_array(e, c->kind) + zinc_layout_opt_offset(e, u, r) + chunk_off;
+    ZINC_CHECK(e->dev->ops->copy(e->dev, out, a, (size_t)len * 4, e->stream));
+    return ZINC_OK;
+  }
+  /* pass 2: place rank who's piece into dst */
+  memcpy(c->dst + param_off, c->gathered + c->displs[who] + c->cursor[who], (size_t)len * 4);
+  c->cursor[who] += (size_t)len;
+  return ZINC_OK;
+}
+
+static zinc_status check_args(zinc_engine *e, zinc_param *p, zinc_state_kind kind,
+                              const void *buf, const char *what) {
+  ZINC_CHECK(zinc_engine_usable(e, what));
+  if (!p || p->engine != e)
+    return zinc_error(ZINC_ERR_INVALID, "%s: parameter is NULL or belongs to another engine",
+                      what);
+  if (!buf)
+    return zinc_error(ZINC_ERR_INVALID, "%s(\"%s.%s\"): buffer is NULL", what,
+                      p->module->name, p->name);
+  if ((unsigned)kind > ZINC_STATE_EXP_AVG_SQ)
+    return zinc_error(ZINC_ERR_INVALID, "%s: unknown state kind %d", what, (int)kind);
+  return ZINC_OK;
+}
+
+zinc_status zinc_param_get_full(zinc_engine *e, zinc_param *p, zinc_state_kind kind,
+                                float *dst) {
+  ZINC_CHECK(check_args(e, p, kind, dst, "zinc_param_get_full"));
+  int n = e->dp_size;
+  state_ctx c = {.kind = kind, .dst = dst};
+  zinc_status st;
+  ZINC_CHECK_GOTO(zinc_calloc((void **)&c.counts, (size_t)n, sizeof(size_t), "state"), st, out);
+  ZINC_CHECK_GOTO(zinc_calloc((void **)&c.cursor, (size_t)n, sizeof(size_t), "state"), st, out);
+  ZINC_CHECK_GOTO(zinc_calloc((void **)&c.displs, (size_t)n, sizeof(size_t), "state"), st, out);
+  ZINC_CHECK_GOTO(zinc_layout_for_each_piece(e, p, read_piece, &c), st, out);
+  size_t total = 0;
+  for (int r = 0; r < n; r++) {
+    c.displs[r] = total;
+    total += c.counts[r];
+  }
+  ZINC_CHECK_GOTO(zinc_calloc((void **)&c.local, c.counts[e->dp_rank] + 1, 4, "state"), st, out);
+  ZINC_CHECK_GOTO(zinc_calloc((void **)&c.gathered, total + 1, 4, "state"), st, out);
+  ZINC_CHECK_GOTO(zinc_calloc(&c.scratch, (size_t)p->numel + 1, 4, "state"), st, out);
+  c.pass = 1;
+  ZINC_CHECK_GOTO(zinc_layout_for_each_piece(e, p, read_piece, &c), st, out);
+  if (e->stream)
+    ZINC_CHECK_GOTO(e->dev->ops->stream_sync(e->dev, e->stream), st, out);
+  ZINC_CHECK_GOTO(zinc_comm_allgatherv(e->host_comm, c.local, c.counts[e->dp_rank], c.gathered,
+                                       c.counts, c.displs, ZINC_F32), st, out);
+  memset(c.cursor, 0, (size_t)n * sizeof(size_t));
+  c.pass = 2;
+  ZINC_CHECK_GOTO(zinc_layout_for_each_piece(e, p, read_piece, &c), st, out);
+  st = ZINC_OK;
+out:
+  free(c.counts);
+  free(c.cursor);
+  free(c.displs);
+  free(c.local);
+  free(c.gathered);
+  free(c.scratch);
+  return st;
+}
+
+static zinc_status write_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
+                               int64_t chunk_off, int64_t param_off, int64_t len, void *vctx) {
+  state_ctx *c = vctx;
+  if (!owns(e, c->kind, r))
+    return ZINC_OK;
+  ZINC_CHECK(zinc_engine_put(e, state_array(e, c->kind) + zinc_layout_opt_offset(e, u, r) +
+                                    chunk_off,
+                             ZINC_F32, c->src + param_off, len, c->scratch));
+  if (c->kind == ZINC_STATE_PARAM && e->cfg.stage == 3 && r == e->dp_rank)
+    ZINC_CHECK(zinc_engine_put(e, (char *)e->param_shard + u->shard_byte +
+                                      (size_t)chunk_off * zinc_dtype_size(u->dtype),
+                               u->dtype, c->src + param_off, len, c->scratch));
+  return ZINC_OK;
+}
+
+zinc_status zinc_param_set_full(zinc_engine *e, zinc_param *p, zinc_state_kind kind,
+                                const float *src) {
+  ZINC_CHECK(check_args(e, p, kind, src, "zinc_param_set_full"));
+  if (kind == ZINC_STATE_GRAD)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_param_set_full(\"%s.%s\"): the gradient cannot "
+                      "be set; the backward pass produces it", p->module->name, p->name);
+  state_ctx c = {.kind = kind, .src = src};
+  ZINC_CHECK(zinc_calloc(&c.scratch, (size_t)p->numel + 1, 4, "state"));
+  zinc_status st = zinc_layout_for_each_piece(e, p, write_piece, &c);
+  const zinc_segment *seg = &p->module->segs[p->segment];
+  if (st == ZINC_OK && kind == ZINC_STATE_PARAM && seg->full)
+    st = zinc_engine_put(e, (char *)seg->full + (size_t)p->seg_offset * zinc_dtype_size(p->dtype),
+                         p->dtype, src, p->numel, c.scratch);
+  if (st == ZINC_OK && e->stream)
+    st = e->dev->ops->stream_sync(e->dev, e->stream);
+  free(c.scratch);
+  return st;
+}
