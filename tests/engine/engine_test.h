@@ -1,0 +1,364 @@
+/*
+ * engine_test.h — helpers for the multi-rank engine tests: running the tiny
+ * model through zinc with a config built from a few knobs, the reference
+ * trainer without zinc, and comparisons that print the first mismatches and
+ * the largest difference.
+ *
+ * Tests are plain programs run under mpirun (every rank checks; any failing
+ * rank exits non-zero, which fails the test).
+ */
+#ifndef ENGINE_TEST_H
+#define ENGINE_TEST_H
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tiny_model.h"
+#include "zinc.h"
+
+static int et_rank = 0;
+static int et_world = 1;
+static int et_failures = 0;
+
+#define ET_CHECK(cond, ...)                                                    \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "[rank %d] FAIL %s:%d: ", et_rank, __FILE__, __LINE__);  \
+      fprintf(stderr, __VA_ARGS__);                                            \
+      fprintf(stderr, "\n");                                                   \
+      et_failures++;                                                           \
+    }                                                                          \
+  } while (0)
+
+#define ET_OK(expr)                                                            \
+  do {                                                                         \
+    zinc_status et_st_ = (expr);                                               \
+    if (et_st_ != ZINC_OK) {                                                   \
+      fprintf(stderr, "[rank %d] FAIL %s:%d: %s -> %s: %s\n", et_rank,         \
+              __FILE__, __LINE__, #expr, zinc_status_name(et_st_),             \
+              zinc_last_error());                                              \
+      exit(1);                                                                 \
+    }                                                                          \
+  } while (0)
+
+typedef struct {
+  int stage;
+  int gas;                 /* gradient_accumulation_steps */
+  int micro;               /* micro-batch per rank */
+  int steps;
+  zinc_dtype dtype;
+  int64_t reduce_bucket;   /* elements */
+  int overlap;
+  const char *offload;     /* "none" | "cpu" | "nvme" */
+  const char *nvme_path;
+  double clip;
+  int64_t max_live;        /* stage3_max_live_parameters */
+  int64_t prefetch;        /* stage3_prefetch_bucket_size */
+  int64_t persist;         /* stage3_param_persistence_threshold */
+  int fp16_window;         /* loss_scale_window */
+  const char *extra;       /* extra top-level JSON members, or NULL */
+  tm_shape shape;
+} et_run;
+
+static inline et_run et_defaults(void) {
+  et_run r = {.stage = 0, .gas = 1, .micro = 3, .steps = 20, .dtype = ZINC_F32,
+              .reduce_bucket = 1000, .overlap = 0, .offload = "none", .clip = 1.0,
+              .max_live = 1000000000, .prefetch = 1500, .persist = 100, .fp16_window = 1000,
+              .shape = {{TM_D0, TM_D1, TM_D2, TM_D3}, ZINC_F32}};
+  return r;
+}
+
+static inline char *et_config_json(const et_run *r) {
+  char *buf = malloc(8192);
+  int n = snprintf(buf, 8192,
+      "{\n"
+      "  \"train_micro_batch_size_per_gpu\": %d,\n"
+      "  \"gradient_accumulation_steps\": %d,\n"
+      "  \"gradient_clipping\": %g,\n"
+      "  \"steps_per_print\": 1000,\n"
+      "  \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"betas\": [0.9, 0.999],"
+      " \"eps\": 1e-8, \"weight_decay\": 0.01}},\n"
+      "  \"fp16\": {\"enabled\": %s, \"initial_scale_power\": 12, \"loss_scale_window\": %d,"
+      " \"hysteresis\": 1, \"min_loss_scale\": 1},\n"
+      "  \"bf16\": {\"enabled\": %s},\n"
+      "  \"zero_optimization\": {\n"
+      "    \"stage\": %d, \"reduce_bucket_size\": %lld, \"allgather_bucket_size\": 700,\n"
+      "    \"overlap_comm\": %s, \"stage3_param_persistence_threshold\": %lld,\n"
+      "    \"stage3_prefetch_bucket_size\": %lld, \"stage3_max_live_parameters\": %lld,\n"
+      "    \"stage3_max_reuse_distance\": 1000,\n"
+      "    \"offload_optimizer\": {\"device\": \"%s\"%s%s%s}\n"
+      "  }%s%s\n"
+      "}\n",
+      r->micro, r->gas, r->clip, r->dtype == ZINC_F16 ? "true" : "false", r->fp16_window,
+      r->dtype == ZINC_BF16 ? "true" : "false", r->stage, (long long)r->reduce_bucket,
+      r->overlap ? "true" : "false", (long long)r->persist, (long long)r->prefetch,
+      (long long)r->max_live, r->stage == 0 ? "none" : r->offload,
+      r->nvme_path ? ", \"nvme_path\": \"" : "", r->nvme_path ? r->nvme_path : "",
+      r->nvme_path ? "\"" : "", r->extra ? ",\n" : "", r->extra ? r->extra : "");
+  (void)n;
+  return buf;
+}
+
+typedef struct {
+  const tm_shape *shape;
+} et_init_ctx;
+
+static zinc_status et_init(const zinc_param *p, float *dst, int64_t numel, void *ctx) {
+  const et_init_ctx *c = ctx;
+  int i = 0;
+  while (i < TM_NPARAM && strcmp(tm_names[i], zinc_param_name(p)) != 0)
+    i++;
+  for (int64_t j = 0; j < numel; j++)
+    dst[j] = tm_init_value(c->shape, i, j);
+  return ZINC_OK;
+}
+
+/* The model's modules: in(W0,b0) mid(W1,b1) scale(s) out(W2,b2). */
+typedef struct {
+  zinc_engine *e;
+  zinc_module *mod[4];
+  zinc_param *par[TM_NPARAM];
+  float *P[TM_NPARAM], *G[TM_NPARAM]; /* f32 working copies */
+  et_init_ctx ictx;
+} et_model;
+
+static const int et_param_module[TM_NPARAM] = {0, 0, 1, 1, 2, 3, 3};
+
+static inline void et_model_register(et_model *m, zinc_engine *e, const tm_shape *sh,
+                                     zinc_dtype dt) {
+  static const char *mods[4] = {"in", "mid", "scale", "out"};
+  m->e = e;
+  for (int i = 0; i < 4; i++) {
+    m->mod[i] = zinc_module_add(e, mods[i]);
+    if (!m->mod[i]) {
+      fprintf(stderr, "zinc_module_add: %s\n", zinc_last_error());
+      exit(1);
+    }
+  }
+  for (int i = 0; i < TM_NPARAM; i++) {
+    int64_t shape[2];
+    int nd = 1;
+    shape[0] = tm_numel(sh, i);
+    if (i == 0 || i == 2 || i == 5) {
+      int a = i == 0 ? 0 : i == 2 ? 1 : 2;
+      shape[0] = sh->d[a];
+      shape[1] = sh->d[a + 1];
+      nd = 2;
+    }
+    m->par[i] = zinc_param_add(e, m->mod[et_param_module[i]], tm_names[i], dt, nd, shape);
+    if (!m->par[i]) {
+      fprintf(stderr, "zinc_param_add: %s\n", zinc_last_error());
+      exit(1);
+    }
+    if (i == 1 || i == 3 || i == 4 || i == 6)
+      ET_OK(zinc_param_set_weight_decay(m->par[i], 0));
+    m->P[i] = calloc((size_t)tm_numel(sh, i), sizeof(float));
+    m->G[i] = calloc((size_t)tm_numel(sh, i), sizeof(float));
+  }
+}
+
+static inline void et_model_free(et_model *m) {
+  for (int i = 0; i < TM_NPARAM; i++) {
+    free(m->P[i]);
+    free(m->G[i]);
+  }
+}
+
+/* One micro-batch through the engine, as a trainer writes it. inject: if
+ * not NULL, set G[0][0] to *inject on this rank (overflow tests). */
+static inline double et_micro_batch(et_model *m, const tm_shape *sh, zinc_dtype dt,
+                                    int64_t first, int batch, const float *inject) {
+  zinc_engine *e = m->e;
+  for (int k = 0; k < 4; k++) {
+    ET_OK(zinc_module_fetch(e, m->mod[k]));
+    for (int i = 0; i < TM_NPARAM; i++) {
+      if (et_param_module[i] != k)
+        continue;
+      const void *d = zinc_param_data(m->par[i]);
+      if (!d) {
+        fprintf(stderr, "zinc_param_data: %s\n", zinc_last_error());
+        exit(1);
+      }
+      for (int64_t j = 0; j < tm_numel(sh, i); j++)
+        m->P[i][j] = zinc_load_as_f32(d, j, dt);
+      memset(m->G[i], 0, (size_t)tm_numel(sh, i) * sizeof(float));
+    }
+    ET_OK(zinc_module_release(e, m->mod[k]));
+  }
+  double loss = tm_forward_backward(sh, m->P, m->G, first, batch, zinc_loss_scale(e));
+  if (inject)
+    m->G[0][0] = *inject;
+  for (int k = 3; k >= 0; k--) {
+    ET_OK(zinc_module_fetch(e, m->mod[k]));
+    for (int i = 0; i < TM_NPARAM; i++) {
+      if (et_param_module[i] != k)
+        continue;
+      void *g = zinc_param_grad(m->par[i]);
+      if (!g) {
+        fprintf(stderr, "zinc_param_grad: %s\n", zinc_last_error());
+        exit(1);
+      }
+      for (int64_t j = 0; j < tm_numel(sh, i); j++)
+        zinc_store_from_f32(g, j, dt, zinc_load_as_f32(g, j, dt) + m->G[i][j]);
+    }
+    ET_OK(zinc_module_grads_ready(e, m->mod[k]));
+    ET_OK(zinc_module_release(e, m->mod[k]));
+  }
+  ET_OK(zinc_backward_end(e));
+  return loss;
+}
+
+/* Train r->steps steps through zinc; return the full fp32 master params
+ * (final[i], numel each) and the loss of every step (per rank). */
+static inline void et_train(const et_run *r, float **final, double *losses,
+                            zinc_mem_stats *stats) {
+  char *json = et_config_json(r);
+  zinc_config *cfg = NULL;
+  ET_OK(zinc_config_parse(json, &cfg));
+  free(json);
+  zinc_engine *e = NULL;
+  zinc_options opt = ZINC_OPTIONS_INIT;
+  opt.device = ZINC_DEVICE_CPU;
+  opt.threads = 1;
+  ET_OK(zinc_engine_create(cfg, &opt, &e));
+  zinc_config_free(cfg);
+  et_rank = zinc_rank(e);
+  et_world = zinc_world_size(e);
+  et_model m;
+  et_model_register(&m, e, &r->shape, r->dtype);
+  m.ictx.shape = &r->shape;
+  ET_OK(zinc_engine_build(e, et_init, &m.ictx));
+  int N = zinc_dp_size(e), me = zinc_dp_rank(e);
+  for (int s = 0; s < r->steps; s++) {
+    double l = 0;
+    for (int k = 0; k < r->gas; k++) {
+      int64_t global_micro = (int64_t)s * r->gas + k;
+      int64_t first = (global_micro * N + me) * r->micro;
+      l += et_micro_batch(&m, &r->shape, r->dtype, first, r->micro, NULL);
+      zinc_step_info info;
+      ET_OK(zinc_step(e, &info));
+      ET_CHECK(info.boundary == (k == r->gas - 1), "step %d micro %d: boundary %d", s, k,
+               info.boundary);
+    }
+    if (losses)
+      losses[s] = l / r->gas;
+  }
+  if (final)
+    for (int i = 0; i < TM_NPARAM; i++)
+      ET_OK(zinc_param_get_full(e, m.par[i], ZINC_STATE_PARAM, final[i]));
+  if (stats)
+    ET_OK(zinc_memory_stats(e, stats));
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+}
+
+/* The same training without zinc: one process, the global batch of every
+ * micro-batch (all ranks' samples), mean gradients, clipping, AdamW. */
+static inline void et_reference(const et_run *r, int world, float **final) {
+  const tm_shape *sh = &r->shape;
+  float *P[TM_NPARAM], *G[TM_NPARAM], *M[TM_NPARAM], *V[TM_NPARAM], *Gl[TM_NPARAM];
+  for (int i = 0; i < TM_NPARAM; i++) {
+    int64_t n = tm_numel(sh, i);
+    P[i] = calloc((size_t)n, 4);
+    G[i] = calloc((size_t)n, 4);
+    Gl[i] = calloc((size_t)n, 4);
+    M[i] = calloc((size_t)n, 4);
+    V[i] = calloc((size_t)n, 4);
+    for (int64_t j = 0; j < n; j++)
+      P[i][j] = tm_init_value(sh, i, j);
+  }
+  double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.01;
+  for (int s = 0; s < r->steps; s++) {
+    for (int i = 0; i < TM_NPARAM; i++)
+      memset(G[i], 0, (size_t)tm_numel(sh, i) * 4);
+    for (int k = 0; k < r->gas; k++)
+      for (int rank = 0; rank < world; rank++) {
+        int64_t first = (((int64_t)s * r->gas + k) * world + rank) * r->micro;
+        for (int i = 0; i < TM_NPARAM; i++)
+          memset(Gl[i], 0, (size_t)tm_numel(sh, i) * 4);
+        tm_forward_backward(sh, P, Gl, first, r->micro, 1.0f);
+        for (int i = 0; i < TM_NPARAM; i++)
+          for (int64_t j = 0; j < tm_numel(sh, i); j++)
+            G[i][j] += Gl[i][j];
+      }
+    double sq = 0, avg = 1.0 / ((double)world * r->gas);
+    for (int i = 0; i < TM_NPARAM; i++)
+      for (int64_t j = 0; j < tm_numel(sh, i); j++)
+        sq += (double)G[i][j] * G[i][j];
+    double norm = sqrt(sq) * avg, coef = 1.0;
+    if (r->clip > 0 && norm > r->clip)
+      coef = r->clip / (norm + 1e-6);
+    double t = s + 1, bc1 = 1 - pow(b1, t), bc2 = 1 - pow(b2, t);
+    for (int i = 0; i < TM_NPARAM; i++) {
+      int decay = !(i == 1 || i == 3 || i == 4 || i == 6);
+      for (int64_t j = 0; j < tm_numel(sh, i); j++) {
+        double g = G[i][j] * avg * coef;
+        M[i][j] = (float)(b1 * M[i][j] + (1 - b1) * g);
+        V[i][j] = (float)(b2 * V[i][j] + (1 - b2) * g * g);
+        double p = P[i][j];
+        if (decay)
+          p *= 1 - lr * wd;
+        p -= lr / bc1 * M[i][j] / (sqrt(V[i][j]) / sqrt(bc2) + eps);
+        P[i][j] = (float)p;
+      }
+    }
+  }
+  for (int i = 0; i < TM_NPARAM; i++) {
+    memcpy(final[i], P[i], (size_t)tm_numel(sh, i) * 4);
+    free(P[i]);
+    free(G[i]);
+    free(Gl[i]);
+    free(M[i]);
+    free(V[i]);
+  }
+}
+
+static inline float **et_alloc_params(const tm_shape *sh) {
+  float **p = calloc(TM_NPARAM, sizeof *p);
+  for (int i = 0; i < TM_NPARAM; i++)
+    p[i] = calloc((size_t)tm_numel(sh, i), 4);
+  return p;
+}
+
+static inline void et_free_params(float **p) {
+  for (int i = 0; i < TM_NPARAM; i++)
+    free(p[i]);
+  free(p);
+}
+
+/* Bitwise comparison; prints the first mismatches and the largest diff. */
+static inline int et_same_bits(const tm_shape *sh, float **a, float **b, const char *what) {
+  int bad = 0;
+  double maxdiff = 0;
+  for (int i = 0; i < TM_NPARAM; i++)
+    for (int64_t j = 0; j < tm_numel(sh, i); j++)
+      if (memcmp(&a[i][j], &b[i][j], 4) != 0) {
+        double d = fabs((double)a[i][j] - b[i][j]);
+        if (d > maxdiff || isnan(d))
+          maxdiff = d;
+        if (bad++ < 5)
+          fprintf(stderr, "[rank %d] %s: %s[%lld] %.9g vs %.9g\n", et_rank, what, tm_names[i],
+                  (long long)j, a[i][j], b[i][j]);
+      }
+  if (bad)
+    fprintf(stderr, "[rank %d] %s: %d elements differ, largest difference %.3g\n", et_rank,
+            what, bad, maxdiff);
+  return bad == 0;
+}
+
+/* ||a - b|| / ||b|| over all parameters. */
+static inline double et_rel_l2(const tm_shape *sh, float **a, float **b) {
+  double num = 0, den = 0;
+  for (int i = 0; i < TM_NPARAM; i++)
+    for (int64_t j = 0; j < tm_numel(sh, i); j++) {
+      double d = (double)a[i][j] - b[i][j];
+      num += d * d;
+      den += (double)b[i][j] * b[i][j];
+    }
+  return sqrt(num) / sqrt(den);
+}
+
+#endif /* ENGINE_TEST_H */
