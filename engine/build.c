@@ -124,12 +124,9 @@ void zinc_build_free(zinc_engine *e) {
   if (!e->dev)
     return;
   zinc_grads_free(e);
+  zinc_stage3_free(e);
   for (int mi = 0; mi < e->nmodules; mi++) {
     zinc_module *m = e->modules[mi];
-    if (m->gathered) {
-      zinc_engine_free(e, m->gathered, m->gather_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS);
-      m->gathered = NULL;
-    }
     for (int s = 0; s < m->nsegs; s++)
       m->segs[s].full = m->segs[s].grad = NULL;
   }

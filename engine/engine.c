@@ -298,13 +298,10 @@ zinc_status zinc_module_fetch(zinc_engine *e, zinc_module *m) {
   if (e->phase == ZINC_PHASE_IDLE)
     zinc_engine_phase(e, ZINC_PHASE_FORWARD);
   zinc_status st = zinc_trace_event_add(e, ZINC_EV_FETCH, m);
+  if (st == ZINC_OK && e->cfg.stage == 3)
+    st = zinc_stage3_serve(e, m);
   if (st != ZINC_OK)
-    return st;
-  if (e->cfg.stage == 3) {
-    st = zinc_stage3_fetch(e, m);
-    if (st != ZINC_OK)
-      return zinc_engine_fail(e, st);
-  }
+    return zinc_engine_fail(e, st);
   m->fetched++;
   return zinc_grads_poll(e);
 }
@@ -314,15 +311,12 @@ zinc_status zinc_module_release(zinc_engine *e, zinc_module *m) {
   if (m->fetched <= 0)
     return zinc_error(ZINC_ERR_INVALID, "zinc_module_release(\"%s\"): the module is not "
                       "fetched", m->name);
+  m->fetched--;
   zinc_status st = zinc_trace_event_add(e, ZINC_EV_RELEASE, m);
   if (st != ZINC_OK)
-    return st;
-  m->fetched--;
-  if (e->cfg.stage == 3 && m->fetched == 0) {
-    st = zinc_stage3_release(e, m);
-    if (st != ZINC_OK)
-      return zinc_engine_fail(e, st);
-  }
+    return zinc_engine_fail(e, st);
+  if (e->cfg.stage == 3)
+    zinc_stage3_unserve(e, m);
   return ZINC_OK;
 }
 
@@ -391,16 +385,17 @@ zinc_status zinc_module_grads_ready(zinc_engine *e, zinc_module *m) {
   if (e->phase != ZINC_PHASE_BACKWARD)
     zinc_engine_phase(e, ZINC_PHASE_BACKWARD);
   zinc_status st = zinc_trace_event_add(e, ZINC_EV_READY, m);
-  if (st != ZINC_OK)
-    return st;
-  st = zinc_grads_ready(e, m);
+  if (st == ZINC_OK)
+    st = zinc_grads_ready(e, m);
   return st == ZINC_OK ? ZINC_OK : zinc_engine_fail(e, st);
 }
 
 zinc_status zinc_backward_end(zinc_engine *e) {
   ZINC_CHECK(zinc_engine_usable(e, "zinc_backward_end"));
   micro_begin(e);
-  zinc_status st = zinc_grads_flush(e);
+  zinc_status st = zinc_trace_replay_rest(e);
+  if (st == ZINC_OK)
+    st = zinc_grads_flush(e);
   if (st == ZINC_OK)
     st = zinc_trace_end_micro(e);
   if (st != ZINC_OK)

@@ -100,8 +100,11 @@ struct zinc_module {
 
   int fetched;            /* trainer holds it (fetch count minus releases) */
   /* stage 3 */
-  void *gathered;         /* (gather_bytes) on the device, or NULL */
-  zinc_comm_req *gather_req; /* in-flight all-gather, or NULL */
+  void *gathered;         /* (gather_bytes) on the device: the replay's copy */
+  zinc_comm_req *gather_req; /* in-flight all-gather into gathered, or NULL */
+  void *served;           /* the copy the trainer was handed */
+  void *orphan;           /* a copy the replay dropped while the trainer held it */
+  int replay_held;        /* FETCH minus RELEASE events replayed */
   /* gradients */
   zinc_grad_state grad_state;
   int64_t grad_window;    /* stage 0/1: window whose zeroing was done */
@@ -111,7 +114,6 @@ struct zinc_module {
   int area_dedicated;     /* grad_area is its own allocation */
   int area_done;          /* its reduction retired: the ring may free it */
   int64_t reduced_window; /* stage 2/3: window whose partition it wrote */
-  int use_event;          /* stage 3: trace index of the FETCH being served */
 };
 
 /* A partition unit (see the header comment). */
@@ -243,8 +245,8 @@ struct zinc_engine {
   int nready_seq;
   int ready_pos;          /* next READY event to launch */
   unsigned char *ready_now; /* (nmodules) reported ready this micro-batch */
-  unsigned char *keep_after; /* (ntrace) stage 3: keep the gathered copy after
-                             this FETCH's use (reuse distance) */
+  unsigned char *keep_at_release; /* (ntrace) stage 3: at this RELEASE event
+                             keep the copy (next fetch within reuse distance) */
   int deviation;          /* first deviating event index, or -1 */
   int deviation_module;   /* what the trainer did there */
   int deviation_kind;
@@ -320,6 +322,10 @@ zinc_status zinc_grads_init(zinc_engine *e);
 void zinc_grads_free(zinc_engine *e);
 /* Hand out (allocating/zeroing as needed) the gradient buffers of m. */
 zinc_status zinc_grads_open(zinc_engine *e, zinc_module *m);
+/* Replay of a READY event: the module's gradients go to the reduction in
+ * the recorded order (zeros if the trainer has not reported it). */
+zinc_status zinc_grads_replay_ready(zinc_engine *e, zinc_module *m);
+/* The trainer reported m (its gradients are complete). */
 zinc_status zinc_grads_ready(zinc_engine *e, zinc_module *m);
 /* Launch what is pending and wait for every reduction. */
 zinc_status zinc_grads_flush(zinc_engine *e);
@@ -333,19 +339,30 @@ int zinc_grads_is_boundary_micro(const zinc_engine *e);
 const void *zinc_grads_chunk(const zinc_engine *e, int unit, int r, int *dtype);
 
 /* --------------------------------------------------------- stage3.c */
-zinc_status zinc_stage3_fetch(zinc_engine *e, zinc_module *m);
-zinc_status zinc_stage3_release(zinc_engine *e, zinc_module *m);
+/* Replay of a FETCH/RELEASE event (gathers, prefetch, frees). */
+zinc_status zinc_stage3_replay_fetch(zinc_engine *e, zinc_module *m, int event);
+zinc_status zinc_stage3_replay_release(zinc_engine *e, zinc_module *m, int event);
+/* Hand the trainer module m (after its fetch event); fails when m is not
+ * gathered (a rank that left the recorded order). */
+zinc_status zinc_stage3_serve(zinc_engine *e, zinc_module *m);
+/* The trainer released m for the last time. */
+void zinc_stage3_unserve(zinc_engine *e, zinc_module *m);
 /* Drop every gathered copy (after a step the shards changed). */
 zinc_status zinc_stage3_invalidate(zinc_engine *e);
-/* Gather a persistent/whole copy of units after the optimizer wrote shards. */
+/* Gather the whole copy of persistent segments from the shards. */
 zinc_status zinc_stage3_gather_persistent(zinc_engine *e);
+void zinc_stage3_free(zinc_engine *e);
 
 /* --------------------------------------------------------- trace.c */
-/* Record (first micro-batch) or check one event of the trainer. While
- * recording, events that lead to collectives are agreed across ranks first,
- * so a rank that diverges gets ZINC_ERR_INVALID (on every rank) instead of
- * a collective that never completes. */
+/* Record (first micro-batch) or check one event of the trainer, and replay
+ * the recorded event at this position (collectives follow the recording,
+ * whatever this rank's trainer did). While recording, events that lead to
+ * collectives are agreed across ranks first, so a rank that diverges gets
+ * ZINC_ERR_INVALID (on every rank) instead of a collective that never
+ * completes. */
 zinc_status zinc_trace_event_add(zinc_engine *e, zinc_event_kind kind, zinc_module *m);
+/* Replay the recorded events this micro-batch has not reached. */
+zinc_status zinc_trace_replay_rest(zinc_engine *e);
 /* End of a micro-batch: fix the trace after the first one; afterwards agree
  * across ranks that every rank made the recorded calls. */
 zinc_status zinc_trace_end_micro(zinc_engine *e);

@@ -419,6 +419,11 @@ zinc_status zinc_grads_ready(zinc_engine *e, zinc_module *m) {
     ZINC_CHECK(zinc_grads_open(e, m)); /* reported without gradients: zeros */
   m->grad_state = ZINC_GRAD_READY;
   e->ready_now[m->index] = 1;
+  return ZINC_OK;
+}
+
+zinc_status zinc_grads_replay_ready(zinc_engine *e, zinc_module *m) {
+  ZINC_CHECK(zinc_grads_ready(e, m));
   if (!reduce_this_micro(e))
     return ZINC_OK;
   if (e->recording)
@@ -429,21 +434,6 @@ zinc_status zinc_grads_ready(zinc_engine *e, zinc_module *m) {
 }
 
 zinc_status zinc_grads_flush(zinc_engine *e) {
-  if (reduce_this_micro(e) && !e->recording) {
-    /* Modules the trace expects but the trainer did not report are reduced
-     * as zeros so that every rank issues the same collectives; trace.c
-     * reports the deviation on every rank. */
-    for (int i = e->ready_pos; i < e->nready_seq; i++) {
-      zinc_module *m = e->modules[e->ready_seq[i]];
-      if (!e->ready_now[m->index]) {
-        if (m->grad_state == ZINC_GRAD_NONE)
-          ZINC_CHECK(zinc_grads_open(e, m));
-        m->grad_state = ZINC_GRAD_READY;
-        e->ready_now[m->index] = 1;
-      }
-    }
-    ZINC_CHECK(advance(e));
-  }
   ZINC_CHECK(launch(e));
   ZINC_CHECK(retire_all(e));
   /* Modules that produced no gradient this window hold zeros. */

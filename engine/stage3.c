@@ -1,20 +1,30 @@
 /*
- * stage3.c — partitioned parameters: gather on fetch, free on release,
- * prefetch ahead along the recorded module order.
+ * stage3.c — partitioned parameters: gathered on fetch, freed on release,
+ * prefetched ahead along the recorded module order.
  *
  * A module's non-persistent segments are gathered into one buffer
  * (gather_bytes): each unit is an all-gather from every rank's shard.
  * Segments smaller than stage3_param_persistence_threshold stay whole on
  * every rank (gathered once after each step).
  *
- * After the first micro-batch (trace.c) the engine knows the order of
- * fetches. On fetch it starts gathers for the modules that come next, up to
- * stage3_prefetch_bucket_size elements ahead, as long as the gathered
- * elements stay within stage3_max_live_parameters (the module being fetched
- * is always allowed). On release it keeps the copy when the same module is
- * fetched again within stage3_max_reuse_distance elements. Every decision
- * depends only on the recorded order and the calls made so far, so every
- * rank starts the same gathers in the same order.
+ * Two sides:
+ *  - the *replay* decides when gathers start and buffers are freed. It is
+ *    driven by the recorded trace event by event (trace.c): a FETCH event
+ *    starts the module's gather if it is not resident and prefetches the
+ *    modules that come next, up to stage3_prefetch_bucket_size elements
+ *    ahead and within stage3_max_live_parameters; a RELEASE event frees the
+ *    copy unless the module is fetched again within
+ *    stage3_max_reuse_distance elements. The replay depends only on the
+ *    trace and the number of calls made, so every rank starts the same
+ *    gathers in the same order, even a rank that deviates.
+ *  - *serving* hands the trainer the module it asked for: wait for its
+ *    gather and point the segments at it. A module that is not resident
+ *    cannot be served (only possible when a rank deviates) and fails.
+ * While recording (the first micro-batch) the replay is the trainer's own
+ * call: gather at fetch, free at release, no prefetch.
+ *
+ * A buffer the replay frees while the trainer still holds it (a deviating
+ * rank) becomes the module's orphan and is freed at the trainer's release.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -37,15 +47,15 @@ static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
   ZINC_CHECK(zinc_calloc((void **)&colls, (size_t)ncoll, sizeof *colls, "gather batch"));
   int k = 0;
   for (int s = 0; s < m->nsegs; s++) {
-    zinc_segment *seg = &m->segs[s];
+    const zinc_segment *seg = &m->segs[s];
     if (seg->persistent)
       continue;
-    seg->full = (char *)m->gathered + seg->gather_offset;
+    char *base = (char *)m->gathered + seg->gather_offset;
     for (int ui = seg->first_unit; ui < seg->first_unit + seg->nunits; ui++) {
       const zinc_unit *u = &e->units[ui];
       colls[k++] = (zinc_coll){.kind = ZINC_COLL_ALLGATHER,
                                .send = (char *)e->param_shard + u->shard_byte,
-                               .recv = zinc_unit_ptr(seg->full, u),
+                               .recv = zinc_unit_ptr(base, u),
                                .count = (size_t)u->chunk,
                                .dtype = u->dtype};
     }
@@ -68,16 +78,31 @@ static zinc_status gather_wait(zinc_engine *e, zinc_module *m) {
   return ZINC_OK;
 }
 
-static zinc_status gather_free(zinc_engine *e, zinc_module *m) {
+static void point_segments(zinc_module *m, void *buffer) {
+  for (int s = 0; s < m->nsegs; s++)
+    if (!m->segs[s].persistent)
+      m->segs[s].full = buffer ? (char *)buffer + m->segs[s].gather_offset : NULL;
+}
+
+static void buffer_free(zinc_engine *e, zinc_module *m, void *buffer) {
+  zinc_engine_free(e, buffer, m->gather_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS);
+  e->live_elems -= m->gather_numel;
+}
+
+/* The replay drops m's copy: now, or at the trainer's release when the
+ * trainer still holds it (then it becomes the orphan). */
+static zinc_status replay_free(zinc_engine *e, zinc_module *m) {
   if (!m->gathered)
     return ZINC_OK;
   ZINC_CHECK(gather_wait(e, m));
-  zinc_engine_free(e, m->gathered, m->gather_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS);
+  if (m->fetched > 0 && m->served == m->gathered) {
+    if (m->orphan)
+      buffer_free(e, m, m->orphan);
+    m->orphan = m->gathered;
+  } else {
+    buffer_free(e, m, m->gathered);
+  }
   m->gathered = NULL;
-  e->live_elems -= m->gather_numel;
-  for (int s = 0; s < m->nsegs; s++)
-    if (!m->segs[s].persistent)
-      m->segs[s].full = NULL;
   return ZINC_OK;
 }
 
@@ -99,7 +124,8 @@ static zinc_status prefetch(zinc_engine *e, int pos) {
   return ZINC_OK;
 }
 
-zinc_status zinc_stage3_fetch(zinc_engine *e, zinc_module *m) {
+zinc_status zinc_stage3_replay_fetch(zinc_engine *e, zinc_module *m, int event) {
+  m->replay_held++;
   if (m->gather_numel == 0)
     return ZINC_OK;
   if (!m->gathered) {
@@ -108,37 +134,82 @@ zinc_status zinc_stage3_fetch(zinc_engine *e, zinc_module *m) {
                      e->live_elems + m->gather_numel > e->cfg.stage3_max_live_parameters;
          mi++) {
       zinc_module *o = e->modules[mi];
-      if (o != m && o->gathered && o->fetched == 0 && !o->gather_req)
-        ZINC_CHECK(gather_free(e, o));
+      if (o != m && o->gathered && o->replay_held == 0 && !o->gather_req)
+        ZINC_CHECK(replay_free(e, o));
     }
     ZINC_CHECK(gather_start(e, m));
   }
-  if (!e->recording && m->use_event >= 0)
-    ZINC_CHECK(prefetch(e, m->use_event));
-  return gather_wait(e, m);
+  if (!e->recording)
+    ZINC_CHECK(prefetch(e, event));
+  return ZINC_OK;
 }
 
-zinc_status zinc_stage3_release(zinc_engine *e, zinc_module *m) {
+zinc_status zinc_stage3_replay_release(zinc_engine *e, zinc_module *m, int event) {
+  if (m->replay_held > 0)
+    m->replay_held--;
+  if (m->gather_numel == 0 || m->replay_held > 0)
+    return ZINC_OK;
+  int keep = !e->recording && e->keep_at_release && e->keep_at_release[event];
+  return keep ? ZINC_OK : replay_free(e, m);
+}
+
+zinc_status zinc_stage3_serve(zinc_engine *e, zinc_module *m) {
   if (m->gather_numel == 0)
     return ZINC_OK;
-  int keep = !e->recording && m->use_event >= 0 && e->keep_after &&
-             e->keep_after[m->use_event];
-  if (keep)
-    return ZINC_OK;
-  return gather_free(e, m);
+  if (!m->gathered) {
+    if (m->served)
+      return ZINC_OK; /* still holding an earlier copy: same values */
+    return zinc_error(ZINC_ERR_INVALID, "zinc_module_fetch(\"%s\"): this rank's calls left "
+                      "the recorded module order and \"%s\" is not gathered; every "
+                      "data-parallel rank must fetch modules in the same order", m->name,
+                      m->name);
+  }
+  ZINC_CHECK(gather_wait(e, m));
+  if (m->orphan && m->orphan != m->gathered) {
+    buffer_free(e, m, m->orphan);
+    m->orphan = NULL;
+  }
+  m->served = m->gathered;
+  point_segments(m, m->served);
+  return ZINC_OK;
+}
+
+void zinc_stage3_unserve(zinc_engine *e, zinc_module *m) {
+  if (m->gather_numel == 0 || m->fetched > 0)
+    return;
+  if (m->orphan) {
+    buffer_free(e, m, m->orphan);
+    m->orphan = NULL;
+  }
+  m->served = NULL;
+  point_segments(m, NULL);
 }
 
 zinc_status zinc_stage3_invalidate(zinc_engine *e) {
   for (int mi = 0; mi < e->nmodules; mi++) {
     zinc_module *m = e->modules[mi];
-    if (m->gathered && m->fetched == 0)
-      ZINC_CHECK(gather_free(e, m));
+    m->replay_held = 0;
+    ZINC_CHECK(replay_free(e, m));
   }
   return ZINC_OK;
 }
 
+void zinc_stage3_free(zinc_engine *e) {
+  for (int mi = 0; mi < e->nmodules; mi++) {
+    zinc_module *m = e->modules[mi];
+    if (m->gather_req)
+      e->dp->ops->wait(e->dp, m->gather_req);
+    m->gather_req = NULL;
+    if (m->gathered)
+      buffer_free(e, m, m->gathered);
+    if (m->orphan)
+      buffer_free(e, m, m->orphan);
+    m->gathered = m->orphan = m->served = NULL;
+  }
+}
+
 /* Persistent segments: all-gather every unit from the shards into the
- * whole copy (after init and after every step). */
+ * whole copy (after every step). */
 zinc_status zinc_stage3_gather_persistent(zinc_engine *e) {
   int ncoll = 0;
   for (int mi = 0; mi < e->nmodules; mi++)

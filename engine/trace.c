@@ -51,6 +51,22 @@ static zinc_status agree(zinc_engine *e, zinc_event_kind kind, zinc_module *m) {
                     kind_name(hi / n1), e->modules[hi % n1]->name);
 }
 
+/* The engine's side of recorded event k: the collectives and frees it
+ * implies, identical on every rank. */
+static zinc_status replay_event(zinc_engine *e, int k) {
+  zinc_trace_event ev = e->trace[k];
+  zinc_module *x = e->modules[ev.module];
+  switch ((zinc_event_kind)ev.kind) {
+  case ZINC_EV_FETCH:
+    return e->cfg.stage == 3 ? zinc_stage3_replay_fetch(e, x, k) : ZINC_OK;
+  case ZINC_EV_RELEASE:
+    return e->cfg.stage == 3 ? zinc_stage3_replay_release(e, x, k) : ZINC_OK;
+  case ZINC_EV_READY:
+    return zinc_grads_replay_ready(e, x);
+  }
+  return ZINC_OK;
+}
+
 zinc_status zinc_trace_event_add(zinc_engine *e, zinc_event_kind kind, zinc_module *m) {
   if (e->recording) {
     if (leads_to_collective(e, kind) && e->dp_size > 1) {
@@ -67,9 +83,7 @@ zinc_status zinc_trace_event_add(zinc_engine *e, zinc_event_kind kind, zinc_modu
       e->trace_cap = ncap;
     }
     e->trace[e->ntrace++] = (zinc_trace_event){.kind = kind, .module = m->index};
-    if (kind == ZINC_EV_FETCH)
-      m->use_event = e->ntrace - 1;
-    return ZINC_OK;
+    return replay_event(e, e->ntrace - 1);
   }
   int pos = e->trace_pos++;
   int match = pos < e->ntrace && e->trace[pos].kind == (int)kind &&
@@ -83,25 +97,32 @@ zinc_status zinc_trace_event_add(zinc_engine *e, zinc_event_kind kind, zinc_modu
              kind_name(kind), m->name,
              pos < e->ntrace ? e->modules[e->trace[pos].module]->name : "past its end");
   }
-  if (kind == ZINC_EV_FETCH)
-    m->use_event = match ? pos : -1;
+  return pos < e->ntrace ? replay_event(e, pos) : ZINC_OK;
+}
+
+zinc_status zinc_trace_replay_rest(zinc_engine *e) {
+  if (e->recording)
+    return ZINC_OK;
+  for (int k = e->trace_pos; k < e->ntrace; k++)
+    ZINC_CHECK(replay_event(e, k));
   return ZINC_OK;
 }
 
-/* Stage 3: after the use at trace index i, keep module m's gathered copy if
- * its next fetch comes within stage3_max_reuse_distance gathered elements. */
+/* Stage 3: at RELEASE event k of module m, keep m's gathered copy if its
+ * next fetch comes within stage3_max_reuse_distance gathered elements. */
 static zinc_status compute_reuse(zinc_engine *e) {
-  ZINC_CHECK(zinc_calloc((void **)&e->keep_after, (size_t)e->ntrace + 1, 1, "reuse plan"));
-  for (int i = 0; i < e->ntrace; i++) {
-    if (e->trace[i].kind != ZINC_EV_FETCH)
+  ZINC_CHECK(zinc_calloc((void **)&e->keep_at_release, (size_t)e->ntrace + 1, 1,
+                         "reuse plan"));
+  for (int k = 0; k < e->ntrace; k++) {
+    if (e->trace[k].kind != ZINC_EV_RELEASE)
       continue;
-    int mod = e->trace[i].module;
+    int mod = e->trace[k].module;
     int64_t between = 0;
-    for (int j = i + 1; j < e->ntrace; j++) {
+    for (int j = k + 1; j < e->ntrace; j++) {
       if (e->trace[j].kind != ZINC_EV_FETCH)
         continue;
       if (e->trace[j].module == mod) {
-        e->keep_after[i] = between <= e->cfg.stage3_max_reuse_distance;
+        e->keep_at_release[k] = between <= e->cfg.stage3_max_reuse_distance;
         break;
       }
       between += e->modules[e->trace[j].module]->gather_numel;
@@ -169,9 +190,9 @@ zinc_status zinc_trace_end_micro(zinc_engine *e) {
 void zinc_trace_free(zinc_engine *e) {
   free(e->trace);
   free(e->ready_seq);
-  free(e->keep_after);
+  free(e->keep_at_release);
   e->trace = NULL;
   e->ready_seq = NULL;
-  e->keep_after = NULL;
+  e->keep_at_release = NULL;
   e->ntrace = e->trace_cap = e->nready_seq = 0;
 }
