@@ -13,6 +13,7 @@
  * half-updated state would silently train on garbage.
  */
 #define _GNU_SOURCE
+#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,32 @@ zinc_status zinc_engine_usable(const zinc_engine *e, const char *what) {
     return zinc_error(ZINC_ERR_INVALID, "%s: the engine is not built; call "
                       "zinc_engine_build after registering every module", what);
   return ZINC_OK;
+}
+
+/* Collective: every rank learns whether any rank failed, and gets the
+ * message of the lowest failing rank (prefixed with its rank). */
+zinc_status zinc_engine_agree(zinc_engine *e, zinc_comm *c, zinc_status st) {
+  if (c->size == 1)
+    return st;
+  int32_t first = st == ZINC_OK ? INT32_MAX : c->rank;
+  zinc_status cst = zinc_comm_allreduce(c, &first, &first, 1, ZINC_DT_I32, ZINC_OP_MIN);
+  if (cst != ZINC_OK)
+    return cst;
+  if (first == INT32_MAX)
+    return ZINC_OK;
+  char msg[1024] = {0};
+  int32_t code = (int32_t)st;
+  if (c->rank == first)
+    snprintf(msg, sizeof msg, "%s", zinc_last_error());
+  cst = zinc_comm_broadcast(c, msg, sizeof msg, ZINC_DT_U8, first);
+  if (cst == ZINC_OK)
+    cst = zinc_comm_broadcast(c, &code, 1, ZINC_DT_I32, first);
+  if (cst != ZINC_OK)
+    return cst;
+  msg[sizeof msg - 1] = '\0';
+  if (c->rank != first)
+    return zinc_error((zinc_status)code, "rank %d: %s", first, msg);
+  return (zinc_status)code;
 }
 
 void zinc_engine_phase(zinc_engine *e, zinc_phase p) {

@@ -275,6 +275,9 @@ struct zinc_engine {
 /* Fail the engine for good (after an error mid-step) and return st. */
 zinc_status zinc_engine_fail(zinc_engine *e, zinc_status st);
 zinc_status zinc_engine_usable(const zinc_engine *e, const char *what);
+/* Collective over c: the common outcome of a step that may fail on some
+ * ranks, with the lowest failing rank's message on every rank. */
+zinc_status zinc_engine_agree(zinc_engine *e, zinc_comm *c, zinc_status st);
 void zinc_engine_phase(zinc_engine *e, zinc_phase p);
 
 /* --------------------------------------------------------- registry.c */
@@ -370,6 +373,9 @@ void zinc_trace_free(zinc_engine *e);
 
 /* --------------------------------------------------------- step.c */
 zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info);
+/* The compute copy of the parameters from the fp32 master (cast of the
+ * owned chunks, then the gathers the stage needs): after a load. */
+zinc_status zinc_params_from_master(zinc_engine *e);
 
 /* --------------------------------------------------------- profiler.c */
 zinc_status zinc_prof_create(zinc_prof **out);

@@ -214,3 +214,24 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
   fill_info(e, info, 1, lr);
   return ZINC_OK;
 }
+
+zinc_status zinc_params_from_master(zinc_engine *e) {
+  zinc_adam_seg *segs = NULL;
+  ZINC_CHECK(adam_segments(e, &segs));
+  zinc_status st = ZINC_OK;
+  for (int i = 0; i < e->nruns && st == ZINC_OK; i++)
+    st = e->dev->ops->cast(e->dev, e->stream, segs[i].param_out, segs[i].param_dtype,
+                           segs[i].master, ZINC_F32, segs[i].n);
+  free(segs);
+  if (st == ZINC_OK && e->stream)
+    st = e->dev->ops->stream_sync(e->dev, e->stream);
+  if (st != ZINC_OK)
+    return zinc_error_wrap(st, "refreshing parameters from the fp32 master");
+  if (e->cfg.stage == 1 || e->cfg.stage == 2)
+    ZINC_CHECK(gather_units_in_place(e, 0));
+  if (e->cfg.stage == 3) {
+    ZINC_CHECK(zinc_stage3_invalidate(e));
+    ZINC_CHECK(zinc_stage3_gather_persistent(e));
+  }
+  return ZINC_OK;
+}
