@@ -560,6 +560,12 @@ zinc_status zinc_device_cuda_pool_trim(zinc_device *d) {
   return zinc_cuda_pool_trim(ci->pool[ZINC_LOC_HOST]);
 }
 
+void *zinc_device_cuda_stream(zinc_device *d, zinc_stream *s) {
+  if (!d || d->ops != &cuda_ops)
+    return NULL;
+  return (void *)raw_stream(impl_of(d), s);
+}
+
 int64_t zinc_device_cuda_process_bytes(zinc_device *d) {
   if (!d || d->ops != &cuda_ops || !impl_of(d)->nvml.lib)
     return -1;
@@ -613,6 +619,12 @@ zinc_status zinc_device_cuda_pool_stats(zinc_device *d, int location, zinc_cuda_
 zinc_status zinc_device_cuda_pool_trim(zinc_device *d) {
   (void)d;
   return zinc_error(ZINC_ERR_UNSUPPORTED, "pool trim: zinc was built without CUDA");
+}
+
+void *zinc_device_cuda_stream(zinc_device *d, zinc_stream *s) {
+  (void)d;
+  (void)s;
+  return NULL;
 }
 
 int64_t zinc_device_cuda_process_bytes(zinc_device *d) {

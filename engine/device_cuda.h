@@ -46,6 +46,10 @@ zinc_status zinc_device_cuda_pool_stats(zinc_device *d, int location,
  * pools). The next allocations of those sizes call cudaMalloc again. */
 zinc_status zinc_device_cuda_pool_trim(zinc_device *d);
 
+/* The cudaStream_t (as void *) behind a stream of a cuda device; NULL s:
+ * the compute stream. NULL for another kind of device. */
+void *zinc_device_cuda_stream(zinc_device *d, zinc_stream *s);
+
 /* Device memory the driver attributes to this process, in bytes, through
  * NVML (loaded at run time); -1 when NVML is absent or does not say (some
  * containers hide other PID namespaces from it). */
