@@ -12,8 +12,10 @@
  * Traffic per element: one read of p, g, m, v and one write of p, m, v and
  * the compute copy — nothing else. Inside a tile every thread first loads
  * all its kUnroll groups of kVec elements (so that many loads are in flight),
- * then computes and stores them. Segments whose arrays are not aligned for
- * vector access take a scalar path with coalesced single-element accesses.
+ * then computes and stores them; every access of the vector path is 16
+ * bytes wide (two per group for an fp32 array, one for a 16-bit one).
+ * Segments whose arrays are not all 16-byte aligned take a scalar path with
+ * coalesced single-element accesses.
  *
  * The arithmetic is zinc_adam_elem (kernels/zinc_math.h) element by element;
  * with --fmad=false nothing else is fused, so the result is bitwise the CPU's.
@@ -23,8 +25,8 @@
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kVec = 4;    /* elements per vector access      */
-constexpr int kUnroll = 4; /* vector groups per thread per tile */
+constexpr int kVec = 8;    /* elements per vector group: 16-byte accesses */
+constexpr int kUnroll = 2; /* vector groups per thread per tile           */
 constexpr int64_t kTile = (int64_t)kThreads * kVec * kUnroll;
 
 struct adam_seg_desc {
@@ -38,7 +40,7 @@ struct adam_seg_desc {
   int grad_dtype;
   int param_dtype;
   int decay;
-  int vec;             /* 1: every array aligned for kVec-element access */
+  int vec;             /* 1: every array 16-byte aligned: vector path */
 };
 
 struct adam_launch {
@@ -47,7 +49,7 @@ struct adam_launch {
   adam_seg_desc seg[ZINC_CUDA_ADAM_SEGS_PER_LAUNCH];
 };
 
-/* ------------------------------------------------ 4-element vector access */
+/* ------------------------------------------------ 8-element vector access */
 
 __device__ __forceinline__ float half_to_f32(uint32_t h, int dtype) {
   return dtype == ZINC_BF16 ? zinc_bf16_to_f32((uint16_t)h) : zinc_f16_to_f32((uint16_t)h);
@@ -57,43 +59,56 @@ __device__ __forceinline__ uint32_t f32_to_half(float f, int dtype) {
   return dtype == ZINC_BF16 ? zinc_f32_to_bf16(f) : zinc_f32_to_f16(f);
 }
 
-__device__ __forceinline__ void load_f32x4(const float *base, int64_t i, float out[kVec]) {
-  float4 v = *reinterpret_cast<const float4 *>(base + i);
-  out[0] = v.x;
-  out[1] = v.y;
-  out[2] = v.z;
-  out[3] = v.w;
+/* Eight fp32 values: two 16-byte loads. */
+__device__ __forceinline__ void load_f32x8(const float *base, int64_t i, float out[kVec]) {
+  const float4 *p = reinterpret_cast<const float4 *>(base + i);
+  float4 a = p[0], b = p[1];
+  out[0] = a.x;
+  out[1] = a.y;
+  out[2] = a.z;
+  out[3] = a.w;
+  out[4] = b.x;
+  out[5] = b.y;
+  out[6] = b.z;
+  out[7] = b.w;
 }
 
-__device__ __forceinline__ void store_f32x4(float *base, int64_t i, const float in[kVec]) {
-  *reinterpret_cast<float4 *>(base + i) = make_float4(in[0], in[1], in[2], in[3]);
+__device__ __forceinline__ void store_f32x8(float *base, int64_t i, const float in[kVec]) {
+  float4 *p = reinterpret_cast<float4 *>(base + i);
+  p[0] = make_float4(in[0], in[1], in[2], in[3]);
+  p[1] = make_float4(in[4], in[5], in[6], in[7]);
 }
 
-/* Four elements of any dtype: one 16-byte (f32) or 8-byte (16-bit) load.
- * Element i sits in the low half of a 32-bit word (little endian). */
-__device__ __forceinline__ void load_any_x4(const void *base, int dtype, int64_t i,
+/* Eight elements of any dtype: 16-byte accesses (two for fp32, one for a
+ * 16-bit type). Element i sits in the low half of a 32-bit word (little
+ * endian). */
+__device__ __forceinline__ void load_any_x8(const void *base, int dtype, int64_t i,
                                             float out[kVec]) {
   if (dtype == ZINC_F32) {
-    load_f32x4(static_cast<const float *>(base), i, out);
+    load_f32x8(static_cast<const float *>(base), i, out);
     return;
   }
-  uint2 v = *reinterpret_cast<const uint2 *>(static_cast<const uint16_t *>(base) + i);
-  out[0] = half_to_f32(v.x & 0xffffu, dtype);
-  out[1] = half_to_f32(v.x >> 16, dtype);
-  out[2] = half_to_f32(v.y & 0xffffu, dtype);
-  out[3] = half_to_f32(v.y >> 16, dtype);
+  uint4 v = *reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(base) + i);
+  uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    out[2 * k] = half_to_f32(w[k] & 0xffffu, dtype);
+    out[2 * k + 1] = half_to_f32(w[k] >> 16, dtype);
+  }
 }
 
-__device__ __forceinline__ void store_any_x4(void *base, int dtype, int64_t i,
+__device__ __forceinline__ void store_any_x8(void *base, int dtype, int64_t i,
                                              const float in[kVec]) {
   if (dtype == ZINC_F32) {
-    store_f32x4(static_cast<float *>(base), i, in);
+    store_f32x8(static_cast<float *>(base), i, in);
     return;
   }
-  uint2 v;
-  v.x = f32_to_half(in[0], dtype) | (f32_to_half(in[1], dtype) << 16);
-  v.y = f32_to_half(in[2], dtype) | (f32_to_half(in[3], dtype) << 16);
-  *reinterpret_cast<uint2 *>(static_cast<uint16_t *>(base) + i) = v;
+  uint32_t w[4];
+#pragma unroll
+  for (int k = 0; k < 4; k++)
+    w[k] = f32_to_half(in[2 * k], dtype) | (f32_to_half(in[2 * k + 1], dtype) << 16);
+  *reinterpret_cast<uint4 *>(static_cast<uint16_t *>(base) + i) =
+      make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 /* ------------------------------------------------------------- the tiles */
@@ -110,7 +125,8 @@ __device__ __forceinline__ void adam_one(const zinc_adam_coef &c, const adam_seg
     zinc_store_from_f32(s.param_out, i, s.param_dtype, p);
 }
 
-/* Aligned segment: thread t owns elements base + (u*kThreads + t)*kVec + k. */
+/* Aligned segment: thread t owns elements base + (u*kThreads + t)*kVec + k;
+ * kVec = 8 keeps every element group 16-byte aligned for each dtype. */
 __device__ __forceinline__ void adam_tile_vec(const zinc_adam_coef &c, const adam_seg_desc &s,
                                               int64_t base) {
   float p[kUnroll][kVec], m[kUnroll][kVec], v[kUnroll][kVec], g[kUnroll][kVec];
@@ -119,10 +135,10 @@ __device__ __forceinline__ void adam_tile_vec(const zinc_adam_coef &c, const ada
   for (int u = 0; u < kUnroll; u++) {
     first[u] = base + ((int64_t)u * kThreads + threadIdx.x) * kVec;
     if (first[u] + kVec <= s.n) {
-      load_f32x4(s.master, first[u], p[u]);
-      load_f32x4(s.exp_avg, first[u], m[u]);
-      load_f32x4(s.exp_avg_sq, first[u], v[u]);
-      load_any_x4(s.grad, s.grad_dtype, first[u], g[u]);
+      load_f32x8(s.master, first[u], p[u]);
+      load_f32x8(s.exp_avg, first[u], m[u]);
+      load_f32x8(s.exp_avg_sq, first[u], v[u]);
+      load_any_x8(s.grad, s.grad_dtype, first[u], g[u]);
     }
   }
 #pragma unroll
@@ -131,13 +147,13 @@ __device__ __forceinline__ void adam_tile_vec(const zinc_adam_coef &c, const ada
 #pragma unroll
       for (int k = 0; k < kVec; k++)
         zinc_adam_elem(&c, s.decay, &p[u][k], &m[u][k], &v[u][k], g[u][k]);
-      store_f32x4(s.master, first[u], p[u]);
-      store_f32x4(s.exp_avg, first[u], m[u]);
-      store_f32x4(s.exp_avg_sq, first[u], v[u]);
+      store_f32x8(s.master, first[u], p[u]);
+      store_f32x8(s.exp_avg, first[u], m[u]);
+      store_f32x8(s.exp_avg_sq, first[u], v[u]);
       if (s.param_out)
-        store_any_x4(s.param_out, s.param_dtype, first[u], p[u]);
+        store_any_x8(s.param_out, s.param_dtype, first[u], p[u]);
     } else {
-      for (int64_t i = first[u]; i < s.n; i++) /* the last < kVec elements */
+      for (int64_t i = first[u]; i < s.n; i++) /* the last (< kVec) elements */
         adam_one(c, s, i);
     }
   }
@@ -177,8 +193,6 @@ __global__ void __launch_bounds__(kThreads)
 bool aligned(const void *p, size_t bytes) {
   return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
-
-size_t dtype_bytes(int dtype) { return dtype == ZINC_F32 ? 4 : 2; }
 
 bool dtype_ok(int dtype) {
   return dtype == ZINC_F32 || dtype == ZINC_BF16 || dtype == ZINC_F16;
@@ -229,8 +243,7 @@ extern "C" cudaError_t zinc_cuda_adam(const zinc_adam_coef *coef, const zinc_ada
     d.param_dtype = s->param_dtype;
     d.decay = s->decay != 0;
     d.vec = aligned(s->master, 16) && aligned(s->exp_avg, 16) && aligned(s->exp_avg_sq, 16) &&
-            aligned(s->grad, kVec * dtype_bytes(s->grad_dtype)) &&
-            aligned(s->param_out, kVec * dtype_bytes(s->param_dtype));
+            aligned(s->grad, 16) && aligned(s->param_out, 16);
     tiles += (s->n + kTile - 1) / kTile;
   }
   return adam_launch_now(launch, tiles, stream);

@@ -41,11 +41,11 @@ extern "C" {
 /* Fused Adam/AdamW over nseg segments with one set of coefficients: for
  * every element zinc_adam_elem updates master, exp_avg and exp_avg_sq in
  * place, and the new master value is also stored to param_out (when not
- * NULL) in param_dtype, in the same pass. A segment whose master, exp_avg,
- * exp_avg_sq are 16-byte aligned and whose grad and param_out are aligned to
- * four of their elements moves four elements per thread with one vector
- * load/store per array (16 bytes for fp32, 8 for 16-bit); any other segment
- * takes the scalar path. Segments must not overlap one another. */
+ * NULL) in param_dtype, in the same pass. A segment whose five arrays are
+ * all 16-byte aligned takes the vector path: groups of eight elements, every
+ * load and store 16 bytes wide (two per group for fp32 arrays, one for
+ * 16-bit ones); any other segment takes the scalar path. Segments must not
+ * overlap one another. */
 cudaError_t zinc_cuda_adam(const zinc_adam_coef *coef, const zinc_adam_seg *segs,
                            int nseg, cudaStream_t stream);
 
