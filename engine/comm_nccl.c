@@ -31,9 +31,10 @@
  * Arithmetic: NCCL's reductions are NOT rank-ordered as the mpi backend's
  * are (comm.h's deterministic contract): the order of additions depends on
  * NCCL's algorithm (ring, tree, NVLS) and protocol, chosen by message size
- * and topology, and bf16/f16 sums are NCCL's own (accumulated in the
- * element type on most paths, not in fp32). Results are repeatable for the
- * same sizes, ranks and NCCL version and topology, but not equal to the mpi
+ * and topology, and bf16/f16 sums are NCCL's own (a ring rounds every
+ * partial sum back to the element type as it passes a rank; the mpi
+ * backend adds in fp32 and rounds once). Results are repeatable for the
+ * same sizes, ranks, NCCL version and topology, but not equal to the mpi
  * backend's bits; the stages oracle on GPUs compares NCCL runs with NCCL
  * runs of the same bucket layout.
  *
