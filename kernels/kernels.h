@@ -1,0 +1,102 @@
+/*
+ * kernels.h — C-callable launchers of the CUDA kernels in the .cu files of kernels/.
+ *
+ * Called by the cuda device (engine/device_cuda.c) and by the GPU tests;
+ * only compiled into a build with ZINC_HAVE_CUDA. Every launcher queues its
+ * work on `stream` and returns at once with the launch status
+ * (cudaSuccess, or the error of the first launch or copy that failed);
+ * errors of the kernels themselves surface at the next synchronisation, as
+ * with any CUDA call. Pointers are device-accessible memory (device memory
+ * or mapped pinned host memory) unless a comment says otherwise.
+ *
+ * The per-element arithmetic of every kernel comes from kernels/zinc_math.h
+ * (ZINC_HD functions shared with the CPU code); with nvcc --fmad=false the
+ * GPU gives the same bits as the CPU for Adam, casts, accumulation and
+ * unscaling. Only the last step of the sum of squares (adding the per-block
+ * sums of a chunk) follows CUB's order instead of the CPU's; see
+ * zinc_cuda_sumsq.
+ *
+ * dtypes are zinc_dtype values (0 f32, 1 bf16, 2 f16).
+ */
+#ifndef ZINC_KERNELS_H
+#define ZINC_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "engine/device.h" /* zinc_adam_seg, zinc_sumsq_chunk */
+#include "zinc_math.h"     /* zinc_adam_coef */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Segments (resp. chunks) described to one kernel launch through its
+ * parameter block; longer lists are cut into several launches. */
+#define ZINC_CUDA_ADAM_SEGS_PER_LAUNCH 48
+#define ZINC_CUDA_SUMSQ_CHUNKS_PER_LAUNCH 96
+
+/* Fused Adam/AdamW over nseg segments with one set of coefficients: for
+ * every element zinc_adam_elem updates master, exp_avg and exp_avg_sq in
+ * place, and the new master value is also stored to param_out (when not
+ * NULL) in param_dtype, in the same pass. A segment whose five arrays are
+ * all 16-byte aligned takes the vector path: groups of eight elements, every
+ * load and store 16 bytes wide (two per group for fp32 arrays, one for
+ * 16-bit ones); any other segment takes the scalar path. Segments must not
+ * overlap one another. */
+cudaError_t zinc_cuda_adam(const zinc_adam_coef *coef, const zinc_adam_seg *segs,
+                           int nseg, cudaStream_t stream);
+
+/* In place: data (n, dtype) = data * scale, rounded back to dtype. If any
+ * element is inf/NaN before or after scaling (including an fp16 overflow),
+ * *nonfinite (one device-accessible int, which the caller zeroes first) is
+ * set to 1; it is never cleared here, so one flag can collect many calls. */
+cudaError_t zinc_cuda_unscale(void *data, int dtype, int64_t n, float scale,
+                              int *nonfinite, cudaStream_t stream);
+
+/* dst (n, dst_dtype) = src (n, src_dtype), rounding to nearest even. In
+ * place only when dst == src and both dtypes have the same size. */
+cudaError_t zinc_cuda_cast(void *dst, int dst_dtype, const void *src, int src_dtype,
+                           int64_t n, cudaStream_t stream);
+
+/* dst (n, f32) = src (n, src_dtype) when overwrite, else dst += src. */
+cudaError_t zinc_cuda_accumulate_f32(float *dst, const void *src, int src_dtype,
+                                     int64_t n, int overwrite, cudaStream_t stream);
+
+/* bytes zero bytes at dst (any alignment; 16-byte stores for the aligned
+ * body). Works on device memory and on mapped pinned host memory. */
+cudaError_t zinc_cuda_fill_zero(void *dst, size_t bytes, cudaStream_t stream);
+
+/* Device workspace zinc_cuda_sumsq needs for these chunks (the per-block
+ * sums, the segment offsets, the device partials and CUB's temporary
+ * storage). Needs the current device (CUB sizes its storage for it). */
+cudaError_t zinc_cuda_sumsq_workspace(const zinc_sumsq_chunk *chunks, int n,
+                                      size_t *bytes);
+
+/* partials[i] = sum of squares of chunks[i] in double. Inf/NaN elements make
+ * the partial non-finite.
+ *
+ * Order: each chunk is cut into ZINC_SUMSQ_BLOCK blocks and every block sum
+ * is computed exactly as zinc_sumsq_block_ref does (16 lanes, then
+ * zinc_sumsq_lanes_combine), so a chunk of at most one block gives the CPU's
+ * bits. The block sums of a chunk are then added by
+ * cub::DeviceSegmentedReduce (one thread block per chunk, fixed tree): the
+ * result is deterministic run to run on a given GPU model and build, but may
+ * differ from the CPU's block-order sum in the last bits (both add
+ * non-negative terms: relative difference at most about 2.2e-16 * (blocks-1)).
+ *
+ * workspace: workspace_bytes >= what zinc_cuda_sumsq_workspace gave, device
+ * memory not used by other streams until this call's work is done.
+ * partials: n doubles anywhere (device, pinned or pageable host memory; a
+ * pageable destination makes the final copy synchronous). Valid once the
+ * stream reaches this point. */
+cudaError_t zinc_cuda_sumsq(const zinc_sumsq_chunk *chunks, int n, void *workspace,
+                            size_t workspace_bytes, double *partials,
+                            cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZINC_KERNELS_H */
