@@ -120,12 +120,13 @@ static zinc_status collect_piece(zinc_engine *e, const zinc_unit *u, int ui, int
 }
 
 static zinc_status write_manifest(zinc_engine *e, const char *partial, const char *tag,
-                                  const int64_t *file_info) {
+                                  const int64_t *file_info, const char *extra) {
   zinc_manifest m = {0};
   zinc_status st = ZINC_OK;
-  char **names = calloc((size_t)e->dp_size + 1, sizeof *names);
-  uint32_t *crcs = calloc((size_t)e->dp_size + 1, sizeof *crcs);
-  int64_t *bytes = calloc((size_t)e->dp_size + 1, sizeof *bytes);
+  char **names = calloc((size_t)e->dp_size + 2, sizeof *names);
+  uint32_t *crcs = calloc((size_t)e->dp_size + 2, sizeof *crcs);
+  int64_t *bytes = calloc((size_t)e->dp_size + 2, sizeof *bytes);
+  int nsums = e->dp_size + 1;
   m.files = calloc((size_t)e->dp_size, sizeof *m.files);
   m.params = calloc((size_t)e->nparams + 1, sizeof *m.params);
   char *json = NULL, *sums = NULL;
@@ -194,13 +195,21 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
   names[e->dp_size] = zinc_strdup(ZINC_MANIFEST_NAME);
   crcs[e->dp_size] = zinc_crc32c(0, json, strlen(json));
   bytes[e->dp_size] = (int64_t)strlen(json);
-  sums = zinc_checksums_format((const char *const *)names, crcs, bytes, e->dp_size + 1);
+  if (extra) { /* a file beside the shards, e.g. the consolidated weights */
+    char *xpath = path_join(partial, extra);
+    st = xpath ? zinc_file_crc(xpath, &crcs[nsums], &bytes[nsums]) : zinc_error(ZINC_ERR_NOMEM, "oom");
+    free(xpath);
+    if (st != ZINC_OK)
+      goto out;
+    names[nsums++] = zinc_strdup(extra);
+  }
+  sums = zinc_checksums_format((const char *const *)names, crcs, bytes, nsums);
   char *spath = path_join(partial, ZINC_CHECKSUMS_NAME);
   st = sums ? zinc_file_write_atomic(spath, sums, strlen(sums))
             : zinc_error(ZINC_ERR_NOMEM, "out of memory");
   free(spath);
 out:
-  for (int r = 0; names && r <= e->dp_size; r++)
+  for (int r = 0; names && r <= e->dp_size + 1; r++)
     free(names[r]);
   for (int i = 0; m.params && i < e->nparams; i++) {
     free(m.params[i].name);
@@ -252,9 +261,16 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
     if (st == ZINC_OK)
       st = zinc_comm_allgather(e->dp, mine, info, 2, ZINC_DT_I64);
   }
-  /* 3. rank 0: manifest, checksums, rename into place, latest */
+  /* 3. consolidated 16-bit weights when asked (collective) */
+  const char *extra = e->cfg.stage3_gather_16bit_weights_on_model_save ? "model.safetensors" : NULL;
+  if (st == ZINC_OK && extra) {
+    char *xpath = path_join(partial, extra);
+    st = xpath ? zinc_export_safetensors(e, xpath, -1) : zinc_error(ZINC_ERR_NOMEM, "oom");
+    free(xpath);
+  }
+  /* 4. rank 0: manifest, checksums, rename into place, latest */
   if (st == ZINC_OK && e->dp_rank == 0) {
-    st = write_manifest(e, partial, tag, info);
+    st = write_manifest(e, partial, tag, info, extra);
     if (st == ZINC_OK)
       st = zinc_fsync_path(partial, 1);
     int exchanged = 0;

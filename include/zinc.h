@@ -313,6 +313,14 @@ ZINC_API zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir,
 ZINC_API zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir,
                                           const char *tag);
 
+/* Write the consolidated weights — every parameter whole, from the fp32
+ * master, converted to `dtype` (ZINC_F32/BF16/F16) or to each parameter's
+ * own dtype when dtype is -1 — to a .safetensors file at path, one
+ * parameter at a time (rank 0 writes; a temporary file is renamed into
+ * place). Tensor names are "module.param". DeepSpeed's
+ * stage3_gather_16bit_weights_on_model_save equivalent. Collective. */
+ZINC_API zinc_status zinc_export_safetensors(zinc_engine *e, const char *path, int dtype);
+
 #ifdef __cplusplus
 }
 #endif

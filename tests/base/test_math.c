@@ -11,12 +11,16 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include "zinc.h"
 #include "zinc_math.h"
 
-static int has_f16c(void) { return __builtin_cpu_supports("f16c"); }
+static int has_f16c(void) {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
 
 __attribute__((target("f16c"))) static uint16_t hw_f32_to_f16(float f) {
   return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);

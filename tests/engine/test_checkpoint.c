@@ -1,0 +1,306 @@
+/*
+ * test_checkpoint.c — checkpoints, under mpirun:
+ *  - resume: 10 steps straight vs 5 steps, save, a fresh engine loads and
+ *    runs 5 more: bitwise identical parameters, exp_avg and exp_avg_sq, at
+ *    every stage, offload none and cpu, fp32 and fp16 (loss scaler state);
+ *  - resharding: saved by every rank at stage 3, loaded by 1..N ranks at
+ *    stages 0-3: every state identical element by element;
+ *  - damage: truncated shard, flipped byte, missing shard, damaged
+ *    manifest, another model's checkpoint, bad tag — each rejected with its
+ *    own message and the engine's state unchanged;
+ *  - export: the .safetensors file read back by an independent reader.
+ */
+#include <mpi.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine_test.h"
+
+static char ckpt_root[512];
+
+static zinc_engine *open_engine(const et_run *r, MPI_Comm comm, et_model *m) {
+  char *json = et_config_json(r);
+  zinc_config *cfg = NULL;
+  ET_OK(zinc_config_parse(json, &cfg));
+  free(json);
+  zinc_options opt = ZINC_OPTIONS_INIT;
+  opt.device = ZINC_DEVICE_CPU;
+  opt.threads = 1;
+  opt.mpi_comm = &comm;
+  zinc_engine *e = NULL;
+  ET_OK(zinc_engine_create(cfg, &opt, &e));
+  zinc_config_free(cfg);
+  et_model_register(m, e, &r->shape, r->dtype);
+  m->ictx.shape = &r->shape;
+  ET_OK(zinc_engine_build(e, et_init, &m->ictx));
+  return e;
+}
+
+static void train(et_model *m, const et_run *r, int from, int to) {
+  int N = zinc_dp_size(m->e), me = zinc_dp_rank(m->e);
+  for (int s = from; s < to; s++) {
+    et_micro_batch(m, &r->shape, r->dtype, ((int64_t)s * N + me) * r->micro, r->micro, NULL);
+    ET_OK(zinc_step(m->e, NULL));
+  }
+}
+
+typedef struct {
+  float **s[3];
+} state;
+
+static void capture(et_model *m, const et_run *r, state *out) {
+  const zinc_state_kind kinds[3] = {ZINC_STATE_PARAM, ZINC_STATE_EXP_AVG, ZINC_STATE_EXP_AVG_SQ};
+  for (int k = 0; k < 3; k++) {
+    out->s[k] = et_alloc_params(&r->shape);
+    for (int i = 0; i < TM_NPARAM; i++)
+      ET_OK(zinc_param_get_full(m->e, m->par[i], kinds[k], out->s[k][i]));
+  }
+}
+
+static void state_free(state *s) {
+  for (int k = 0; k < 3; k++)
+    et_free_params(s->s[k]);
+}
+
+static int same_state(const et_run *r, state *a, state *b, const char *what) {
+  static const char *names[3] = {"param", "exp_avg", "exp_avg_sq"};
+  int ok = 1;
+  for (int k = 0; k < 3; k++) {
+    char w[160];
+    snprintf(w, sizeof w, "%s (%s)", what, names[k]);
+    ok &= et_same_bits(&r->shape, a->s[k], b->s[k], w);
+  }
+  return ok;
+}
+
+static void test_resume(int stage, const char *offload, zinc_dtype dt) {
+  et_run r = et_defaults();
+  r.stage = stage;
+  r.offload = offload;
+  r.dtype = dt;
+  r.shape.dtype = dt;
+  char dir[600], what[128];
+  snprintf(dir, sizeof dir, "%s/resume_s%d_%s_%s", ckpt_root, stage, offload, zinc_dtype_name(dt));
+  snprintf(what, sizeof what, "resume stage %d offload %s %s", stage, offload, zinc_dtype_name(dt));
+  et_model a, b, c;
+  zinc_engine *e = open_engine(&r, MPI_COMM_WORLD, &a);
+  train(&a, &r, 0, 10);
+  state straight;
+  capture(&a, &r, &straight);
+  et_model_free(&a);
+  zinc_engine_destroy(e);
+
+  e = open_engine(&r, MPI_COMM_WORLD, &b);
+  train(&b, &r, 0, 5);
+  ET_OK(zinc_save_checkpoint(e, dir, "step5"));
+  et_model_free(&b);
+  zinc_engine_destroy(e);
+
+  e = open_engine(&r, MPI_COMM_WORLD, &c);
+  ET_OK(zinc_load_checkpoint(e, dir, NULL));
+  train(&c, &r, 5, 10);
+  state resumed;
+  capture(&c, &r, &resumed);
+  ET_CHECK(same_state(&r, &resumed, &straight, what), "%s: not bitwise identical", what);
+  et_model_free(&c);
+  zinc_engine_destroy(e);
+  state_free(&straight);
+  state_free(&resumed);
+}
+
+static void test_reshard(void) {
+  et_run r = et_defaults();
+  r.stage = 3;
+  char dir[600];
+  snprintf(dir, sizeof dir, "%s/reshard", ckpt_root);
+  et_model a;
+  zinc_engine *e = open_engine(&r, MPI_COMM_WORLD, &a);
+  train(&a, &r, 0, 4);
+  state saved;
+  capture(&a, &r, &saved);
+  ET_OK(zinc_save_checkpoint(e, dir, "s3"));
+  et_model_free(&a);
+  zinc_engine_destroy(e);
+  for (int k = 1; k <= et_world; k++) {
+    MPI_Comm sub;
+    MPI_Comm_split(MPI_COMM_WORLD, et_rank < k ? 0 : MPI_UNDEFINED, et_rank, &sub);
+    if (sub != MPI_COMM_NULL) {
+      for (int stage = 0; stage <= 3; stage++) {
+        et_run r2 = r;
+        r2.stage = stage;
+        et_model b;
+        zinc_engine *e2 = open_engine(&r2, sub, &b);
+        ET_OK(zinc_load_checkpoint(e2, dir, "s3"));
+        state got;
+        capture(&b, &r2, &got);
+        char what[96];
+        snprintf(what, sizeof what, "saved by %d ranks at stage 3, loaded by %d at stage %d",
+                 et_world, k, stage);
+        ET_CHECK(same_state(&r2, &got, &saved, what), "%s: states differ", what);
+        state_free(&got);
+        et_model_free(&b);
+        zinc_engine_destroy(e2);
+      }
+      MPI_Comm_free(&sub);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  if (et_rank == 0 && et_failures == 0)
+    printf("resharding: saved at %d ranks stage 3, loaded at 1..%d ranks, stages 0-3: "
+           "identical\n", et_world, et_world);
+  state_free(&saved);
+}
+
+/* rank 0 edits files; everyone waits */
+static void shell(const char *cmd) {
+  if (et_rank == 0 && system(cmd) != 0)
+    fprintf(stderr, "command failed: %s\n", cmd);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+static void expect_rejected(et_model *m, const et_run *r, state *before, const char *dir,
+                            const char *tag, const char *needle, const char *what) {
+  zinc_status st = zinc_load_checkpoint(m->e, dir, tag);
+  ET_CHECK(st != ZINC_OK && strstr(zinc_last_error(), needle),
+           "%s: status %s, message \"%s\" (expected to mention \"%s\")", what,
+           zinc_status_name(st), zinc_last_error(), needle);
+  state after;
+  capture(m, r, &after);
+  ET_CHECK(same_state(r, &after, before, what), "%s: the engine's state changed", what);
+  state_free(&after);
+}
+
+static void test_damage(void) {
+  et_run r = et_defaults();
+  r.stage = 2;
+  char dir[600], cmd[4096];
+  snprintf(dir, sizeof dir, "%s/damage", ckpt_root);
+  et_model a;
+  zinc_engine *e = open_engine(&r, MPI_COMM_WORLD, &a);
+  train(&a, &r, 0, 3);
+  ET_OK(zinc_save_checkpoint(e, dir, "good"));
+  train(&a, &r, 3, 5); /* now the engine differs from the checkpoint */
+  state before;
+  capture(&a, &r, &before);
+  const char *good = "good";
+#define DAMAGE(prepare, needle, what)                                                       \
+  do {                                                                                      \
+    snprintf(cmd, sizeof cmd, "rm -rf %s/bad && cp -r %s/%s %s/bad && %s", dir, dir, good,   \
+             dir, prepare);                                                                 \
+    shell(cmd);                                                                             \
+    expect_rejected(&a, &r, &before, dir, "bad", needle, what);                            \
+  } while (0)
+  char p[1400];
+  snprintf(p, sizeof p, "truncate -s -100 %s/bad/rank_00000.zshard", dir);
+  DAMAGE(p, "rank_00000.zshard", "truncated shard");
+  snprintf(p, sizeof p, "printf '\\x55' | dd of=%s/bad/rank_00000.zshard bs=1 seek=1000 "
+           "conv=notrunc status=none", dir);
+  DAMAGE(p, "crc32c", "flipped byte in a shard");
+  snprintf(p, sizeof p, "rm %s/bad/rank_00000.zshard", dir);
+  DAMAGE(p, "missing", "missing shard");
+  snprintf(p, sizeof p, "sed -i 's/\"step\": [0-9]*/\"step\": 7/' %s/bad/manifest.json", dir);
+  DAMAGE(p, "manifest.json", "edited manifest");
+  snprintf(p, sizeof p, "true");
+  expect_rejected(&a, &r, &before, dir, "../escape", "tag", "bad tag");
+  expect_rejected(&a, &r, &before, dir, "absent", "missing", "absent tag");
+  /* another model's checkpoint */
+  et_run other = r;
+  other.shape.d[1] = 31;
+  char odir[640];
+  snprintf(odir, sizeof odir, "%s/other", ckpt_root);
+  et_model o;
+  zinc_engine *e2 = open_engine(&other, MPI_COMM_WORLD, &o);
+  ET_OK(zinc_save_checkpoint(e2, odir, "other"));
+  et_model_free(&o);
+  zinc_engine_destroy(e2);
+  expect_rejected(&a, &r, &before, odir, "other", "has shape", "another model's checkpoint");
+  /* and the good one still loads */
+  ET_OK(zinc_load_checkpoint(e, dir, "good"));
+  state_free(&before);
+  et_model_free(&a);
+  zinc_engine_destroy(e);
+#undef DAMAGE
+}
+
+static void test_export(zinc_dtype dt) {
+  et_run r = et_defaults();
+  r.stage = 3;
+  et_model a;
+  zinc_engine *e = open_engine(&r, MPI_COMM_WORLD, &a);
+  train(&a, &r, 0, 3);
+  char path[700], refdir[700], cmd[4096];
+  snprintf(path, sizeof path, "%s/export_%s.safetensors", ckpt_root, zinc_dtype_name(dt));
+  snprintf(refdir, sizeof refdir, "%s/export_ref_%s", ckpt_root, zinc_dtype_name(dt));
+  ET_OK(zinc_export_safetensors(e, path, (int)dt));
+  if (et_rank == 0)
+    mkdir(refdir, 0755);
+  static const char *mods[4] = {"in", "mid", "scale", "out"};
+  for (int i = 0; i < TM_NPARAM; i++) {
+    int64_t n = tm_numel(&r.shape, i);
+    float *v = malloc((size_t)n * 4);
+    void *raw = malloc((size_t)n * 4);
+    ET_OK(zinc_param_get_full(e, a.par[i], ZINC_STATE_PARAM, v));
+    if (et_rank == 0) {
+      for (int64_t j = 0; j < n; j++)
+        zinc_store_from_f32(raw, j, dt, v[j]);
+      char f[800];
+      snprintf(f, sizeof f, "%s/%s.%s.ref", refdir, mods[et_param_module[i]], tm_names[i]);
+      FILE *fp = fopen(f, "wb");
+      fwrite(raw, zinc_dtype_size(dt), (size_t)n, fp);
+      fclose(fp);
+      snprintf(f, sizeof f, "%s/%s.%s.meta", refdir, mods[et_param_module[i]], tm_names[i]);
+      fp = fopen(f, "w");
+      int64_t sh[2];
+      int nd = zinc_param_shape(a.par[i], sh);
+      fprintf(fp, "%s %d", dt == ZINC_F32 ? "F32" : dt == ZINC_BF16 ? "BF16" : "F16", nd);
+      for (int d = 0; d < nd; d++)
+        fprintf(fp, " %lld", (long long)sh[d]);
+      fclose(fp);
+    }
+    free(v);
+    free(raw);
+  }
+  if (et_rank == 0) {
+    snprintf(cmd, sizeof cmd, "python3 %s/tests/engine/read_safetensors.py %s %s",
+             getenv("ZINC_TEST_SOURCE_DIR") ? getenv("ZINC_TEST_SOURCE_DIR") : ".", path, refdir);
+    ET_CHECK(system(cmd) == 0, "the independent reader rejected %s", path);
+  }
+  et_model_free(&a);
+  zinc_engine_destroy(e);
+}
+
+int main(int argc, char **argv) {
+  int provided;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &et_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &et_world);
+  const char *base = getenv("ZINC_TEST_BINARY_DIR") ? getenv("ZINC_TEST_BINARY_DIR") : "/tmp";
+  snprintf(ckpt_root, sizeof ckpt_root, "%s/ckpt_test_np%d", base, et_world);
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", ckpt_root, ckpt_root);
+  shell(cmd);
+  for (int stage = 0; stage <= 3; stage++) {
+    test_resume(stage, "none", ZINC_F32);
+    if (stage > 0)
+      test_resume(stage, "cpu", ZINC_F32);
+  }
+  test_resume(2, "none", ZINC_F16);
+  test_resume(3, "none", ZINC_BF16);
+  if (et_rank == 0 && et_failures == 0)
+    printf("resume: bitwise identical at stages 0-3, offload none/cpu, f32/f16/bf16\n");
+  test_reshard();
+  test_damage();
+  test_export(ZINC_F32);
+  test_export(ZINC_BF16);
+  test_export(ZINC_F16);
+  if (et_failures == 0) {
+    snprintf(cmd, sizeof cmd, "rm -rf %s", ckpt_root);
+    shell(cmd);
+  }
+  int bad = et_failures;
+  MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (et_rank == 0)
+    printf(bad ? "checkpoint tests FAILED\n" : "checkpoint tests passed at %d ranks\n", et_world);
+  MPI_Finalize();
+  return bad ? 1 : 0;
+}
