@@ -155,16 +155,16 @@ int zinc_cfg_is_auto(const json_t *v) {
   return json_is_string(v) && strcmp(json_string_value(v), "auto") == 0;
 }
 
+static int is_bool_like(const json_t *v) {
+  return json_is_boolean(v) ||
+         (json_is_integer(v) && (json_integer_value(v) == 0 || json_integer_value(v) == 1));
+}
+
 zinc_status zinc_cfg_bool(zinc_cfg_reader *r, const json_t *v, int *out) {
-  if (json_is_boolean(v)) {
-    *out = json_is_true(v);
-    return ZINC_OK;
-  }
-  if (json_is_integer(v) && (json_integer_value(v) == 0 || json_integer_value(v) == 1)) {
-    *out = (int)json_integer_value(v);
-    return ZINC_OK;
-  }
-  return zinc_cfg_bad(r, v, "true or false");
+  if (!is_bool_like(v))
+    return zinc_cfg_bad(r, v, "true or false");
+  *out = json_is_boolean(v) ? json_is_true(v) : (int)json_integer_value(v);
+  return ZINC_OK;
 }
 
 /* Integral value of v (integer, or a real with no fraction within int64),
@@ -274,15 +274,10 @@ static zinc_status read_key(zinc_cfg_reader *r, const zinc_key *k,
     return ZINC_OK;
   }
   if (k->kind == ZINC_KEY_BOOL) {
-    int b;
-    if (json_is_boolean(v) || (json_is_integer(v) && (json_integer_value(v) == 0 ||
-                                                      json_integer_value(v) == 1))) {
-      ZINC_CHECK(zinc_cfg_bool(r, v, &b));
-      *(int *)field = b;
-      return ZINC_OK;
-    }
-    return zinc_cfg_bad(r, v, "true or false%s",
-                        (k->flags & ZINC_KEY_AUTO) ? " or \"auto\"" : "");
+    if (!is_bool_like(v))
+      return zinc_cfg_bad(r, v, "true or false%s",
+                          (k->flags & ZINC_KEY_AUTO) ? " or \"auto\"" : "");
+    return zinc_cfg_bool(r, v, (int *)field);
   }
   describe_range(what, sizeof what, k);
   if (k->kind == ZINC_KEY_F64) {
@@ -335,9 +330,11 @@ zinc_status zinc_cfg_walk(zinc_cfg_reader *r, const json_t *obj,
                           const zinc_key *keys, size_t nkeys, void *base,
                           size_t base_size) {
   const char *known[128];
-  size_t nknown = 0;
-  for (size_t i = 0; i < nkeys && nknown < 128; i++)
-    known[nknown++] = keys[i].name;
+  if (nkeys > 128)
+    return zinc_error(ZINC_ERR_INVALID, "config walker: a table of %zu keys (at most 128)",
+                      nkeys);
+  for (size_t i = 0; i < nkeys; i++)
+    known[i] = keys[i].name;
 
   /* The section's defaults, to tell a NO_EFFECT key that changes nothing. */
   char before[sizeof(zinc_settings)];
@@ -358,7 +355,7 @@ zinc_status zinc_cfg_walk(zinc_cfg_reader *r, const json_t *obj,
         break;
       }
     if (!k) {
-      const char *guess = zinc_cfg_suggest(key, known, nknown);
+      const char *guess = zinc_cfg_suggest(key, known, nkeys);
       if (guess)
         zinc_cfg_warn(r, "unknown key %s (did you mean \"%s\"?); ignored", r->path, guess);
       else
@@ -369,15 +366,14 @@ zinc_status zinc_cfg_walk(zinc_cfg_reader *r, const json_t *obj,
     if (k->kind <= ZINC_KEY_F64) {
       /* Two spellings of one key (stage3_prefetch_bucket_size and
        * prefetch_bucket_size) write the same field. */
-      for (size_t j = 0; j < nkeys && j < 128; j++)
+      for (size_t j = 0; j < nkeys; j++)
         if (seen[j] && j != idx && keys[j].kind == k->kind && keys[j].offset == k->offset) {
           zinc_status st = zinc_cfg_bad(r, v, "one spelling: \"%s\" was given too and sets "
                                         "the same option; keep one", keys[j].name);
           zinc_cfg_pop(r, mark);
           return st;
         }
-      if (idx < 128)
-        seen[idx] = 1;
+      seen[idx] = 1;
       zinc_status st = read_key(r, k, v, base);
       if (st != ZINC_OK)
         return st;

@@ -59,4 +59,8 @@ void zinc_loss_scaler_update(zinc_loss_scaler *ls, int overflow) {
   ls->cur_iter++;
 }
 
-float zinc_loss_scaler_scale(const zinc_loss_scaler *ls) { return (float)ls->cur_scale; }
+/* The state grows without bound as DeepSpeed's (a Python float); only the
+ * float handed out saturates, at the largest power of two a float holds. */
+float zinc_loss_scaler_scale(const zinc_loss_scaler *ls) {
+  return ls->cur_scale < 0x1p127 ? (float)ls->cur_scale : 0x1p127f;
+}
