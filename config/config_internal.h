@@ -51,6 +51,10 @@ typedef struct {
 size_t zinc_cfg_push(zinc_cfg_reader *r, const char *key);
 size_t zinc_cfg_push_index(zinc_cfg_reader *r, size_t index);
 void zinc_cfg_pop(zinc_cfg_reader *r, size_t mark);
+/* obj[key] with the path pushed (pop with *mark), or NULL when absent (the
+ * path is unchanged then). */
+const json_t *zinc_cfg_enter(zinc_cfg_reader *r, const json_t *obj, const char *key,
+                             size_t *mark);
 
 /* The JSON path (in the same dotted form) of the value being parsed at byte
  * `offset` of `text`: used to name the place of a syntax error or a

@@ -19,26 +19,33 @@
 
 /* ------------------------------------------------------------------ paths */
 
-size_t zinc_cfg_push(zinc_cfg_reader *r, const char *key) {
-  size_t mark = r->path_len;
-  int n = snprintf(r->path + r->path_len, sizeof r->path - r->path_len, "%s%s",
-                   r->path_len ? "." : "", key);
+/* Append a formatted piece to the path (truncated at its capacity). */
+static size_t path_append(zinc_cfg_reader *r, const char *fmt, ...) ZINC_PRINTF(2, 3);
+static size_t path_append(zinc_cfg_reader *r, const char *fmt, ...) {
+  size_t mark = r->path_len, room = sizeof r->path - r->path_len;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(r->path + r->path_len, room, fmt, ap);
+  va_end(ap);
   if (n > 0)
-    r->path_len += (size_t)n < sizeof r->path - r->path_len
-                       ? (size_t)n
-                       : sizeof r->path - r->path_len - 1;
+    r->path_len += (size_t)n < room ? (size_t)n : room - 1;
   return mark;
 }
 
+size_t zinc_cfg_push(zinc_cfg_reader *r, const char *key) {
+  return path_append(r, "%s%s", r->path_len ? "." : "", key);
+}
+
 size_t zinc_cfg_push_index(zinc_cfg_reader *r, size_t index) {
-  size_t mark = r->path_len;
-  int n = snprintf(r->path + r->path_len, sizeof r->path - r->path_len, "[%zu]",
-                   index);
-  if (n > 0)
-    r->path_len += (size_t)n < sizeof r->path - r->path_len
-                       ? (size_t)n
-                       : sizeof r->path - r->path_len - 1;
-  return mark;
+  return path_append(r, "[%zu]", index);
+}
+
+const json_t *zinc_cfg_enter(zinc_cfg_reader *r, const json_t *obj, const char *key,
+                             size_t *mark) {
+  const json_t *v = json_is_object(obj) ? json_object_get(obj, key) : NULL;
+  if (v)
+    *mark = zinc_cfg_push(r, key);
+  return v;
 }
 
 void zinc_cfg_pop(zinc_cfg_reader *r, size_t mark) {

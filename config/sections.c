@@ -287,15 +287,13 @@ static zinc_status read_optimizer(zinc_cfg_reader *r, const json_t *root, zinc_s
   ZINC_CHECK(section(r, obj, "params", &params, &pmark));
   if (params) {
     ZINC_CHECK(zinc_cfg_walk(r, params, adam_keys, ZINC_KEY_COUNT(adam_keys), s, sizeof *s));
-    const json_t *v = json_object_get(params, "betas");
-    if (v) {
-      size_t m = zinc_cfg_push(r, "betas");
+    const json_t *v;
+    size_t m;
+    if ((v = zinc_cfg_enter(r, params, "betas", &m))) {
       ZINC_CHECK(read_betas(r, v, s));
       zinc_cfg_pop(r, m);
     }
-    v = json_object_get(params, "amsgrad");
-    if (v) {
-      size_t m = zinc_cfg_push(r, "amsgrad");
+    if ((v = zinc_cfg_enter(r, params, "amsgrad", &m))) {
       int amsgrad;
       ZINC_CHECK(zinc_cfg_bool(r, v, &amsgrad));
       if (amsgrad)
@@ -395,9 +393,9 @@ static zinc_status read_schedule_params(zinc_cfg_reader *r, const json_t *params
                                         const sched_spec *spec, zinc_settings *s) {
   ZINC_CHECK(check_foreign_params(r, params, spec));
   ZINC_CHECK(zinc_cfg_walk(r, params, spec->keys, spec->nkeys, s, sizeof *s));
-  const json_t *v = json_object_get(params, "warmup_max_lr");
-  if (v) {
-    size_t m = zinc_cfg_push(r, "warmup_max_lr");
+  const json_t *v;
+  size_t m;
+  if ((v = zinc_cfg_enter(r, params, "warmup_max_lr", &m))) {
     if (zinc_cfg_is_auto(v))
       s->warmup_max_lr = s->lr; /* HF: the optimizer's learning rate */
     else if (json_is_number(v) && json_number_value(v) >= 0)
@@ -406,9 +404,7 @@ static zinc_status read_schedule_params(zinc_cfg_reader *r, const json_t *params
       return zinc_cfg_bad(r, v, "a number >= 0 or \"auto\"");
     zinc_cfg_pop(r, m);
   }
-  v = json_object_get(params, "warmup_type");
-  if (v) {
-    size_t m = zinc_cfg_push(r, "warmup_type");
+  if ((v = zinc_cfg_enter(r, params, "warmup_type", &m))) {
     const char *name = json_is_string(v) ? json_string_value(v) : "";
     if (strcmp(name, "log") == 0)
       s->warmup_type = ZINC_WARMUP_LOG;
@@ -420,7 +416,7 @@ static zinc_status read_schedule_params(zinc_cfg_reader *r, const json_t *params
   }
   v = json_object_get(params, "total_num_steps");
   if (table_has(spec->keys, spec->nkeys, "total_num_steps")) {
-    size_t m = zinc_cfg_push(r, "total_num_steps");
+    m = zinc_cfg_push(r, "total_num_steps");
     if (!v || json_is_null(v))
       return zinc_cfg_bad(r, v, "a positive integer: %s decays over total_num_steps",
                           spec->name);
@@ -499,28 +495,28 @@ static zinc_status read_zinc(zinc_cfg_reader *r, const json_t *root, zinc_settin
   if (!obj)
     goto done;
   /* The log level first, so that it governs this file's own warnings. */
-  const json_t *v = json_object_get(obj, "log_level");
-  if (v && !json_is_null(v)) {
-    size_t m = zinc_cfg_push(r, "log_level");
+  const json_t *v;
+  size_t m;
+  if ((v = zinc_cfg_enter(r, obj, "log_level", &m)) && !json_is_null(v)) {
     int level = json_is_string(v) ? zinc_log_level_parse(json_string_value(v)) : -1;
     if (level < 0)
       return zinc_cfg_bad(r, v, "\"error\", \"warn\", \"info\" or \"debug\"");
     s->log_level = level;
     zinc_log_set_level((zinc_log_level)level);
-    zinc_cfg_pop(r, m);
   }
+  if (v)
+    zinc_cfg_pop(r, m);
   ZINC_CHECK(zinc_cfg_walk(r, obj, zinc_keys, ZINC_KEY_COUNT(zinc_keys), s, sizeof *s));
-  v = json_object_get(obj, "memory_timeline");
-  if (v && !json_is_null(v)) {
-    size_t m = zinc_cfg_push(r, "memory_timeline");
+  if ((v = zinc_cfg_enter(r, obj, "memory_timeline", &m)) && !json_is_null(v)) {
     if (!json_is_string(v) || json_string_length(v) == 0)
       return zinc_cfg_bad(r, v, "a file path or null");
     free(s->memory_timeline);
     s->memory_timeline = zinc_strdup(json_string_value(v));
     if (!s->memory_timeline)
       return zinc_error(ZINC_ERR_NOMEM, "out of memory copying %s", r->path);
-    zinc_cfg_pop(r, m);
   }
+  if (v)
+    zinc_cfg_pop(r, m);
 done:
   zinc_cfg_pop(r, mark);
   return ZINC_OK;

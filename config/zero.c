@@ -147,15 +147,13 @@ static zinc_status read_offload(zinc_cfg_reader *r, const json_t *zero, const ch
   ZINC_CHECK(zinc_cfg_object(r, json_object_get(zero, name), &obj));
   if (obj) {
     ZINC_CHECK(zinc_cfg_walk(r, obj, keys, nkeys, o, sizeof *o));
-    const json_t *v = json_object_get(obj, "device");
-    if (v) {
-      size_t m = zinc_cfg_push(r, "device");
+    const json_t *v;
+    size_t m;
+    if ((v = zinc_cfg_enter(r, obj, "device", &m))) {
       ZINC_CHECK(read_offload_device(r, v, o));
       zinc_cfg_pop(r, m);
     }
-    v = json_object_get(obj, "nvme_path");
-    if (v) {
-      size_t m = zinc_cfg_push(r, "nvme_path");
+    if ((v = zinc_cfg_enter(r, obj, "nvme_path", &m))) {
       ZINC_CHECK(read_nvme_path(r, v, o));
       zinc_cfg_pop(r, m);
     }
@@ -207,10 +205,11 @@ zinc_status zinc_cfg_read_zero(zinc_cfg_reader *r, const json_t *v, zinc_setting
   ZINC_CHECK(zinc_cfg_walk(r, zero, zero_keys, ZINC_KEY_COUNT(zero_keys), s, sizeof *s));
   /* DeepSpeed: overlap_comm defaults to true at stage 3 only. */
   s->overlap_comm = s->stage == 3;
-  const json_t *overlap = json_object_get(zero, "overlap_comm");
-  if (overlap && !json_is_null(overlap)) {
-    size_t m = zinc_cfg_push(r, "overlap_comm");
-    ZINC_CHECK(zinc_cfg_bool(r, overlap, &s->overlap_comm));
+  size_t m;
+  const json_t *overlap = zinc_cfg_enter(r, zero, "overlap_comm", &m);
+  if (overlap) {
+    if (!json_is_null(overlap))
+      ZINC_CHECK(zinc_cfg_bool(r, overlap, &s->overlap_comm));
     zinc_cfg_pop(r, m);
   }
   ZINC_CHECK(read_offload(r, zero, "offload_optimizer", offload_optimizer_keys,
@@ -245,10 +244,10 @@ zinc_status zinc_cfg_read_aio(zinc_cfg_reader *r, const json_t *v, zinc_settings
   ZINC_CHECK(zinc_cfg_object(r, v, &aio));
   if (aio) {
     ZINC_CHECK(zinc_cfg_walk(r, aio, aio_keys, ZINC_KEY_COUNT(aio_keys), s, sizeof *s));
-    const json_t *b = json_object_get(aio, "block_size");
+    size_t m;
+    const json_t *b = zinc_cfg_enter(r, aio, "block_size", &m);
     if (b) {
       /* O_DIRECT transfers are whole, aligned pages. */
-      size_t m = zinc_cfg_push(r, "block_size");
       int64_t x;
       if (zinc_cfg_int64(r, b, 4096, INT64_MAX / 2, &x) != ZINC_OK || x % 4096 != 0)
         return zinc_cfg_bad(r, b, "a positive multiple of 4096 (bytes), e.g. 1048576");
