@@ -1,0 +1,242 @@
+/*
+ * config.c — the config object: load a file or a string, validate it into
+ * a zinc_settings, free it; the settings' defaults, deep copy and free.
+ *
+ * The JSON text is parsed by jansson with duplicate keys rejected; syntax
+ * errors and duplicates are reported with the file, line, column and the
+ * JSON path reached (json_locate.c). A failed load returns no object and
+ * leaves nothing allocated.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/config_internal.h"
+
+/* Config files are a few kilobytes; this bounds what a wrong path (a
+ * checkpoint shard, a device) can make us read. */
+#define ZINC_CONFIG_MAX_BYTES (16u << 20)
+
+const char *zinc_offload_device_name(zinc_offload_device d) {
+  switch (d) {
+  case ZINC_OFFLOAD_NONE: return "none";
+  case ZINC_OFFLOAD_CPU: return "cpu";
+  case ZINC_OFFLOAD_NVME: return "nvme";
+  }
+  return "unknown";
+}
+
+static void offload_defaults(zinc_offload_settings *o, int64_t buffer_count) {
+  o->device = ZINC_OFFLOAD_NONE;
+  o->buffer_count = buffer_count;
+  o->ratio = 1.0;
+  o->buffer_size = 100000000;
+  o->max_in_cpu = 1000000000;
+}
+
+void zinc_settings_defaults(zinc_settings *s) {
+  memset(s, 0, sizeof *s);
+  s->train_batch_size = ZINC_AUTO;
+  s->train_micro_batch_size_per_gpu = ZINC_AUTO;
+  s->gradient_accumulation_steps = ZINC_AUTO;
+  s->steps_per_print = 10;
+  s->gradient_predivide_factor = 1.0;
+
+  s->fp16_initial_scale_power = 16;
+  s->fp16_loss_scale_window = 1000;
+  s->fp16_hysteresis = 2;
+  s->fp16_min_loss_scale = 1.0;
+
+  s->optimizer = ZINC_OPTIM_ADAM;
+  s->lr = 1e-3;
+  s->beta1 = 0.9;
+  s->beta2 = 0.999;
+  s->eps = 1e-8;
+  s->adam_w_mode = 1;
+  s->bias_correction = 1;
+
+  s->scheduler = ZINC_SCHED_NONE;
+  s->warmup_max_lr = 1e-3;
+  s->warmup_num_steps = 1000;
+  s->warmup_type = ZINC_WARMUP_LOG;
+  s->cos_min_ratio = 1e-4;
+
+  s->contiguous_gradients = 1;
+  s->reduce_scatter = 1;
+  s->reduce_bucket_size = 500000000;
+  s->allgather_partitions = 1;
+  s->allgather_bucket_size = 500000000;
+  s->sub_group_size = 1000000000;
+  offload_defaults(&s->offload_optimizer, 4);
+  offload_defaults(&s->offload_param, 5);
+  s->stage3_prefetch_bucket_size = 50000000;
+  s->stage3_param_persistence_threshold = 100000;
+  s->stage3_max_live_parameters = 1000000000;
+  s->stage3_max_reuse_distance = 1000000000;
+
+  s->aio_block_size = 1048576;
+  s->aio_queue_depth = 8;
+  s->aio_intra_op_parallelism = 1;
+  s->aio_overlap_events = 1;
+  s->aio_swap_checksums = 1;
+
+  s->log_level = -1;
+  s->comm_timeout_s = 600.0;
+}
+
+static void offload_free(zinc_offload_settings *o) {
+  for (int i = 0; i < ZINC_MAX_NVME_PATHS; i++) {
+    free(o->nvme_paths[i]);
+    o->nvme_paths[i] = NULL;
+  }
+  o->nvme_path_count = 0;
+}
+
+void zinc_settings_free(zinc_settings *s) {
+  if (!s)
+    return;
+  offload_free(&s->offload_optimizer);
+  offload_free(&s->offload_param);
+  free(s->memory_timeline);
+  s->memory_timeline = NULL;
+}
+
+static zinc_status offload_copy(zinc_offload_settings *dst, const zinc_offload_settings *src) {
+  for (int i = 0; i < ZINC_MAX_NVME_PATHS; i++) {
+    dst->nvme_paths[i] = NULL;
+    if (src->nvme_paths[i] && !(dst->nvme_paths[i] = zinc_strdup(src->nvme_paths[i])))
+      return zinc_error(ZINC_ERR_NOMEM, "out of memory copying nvme_path %s",
+                        src->nvme_paths[i]);
+  }
+  return ZINC_OK;
+}
+
+zinc_status zinc_settings_copy(zinc_settings *dst, const zinc_settings *src) {
+  *dst = *src;
+  dst->memory_timeline = NULL;
+  for (int i = 0; i < ZINC_MAX_NVME_PATHS; i++)
+    dst->offload_optimizer.nvme_paths[i] = dst->offload_param.nvme_paths[i] = NULL;
+  zinc_status st = offload_copy(&dst->offload_optimizer, &src->offload_optimizer);
+  if (st == ZINC_OK)
+    st = offload_copy(&dst->offload_param, &src->offload_param);
+  if (st == ZINC_OK && src->memory_timeline &&
+      !(dst->memory_timeline = zinc_strdup(src->memory_timeline)))
+    st = zinc_error(ZINC_ERR_NOMEM, "out of memory copying zinc.memory_timeline");
+  if (st != ZINC_OK)
+    zinc_settings_free(dst);
+  return st;
+}
+
+/* ------------------------------------------------------------------ loading */
+
+/* Parse `len` bytes of text from `source` into a new config. */
+static zinc_status config_from_text(const char *text, size_t len, const char *source,
+                                    zinc_config **out) {
+  zinc_config *cfg = NULL;
+  json_t *root = NULL;
+  zinc_status st = zinc_calloc((void **)&cfg, 1, sizeof *cfg, "the config object");
+  if (st != ZINC_OK)
+    return st;
+  zinc_settings_defaults(&cfg->s);
+  cfg->source = zinc_strdup(source);
+  if (!cfg->source) {
+    st = zinc_error(ZINC_ERR_NOMEM, "out of memory loading config %s", source);
+    goto fail;
+  }
+
+  json_error_t jerr;
+  root = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+  if (!root) {
+    char path[ZINC_CFG_PATH_MAX];
+    zinc_json_path_at(text, len, (size_t)jerr.position, path, sizeof path);
+    if (json_error_code(&jerr) == json_error_duplicate_key)
+      st = zinc_error(ZINC_ERR_CONFIG,
+                      "config %s: %s: key given twice (line %d, column %d: %s); keep one",
+                      source, path[0] ? path : "(top level)", jerr.line, jerr.column,
+                      jerr.text);
+    else
+      st = zinc_error(ZINC_ERR_CONFIG, "config %s: not valid JSON at line %d, column %d%s%s%s: %s",
+                      source, jerr.line, jerr.column, path[0] ? " (in " : "", path,
+                      path[0] ? ")" : "", jerr.text);
+    goto fail;
+  }
+
+  zinc_cfg_reader reader = {.source = source};
+  st = zinc_cfg_read_document(&reader, root, &cfg->s);
+  if (st == ZINC_OK)
+    st = zinc_cfg_validate(&reader, root, &cfg->s);
+  if (st != ZINC_OK) {
+    zinc_error_wrap(st, "config %s", source);
+    goto fail;
+  }
+  cfg->warnings = reader.warnings;
+  json_decref(root);
+  *out = cfg;
+  return ZINC_OK;
+
+fail:
+  json_decref(root);
+  zinc_config_free(cfg);
+  return st;
+}
+
+zinc_status zinc_config_parse(const char *json_text, zinc_config **out) {
+  if (!out)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_config_parse: out is NULL");
+  *out = NULL;
+  if (!json_text)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_config_parse: json_text is NULL");
+  return config_from_text(json_text, strlen(json_text), "<string>", out);
+}
+
+zinc_status zinc_config_load(const char *path, zinc_config **out) {
+  if (!out)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_config_load: out is NULL");
+  *out = NULL;
+  if (!path)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_config_load: path is NULL");
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return zinc_error(ZINC_ERR_IO, "config %s: cannot open: %s", path, strerror(errno));
+  char *text = NULL;
+  size_t len = 0, cap = 0;
+  zinc_status st = ZINC_OK;
+  for (;;) {
+    if (len == cap) {
+      cap = cap ? cap * 2 : 8192;
+      char *grown = cap <= ZINC_CONFIG_MAX_BYTES + 1 ? realloc(text, cap) : NULL;
+      if (!grown) {
+        st = cap > ZINC_CONFIG_MAX_BYTES + 1
+                 ? zinc_error(ZINC_ERR_CONFIG, "config %s: larger than %u bytes; is this "
+                              "the DeepSpeed JSON file?", path, ZINC_CONFIG_MAX_BYTES)
+                 : zinc_error(ZINC_ERR_NOMEM, "config %s: out of memory reading it", path);
+        break;
+      }
+      text = grown;
+    }
+    size_t n = fread(text + len, 1, cap - len, f);
+    len += n;
+    if (n == 0) {
+      if (ferror(f))
+        st = zinc_error(ZINC_ERR_IO, "config %s: read failed: %s", path, strerror(errno));
+      break;
+    }
+  }
+  fclose(f);
+  if (st == ZINC_OK)
+    st = config_from_text(text, len, path, out);
+  free(text);
+  return st;
+}
+
+void zinc_config_free(zinc_config *cfg) {
+  if (!cfg)
+    return;
+  zinc_settings_free(&cfg->s);
+  free(cfg->source);
+  free(cfg);
+}
+
+int zinc_config_warning_count(const zinc_config *cfg) { return cfg ? cfg->warnings : 0; }

@@ -1,0 +1,231 @@
+/*
+ * print.c — settings out: as a JSON object in DeepSpeed's spelling (which
+ * zinc_config_parse loads back to equal settings; checkpoints store it) and
+ * as the start-up listing DeepSpeed prints, one "key ..... value" line per
+ * setting through the logger.
+ *
+ * Values still "auto" (resolved at engine creation or build) are written
+ * as "auto"; batch keys the file did not give are left out, so that the
+ * text loads back to the same batch_given_mask.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/config_internal.h"
+
+static json_t *int_or_auto(int64_t v) {
+  return v == ZINC_AUTO ? json_string("auto") : json_integer(v);
+}
+
+static json_t *bool_or_auto(int v) {
+  return v == ZINC_AUTO ? json_string("auto") : json_boolean(v);
+}
+
+static void put(json_t *obj, const char *key, json_t *value) {
+  json_object_set_new(obj, key, value);
+}
+
+static void put_batch(json_t *root, const zinc_settings *s, const char *key, int bit,
+                      int64_t value) {
+  int mask = s->batch_given_mask;
+  /* A resolved value is written as the number it became. */
+  if (value != ZINC_AUTO)
+    put(root, key, json_integer(value));
+  else if (mask & ZINC_BATCH_IS_AUTO(bit))
+    put(root, key, json_string("auto"));
+}
+
+static json_t *offload_json(const zinc_offload_settings *o, int is_param) {
+  json_t *obj = json_object();
+  put(obj, "device", json_string(zinc_offload_device_name(o->device)));
+  if (o->nvme_path_count == 1) {
+    put(obj, "nvme_path", json_string(o->nvme_paths[0]));
+  } else if (o->nvme_path_count > 1) {
+    json_t *list = json_array();
+    for (int i = 0; i < o->nvme_path_count; i++)
+      json_array_append_new(list, json_string(o->nvme_paths[i]));
+    put(obj, "nvme_path", list);
+  }
+  put(obj, "pin_memory", json_boolean(o->pin_memory));
+  put(obj, "buffer_count", json_integer(o->buffer_count));
+  if (is_param) {
+    put(obj, "buffer_size", json_integer(o->buffer_size));
+    put(obj, "max_in_cpu", json_integer(o->max_in_cpu));
+  } else {
+    put(obj, "pipeline_read", json_boolean(o->pipeline_read));
+    put(obj, "pipeline_write", json_boolean(o->pipeline_write));
+    put(obj, "fast_init", json_boolean(o->fast_init));
+    put(obj, "ratio", json_real(o->ratio));
+  }
+  return obj;
+}
+
+static json_t *zero_json(const zinc_settings *s) {
+  json_t *z = json_object();
+  put(z, "stage", json_integer(s->stage));
+  put(z, "contiguous_gradients", json_boolean(s->contiguous_gradients));
+  put(z, "overlap_comm", json_boolean(s->overlap_comm));
+  put(z, "reduce_scatter", json_boolean(s->reduce_scatter));
+  put(z, "reduce_bucket_size", int_or_auto(s->reduce_bucket_size));
+  put(z, "allgather_partitions", json_boolean(s->allgather_partitions));
+  put(z, "allgather_bucket_size", json_integer(s->allgather_bucket_size));
+  put(z, "round_robin_gradients", json_boolean(s->round_robin_gradients));
+  put(z, "sub_group_size", json_integer(s->sub_group_size));
+  put(z, "offload_optimizer", offload_json(&s->offload_optimizer, 0));
+  put(z, "offload_param", offload_json(&s->offload_param, 1));
+  put(z, "stage3_prefetch_bucket_size", int_or_auto(s->stage3_prefetch_bucket_size));
+  put(z, "stage3_param_persistence_threshold",
+      int_or_auto(s->stage3_param_persistence_threshold));
+  put(z, "stage3_max_live_parameters", json_integer(s->stage3_max_live_parameters));
+  put(z, "stage3_max_reuse_distance", json_integer(s->stage3_max_reuse_distance));
+  put(z, "stage3_gather_16bit_weights_on_model_save",
+      json_boolean(s->stage3_gather_16bit_weights_on_model_save));
+  return z;
+}
+
+static json_t *scheduler_json(const zinc_settings *s) {
+  json_t *sched = json_object(), *p = json_object();
+  put(sched, "type", json_string(zinc_sched_type_name(s->scheduler)));
+  if (s->scheduler == ZINC_SCHED_WARMUP_COSINE) {
+    put(p, "total_num_steps", json_integer(s->total_num_steps));
+    put(p, "warmup_min_ratio", json_real(s->warmup_min_ratio));
+    put(p, "cos_min_ratio", json_real(s->cos_min_ratio));
+  } else {
+    put(p, "warmup_min_lr", json_real(s->warmup_min_lr));
+    put(p, "warmup_max_lr", json_real(s->warmup_max_lr));
+    if (s->scheduler == ZINC_SCHED_WARMUP_DECAY)
+      put(p, "total_num_steps", json_integer(s->total_num_steps));
+  }
+  put(p, "warmup_num_steps", json_integer(s->warmup_num_steps));
+  put(p, "warmup_type", json_string(s->warmup_type == ZINC_WARMUP_LINEAR ? "linear" : "log"));
+  put(sched, "params", p);
+  return sched;
+}
+
+static json_t *settings_json(const zinc_settings *s) {
+  json_t *root = json_object();
+  put_batch(root, s, "train_batch_size", ZINC_BATCH_TRAIN, s->train_batch_size);
+  put_batch(root, s, "train_micro_batch_size_per_gpu", ZINC_BATCH_MICRO,
+            s->train_micro_batch_size_per_gpu);
+  put_batch(root, s, "gradient_accumulation_steps", ZINC_BATCH_GAS,
+            s->gradient_accumulation_steps);
+  put(root, "gradient_clipping", json_real(s->gradient_clipping));
+  put(root, "steps_per_print", json_integer(s->steps_per_print));
+  put(root, "wall_clock_breakdown", json_boolean(s->wall_clock_breakdown));
+  put(root, "zero_allow_untested_optimizer", json_boolean(s->zero_allow_untested_optimizer));
+  put(root, "prescale_gradients", json_boolean(s->prescale_gradients));
+  put(root, "gradient_predivide_factor", json_real(s->gradient_predivide_factor));
+
+  json_t *fp16 = json_object();
+  put(fp16, "enabled", bool_or_auto(s->fp16_enabled));
+  put(fp16, "loss_scale", json_real(s->fp16_loss_scale));
+  put(fp16, "initial_scale_power", json_integer(s->fp16_initial_scale_power));
+  put(fp16, "loss_scale_window", json_integer(s->fp16_loss_scale_window));
+  put(fp16, "hysteresis", json_integer(s->fp16_hysteresis));
+  put(fp16, "consecutive_hysteresis", json_boolean(s->fp16_consecutive_hysteresis));
+  put(fp16, "min_loss_scale", json_real(s->fp16_min_loss_scale));
+  put(root, "fp16", fp16);
+  json_t *bf16 = json_object();
+  put(bf16, "enabled", bool_or_auto(s->bf16_enabled));
+  put(root, "bf16", bf16);
+
+  json_t *opt = json_object(), *params = json_object(), *betas = json_array();
+  put(opt, "type", json_string(zinc_optim_type_name(s->optimizer)));
+  put(params, "lr", json_real(s->lr));
+  json_array_append_new(betas, json_real(s->beta1));
+  json_array_append_new(betas, json_real(s->beta2));
+  put(params, "betas", betas);
+  put(params, "eps", json_real(s->eps));
+  put(params, "weight_decay", json_real(s->weight_decay));
+  put(params, "adam_w_mode", json_boolean(s->adam_w_mode));
+  put(params, "bias_correction", json_boolean(s->bias_correction));
+  put(opt, "params", params);
+  put(root, "optimizer", opt);
+
+  if (s->scheduler != ZINC_SCHED_NONE)
+    put(root, "scheduler", scheduler_json(s));
+  put(root, "zero_optimization", zero_json(s));
+
+  json_t *aio = json_object();
+  put(aio, "block_size", json_integer(s->aio_block_size));
+  put(aio, "queue_depth", json_integer(s->aio_queue_depth));
+  put(aio, "intra_op_parallelism", json_integer(s->aio_intra_op_parallelism));
+  put(aio, "single_submit", json_boolean(s->aio_single_submit));
+  put(aio, "overlap_events", json_boolean(s->aio_overlap_events));
+  put(aio, "use_gds", json_boolean(s->aio_use_gds));
+  put(aio, "allow_buffered_io", json_boolean(s->aio_allow_buffered_io));
+  put(aio, "swap_checksums", json_boolean(s->aio_swap_checksums));
+  put(root, "aio", aio);
+
+  json_t *ac = json_object();
+  put(ac, "partition_activations", json_boolean(s->ac_partition_activations));
+  put(ac, "cpu_checkpointing", json_boolean(s->ac_cpu_checkpointing));
+  put(ac, "contiguous_memory_optimization", json_boolean(s->ac_contiguous_memory_optimization));
+  put(ac, "number_checkpoints",
+      s->ac_number_checkpoints ? json_integer(s->ac_number_checkpoints) : json_null());
+  put(ac, "synchronize_checkpoint_boundary",
+      json_boolean(s->ac_synchronize_checkpoint_boundary));
+  put(ac, "profile", json_boolean(s->ac_profile));
+  put(root, "activation_checkpointing", ac);
+
+  static const char *const levels[] = {"error", "warn", "info", "debug"};
+  json_t *z = json_object();
+  put(z, "log_level", s->log_level >= 0 && s->log_level <= 3 ? json_string(levels[s->log_level])
+                                                             : json_null());
+  put(z, "comm_timeout_s", json_real(s->comm_timeout_s));
+  put(z, "memory_timeline", s->memory_timeline ? json_string(s->memory_timeline) : json_null());
+  put(z, "placement_verbose", json_boolean(s->placement_verbose));
+  put(root, "zinc", z);
+  return root;
+}
+
+char *zinc_settings_to_json(const zinc_settings *s) {
+  json_t *root = settings_json(s);
+  char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
+  json_decref(root);
+  return text;
+}
+
+zinc_status zinc_config_to_json(const zinc_config *cfg, char **json_out) {
+  if (!cfg || !json_out)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_config_to_json: %s is NULL",
+                      cfg ? "json_out" : "cfg");
+  *json_out = zinc_settings_to_json(&cfg->s);
+  if (!*json_out)
+    return zinc_error(ZINC_ERR_NOMEM, "out of memory writing config %s as JSON", cfg->source);
+  return ZINC_OK;
+}
+
+/* ------------------------------------------------------------------ listing */
+
+/* One line per leaf: "  zero_optimization.stage ............ 3". */
+static void print_leaves(const json_t *v, char *path, size_t len, size_t cap) {
+  if (json_is_object(v)) {
+    const char *key;
+    json_t *child;
+    json_object_foreach((json_t *)v, key, child) {
+      int n = snprintf(path + len, cap - len, "%s%s", len ? "." : "", key);
+      size_t sub = n > 0 && (size_t)n < cap - len ? len + (size_t)n : cap - 1;
+      print_leaves(child, path, sub, cap);
+      path[len] = '\0';
+    }
+    return;
+  }
+  char value[160];
+  zinc_cfg_render(v, value, sizeof value);
+  int width = (int)len < 50 ? 50 - (int)len : 1;
+  zinc_log0(ZINC_LOG_INFO, "  %s %.*s %s", path, width,
+            "..................................................", value);
+}
+
+void zinc_config_print(const zinc_config *cfg) {
+  if (!cfg || !zinc_log_enabled(ZINC_LOG_INFO))
+    return;
+  json_t *root = settings_json(&cfg->s);
+  zinc_log0(ZINC_LOG_INFO, "zinc config (%s, %d warning%s):", cfg->source, cfg->warnings,
+            cfg->warnings == 1 ? "" : "s");
+  char path[ZINC_CFG_PATH_MAX] = "";
+  print_leaves(root, path, 0, sizeof path);
+  json_decref(root);
+}

@@ -1,0 +1,552 @@
+/*
+ * sections.c — the top level of a DeepSpeed config and the sections that
+ * are not about ZeRO itself: the batch triad, fp16/bf16, optimizer,
+ * scheduler, activation_checkpointing and zinc's own "zinc" section.
+ * (zero_optimization and aio are in zero.c; contradictions between
+ * sections in validate.c.)
+ *
+ * Sections are read in a fixed order whatever the file's order: "zinc"
+ * first, so that its log_level governs the warnings of the rest; top-level
+ * flags before the optimizer (zero_allow_untested_optimizer); the optimizer
+ * before the scheduler ("auto" warmup_max_lr is the optimizer's lr).
+ *
+ * "auto" (Hugging Face's placeholder) is accepted where HF writes it. zinc
+ * has no trainer arguments to fill it from, so it resolves to DeepSpeed's
+ * default, to the world size (batch) or to the model (bucket sizes,
+ * precision); docs/config.md lists each rule.
+ */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "config/config_internal.h"
+
+#define T zinc_settings
+#define INF HUGE_VAL
+
+/* ---------------------------------------------------------------- names */
+
+const char *zinc_sched_type_name(zinc_sched_type t) {
+  switch (t) {
+  case ZINC_SCHED_NONE: return "none";
+  case ZINC_SCHED_WARMUP_LR: return "WarmupLR";
+  case ZINC_SCHED_WARMUP_DECAY: return "WarmupDecayLR";
+  case ZINC_SCHED_WARMUP_COSINE: return "WarmupCosineLR";
+  }
+  return "unknown";
+}
+
+const char *zinc_optim_type_name(zinc_optim_type t) {
+  return t == ZINC_OPTIM_ADAMW ? "AdamW" : "Adam";
+}
+
+/* The section `name` of obj as an object (NULL when absent or null), with
+ * the path pushed; the caller pops `*mark`. */
+static zinc_status section(zinc_cfg_reader *r, const json_t *obj, const char *name,
+                           const json_t **out, size_t *mark) {
+  *mark = zinc_cfg_push(r, name);
+  return zinc_cfg_object(r, json_object_get(obj, name), out);
+}
+
+/* ------------------------------------------------------------- top level */
+
+static const zinc_key top_keys[] = {
+    ZINC_KCUSTOM("train_batch_size"),
+    ZINC_KCUSTOM("train_micro_batch_size_per_gpu"),
+    ZINC_KCUSTOM("gradient_accumulation_steps"),
+    ZINC_KF(T, "gradient_clipping", gradient_clipping, 0, INF, ZINC_KEY_AUTO, 1.0),
+    ZINC_KI(T, "steps_per_print", steps_per_print, 1, INT_MAX),
+    ZINC_KB(T, "wall_clock_breakdown", wall_clock_breakdown),
+    ZINC_KB(T, "zero_allow_untested_optimizer", zero_allow_untested_optimizer),
+    ZINC_KB(T, "prescale_gradients", prescale_gradients),
+    ZINC_KF(T, "gradient_predivide_factor", gradient_predivide_factor, 0, INF,
+            ZINC_KEY_LO_OPEN, 0),
+    ZINC_KCUSTOM("fp16"),
+    ZINC_KCUSTOM("bf16"),
+    ZINC_KCUSTOM("bfloat16"),
+    ZINC_KCUSTOM("optimizer"),
+    ZINC_KCUSTOM("scheduler"),
+    ZINC_KCUSTOM("zero_optimization"),
+    ZINC_KCUSTOM("aio"),
+    ZINC_KCUSTOM("activation_checkpointing"),
+    ZINC_KCUSTOM("zinc"),
+    /* DeepSpeed options with no effect in zinc (silent at their default) */
+    ZINC_KINERT("dump_state", "false"),
+    ZINC_KINERT("disable_allgather", "false"),
+    ZINC_KINERT("communication_data_type", "null"),
+    ZINC_KINERT("seq_parallel_communication_data_type", "\"fp32\""),
+    ZINC_KINERT("sparse_gradients", "false"),
+    ZINC_KINERT("memory_breakdown", "false"),
+    ZINC_KINERT("dataloader_drop_last", "false"),
+    ZINC_KINERT("zero_force_ds_cpu_optimizer", "true"),
+    ZINC_KINERT("graph_harvesting", "false"),
+    ZINC_KINERT("use_data_before_expert_parallelism", "false"),
+    ZINC_KINERT("sequence_parallel_size", "1"),
+    ZINC_KINERT("vocabulary_size", NULL),
+    /* DeepSpeed sections zinc does not implement: one warning names them */
+    ZINC_KIGNORED("tensorboard"),
+    ZINC_KIGNORED("wandb"),
+    ZINC_KIGNORED("csv_monitor"),
+    ZINC_KIGNORED("comet"),
+    ZINC_KIGNORED("monitor_config"),
+    ZINC_KIGNORED("comms_config"),
+    ZINC_KIGNORED("comms_logger"),
+    ZINC_KIGNORED("flops_profiler"),
+    ZINC_KIGNORED("compression_training"),
+    ZINC_KIGNORED("data_efficiency"),
+    ZINC_KIGNORED("curriculum_learning"),
+    ZINC_KIGNORED("elasticity"),
+    ZINC_KIGNORED("autotuning"),
+    ZINC_KIGNORED("amp"),
+    ZINC_KIGNORED("sparse_attention"),
+    ZINC_KIGNORED("pipeline"),
+    ZINC_KIGNORED("checkpoint"),
+    ZINC_KIGNORED("data_types"),
+    ZINC_KIGNORED("eigenvalue"),
+    ZINC_KIGNORED("progressive_layer_drop"),
+    ZINC_KIGNORED("quantize_training"),
+    ZINC_KIGNORED("nebula"),
+    ZINC_KIGNORED("datastates"),
+    ZINC_KIGNORED("weight_quantization"),
+    ZINC_KIGNORED("hybrid_engine"),
+    ZINC_KIGNORED("compile"),
+    ZINC_KIGNORED("timers"),
+    ZINC_KIGNORED("tensor_parallel"),
+    ZINC_KIGNORED("torch_autocast"),
+};
+
+/* One of the batch triad: a positive integer, "auto" or null (absent). */
+static zinc_status read_batch_key(zinc_cfg_reader *r, const json_t *root,
+                                  const char *name, int bit, int64_t *field,
+                                  int *mask) {
+  const json_t *v = json_object_get(root, name);
+  *field = ZINC_AUTO;
+  if (!v || json_is_null(v))
+    return ZINC_OK;
+  size_t mark = zinc_cfg_push(r, name);
+  if (zinc_cfg_is_auto(v)) {
+    *mask |= ZINC_BATCH_IS_AUTO(bit);
+  } else {
+    int64_t x = 0;
+    if (!json_is_number(v) || zinc_cfg_int64(r, v, 1, INT64_MAX, &x) != ZINC_OK)
+      return zinc_cfg_bad(r, v, "a positive integer or \"auto\"");
+    *field = x;
+    *mask |= ZINC_BATCH_GIVEN(bit);
+  }
+  zinc_cfg_pop(r, mark);
+  return ZINC_OK;
+}
+
+static zinc_status read_batch(zinc_cfg_reader *r, const json_t *root, zinc_settings *s) {
+  s->batch_given_mask = 0;
+  ZINC_CHECK(read_batch_key(r, root, "train_batch_size", ZINC_BATCH_TRAIN,
+                            &s->train_batch_size, &s->batch_given_mask));
+  ZINC_CHECK(read_batch_key(r, root, "train_micro_batch_size_per_gpu", ZINC_BATCH_MICRO,
+                            &s->train_micro_batch_size_per_gpu, &s->batch_given_mask));
+  ZINC_CHECK(read_batch_key(r, root, "gradient_accumulation_steps", ZINC_BATCH_GAS,
+                            &s->gradient_accumulation_steps, &s->batch_given_mask));
+  return ZINC_OK;
+}
+
+/* ------------------------------------------------------------- precision */
+
+static const zinc_key fp16_keys[] = {
+    ZINC_KB_AUTO(T, "enabled", fp16_enabled),
+    ZINC_KF(T, "loss_scale", fp16_loss_scale, 0, INF, 0, 0),
+    ZINC_KI(T, "initial_scale_power", fp16_initial_scale_power, 0, 63),
+    ZINC_KI(T, "loss_scale_window", fp16_loss_scale_window, 1, INT_MAX),
+    ZINC_KI(T, "hysteresis", fp16_hysteresis, 1, INT_MAX),
+    ZINC_KB(T, "consecutive_hysteresis", fp16_consecutive_hysteresis),
+    ZINC_KF(T, "min_loss_scale", fp16_min_loss_scale, 0, INF, ZINC_KEY_LO_OPEN, 0),
+    ZINC_KINERT("auto_cast", "false"),
+    ZINC_KINERT("fp16_master_weights_and_grads", "false"),
+};
+
+static const zinc_key bf16_keys[] = {
+    ZINC_KB_AUTO(T, "enabled", bf16_enabled),
+    ZINC_KINERT("immediate_grad_update", "false"),
+    ZINC_KINERT("check_grad_overflow", "false"),
+    ZINC_KINERT("bf16_master_weights_and_grads", "false"),
+    ZINC_KINERT("bf16_optimizer_states", "false"),
+};
+
+static zinc_status read_precision(zinc_cfg_reader *r, const json_t *root, zinc_settings *s) {
+  const json_t *obj;
+  size_t mark;
+  ZINC_CHECK(section(r, root, "fp16", &obj, &mark));
+  if (obj)
+    ZINC_CHECK(zinc_cfg_walk(r, obj, fp16_keys, ZINC_KEY_COUNT(fp16_keys), s, sizeof *s));
+  zinc_cfg_pop(r, mark);
+
+  /* "bfloat16" is DeepSpeed's older spelling of "bf16". */
+  const char *name = "bf16";
+  if (json_object_get(root, "bfloat16")) {
+    if (json_object_get(root, "bf16")) {
+      mark = zinc_cfg_push(r, "bfloat16");
+      return zinc_cfg_bad(r, json_object_get(root, "bfloat16"),
+                          "one of \"bf16\" and its older spelling \"bfloat16\", not both");
+    }
+    name = "bfloat16";
+  }
+  ZINC_CHECK(section(r, root, name, &obj, &mark));
+  if (obj)
+    ZINC_CHECK(zinc_cfg_walk(r, obj, bf16_keys, ZINC_KEY_COUNT(bf16_keys), s, sizeof *s));
+  zinc_cfg_pop(r, mark);
+  return ZINC_OK;
+}
+
+/* ------------------------------------------------------------- optimizer */
+
+static const zinc_key optimizer_keys[] = {
+    ZINC_KCUSTOM("type"),
+    ZINC_KCUSTOM("params"),
+    ZINC_KINERT("legacy_fusion", "false"),
+};
+
+static const zinc_key adam_keys[] = {
+    ZINC_KF(T, "lr", lr, 0, INF, ZINC_KEY_AUTO, 1e-3),
+    ZINC_KCUSTOM("betas"),
+    ZINC_KF(T, "eps", eps, 0, INF, ZINC_KEY_AUTO | ZINC_KEY_LO_OPEN, 1e-8),
+    ZINC_KF(T, "weight_decay", weight_decay, 0, INF, ZINC_KEY_AUTO, 0.0),
+    ZINC_KB(T, "adam_w_mode", adam_w_mode),
+    ZINC_KB(T, "bias_correction", bias_correction),
+    ZINC_KCUSTOM("amsgrad"),
+    ZINC_KINERT("torch_adam", "false"),
+};
+
+/* DeepSpeed's own optimizer names (lower case), for a precise message. */
+static const char *const deepspeed_optimizers[] = {
+    "adagrad", "lamb", "onebitadam", "onebitlamb", "zerooneadam",
+    "muadam", "muadamw", "musgd", "lion",
+};
+
+static zinc_status read_betas(zinc_cfg_reader *r, const json_t *v, zinc_settings *s) {
+  if (zinc_cfg_is_auto(v))
+    return ZINC_OK; /* DeepSpeed's (0.9, 0.999), as left by the defaults */
+  const char *expect = "a list of two numbers in [0, 1), e.g. [0.9, 0.999]";
+  if (!json_is_array(v) || json_array_size(v) != 2)
+    return zinc_cfg_bad(r, v, "%s", expect);
+  double b[2];
+  for (size_t i = 0; i < 2; i++) {
+    const json_t *e = json_array_get(v, i);
+    if (!json_is_number(e) || json_number_value(e) < 0 || json_number_value(e) >= 1) {
+      zinc_cfg_push_index(r, i);
+      return zinc_cfg_bad(r, e, "a number in [0, 1)");
+    }
+    b[i] = json_number_value(e);
+  }
+  s->beta1 = b[0];
+  s->beta2 = b[1];
+  return ZINC_OK;
+}
+
+static zinc_status read_optimizer_type(zinc_cfg_reader *r, const json_t *obj,
+                                       zinc_settings *s) {
+  const json_t *v = json_object_get(obj, "type");
+  size_t mark = zinc_cfg_push(r, "type");
+  const char *type;
+  if (!v)
+    return zinc_cfg_bad(r, NULL, "\"Adam\" or \"AdamW\"");
+  ZINC_CHECK(zinc_cfg_string(r, v, &type));
+  if (strcasecmp(type, "adam") == 0) {
+    s->optimizer = ZINC_OPTIM_ADAM;
+  } else if (strcasecmp(type, "adamw") == 0) {
+    s->optimizer = ZINC_OPTIM_ADAMW;
+  } else {
+    int deepspeed_has = 0;
+    for (size_t i = 0; i < ZINC_KEY_COUNT(deepspeed_optimizers); i++)
+      deepspeed_has |= strcasecmp(type, deepspeed_optimizers[i]) == 0;
+    if (!s->zero_allow_untested_optimizer) {
+      static const char *const ours[] = {"Adam", "AdamW"};
+      const char *guess = deepspeed_has ? NULL : zinc_cfg_suggest(type, ours, 2);
+      char hint[64] = "";
+      if (guess)
+        snprintf(hint, sizeof hint, " (did you mean \"%s\"?)", guess);
+      return zinc_cfg_bad(r, v, "\"Adam\" or \"AdamW\"%s: zinc implements only those "
+                          "(zero_allow_untested_optimizer: true runs Adam instead)", hint);
+    }
+    zinc_cfg_warn(r, "%s = \"%s\" is not implemented by zinc; zero_allow_untested_optimizer "
+                  "is true, so zinc runs Adam with the given params instead", r->path, type);
+    s->optimizer = ZINC_OPTIM_ADAM;
+  }
+  zinc_cfg_pop(r, mark);
+  return ZINC_OK;
+}
+
+static zinc_status read_optimizer(zinc_cfg_reader *r, const json_t *root, zinc_settings *s) {
+  const json_t *obj, *params;
+  size_t mark, pmark;
+  ZINC_CHECK(section(r, root, "optimizer", &obj, &mark));
+  if (!obj)
+    goto done;
+  ZINC_CHECK(zinc_cfg_walk(r, obj, optimizer_keys, ZINC_KEY_COUNT(optimizer_keys), s,
+                           sizeof *s));
+  ZINC_CHECK(read_optimizer_type(r, obj, s));
+  ZINC_CHECK(section(r, obj, "params", &params, &pmark));
+  if (params) {
+    ZINC_CHECK(zinc_cfg_walk(r, params, adam_keys, ZINC_KEY_COUNT(adam_keys), s, sizeof *s));
+    const json_t *v;
+    size_t m;
+    if ((v = zinc_cfg_enter(r, params, "betas", &m))) {
+      ZINC_CHECK(read_betas(r, v, s));
+      zinc_cfg_pop(r, m);
+    }
+    if ((v = zinc_cfg_enter(r, params, "amsgrad", &m))) {
+      int amsgrad;
+      ZINC_CHECK(zinc_cfg_bool(r, v, &amsgrad));
+      if (amsgrad)
+        return zinc_cfg_bad(r, v, "false (zinc's Adam, like DeepSpeed's FusedAdam, has no "
+                            "AMSGrad variant)");
+      zinc_cfg_pop(r, m);
+    }
+    /* DeepSpeed: type AdamW is decoupled whatever adam_w_mode says. */
+    v = json_object_get(params, "adam_w_mode");
+    if (s->optimizer == ZINC_OPTIM_ADAMW && v && !s->adam_w_mode)
+      zinc_cfg_warn(r, "%s.adam_w_mode = false has no effect with type \"AdamW\" (decoupled "
+                    "weight decay is used, as DeepSpeed does)", r->path);
+  }
+  zinc_cfg_pop(r, pmark);
+  if (s->optimizer == ZINC_OPTIM_ADAMW)
+    s->adam_w_mode = 1;
+done:
+  zinc_cfg_pop(r, mark);
+  return ZINC_OK;
+}
+
+/* ------------------------------------------------------------- scheduler */
+
+static const zinc_key warmup_lr_keys[] = {
+    ZINC_KF(T, "warmup_min_lr", warmup_min_lr, 0, INF, ZINC_KEY_AUTO, 0.0),
+    ZINC_KCUSTOM("warmup_max_lr"),
+    ZINC_KL(T, "warmup_num_steps", warmup_num_steps, 0, ZINC_KEY_AUTO, 1000),
+    ZINC_KCUSTOM("warmup_type"),
+    ZINC_KINERT("last_batch_iteration", "-1"),
+};
+
+static const zinc_key warmup_decay_keys[] = {
+    ZINC_KF(T, "warmup_min_lr", warmup_min_lr, 0, INF, ZINC_KEY_AUTO, 0.0),
+    ZINC_KCUSTOM("warmup_max_lr"),
+    ZINC_KL(T, "warmup_num_steps", warmup_num_steps, 0, ZINC_KEY_AUTO, 1000),
+    ZINC_KCUSTOM("warmup_type"),
+    ZINC_KCUSTOM("total_num_steps"),
+    ZINC_KINERT("last_batch_iteration", "-1"),
+};
+
+static const zinc_key warmup_cosine_keys[] = {
+    ZINC_KCUSTOM("total_num_steps"),
+    ZINC_KF(T, "warmup_min_ratio", warmup_min_ratio, 0, 1, 0, 0),
+    ZINC_KL(T, "warmup_num_steps", warmup_num_steps, 0, ZINC_KEY_AUTO, 1000),
+    ZINC_KF(T, "cos_min_ratio", cos_min_ratio, 0, 1, 0, 0),
+    ZINC_KCUSTOM("warmup_type"),
+    ZINC_KINERT("last_batch_iteration", "-1"),
+};
+
+typedef struct {
+  const char *name;
+  zinc_sched_type type;
+  const zinc_key *keys;
+  size_t nkeys;
+} sched_spec;
+
+static const sched_spec schedules[] = {
+    {"WarmupLR", ZINC_SCHED_WARMUP_LR, warmup_lr_keys, ZINC_KEY_COUNT(warmup_lr_keys)},
+    {"WarmupDecayLR", ZINC_SCHED_WARMUP_DECAY, warmup_decay_keys,
+     ZINC_KEY_COUNT(warmup_decay_keys)},
+    {"WarmupCosineLR", ZINC_SCHED_WARMUP_COSINE, warmup_cosine_keys,
+     ZINC_KEY_COUNT(warmup_cosine_keys)},
+};
+
+static int table_has(const zinc_key *keys, size_t n, const char *name) {
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(keys[i].name, name) == 0)
+      return 1;
+  return 0;
+}
+
+/* A parameter of another Warmup schedule is an error, as DeepSpeed's
+ * constructor rejects an unexpected keyword; other unknown keys warn. */
+static zinc_status check_foreign_params(zinc_cfg_reader *r, const json_t *params,
+                                        const sched_spec *spec) {
+  const char *key;
+  json_t *v;
+  json_object_foreach((json_t *)params, key, v) {
+    if (table_has(spec->keys, spec->nkeys, key))
+      continue;
+    for (size_t i = 0; i < ZINC_KEY_COUNT(schedules); i++)
+      if (table_has(schedules[i].keys, schedules[i].nkeys, key)) {
+        char takes[256] = "";
+        for (size_t j = 0; j < spec->nkeys; j++) {
+          size_t len = strlen(takes);
+          snprintf(takes + len, sizeof takes - len, "%s%s", j ? ", " : "", spec->keys[j].name);
+        }
+        zinc_cfg_push(r, key);
+        return zinc_cfg_bad(r, v, "no such key: %s is a parameter of %s, and %s takes only %s",
+                            key, schedules[i].name, spec->name, takes);
+      }
+  }
+  return ZINC_OK;
+}
+
+static zinc_status read_schedule_params(zinc_cfg_reader *r, const json_t *params,
+                                        const sched_spec *spec, zinc_settings *s) {
+  ZINC_CHECK(check_foreign_params(r, params, spec));
+  ZINC_CHECK(zinc_cfg_walk(r, params, spec->keys, spec->nkeys, s, sizeof *s));
+  const json_t *v;
+  size_t m;
+  if ((v = zinc_cfg_enter(r, params, "warmup_max_lr", &m))) {
+    if (zinc_cfg_is_auto(v))
+      s->warmup_max_lr = s->lr; /* HF: the optimizer's learning rate */
+    else if (json_is_number(v) && json_number_value(v) >= 0)
+      s->warmup_max_lr = json_number_value(v);
+    else
+      return zinc_cfg_bad(r, v, "a number >= 0 or \"auto\"");
+    zinc_cfg_pop(r, m);
+  }
+  if ((v = zinc_cfg_enter(r, params, "warmup_type", &m))) {
+    const char *name = json_is_string(v) ? json_string_value(v) : "";
+    if (strcmp(name, "log") == 0)
+      s->warmup_type = ZINC_WARMUP_LOG;
+    else if (strcmp(name, "linear") == 0)
+      s->warmup_type = ZINC_WARMUP_LINEAR;
+    else
+      return zinc_cfg_bad(r, v, "\"log\" or \"linear\"");
+    zinc_cfg_pop(r, m);
+  }
+  v = json_object_get(params, "total_num_steps");
+  if (table_has(spec->keys, spec->nkeys, "total_num_steps")) {
+    m = zinc_cfg_push(r, "total_num_steps");
+    if (!v || json_is_null(v))
+      return zinc_cfg_bad(r, v, "a positive integer: %s decays over total_num_steps",
+                          spec->name);
+    if (zinc_cfg_is_auto(v))
+      return zinc_cfg_bad(r, v, "a positive integer: zinc has no trainer arguments to take "
+                          "the number of training steps from; write the number");
+    ZINC_CHECK(zinc_cfg_int64(r, v, 1, INT64_MAX, &s->total_num_steps));
+    zinc_cfg_pop(r, m);
+  }
+  return ZINC_OK;
+}
+
+static zinc_status read_scheduler(zinc_cfg_reader *r, const json_t *root, zinc_settings *s) {
+  static const zinc_key scheduler_keys[] = {ZINC_KCUSTOM("type"), ZINC_KCUSTOM("params")};
+  const json_t *obj, *params;
+  size_t mark, pmark;
+  ZINC_CHECK(section(r, root, "scheduler", &obj, &mark));
+  if (!obj)
+    goto done;
+  ZINC_CHECK(zinc_cfg_walk(r, obj, scheduler_keys, 2, s, sizeof *s));
+  const json_t *v = json_object_get(obj, "type");
+  size_t tmark = zinc_cfg_push(r, "type");
+  const char *name = json_is_string(v) ? json_string_value(v) : NULL;
+  const sched_spec *spec = NULL;
+  for (size_t i = 0; name && i < ZINC_KEY_COUNT(schedules); i++)
+    if (strcmp(name, schedules[i].name) == 0)
+      spec = &schedules[i];
+  if (!spec) {
+    static const char *const known[] = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};
+    const char *guess = name ? zinc_cfg_suggest(name, known, 3) : NULL;
+    if (name && (strcmp(name, "OneCycle") == 0 || strcmp(name, "LRRangeTest") == 0))
+      return zinc_cfg_bad(r, v, "\"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\" "
+                          "(zinc does not implement DeepSpeed's %s)", name);
+    return zinc_cfg_bad(r, v, "\"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\"%s%s%s",
+                        guess ? " (did you mean \"" : "", guess ? guess : "",
+                        guess ? "\"?)" : "");
+  }
+  zinc_cfg_pop(r, tmark);
+  s->scheduler = spec->type;
+  ZINC_CHECK(section(r, obj, "params", &params, &pmark));
+  json_t *empty = json_object();
+  zinc_status st = read_schedule_params(r, params ? params : empty, spec, s);
+  json_decref(empty);
+  ZINC_CHECK(st);
+  zinc_cfg_pop(r, pmark);
+done:
+  zinc_cfg_pop(r, mark);
+  return ZINC_OK;
+}
+
+/* ------------------------------------------------ activation checkpointing */
+
+static const zinc_key activation_keys[] = {
+    ZINC_KB(T, "partition_activations", ac_partition_activations),
+    ZINC_KB(T, "cpu_checkpointing", ac_cpu_checkpointing),
+    ZINC_KB(T, "contiguous_memory_optimization", ac_contiguous_memory_optimization),
+    {"number_checkpoints", ZINC_KEY_I64, offsetof(T, ac_number_checkpoints), 0, INF,
+     ZINC_KEY_NULL_OK, 0, NULL},
+    ZINC_KB(T, "synchronize_checkpoint_boundary", ac_synchronize_checkpoint_boundary),
+    ZINC_KB(T, "profile", ac_profile),
+};
+
+/* ---------------------------------------------------------------- "zinc" */
+
+static const zinc_key zinc_keys[] = {
+    ZINC_KCUSTOM("log_level"),
+    ZINC_KF(T, "comm_timeout_s", comm_timeout_s, 0, INF, ZINC_KEY_LO_OPEN, 0),
+    ZINC_KCUSTOM("memory_timeline"),
+    ZINC_KB(T, "placement_verbose", placement_verbose),
+};
+
+static zinc_status read_zinc(zinc_cfg_reader *r, const json_t *root, zinc_settings *s) {
+  const json_t *obj;
+  size_t mark;
+  ZINC_CHECK(section(r, root, "zinc", &obj, &mark));
+  if (!obj)
+    goto done;
+  /* The log level first, so that it governs this file's own warnings. */
+  const json_t *v;
+  size_t m;
+  if ((v = zinc_cfg_enter(r, obj, "log_level", &m)) && !json_is_null(v)) {
+    int level = json_is_string(v) ? zinc_log_level_parse(json_string_value(v)) : -1;
+    if (level < 0)
+      return zinc_cfg_bad(r, v, "\"error\", \"warn\", \"info\" or \"debug\"");
+    s->log_level = level;
+    zinc_log_set_level((zinc_log_level)level);
+  }
+  if (v)
+    zinc_cfg_pop(r, m);
+  ZINC_CHECK(zinc_cfg_walk(r, obj, zinc_keys, ZINC_KEY_COUNT(zinc_keys), s, sizeof *s));
+  if ((v = zinc_cfg_enter(r, obj, "memory_timeline", &m)) && !json_is_null(v)) {
+    if (!json_is_string(v) || json_string_length(v) == 0)
+      return zinc_cfg_bad(r, v, "a file path or null");
+    free(s->memory_timeline);
+    s->memory_timeline = zinc_strdup(json_string_value(v));
+    if (!s->memory_timeline)
+      return zinc_error(ZINC_ERR_NOMEM, "out of memory copying %s", r->path);
+  }
+  if (v)
+    zinc_cfg_pop(r, m);
+done:
+  zinc_cfg_pop(r, mark);
+  return ZINC_OK;
+}
+
+/* ---------------------------------------------------------------- document */
+
+zinc_status zinc_cfg_read_document(zinc_cfg_reader *r, const json_t *root,
+                                   zinc_settings *s) {
+  if (!json_is_object(root))
+    return zinc_cfg_bad(r, root, "a JSON object {...} at the top level");
+  ZINC_CHECK(read_zinc(r, root, s));
+  ZINC_CHECK(zinc_cfg_walk(r, root, top_keys, ZINC_KEY_COUNT(top_keys), s, sizeof *s));
+  ZINC_CHECK(read_batch(r, root, s));
+  ZINC_CHECK(read_precision(r, root, s));
+  ZINC_CHECK(read_optimizer(r, root, s));
+  ZINC_CHECK(read_scheduler(r, root, s));
+  ZINC_CHECK(zinc_cfg_read_zero(r, json_object_get(root, "zero_optimization"), s));
+  ZINC_CHECK(zinc_cfg_read_aio(r, json_object_get(root, "aio"), s));
+
+  const json_t *obj;
+  size_t mark;
+  ZINC_CHECK(section(r, root, "activation_checkpointing", &obj, &mark));
+  if (obj)
+    ZINC_CHECK(zinc_cfg_walk(r, obj, activation_keys, ZINC_KEY_COUNT(activation_keys), s,
+                             sizeof *s));
+  zinc_cfg_pop(r, mark);
+
+  if (r->ignored[0])
+    zinc_cfg_warn(r, "DeepSpeed sections zinc does not implement were accepted and are "
+                  "ignored: %s", r->ignored);
+  return ZINC_OK;
+}

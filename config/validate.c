@@ -1,0 +1,138 @@
+/*
+ * validate.c — contradictions between keys of a loaded config: checks that
+ * need more than one value, run once every section has been read.
+ *
+ * Each error names the key at fault (its JSON path), the value found there,
+ * the other key it contradicts, and what would be accepted. Checks that
+ * need the data-parallel size run later, in zinc_settings_resolve_batch.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "config/config_internal.h"
+
+/* The value at a dotted path of root (NULL when absent). */
+static const json_t *json_at(const json_t *root, const char *dotted) {
+  char part[64];
+  const json_t *v = root;
+  while (v && *dotted) {
+    size_t n = strcspn(dotted, ".");
+    if (n >= sizeof part)
+      return NULL;
+    memcpy(part, dotted, n);
+    part[n] = '\0';
+    v = json_is_object(v) ? json_object_get(v, part) : NULL;
+    dotted += n + (dotted[n] == '.');
+  }
+  return v;
+}
+
+/* Set r->path to `dotted` for a message about a key not being read now. */
+static void point_at(zinc_cfg_reader *r, const char *dotted) {
+  zinc_cfg_pop(r, 0);
+  zinc_cfg_push(r, dotted);
+}
+
+static zinc_status check_precision(zinc_cfg_reader *r, const json_t *root,
+                                   const zinc_settings *s) {
+  if (s->fp16_enabled == 1 && s->bf16_enabled == 1) {
+    const char *bf = json_object_get(root, "bfloat16") ? "bfloat16" : "bf16";
+    point_at(r, bf);
+    zinc_cfg_push(r, "enabled");
+    return zinc_cfg_bad(r, json_at(json_object_get(root, bf), "enabled"),
+                        "false while fp16.enabled is true: fp16 and bf16 cannot both be "
+                        "enabled");
+  }
+  return ZINC_OK;
+}
+
+static zinc_status check_offload(zinc_cfg_reader *r, const json_t *root,
+                                 const zinc_settings *s, const char *name,
+                                 const zinc_offload_settings *o, int min_stage) {
+  char at[96];
+  snprintf(at, sizeof at, "zero_optimization.%s.device", name);
+  const json_t *device = json_at(root, at);
+  if (o->device != ZINC_OFFLOAD_NONE && s->stage < min_stage) {
+    point_at(r, at);
+    return zinc_cfg_bad(r, device,
+                        "\"none\" with zero_optimization.stage %d: %s needs stage %s",
+                        s->stage, name, min_stage == 3 ? "3" : "1, 2 or 3");
+  }
+  if (o->device == ZINC_OFFLOAD_NVME && o->nvme_path_count == 0) {
+    snprintf(at, sizeof at, "zero_optimization.%s.nvme_path", name);
+    point_at(r, at);
+    return zinc_cfg_bad(r, json_at(root, at),
+                        "a directory path (or a list of up to %d) because %s.device is "
+                        "\"nvme\"", ZINC_MAX_NVME_PATHS, name);
+  }
+  if (o->device == ZINC_OFFLOAD_NVME && o->buffer_count < 1) {
+    snprintf(at, sizeof at, "zero_optimization.%s.buffer_count", name);
+    point_at(r, at);
+    return zinc_cfg_bad(r, json_at(root, at), "at least 1 buffer for NVMe offload");
+  }
+  if (o->device != ZINC_OFFLOAD_NVME && o->nvme_path_count > 0)
+    zinc_cfg_warn(r, "zero_optimization.%s.nvme_path is ignored: device is \"%s\", not "
+                  "\"nvme\"", name, zinc_offload_device_name(o->device));
+  return ZINC_OK;
+}
+
+static zinc_status check_zero(zinc_cfg_reader *r, const json_t *root, const zinc_settings *s) {
+  ZINC_CHECK(check_offload(r, root, s, "offload_optimizer", &s->offload_optimizer, 1));
+  ZINC_CHECK(check_offload(r, root, s, "offload_param", &s->offload_param, 3));
+  if (s->offload_optimizer.ratio < 1.0 && s->stage != 3) {
+    point_at(r, "zero_optimization.offload_optimizer.ratio");
+    return zinc_cfg_bad(r, json_at(root, "zero_optimization.offload_optimizer.ratio"),
+                        "1.0 with zero_optimization.stage %d: partial optimizer offload "
+                        "needs stage 3 (as in DeepSpeed)", s->stage);
+  }
+  return ZINC_OK;
+}
+
+/* Whatever the data-parallel size, train_batch_size must be a multiple of
+ * the product of the other given batch keys. */
+static zinc_status check_batch(zinc_cfg_reader *r, const json_t *root, const zinc_settings *s) {
+  int m = s->batch_given_mask;
+  if (!(m & ZINC_BATCH_GIVEN(ZINC_BATCH_TRAIN)))
+    return ZINC_OK;
+  int64_t train = s->train_batch_size;
+  int64_t micro = (m & ZINC_BATCH_GIVEN(ZINC_BATCH_MICRO)) ? s->train_micro_batch_size_per_gpu : 1;
+  int64_t gas = (m & ZINC_BATCH_GIVEN(ZINC_BATCH_GAS)) ? s->gradient_accumulation_steps : 1;
+  int64_t per_rank;
+  if (__builtin_mul_overflow(micro, gas, &per_rank) || train % per_rank != 0) {
+    point_at(r, "train_batch_size");
+    return zinc_cfg_bad(r, json_object_get(root, "train_batch_size"),
+                        "a multiple of train_micro_batch_size_per_gpu x "
+                        "gradient_accumulation_steps = %lld x %lld (train_batch_size = "
+                        "micro x accumulation x data-parallel size)",
+                        (long long)micro, (long long)gas);
+  }
+  return ZINC_OK;
+}
+
+static zinc_status check_scheduler(zinc_cfg_reader *r, const json_t *root,
+                                   const zinc_settings *s) {
+  if (s->scheduler != ZINC_SCHED_WARMUP_DECAY && s->scheduler != ZINC_SCHED_WARMUP_COSINE)
+    return ZINC_OK;
+  /* DeepSpeed warms up over max(2, warmup_num_steps) steps. */
+  int64_t warmup = s->warmup_num_steps < 2 ? 2 : s->warmup_num_steps;
+  if (s->scheduler == ZINC_SCHED_WARMUP_COSINE && s->total_num_steps == warmup) {
+    point_at(r, "scheduler.params.total_num_steps");
+    return zinc_cfg_bad(r, json_at(root, "scheduler.params.total_num_steps"),
+                        "more than the %lld warmup steps: WarmupCosineLR divides by "
+                        "total_num_steps - warmup_num_steps", (long long)warmup);
+  }
+  if (s->total_num_steps < warmup)
+    zinc_cfg_warn(r, "scheduler.params.total_num_steps %lld is less than warmup_num_steps "
+                  "%lld (DeepSpeed warns too)", (long long)s->total_num_steps,
+                  (long long)warmup);
+  return ZINC_OK;
+}
+
+zinc_status zinc_cfg_validate(zinc_cfg_reader *r, const json_t *root, zinc_settings *s) {
+  ZINC_CHECK(check_precision(r, root, s));
+  ZINC_CHECK(check_zero(r, root, s));
+  ZINC_CHECK(check_batch(r, root, s));
+  ZINC_CHECK(check_scheduler(r, root, s));
+  zinc_cfg_pop(r, 0);
+  return ZINC_OK;
+}

@@ -1,0 +1,490 @@
+/*
+ * test_config_corpus.c — every file of tests/config/valid loads, with the
+ * values and warning count its entry asserts; every file of
+ * tests/config/invalid fails with ZINC_ERR_CONFIG and a message naming the
+ * JSON path and the value found. Both tables must cover their folder
+ * exactly, so that a file added without an assertion fails the test.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "base.h"
+#include "config_test_util.h"
+
+/* ------------------------------------------------------------ valid files */
+
+typedef void (*check_fn)(const zinc_settings *s);
+
+static void hf_zero3_auto(const zinc_settings *s) {
+  assert_int_equal(s->stage, 3);
+  assert_int_equal(s->fp16_enabled, ZINC_AUTO);
+  assert_int_equal(s->bf16_enabled, ZINC_AUTO);
+  assert_int_equal(s->train_batch_size, ZINC_AUTO);
+  assert_int_equal(s->train_micro_batch_size_per_gpu, ZINC_AUTO);
+  assert_int_equal(s->gradient_accumulation_steps, ZINC_AUTO);
+  assert_int_equal(s->batch_given_mask, 070); /* all three "auto" */
+  assert_true(s->gradient_clipping == 1.0);   /* "auto" */
+  assert_int_equal(s->optimizer, ZINC_OPTIM_ADAMW);
+  assert_true(s->lr == 1e-3 && s->beta1 == 0.9 && s->beta2 == 0.999 && s->eps == 1e-8);
+  assert_true(s->weight_decay == 0.0);
+  assert_int_equal(s->scheduler, ZINC_SCHED_WARMUP_LR);
+  assert_true(s->warmup_min_lr == 0.0 && s->warmup_max_lr == s->lr);
+  assert_int_equal(s->warmup_num_steps, 1000);
+  assert_int_equal(s->offload_optimizer.device, ZINC_OFFLOAD_CPU);
+  assert_int_equal(s->offload_optimizer.pin_memory, 1);
+  assert_int_equal(s->offload_param.device, ZINC_OFFLOAD_CPU);
+  assert_int_equal(s->sub_group_size, 1000000000);
+  assert_int_equal(s->reduce_bucket_size, ZINC_AUTO);
+  assert_int_equal(s->stage3_prefetch_bucket_size, ZINC_AUTO);
+  assert_int_equal(s->stage3_param_persistence_threshold, ZINC_AUTO);
+  assert_int_equal(s->stage3_max_live_parameters, 1000000000);
+  assert_int_equal(s->stage3_gather_16bit_weights_on_model_save, 1);
+  assert_int_equal(s->steps_per_print, 2000);
+  assert_int_equal(s->fp16_initial_scale_power, 16);
+}
+
+static void hf_zero2_auto(const zinc_settings *s) {
+  assert_int_equal(s->stage, 2);
+  assert_int_equal(s->fp16_enabled, ZINC_AUTO);
+  assert_int_equal(s->bf16_enabled, 0);
+  assert_int_equal(s->allgather_bucket_size, 200000000);
+  assert_int_equal(s->reduce_bucket_size, ZINC_AUTO);
+  assert_int_equal(s->overlap_comm, 1);
+  assert_int_equal(s->offload_optimizer.device, ZINC_OFFLOAD_CPU);
+  assert_int_equal(s->offload_param.device, ZINC_OFFLOAD_NONE);
+  assert_int_equal(s->scheduler, ZINC_SCHED_WARMUP_DECAY);
+  assert_int_equal(s->total_num_steps, 20000);
+}
+
+static void hf_zero3_bf16_nvme(const zinc_settings *s) {
+  assert_int_equal(s->bf16_enabled, 1);
+  assert_int_equal(s->fp16_enabled, 0);
+  assert_true(s->lr == 2e-5 && s->weight_decay == 0.01);
+  assert_int_equal(s->offload_optimizer.device, ZINC_OFFLOAD_NVME);
+  assert_int_equal(s->offload_optimizer.nvme_path_count, 1);
+  assert_string_equal(s->offload_optimizer.nvme_paths[0], "/local_nvme");
+  assert_int_equal(s->offload_param.device, ZINC_OFFLOAD_NVME);
+  assert_int_equal(s->offload_param.buffer_count, 5);
+  assert_int_equal(s->offload_param.buffer_size, 100000000);
+  assert_int_equal(s->offload_param.max_in_cpu, 1000000000);
+  assert_int_equal(s->aio_intra_op_parallelism, 1); /* thread_count */
+  assert_int_equal(s->gradient_accumulation_steps, 4);
+  assert_int_equal(s->train_micro_batch_size_per_gpu, 2);
+  assert_int_equal(s->batch_given_mask, 006 | 010);
+}
+
+static void megatron_ds_gpt_fp16(const zinc_settings *s) {
+  assert_int_equal(s->train_batch_size, 256);
+  assert_int_equal(s->train_micro_batch_size_per_gpu, 4);
+  assert_int_equal(s->gradient_accumulation_steps, ZINC_AUTO);
+  assert_int_equal(s->batch_given_mask, 003);
+  assert_int_equal(s->stage, 1);
+  assert_int_equal(s->overlap_comm, 0);
+  assert_int_equal(s->fp16_enabled, 1);
+  assert_int_equal(s->fp16_loss_scale_window, 500);
+  assert_int_equal(s->fp16_initial_scale_power, 11);
+  assert_true(s->fp16_loss_scale == 0.0 && s->fp16_min_loss_scale == 1.0);
+  assert_true(s->gradient_clipping == 1.0);
+}
+
+static void megatron_ds_bf16_stage1(const zinc_settings *s) {
+  assert_int_equal(s->bf16_enabled, 1);
+  assert_int_equal(s->train_batch_size, 512);
+  assert_int_equal(s->steps_per_print, 1);
+}
+
+static void zero_infinity_nvme(const zinc_settings *s) {
+  assert_int_equal(s->stage, 3);
+  assert_int_equal(s->overlap_comm, 1); /* stage 3 default */
+  assert_int_equal(s->sub_group_size, 100000000);
+  assert_int_equal(s->stage3_prefetch_bucket_size, 50000000);
+  assert_int_equal(s->stage3_param_persistence_threshold, 10000);
+  assert_string_equal(s->offload_param.nvme_paths[0], "/mnt/nvme0/zero_infinity");
+  assert_int_equal(s->offload_param.buffer_count, 6);
+  assert_int_equal(s->offload_param.buffer_size, 200000000);
+  assert_int_equal(s->offload_param.max_in_cpu, 2000000000);
+  assert_int_equal(s->offload_optimizer.pipeline_read, 1);
+  assert_int_equal(s->offload_optimizer.pipeline_write, 1);
+  assert_int_equal(s->offload_optimizer.fast_init, 1);
+  assert_int_equal(s->aio_block_size, 262144);
+  assert_int_equal(s->aio_queue_depth, 32);
+  assert_int_equal(s->aio_intra_op_parallelism, 2);
+  assert_int_equal(s->optimizer, ZINC_OPTIM_ADAM);
+  assert_int_equal(s->adam_w_mode, 1);
+  assert_true(s->beta2 == 0.95 && s->weight_decay == 0.1 && s->lr == 3e-4);
+}
+
+static void zero_infinity_striped_nvme(const zinc_settings *s) {
+  assert_int_equal(s->offload_optimizer.nvme_path_count, 4);
+  assert_string_equal(s->offload_optimizer.nvme_paths[3], "/mnt/nvme3/zinc");
+  assert_null(s->offload_optimizer.nvme_paths[4]);
+  assert_true(s->offload_optimizer.ratio == 0.3);
+  assert_int_equal(s->offload_param.device, ZINC_OFFLOAD_CPU);
+  assert_int_equal(s->aio_queue_depth, 64);
+  assert_int_equal(s->aio_intra_op_parallelism, 8);
+  assert_int_equal(s->aio_single_submit, 1);
+  assert_int_equal(s->aio_allow_buffered_io, 1);
+  assert_int_equal(s->aio_swap_checksums, 1);
+  assert_int_equal(s->batch_given_mask, 007);
+}
+
+static void bloom_style_fp16(const zinc_settings *s) {
+  assert_int_equal(s->stage, 0);
+  assert_int_equal(s->train_batch_size, 2048);
+  assert_int_equal(s->train_micro_batch_size_per_gpu, 2);
+  assert_int_equal(s->fp16_initial_scale_power, 12);
+  assert_int_equal(s->fp16_hysteresis, 2);
+  assert_int_equal(s->steps_per_print, 2000);
+}
+
+static void opt_style_fp16_static(const zinc_settings *s) {
+  assert_true(s->fp16_loss_scale == 128.0);
+  assert_int_equal(s->fp16_initial_scale_power, 32);
+  assert_int_equal(s->fp16_consecutive_hysteresis, 1);
+  assert_int_equal(s->optimizer, ZINC_OPTIM_ADAM);
+  assert_int_equal(s->adam_w_mode, 0); /* explicit false keeps L2 Adam */
+  assert_true(s->lr == 1.2e-4);
+  assert_int_equal(s->overlap_comm, 0);
+  assert_int_equal(s->contiguous_gradients, 0);
+  assert_int_equal(s->reduce_bucket_size, 500000000);
+}
+
+static void minimal_micro_batch(const zinc_settings *s) {
+  assert_int_equal(s->train_micro_batch_size_per_gpu, 1);
+  assert_int_equal(s->batch_given_mask, 002);
+  assert_int_equal(s->stage, 0);
+}
+
+static void minimal_train_batch(const zinc_settings *s) {
+  assert_int_equal(s->train_batch_size, 8);
+  assert_int_equal(s->batch_given_mask, 001);
+}
+
+static void empty_object(const zinc_settings *s) {
+  zinc_settings d;
+  zinc_settings_defaults(&d);
+  assert_true(settings_same(s, &d));
+}
+
+static void deepspeed_cifar_tutorial(const zinc_settings *s) {
+  assert_int_equal(s->train_batch_size, 16);
+  assert_true(s->beta1 == 0.8 && s->weight_decay == 3e-7);
+  assert_int_equal(s->scheduler, ZINC_SCHED_WARMUP_LR);
+  assert_true(s->warmup_max_lr == 0.001);
+  assert_int_equal(s->warmup_num_steps, 1000);
+  assert_int_equal(s->fp16_initial_scale_power, 15);
+  assert_int_equal(s->allgather_bucket_size, 50000000);
+  assert_int_equal(s->reduce_bucket_size, 50000000);
+  assert_int_equal(s->offload_optimizer.device, ZINC_OFFLOAD_NONE); /* cpu_offload false */
+}
+
+static void bert_warmup_decay(const zinc_settings *s) {
+  assert_int_equal(s->bias_correction, 0);
+  assert_true(s->gradient_predivide_factor == 8.0);
+  assert_int_equal(s->scheduler, ZINC_SCHED_WARMUP_DECAY);
+  assert_int_equal(s->total_num_steps, 7038);
+  assert_int_equal(s->warmup_num_steps, 704);
+  assert_int_equal(s->warmup_type, ZINC_WARMUP_LINEAR);
+  assert_int_equal(s->reduce_bucket_size, 200000000);
+}
+
+static void llama_warmup_cosine_bf16(const zinc_settings *s) {
+  assert_int_equal(s->scheduler, ZINC_SCHED_WARMUP_COSINE);
+  assert_int_equal(s->total_num_steps, 10000);
+  assert_int_equal(s->warmup_num_steps, 2000);
+  assert_true(s->warmup_min_ratio == 0.01 && s->cos_min_ratio == 0.1);
+  assert_int_equal(s->warmup_type, ZINC_WARMUP_LINEAR);
+  assert_true(s->eps == 1e-5);
+  assert_int_equal(s->stage3_max_live_parameters, 3000000000LL);
+  assert_int_equal(s->stage3_prefetch_bucket_size, 200000000);
+  assert_int_equal(s->stage3_param_persistence_threshold, 1000000);
+  assert_int_equal(s->gradient_accumulation_steps, 8);
+}
+
+static void monitoring_sections(const zinc_settings *s) {
+  assert_int_equal(s->stage, 2);
+  assert_int_equal(s->wall_clock_breakdown, 0); /* flops_profiler is ignored */
+}
+
+static void zinc_section(const zinc_settings *s) {
+  assert_int_equal(s->log_level, ZINC_LOG_WARN);
+  assert_true(s->comm_timeout_s == 120.0);
+  assert_string_equal(s->memory_timeline, "memory_timeline.json");
+  assert_int_equal(s->placement_verbose, 1);
+  assert_int_equal(s->aio_allow_buffered_io, 1);
+  assert_int_equal(s->aio_swap_checksums, 0);
+  assert_string_equal(s->offload_optimizer.nvme_paths[0], "/scratch/zinc");
+}
+
+static void older_spellings(const zinc_settings *s) {
+  assert_int_equal(s->bf16_enabled, 1);
+  assert_int_equal(s->stage3_prefetch_bucket_size, 10000000);
+  assert_int_equal(s->stage3_param_persistence_threshold, 50000);
+  assert_int_equal(s->stage3_max_live_parameters, 200000000);
+  assert_int_equal(s->stage3_max_reuse_distance, 300000000);
+  assert_int_equal(s->stage3_gather_16bit_weights_on_model_save, 1);
+  assert_int_equal(s->aio_intra_op_parallelism, 4);
+  assert_int_equal(s->aio_queue_depth, 16);
+}
+
+static void deprecated_cpu_offload(const zinc_settings *s) {
+  assert_int_equal(s->offload_optimizer.device, ZINC_OFFLOAD_CPU);
+  assert_int_equal(s->stage, 2);
+  assert_int_equal(s->fp16_enabled, 1);
+}
+
+static void activation_checkpointing(const zinc_settings *s) {
+  assert_int_equal(s->ac_partition_activations, 1);
+  assert_int_equal(s->ac_cpu_checkpointing, 1);
+  assert_int_equal(s->ac_contiguous_memory_optimization, 1);
+  assert_int_equal(s->ac_number_checkpoints, 24);
+  assert_int_equal(s->ac_synchronize_checkpoint_boundary, 0);
+  assert_int_equal(s->ac_profile, 1);
+}
+
+static void accelerate_generated(const zinc_settings *s) {
+  assert_int_equal(s->batch_given_mask, 004 | 030);
+  assert_int_equal(s->offload_optimizer.device, ZINC_OFFLOAD_NONE);
+  assert_int_equal(s->offload_optimizer.nvme_path_count, 0);
+  assert_int_equal(s->steps_per_print, 2147483647);
+  assert_int_equal(s->zero_allow_untested_optimizer, 1);
+}
+
+static void integers_as_reals(const zinc_settings *s) {
+  assert_int_equal(s->train_batch_size, 32);
+  assert_int_equal(s->reduce_bucket_size, 500000000);
+  assert_int_equal(s->allgather_bucket_size, 200000000);
+  assert_int_equal(s->sub_group_size, 1000000000);
+  assert_int_equal(s->stage3_max_reuse_distance, 1000000000);
+  assert_int_equal(s->aio_block_size, 1048576);
+  assert_int_equal(s->steps_per_print, 1000);
+}
+
+static void untested_optimizer_allowed(const zinc_settings *s) {
+  assert_int_equal(s->optimizer, ZINC_OPTIM_ADAM);
+  assert_true(s->lr == 0.002 && s->weight_decay == 0.01);
+}
+
+static void inert_deepspeed_keys(const zinc_settings *s) {
+  assert_int_equal(s->round_robin_gradients, 1);
+  assert_int_equal(s->stage, 2);
+}
+
+static void gpt_neox_style(const zinc_settings *s) {
+  assert_int_equal(s->fp16_enabled, 1);
+  assert_int_equal(s->wall_clock_breakdown, 1);
+  assert_true(s->lr == 0.0006 && s->beta2 == 0.95);
+  assert_int_equal(s->reduce_scatter, 1);
+}
+
+typedef struct {
+  const char *file;
+  int warnings;
+  check_fn check;
+} valid_case;
+
+#define VALID(name, warnings) {#name ".json", warnings, name}
+static const valid_case valid_cases[] = {
+    VALID(accelerate_generated, 0),
+    VALID(activation_checkpointing, 0),
+    VALID(bert_warmup_decay, 0),
+    VALID(bloom_style_fp16, 0),
+    VALID(deepspeed_cifar_tutorial, 0),
+    VALID(deprecated_cpu_offload, 1),
+    VALID(empty_object, 0),
+    VALID(gpt_neox_style, 1),     /* fp16.fp16 is not a key */
+    VALID(hf_zero2_auto, 0),
+    VALID(hf_zero3_auto, 0),
+    VALID(hf_zero3_bf16_nvme, 0),
+    VALID(inert_deepspeed_keys, 2), /* communication_data_type, round_robin_gradients */
+    VALID(integers_as_reals, 0),
+    VALID(llama_warmup_cosine_bf16, 0),
+    VALID(megatron_ds_bf16_stage1, 1), /* data_types */
+    VALID(megatron_ds_gpt_fp16, 0),
+    VALID(minimal_micro_batch, 0),
+    VALID(minimal_train_batch, 0),
+    VALID(monitoring_sections, 1), /* one warning names all five sections */
+    VALID(older_spellings, 0),
+    VALID(opt_style_fp16_static, 0),
+    VALID(untested_optimizer_allowed, 1),
+    VALID(zero_infinity_nvme, 0),
+    VALID(zero_infinity_striped_nvme, 0),
+    VALID(zinc_section, 0),
+};
+
+static const valid_case *find_valid(const char *file) {
+  for (size_t i = 0; i < sizeof valid_cases / sizeof valid_cases[0]; i++)
+    if (strcmp(valid_cases[i].file, file) == 0)
+      return &valid_cases[i];
+  return NULL;
+}
+
+static void valid_corpus_loads(void **state) {
+  (void)state;
+  char dir[1024], path[1400];
+  corpus_dir("valid", dir, sizeof dir);
+  char **names;
+  int n = list_json(dir, &names);
+  assert_true(n >= 20);
+  assert_int_equal(n, (int)(sizeof valid_cases / sizeof valid_cases[0]));
+  for (int i = 0; i < n; i++) {
+    const valid_case *c = find_valid(names[i]);
+    if (!c)
+      fail_msg("valid/%s has no entry in valid_cases", names[i]);
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    zinc_config *cfg = NULL;
+    zinc_status st = zinc_config_load(path, &cfg);
+    if (st != ZINC_OK)
+      fail_msg("valid/%s: %s: %s", names[i], zinc_status_name(st), zinc_last_error());
+    if (zinc_config_warning_count(cfg) != c->warnings)
+      fail_msg("valid/%s: %d warnings, expected %d", names[i], zinc_config_warning_count(cfg),
+               c->warnings);
+    c->check(&cfg->s);
+    zinc_config_free(cfg);
+  }
+  free_names(names, n);
+}
+
+/* ------------------------------------------------------------ invalid files */
+
+typedef struct {
+  const char *file;
+  const char *path;  /* the JSON path the message must name */
+  const char *value; /* the value (as rendered) it must show */
+} invalid_case;
+
+static const invalid_case invalid_cases[] = {
+    {"accumulation_negative.json", "gradient_accumulation_steps:", "found -2"},
+    {"aio_block_size_unaligned.json", "aio.block_size:", "found 1000"},
+    {"aio_queue_depth_zero.json", "aio.queue_depth:", "found 0"},
+    {"aio_thread_count_and_intra_op.json", "aio.intra_op_parallelism:", "found 4"},
+    {"amsgrad.json", "optimizer.params.amsgrad:", "found true"},
+    {"batch_as_string.json", "train_batch_size:", "found \"32\""},
+    {"batch_not_multiple.json", "train_batch_size:", "found 10"},
+    {"batch_too_big.json", "train_batch_size:", "found 1e30"},
+    {"batch_triad_mismatch.json", "train_batch_size:", "found 64"},
+    {"beta2_is_one.json", "optimizer.params.betas[1]:", "found 1.0"},
+    {"betas_as_string.json", "optimizer.params.betas:", "found \"0.9,0.999\""},
+    {"betas_three_values.json", "optimizer.params.betas:", "found [0.9,0.99,0.999]"},
+    {"bf16_and_bfloat16.json", "bfloat16:", "found {\"enabled\":true}"},
+    {"comm_timeout_zero.json", "zinc.comm_timeout_s:", "found 0"},
+    {"cosine_total_equals_warmup.json", "scheduler.params.total_num_steps:", "found 1000"},
+    {"cosine_with_warmup_max_lr.json", "scheduler.params.warmup_max_lr:", "found 0.0003"},
+    {"cosine_without_params.json", "scheduler.params.total_num_steps:", "found nothing"},
+    {"cpu_offload_and_offload_optimizer.json", "zero_optimization.cpu_offload:", "found true"},
+    {"decay_without_total.json", "scheduler.params.total_num_steps:", "found nothing"},
+    {"duplicate_offload_device.json", "zero_optimization.offload_optimizer.device:",
+     "\"device\""},
+    {"duplicate_stage.json", "zero_optimization.stage:", "\"stage\""},
+    {"duplicate_top_level.json", "train_batch_size:", "\"train_batch_size\""},
+    {"eps_zero.json", "optimizer.params.eps:", "found 0"},
+    {"fp16_and_bf16.json", "bf16.enabled:", "found true"},
+    {"fp16_as_bool.json", "fp16:", "found true"},
+    {"fp16_enabled_yes.json", "fp16.enabled:", "found \"yes\""},
+    {"gradient_clipping_negative.json", "gradient_clipping:", "found -1.0"},
+    {"gradient_predivide_factor_zero.json", "gradient_predivide_factor:", "found 0"},
+    {"hysteresis_zero.json", "fp16.hysteresis:", "found 0"},
+    {"initial_scale_power_too_big.json", "fp16.initial_scale_power:", "found 100"},
+    {"log_level_unknown.json", "zinc.log_level:", "found \"verbose\""},
+    {"loss_scale_negative.json", "fp16.loss_scale:", "found -1"},
+    {"loss_scale_window_fraction.json", "fp16.loss_scale_window:", "found 100.5"},
+    {"lr_negative.json", "optimizer.params.lr:", "found -0.001"},
+    {"memory_timeline_empty.json", "zinc.memory_timeline:", "found \"\""},
+    {"micro_batch_zero.json", "train_micro_batch_size_per_gpu:", "found 0"},
+    {"min_loss_scale_zero.json", "fp16.min_loss_scale:", "found 0"},
+    {"number_checkpoints_negative.json", "activation_checkpointing.number_checkpoints:",
+     "found -1"},
+    {"nvme_buffer_count_zero.json", "zero_optimization.offload_optimizer.buffer_count:",
+     "found 0"},
+    {"nvme_path_empty.json", "zero_optimization.offload_param.nvme_path:", "found \"\""},
+    {"nvme_path_list_number.json", "zero_optimization.offload_optimizer.nvme_path[1]:",
+     "found 1"},
+    {"nvme_path_too_many.json", "zero_optimization.offload_optimizer.nvme_path:",
+     "found [\"/mnt/nvme0\""},
+    {"nvme_without_path.json", "zero_optimization.offload_optimizer.nvme_path:",
+     "found nothing"},
+    {"offload_device_gpu.json", "zero_optimization.offload_optimizer.device:", "found \"gpu\""},
+    {"offload_optimizer_at_stage0.json", "zero_optimization.offload_optimizer.device:",
+     "found \"cpu\""},
+    {"offload_param_at_stage2.json", "zero_optimization.offload_param.device:",
+     "found \"cpu\""},
+    {"offload_ratio_above_one.json", "zero_optimization.offload_optimizer.ratio:",
+     "found 1.5"},
+    {"optimizer_lamb.json", "optimizer.type:", "found \"Lamb\""},
+    {"optimizer_params_list.json", "optimizer.params:", "found [0.001,0.9]"},
+    {"optimizer_typo.json", "optimizer.type:", "found \"AdamX\""},
+    {"optimizer_without_type.json", "optimizer.type:", "found nothing"},
+    {"overlap_comm_two.json", "zero_optimization.overlap_comm:", "found 2"},
+    {"param_nvme_without_path.json", "zero_optimization.offload_param.nvme_path:",
+     "found null"},
+    {"partial_offload_stage2.json", "zero_optimization.offload_optimizer.ratio:",
+     "found 0.5"},
+    {"prefetch_two_spellings.json", "zero_optimization.prefetch_bucket_size:",
+     "found 20000000"},
+    {"reduce_bucket_size_string.json", "zero_optimization.reduce_bucket_size:",
+     "found \"5e8\""},
+    {"scheduler_onecycle.json", "scheduler.type:", "found \"OneCycle\""},
+    {"scheduler_unknown.json", "scheduler.type:", "found \"CosineAnnealingLR\""},
+    {"scheduler_without_type.json", "scheduler.type:", "found nothing"},
+    {"stage_as_string.json", "zero_optimization.stage:", "found \"3\""},
+    {"stage_fraction.json", "zero_optimization.stage:", "found 2.5"},
+    {"stage_out_of_range.json", "zero_optimization.stage:", "found 4"},
+    {"steps_per_print_zero.json", "steps_per_print:", "found 0"},
+    {"sub_group_size_zero.json", "zero_optimization.sub_group_size:", "found 0"},
+    {"top_level_array.json", "(top level):", "found [{\"train_batch_size\":8}]"},
+    {"total_steps_auto.json", "scheduler.params.total_num_steps:", "found \"auto\""},
+    {"trailing_comma.json", "(in zero_optimization)", "near '}'"},
+    {"unterminated_string.json", "(in optimizer.type)", "near '\"Adam,'"},
+    {"warmup_type_unknown.json", "scheduler.params.warmup_type:", "found \"exp\""},
+    {"weight_decay_auto_string.json", "optimizer.params.weight_decay:", "found \"0.01\""},
+    {"zero_optimization_number.json", "zero_optimization:", "found 3"},
+};
+
+static const invalid_case *find_invalid(const char *file) {
+  for (size_t i = 0; i < sizeof invalid_cases / sizeof invalid_cases[0]; i++)
+    if (strcmp(invalid_cases[i].file, file) == 0)
+      return &invalid_cases[i];
+  return NULL;
+}
+
+static void invalid_corpus_fails_with_path(void **state) {
+  (void)state;
+  char dir[1024], path[1400];
+  corpus_dir("invalid", dir, sizeof dir);
+  char **names;
+  int n = list_json(dir, &names);
+  assert_true(n >= 40);
+  assert_int_equal(n, (int)(sizeof invalid_cases / sizeof invalid_cases[0]));
+  for (int i = 0; i < n; i++) {
+    const invalid_case *c = find_invalid(names[i]);
+    if (!c)
+      fail_msg("invalid/%s has no entry in invalid_cases", names[i]);
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    zinc_config *cfg = (zinc_config *)&cfg; /* must be reset to NULL */
+    zinc_status st = zinc_config_load(path, &cfg);
+    const char *msg = zinc_last_error();
+    if (st != ZINC_ERR_CONFIG)
+      fail_msg("invalid/%s: status %s, expected ZINC_ERR_CONFIG", names[i],
+               zinc_status_name(st));
+    assert_null(cfg);
+    if (!strstr(msg, c->path) || !strstr(msg, c->value) || !strstr(msg, names[i]))
+      fail_msg("invalid/%s: message does not name the file, path \"%s\" and value \"%s\":\n  %s",
+               names[i], c->path, c->value, msg);
+  }
+  free_names(names, n);
+}
+
+int main(void) {
+  /* The corpus is about values; its warnings are counted, not shown. */
+  zinc_log_set_level(ZINC_LOG_ERROR);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(valid_corpus_loads),
+      cmocka_unit_test(invalid_corpus_fails_with_path),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
