@@ -64,3 +64,21 @@ void zinc_loss_scaler_update(zinc_loss_scaler *ls, int overflow) {
 float zinc_loss_scaler_scale(const zinc_loss_scaler *ls) {
   return ls->cur_scale < 0x1p127 ? (float)ls->cur_scale : 0x1p127f;
 }
+
+void zinc_loss_scaler_state(const zinc_loss_scaler *ls, double *scale, int64_t *iter,
+                            int64_t *last_overflow, int *hysteresis) {
+  *scale = ls->cur_scale;
+  *iter = ls->cur_iter;
+  *last_overflow = ls->last_overflow_iter;
+  *hysteresis = ls->cur_hysteresis;
+}
+
+void zinc_loss_scaler_restore(zinc_loss_scaler *ls, double scale, int64_t iter,
+                              int64_t last_overflow, int hysteresis) {
+  /* a static or disabled scaler keeps its configured scale */
+  if (ls->dynamic)
+    ls->cur_scale = scale;
+  ls->cur_iter = iter;
+  ls->last_overflow_iter = last_overflow;
+  ls->cur_hysteresis = hysteresis;
+}
