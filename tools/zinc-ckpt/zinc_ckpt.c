@@ -1,0 +1,210 @@
+/*
+ * zinc-ckpt — inspect, verify and export zinc checkpoints without a
+ * training program.
+ *
+ *   zinc-ckpt list   DIR [TAG]          tags, latest, and a checkpoint's contents
+ *   zinc-ckpt verify DIR [TAG]          every checksum, the manifest, every shard
+ *   zinc-ckpt export DIR [TAG] OUT.safetensors [--dtype f32|bf16|f16|param]
+ *                                       consolidated weights (fp32 master,
+ *                                       converted), one parameter at a time
+ * TAG defaults to the one DIR/latest names. Exit status: 0 ok, 1 a problem
+ * with the checkpoint (the message names the file and what is wrong), 2 a
+ * usage error.
+ */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base.h"
+#include "engine/ckpt_file.h"
+#include "engine/safetensors.h"
+
+static int usage(void) {
+  fprintf(stderr,
+          "usage: zinc-ckpt list   DIR [TAG]\n"
+          "       zinc-ckpt verify DIR [TAG]\n"
+          "       zinc-ckpt export DIR [TAG] OUT.safetensors [--dtype f32|bf16|f16|param]\n");
+  return 2;
+}
+
+static int report(zinc_status st) {
+  fprintf(stderr, "zinc-ckpt: %s: %s\n", zinc_status_name(st), zinc_last_error());
+  return 1;
+}
+
+static void list_tags(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return;
+  char *latest = NULL;
+  size_t len;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, ZINC_LATEST_NAME);
+  if (zinc_file_read_all(path, &latest, &len) == ZINC_OK)
+    latest[strcspn(latest, "\r\n ")] = '\0';
+  printf("tags in %s:\n", dir);
+  struct dirent *ent;
+  while ((ent = readdir(d))) {
+    if (ent->d_name[0] == '.')
+      continue;
+    snprintf(path, sizeof path, "%s/%s/%s", dir, ent->d_name, ZINC_MANIFEST_NAME);
+    struct stat sb;
+    if (stat(path, &sb) == 0)
+      printf("  %s%s\n", ent->d_name, latest && !strcmp(latest, ent->d_name) ? "  (latest)" : "");
+  }
+  closedir(d);
+  free(latest);
+}
+
+static int cmd_list(const char *dir, const char *tag) {
+  list_tags(dir);
+  zinc_ckpt_dir *d;
+  zinc_status st = zinc_ckpt_dir_open(dir, tag, &d);
+  if (st != ZINC_OK)
+    return report(st);
+  const zinc_manifest *m = d->manifest;
+  printf("\ncheckpoint %s (zinc %s)\n", d->path, m->zinc_version);
+  printf("  saved by %d ranks (data-parallel %d) at stage %d, offload %s\n", m->world_size,
+         m->dp_size, m->stage, m->offload_optimizer);
+  printf("  step %lld, micro-batches %lld, skipped steps %lld, loss scale %g\n",
+         (long long)m->step, (long long)m->micro_step, (long long)m->skipped_steps,
+         m->scaler_scale);
+  int64_t total = 0, bytes = 0;
+  for (int i = 0; i < m->nfiles; i++)
+    bytes += m->files[i].bytes;
+  printf("  %d shard files, %.1f MiB; sections:", m->nfiles, (double)bytes / (1 << 20));
+  for (int s = 0; s < m->nsections; s++)
+    printf(" %s", m->sections[s]);
+  printf("\n\n  %-40s %-6s %-20s %12s\n", "parameter", "dtype", "shape", "elements");
+  for (int i = 0; i < m->nparams; i++) {
+    const zinc_manifest_param *p = &m->params[i];
+    char shape[64];
+    int n = snprintf(shape, sizeof shape, "[");
+    for (int k = 0; k < p->ndim && n < (int)sizeof shape; k++)
+      n += snprintf(shape + n, sizeof shape - (size_t)n, "%s%lld", k ? ", " : "",
+                    (long long)p->shape[k]);
+    if (n < (int)sizeof shape)
+      snprintf(shape + n, sizeof shape - (size_t)n, "]");
+    printf("  %-40s %-6s %-20s %12lld\n", p->name, zinc_dtype_name(p->dtype), shape,
+           (long long)p->numel);
+    total += p->numel;
+  }
+  printf("  %d parameters, %lld elements\n", m->nparams, (long long)total);
+  zinc_ckpt_dir_close(d);
+  return 0;
+}
+
+static int cmd_verify(const char *dir, const char *tag) {
+  zinc_ckpt_dir *d;
+  zinc_status st = zinc_ckpt_dir_open(dir, tag, &d);
+  if (st != ZINC_OK)
+    return report(st);
+  printf("%s: checksums file and manifest ok\n", d->path);
+  int bad = 0;
+  for (int i = 0; i < d->manifest->nfiles; i++) {
+    st = zinc_ckpt_dir_verify_file(d, i);
+    if (st != ZINC_OK) {
+      fprintf(stderr, "  %s: %s\n", d->manifest->files[i].name, zinc_last_error());
+      bad++;
+    } else {
+      printf("  %s: ok (%lld bytes, crc32c %08x)\n", d->manifest->files[i].name,
+             (long long)d->manifest->files[i].bytes, d->manifest->files[i].crc32c);
+    }
+  }
+  zinc_ckpt_dir_close(d);
+  printf(bad ? "%d shard(s) damaged\n" : "checkpoint verified\n", bad);
+  return bad ? 1 : 0;
+}
+
+static int cmd_export(const char *dir, const char *tag, const char *out, int dtype) {
+  zinc_ckpt_dir *d;
+  zinc_status st = zinc_ckpt_dir_open(dir, tag, &d);
+  if (st != ZINC_OK)
+    return report(st);
+  const zinc_manifest *m = d->manifest;
+  for (int i = 0; i < m->nfiles && st == ZINC_OK; i++)
+    st = zinc_ckpt_dir_verify_file(d, i);
+  zinc_safetensors_tensor *t = calloc((size_t)m->nparams + 1, sizeof *t);
+  int64_t largest = 1;
+  for (int i = 0; i < m->nparams; i++) {
+    const zinc_manifest_param *p = &m->params[i];
+    t[i] = (zinc_safetensors_tensor){p->name, dtype < 0 ? p->dtype : (zinc_dtype)dtype, p->ndim,
+                                     p->shape};
+    if (p->numel > largest)
+      largest = p->numel;
+  }
+  zinc_safetensors *w = NULL;
+  if (st == ZINC_OK)
+    st = zinc_safetensors_open(out, t, m->nparams, &w);
+  zinc_shard_reader **readers = calloc((size_t)m->nfiles, sizeof *readers);
+  /* one parameter at a time, read piece by piece in bounded blocks */
+  enum { BLOCK = 1 << 20 };
+  float *buf = malloc(BLOCK * sizeof(float));
+  for (int i = 0; i < m->nparams && st == ZINC_OK; i++) {
+    const zinc_manifest_param *p = &m->params[i];
+    for (int k = 0; k < p->npieces && st == ZINC_OK; k++) {
+      const zinc_manifest_piece *pc = &p->pieces[k];
+      if (!readers[pc->file]) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", d->path, m->files[pc->file].name);
+        st = zinc_shard_reader_open(path, &readers[pc->file]);
+      }
+      for (int64_t x = 0; x < pc->length && st == ZINC_OK; x += BLOCK) {
+        int64_t n = pc->length - x < BLOCK ? pc->length - x : BLOCK;
+        st = zinc_shard_reader_read(readers[pc->file], 0, (uint64_t)(pc->file_offset + x), buf,
+                                    (size_t)n);
+        if (st == ZINC_OK)
+          st = zinc_safetensors_put(w, i, pc->param_offset + x, buf, n);
+      }
+    }
+  }
+  if (st == ZINC_OK) {
+    st = zinc_safetensors_finish(w);
+    w = NULL;
+  }
+  zinc_safetensors_abort(w);
+  for (int i = 0; i < m->nfiles; i++)
+    zinc_shard_reader_close(readers[i]);
+  free(readers);
+  free(buf);
+  free(t);
+  if (st == ZINC_OK)
+    printf("wrote %s: %d tensors from %s\n", out, m->nparams, d->path);
+  zinc_ckpt_dir_close(d);
+  return st == ZINC_OK ? 0 : report(st);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3)
+    return usage();
+  const char *cmd = argv[1], *dir = argv[2];
+  if (!strcmp(cmd, "list") || !strcmp(cmd, "verify")) {
+    if (argc > 4)
+      return usage();
+    const char *tag = argc == 4 ? argv[3] : NULL;
+    return !strcmp(cmd, "list") ? cmd_list(dir, tag) : cmd_verify(dir, tag);
+  }
+  if (!strcmp(cmd, "export")) {
+    const char *pos[2] = {NULL, NULL};
+    int npos = 0, dtype = -1;
+    for (int i = 3; i < argc; i++) {
+      if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
+        const char *v = argv[++i];
+        dtype = !strcmp(v, "f32") ? ZINC_F32 : !strcmp(v, "bf16") ? ZINC_BF16
+              : !strcmp(v, "f16") ? ZINC_F16 : !strcmp(v, "param") ? -1 : -2;
+        if (dtype == -2)
+          return usage();
+      } else if (npos < 2) {
+        pos[npos++] = argv[i];
+      } else {
+        return usage();
+      }
+    }
+    if (npos == 0)
+      return usage();
+    return npos == 1 ? cmd_export(dir, NULL, pos[0], dtype) : cmd_export(dir, pos[0], pos[1], dtype);
+  }
+  return usage();
+}
