@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "engine/profiler.h"
 #include "optim/lr_schedule.h"
 
 /* ------------------------------------------------------------ failures */
@@ -84,6 +85,50 @@ void zinc_engine_phase(zinc_engine *e, zinc_phase p) {
   e->phase = p;
   e->phase_start = now;
   zinc_prof_phase(e->prof, (int)p);
+  if (e->cfg.memory_timeline && e->built &&
+      zinc_prof_sample(e->prof, e->step, e->micro_step, (int)p) != ZINC_OK && !e->timeline_warned) {
+    zinc_log(ZINC_LOG_WARN, "memory timeline stopped: %s", zinc_last_error());
+    e->timeline_warned = 1;
+  }
+}
+
+/* zinc.memory_timeline names the file; "{rank}" in it becomes the rank,
+ * and without it every rank but a lone one adds ".rank<N>" before ".json". */
+static char *timeline_path(const zinc_engine *e) {
+  const char *tpl = e->cfg.memory_timeline;
+  char rank[16];
+  snprintf(rank, sizeof rank, "%d", e->world_rank);
+  size_t n = strlen(tpl) + 32;
+  char *out = malloc(n);
+  if (!out)
+    return NULL;
+  const char *at = strstr(tpl, "{rank}");
+  if (at) {
+    snprintf(out, n, "%.*s%s%s", (int)(at - tpl), tpl, rank, at + 6);
+  } else if (e->world_size > 1) {
+    const char *dot = strrchr(tpl, '.');
+    if (!dot || strchr(dot, '/'))
+      dot = tpl + strlen(tpl);
+    snprintf(out, n, "%.*s.rank%s%s", (int)(dot - tpl), tpl, rank, dot);
+  } else {
+    snprintf(out, n, "%s", tpl);
+  }
+  return out;
+}
+
+zinc_status zinc_memory_timeline_flush(zinc_engine *e) {
+  if (!e)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_memory_timeline_flush: engine is NULL");
+  if (!e->cfg.memory_timeline)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_memory_timeline_flush: no timeline configured; "
+                      "set \"zinc\": {\"memory_timeline\": \"path.json\"} in the config");
+  char *path = timeline_path(e);
+  if (!path)
+    return zinc_error(ZINC_ERR_NOMEM, "out of memory");
+  zinc_status st = zinc_prof_timeline_write(e->prof, path, e->world_rank, e->world_size,
+                                            e->cfg.stage);
+  free(path);
+  return st;
 }
 
 /* ------------------------------------------------------------ creation */
@@ -204,6 +249,8 @@ fail:
 void zinc_engine_destroy(zinc_engine *e) {
   if (!e)
     return;
+  if (e->cfg.memory_timeline && e->built && zinc_memory_timeline_flush(e) != ZINC_OK)
+    zinc_log(ZINC_LOG_WARN, "%s", zinc_last_error());
   zinc_build_free(e);
   zinc_trace_free(e);
   zinc_registry_free(e);
@@ -446,6 +493,8 @@ zinc_status zinc_step(zinc_engine *e, zinc_step_info *info) {
   zinc_engine_phase(e, ZINC_PHASE_STEP);
   zinc_status st = zinc_step_run(e, info);
   zinc_engine_phase(e, ZINC_PHASE_IDLE);
+  if (st == ZINC_OK && info->boundary)
+    zinc_prof_step_done(e->prof);
   return st == ZINC_OK ? ZINC_OK : zinc_engine_fail(e, st);
 }
 

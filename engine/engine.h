@@ -269,6 +269,7 @@ struct zinc_engine {
   zinc_phase phase;
   double phase_start;
   double t_forward, t_backward, t_step, t_comm_wait;
+  int timeline_warned;
 };
 
 /* --------------------------------------------------------- engine.c */

@@ -8,11 +8,20 @@
  * free, so the figures are never a separate pass. Counters are atomics: an
  * allocation may come from an I/O or comm thread.
  */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine.h"
 #include "engine/profiler.h"
+
+typedef struct {
+  double t;
+  int64_t step, micro;
+  int phase;
+  int64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT];
+} prof_sample;
 
 struct zinc_prof {
   _Atomic int64_t current[ZINC_LOC_N][ZINC_MEM_NCAT];
@@ -21,14 +30,23 @@ struct zinc_prof {
   _Atomic int64_t peak_total[ZINC_LOC_N];
   _Atomic int64_t phase_peak[ZINC_PHASE_N][ZINC_LOC_N];
   _Atomic int64_t step_peak[ZINC_LOC_N];
+  int64_t last_step_peak[ZINC_LOC_N];
   _Atomic int phase;
+  /* timeline (main thread only) */
+  prof_sample *samples;
+  int nsamples, cap;
+  double t0;
 };
 
 zinc_status zinc_prof_create(zinc_prof **out) {
   return zinc_calloc((void **)out, 1, sizeof **out, "memory profiler");
 }
 
-void zinc_prof_destroy(zinc_prof *p) { free(p); }
+void zinc_prof_destroy(zinc_prof *p) {
+  if (p)
+    free(p->samples);
+  free(p);
+}
 
 static void raise_to(_Atomic int64_t *peak, int64_t v) {
   int64_t old = atomic_load(peak);
@@ -61,6 +79,7 @@ void zinc_prof_phase(zinc_prof *p, int phase) {
 
 void zinc_prof_stats(const zinc_prof *p, zinc_mem_stats *out) {
   memset(out, 0, sizeof *out);
+  out->device_free = out->device_total = out->device_process = -1;
   if (!p)
     return;
   zinc_prof *q = (zinc_prof *)p;
@@ -70,6 +89,9 @@ void zinc_prof_stats(const zinc_prof *p, zinc_mem_stats *out) {
       out->peak[l][c] = (uint64_t)atomic_load(&q->peak[l][c]);
     }
     out->peak_total[l] = (uint64_t)atomic_load(&q->peak_total[l]);
+    for (int ph = 0; ph < ZINC_MEM_NPHASE; ph++)
+      out->phase_peak[ph][l] = (uint64_t)atomic_load(&q->phase_peak[ph + 1][l]);
+    out->last_step_peak[l] = (uint64_t)q->last_step_peak[l];
   }
 }
 
@@ -79,11 +101,71 @@ int64_t zinc_prof_phase_peak(const zinc_prof *p, int phase, int location) {
   return atomic_load(&((zinc_prof *)p)->phase_peak[phase][location]);
 }
 
-int64_t zinc_prof_step_peak_take(zinc_prof *p, int location) {
-  if (!p || location < 0 || location >= ZINC_LOC_N)
-    return 0;
-  int64_t v = atomic_exchange(&p->step_peak[location], atomic_load(&p->total[location]));
-  return v;
+void zinc_prof_step_done(zinc_prof *p) {
+  if (!p)
+    return;
+  for (int l = 0; l < ZINC_LOC_N; l++)
+    p->last_step_peak[l] = atomic_exchange(&p->step_peak[l], atomic_load(&p->total[l]));
+}
+
+zinc_status zinc_prof_sample(zinc_prof *p, int64_t step, int64_t micro, int phase) {
+  if (p->nsamples == p->cap) {
+    int ncap = p->cap ? 2 * p->cap : 1024;
+    prof_sample *s = realloc(p->samples, (size_t)ncap * sizeof *s);
+    if (!s)
+      return zinc_error(ZINC_ERR_NOMEM, "out of memory for the memory timeline");
+    p->samples = s;
+    p->cap = ncap;
+  }
+  if (p->nsamples == 0)
+    p->t0 = zinc_now();
+  prof_sample *s = &p->samples[p->nsamples++];
+  s->t = zinc_now() - p->t0;
+  s->step = step;
+  s->micro = micro;
+  s->phase = phase;
+  for (int l = 0; l < ZINC_LOC_N; l++)
+    for (int c = 0; c < ZINC_MEM_NCAT; c++)
+      s->bytes[l][c] = atomic_load(&p->current[l][c]);
+  return ZINC_OK;
+}
+
+static const char *phase_name(int phase) {
+  static const char *names[] = {"idle", "forward", "backward", "step"};
+  return phase >= 0 && phase < 4 ? names[phase] : "unknown";
+}
+
+zinc_status zinc_prof_timeline_write(const zinc_prof *p, const char *path, int rank, int world,
+                                     int stage) {
+  FILE *f = fopen(path, "w");
+  if (!f)
+    return zinc_error(ZINC_ERR_IO, "memory timeline %s: %s", path, strerror(errno));
+  fprintf(f, "{\n\"format\": \"zinc-memory-timeline\", \"version\": 1, \"rank\": %d, "
+          "\"world_size\": %d, \"stage\": %d,\n\"locations\": [", rank, world, stage);
+  for (int l = 0; l < ZINC_LOC_N; l++)
+    fprintf(f, "%s\"%s\"", l ? ", " : "", zinc_mem_location_name(l));
+  fprintf(f, "],\n\"categories\": [");
+  for (int c = 0; c < ZINC_MEM_NCAT; c++)
+    fprintf(f, "%s\"%s\"", c ? ", " : "", zinc_mem_category_name(c));
+  fprintf(f, "],\n\"samples\": [");
+  for (int i = 0; i < p->nsamples; i++) {
+    const prof_sample *s = &p->samples[i];
+    fprintf(f, "%s\n{\"t\": %.6f, \"step\": %lld, \"micro\": %lld, \"phase\": \"%s\", "
+            "\"bytes\": [", i ? "," : "", s->t, (long long)s->step, (long long)s->micro,
+            phase_name(s->phase));
+    for (int l = 0; l < ZINC_LOC_N; l++) {
+      fprintf(f, "%s[", l ? ", " : "");
+      for (int c = 0; c < ZINC_MEM_NCAT; c++)
+        fprintf(f, "%s%lld", c ? ", " : "", (long long)s->bytes[l][c]);
+      fprintf(f, "]");
+    }
+    fprintf(f, "]}");
+  }
+  fprintf(f, "\n]\n}\n");
+  int bad = ferror(f);
+  if (fclose(f) != 0 || bad)
+    return zinc_error(ZINC_ERR_IO, "memory timeline %s: write failed: %s", path, strerror(errno));
+  return ZINC_OK;
 }
 
 /* The ZeRO paper's model-state bytes per rank for the configured stage,
@@ -133,5 +215,12 @@ zinc_status zinc_memory_stats(const zinc_engine *e, zinc_mem_stats *out) {
     return zinc_error(ZINC_ERR_INVALID, "zinc_memory_stats: NULL %s", e ? "out" : "engine");
   zinc_prof_stats(e->prof, out);
   out->theoretical_model_states = e->built ? zinc_formula_model_states(e) : 0;
+  if (e->dev && e->dev->ops->mem_info) {
+    int64_t fr = -1, tot = -1;
+    if (e->dev->ops->mem_info(e->dev, &fr, &tot) == ZINC_OK) {
+      out->device_free = fr;
+      out->device_total = tot;
+    }
+  }
   return ZINC_OK;
 }

@@ -286,17 +286,39 @@ ZINC_API zinc_status zinc_param_set_full(zinc_engine *e, zinc_param *p,
 enum { ZINC_MEM_PARAMS, ZINC_MEM_GRADS, ZINC_MEM_OPTIM, ZINC_MEM_BUFFERS,
        ZINC_MEM_ACTIVATIONS, ZINC_MEM_OTHER, ZINC_MEM_NCAT };
 enum { ZINC_LOC_DEVICE, ZINC_LOC_HOST, ZINC_LOC_NVME, ZINC_LOC_N };
+enum { ZINC_PHASE_FWD, ZINC_PHASE_BWD, ZINC_PHASE_OPT, ZINC_MEM_NPHASE };
 typedef struct {
   uint64_t current[ZINC_LOC_N][ZINC_MEM_NCAT];
   uint64_t peak[ZINC_LOC_N][ZINC_MEM_NCAT];
   uint64_t peak_total[ZINC_LOC_N];
   uint64_t theoretical_model_states;   /* ZeRO formula, bytes per rank */
+  /* added fields */
+  uint64_t phase_peak[ZINC_MEM_NPHASE][ZINC_LOC_N]; /* peak total while in
+                                          forward / backward / step        */
+  uint64_t last_step_peak[ZINC_LOC_N];   /* peak total during the last
+                                          complete step (micro-batches
+                                          through the optimizer)           */
+  int64_t device_free, device_total;     /* as the driver sees it (CUDA:
+                                          cudaMemGetInfo; cpu: MemAvailable
+                                          and MemTotal); -1 unknown        */
+  int64_t device_process;                /* this process's usage (NVML), or -1 */
 } zinc_mem_stats;
 
 /* Current and peak bytes the engine holds, by location and category.
  * Model states = PARAMS + GRADS + OPTIM. BUFFERS holds communication
  * buckets and stage-3 gathered parameters. */
 ZINC_API zinc_status zinc_memory_stats(const zinc_engine *e, zinc_mem_stats *out);
+/* This rank's memory as a table (json = 0) or a JSON object (json = 1):
+ * current and peak bytes per location and category, the ZeRO formula and
+ * the difference to it, phase peaks. *text is malloc'ed; free() it. */
+ZINC_API zinc_status zinc_memory_report(const zinc_engine *e, int json, char **text);
+/* Collective: every rank's figures gathered; on rank 0 *text is one table
+ * (or JSON) with each rank and the min/max/mean across ranks; on other
+ * ranks *text is NULL. */
+ZINC_API zinc_status zinc_memory_report_all(zinc_engine *e, int json, char **text);
+/* Write the memory timeline sampled so far (config "zinc.memory_timeline")
+ * now; it is also written at zinc_engine_destroy. */
+ZINC_API zinc_status zinc_memory_timeline_flush(zinc_engine *e);
 /* Name of a category ("params") or location ("device"). */
 ZINC_API const char *zinc_mem_category_name(int cat);
 ZINC_API const char *zinc_mem_location_name(int loc);
