@@ -64,6 +64,37 @@ static size_t seg_bytes(const zinc_segment *s) {
   return (size_t)s->numel * zinc_dtype_size(s->dtype);
 }
 
+static size_t persistent_bytes(const zinc_engine *e) {
+  size_t b = 0;
+  for (int mi = 0; mi < e->nmodules; mi++)
+    for (int s = 0; s < e->modules[mi]->nsegs; s++)
+      if (e->modules[mi]->segs[s].persistent)
+        b += seg_bytes(&e->modules[mi]->segs[s]);
+  return b;
+}
+
+/* What the build allocates for good, by location and category (the
+ * estimator uses it too; the memory test holds the profiler to it). */
+void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]) {
+  memset(bytes, 0, sizeof(uint64_t) * ZINC_LOC_N * ZINC_MEM_NCAT);
+  int stage = e->cfg.stage;
+  int opt_loc = e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NONE ? ZINC_LOC_DEVICE
+                                                                     : ZINC_LOC_HOST;
+  if (stage < 3) {
+    bytes[ZINC_LOC_DEVICE][ZINC_MEM_PARAMS] += e->full_bytes;
+  } else {
+    bytes[ZINC_LOC_DEVICE][ZINC_MEM_PARAMS] += e->shard_bytes + persistent_bytes(e);
+  }
+  if (stage <= 1) {
+    bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += e->full_bytes;
+  } else {
+    bytes[opt_loc][ZINC_MEM_GRADS] += (uint64_t)e->shard_numel * 4;
+    bytes[ZINC_LOC_DEVICE][ZINC_MEM_BUFFERS] += zinc_grads_ring_bytes(e);
+  }
+  int64_t opt_numel = stage == 0 ? e->total_numel : e->shard_numel;
+  bytes[opt_loc][ZINC_MEM_OPTIM] += 3 * (uint64_t)opt_numel * 4;
+}
+
 static zinc_status alloc_states(zinc_engine *e) {
   int stage = e->cfg.stage;
   e->opt_location = e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NONE ? ZINC_LOC_DEVICE
@@ -81,11 +112,7 @@ static zinc_status alloc_states(zinc_engine *e) {
   } else {
     ZINC_CHECK(zinc_engine_alloc(e, e->shard_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS,
                                  &e->param_shard, "parameter partition"));
-    e->persist_bytes = 0;
-    for (int mi = 0; mi < e->nmodules; mi++)
-      for (int s = 0; s < e->modules[mi]->nsegs; s++)
-        if (e->modules[mi]->segs[s].persistent)
-          e->persist_bytes += seg_bytes(&e->modules[mi]->segs[s]);
+    e->persist_bytes = persistent_bytes(e);
     if (e->persist_bytes) {
       ZINC_CHECK(zinc_engine_alloc(e, e->persist_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS,
                                    &e->persist, "persistent parameters"));

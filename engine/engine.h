@@ -321,7 +321,11 @@ zinc_status zinc_engine_put(zinc_engine *e, void *dst, int dtype, const float *s
 /* Wait for a comm request, timing the wait. */
 zinc_status zinc_engine_wait(zinc_engine *e, zinc_comm *c, zinc_comm_req *req);
 
+/* What the build allocates for good, by location and category. */
+void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]);
+
 /* --------------------------------------------------------- grads.c */
+size_t zinc_grads_ring_bytes(const zinc_engine *e);
 zinc_status zinc_grads_init(zinc_engine *e);
 void zinc_grads_free(zinc_engine *e);
 /* Hand out (allocating/zeroing as needed) the gradient buffers of m. */

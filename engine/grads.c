@@ -90,6 +90,27 @@ static void ring_free(zinc_engine *e, size_t span) {
 
 /* --------------------------------------------------------- setup */
 
+/* Ring size: two buckets plus two of the largest module (one filling, one
+ * in flight), never more than the whole model's gradients. */
+size_t zinc_grads_ring_bytes(const zinc_engine *e) {
+  size_t largest = 0;
+  for (int mi = 0; mi < e->nmodules; mi++)
+    if (e->modules[mi]->grad_bytes > largest)
+      largest = e->modules[mi]->grad_bytes;
+  /* a bucket holds reduce_bucket_size gradient elements of the widest dtype */
+  uint64_t width = e->psi[ZINC_F32] > 0 ? 4 : 2, bucket = 0;
+  if (!zinc_mul_ok((uint64_t)e->cfg.reduce_bucket_size, width, &bucket))
+    bucket = UINT64_MAX / 4;
+  uint64_t want = 2 * bucket + 2 * (uint64_t)zinc_round_up(largest, 256);
+  uint64_t all = 0;
+  for (int mi = 0; mi < e->nmodules; mi++)
+    all += zinc_round_up(e->modules[mi]->grad_bytes, 256);
+  size_t bytes = (size_t)(want < all ? want : all);
+  if (bytes < zinc_round_up(largest, 256))
+    bytes = zinc_round_up(largest, 256);
+  return bytes ? bytes : 256;
+}
+
 zinc_status zinc_grads_init(zinc_engine *e) {
   ZINC_CHECK(zinc_calloc((void **)&e->pending, (size_t)e->nmodules + 1, sizeof *e->pending,
                          "pending reductions"));
@@ -107,24 +128,7 @@ zinc_status zinc_grads_init(zinc_engine *e) {
       }
     return ZINC_OK;
   }
-  /* Ring size: two buckets plus two of the largest module (one filling,
-   * one in flight), never more than the whole model's gradients. */
-  size_t largest = 0;
-  for (int mi = 0; mi < e->nmodules; mi++)
-    if (e->modules[mi]->grad_bytes > largest)
-      largest = e->modules[mi]->grad_bytes;
-  uint64_t bucket = 0;
-  if (!zinc_mul_ok((uint64_t)e->cfg.reduce_bucket_size, 4, &bucket))
-    bucket = UINT64_MAX / 4;
-  uint64_t want = 2 * bucket + 2 * (uint64_t)zinc_round_up(largest, 256);
-  uint64_t all = 0;
-  for (int mi = 0; mi < e->nmodules; mi++)
-    all += zinc_round_up(e->modules[mi]->grad_bytes, 256);
-  e->arena_bytes = (size_t)(want < all ? want : all);
-  if (e->arena_bytes < zinc_round_up(largest, 256))
-    e->arena_bytes = zinc_round_up(largest, 256);
-  if (e->arena_bytes == 0)
-    e->arena_bytes = 256;
+  e->arena_bytes = zinc_grads_ring_bytes(e);
   return zinc_engine_alloc_comm(e, e->arena_bytes, ZINC_MEM_BUFFERS, &e->arena_base,
                                 &e->arena_shared, "gradient buckets");
 }

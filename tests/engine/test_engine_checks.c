@@ -111,10 +111,11 @@ static zinc_status zero_init(const zinc_param *p, float *dst, int64_t n, void *c
   return ZINC_OK;
 }
 
-static void test_memory(int stage, zinc_dtype dt) {
+static void test_memory(int stage, zinc_dtype dt, const char *offload) {
   et_run r = et_defaults();
   r.stage = stage;
   r.dtype = dt;
+  r.offload = offload;
   r.reduce_bucket = 200000;
   zinc_engine *e = make_engine(&r);
   for (int k = 0; k < 4; k++) {
@@ -134,12 +135,12 @@ static void test_memory(int stage, zinc_dtype dt) {
                 st.current[l][ZINC_MEM_OPTIM];
   double diff = ((double)measured - (double)st.theoretical_model_states) /
                 (double)st.theoretical_model_states;
-  ET_CHECK(fabs(diff) <= 0.02, "stage %d %s: model states %llu bytes, formula %llu (%.2f%%)",
-           stage, zinc_dtype_name(dt), (unsigned long long)measured,
+  ET_CHECK(fabs(diff) <= 0.02, "stage %d %s offload %s: model states %llu bytes, formula %llu "
+           "(%.2f%%)", stage, zinc_dtype_name(dt), offload, (unsigned long long)measured,
            (unsigned long long)st.theoretical_model_states, 100 * diff);
   if (et_rank == 0)
-    printf("memory stage %d %-4s %d ranks: measured %9llu formula %9llu (%+.3f%%)\n", stage,
-           zinc_dtype_name(dt), et_world, (unsigned long long)measured,
+    printf("memory stage %d %-4s offload %-4s %d ranks: measured %9llu formula %9llu "
+           "(%+.3f%%)\n", stage, zinc_dtype_name(dt), offload, et_world, (unsigned long long)measured,
            (unsigned long long)st.theoretical_model_states, 100 * diff);
   zinc_engine_destroy(e);
 }
@@ -298,8 +299,12 @@ int main(void) {
   for (int stage = 0; stage <= 3; stage++)
     test_overflow(stage);
   for (int stage = 0; stage <= 3; stage++) {
-    test_memory(stage, ZINC_F32);
-    test_memory(stage, ZINC_BF16);
+    test_memory(stage, ZINC_F32, "none");
+    test_memory(stage, ZINC_BF16, "none");
+    if (stage > 0) {
+      test_memory(stage, ZINC_F32, "cpu");
+      test_memory(stage, ZINC_BF16, "cpu");
+    }
   }
   test_max_live();
   test_misuse();

@@ -1,0 +1,37 @@
+/*
+ * estimate.h — what a configuration will need, per rank, computed by the
+ * engine's own layout code on a model description (no device, no comm):
+ * the same sizes the build allocates, plus an estimate of what comes and
+ * goes (stage-3 gathered parameters). tools/zinc-mem prints it.
+ */
+#ifndef ZINC_ESTIMATE_H
+#define ZINC_ESTIMATE_H
+
+#include <stdint.h>
+
+#include "config/config.h"
+#include "zinc.h"
+
+typedef struct {
+  char module[128];
+  char name[128];
+  zinc_dtype dtype;
+  int ndim;
+  int64_t shape[8];
+} zinc_est_param;
+
+typedef struct {
+  uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]; /* allocated for good by the build */
+  uint64_t gathered;       /* stage 3: gathered parameters at their peak (device) */
+  uint64_t peak[ZINC_LOC_N];  /* per rank: the above, summed per location */
+  uint64_t formula;        /* the ZeRO formula (model states) */
+  int64_t params;          /* total elements */
+  int64_t largest_module;  /* elements */
+} zinc_estimate;
+
+/* cfg: loaded settings (model-dependent "auto" values resolve here); the
+ * stage and offload are taken from it. */
+zinc_status zinc_estimate_model(const zinc_settings *cfg, int dp_size,
+                                const zinc_est_param *params, int n, zinc_estimate *out);
+
+#endif /* ZINC_ESTIMATE_H */

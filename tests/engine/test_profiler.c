@@ -1,0 +1,187 @@
+/*
+ * test_profiler.c — the memory profiler and estimator, under mpirun:
+ *  - right after build the profiler's figures equal what the build plans to
+ *    allocate, exactly, for stages 0-3 x offload none/cpu (the 2% formula
+ *    check is test_engine_checks', on a model large enough that alignment
+ *    padding is negligible);
+ *  - the estimator (tools/zinc-mem) is within 5% of the peak the profiler
+ *    measures while training, device and host;
+ *  - the timeline rendered to SVG is well-formed and its totals match the
+ *    JSON; the all-ranks report lists every rank and min/max/mean.
+ */
+#include <mpi.h>
+
+#include "engine/engine.h"
+#include "engine/estimate.h"
+#include "engine_test.h"
+
+static zinc_engine *open_engine(const et_run *r, et_model *m) {
+  char *json = et_config_json(r);
+  zinc_config *cfg = NULL;
+  ET_OK(zinc_config_parse(json, &cfg));
+  free(json);
+  zinc_options opt = ZINC_OPTIONS_INIT;
+  opt.device = ZINC_DEVICE_CPU;
+  opt.threads = 1;
+  zinc_engine *e = NULL;
+  ET_OK(zinc_engine_create(cfg, &opt, &e));
+  zinc_config_free(cfg);
+  et_model_register(m, e, &r->shape, r->dtype);
+  m->ictx.shape = &r->shape;
+  ET_OK(zinc_engine_build(e, et_init, &m->ictx));
+  return e;
+}
+
+static void test_stage(int stage, const char *offload) {
+  et_run r = et_defaults();
+  r.stage = stage;
+  r.offload = offload;
+  r.persist = 40;
+  r.prefetch = 1200;
+  et_model m;
+  zinc_engine *e = open_engine(&r, &m);
+  uint64_t plan[ZINC_LOC_N][ZINC_MEM_NCAT];
+  zinc_build_sizes(e, plan);
+  zinc_mem_stats st;
+  ET_OK(zinc_memory_stats(e, &st));
+  for (int l = 0; l < ZINC_LOC_N; l++)
+    for (int c = 0; c < ZINC_MEM_NCAT; c++)
+      ET_CHECK(st.current[l][c] == plan[l][c], "stage %d %s: %s/%s measured %llu, planned %llu",
+               stage, offload, zinc_mem_location_name(l), zinc_mem_category_name(c),
+               (unsigned long long)st.current[l][c], (unsigned long long)plan[l][c]);
+  /* estimator against the measured peak after training */
+  int N = zinc_dp_size(e), me = zinc_dp_rank(e);
+  for (int s = 0; s < 3; s++) {
+    et_micro_batch(&m, &r.shape, r.dtype, ((int64_t)s * N + me) * r.micro, r.micro, NULL);
+    ET_OK(zinc_step(e, NULL));
+  }
+  ET_OK(zinc_memory_stats(e, &st));
+  zinc_est_param p[TM_NPARAM];
+  static const char *mods[4] = {"in", "mid", "scale", "out"};
+  for (int i = 0; i < TM_NPARAM; i++) {
+    memset(&p[i], 0, sizeof p[i]);
+    snprintf(p[i].module, sizeof p[i].module, "%s", mods[et_param_module[i]]);
+    snprintf(p[i].name, sizeof p[i].name, "%s", tm_names[i]);
+    p[i].dtype = r.dtype;
+    p[i].ndim = zinc_param_shape(m.par[i], p[i].shape);
+  }
+  zinc_estimate est;
+  ET_OK(zinc_estimate_model(&e->cfg, N, p, TM_NPARAM, &est));
+  for (int l = 0; l < ZINC_LOC_N; l++) {
+    double measured = (double)st.peak_total[l], predicted = (double)est.peak[l];
+    double rel = measured > 0 ? fabs(predicted - measured) / measured : predicted;
+    ET_CHECK(rel <= 0.05, "stage %d %s: %s peak measured %.0f, estimated %.0f (%.1f%%)", stage,
+             offload, zinc_mem_location_name(l), measured, predicted, 100 * rel);
+  }
+  if (et_rank == 0)
+    printf("stage %d offload %-4s %d ranks: build matches its plan; device peak %llu, estimate "
+           "%llu; host peak %llu, estimate %llu\n", stage, offload, N,
+           (unsigned long long)st.peak_total[0], (unsigned long long)est.peak[0],
+           (unsigned long long)st.peak_total[1], (unsigned long long)est.peak[1]);
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+}
+
+static void test_timeline_and_report(void) {
+  const char *bin = getenv("ZINC_TEST_BINARY_DIR") ? getenv("ZINC_TEST_BINARY_DIR") : "/tmp";
+  const char *src = getenv("ZINC_TEST_SOURCE_DIR") ? getenv("ZINC_TEST_SOURCE_DIR") : ".";
+  char extra[1024], json[800], svg[800], cmd[4096];
+  snprintf(json, sizeof json, "%s/timeline_np%d.json", bin, et_world);
+  snprintf(svg, sizeof svg, "%s/timeline_np%d.svg", bin, et_world);
+  snprintf(extra, sizeof extra, "\"zinc\": {\"memory_timeline\": \"%s/timeline_np%d_r{rank}.json\"}",
+           bin, et_world);
+  et_run r = et_defaults();
+  r.stage = 3;
+  r.extra = extra;
+  et_model m;
+  zinc_engine *e = open_engine(&r, &m);
+  int N = zinc_dp_size(e), me = zinc_dp_rank(e);
+  for (int s = 0; s < 4; s++) {
+    et_micro_batch(&m, &r.shape, r.dtype, ((int64_t)s * N + me) * r.micro, r.micro, NULL);
+    ET_OK(zinc_step(e, NULL));
+  }
+  char *text = NULL;
+  ET_OK(zinc_memory_report(e, 0, &text));
+  ET_CHECK(text && strstr(text, "ZeRO formula"), "per-rank report: %s", text ? text : "(null)");
+  free(text);
+  text = NULL;
+  ET_OK(zinc_memory_report_all(e, 0, &text));
+  if (et_rank == 0) {
+    ET_CHECK(text && strstr(text, "min") && strstr(text, "max") && strstr(text, "mean"),
+             "all-ranks report lacks min/max/mean: %s", text ? text : "(null)");
+    char row[16];
+    snprintf(row, sizeof row, "\n  %-6d", N - 1);
+    ET_CHECK(text && strstr(text, row), "all-ranks report lacks rank %d", N - 1);
+  } else {
+    ET_CHECK(text == NULL, "non-zero rank got a report");
+  }
+  free(text);
+  text = NULL;
+  ET_OK(zinc_memory_report_all(e, 1, &text));
+  free(text);
+  et_model_free(&m);
+  zinc_engine_destroy(e); /* writes the timeline */
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (et_rank == 0) {
+    snprintf(json, sizeof json, "%s/timeline_np%d_r0.json", bin, et_world);
+    snprintf(cmd, sizeof cmd, "%s/tools/zinc-mem/zinc-mem timeline %s %s >/dev/null && "
+             "python3 %s/tests/engine/check_svg.py %s %s", bin, json, svg, src, json, svg);
+    ET_CHECK(system(cmd) == 0, "timeline SVG check failed: %s", cmd);
+  }
+}
+
+/* stage 3 with a live limit: the estimate follows the limit too */
+static void test_stage3_bounded(void) {
+  et_run r = et_defaults();
+  r.stage = 3;
+  r.max_live = 1200;
+  r.prefetch = 5000;
+  et_model m;
+  zinc_engine *e = open_engine(&r, &m);
+  int N = zinc_dp_size(e), me = zinc_dp_rank(e);
+  for (int s = 0; s < 3; s++) {
+    et_micro_batch(&m, &r.shape, r.dtype, ((int64_t)s * N + me) * r.micro, r.micro, NULL);
+    ET_OK(zinc_step(e, NULL));
+  }
+  zinc_mem_stats st;
+  ET_OK(zinc_memory_stats(e, &st));
+  zinc_est_param p[TM_NPARAM];
+  static const char *mods[4] = {"in", "mid", "scale", "out"};
+  for (int i = 0; i < TM_NPARAM; i++) {
+    memset(&p[i], 0, sizeof p[i]);
+    snprintf(p[i].module, sizeof p[i].module, "%s", mods[et_param_module[i]]);
+    snprintf(p[i].name, sizeof p[i].name, "%s", tm_names[i]);
+    p[i].dtype = r.dtype;
+    p[i].ndim = zinc_param_shape(m.par[i], p[i].shape);
+  }
+  zinc_estimate est;
+  ET_OK(zinc_estimate_model(&e->cfg, N, p, TM_NPARAM, &est));
+  double rel = fabs((double)est.peak[0] - (double)st.peak_total[0]) / (double)st.peak_total[0];
+  ET_CHECK(rel <= 0.05, "stage 3 bounded: device peak %llu, estimate %llu (%.1f%%)",
+           (unsigned long long)st.peak_total[0], (unsigned long long)est.peak[0], 100 * rel);
+  if (et_rank == 0)
+    printf("stage 3, max_live 1200: device peak %llu, estimate %llu (%.1f%%)\n",
+           (unsigned long long)st.peak_total[0], (unsigned long long)est.peak[0], 100 * rel);
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+}
+
+int main(int argc, char **argv) {
+  int provided;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &et_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &et_world);
+  for (int stage = 0; stage <= 3; stage++) {
+    test_stage(stage, "none");
+    if (stage > 0)
+      test_stage(stage, "cpu");
+  }
+  test_stage3_bounded();
+  test_timeline_and_report();
+  int bad = et_failures;
+  MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (et_rank == 0)
+    printf(bad ? "profiler tests FAILED\n" : "profiler tests passed at %d ranks\n", et_world);
+  MPI_Finalize();
+  return bad ? 1 : 0;
+}
