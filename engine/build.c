@@ -83,7 +83,10 @@ void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_
   if (stage < 3) {
     bytes[ZINC_LOC_DEVICE][ZINC_MEM_PARAMS] += e->full_bytes;
   } else {
-    bytes[ZINC_LOC_DEVICE][ZINC_MEM_PARAMS] += e->shard_bytes + persistent_bytes(e);
+    int param_loc = e->cfg.offload_param.device == ZINC_OFFLOAD_NONE ? ZINC_LOC_DEVICE
+                                                                     : ZINC_LOC_HOST;
+    bytes[param_loc][ZINC_MEM_PARAMS] += e->shard_bytes;
+    bytes[ZINC_LOC_DEVICE][ZINC_MEM_PARAMS] += persistent_bytes(e);
   }
   if (stage <= 1) {
     bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += e->full_bytes;
@@ -110,7 +113,9 @@ static zinc_status alloc_states(zinc_engine *e) {
         off += seg_bytes(&e->modules[mi]->segs[s]);
       }
   } else {
-    ZINC_CHECK(zinc_engine_alloc(e, e->shard_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS,
+    e->param_location = e->cfg.offload_param.device == ZINC_OFFLOAD_NONE ? ZINC_LOC_DEVICE
+                                                                          : ZINC_LOC_HOST;
+    ZINC_CHECK(zinc_engine_alloc(e, e->shard_bytes, e->param_location, ZINC_MEM_PARAMS,
                                  &e->param_shard, "parameter partition"));
     e->persist_bytes = persistent_bytes(e);
     if (e->persist_bytes) {
@@ -165,7 +170,7 @@ void zinc_build_free(zinc_engine *e) {
                    ZINC_MEM_GRADS);
   zinc_engine_free_comm(e, e->grad_full, e->full_bytes, ZINC_MEM_GRADS, e->grad_full_shared);
   zinc_engine_free(e, e->param_full, e->full_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS);
-  zinc_engine_free(e, e->param_shard, e->shard_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS);
+  zinc_engine_free(e, e->param_shard, e->shard_bytes, e->param_location, ZINC_MEM_PARAMS);
   zinc_engine_free(e, e->persist, e->persist_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS);
   e->master = e->exp_avg = e->exp_avg_sq = e->grad_part = NULL;
   e->grad_full = e->param_full = e->param_shard = e->persist = NULL;

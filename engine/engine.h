@@ -209,7 +209,9 @@ struct zinc_engine {
 
   /* ---- model states (device unless offloaded) */
   void *param_full;       /* stage 0-2: (P bytes) every segment whole */
-  void *param_shard;      /* stage 3: (shard_bytes) this rank's chunks */
+  void *param_shard;      /* stage 3: (shard_bytes) this rank's chunks; pinned
+                             host memory with offload_param cpu */
+  int param_location;     /* ZINC_LOC_DEVICE or ZINC_LOC_HOST */
   void *persist;          /* stage 3: (persist_bytes) persistent segments */
   size_t persist_bytes;
   void *grad_full;        /* stage 0/1: (P bytes) accumulated gradients */

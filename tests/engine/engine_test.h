@@ -52,7 +52,8 @@ typedef struct {
   zinc_dtype dtype;
   int64_t reduce_bucket;   /* elements */
   int overlap;
-  const char *offload;     /* "none" | "cpu" | "nvme" */
+  const char *offload;     /* offload_optimizer: "none" | "cpu" | "nvme" */
+  const char *offload_param; /* stage 3: "none" | "cpu" | "nvme" (NULL: none) */
   const char *nvme_path;
   double clip;
   int64_t max_live;        /* stage3_max_live_parameters */
@@ -72,6 +73,12 @@ static inline et_run et_defaults(void) {
 }
 
 static inline char *et_config_json(const et_run *r) {
+  char param_offload[512] = "";
+  if (r->stage == 3 && r->offload_param)
+    snprintf(param_offload, sizeof param_offload,
+             ",\n    \"offload_param\": {\"device\": \"%s\"%s%s%s}", r->offload_param,
+             r->nvme_path ? ", \"nvme_path\": \"" : "", r->nvme_path ? r->nvme_path : "",
+             r->nvme_path ? "\"" : "");
   char *buf = malloc(8192);
   int n = snprintf(buf, 8192,
       "{\n"
@@ -89,7 +96,7 @@ static inline char *et_config_json(const et_run *r) {
       "    \"overlap_comm\": %s, \"stage3_param_persistence_threshold\": %lld,\n"
       "    \"stage3_prefetch_bucket_size\": %lld, \"stage3_max_live_parameters\": %lld,\n"
       "    \"stage3_max_reuse_distance\": 1000,\n"
-      "    \"offload_optimizer\": {\"device\": \"%s\"%s%s%s}\n"
+      "    \"offload_optimizer\": {\"device\": \"%s\"%s%s%s}%s\n"
       "  }%s%s\n"
       "}\n",
       r->micro, r->gas, r->clip, r->dtype == ZINC_F16 ? "true" : "false", r->fp16_window,
@@ -97,7 +104,8 @@ static inline char *et_config_json(const et_run *r) {
       r->overlap ? "true" : "false", (long long)r->persist, (long long)r->prefetch,
       (long long)r->max_live, r->stage == 0 ? "none" : r->offload,
       r->nvme_path ? ", \"nvme_path\": \"" : "", r->nvme_path ? r->nvme_path : "",
-      r->nvme_path ? "\"" : "", r->extra ? ",\n" : "", r->extra ? r->extra : "");
+      r->nvme_path ? "\"" : "", param_offload, r->extra ? ",\n" : "",
+      r->extra ? r->extra : "");
   (void)n;
   return buf;
 }

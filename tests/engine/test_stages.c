@@ -10,11 +10,18 @@
 static void compare_stages(et_run base, const char *label, int bitwise, double tol_ref,
                            double tol_stage) {
   float **ref = NULL, **first = et_alloc_params(&base.shape);
-  const struct { int stage, overlap; } runs[] = {{0, 0}, {1, 0}, {2, 0}, {2, 1}, {3, 0}, {3, 1}};
+  const struct {
+    int stage, overlap;
+    const char *offload, *offload_param;
+  } runs[] = {{0, 0, "none", NULL},  {1, 0, "none", NULL}, {2, 0, "none", NULL},
+              {2, 1, "none", NULL},  {3, 0, "none", NULL}, {3, 1, "none", NULL},
+              {1, 0, "cpu", NULL},   {2, 1, "cpu", NULL},  {3, 1, "cpu", "cpu"}};
   for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
     et_run r = base;
     r.stage = runs[k].stage;
     r.overlap = runs[k].overlap;
+    r.offload = runs[k].offload;
+    r.offload_param = runs[k].offload_param;
     float **out = k == 0 ? first : et_alloc_params(&r.shape);
     et_train(&r, out, NULL, NULL);
     if (k == 0) {
@@ -29,8 +36,8 @@ static void compare_stages(et_run base, const char *label, int bitwise, double t
       continue;
     }
     char what[128];
-    snprintf(what, sizeof what, "%s stage %d%s vs stage 0", label, r.stage,
-             r.overlap ? " overlap" : "");
+    snprintf(what, sizeof what, "%s stage %d%s offload %s/%s vs stage 0", label, r.stage,
+             r.overlap ? " overlap" : "", r.offload, r.offload_param ? r.offload_param : "none");
     if (bitwise) {
       ET_CHECK(et_same_bits(&r.shape, out, first, what), "%s: not bitwise identical", what);
     } else {
@@ -42,7 +49,7 @@ static void compare_stages(et_run base, const char *label, int bitwise, double t
     et_free_params(out);
   }
   if (et_rank == 0 && et_failures == 0)
-    printf("%s, %d ranks: stages 0-3 %s\n", label, et_world,
+    printf("%s, %d ranks: stages 0-3, offload none/cpu %s\n", label, et_world,
            bitwise ? "bitwise identical" : "agree within tolerance");
   et_free_params(first);
   et_free_params(ref);
