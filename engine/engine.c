@@ -251,6 +251,8 @@ void zinc_engine_destroy(zinc_engine *e) {
     return;
   if (e->cfg.memory_timeline && e->built && zinc_memory_timeline_flush(e) != ZINC_OK)
     zinc_log(ZINC_LOG_WARN, "%s", zinc_last_error());
+  if (e->dev)
+    zinc_activations_free(e);
   zinc_build_free(e);
   zinc_trace_free(e);
   zinc_registry_free(e);

@@ -272,6 +272,9 @@ struct zinc_engine {
   double phase_start;
   double t_forward, t_backward, t_step, t_comm_wait;
   int timeline_warned;
+
+  /* ---- activation checkpoints (activations.c) */
+  struct zinc_act_store *acts;
 };
 
 /* --------------------------------------------------------- engine.c */
@@ -383,6 +386,9 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info);
 /* The compute copy of the parameters from the fp32 master (cast of the
  * owned chunks, then the gathers the stage needs): after a load. */
 zinc_status zinc_params_from_master(zinc_engine *e);
+
+/* --------------------------------------------------------- activations.c */
+void zinc_activations_free(zinc_engine *e);
 
 /* --------------------------------------------------------- profiler.c */
 zinc_status zinc_prof_create(zinc_prof **out);

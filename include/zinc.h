@@ -323,6 +323,43 @@ ZINC_API zinc_status zinc_memory_timeline_flush(zinc_engine *e);
 ZINC_API const char *zinc_mem_category_name(int cat);
 ZINC_API const char *zinc_mem_location_name(int loc);
 
+/* ------------------------------------------- activation checkpointing */
+
+/* Keep a layer's input activation for recomputation in the backward pass
+ * (DeepSpeed's activation_checkpointing section). `id` names the checkpoint
+ * (a layer index, >= 0); data holds `bytes` bytes in device memory,
+ * identical on every rank of the model-parallel group. With
+ * partition_activations each rank of the group keeps its 1/mp slice; with
+ * cpu_checkpointing the copy lives in pinned host memory; with
+ * contiguous_memory_optimization all copies share one buffer of
+ * number_checkpoints slots allocated at the first save (then id must be
+ * below number_checkpoints and no save larger than the first). Saving an id
+ * again replaces it. Not collective. */
+ZINC_API zinc_status zinc_activation_save(zinc_engine *e, int id, const void *data,
+                                          size_t bytes);
+/* Bring checkpoint id back whole into dst (bytes, device memory): the
+ * slices are all-gathered across the model-parallel group. Collective over
+ * the group when partitioned. _start queues it (the comm's own thread does
+ * the transfer) and zinc_activation_wait completes it. */
+ZINC_API zinc_status zinc_activation_restore(zinc_engine *e, int id, void *dst, size_t bytes);
+ZINC_API zinc_status zinc_activation_restore_start(zinc_engine *e, int id, void *dst,
+                                                   size_t bytes);
+ZINC_API zinc_status zinc_activation_wait(zinc_engine *e, int id);
+/* Drop checkpoint id (its memory returns to the engine). */
+ZINC_API zinc_status zinc_activation_free(zinc_engine *e, int id);
+
+typedef struct {
+  double save_s, restore_s;          /* wall time in save / restore (profile) */
+  uint64_t saved_bytes, restored_bytes; /* bytes kept by this rank / restored */
+  int64_t saves, restores;
+  int64_t allocations;               /* buffers allocated for checkpoints */
+} zinc_activation_stats;
+ZINC_API zinc_status zinc_activation_stats_get(const zinc_engine *e, zinc_activation_stats *out);
+
+/* Sum n floats (device memory) over the model-parallel group, in place:
+ * the partial sums of tensor-parallel layers. Collective over the group. */
+ZINC_API zinc_status zinc_mp_allreduce_sum(zinc_engine *e, float *data, int64_t n);
+
 /* -------------------------------------------------------- checkpoints */
 
 /* Save every rank's shards and a manifest under dir/tag, crash-safe, and
@@ -338,8 +375,10 @@ ZINC_API zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir,
 /* Write the consolidated weights — every parameter whole, from the fp32
  * master, converted to `dtype` (ZINC_F32/BF16/F16) or to each parameter's
  * own dtype when dtype is -1 — to a .safetensors file at path, one
- * parameter at a time (rank 0 writes; a temporary file is renamed into
- * place). Tensor names are "module.param". DeepSpeed's
+ * parameter at a time (data-parallel rank 0 writes — with model
+ * parallelism, once per model-parallel rank, so give each its own path; a
+ * temporary file is renamed into place). Tensor names are "module.param".
+ * DeepSpeed's
  * stage3_gather_16bit_weights_on_model_save equivalent. Collective. */
 ZINC_API zinc_status zinc_export_safetensors(zinc_engine *e, const char *path, int dtype);
 

@@ -275,7 +275,7 @@ static void test_tool(void) {
 #ifdef ZINC_CKPT_TOOL
   et_run r = et_defaults();
   r.stage = 1;
-  char dir[600], a[700], b[700], cmd[4096];
+  char dir[600], a[700], b[700], cmd[8192];
   snprintf(dir, sizeof dir, "%s/tool", ckpt_root);
   snprintf(a, sizeof a, "%s/tool_engine.safetensors", ckpt_root);
   snprintf(b, sizeof b, "%s/tool_cli.safetensors", ckpt_root);
