@@ -100,8 +100,8 @@ static void entry_drop(zinc_engine *e, act_entry *a) {
 }
 
 static void boundary_sync(zinc_engine *e) {
-  if (e->cfg.ac_synchronize_checkpoint_boundary && e->stream)
-    e->dev->ops->stream_sync(e->dev, e->stream);
+  if (e->cfg.ac_synchronize_checkpoint_boundary)
+    zinc_engine_sync(e);
 }
 
 zinc_status zinc_activation_save(zinc_engine *e, int id, const void *data, size_t bytes) {
@@ -177,8 +177,7 @@ zinc_status zinc_activation_restore_start(zinc_engine *e, int id, void *dst, siz
   if (len)
     ZINC_CHECK(e->dev->ops->copy(e->dev, (char *)dst + off, a->data, len, e->stream));
   if (partitioned(e)) {
-    if (e->stream)
-      ZINC_CHECK(e->dev->ops->stream_sync(e->dev, e->stream));
+    ZINC_CHECK(zinc_engine_sync(e));
     if (!a->counts) {
       a->counts = calloc((size_t)e->mp_size, sizeof *a->counts);
       a->displs = calloc((size_t)e->mp_size, sizeof *a->displs);
@@ -212,8 +211,7 @@ zinc_status zinc_activation_wait(zinc_engine *e, int id) {
     if (st != ZINC_OK)
       return zinc_error_wrap(st, "restoring activation checkpoint %d", id);
   }
-  if (e->stream)
-    ZINC_CHECK(e->dev->ops->stream_sync(e->dev, e->stream));
+  ZINC_CHECK(zinc_engine_sync(e));
   boundary_sync(e);
   if (e->cfg.ac_profile)
     e->acts->stats.restore_s += zinc_now() - t0;
@@ -262,8 +260,7 @@ zinc_status zinc_mp_allreduce_sum(zinc_engine *e, float *data, int64_t n) {
     return zinc_error(ZINC_ERR_INVALID, "zinc_mp_allreduce_sum: NULL data or n < 0");
   if (e->mp_size == 1 || n == 0)
     return ZINC_OK;
-  if (e->stream)
-    ZINC_CHECK(e->dev->ops->stream_sync(e->dev, e->stream));
+  ZINC_CHECK(zinc_engine_sync(e));
   double t0 = zinc_now();
   zinc_status st = zinc_comm_allreduce(e->mp, data, data, (size_t)n, ZINC_F32, ZINC_OP_SUM);
   e->t_comm_wait += zinc_now() - t0;

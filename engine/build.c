@@ -247,10 +247,9 @@ static zinc_status init_params(zinc_engine *e, zinc_init_fn init, void *ctx) {
                                              (size_t)p->seg_offset * zinc_dtype_size(p->dtype),
                                       p->dtype, values, p->numel, scratch), st, out);
   }
-  if (e->stream)
-    ZINC_CHECK_GOTO(e->dev->ops->stream_sync(e->dev, e->stream), st, out);
+  ZINC_CHECK_GOTO(zinc_engine_sync(e), st, out);
   /* every data-parallel rank must hold the same values */
-  ZINC_CHECK_GOTO(zinc_comm_allgather(e->dp, crc, all_crc, (size_t)e->nparams + 1,
+  ZINC_CHECK_GOTO(zinc_comm_allgather(e->dp_host, crc, all_crc, (size_t)e->nparams + 1,
                                       ZINC_DT_I32), st, out);
   for (int i = 0; i < e->nparams; i++)
     for (int r = 1; r < e->dp_size; r++)

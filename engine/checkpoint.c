@@ -80,8 +80,8 @@ static zinc_status write_shard(zinc_engine *e, const char *path, uint32_t *crc, 
       for (int64_t off = 0; off < u->chunk && st == ZINC_OK; off += STAGING_ELEMS) {
         int64_t n = u->chunk - off < STAGING_ELEMS ? u->chunk - off : STAGING_ELEMS;
         st = e->dev->ops->copy(e->dev, staging, src + off, (size_t)n * 4, e->stream);
-        if (st == ZINC_OK && e->stream)
-          st = e->dev->ops->stream_sync(e->dev, e->stream);
+        if (st == ZINC_OK)
+          st = zinc_engine_sync(e);
         if (st == ZINC_OK)
           st = zinc_shard_writer_append(w, staging, (size_t)n);
       }
@@ -247,7 +247,7 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
     if (st == ZINC_OK && mkdir(partial, 0755) != 0)
       st = zinc_error(ZINC_ERR_IO, "create directory %s: %s", partial, strerror(errno));
   }
-  st = zinc_engine_agree(e, e->dp, st);
+  st = zinc_engine_agree(e, e->dp_host, st);
   /* 2. every rank writes and fsyncs its shard */
   if (st == ZINC_OK) {
     char name[32];
@@ -257,9 +257,9 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
     int64_t bytes = 0;
     st = shard ? write_shard(e, shard, &crc, &bytes) : zinc_error(ZINC_ERR_NOMEM, "oom");
     int64_t mine[2] = {crc, bytes};
-    st = zinc_engine_agree(e, e->dp, st);
+    st = zinc_engine_agree(e, e->dp_host, st);
     if (st == ZINC_OK)
-      st = zinc_comm_allgather(e->dp, mine, info, 2, ZINC_DT_I64);
+      st = zinc_comm_allgather(e->dp_host, mine, info, 2, ZINC_DT_I64);
   }
   /* 3. consolidated 16-bit weights when asked (collective) */
   const char *extra = e->cfg.stage3_gather_16bit_weights_on_model_save ? "model.safetensors" : NULL;
@@ -291,7 +291,7 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
     if (st != ZINC_OK)
       zinc_error_wrap(st, "saving checkpoint %s", final);
   }
-  st = zinc_engine_agree(e, e->dp, st);
+  st = zinc_engine_agree(e, e->dp_host, st);
   if (st != ZINC_OK && e->dp_rank == 0 && partial)
     zinc_remove_tree(partial);
   if (st == ZINC_OK) {
@@ -421,8 +421,7 @@ static zinc_status load_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
                                           c->staging, (size_t)n));
         ZINC_CHECK(e->dev->ops->copy(e->dev, section_array(e, s) + dst0 + (x - param_off),
                                      c->staging, (size_t)n * 4, e->stream));
-        if (e->stream)
-          ZINC_CHECK(e->dev->ops->stream_sync(e->dev, e->stream));
+        ZINC_CHECK(zinc_engine_sync(e));
       }
     }
   }
@@ -438,12 +437,12 @@ zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir, const char *ta
   /* 1. every rank checks the manifest and the model */
   if (st == ZINC_OK)
     st = match_model(e, d, map);
-  st = zinc_engine_agree(e, e->dp, st);
+  st = zinc_engine_agree(e, e->dp_host, st);
   /* 2. the shards' crcs, divided among the ranks */
   if (st == ZINC_OK) {
     for (int f = e->dp_rank; f < d->manifest->nfiles && st == ZINC_OK; f += e->dp_size)
       st = zinc_ckpt_dir_verify_file(d, f);
-    st = zinc_engine_agree(e, e->dp, st);
+    st = zinc_engine_agree(e, e->dp_host, st);
   }
   if (st != ZINC_OK) {
     zinc_error_wrap(st, "loading checkpoint from %s (nothing was changed)", dir);
@@ -462,7 +461,7 @@ zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir, const char *ta
   }
   if (st == ZINC_OK)
     st = zinc_params_from_master(e);
-  st = zinc_engine_agree(e, e->dp, st);
+  st = zinc_engine_agree(e, e->dp_host, st);
   if (st == ZINC_OK) {
     const zinc_manifest *m = d->manifest;
     int64_t gas = e->cfg.gradient_accumulation_steps;

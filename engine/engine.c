@@ -26,6 +26,12 @@
 
 /* ------------------------------------------------------------ failures */
 
+zinc_status zinc_engine_sync(zinc_engine *e) {
+  if (!e->dev->ops->is_gpu)
+    return ZINC_OK; /* the cpu device finishes work at the call */
+  return e->dev->ops->stream_sync(e->dev, e->stream);
+}
+
 zinc_status zinc_engine_fail(zinc_engine *e, zinc_status st) {
   if (e && e->failed == ZINC_OK) {
     e->failed = st;
@@ -174,13 +180,16 @@ static zinc_status create_comms(zinc_engine *e) {
   e->dp_size = e->world_size / mp;
   e->dp_rank = e->world_rank / mp;
   if (mp == 1) {
-    e->dp = e->world;
-    ZINC_CHECK(zinc_comm_self_create(&e->mp));
+    e->dp_host = e->world;
+    ZINC_CHECK(zinc_comm_self_create(&e->mp_host));
   } else {
-    ZINC_CHECK(e->world->ops->split(e->world, e->world_rank / mp, e->world_rank, &e->mp));
-    ZINC_CHECK(e->world->ops->split(e->world, e->world_rank % mp, e->world_rank, &e->dp));
+    ZINC_CHECK(e->world->ops->split(e->world, e->world_rank / mp, e->world_rank, &e->mp_host));
+    ZINC_CHECK(e->world->ops->split(e->world, e->world_rank % mp, e->world_rank, &e->dp_host));
   }
-  e->host_comm = e->dp;
+  /* on the cpu device the same comms carry device and host buffers; the
+   * cuda device replaces dp/mp with NCCL comms (create_device) */
+  e->dp = e->dp_host;
+  e->mp = e->mp_host;
   return find_local_ranks(e);
 }
 
@@ -210,8 +219,15 @@ static zinc_status create_device(zinc_engine *e) {
   }
   e->dev->mem_hook = zinc_prof_account;
   e->dev->mem_hook_ctx = e->prof;
-  if (e->dev->ops->is_gpu)
-    ZINC_CHECK(e->dev->ops->stream_create(e->dev, &e->stream));
+  e->stream = NULL; /* the compute stream */
+  if (e->dev->ops->is_gpu) {
+    /* device buffers travel over NCCL, bootstrapped over the MPI groups */
+    ZINC_CHECK(zinc_comm_nccl_create(e->dp_host, want, e->opt.cuda_stream,
+                                     e->cfg.comm_timeout_s, &e->dp));
+    if (e->mp_size > 1)
+      ZINC_CHECK(zinc_comm_nccl_create(e->mp_host, want, e->opt.cuda_stream,
+                                       e->cfg.comm_timeout_s, &e->mp));
+  }
   return ZINC_OK;
 }
 
@@ -256,12 +272,14 @@ void zinc_engine_destroy(zinc_engine *e) {
   zinc_build_free(e);
   zinc_trace_free(e);
   zinc_registry_free(e);
-  if (e->stream)
-    e->dev->ops->stream_destroy(e->dev, e->stream);
-  zinc_device_destroy(e->dev);
-  if (e->dp && e->dp != e->world)
+  if (e->dp != e->dp_host)
     zinc_comm_destroy(e->dp);
-  zinc_comm_destroy(e->mp);
+  if (e->mp != e->mp_host)
+    zinc_comm_destroy(e->mp);
+  zinc_device_destroy(e->dev);
+  if (e->dp_host != e->world)
+    zinc_comm_destroy(e->dp_host);
+  zinc_comm_destroy(e->mp_host);
   zinc_comm_destroy(e->world);
   zinc_prof_destroy(e->prof);
   zinc_settings_free(&e->cfg);
@@ -521,10 +539,10 @@ zinc_status zinc_allreduce_host(zinc_engine *e, double *values, int n, zinc_redu
     return zinc_error(ZINC_ERR_INVALID, "zinc_allreduce_host: unknown op %d", (int)op);
   zinc_comm_op cop = op == ZINC_REDUCE_MAX ? ZINC_OP_MAX :
                      op == ZINC_REDUCE_MIN ? ZINC_OP_MIN : ZINC_OP_SUM;
-  ZINC_CHECK(zinc_comm_allreduce(e->host_comm, values, values, (size_t)n, ZINC_DT_F64, cop));
+  ZINC_CHECK(zinc_comm_allreduce(e->dp_host, values, values, (size_t)n, ZINC_DT_F64, cop));
   if (op == ZINC_REDUCE_MEAN)
     for (int i = 0; i < n; i++)
-      values[i] /= e->host_comm->size;
+      values[i] /= e->dp_host->size;
   return ZINC_OK;
 }
 

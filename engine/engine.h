@@ -179,14 +179,20 @@ struct zinc_engine {
   int dp_rank, dp_size;
   int mp_rank, mp_size;
   int local_rank, local_size;  /* ranks on this node */
-  zinc_comm *world;       /* every rank */
-  zinc_comm *dp;          /* ZeRO partitions over this one */
-  zinc_comm *mp;          /* model-parallel group */
-  zinc_comm *host_comm;   /* mpi comm over dp for host-memory figures (or dp) */
+  zinc_comm *world;       /* every rank; host buffers */
+  zinc_comm *dp;          /* ZeRO partitions over this one; device buffers
+                             (NCCL on the cuda device) */
+  zinc_comm *mp;          /* model-parallel group; device buffers */
+  zinc_comm *dp_host;     /* the data-parallel group for host buffers (MPI);
+                             the same comm as dp on the cpu device */
+  zinc_comm *mp_host;     /* likewise for the model-parallel group */
 
   /* ---- device and accounting */
   zinc_device *dev;
-  zinc_stream *stream;    /* the engine's stream (NULL on cpu) */
+  zinc_stream *stream;    /* NULL: the device's compute stream (the trainer's
+                             on CUDA), so engine kernels are ordered with the
+                             trainer's work; synchronised with
+                             zinc_engine_sync where the host reads results */
   zinc_prof *prof;
 
   /* ---- registry */
@@ -278,6 +284,8 @@ struct zinc_engine {
 };
 
 /* --------------------------------------------------------- engine.c */
+/* Wait for the engine's queued device work (a no-op on the cpu device). */
+zinc_status zinc_engine_sync(zinc_engine *e);
 /* Fail the engine for good (after an error mid-step) and return st. */
 zinc_status zinc_engine_fail(zinc_engine *e, zinc_status st);
 zinc_status zinc_engine_usable(const zinc_engine *e, const char *what);

@@ -198,7 +198,7 @@ zinc_status zinc_export_safetensors(zinc_engine *e, const char *path, int dtype)
    * parallelism every model-parallel rank has its own shard of the model */
   if (st == ZINC_OK && e->dp_rank == 0)
     st = zinc_safetensors_open(path, t, e->nparams, &w);
-  st = zinc_engine_agree(e, e->dp, st);
+  st = zinc_engine_agree(e, e->dp_host, st);
   float *values = NULL;
   if (st == ZINC_OK)
     st = zinc_calloc((void **)&values, (size_t)largest, 4, "export buffer");
@@ -206,14 +206,14 @@ zinc_status zinc_export_safetensors(zinc_engine *e, const char *path, int dtype)
     st = zinc_param_get_full(e, e->params[i], ZINC_STATE_PARAM, values);
     if (st == ZINC_OK && w)
       st = zinc_safetensors_put(w, i, 0, values, e->params[i]->numel);
-    st = zinc_engine_agree(e, e->dp, st);
+    st = zinc_engine_agree(e, e->dp_host, st);
   }
   if (st == ZINC_OK && w) {
     st = zinc_safetensors_finish(w);
     w = NULL;
   }
   zinc_safetensors_abort(w);
-  st = zinc_engine_agree(e, e->dp, st);
+  st = zinc_engine_agree(e, e->dp_host, st);
   for (int i = 0; names && i < e->nparams; i++)
     free(names[i]);
   free(names);

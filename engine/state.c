@@ -58,8 +58,7 @@ static zinc_status read_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
       size_t es = zinc_dt_size(dt);
       ZINC_CHECK(e->dev->ops->copy(e->dev, c->scratch, g + (size_t)chunk_off * es,
                                    (size_t)len * es, e->stream));
-      if (e->stream)
-        ZINC_CHECK(e->dev->ops->stream_sync(e->dev, e->stream));
+      ZINC_CHECK(zinc_engine_sync(e));
       double base = 1.0 / ((double)zinc_loss_scaler_scale(&e->scaler) * e->dp_size *
                            (double)e->cfg.gradient_accumulation_steps);
       for (int64_t i = 0; i < len; i++)
@@ -110,9 +109,8 @@ zinc_status zinc_param_get_full(zinc_engine *e, zinc_param *p, zinc_state_kind k
   ZINC_CHECK_GOTO(zinc_calloc(&c.scratch, (size_t)p->numel + 1, 4, "state"), st, out);
   c.pass = 1;
   ZINC_CHECK_GOTO(zinc_layout_for_each_piece(e, p, read_piece, &c), st, out);
-  if (e->stream)
-    ZINC_CHECK_GOTO(e->dev->ops->stream_sync(e->dev, e->stream), st, out);
-  ZINC_CHECK_GOTO(zinc_comm_allgatherv(e->host_comm, c.local, c.counts[e->dp_rank], c.gathered,
+  ZINC_CHECK_GOTO(zinc_engine_sync(e), st, out);
+  ZINC_CHECK_GOTO(zinc_comm_allgatherv(e->dp_host, c.local, c.counts[e->dp_rank], c.gathered,
                                        c.counts, c.displs, ZINC_F32), st, out);
   memset(c.cursor, 0, (size_t)n * sizeof(size_t));
   c.pass = 2;
@@ -156,8 +154,8 @@ zinc_status zinc_param_set_full(zinc_engine *e, zinc_param *p, zinc_state_kind k
   if (st == ZINC_OK && kind == ZINC_STATE_PARAM && seg->full)
     st = zinc_engine_put(e, (char *)seg->full + (size_t)p->seg_offset * zinc_dtype_size(p->dtype),
                          p->dtype, src, p->numel, c.scratch);
-  if (st == ZINC_OK && e->stream)
-    st = e->dev->ops->stream_sync(e->dev, e->stream);
+  if (st == ZINC_OK)
+    st = zinc_engine_sync(e);
   free(c.scratch);
   return st;
 }

@@ -93,8 +93,7 @@ static zinc_status grad_sumsq(zinc_engine *e, double *total) {
       c->n = e->units[ui].chunk;
     }
   ZINC_CHECK_GOTO(e->dev->ops->sumsq(e->dev, e->stream, chunks, nchunks, partials), st, out);
-  if (e->stream)
-    ZINC_CHECK_GOTO(e->dev->ops->stream_sync(e->dev, e->stream), st, out);
+  ZINC_CHECK_GOTO(zinc_engine_sync(e), st, out);
   for (int r = 0; r < nr; r++) {
     double s = 0.0;
     for (int ui = 0; ui < e->nunits; ui++)
@@ -103,7 +102,7 @@ static zinc_status grad_sumsq(zinc_engine *e, double *total) {
   }
   if (e->cfg.stage != 0 && e->dp_size > 1) {
     double mine = per_rank[e->dp_rank];
-    ZINC_CHECK_GOTO(zinc_comm_allgather(e->dp, &mine, per_rank, 1, ZINC_DT_F64), st, out);
+    ZINC_CHECK_GOTO(zinc_comm_allgather(e->dp_host, &mine, per_rank, 1, ZINC_DT_F64), st, out);
   }
   *total = 0.0;
   for (int r = 0; r < e->dp_size; r++)
@@ -200,8 +199,7 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
   free(segs);
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "optimizer step %lld", (long long)e->step + 1);
-  if (e->stream)
-    ZINC_CHECK(e->dev->ops->stream_sync(e->dev, e->stream));
+  ZINC_CHECK(zinc_engine_sync(e));
 
   if (e->cfg.stage == 1 || e->cfg.stage == 2)
     ZINC_CHECK(gather_units_in_place(e, 0));
@@ -223,8 +221,8 @@ zinc_status zinc_params_from_master(zinc_engine *e) {
     st = e->dev->ops->cast(e->dev, e->stream, segs[i].param_out, segs[i].param_dtype,
                            segs[i].master, ZINC_F32, segs[i].n);
   free(segs);
-  if (st == ZINC_OK && e->stream)
-    st = e->dev->ops->stream_sync(e->dev, e->stream);
+  if (st == ZINC_OK)
+    st = zinc_engine_sync(e);
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "refreshing parameters from the fp32 master");
   if (e->cfg.stage == 1 || e->cfg.stage == 2)

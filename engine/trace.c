@@ -38,7 +38,7 @@ static int leads_to_collective(const zinc_engine *e, zinc_event_kind kind) {
 static zinc_status agree(zinc_engine *e, zinc_event_kind kind, zinc_module *m) {
   int32_t code = (int32_t)kind * (int32_t)(e->nmodules + 1) + m->index;
   int32_t v[2] = {code, -code};
-  ZINC_CHECK(zinc_comm_allreduce(e->dp, v, v, 2, ZINC_DT_I32, ZINC_OP_MAX));
+  ZINC_CHECK(zinc_comm_allreduce(e->dp_host, v, v, 2, ZINC_DT_I32, ZINC_OP_MAX));
   if (v[0] == -v[1])
     return ZINC_OK;
   int n1 = e->nmodules + 1;
@@ -144,7 +144,7 @@ static zinc_status finish_recording(zinc_engine *e) {
    * per-event agreement covered the collectives; this covers the rest). */
   if (e->dp_size > 1) {
     int32_t v[2] = {e->ntrace, -e->ntrace};
-    ZINC_CHECK(zinc_comm_allreduce(e->dp, v, v, 2, ZINC_DT_I32, ZINC_OP_MAX));
+    ZINC_CHECK(zinc_comm_allreduce(e->dp_host, v, v, 2, ZINC_DT_I32, ZINC_OP_MAX));
     if (v[0] != -v[1])
       return zinc_error(ZINC_ERR_INVALID, "ranks made different numbers of fetch/release/"
                         "grads_ready calls in the first micro-batch (%d to %d); every "
@@ -169,7 +169,7 @@ zinc_status zinc_trace_end_micro(zinc_engine *e) {
   e->deviation = -1;
   int32_t earliest = local;
   if (e->dp_size > 1)
-    ZINC_CHECK(zinc_comm_allreduce(e->dp, &earliest, &earliest, 1, ZINC_DT_I32, ZINC_OP_MIN));
+    ZINC_CHECK(zinc_comm_allreduce(e->dp_host, &earliest, &earliest, 1, ZINC_DT_I32, ZINC_OP_MIN));
   if (earliest == INT_MAX)
     return ZINC_OK;
   const char *expected = earliest < e->ntrace ? e->modules[e->trace[earliest].module]->name
