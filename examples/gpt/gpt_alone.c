@@ -5,7 +5,7 @@
  * (what gpt_train's tokens/s is compared against) and proof that the model
  * and its data learn, independent of the engine.
  *
- *   gpt_alone [--layers 2 --width 64 --heads 4 --seq 64 --batch 8
+ *   gpt_alone [--layers 2 --width 128 --heads 4 --seq 64 --batch 8
  *              --steps 300 --lr 3e-3 --threads N --seed S --data FILE]
  *
  * Prints the loss every 10 steps, then tokens/s and the mean loss of the

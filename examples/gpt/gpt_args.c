@@ -15,7 +15,7 @@
 static const char usage[] =
     "model:\n"
     "  --layers N        transformer blocks (default 2)\n"
-    "  --width C         channels, a multiple of --heads (default 64)\n"
+    "  --width C         channels, a multiple of --heads (default 128)\n"
     "  --heads N         attention heads (default 4)\n"
     "  --seq T           sequence length (default 64)\n"
     "  --bf16            bf16 parameters (fp32 compute)\n"
@@ -55,7 +55,7 @@ static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi,
 }
 
 int gpt_args_parse(gpt_args *a, int argc, char **argv, char *err, size_t errlen) {
-  *a = (gpt_args){.layers = 2, .width = 64, .heads = 4, .seq = 64, .steps = 300,
+  *a = (gpt_args){.layers = 2, .width = 128, .heads = 4, .seq = 64, .steps = 300,
                   .seed = 1, .config = "examples/configs/zero3.json",
                   .corpus_bytes = 2000000, .sample = 200, .lr = 3e-3f};
   for (int i = 1; i < argc; i++) {
