@@ -27,8 +27,9 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* AdamW (betas 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices only), lr
- * warmed up linearly over the first 20 steps. */
+/* AdamW (betas 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices only),
+ * gradients clipped to global norm 1, lr warmed up linearly over the first
+ * 20 steps: what the example configs (examples/configs/) ask of zinc. */
 typedef struct {
   float *m, *v;     // (num_params) first and second moments
   uint8_t *decay;   // (num_params) 1 where weight decay applies
@@ -58,9 +59,13 @@ static void adamw_step(adamw *o, gpt_params *p, const gpt_params *g, float lr,
                        int t) {
   const float b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
   float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
+  double norm2 = 0;
+  for (int64_t i = 0; i < p->num_params; i++)
+    norm2 += (double)g->memory[i] * g->memory[i];
+  float clip = norm2 > 1.0 ? (float)(1.0 / sqrt(norm2)) : 1.0f;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < p->num_params; i++) {
-    float grad = g->memory[i];
+    float grad = g->memory[i] * clip;
     o->m[i] = b1 * o->m[i] + (1.0f - b1) * grad;
     o->v[i] = b2 * o->v[i] + (1.0f - b2) * grad * grad;
     float update = (o->m[i] / bc1) / (sqrtf(o->v[i] / bc2) + eps);

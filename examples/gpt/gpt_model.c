@@ -383,31 +383,26 @@ void gpt_matmul_forward(real *out, const real *inp, const real *weight,
   }
 }
 
+/* c (rows, cols) += a (rows, K) @ b (K, cols), one register tile per task;
+ * a(r, k) = a[r * ars + k * aks], b(k, j) = b[k * bks + j]. */
+static void matmul_accumulate(real *c, int rows, int cols, const real *a, size_t ars,
+                              size_t aks, const real *b, size_t bks, int K) {
+  int row_tiles = (rows + MR - 1) / MR, col_blocks = (cols + NR - 1) / NR;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int t = 0; t < row_tiles; t++)
+    for (int blk = 0; blk < col_blocks; blk++)
+      tile_accumulate(c + (size_t)t * MR * cols + blk * NR, (size_t)cols,
+                      a + (size_t)t * MR * ars, ars, aks, b + blk * NR, bks, K,
+                      min_int(MR, rows - t * MR), min_int(NR, cols - blk * NR));
+}
+
 void gpt_matmul_backward(real *dinp, real *dweight, real *dbias,
                          const real *dout, const real *inp, const real *weight,
                          int N, int C, int OC) {
-  int col_blocks = (C + NR - 1) / NR;
-  if (dinp) {
-    /* dinp (N, C) += dout (N, OC) @ weight (OC, C) */
-    int row_tiles = (N + MR - 1) / MR;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int t = 0; t < row_tiles; t++)
-      for (int blk = 0; blk < col_blocks; blk++)
-        tile_accumulate(dinp + (size_t)t * MR * C + blk * NR, (size_t)C,
-                        dout + (size_t)t * MR * OC, (size_t)OC, 1, weight + blk * NR,
-                        (size_t)C, OC, min_int(MR, N - t * MR),
-                        min_int(NR, C - blk * NR));
-  }
-  if (dweight) {
-    /* dweight (OC, C) += dout^T (OC, N) @ inp (N, C) */
-    int row_tiles = (OC + MR - 1) / MR;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int t = 0; t < row_tiles; t++)
-      for (int blk = 0; blk < col_blocks; blk++)
-        tile_accumulate(dweight + (size_t)t * MR * C + blk * NR, (size_t)C,
-                        dout + t * MR, 1, (size_t)OC, inp + blk * NR, (size_t)C, N,
-                        min_int(MR, OC - t * MR), min_int(NR, C - blk * NR));
-  }
+  if (dinp) /* dinp (N, C) += dout (N, OC) @ weight (OC, C) */
+    matmul_accumulate(dinp, N, C, dout, (size_t)OC, 1, weight, (size_t)C, OC);
+  if (dweight) /* dweight (OC, C) += dout^T (OC, N) @ inp (N, C) */
+    matmul_accumulate(dweight, OC, C, dout, 1, (size_t)OC, inp, (size_t)C, N);
   if (dbias) {
 #pragma omp parallel for schedule(static)
     for (int o = 0; o < OC; o++) {

@@ -41,8 +41,10 @@
  * Rank 0 prints the progress line every steps_per_print steps, the memory
  * report at the end and where the checkpoints went.
  */
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -320,7 +322,22 @@ typedef struct {
   FILE *csv;
   int rank;
   int threads;               // OpenMP threads of this rank
+  int reported;              // the failure was already described (not zinc's)
 } gpt_run;
+
+/* A failure of the trainer's own (not a zinc call): say it once, here. */
+static zinc_status trainer_error(gpt_run *r, zinc_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static zinc_status trainer_error(gpt_run *r, zinc_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "gpt_train: rank %d: ", r->rank);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  r->reported = 1;
+  return st;
+}
 
 static void run_free(gpt_run *r) {
   free(r->tr.blocks);
@@ -403,27 +420,24 @@ static zinc_status setup(gpt_run *r, int64_t *start_step) {
   zinc_engine *e = tr->e;
   char err[512];
   int B = zinc_micro_batch_size(e), T = a->seq;
-  if (a->batch && a->batch != B) {
-    fprintf(stderr, "gpt_train: --batch %d but %s says train_micro_batch_size_per_gpu "
-            "%d; change one of them\n", a->batch, a->config, B);
-    return ZINC_ERR_INVALID;
-  }
+  if (a->batch && a->batch != B)
+    return trainer_error(r, ZINC_ERR_INVALID, "--batch %d but %s says "
+                         "train_micro_batch_size_per_gpu %d; change one of them",
+                         a->batch, a->config, B);
   int rc = a->data ? gpt_corpus_load(&r->corpus, a->data, err, sizeof(err))
                    : gpt_corpus_generate(&r->corpus, a->seed, a->corpus_bytes, err,
                                          sizeof(err));
   if (rc == 0)
     rc = gpt_loader_init(&r->loader, &r->corpus, zinc_dp_rank(e), zinc_dp_size(e), B, T,
                          err, sizeof(err));
-  if (rc != 0) {
-    fprintf(stderr, "gpt_train: rank %d: %s\n", r->rank, err);
-    return ZINC_ERR_INVALID;
-  }
+  if (rc != 0)
+    return trainer_error(r, ZINC_ERR_INVALID, "%s", err);
   tr->cfg = (gpt_config){r->corpus.vocab_size, T, a->layers, a->heads, a->width};
   tr->bf16 = a->bf16;
   tr->seed = a->seed;
   tr->blocks = calloc((size_t)a->layers, sizeof(gpt_zmodule));
   if (!tr->blocks)
-    return ZINC_ERR_NOMEM;
+    return trainer_error(r, ZINC_ERR_NOMEM, "out of memory for %d blocks", a->layers);
   TRY(model_register(tr));
   TRY(zinc_engine_build(e, init_param, tr));
 
@@ -434,20 +448,20 @@ static zinc_status setup(gpt_run *r, int64_t *start_step) {
     tr->slots[s].params = malloc((size_t)largest * sizeof(float));
     tr->slots[s].grads = malloc((size_t)largest * sizeof(float));
     if (!tr->slots[s].params || !tr->slots[s].grads)
-      return ZINC_ERR_NOMEM;
+      return trainer_error(r, ZINC_ERR_NOMEM, "out of memory for the bf16 copies "
+                           "(2 x %lld floats)", (long long)largest);
   }
   r->inputs = malloc((size_t)B * T * sizeof(int32_t));
   r->targets = malloc((size_t)B * T * sizeof(int32_t));
   if (!r->inputs || !r->targets || gpt_acts_alloc(&r->acts, &tr->cfg, B, T) != 0)
-    return ZINC_ERR_NOMEM;
+    return trainer_error(r, ZINC_ERR_NOMEM, "out of memory for the activations of "
+                         "%d x %d tokens", B, T);
 
   *start_step = 0;
   if (a->resume) {
     *start_step = gpt_ckpt_latest_step(a->ckpt_dir, err, sizeof(err));
-    if (*start_step < 0) {
-      fprintf(stderr, "gpt_train: rank %d: %s\n", r->rank, err);
-      return ZINC_ERR_INVALID;
-    }
+    if (*start_step < 0)
+      return trainer_error(r, ZINC_ERR_INVALID, "%s", err);
     char tag[64];
     gpt_ckpt_tag(tag, sizeof(tag), *start_step);
     TRY(zinc_load_checkpoint(e, a->ckpt_dir, tag));
@@ -470,10 +484,9 @@ static zinc_status setup(gpt_run *r, int64_t *start_step) {
       printf("resumed from %s/global_step%lld\n", a->ckpt_dir, (long long)*start_step);
     if (a->log_csv) {
       r->csv = fopen(a->log_csv, a->resume ? "a" : "w");
-      if (!r->csv) {
-        fprintf(stderr, "gpt_train: cannot write %s\n", a->log_csv);
-        return ZINC_ERR_IO;
-      }
+      if (!r->csv)
+        return trainer_error(r, ZINC_ERR_IO, "cannot write %s: %s", a->log_csv,
+                             strerror(errno));
       if (!a->resume || ftell(r->csv) == 0)
         fprintf(r->csv, "step,loss,lr,grad_norm,loss_scale,skipped,seconds\n");
     }
@@ -528,7 +541,7 @@ int main(int argc, char **argv) {
     what = "sampling";
     text = malloc((size_t)r.args.sample + 1);
     st = text ? sample_text(&r.tr, &r.acts, &r.corpus, r.args.sample, r.args.seed, text)
-              : ZINC_ERR_NOMEM;
+              : trainer_error(&r, ZINC_ERR_NOMEM, "out of memory for the sample");
     if (st == ZINC_OK && r.rank == 0)
       printf("\nsample (%d characters at temperature 0.8):\n%s\n", r.args.sample, text);
   }
@@ -540,8 +553,9 @@ int main(int argc, char **argv) {
   if (st != ZINC_OK) {
     /* Other ranks may be waiting in a collective: exit without the
      * (collective) destroy and let the launcher end the job. */
-    fprintf(stderr, "gpt_train: rank %d: %s failed: %s: %s\n", r.rank, what,
-            zinc_status_name(st), zinc_last_error());
+    if (!r.reported)
+      fprintf(stderr, "gpt_train: rank %d: %s failed: %s: %s\n", r.rank, what,
+              zinc_status_name(st), zinc_last_error());
     return 1;
   }
   if (r.rank == 0 && r.args.ckpt_dir)

@@ -88,19 +88,14 @@ static void buf_free(dev *d, buf b) {
 #endif
   free(b.host);
 }
-static void to_dev(buf b, size_t n) {
+/* Copy n floats host -> device (to_device) or back; nothing on the CPU. */
+static void copy(buf b, size_t n, int to_device) {
 #ifdef ZINC_HAVE_CUDA
   if (b.dev != b.host)
-    cudaMemcpy(b.dev, b.host, n * sizeof(float), cudaMemcpyHostToDevice);
+    cudaMemcpy(to_device ? b.dev : b.host, to_device ? b.host : b.dev, n * sizeof(float),
+               to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
 #endif
-  (void)b, (void)n;
-}
-static void to_host(buf b, size_t n) {
-#ifdef ZINC_HAVE_CUDA
-  if (b.dev != b.host)
-    cudaMemcpy(b.host, b.dev, n * sizeof(float), cudaMemcpyDeviceToHost);
-#endif
-  (void)b, (void)n;
+  (void)b, (void)n, (void)to_device;
 }
 
 /* ------------------------------------------------------------ the model */
@@ -204,27 +199,27 @@ int main(int argc, char **argv) {
   }
   for (int i = 0; i < B; i++)
     ones.host[i] = 1.0f;
-  to_dev(ones, (size_t)B);
+  copy(ones, (size_t)B, 1);
 
   for (int step = 0; step < steps; step++) {
     double loss = 0, correct = 0;
     zinc_step_info info = {0};
     for (int micro = 0; micro < gas; micro++) {
       make_batch(x.host, y, B, seed + (uint64_t)rank, (int64_t)step * gas + micro);
-      to_dev(x, (size_t)B * IN);
+      copy(x, (size_t)B * IN, 1);
       /* forward: each module fetched, computed, released */
       CHECK(zinc_module_fetch(e, fc1.m));
       layer_forward(&d, &fc1, x, h, ones, B);
       CHECK(zinc_module_release(e, fc1.m));
-      to_host(h, (size_t)B * HID);
+      copy(h, (size_t)B * HID, 0);
       for (int i = 0; i < B * HID; i++) /* ReLU */
         h.host[i] = h.host[i] > 0 ? h.host[i] : 0;
-      to_dev(h, (size_t)B * HID);
+      copy(h, (size_t)B * HID, 1);
       CHECK(zinc_module_fetch(e, fc2.m));
       layer_forward(&d, &fc2, h, logits, ones, B);
       CHECK(zinc_module_release(e, fc2.m));
       /* softmax cross-entropy; logits becomes d(loss)/d(logits) in place */
-      to_host(logits, (size_t)B * CLASSES);
+      copy(logits, (size_t)B * CLASSES, 0);
       float scale = zinc_loss_scale(e) / (float)B;
       for (int i = 0; i < B; i++) {
         float *z = logits.host + i * CLASSES, mx = z[0], sum = 0;
@@ -239,16 +234,16 @@ int main(int argc, char **argv) {
         for (int c = 0; c < CLASSES; c++)
           z[c] = (z[c] / sum - (c == y[i])) * scale;
       }
-      to_dev(logits, (size_t)B * CLASSES);
+      copy(logits, (size_t)B * CLASSES, 1);
       /* backward, modules in reverse: gradients accumulate (+=) into zinc's */
       CHECK(zinc_module_fetch(e, fc2.m));
       layer_backward(&d, &fc2, h, logits, dh, ones, B);
       CHECK(zinc_module_grads_ready(e, fc2.m));
       CHECK(zinc_module_release(e, fc2.m));
-      to_host(dh, (size_t)B * HID);
+      copy(dh, (size_t)B * HID, 0);
       for (int i = 0; i < B * HID; i++) /* through the ReLU */
         dh.host[i] = h.host[i] > 0 ? dh.host[i] : 0;
-      to_dev(dh, (size_t)B * HID);
+      copy(dh, (size_t)B * HID, 1);
       CHECK(zinc_module_fetch(e, fc1.m));
       layer_backward(&d, &fc1, x, dh, none, ones, B);
       CHECK(zinc_module_grads_ready(e, fc1.m));

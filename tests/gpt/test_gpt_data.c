@@ -90,9 +90,10 @@ static void corpus_follows_its_grammar(void **state) {
     assert_true(a.tokens[i] >= 0 && a.tokens[i] < a.vocab_size);
     assert_int_equal(a.id_to_byte[a.tokens[i]], a.text[i]);
   }
-  assert_int_equal(gpt_corpus_generate(&a, 3, 10, err, sizeof(err)), -1);
-  printf("too small: %s\n", err);
   gpt_corpus_free(&a);
+  gpt_corpus tiny;
+  assert_int_equal(gpt_corpus_generate(&tiny, 3, 10, err, sizeof(err)), -1);
+  printf("too small: %s\n", err);
 }
 
 static void file_loads_byte_for_byte(void **state) {
