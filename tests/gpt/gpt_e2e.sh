@@ -9,10 +9,15 @@
 #   gpt_e2e.sh resume NP CONFIG STEPS
 #       STEPS straight == STEPS/2, checkpoint, resume to STEPS (rows after
 #       the checkpoint identical, bit for bit)
+#   gpt_e2e.sh readme NP CONFIG STEPS
+#       examples/README.md's first command with the default model, cut to
+#       STEPS steps: it runs and prints progress, a sample and the memory
+#       report
 #
 # Environment: GPT_TRAIN (the binary), MPIEXEC (mpirun), ZINC_TEST_SOURCE_DIR
 # (the configs), GPT_E2E_WORK (scratch directory; removed on success).
-# Every run uses a small model (2 layers, width 64) so the suite stays short.
+# Every run but `readme` uses a small model (2 layers, width 64) so the suite
+# stays short.
 set -euo pipefail
 
 mode=$1; shift
@@ -82,8 +87,17 @@ resume)
   fi
   echo "steps $((half + 1))..$steps after resuming from global_step$half: identical"
   ;;
+readme)
+  small=()
+  run readme "$(config "$1")" --steps "$2" --sample 40 --ckpt-dir "$work/ckpt"
+  for want in '^step ' '^sample ' '^memory: ' '^checkpoints: '; do
+    grep -q "$want" "$work/readme.out" || {
+      cat "$work/readme.out"; echo "FAIL: no line matching '$want' in the output"; exit 1; }
+  done
+  cat "$work/readme.out"
+  ;;
 *)
-  echo "usage: $0 loss|stages|resume NP ..." >&2
+  echo "usage: $0 loss|stages|resume|readme NP ..." >&2
   exit 2
   ;;
 esac
