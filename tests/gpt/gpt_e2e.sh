@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# gpt_e2e.sh — end-to-end tests of the GPT example: gpt_train under mpirun,
+# its per-step CSV (--log-csv) checked here.
+#
+#   gpt_e2e.sh loss   NP CONFIG STEPS THRESHOLD [gpt_train flags...]
+#       the mean loss of the last 10 steps must be below THRESHOLD
+#   gpt_e2e.sh stages NP STEPS CONFIG CONFIG...
+#       every config gives the same step,loss,lr,grad_norm columns, bit for bit
+#   gpt_e2e.sh resume NP CONFIG STEPS
+#       STEPS straight == STEPS/2, checkpoint, resume to STEPS (rows after
+#       the checkpoint identical, bit for bit)
+#   gpt_e2e.sh readme NP CONFIG STEPS
+#       examples/README.md's first command with the default model, cut to
+#       STEPS steps: it runs and prints progress, a sample and the memory
+#       report
+#
+# Environment: GPT_TRAIN (the binary), MPIEXEC (mpirun), ZINC_TEST_SOURCE_DIR
+# (the configs), GPT_E2E_WORK (scratch directory; removed on success).
+# Every run but `readme` uses a small model (2 layers, width 64) so the suite
+# stays short.
+set -euo pipefail
+
+mode=$1; shift
+np=$1; shift
+src=${ZINC_TEST_SOURCE_DIR:?}
+work=${GPT_E2E_WORK:-$(mktemp -d /tmp/zinc_gpt_e2e.XXXXXX)}
+rm -rf "$work" && mkdir -p "$work"
+small=(--layers 2 --width 64 --heads 4 --seq 64 --sample 0)
+
+# A copy of a config whose nvme_path points into this test's scratch space.
+config() {
+  local c=$src/examples/configs/$1 out=$work/$1
+  mkdir -p "$work/nvme"
+  sed "s|/tmp/zinc_nvme|$work/nvme|g" "$c" > "$out"
+  echo "$out"
+}
+
+run() { # run NAME CONFIG FLAGS...: gpt_train with --log-csv $work/NAME.csv
+  local name=$1 cfg=$2; shift 2
+  echo "+ mpirun -n $np gpt_train --config $(basename "$cfg") $*"
+  if ! "$MPIEXEC" -n "$np" --oversubscribe "$GPT_TRAIN" --config "$cfg" "${small[@]}" \
+       --log-csv "$work/$name.csv" "$@" > "$work/$name.out" 2>&1; then
+    tail -n 30 "$work/$name.out"
+    echo "FAIL: gpt_train ($name) exited with an error"
+    exit 1
+  fi
+}
+
+case $mode in
+loss)
+  cfg=$(config "$1") steps=$2 threshold=$3; shift 3
+  run loss "$cfg" --steps "$steps" "$@"
+  grep -E '^step|tokens/s' "$work/loss.out" | tail -n 4
+  awk -F, -v t="$threshold" 'NR > 1 { l[NR] = $2; n = NR }
+    END { s = 0; k = 0; for (i = n - 9; i <= n; i++) if (i > 1) { s += l[i]; k++ }
+          m = s / k; printf "first loss %.4f, mean of the last %d: %.4f (threshold %s)\n", l[2], k, m, t;
+          exit !(m < t) }' "$work/loss.csv" || { echo "FAIL: the loss did not fall below $threshold"; exit 1; }
+  ;;
+stages)
+  steps=$1; shift
+  first=""
+  for c in "$@"; do
+    name=${c%.json}
+    run "$name" "$(config "$c")" --steps "$steps"
+    cut -d, -f1-4 "$work/$name.csv" > "$work/$name.cols"
+    if [ -z "$first" ]; then first=$name; continue; fi
+    if ! cmp -s "$work/$first.cols" "$work/$name.cols"; then
+      echo "FAIL: $name differs from $first (step,loss,lr,grad_norm); first differences:"
+      diff "$work/$first.cols" "$work/$name.cols" | head -n 6
+      exit 1
+    fi
+    echo "$name: $(($(wc -l < "$work/$name.cols") - 1)) steps identical to $first"
+  done
+  ;;
+resume)
+  cfg=$(config "$1") steps=$2 half=$(($2 / 2))
+  run straight "$cfg" --steps "$steps"
+  run resumed "$cfg" --steps "$half" --ckpt-dir "$work/ckpt"
+  run resumed "$cfg" --steps "$steps" --ckpt-dir "$work/ckpt" --resume
+  grep -q "resumed from" "$work/resumed.out" || { echo "FAIL: the second run did not resume"; exit 1; }
+  cut -d, -f1-4 "$work/straight.csv" > "$work/straight.cols"
+  cut -d, -f1-4 "$work/resumed.csv" > "$work/resumed.cols"
+  if ! cmp -s "$work/straight.cols" "$work/resumed.cols"; then
+    echo "FAIL: the resumed run differs from the straight one; first differences:"
+    diff "$work/straight.cols" "$work/resumed.cols" | head -n 6
+    exit 1
+  fi
+  echo "steps $((half + 1))..$steps after resuming from global_step$half: identical"
+  ;;
+readme)
+  small=()
+  run readme "$(config "$1")" --steps "$2" --sample 40 --ckpt-dir "$work/ckpt"
+  for want in '^step ' '^sample ' '^memory: ' '^checkpoints: '; do
+    grep -q "$want" "$work/readme.out" || {
+      cat "$work/readme.out"; echo "FAIL: no line matching '$want' in the output"; exit 1; }
+  done
+  cat "$work/readme.out"
+  ;;
+*)
+  echo "usage: $0 loss|stages|resume|readme NP ..." >&2
+  exit 2
+  ;;
+esac
+rm -rf "$work"
+echo PASS
