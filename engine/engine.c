@@ -386,8 +386,66 @@ static void micro_begin(zinc_engine *e) {
   zinc_grads_micro_begin(e);
 }
 
+/* Evaluation: the trainer's own order, agreed per fetch at stage 3. */
+static zinc_status eval_fetch(zinc_engine *e, zinc_module *m) {
+  zinc_status st = ZINC_OK;
+  if (e->cfg.stage == 3) {
+    if (e->dp_size > 1)
+      st = zinc_trace_agree(e, ZINC_EV_FETCH, m);
+    if (st == ZINC_OK)
+      st = zinc_stage3_replay_fetch(e, m, -1);
+    if (st == ZINC_OK)
+      st = zinc_stage3_serve(e, m);
+  }
+  if (st != ZINC_OK)
+    return zinc_engine_fail(e, st);
+  m->fetched++;
+  return ZINC_OK;
+}
+
+zinc_status zinc_eval_begin(zinc_engine *e) {
+  ZINC_CHECK(zinc_engine_usable(e, "zinc_eval_begin"));
+  if (e->mb_open || e->eval)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_eval_begin: %s", e->eval ? "already evaluating"
+                      : "a micro-batch is in progress; evaluate between steps");
+  for (int mi = 0; mi < e->nmodules; mi++)
+    if (e->modules[mi]->fetched > 0)
+      return zinc_error(ZINC_ERR_INVALID, "zinc_eval_begin: module \"%s\" is still fetched",
+                        e->modules[mi]->name);
+  if (e->cfg.stage == 3)
+    ZINC_CHECK(zinc_stage3_invalidate(e));
+  e->eval = 1;
+  return ZINC_OK;
+}
+
+zinc_status zinc_eval_end(zinc_engine *e) {
+  ZINC_CHECK(zinc_engine_usable(e, "zinc_eval_end"));
+  if (!e->eval)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_eval_end without zinc_eval_begin");
+  for (int mi = 0; mi < e->nmodules; mi++)
+    if (e->modules[mi]->fetched > 0)
+      return zinc_error(ZINC_ERR_INVALID, "zinc_eval_end: module \"%s\" is still fetched",
+                        e->modules[mi]->name);
+  if (e->cfg.stage == 3)
+    ZINC_CHECK(zinc_stage3_invalidate(e));
+  e->eval = 0;
+  return ZINC_OK;
+}
+
+int64_t zinc_step_count(const zinc_engine *e) { return e ? e->step : 0; }
+int64_t zinc_micro_step_count(const zinc_engine *e) { return e ? e->micro_step : 0; }
+int zinc_zero_stage(const zinc_engine *e) { return e ? e->cfg.stage : -1; }
+const char *zinc_offload_name(const zinc_engine *e, int params) {
+  if (!e)
+    return "none";
+  return zinc_offload_device_name(params ? e->cfg.offload_param.device
+                                         : e->cfg.offload_optimizer.device);
+}
+
 zinc_status zinc_module_fetch(zinc_engine *e, zinc_module *m) {
   ZINC_CHECK(module_check(e, m, "zinc_module_fetch"));
+  if (e->eval)
+    return eval_fetch(e, m);
   micro_begin(e);
   if (e->phase == ZINC_PHASE_IDLE)
     zinc_engine_phase(e, ZINC_PHASE_FORWARD);
@@ -406,6 +464,16 @@ zinc_status zinc_module_release(zinc_engine *e, zinc_module *m) {
     return zinc_error(ZINC_ERR_INVALID, "zinc_module_release(\"%s\"): the module is not "
                       "fetched", m->name);
   m->fetched--;
+  if (e->eval) {
+    if (e->cfg.stage == 3 && m->fetched == 0) {
+      m->replay_held = 1;
+      zinc_status st = zinc_stage3_replay_release(e, m, -1);
+      zinc_stage3_unserve(e, m);
+      if (st != ZINC_OK)
+        return zinc_engine_fail(e, st);
+    }
+    return ZINC_OK;
+  }
   zinc_status st = zinc_trace_event_add(e, ZINC_EV_RELEASE, m);
   if (st != ZINC_OK)
     return zinc_engine_fail(e, st);
@@ -445,6 +513,11 @@ void *zinc_param_grad(zinc_param *p) {
   zinc_module *m = p->module;
   if (zinc_engine_usable(e, "zinc_param_grad") != ZINC_OK)
     return NULL;
+  if (e->eval) {
+    zinc_error(ZINC_ERR_INVALID, "zinc_param_grad(\"%s.%s\"): no gradients between "
+               "zinc_eval_begin and zinc_eval_end", m->name, p->name);
+    return NULL;
+  }
   if (m->fetched <= 0) {
     zinc_error(ZINC_ERR_INVALID, "zinc_param_grad(\"%s.%s\"): module \"%s\" is not fetched "
                "(gradients are only handed out between fetch and release)", m->name, p->name,
@@ -471,6 +544,9 @@ void *zinc_param_grad(zinc_param *p) {
 
 zinc_status zinc_module_grads_ready(zinc_engine *e, zinc_module *m) {
   ZINC_CHECK(module_check(e, m, "zinc_module_grads_ready"));
+  if (e->eval)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_module_grads_ready(\"%s\"): inside "
+                      "zinc_eval_begin/zinc_eval_end", m->name);
   if (m->grad_state == ZINC_GRAD_READY)
     return zinc_error(ZINC_ERR_INVALID, "zinc_module_grads_ready(\"%s\"): called twice in one "
                       "micro-batch; report a module once, after its last backward use",
@@ -486,6 +562,8 @@ zinc_status zinc_module_grads_ready(zinc_engine *e, zinc_module *m) {
 
 zinc_status zinc_backward_end(zinc_engine *e) {
   ZINC_CHECK(zinc_engine_usable(e, "zinc_backward_end"));
+  if (e->eval)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_backward_end inside zinc_eval_begin/zinc_eval_end");
   micro_begin(e);
   zinc_status st = zinc_trace_replay_rest(e);
   if (st == ZINC_OK)
@@ -502,6 +580,8 @@ zinc_status zinc_backward_end(zinc_engine *e) {
 
 zinc_status zinc_step(zinc_engine *e, zinc_step_info *info) {
   ZINC_CHECK(zinc_engine_usable(e, "zinc_step"));
+  if (e->eval)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_step inside zinc_eval_begin/zinc_eval_end");
   if (!e->mb_ended)
     return zinc_error(ZINC_ERR_INVALID, "zinc_step: call zinc_backward_end after the "
                       "micro-batch's backward pass before zinc_step");

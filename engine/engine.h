@@ -270,6 +270,7 @@ struct zinc_engine {
   int64_t window;         /* accumulation window index */
   int mb_open;            /* micro-batch has started (fetch/grad seen) */
   int mb_ended;           /* backward_end called, step not yet */
+  int eval;               /* between zinc_eval_begin and zinc_eval_end */
   zinc_loss_scaler scaler;
   float last_grad_norm;
 
@@ -384,6 +385,9 @@ void zinc_stage3_free(zinc_engine *e);
 zinc_status zinc_trace_event_add(zinc_engine *e, zinc_event_kind kind, zinc_module *m);
 /* Replay the recorded events this micro-batch has not reached. */
 zinc_status zinc_trace_replay_rest(zinc_engine *e);
+/* One all-reduce that fails on every rank unless every rank is making the
+ * same call (kind, module) now. */
+zinc_status zinc_trace_agree(zinc_engine *e, zinc_event_kind kind, zinc_module *m);
 /* End of a micro-batch: fix the trace after the first one; afterwards agree
  * across ranks that every rank made the recorded calls. */
 zinc_status zinc_trace_end_micro(zinc_engine *e);

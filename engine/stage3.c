@@ -139,7 +139,7 @@ zinc_status zinc_stage3_replay_fetch(zinc_engine *e, zinc_module *m, int event) 
     }
     ZINC_CHECK(gather_start(e, m));
   }
-  if (!e->recording)
+  if (!e->recording && !e->eval)
     ZINC_CHECK(prefetch(e, event));
   return ZINC_OK;
 }
@@ -149,7 +149,7 @@ zinc_status zinc_stage3_replay_release(zinc_engine *e, zinc_module *m, int event
     m->replay_held--;
   if (m->gather_numel == 0 || m->replay_held > 0)
     return ZINC_OK;
-  int keep = !e->recording && e->keep_at_release && e->keep_at_release[event];
+  int keep = !e->recording && !e->eval && e->keep_at_release && e->keep_at_release[event];
   return keep ? ZINC_OK : replay_free(e, m);
 }
 

@@ -35,7 +35,7 @@ static int leads_to_collective(const zinc_engine *e, zinc_event_kind kind) {
 }
 
 /* One all-reduce: max of (code) and max of (-code) = -min. */
-static zinc_status agree(zinc_engine *e, zinc_event_kind kind, zinc_module *m) {
+zinc_status zinc_trace_agree(zinc_engine *e, zinc_event_kind kind, zinc_module *m) {
   int32_t code = (int32_t)kind * (int32_t)(e->nmodules + 1) + m->index;
   int32_t v[2] = {code, -code};
   ZINC_CHECK(zinc_comm_allreduce(e->dp_host, v, v, 2, ZINC_DT_I32, ZINC_OP_MAX));
@@ -44,10 +44,11 @@ static zinc_status agree(zinc_engine *e, zinc_event_kind kind, zinc_module *m) {
   int n1 = e->nmodules + 1;
   int hi = v[0], lo = -v[1];
   return zinc_error(ZINC_ERR_INVALID,
-                    "ranks disagree at call %d of the first micro-batch: some rank called "
+                    "ranks disagree at call %d of %s: some rank called "
                     "%s(\"%s\") where another called %s(\"%s\"); every data-parallel rank must "
                     "fetch, release and report modules in the same order",
-                    e->ntrace + 1, kind_name(lo / n1), e->modules[lo % n1]->name,
+                    e->ntrace + 1, e->eval ? "an evaluation" : "the first micro-batch",
+                    kind_name(lo / n1), e->modules[lo % n1]->name,
                     kind_name(hi / n1), e->modules[hi % n1]->name);
 }
 
@@ -70,7 +71,7 @@ static zinc_status replay_event(zinc_engine *e, int k) {
 zinc_status zinc_trace_event_add(zinc_engine *e, zinc_event_kind kind, zinc_module *m) {
   if (e->recording) {
     if (leads_to_collective(e, kind) && e->dp_size > 1) {
-      zinc_status st = agree(e, kind, m);
+      zinc_status st = zinc_trace_agree(e, kind, m);
       if (st != ZINC_OK)
         return zinc_engine_fail(e, st);
     }

@@ -18,14 +18,17 @@
  *    (rank aware; level from the config's "zinc.log_level" or the environment
  *    variable ZINC_LOG_LEVEL = error|warn|info|debug).
  *
- * A trainer's step, for every stage:
+ * A trainer's loop, for every stage:
  *
  *   for each micro-batch:
  *     for each module m in forward order:  fetch(m); forward(m); release(m)
  *     for each module m in reverse order:  fetch(m); backward(m) into grad(p);
  *                                          grads_ready(m); release(m)
  *     backward_end()
- *   step()        // no-op except at the gradient-accumulation boundary
+ *     step()      // after every micro-batch: it counts the micro-batch and
+ *                 // runs the optimizer only at the accumulation boundary
+ *
+ * Generation or evaluation between steps goes inside eval_begin/eval_end.
  */
 #ifndef ZINC_H
 #define ZINC_H
@@ -232,6 +235,23 @@ ZINC_API zinc_status zinc_step(zinc_engine *e, zinc_step_info *info);
 /* The factor the trainer multiplies its loss gradient by (fp16 dynamic or
  * static loss scaling); 1 for fp32/bf16. */
 ZINC_API float zinc_loss_scale(const zinc_engine *e);
+/* Optimizer steps taken so far (after a load, the saved count), and
+ * micro-batches counted by zinc_step. */
+ZINC_API int64_t zinc_step_count(const zinc_engine *e);
+ZINC_API int64_t zinc_micro_step_count(const zinc_engine *e);
+/* The ZeRO stage, and the offload target of the optimizer state
+ * (params = 0) or of the parameters (params = 1): "none", "cpu", "nvme". */
+ZINC_API int zinc_zero_stage(const zinc_engine *e);
+ZINC_API const char *zinc_offload_name(const zinc_engine *e, int params);
+
+/* Forward-only work between steps (evaluation, sampling): inside
+ * eval_begin/eval_end, fetch and release follow the trainer's own order
+ * (stage 3 gathers on every fetch, checked across ranks, no prefetch) and
+ * nothing is recorded or compared with the training order; gradients cannot
+ * be handed out. Collective: every data-parallel rank makes the same calls.
+ * Call between zinc_step and the next micro-batch. */
+ZINC_API zinc_status zinc_eval_begin(zinc_engine *e);
+ZINC_API zinc_status zinc_eval_end(zinc_engine *e);
 /* Learning rate the next step will use. */
 ZINC_API float zinc_lr(const zinc_engine *e);
 /* Micro-batch size per rank and accumulation steps, as resolved. */

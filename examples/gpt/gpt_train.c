@@ -297,7 +297,7 @@ static zinc_status sample_text(gpt_trainer *tr, gpt_acts *a, const gpt_corpus *c
     return ZINC_ERR_NOMEM;
   ctx[0] = corpus->byte_to_id['\n'] >= 0 ? corpus->byte_to_id['\n'] : 0;
   uint64_t rng = seed;
-  zinc_status st = ZINC_OK;
+  zinc_status st = zinc_eval_begin(tr->e); /* forward-only, outside the training order */
   for (int len = 1; len <= n && st == ZINC_OK; len++) {
     int t = len < T ? len : T;
     float unused;
@@ -307,7 +307,8 @@ static zinc_status sample_text(gpt_trainer *tr, gpt_acts *a, const gpt_corpus *c
   }
   out[n] = 0;
   free(ctx);
-  return st;
+  zinc_status end = zinc_eval_end(tr->e);
+  return st != ZINC_OK ? st : end;
 }
 
 /* ----------------------------------------------------------------- main */
@@ -459,12 +460,8 @@ static zinc_status setup(gpt_run *r, int64_t *start_step) {
 
   *start_step = 0;
   if (a->resume) {
-    *start_step = gpt_ckpt_latest_step(a->ckpt_dir, err, sizeof(err));
-    if (*start_step < 0)
-      return trainer_error(r, ZINC_ERR_INVALID, "%s", err);
-    char tag[64];
-    gpt_ckpt_tag(tag, sizeof(tag), *start_step);
-    TRY(zinc_load_checkpoint(e, a->ckpt_dir, tag));
+    TRY(zinc_load_checkpoint(e, a->ckpt_dir, NULL)); /* the tag DIR/latest names */
+    *start_step = zinc_step_count(e);
   }
   if (r->rank == 0) {
     int64_t params = tr->embed.numel + tr->head.numel + (int64_t)a->layers * tr->blocks[0].numel;
