@@ -97,13 +97,12 @@ zinc_status zinc_settings_resolve_batch(zinc_settings *s, int dp_size) {
 zinc_status zinc_settings_resolve_model(zinc_settings *s, int64_t hidden_size,
                                         int any_f16, int any_bf16) {
   int64_t h = hidden_size;
-  if (h > 3000000000LL)
-    return zinc_error(ZINC_ERR_INVALID, "resolving \"auto\" bucket sizes: hidden size %lld "
-                      "is not plausible", (long long)h);
+  /* h*h saturates: past ~3e9 one bucket holds any model anyway */
+  int64_t hh = h > 0 ? (h > 3000000000LL ? INT64_MAX / 16 : h * h) : 0;
   if (s->reduce_bucket_size == ZINC_AUTO)
-    s->reduce_bucket_size = h > 0 ? h * h : 500000000;
+    s->reduce_bucket_size = h > 0 ? hh : 500000000;
   if (s->stage3_prefetch_bucket_size == ZINC_AUTO)
-    s->stage3_prefetch_bucket_size = h > 0 ? (int64_t)(0.9 * (double)h * (double)h) : 50000000;
+    s->stage3_prefetch_bucket_size = h > 0 ? (int64_t)(0.9 * (double)hh) : 50000000;
   if (s->stage3_param_persistence_threshold == ZINC_AUTO)
     s->stage3_param_persistence_threshold = h > 0 ? 10 * h : 100000;
 

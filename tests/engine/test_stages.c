@@ -80,6 +80,14 @@ int main(void) {
   r.shape.dtype = ZINC_F16;
   compare_stages(r, "fp16 (loss scaling), accumulation 1", 1, 5e-3, 0);
 
+  /* every bucket size at its minimum: many units per parameter, one
+   * element per chunk row... the layout changes, the arithmetic must not */
+  r = et_defaults();
+  r.reduce_bucket = 1;
+  r.prefetch = 1;
+  r.steps = 6;
+  compare_stages(r, "fp32, reduce_bucket_size 1, prefetch 1", 1, 1e-5, 0);
+
   if (et_failures) {
     fprintf(stderr, "[rank %d] %d check(s) failed\n", et_rank, et_failures);
     return 1;
