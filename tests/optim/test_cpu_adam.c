@@ -51,6 +51,16 @@ static void fill_state(test_rng *r, adam_bufs *b, int gdt, int64_t n) {
     case 1: g = INFINITY; break;
     case 2: g = -INFINITY; break;
     case 3: g = NAN; break;
+    case 4: { /* a NaN with a random payload, signalling or quiet, raw bits */
+      uint32_t u = rng_u32(r), sign = u & 1u;
+      if (gdt == ZINC_F32)
+        ((uint32_t *)b->g.p)[i] = sign << 31 | 0x7f800000u | (u >> 9) | 1u;
+      else if (gdt == ZINC_BF16)
+        ((uint16_t *)b->g.p)[i] = (uint16_t)(sign << 15 | 0x7f80u | ((u >> 8) & 0x7fu) | 1u);
+      else
+        ((uint16_t *)b->g.p)[i] = (uint16_t)(sign << 15 | 0x7c00u | ((u >> 8) & 0x3ffu) | 1u);
+      continue;
+    }
     default: break;
     }
     zinc_store_from_f32(b->g.p, i, gdt, g);
