@@ -218,12 +218,16 @@ int main(int argc, char **argv) {
   int failed = 0;
   for (int s = 0; s < nsizes; s++) {
     int64_t n = sizes[s] << 20;
+    /* (n) fp32 master, exp_avg, exp_avg_sq, grad; (n) bf16 copy: device memory */
     void *mem[5] = {0};
-    for (int k = 0; k < 5; k++)
-      if (zinc_aligned_alloc(&mem[k], 64, (size_t)n * (k < 4 ? 4 : 2), "bench arrays") != ZINC_OK) {
+    size_t bytes[5];
+    for (int k = 0; k < 5; k++) {
+      bytes[k] = (size_t)n * (k < 4 ? 4 : 2);
+      if (dev->ops->alloc(dev, bytes[k], ZINC_LOC_DEVICE, ZINC_MEM_OPTIM, &mem[k]) != ZINC_OK) {
         fprintf(stderr, "cpu_adam_bench: %s\n", zinc_last_error());
         return 1;
       }
+    }
     b.a = (arrays){mem[0], mem[1], mem[2], mem[3], mem[4], n};
     /* first touch by the threads that will use the pages */
     zinc_threadpool_for(zinc_device_cpu_pool(dev), n, 16384, init_part, &b.a);
@@ -234,7 +238,7 @@ int main(int argc, char **argv) {
       failed += measure(&b, all, reps, scalar);
     }
     for (int k = 0; k < 5; k++)
-      free(mem[k]);
+      dev->ops->free(dev, mem[k], bytes[k], ZINC_LOC_DEVICE, ZINC_MEM_OPTIM);
   }
   printf("cpu_adam_bench: %s\n", failed ? "FAIL" : "PASS");
   zinc_device_destroy(dev);
