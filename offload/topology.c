@@ -132,7 +132,7 @@ static void log_placement(const zinc_topology *t) {
   hwloc_bitmap_list_snprintf(bound, sizeof bound, t->bound);
   hwloc_bitmap_list_snprintf(nodes, sizeof nodes, t->nodeset);
   zinc_log(ZINC_LOG_INFO,
-           "placement: local rank %d of %d, %d cores on PUs %s (process bound to %s), "
+           "placement: local rank %d of %d, %d core(s) on PUs %s (process bound to %s), "
            "NUMA nodes %s of %d", t->local_rank, t->local_size, t->ncores, share, bound,
            nodes, t->numa_nodes);
 }
@@ -272,6 +272,17 @@ zinc_status zinc_topology_alloc_host(zinc_topology *t, size_t bytes, void **out)
 void zinc_topology_free_host(zinc_topology *t, void *p, size_t bytes) {
   if (p)
     hwloc_free(t->topo, p, bytes ? bytes : 1);
+}
+
+zinc_status zinc_topology_set_host_numa(zinc_topology *t, int node) {
+  hwloc_obj_t obj = hwloc_get_numanode_obj_by_os_index(t->topo, (unsigned)node);
+  if (node < 0 || !obj)
+    return zinc_error(ZINC_ERR_INVALID, "topology: no NUMA node %d on this machine (%d nodes)",
+                      node, t->numa_nodes);
+  hwloc_bitmap_only(t->nodeset, (unsigned)node);
+  if (t->verbose)
+    zinc_log(ZINC_LOG_INFO, "placement: host buffers on NUMA node %d", node);
+  return ZINC_OK;
 }
 
 int zinc_topology_numa_of_pci(const zinc_topology *t, const char *bus_id) {

@@ -69,6 +69,12 @@ zinc_status zinc_topology_bind_thread_share(const zinc_topology *t);
 zinc_status zinc_topology_alloc_host(zinc_topology *t, size_t bytes, void **out);
 void zinc_topology_free_host(zinc_topology *t, void *p, size_t bytes);
 
+/* Put later zinc_topology_alloc_host buffers on NUMA node `node` (OS
+ * index) instead of the share's nodes — e.g. the node nearest the rank's
+ * GPU from zinc_topology_numa_of_pci. ZINC_ERR_INVALID for a node this
+ * machine does not have. */
+zinc_status zinc_topology_set_host_numa(zinc_topology *t, int node);
+
 /* NUMA node (OS index) nearest the PCI device "dddd:bb:dd.f" or "bb:dd.f"
  * (a GPU's bus id), or -1 when unknown (created without io, no such
  * device, or no locality information). */

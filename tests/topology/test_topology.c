@@ -80,6 +80,37 @@ static void share_inside_allowed(void **state) {
   zinc_topology_destroy(NULL);
 }
 
+/* With I/O discovery, a PCI device's NUMA node is a node of this machine
+ * (or unknown), and host buffers can be sent to a chosen node. */
+static void pci_locality_and_host_node(void **state) {
+  zinc_topology_opts o = ZINC_TOPOLOGY_OPTS_INIT;
+  o.io = 1;
+  o.verbose = 1;
+  zinc_topology *t;
+  assert_int_equal(zinc_topology_create(&o, &t), ZINC_OK);
+  hwloc_topology_t h = zinc_topology_hwloc(t);
+  int seen = 0;
+  for (hwloc_obj_t d = hwloc_get_next_pcidev(h, NULL); d && seen < 4;
+       d = hwloc_get_next_pcidev(h, d), seen++) {
+    char id[32];
+    snprintf(id, sizeof id, "%04x:%02x:%02x.%01x", d->attr->pcidev.domain, d->attr->pcidev.bus,
+             d->attr->pcidev.dev, d->attr->pcidev.func);
+    int node = zinc_topology_numa_of_pci(t, id);
+    fprintf(stderr, "PCI %s: NUMA node %d\n", id, node);
+    assert_true(node == -1 || hwloc_get_numanode_obj_by_os_index(h, (unsigned)node) != NULL);
+  }
+  if (!seen)
+    fprintf(stderr, "no PCI device visible: only the unknown answer is checked\n");
+  unsigned first = hwloc_get_obj_by_type(h, HWLOC_OBJ_NUMANODE, 0)->os_index;
+  assert_int_equal(zinc_topology_set_host_numa(t, (int)first), ZINC_OK);
+  assert_int_equal(zinc_topology_set_host_numa(t, 4000), ZINC_ERR_INVALID);
+  void *p;
+  assert_int_equal(zinc_topology_alloc_host(t, 1 << 20, &p), ZINC_OK);
+  memset(p, 3, 1 << 20);
+  zinc_topology_free_host(t, p, 1 << 20);
+  zinc_topology_destroy(t);
+}
+
 static void ranks_split_the_node(void **state) {
   zinc_topology *whole = make_topology(0, 1);
   hwloc_topology_t h = zinc_topology_hwloc(whole);
@@ -208,6 +239,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(split_rule),
       cmocka_unit_test(share_inside_allowed),
+      cmocka_unit_test(pci_locality_and_host_node),
       cmocka_unit_test(ranks_split_the_node),
       cmocka_unit_test(local_rank_from_environment),
       cmocka_unit_test(pool_threads_inside_the_share),
