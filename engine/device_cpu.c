@@ -32,7 +32,6 @@ typedef struct {
   zinc_topology *topo;          /* NULL: no placement (hwloc failed) */
   zinc_cpu_isa isa;
   int pin_memory;
-  int bind;
   size_t page;
   _Atomic int warned_mlock;
   _Atomic int warned_bind;
@@ -276,7 +275,6 @@ zinc_status zinc_device_cpu_create_placed(const zinc_device_cpu_placement *pl,
   d->ops = &cpu_ops;
   d->impl = c;
   c->pin_memory = p.pin_memory;
-  c->bind = p.bind;
   c->isa = zinc_cpu_isa_select();
   long page = sysconf(_SC_PAGESIZE);
   c->page = page > 0 ? (size_t)page : 4096;
