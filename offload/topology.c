@@ -177,8 +177,15 @@ zinc_status zinc_topology_create(const zinc_topology_opts *opt, zinc_topology **
     st = zinc_error(ZINC_ERR_NOMEM, "topology: hwloc_topology_init failed: %s", strerror(errno));
     goto fail;
   }
-  if (o.io)
+  if (o.io) {
+    /* PCI locality from sysfs alone: the plugins that open GPU runtimes or
+     * libpciaccess are slow, and libpciaccess leaks at exit. */
+    static const char *const skip[] = {"pci", "opencl", "gl", "cuda", "nvml", "rsmi",
+                                       "levelzero"};
     hwloc_topology_set_io_types_filter(t->topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    for (size_t i = 0; i < sizeof skip / sizeof skip[0]; i++)
+      hwloc_topology_set_components(t->topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, skip[i]);
+  }
   if (hwloc_topology_load(t->topo) != 0) {
     st = zinc_error(ZINC_ERR_UNSUPPORTED, "topology: hwloc could not discover this machine: "
                     "%s", strerror(errno));
