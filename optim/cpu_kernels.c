@@ -12,10 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
-
 #include "base.h"
 #include "optim/cpu_kernels.h"
 #include "optim/cpu_kernels_isa.h"
@@ -29,12 +25,15 @@
 
 /* ------------------------------------------------------------- dispatch */
 
+/* Every kernel call checks its instruction set, so the check must not run
+ * cpuid (a VM exit under a hypervisor, microseconds): __builtin_cpu_supports
+ * reads what libgcc/compiler-rt found once at start-up. clang before 16
+ * does not know "f16c"; every CPU with AVX2 has F16C. */
 static int cpu_has_f16c(void) {
-#if defined(__x86_64__)
-  unsigned a, b, c, d;
-  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+#if defined(__clang__) && __clang_major__ < 16
+  return __builtin_cpu_supports("avx2");
 #else
-  return 0;
+  return __builtin_cpu_supports("f16c");
 #endif
 }
 
