@@ -1,0 +1,170 @@
+/*
+ * cpu_kernels_simd.h — internal template: the Adam and conversion loops
+ * written once for every vector width. Included by cpu_kernels_avx2.c and
+ * cpu_kernels_avx512.c after they define
+ *
+ *   SIMD_FN                 function attributes (the target instruction set)
+ *   SIMD_W                  floats per vector
+ *   vf                      the vector type
+ *   vf_loadu vf_storeu vf_set1 vf_add vf_mul vf_div vf_sqrt
+ *   vf_fmadd(a, b, c)       a*b + c, one rounding
+ *   vf_fnmadd(a, b, c)      c - a*b, one rounding (= fmaf(-a, b, c))
+ *   vf_load_bf16 vf_load_f16   16-bit loads with zinc_math.h's bits
+ *   vh                      a vector of SIMD_W 16-bit values
+ *   vf_to_bf16 vf_to_f16    rounding with zinc_math.h's bits
+ *   vh_storeu vh_stream vf_stream   plain and non-temporal stores
+ *
+ * The Adam loop is zinc_adam_elem written with vectors, operation for
+ * operation, so it gives the scalar path's bits. Each loop is specialised
+ * for its dtypes (the switch in the entry points), so nothing but the
+ * arithmetic is left inside it.
+ */
+#ifndef SIMD_FN
+#error "define the SIMD_* macros before including cpu_kernels_simd.h"
+#endif
+
+#define SIMD_INLINE static inline SIMD_FN __attribute__((always_inline))
+
+SIMD_INLINE vf simd_load(const void *base, int64_t i, int dt) {
+  if (dt == ZINC_F32)
+    return vf_loadu((const float *)base + i);
+  if (dt == ZINC_BF16)
+    return vf_load_bf16((const uint16_t *)base + i);
+  return vf_load_f16((const uint16_t *)base + i);
+}
+
+/* stream: a non-temporal store (the address must be vector-aligned). */
+SIMD_INLINE void simd_store(void *base, int64_t i, int dt, vf x, int stream) {
+  if (dt == ZINC_F32) {
+    float *q = (float *)base + i;
+    if (stream)
+      vf_stream(q, x);
+    else
+      vf_storeu(q, x);
+    return;
+  }
+  vh h = dt == ZINC_BF16 ? vf_to_bf16(x) : vf_to_f16(x);
+  uint16_t *q = (uint16_t *)base + i;
+  if (stream)
+    vh_stream(q, h);
+  else
+    vh_storeu(q, h);
+}
+
+/* The 16-bit (or fp32) parameter copy is written and not read again by
+ * this pass: on long spans it bypasses the cache, saving the read of each
+ * line before it is overwritten. Shorter spans keep it in cache for the
+ * copy to the device that follows. */
+#define SIMD_STREAM_MIN (1 << 18)
+
+/* Elements to do one by one before out + i is aligned for streaming;
+ * -1 when streaming does not apply. */
+SIMD_INLINE int64_t simd_stream_peel(const void *out, int odt, int64_t n) {
+  if (odt < 0 || n < SIMD_STREAM_MIN)
+    return -1;
+  uintptr_t es = odt == ZINC_F32 ? 4 : 2, vb = SIMD_W * es, a = (uintptr_t)out;
+  if (a % es)
+    return -1;
+  return (int64_t)(((vb - a % vb) % vb) / es);
+}
+
+/* ------------------------------------------------------------------ Adam */
+
+/* gdt, odt are compile-time constants at every call (odt < 0: no copy). */
+SIMD_INLINE void simd_adam_span(const zinc_adam_coef *c, int decay, float *p, float *m,
+                                float *v, const void *g, int gdt, void *out, int odt,
+                                int64_t n) {
+  const vf grad_scale = vf_set1(c->grad_scale);
+  const vf beta1 = vf_set1(c->beta1), one_minus_beta1 = vf_set1(c->one_minus_beta1);
+  const vf beta2 = vf_set1(c->beta2), one_minus_beta2 = vf_set1(c->one_minus_beta2);
+  const vf eps = vf_set1(c->eps), inv_sqrt_bc2 = vf_set1(c->inv_sqrt_bc2);
+  const vf step_size = vf_set1(c->step_size);
+  const vf weight_decay = vf_set1(c->weight_decay), decay_factor = vf_set1(c->decay_factor);
+  const int l2 = decay && !c->adamw, decoupled = decay && c->adamw;
+  int64_t i = simd_stream_peel(out, odt, n);
+  const int stream = i >= 0;
+  if (stream)
+    zinc_cpu_adam_tail(c, decay, p, m, v, g, gdt, out, odt, 0, i);
+  else
+    i = 0;
+  for (; i + SIMD_W <= n; i += SIMD_W) {
+    vf gv = simd_load(g, i, gdt);
+    vf pv = vf_loadu(p + i), mv = vf_loadu(m + i), vv = vf_loadu(v + i);
+    gv = vf_mul(gv, grad_scale);
+    if (l2)
+      gv = vf_fmadd(weight_decay, pv, gv);
+    mv = vf_fmadd(beta1, mv, vf_mul(one_minus_beta1, gv));
+    vv = vf_fmadd(beta2, vv, vf_mul(vf_mul(one_minus_beta2, gv), gv));
+    vf d = vf_fmadd(vf_sqrt(vv), inv_sqrt_bc2, eps);
+    if (decoupled)
+      pv = vf_mul(pv, decay_factor);
+    pv = vf_fnmadd(step_size, vf_div(mv, d), pv);
+    vf_storeu(p + i, pv);
+    vf_storeu(m + i, mv);
+    vf_storeu(v + i, vv);
+    if (odt >= 0)
+      simd_store(out, i, odt, pv, stream);
+  }
+  if (stream)
+    _mm_sfence(); /* order the non-temporal stores before the pool's hand-back */
+  zinc_cpu_adam_tail(c, decay, p, m, v, g, gdt, out, odt, i, n);
+}
+
+static SIMD_FN void simd_adam(const zinc_adam_coef *c, int decay, float *p, float *m,
+                              float *v, const void *g, int gdt, void *out, int odt,
+                              int64_t n) {
+  if (!out)
+    odt = -1;
+#define ADAM_CASE(G, O)                                                    \
+  case (G) * 4 + (O) + 1:                                                  \
+    simd_adam_span(c, decay, p, m, v, g, (G), out, (O), n);                \
+    return;
+  switch (gdt * 4 + odt + 1) {
+    ADAM_CASE(ZINC_F32, -1) ADAM_CASE(ZINC_F32, ZINC_F32)
+    ADAM_CASE(ZINC_F32, ZINC_BF16) ADAM_CASE(ZINC_F32, ZINC_F16)
+    ADAM_CASE(ZINC_BF16, -1) ADAM_CASE(ZINC_BF16, ZINC_F32)
+    ADAM_CASE(ZINC_BF16, ZINC_BF16) ADAM_CASE(ZINC_BF16, ZINC_F16)
+    ADAM_CASE(ZINC_F16, -1) ADAM_CASE(ZINC_F16, ZINC_F32)
+    ADAM_CASE(ZINC_F16, ZINC_BF16) ADAM_CASE(ZINC_F16, ZINC_F16)
+  default:
+    zinc_cpu_adam_tail(c, decay, p, m, v, g, gdt, out, odt, 0, n);
+  }
+#undef ADAM_CASE
+}
+
+/* ----------------------------------------------------- casts, accumulate */
+
+/* sdt, ddt constant at every call; ddt < 0: dst (f32) += src. */
+SIMD_INLINE void simd_convert_span(void *dst, int ddt, const void *src, int sdt,
+                                   int64_t n) {
+  int64_t i = 0;
+  for (; i + SIMD_W <= n; i += SIMD_W) {
+    vf x = simd_load(src, i, sdt);
+    if (ddt < 0)
+      vf_storeu((float *)dst + i, vf_add(vf_loadu((const float *)dst + i), x));
+    else
+      simd_store(dst, i, ddt, x, 0);
+  }
+  zinc_cpu_convert_tail(dst, ddt, src, sdt, ddt < 0, i, n);
+}
+
+static SIMD_FN void simd_convert(void *dst, int ddt, const void *src, int sdt, int64_t n,
+                                 int accumulate) {
+  if (accumulate)
+    ddt = -1;
+#define CONVERT_CASE(S, D)                                                 \
+  case (S) * 4 + (D) + 1:                                                  \
+    simd_convert_span(dst, (D), src, (S), n);                              \
+    return;
+  switch (sdt * 4 + ddt + 1) {
+    CONVERT_CASE(ZINC_F32, -1) CONVERT_CASE(ZINC_F32, ZINC_F32)
+    CONVERT_CASE(ZINC_F32, ZINC_BF16) CONVERT_CASE(ZINC_F32, ZINC_F16)
+    CONVERT_CASE(ZINC_BF16, -1) CONVERT_CASE(ZINC_BF16, ZINC_F32)
+    CONVERT_CASE(ZINC_BF16, ZINC_BF16) CONVERT_CASE(ZINC_BF16, ZINC_F16)
+    CONVERT_CASE(ZINC_F16, -1) CONVERT_CASE(ZINC_F16, ZINC_F32)
+    CONVERT_CASE(ZINC_F16, ZINC_BF16) CONVERT_CASE(ZINC_F16, ZINC_F16)
+  default:
+    zinc_cpu_convert_tail(dst, ddt, src, sdt, accumulate, 0, n);
+  }
+#undef CONVERT_CASE
+}
