@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/device_cpu.h"
 #include "engine/engine.h"
 #include "engine/profiler.h"
 #include "optim/lr_schedule.h"
@@ -193,14 +194,6 @@ static zinc_status create_comms(zinc_engine *e) {
   return find_local_ranks(e);
 }
 
-static int cpuset_cores(void) {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) != 0)
-    return 1;
-  int n = CPU_COUNT(&set);
-  return n > 0 ? n : 1;
-}
-
 static zinc_status create_device(zinc_engine *e) {
   int want = e->opt.device;
   int ngpu = zinc_device_cuda_count();
@@ -209,13 +202,15 @@ static zinc_status create_device(zinc_engine *e) {
   if (want >= 0) {
     ZINC_CHECK(zinc_device_cuda_create(want, e->opt.cuda_stream, &e->dev));
   } else {
-    int threads = e->opt.threads;
-    if (threads <= 0) {
-      threads = cpuset_cores() / (e->local_size > 0 ? e->local_size : 1);
-      if (threads < 1)
-        threads = 1;
-    }
-    ZINC_CHECK(zinc_device_cpu_create(threads, e->cfg.offload_optimizer.pin_memory, &e->dev));
+    /* the ranks on this node split its cores; the device binds its pool's
+     * threads inside this rank's share (offload/topology.c) */
+    zinc_device_cpu_placement pl = ZINC_DEVICE_CPU_PLACEMENT_INIT;
+    pl.threads = e->opt.threads > 0 ? e->opt.threads : 0;
+    pl.pin_memory = e->cfg.offload_optimizer.pin_memory || e->cfg.offload_param.pin_memory;
+    pl.local_rank = e->local_rank;
+    pl.local_size = e->local_size;
+    pl.verbose = e->cfg.placement_verbose;
+    ZINC_CHECK(zinc_device_cpu_create_placed(&pl, &e->dev));
   }
   e->dev->mem_hook = zinc_prof_account;
   e->dev->mem_hook_ctx = e->prof;

@@ -191,8 +191,9 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
 
   zinc_adam_coef c;
   int adamw = e->cfg.optimizer == ZINC_OPTIM_ADAMW ? 1 : e->cfg.adam_w_mode;
-  zinc_adam_coef_init(&c, lr, e->cfg.beta1, e->cfg.beta2, e->cfg.eps, e->cfg.weight_decay,
-                      adamw, e->cfg.bias_correction, e->step + 1, base * coef);
+  ZINC_CHECK(zinc_adam_coef_init(&c, lr, e->cfg.beta1, e->cfg.beta2, e->cfg.eps,
+                                 e->cfg.weight_decay, adamw, e->cfg.bias_correction, e->step + 1,
+                                 base * coef));
   zinc_adam_seg *segs = NULL;
   ZINC_CHECK(adam_segments(e, &segs));
   zinc_status st = e->dev->ops->adam(e->dev, e->stream, &c, segs, e->nruns);
