@@ -1,0 +1,176 @@
+/*
+ * test_gpu_stages.c — the stages oracle on the cuda device with the NCCL
+ * comm (one GPU per rank): the tiny model of tests/engine trained 20 steps
+ * at stages 0-3 (offload none and cpu) must give the same parameters; at
+ * world size 1 bit for bit, and at 2-8 ranks within 1e-6 relative L2
+ * (NCCL's reductions are not rank-ordered, so grouping may change the
+ * last bit); every run within 1e-5 of the single-rank reference. The fp16
+ * overflow path: an inf in one rank's gradient skips the step everywhere.
+ * Skipped (exit 77) without a GPU for every rank.
+ */
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+#include <stdio.h>
+
+#include "../engine/engine_test.h"
+
+static void require_gpus(void) {
+  int n = 0, world, rank;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  cudaError_t err = cudaGetDeviceCount(&n);
+  int ok = err == cudaSuccess && n >= world, all = 0;
+  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!all) {
+    if (rank == 0)
+      printf("SKIPPED: %d ranks need as many CUDA devices (cudaGetDeviceCount: %s, %d)\n",
+             world, err == cudaSuccess ? "ok" : cudaGetErrorString(err), n);
+    MPI_Finalize();
+    exit(77);
+  }
+}
+
+/* device <-> host f32 copies of a parameter-sized buffer in dtype dt */
+static void d2h(float *dst, const void *src, int64_t n, zinc_dtype dt) {
+  size_t es = zinc_dtype_size(dt);
+  void *tmp = malloc((size_t)n * es);
+  cudaMemcpy(tmp, src, (size_t)n * es, cudaMemcpyDeviceToHost);
+  for (int64_t i = 0; i < n; i++)
+    dst[i] = zinc_load_as_f32(tmp, i, dt);
+  free(tmp);
+}
+
+static void add_h2d(void *dst, const float *add, int64_t n, zinc_dtype dt) {
+  size_t es = zinc_dtype_size(dt);
+  void *tmp = malloc((size_t)n * es);
+  cudaMemcpy(tmp, dst, (size_t)n * es, cudaMemcpyDeviceToHost);
+  for (int64_t i = 0; i < n; i++)
+    zinc_store_from_f32(tmp, i, dt, zinc_load_as_f32(tmp, i, dt) + add[i]);
+  cudaMemcpy(dst, tmp, (size_t)n * es, cudaMemcpyHostToDevice);
+  free(tmp);
+}
+
+static void micro_batch(et_model *m, const et_run *r, int64_t first, const float *inject) {
+  zinc_engine *e = m->e;
+  const tm_shape *sh = &r->shape;
+  for (int k = 0; k < 4; k++) {
+    ET_OK(zinc_module_fetch(e, m->mod[k]));
+    for (int i = 0; i < TM_NPARAM; i++)
+      if (et_param_module[i] == k) {
+        d2h(m->P[i], zinc_param_data(m->par[i]), tm_numel(sh, i), r->dtype);
+        memset(m->G[i], 0, (size_t)tm_numel(sh, i) * 4);
+      }
+    ET_OK(zinc_module_release(e, m->mod[k]));
+  }
+  tm_forward_backward(sh, m->P, m->G, first, r->micro, zinc_loss_scale(e));
+  if (inject)
+    m->G[0][0] = *inject;
+  for (int k = 3; k >= 0; k--) {
+    ET_OK(zinc_module_fetch(e, m->mod[k]));
+    for (int i = 0; i < TM_NPARAM; i++)
+      if (et_param_module[i] == k)
+        add_h2d(zinc_param_grad(m->par[i]), m->G[i], tm_numel(sh, i), r->dtype);
+    ET_OK(zinc_module_grads_ready(e, m->mod[k]));
+    ET_OK(zinc_module_release(e, m->mod[k]));
+  }
+  ET_OK(zinc_backward_end(e));
+}
+
+static zinc_engine *open_gpu(const et_run *r, et_model *m) {
+  char *json = et_config_json(r);
+  zinc_config *cfg;
+  ET_OK(zinc_config_parse(json, &cfg));
+  free(json);
+  zinc_options opt = ZINC_OPTIONS_INIT; /* AUTO: this rank's GPU */
+  zinc_engine *e;
+  ET_OK(zinc_engine_create(cfg, &opt, &e));
+  zinc_config_free(cfg);
+  ET_CHECK(zinc_engine_on_gpu(e), "the engine did not pick the GPU");
+  et_model_register(m, e, &r->shape, r->dtype);
+  m->ictx.shape = &r->shape;
+  ET_OK(zinc_engine_build(e, et_init, &m->ictx));
+  return e;
+}
+
+static void train(const et_run *r, float **out) {
+  et_model m;
+  zinc_engine *e = open_gpu(r, &m);
+  int N = zinc_dp_size(e), me = zinc_dp_rank(e);
+  for (int s = 0; s < r->steps; s++) {
+    micro_batch(&m, r, ((int64_t)s * N + me) * r->micro, NULL);
+    ET_OK(zinc_step(e, NULL));
+  }
+  for (int i = 0; i < TM_NPARAM; i++)
+    ET_OK(zinc_param_get_full(e, m.par[i], ZINC_STATE_PARAM, out[i]));
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+}
+
+static void test_oracle(void) {
+  et_run base = et_defaults();
+  float **ref = et_alloc_params(&base.shape), **first = et_alloc_params(&base.shape);
+  et_reference(&base, et_world, ref);
+  const struct { int stage; const char *offload; } runs[] = {
+      {0, "none"}, {1, "none"}, {2, "none"}, {3, "none"}, {2, "cpu"}, {3, "cpu"}};
+  for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+    et_run r = base;
+    r.stage = runs[k].stage;
+    r.offload = runs[k].offload;
+    r.overlap = r.stage >= 2;
+    float **out = k == 0 ? first : et_alloc_params(&r.shape);
+    train(&r, out);
+    double rel = et_rel_l2(&r.shape, out, ref);
+    ET_CHECK(rel <= 1e-5, "cuda stage %d offload %s vs reference: %.3g", r.stage, r.offload, rel);
+    if (k > 0) {
+      char what[96];
+      snprintf(what, sizeof what, "cuda stage %d offload %s vs stage 0", r.stage, r.offload);
+      if (et_world == 1)
+        ET_CHECK(et_same_bits(&r.shape, out, first, what), "%s: not bitwise identical", what);
+      else
+        ET_CHECK(et_rel_l2(&r.shape, out, first) <= 1e-6, "%s: %.3g", what,
+                 et_rel_l2(&r.shape, out, first));
+      et_free_params(out);
+    }
+  }
+  et_free_params(first);
+  et_free_params(ref);
+}
+
+static void test_overflow(void) {
+  et_run r = et_defaults();
+  r.stage = 2;
+  r.dtype = ZINC_F16;
+  r.shape.dtype = ZINC_F16;
+  et_model m;
+  zinc_engine *e = open_gpu(&r, &m);
+  int N = zinc_dp_size(e), me = zinc_dp_rank(e);
+  float inf = INFINITY;
+  for (int s = 0; s < 4; s++) {
+    micro_batch(&m, &r, ((int64_t)s * N + me) * r.micro, s == 2 && me == N - 1 ? &inf : NULL);
+    float before = zinc_loss_scale(e);
+    zinc_step_info info;
+    ET_OK(zinc_step(e, &info));
+    ET_CHECK(info.skipped == (s == 2), "cuda fp16 step %d: skipped %d", s, info.skipped);
+    if (s == 2)
+      ET_CHECK(info.loss_scale == before / 2, "cuda fp16: scale %g after overflow, was %g",
+               info.loss_scale, before);
+  }
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+}
+
+int main(int argc, char **argv) {
+  int provided;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  require_gpus();
+  MPI_Comm_rank(MPI_COMM_WORLD, &et_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &et_world);
+  test_oracle();
+  test_overflow();
+  int bad = et_failures;
+  MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (et_rank == 0)
+    printf(bad ? "GPU stages FAILED\n" : "GPU stages oracle passed at %d ranks\n", et_world);
+  MPI_Finalize();
+  return bad ? 1 : 0;
+}
