@@ -1,0 +1,106 @@
+/*
+ * comm_mpi_reduce.c — the element-wise reduction of the mpi comm: for every
+ * element, the contributions of ranks 0, 1, ..., n-1 combined left to right,
+ * ((x0 + x1) + x2) + x3, whatever the count or where the sources live. The
+ * ZeRO stages oracle rests on this order being the only one.
+ *
+ * Layout: src[k] points at rank k's `count` elements (dtype), dst at the
+ * result. dst may be exactly one of the sources (in-place reduce-scatter and
+ * all-reduce), so results go through a block-sized local accumulator and are
+ * stored only after every source of the block has been read.
+ *
+ * 16-bit floats are widened with zinc_math.h, accumulated in fp32 and
+ * rounded once. Integer sums wrap (computed unsigned). Max and min propagate
+ * NaN: a NaN anywhere makes the element NaN, so an overflow flag reduced
+ * with max can never be lost.
+ */
+#include <string.h>
+
+#include "engine/comm_mpi_impl.h"
+#include "zinc_math.h"
+
+/* Elements per block: the accumulator stays in L1 (8 KiB of doubles). */
+#define REDUCE_BLOCK 1024
+
+/* Combine acc with the next rank's value; NaN-propagating for floats. */
+#define COMBINE_SUM(a, x) ((a) + (x))
+#define COMBINE_MAX(a, x) (((x) != (x) || (x) > (a)) ? (x) : (a))
+#define COMBINE_MIN(a, x) (((x) != (x) || (x) < (a)) ? (x) : (a))
+
+/* One block of a type that is its own accumulator (f32, f64, integers as
+ * their unsigned twins for sums). */
+#define REDUCE_NATIVE_BLOCK(T, COMBINE)                                        \
+  do {                                                                         \
+    T acc_[REDUCE_BLOCK];                                                      \
+    const T *s0_ = (const T *)src[0] + start;                                  \
+    for (size_t j = 0; j < len; j++)                                           \
+      acc_[j] = s0_[j];                                                        \
+    for (int k = 1; k < nsrc; k++) {                                           \
+      const T *sk_ = (const T *)src[k] + start;                                \
+      for (size_t j = 0; j < len; j++)                                         \
+        acc_[j] = COMBINE(acc_[j], sk_[j]);                                    \
+    }                                                                          \
+    memcpy((T *)dst + start, acc_, len * sizeof(T));                           \
+  } while (0)
+
+#define REDUCE_NATIVE(T, UT)                                                   \
+  static void reduce_##T(void *dst, const void *const *src, int nsrc,          \
+                         size_t start, size_t len, zinc_comm_op op) {          \
+    if (op == ZINC_OP_SUM)                                                     \
+      REDUCE_NATIVE_BLOCK(UT, COMBINE_SUM);                                    \
+    else if (op == ZINC_OP_MAX)                                                \
+      REDUCE_NATIVE_BLOCK(T, COMBINE_MAX);                                     \
+    else                                                                       \
+      REDUCE_NATIVE_BLOCK(T, COMBINE_MIN);                                     \
+  }
+
+REDUCE_NATIVE(float, float)
+REDUCE_NATIVE(double, double)
+REDUCE_NATIVE(int32_t, uint32_t)
+REDUCE_NATIVE(int64_t, uint64_t)
+REDUCE_NATIVE(uint8_t, uint8_t)
+
+/* bf16/f16 (dtype 1/2 for zinc_load_as_f32): widen, combine in fp32, round
+ * once. */
+static void reduce_half(void *dst, const void *const *src, int nsrc, size_t start,
+                        size_t len, zinc_comm_op op, int dtype) {
+  float acc[REDUCE_BLOCK];
+  const uint16_t *s0 = (const uint16_t *)src[0] + start;
+  for (size_t j = 0; j < len; j++)
+    acc[j] = zinc_load_as_f32(s0, (int64_t)j, dtype);
+  for (int k = 1; k < nsrc; k++) {
+    const uint16_t *sk = (const uint16_t *)src[k] + start;
+    for (size_t j = 0; j < len; j++) {
+      float x = zinc_load_as_f32(sk, (int64_t)j, dtype);
+      acc[j] = op == ZINC_OP_SUM   ? COMBINE_SUM(acc[j], x)
+               : op == ZINC_OP_MAX ? COMBINE_MAX(acc[j], x)
+                                   : COMBINE_MIN(acc[j], x);
+    }
+  }
+  uint16_t *d = (uint16_t *)dst + start;
+  for (size_t j = 0; j < len; j++)
+    zinc_store_from_f32(d, (int64_t)j, dtype, acc[j]);
+}
+
+void zinc_reduce_ranks(void *dst, const void *const *src, int nsrc, size_t count,
+                       int dtype, zinc_comm_op op) {
+  if (count == 0 || nsrc <= 0)
+    return;
+  if (nsrc == 1) {
+    if (dst != src[0])
+      memmove(dst, src[0], count * zinc_dt_size(dtype));
+    return;
+  }
+  for (size_t start = 0; start < count; start += REDUCE_BLOCK) {
+    size_t len = count - start < REDUCE_BLOCK ? count - start : REDUCE_BLOCK;
+    switch (dtype) {
+    case ZINC_F32: reduce_float(dst, src, nsrc, start, len, op); break;
+    case ZINC_DT_F64: reduce_double(dst, src, nsrc, start, len, op); break;
+    case ZINC_DT_I32: reduce_int32_t(dst, src, nsrc, start, len, op); break;
+    case ZINC_DT_I64: reduce_int64_t(dst, src, nsrc, start, len, op); break;
+    case ZINC_DT_U8: reduce_uint8_t(dst, src, nsrc, start, len, op); break;
+    case ZINC_BF16: reduce_half(dst, src, nsrc, start, len, op, 1); break;
+    case ZINC_F16: reduce_half(dst, src, nsrc, start, len, op, 2); break;
+    }
+  }
+}
