@@ -89,12 +89,14 @@ static zinc_status post(p2p_batch *b, int is_send, void *buf, size_t bytes, int 
   return ZINC_OK;
 }
 
-/* Give up on posted requests: cancel receives, release everything. */
+/* Give up on posted requests: cancel receives (peer >= 0; a barrier
+ * cannot be cancelled), release everything. */
 static void abandon(p2p_batch *b) {
   for (int i = 0; i < b->n; i++) {
     if (b->m->p2p_reqs[i] == MPI_REQUEST_NULL)
       continue;
-    MPI_Cancel(&b->m->p2p_reqs[i]);
+    if (b->m->p2p_peer[i] >= 0)
+      MPI_Cancel(&b->m->p2p_reqs[i]);
     MPI_Request_free(&b->m->p2p_reqs[i]);
   }
   b->n = 0;

@@ -262,13 +262,14 @@ static zinc_status staged_reduce_scatter(zinc_mpi *m, const zinc_coll *o, int j)
   const void *srcs[n];
   for (size_t a = 0; a < o->count; a += cap) {
     size_t len = min_sz(cap, o->count - a);
-    if (me_staged)
+    if (me_staged) /* the slices peers sum; this rank reads its own in place */
       for (int q = 0; q < n; q++)
-        memcpy(m->scratch[r] + (size_t)q * len * es, send + ((size_t)q * o->count + a) * es,
-               len * es);
+        if (q != r)
+          memcpy(m->scratch[r] + (size_t)q * len * es, send + ((size_t)q * o->count + a) * es,
+                 len * es);
     ZINC_CHECK(zinc_shm_barrier(m, "reduce-scatter (staged piece ready)"));
     for (int k = 0; k < n; k++)
-      srcs[k] = src_staged(m, o, j, k) ? m->scratch[k] + (size_t)r * len * es
+      srcs[k] = k != r && src_staged(m, o, j, k) ? m->scratch[k] + (size_t)r * len * es
                 : (k == r ? send : peer_src(m, k, j)) + ((size_t)r * o->count + a) * es;
     zinc_reduce_ranks((char *)o->recv + a * es, srcs, n, len, o->dtype, ZINC_OP_SUM);
     ZINC_CHECK(zinc_shm_barrier(m, "reduce-scatter (staged piece consumed)"));
@@ -327,12 +328,13 @@ static zinc_status staged_allreduce(zinc_mpi *m, const zinc_coll *o, int j) {
   for (size_t a = 0; a < start[1]; a += cap) { /* slice 0 is the longest */
     if (me_staged)
       for (int q = 0; q < n; q++)
-        memcpy(m->scratch[r] + (size_t)q * cap * es, send + (start[q] + a) * es,
-               piece_len(start[q + 1] - start[q], a, cap) * es);
+        if (q != r)
+          memcpy(m->scratch[r] + (size_t)q * cap * es, send + (start[q] + a) * es,
+                 piece_len(start[q + 1] - start[q], a, cap) * es);
     ZINC_CHECK(zinc_shm_barrier(m, "all-reduce (staged piece ready)"));
     size_t my_len = piece_len(start[r + 1] - start[r], a, cap);
     for (int k = 0; k < n; k++)
-      srcs[k] = src_staged(m, o, j, k) ? m->scratch[k] + (size_t)r * cap * es
+      srcs[k] = k != r && src_staged(m, o, j, k) ? m->scratch[k] + (size_t)r * cap * es
                 : (k == r ? send : peer_src(m, k, j)) + (start[r] + a) * es;
     char *reduced = m->scratch[r] + (size_t)n * cap * es;
     zinc_reduce_ranks(reduced, srcs, n, my_len, o->dtype, o->op);
