@@ -110,6 +110,7 @@ typedef struct {
   char *p2p_tmp;           /* (size * p2p_chunk_bytes) pieces from peers      */
   MPI_Request *p2p_reqs;   /* (2 * size)                                      */
   int *p2p_peer;           /* (2 * size) the peer of each request             */
+  int p2p_tag;             /* data tag; +1 for barrier tokens                 */
 
   zinc_comm_worker *worker; /* NULL: `start` runs batches at once             */
 } zinc_mpi;

@@ -10,11 +10,16 @@
  *    receives (n-1)/n of the buffer, as a ring would.
  *  - all-reduce adds a second step that gathers the reduced slices.
  *  - all-gather(v), broadcast: every rank sends its part to every peer.
- *  - barrier: MPI_Ibarrier.
+ *  - barrier: dissemination (log2(n) rounds of one-byte tokens); not
+ *    MPI_Ibarrier, which can be neither cancelled nor freed when a peer is
+ *    lost, and keeps progressing on a freed communicator.
  *
  * Messages are at most p2p_chunk_bytes (so counts fit MPI's int) and use one
- * tag; MPI's non-overtaking rule keeps the pieces of consecutive ops apart,
- * since every rank posts them in the same order. Completion is polled
+ * tag for data and one for barrier tokens; MPI's non-overtaking rule keeps
+ * the pieces of consecutive ops apart, since every rank posts them in the
+ * same order. The tags carry a nonce drawn at creation: messages left
+ * behind by a failed comm (cancelled receives) must not match in a later
+ * comm that MPI gives the same context id. Completion is polled
  * (MPI_Testall, yielding the core between polls) so that the comm's
  * deadline and abort flag are honoured: a lost peer ends in ZINC_ERR_COMM
  * naming it, never in a hang.
@@ -28,7 +33,6 @@
 #include "base.h"
 #include "engine/comm_mpi_impl.h"
 
-#define P2P_TAG 0x7a6e /* "zn" */
 #define P2P_POLLS_BEFORE_YIELD 64
 
 zinc_status zinc_p2p_setup(zinc_mpi *m) {
@@ -46,6 +50,15 @@ zinc_status zinc_p2p_setup(zinc_mpi *m) {
   if (chunk > (1u << 30))
     chunk = 1u << 30;
   m->p2p_chunk_bytes = chunk / 8 * 8;
+  /* Tags: 2*nonce (data) and 2*nonce + 1 (barrier tokens). */
+  int *tag_ub = NULL, flag = 0;
+  MPI_Comm_get_attr(m->comm, MPI_TAG_UB, &tag_ub, &flag);
+  int nonces = (flag && tag_ub && *tag_ub > 2) ? *tag_ub / 2 : 16383;
+  int nonce = (int)((uint64_t)(zinc_now() * 1e9) % (uint64_t)nonces);
+  int rc = MPI_Bcast(&nonce, 1, MPI_INT, 0, m->comm);
+  if (rc != MPI_SUCCESS)
+    return zinc_mpi_error(rc, "MPI_Bcast of the message tag nonce", 0);
+  m->p2p_tag = 2 * nonce;
   ZINC_CHECK(zinc_calloc((void **)&m->p2p_reqs, 2 * (size_t)m->size, sizeof *m->p2p_reqs,
                          "comm mpi p2p requests"));
   ZINC_CHECK(zinc_calloc((void **)&m->p2p_peer, 2 * (size_t)m->size, sizeof *m->p2p_peer,
@@ -71,14 +84,11 @@ typedef struct {
   const char *what;
 } p2p_batch;
 
-static zinc_status post(p2p_batch *b, int is_send, void *buf, size_t bytes, int peer) {
+static zinc_status post_tagged(p2p_batch *b, int is_send, void *buf, size_t bytes, int peer,
+                               int tag) {
   zinc_mpi *m = b->m;
-  if (!bytes)
-    return ZINC_OK;
-  int rc = is_send ? MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, P2P_TAG, m->comm,
-                               &m->p2p_reqs[b->n])
-                   : MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, P2P_TAG, m->comm,
-                               &m->p2p_reqs[b->n]);
+  int rc = is_send ? MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, m->comm, &m->p2p_reqs[b->n])
+                   : MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, m->comm, &m->p2p_reqs[b->n]);
   if (rc != MPI_SUCCESS) {
     char ctx[160];
     snprintf(ctx, sizeof ctx, "%s: %s of %zu bytes", b->what, is_send ? "MPI_Isend" : "MPI_Irecv",
@@ -89,14 +99,17 @@ static zinc_status post(p2p_batch *b, int is_send, void *buf, size_t bytes, int 
   return ZINC_OK;
 }
 
-/* Give up on posted requests: cancel receives (peer >= 0; a barrier
- * cannot be cancelled), release everything. */
+/* A data piece; empty pieces are not sent. */
+static zinc_status post(p2p_batch *b, int is_send, void *buf, size_t bytes, int peer) {
+  return bytes ? post_tagged(b, is_send, buf, bytes, peer, b->m->p2p_tag) : ZINC_OK;
+}
+
+/* Give up on posted requests: cancel and release them. */
 static void abandon(p2p_batch *b) {
   for (int i = 0; i < b->n; i++) {
     if (b->m->p2p_reqs[i] == MPI_REQUEST_NULL)
       continue;
-    if (b->m->p2p_peer[i] >= 0)
-      MPI_Cancel(&b->m->p2p_reqs[i]);
+    MPI_Cancel(&b->m->p2p_reqs[i]);
     MPI_Request_free(&b->m->p2p_reqs[i]);
   }
   b->n = 0;
@@ -143,7 +156,7 @@ static zinc_status complete(p2p_batch *b) {
       abandon(b);
       atomic_store(&m->abort, 1);
       return zinc_error(ZINC_ERR_COMM,
-                        "comm mpi: %s: %s waiting for peer %d; the comm is unusable, "
+                        "comm mpi: %s: %s waiting for peer rank %d; the comm is unusable, "
                         "destroy it",
                         b->what, aborted ? "abandoned (comm aborted)" : "timed out", peer);
     }
@@ -250,11 +263,13 @@ static zinc_status run_one(zinc_mpi *m, const zinc_coll *o) {
                   dst_of, es, what);
   case ZINC_COLL_BARRIER: {
     p2p_batch b = {m, 0, "barrier"};
-    int rc = MPI_Ibarrier(m->comm, &m->p2p_reqs[0]);
-    if (rc != MPI_SUCCESS)
-      return zinc_mpi_error(rc, "MPI_Ibarrier", -1);
-    m->p2p_peer[b.n++] = -1;
-    return complete(&b);
+    char token_out = 0, token_in[1];
+    for (int dist = 1; dist < n; dist *= 2) {
+      ZINC_CHECK(post_tagged(&b, 0, token_in, 1, (r - dist + n) % n, m->p2p_tag + 1));
+      ZINC_CHECK(post_tagged(&b, 1, &token_out, 1, (r + dist) % n, m->p2p_tag + 1));
+      ZINC_CHECK(complete(&b));
+    }
+    return ZINC_OK;
   }
   }
   return ZINC_OK;

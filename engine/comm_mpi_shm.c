@@ -150,24 +150,25 @@ int zinc_shm_agree_teardown(zinc_mpi *m) {
   int healthy = !atomic_load(&m->abort);
   atomic_store(&m->ctl[m->rank]->leaving, healthy ? 1u : 2u);
   futex_wake_all(&m->ctl[m->rank]->leaving);
-  double deadline = zinc_mpi_deadline(m);
+  if (!healthy)
+    return 0; /* everybody will see our 2 and skip the collective frees */
+  /* A healthy rank waits for every peer's verdict, however late: deciding
+   * alone would let a peer enter MPI_Win_free that we skip. A failed or
+   * lost peer says so through `failed`. */
   for (int k = 0; k < m->size; k++) {
     uint32_t v;
     for (unsigned spin = 0; (v = atomic_load(&m->ctl[k]->leaving)) == 0; spin++) {
-      if (spin < BARRIER_SPIN_SLEEP) {
-        cpu_relax();
-        continue;
-      }
-      if (zinc_now() > deadline) {
-        zinc_log(ZINC_LOG_WARN, "comm mpi: destroy: rank %d never came to destroy the comm "
-                 "within its timeout", k);
+      if (atomic_load(&m->ctl[k]->failed))
         return 0;
-      }
-      futex_wait(&m->ctl[k]->leaving, 0, BARRIER_SLEEP_S); /* woken on its arrival */
+      if (spin < BARRIER_SPIN_SLEEP)
+        cpu_relax();
+      else
+        futex_wait(&m->ctl[k]->leaving, 0, BARRIER_SLEEP_S); /* woken on its arrival */
     }
-    healthy &= v == 1;
+    if (v != 1)
+      return 0;
   }
-  return healthy;
+  return 1;
 }
 
 /* ---------------------------------------------------------------- windows */

@@ -49,7 +49,7 @@ static int check_failures;
           zinc_last_error());                                                   \
   } while (0)
 
-static int check_rank(void) {
+static inline int check_rank(void) {
   int init = 0, rank = 0;
   MPI_Initialized(&init);
   if (init)
@@ -57,25 +57,25 @@ static int check_rank(void) {
   return rank;
 }
 
-static uint64_t check_hash(uint64_t x) {
+static inline uint64_t check_hash(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
 }
 
-static uint64_t check_bits(uint32_t seed, int rank, size_t i) {
+static inline uint64_t check_bits(uint32_t seed, int rank, size_t i) {
   return check_hash(((uint64_t)seed << 40) ^ ((uint64_t)(rank + 1) << 32) ^ (uint64_t)i);
 }
 
-static double check_random_real(uint64_t h) {
+static inline double check_random_real(uint64_t h) {
   double mant = 1.0 + (double)(h >> 11 & ((1ull << 40) - 1)) / (double)(1ull << 40);
   int exp = (int)(h % 17) - 8;
   return (h >> 63 ? -1.0 : 1.0) * ldexp(mant, exp);
 }
 
 /* Store element i of rank `rank` into buf[at]. */
-static void check_gen(void *buf, size_t at, int dtype, uint32_t seed, int rank, size_t i) {
+static inline void check_gen(void *buf, size_t at, int dtype, uint32_t seed, int rank, size_t i) {
   uint64_t h = check_bits(seed, rank, i);
   double v = check_random_real(h);
   switch (dtype) {
@@ -89,13 +89,13 @@ static void check_gen(void *buf, size_t at, int dtype, uint32_t seed, int rank, 
   }
 }
 
-static void check_fill(void *buf, size_t count, int dtype, uint32_t seed, int rank,
+static inline void check_fill(void *buf, size_t count, int dtype, uint32_t seed, int rank,
                        size_t first) {
   for (size_t i = 0; i < count; i++)
     check_gen(buf, i, dtype, seed, rank, first + i);
 }
 
-static double check_as_double(const void *buf, size_t i, int dtype) {
+static inline double check_as_double(const void *buf, size_t i, int dtype) {
   switch (dtype) {
   case ZINC_F32: return ((const float *)buf)[i];
   case ZINC_BF16: return zinc_bf16_to_f32(((const uint16_t *)buf)[i]);
@@ -108,14 +108,14 @@ static double check_as_double(const void *buf, size_t i, int dtype) {
   return 0;
 }
 
-static float check_max_f(float a, float x) { return isnan(a) ? a : isnan(x) ? x : (x > a ? x : a); }
-static float check_min_f(float a, float x) { return isnan(a) ? a : isnan(x) ? x : (x < a ? x : a); }
-static double check_max_d(double a, double x) { return isnan(a) ? a : isnan(x) ? x : (x > a ? x : a); }
-static double check_min_d(double a, double x) { return isnan(a) ? a : isnan(x) ? x : (x < a ? x : a); }
+static inline float check_max_f(float a, float x) { return isnan(a) ? a : isnan(x) ? x : (x > a ? x : a); }
+static inline float check_min_f(float a, float x) { return isnan(a) ? a : isnan(x) ? x : (x < a ? x : a); }
+static inline double check_max_d(double a, double x) { return isnan(a) ? a : isnan(x) ? x : (x > a ? x : a); }
+static inline double check_min_d(double a, double x) { return isnan(a) ? a : isnan(x) ? x : (x < a ? x : a); }
 
 /* out[at] = element i of ranks 0..n-1 combined in rank order. `nan_rank`
  * >= 0 replaces that rank's element nan_at with NaN (float types). */
-static void check_expect_reduce(void *out, size_t at, int dtype, zinc_comm_op op,
+static inline void check_expect_reduce(void *out, size_t at, int dtype, zinc_comm_op op,
                                 uint32_t seed, int nranks, size_t i, int nan_rank,
                                 size_t nan_at) {
   union { float f; double d; int32_t i32; int64_t i64; uint8_t u8; uint16_t h; } v;
@@ -159,7 +159,7 @@ static void check_expect_reduce(void *out, size_t at, int dtype, zinc_comm_op op
 
 /* Bitwise comparison (NaNs compare by "both NaN"); prints the first
  * mismatches and the largest difference. Returns 1 when equal. */
-static int check_equal(const void *got, const void *want, size_t count, int dtype,
+static inline int check_equal(const void *got, const void *want, size_t count, int dtype,
                        const char *what) {
   size_t es = zinc_dt_size(dtype), bad = 0;
   double worst = 0;
@@ -190,7 +190,7 @@ static int check_equal(const void *got, const void *want, size_t count, int dtyp
 }
 
 /* Every rank's verdict: 0 when all passed, 1 otherwise (the exit code). */
-static int check_finish(const char *name) {
+static inline int check_finish(const char *name) {
   int mine = check_failures, total = 0;
   MPI_Allreduce(&mine, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (check_rank() == 0)
