@@ -173,7 +173,8 @@ static void test_path(buffers *b, int shared) {
   const int n = b->c->size;
   size_t grads_bytes = (size_t)n * ELEMS * sizeof(float) * 2;
   size_t gathered_bytes = ((size_t)n * (17 * n + 6) + 8) * sizeof(int32_t);
-  size_t total = grads_bytes + 2 * ELEMS * sizeof(double) + ELEMS * 2 + gathered_bytes + 256;
+  size_t total = grads_bytes + 2 * ELEMS * sizeof(double) + zinc_round_up(ELEMS * 2, 64) +
+                 gathered_bytes;
   char *mem = NULL;
   if (shared)
     CHECK_OK(b->c->ops->alloc_shared(b->c, total, (void **)&mem));
@@ -185,7 +186,7 @@ static void test_path(buffers *b, int shared) {
   b->scalars = (double *)(mem + grads_bytes);
   b->reduced = b->scalars + ELEMS;
   b->params = (uint16_t *)(b->reduced + ELEMS);
-  b->gathered = (int32_t *)((char *)b->params + ELEMS * 2 + 16);
+  b->gathered = (int32_t *)((char *)b->params + zinc_round_up(ELEMS * 2, 64));
   test_mixed_batch(b, 100);
   test_long_batch(b, 200);
   for (int round = 0; round < 3; round++)
