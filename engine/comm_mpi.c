@@ -109,7 +109,11 @@ zinc_status zinc_mpi_execute(zinc_mpi *m, const zinc_coll *colls, int n) {
 }
 
 static zinc_status worker_exec(void *ctx, const zinc_coll *colls, int n) {
-  return zinc_mpi_execute(ctx, colls, n);
+  zinc_mpi *m = ctx;
+  m->in_worker = 1; /* only one thread executes at a time (see the header) */
+  zinc_status st = zinc_mpi_execute(m, colls, n);
+  m->in_worker = 0;
+  return st;
 }
 
 static zinc_status mpi_run(zinc_comm *c, const zinc_coll *colls, int n) {

@@ -113,6 +113,7 @@ typedef struct {
   int p2p_tag;             /* data tag; +1 for barrier tokens                 */
 
   zinc_comm_worker *worker; /* NULL: `start` runs batches at once             */
+  int in_worker;           /* the worker is executing (shorter barrier spins) */
 } zinc_mpi;
 
 static inline zinc_mpi *zinc_mpi_of(zinc_comm *c) { return (zinc_mpi *)c->impl; }

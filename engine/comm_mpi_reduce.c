@@ -26,8 +26,31 @@
 #include "engine/comm_mpi_impl.h"
 #include "zinc_math.h"
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 /* Elements per block: the accumulator stays in L1 (8 KiB of doubles). */
 #define REDUCE_BLOCK 1024
+/* Results at least this large are written with non-temporal stores: they
+ * will not fit in cache anyway, and skipping the read-for-ownership of the
+ * destination saves a quarter of the memory traffic of a two-rank sum. */
+#define REDUCE_STREAM_BYTES (4u << 20)
+
+/* Store one block of results; `stream`: dst is 16-byte aligned and large. */
+static void store_block(void *dst, const void *acc, size_t bytes, int stream) {
+#if defined(__x86_64__)
+  if (stream) {
+    size_t vec = bytes / 16 * 16;
+    for (size_t b = 0; b < vec; b += 16)
+      _mm_stream_si128((__m128i *)((char *)dst + b),
+                       _mm_load_si128((const __m128i *)((const char *)acc + b)));
+    memcpy((char *)dst + vec, (const char *)acc + vec, bytes - vec);
+    return;
+  }
+#endif
+  memcpy(dst, acc, bytes);
+}
 
 /* Combine acc with the next rank's value; NaN-propagating for floats. */
 #define COMBINE_SUM(a, x) ((a) + (x))
@@ -38,7 +61,7 @@
  * their unsigned twins for sums). */
 #define REDUCE_NATIVE_BLOCK(T, COMBINE)                                        \
   do {                                                                         \
-    T acc_[REDUCE_BLOCK];                                                      \
+    _Alignas(16) T acc_[REDUCE_BLOCK];                                         \
     const T *s0_ = (const T *)src[0] + start;                                  \
     for (size_t j = 0; j < len; j++)                                           \
       acc_[j] = s0_[j];                                                        \
@@ -47,12 +70,13 @@
       for (size_t j = 0; j < len; j++)                                         \
         acc_[j] = COMBINE(acc_[j], sk_[j]);                                    \
     }                                                                          \
-    memcpy((T *)dst + start, acc_, len * sizeof(T));                           \
+    store_block((T *)dst + start, acc_, len * sizeof(T), stream);              \
   } while (0)
 
 #define REDUCE_NATIVE(T, UT)                                                   \
   static void reduce_##T(void *dst, const void *const *src, int nsrc,          \
-                         size_t start, size_t len, zinc_comm_op op) {          \
+                         size_t start, size_t len, zinc_comm_op op,            \
+                         int stream) {                                         \
     if (op == ZINC_OP_SUM)                                                     \
       REDUCE_NATIVE_BLOCK(UT, COMBINE_SUM);                                    \
     else if (op == ZINC_OP_MAX)                                                \
@@ -70,8 +94,9 @@ REDUCE_NATIVE(uint8_t, uint8_t)
 /* bf16/f16 (dtype 1/2 for zinc_load_as_f32): widen, combine in fp32, round
  * once. */
 static void reduce_half(void *dst, const void *const *src, int nsrc, size_t start,
-                        size_t len, zinc_comm_op op, int dtype) {
+                        size_t len, zinc_comm_op op, int dtype, int stream) {
   float acc[REDUCE_BLOCK];
+  _Alignas(16) uint16_t out[REDUCE_BLOCK];
   const uint16_t *s0 = (const uint16_t *)src[0] + start;
   for (size_t j = 0; j < len; j++)
     acc[j] = zinc_load_as_f32(s0, (int64_t)j, dtype);
@@ -84,9 +109,9 @@ static void reduce_half(void *dst, const void *const *src, int nsrc, size_t star
                                    : COMBINE_MIN(acc[j], x);
     }
   }
-  uint16_t *d = (uint16_t *)dst + start;
   for (size_t j = 0; j < len; j++)
-    zinc_store_from_f32(d, (int64_t)j, dtype, acc[j]);
+    zinc_store_from_f32(out, (int64_t)j, dtype, acc[j]);
+  store_block((uint16_t *)dst + start, out, len * sizeof(uint16_t), stream);
 }
 
 void zinc_reduce_ranks(void *dst, const void *const *src, int nsrc, size_t count,
@@ -98,16 +123,21 @@ void zinc_reduce_ranks(void *dst, const void *const *src, int nsrc, size_t count
       memmove(dst, src[0], count * zinc_dt_size(dtype));
     return;
   }
+  int stream = count * zinc_dt_size(dtype) >= REDUCE_STREAM_BYTES && (uintptr_t)dst % 16 == 0;
   for (size_t start = 0; start < count; start += REDUCE_BLOCK) {
     size_t len = count - start < REDUCE_BLOCK ? count - start : REDUCE_BLOCK;
     switch (dtype) {
-    case ZINC_F32: reduce_float(dst, src, nsrc, start, len, op); break;
-    case ZINC_DT_F64: reduce_double(dst, src, nsrc, start, len, op); break;
-    case ZINC_DT_I32: reduce_int32_t(dst, src, nsrc, start, len, op); break;
-    case ZINC_DT_I64: reduce_int64_t(dst, src, nsrc, start, len, op); break;
-    case ZINC_DT_U8: reduce_uint8_t(dst, src, nsrc, start, len, op); break;
-    case ZINC_BF16: reduce_half(dst, src, nsrc, start, len, op, 1); break;
-    case ZINC_F16: reduce_half(dst, src, nsrc, start, len, op, 2); break;
+    case ZINC_F32: reduce_float(dst, src, nsrc, start, len, op, stream); break;
+    case ZINC_DT_F64: reduce_double(dst, src, nsrc, start, len, op, stream); break;
+    case ZINC_DT_I32: reduce_int32_t(dst, src, nsrc, start, len, op, stream); break;
+    case ZINC_DT_I64: reduce_int64_t(dst, src, nsrc, start, len, op, stream); break;
+    case ZINC_DT_U8: reduce_uint8_t(dst, src, nsrc, start, len, op, stream); break;
+    case ZINC_BF16: reduce_half(dst, src, nsrc, start, len, op, 1, stream); break;
+    case ZINC_F16: reduce_half(dst, src, nsrc, start, len, op, 2, stream); break;
     }
   }
+#if defined(__x86_64__)
+  if (stream)
+    _mm_sfence(); /* streamed stores visible before peers are told */
+#endif
 }

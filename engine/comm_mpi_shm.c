@@ -33,9 +33,12 @@
 #include "engine/comm_mpi_impl.h"
 
 /* Pause iterations before a waiting rank yields its core, and before it
- * sleeps on the futex. */
+ * sleeps on the futex: long in the caller's thread (latency of run()),
+ * short in the worker, whose spinning would steal the core the trainer is
+ * computing on. */
 #define BARRIER_SPIN_YIELD 256
 #define BARRIER_SPIN_SLEEP 4096
+#define BARRIER_SPIN_SLEEP_WORKER 512
 /* Longest single futex sleep: bounds how late abort and the deadline are
  * noticed. */
 #define BARRIER_SLEEP_S 0.05
@@ -122,8 +125,9 @@ zinc_status zinc_shm_barrier(zinc_mpi *m, const char *what) {
     return check_peers(m, what);
   }
   double deadline = 0;
+  const unsigned spin_limit = m->in_worker ? BARRIER_SPIN_SLEEP_WORKER : BARRIER_SPIN_SLEEP;
   for (unsigned spin = 0; atomic_load(&b->bar_gen) == gen; spin++) {
-    if (spin < BARRIER_SPIN_SLEEP) {
+    if (spin < spin_limit) {
       if (spin % BARRIER_SPIN_YIELD == BARRIER_SPIN_YIELD - 1)
         sched_yield();
       else

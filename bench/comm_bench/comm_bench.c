@@ -9,7 +9,7 @@
  * send buffer; all-gather: the receive buffer; all-reduce: the buffer),
  * algbw = bytes / time, busbw = algbw * (n-1)/n for reduce-scatter and
  * all-gather, algbw * 2(n-1)/n for all-reduce. Time is the slowest rank's.
- * Element type f32, sum. Each figure is the best of three rounds that
+ * Element type f32, sum. Each figure is the best of five rounds that
  * interleave the methods (the machine may be shared with other work).
  *
  * Columns: zinc with buffers from alloc_shared (peers read them in place),
@@ -43,6 +43,9 @@ typedef struct {
   size_t overlap_bytes;
   int bandwidth, overlap;
 } options;
+
+/* Measurement rounds per figure (the best is kept). */
+#define ROUNDS 5
 
 typedef enum { OP_RS, OP_AG, OP_AR, OP_N } bench_op;
 static const char *op_name[OP_N] = {"reduce-scatter", "all-gather", "all-reduce"};
@@ -140,19 +143,19 @@ static void bench_size(zinc_comm *c, size_t bytes, double budget, row out[OP_N])
          "malloc buffers");
   fill((float *)shared, 2 * full, c->rank);
   fill((float *)heap, 2 * full, c->rank);
-  /* Three rounds, the three methods interleaved in each, best round kept:
-   * the machine may be shared, and noise should hit every method alike. */
+  /* Rounds that interleave the three methods, best round kept: the machine
+   * may be shared, and noise should hit every method alike. */
   for (int op = 0; op < OP_N; op++) {
     bench_ctx on_shared = {c, c->rank, n, (float *)shared, (float *)(shared + used),
                            op == OP_AR ? full : per_rank};
     bench_ctx on_heap = on_shared;
     on_heap.send = (float *)heap;
     on_heap.recv = (float *)(heap + used);
-    int it_shared = calibrate(&on_shared, op, 0, budget / 3);
-    int it_mpi = calibrate(&on_shared, op, 1, budget / 3);
-    int it_heap = calibrate(&on_heap, op, 0, budget / 3);
+    int it_shared = calibrate(&on_shared, op, 0, budget / ROUNDS);
+    int it_mpi = calibrate(&on_shared, op, 1, budget / ROUNDS);
+    int it_heap = calibrate(&on_heap, op, 0, budget / ROUNDS);
     double t_shared = INFINITY, t_mpi = INFINITY, t_heap = INFINITY;
-    for (int round = 0; round < 3; round++) {
+    for (int round = 0; round < ROUNDS; round++) {
       t_shared = fmin(t_shared, measure(&on_shared, op, 0, it_shared));
       t_mpi = fmin(t_mpi, measure(&on_shared, op, 1, it_mpi));
       t_heap = fmin(t_heap, measure(&on_heap, op, 0, it_heap));

@@ -9,7 +9,8 @@
  *     buffers are staged in many pieces) and on the point-to-point path
  *     forced with ZINC_COMM_MPI_SHM=0 (the multi-node fallback) with 512-byte
  *     messages. Both paths must give the same bits.
- * Run under mpirun with 1-4 ranks.
+ * plus, on the shared-memory path, results of more than 4 MiB (written with
+ * non-temporal stores). Run under mpirun with 1-4 ranks.
  */
 #include "comm/comm_check.h"
 
@@ -159,6 +160,35 @@ static void run_path(path *p, uint32_t *seed) {
   CHECK_OK(p->c->ops->run(p->c, &b, 1));
 }
 
+/* Results over REDUCE_STREAM_BYTES: reduce-scatter f32 in place and
+ * all-reduce bf16 out of place, from one shared allocation. */
+static void run_large(path *p, uint32_t seed) {
+  zinc_comm *c = p->c;
+  const int n = c->size, r = c->rank;
+  const size_t rs_count = 1100003, ar_count = 2200001;
+  size_t bytes = (size_t)n * rs_count * 4 + 2 * ar_count * 2 + 64;
+  char *mem = NULL;
+  CHECK_OK(c->ops->alloc_shared(c, bytes, (void **)&mem));
+  if (!mem)
+    return;
+  float *grads = (float *)mem;
+  uint16_t *h = (uint16_t *)(mem + (size_t)n * rs_count * 4), *hout = h + ar_count;
+  char *want = malloc(ar_count * 4);
+  check_fill(grads, (size_t)n * rs_count, ZINC_F32, seed, r, 0);
+  CHECK_OK(zinc_comm_reduce_scatter(c, grads, grads + (size_t)r * rs_count, rs_count, ZINC_F32));
+  for (size_t i = 0; i < rs_count; i++)
+    check_expect_reduce(want, i, ZINC_F32, ZINC_OP_SUM, seed, n, (size_t)r * rs_count + i, -1, 0);
+  check_equal(grads + (size_t)r * rs_count, want, rs_count, ZINC_F32,
+              "shm: large reduce-scatter f32 in place");
+  check_fill(h, ar_count, ZINC_BF16, seed + 1, r, 0);
+  CHECK_OK(zinc_comm_allreduce(c, h, hout, ar_count, ZINC_BF16, ZINC_OP_SUM));
+  for (size_t i = 0; i < ar_count; i++)
+    check_expect_reduce(want, i, ZINC_BF16, ZINC_OP_SUM, seed + 1, n, i, -1, 0);
+  check_equal(hout, want, ar_count, ZINC_BF16, "shm: large all-reduce bf16");
+  free(want);
+  c->ops->free_shared(c, mem);
+}
+
 static zinc_status open_path(path *p, const char *name) {
   p->name = name;
   ZINC_CHECK(zinc_comm_mpi_create(NULL, 60.0, &p->c));
@@ -182,6 +212,7 @@ int main(void) {
   if (shm.c) {
     CHECK(zinc_comm_mpi_available() == 1, "mpi comm reports unavailable");
     run_path(&shm, &seed);
+    run_large(&shm, 7777);
   }
   close_path(&shm);
 
