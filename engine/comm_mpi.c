@@ -20,7 +20,18 @@
  * (comm_mpi_async.c). Below it `start` runs the batch in the caller's thread
  * and says so once at info level. The worker and the caller never run
  * batches at the same time: run, split, alloc_shared, free_shared and
- * destroy drain the worker first.
+ * destroy drain the worker first. One thread per comm issues calls.
+ *
+ * For the engine: buffers inside an alloc_shared allocation *of the comm
+ * that runs the collective* are read by peers in place (no copy); any other
+ * buffer (malloc, or another comm's allocation) is staged through the
+ * scratch window, which is correct but costs a copy. Reduce-scatter and
+ * all-reduce are fastest when both send and recv are shared.
+ *
+ * Environment (read when a comm is created; every rank must agree):
+ *   ZINC_COMM_MPI_SHM=0          point-to-point path even on one node
+ *   ZINC_COMM_SHM_SCRATCH=bytes  per-rank staging window (default 8 MiB)
+ *   ZINC_COMM_P2P_CHUNK=bytes    message piece on the p2p path (4 MiB)
  */
 #include <math.h>
 #include <pthread.h>

@@ -237,15 +237,19 @@ zinc_status zinc_worker_wait(zinc_comm_worker *w, zinc_comm_req *req) {
     return req_finish(req);
   pthread_mutex_lock(&w->mu);
   if (wait_finished(w, req)) {
+    /* From here the worker owns (and frees) the request: copy what the
+     * message needs before letting go of the lock. */
     req->abandoned = 1;
     atomic_store(w->abort, 1);
+    char what[sizeof req->what];
+    memcpy(what, req->what, sizeof what);
     double age = zinc_now() - req->started;
     pthread_mutex_unlock(&w->mu);
     return zinc_error(ZINC_ERR_COMM,
                       "comm mpi: wait: %s started %.1f s ago has not completed within the "
                       "comm timeout of %.1f s (a peer is missing or ranks issued different "
                       "collectives); the comm is unusable, destroy it",
-                      req->what, age, w->timeout_s);
+                      what, age, w->timeout_s);
   }
   pthread_mutex_unlock(&w->mu);
   return req_finish(req);

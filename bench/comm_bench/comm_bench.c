@@ -296,8 +296,8 @@ static void bench_overlap(zinc_comm *c, const options *opt) {
   long creps = (long)(t_comm / per_rep) + 1;
   if (c->rank == 0)
     printf("\n# overlap: reduce-scatter of %zu MiB (f32, %d ranks) started, then compute, then "
-           "wait\n%-6s %10s %10s %12s %10s %8s\n", used >> 20, n, "work", "compute", "comm",
-           "start+comp+wait", "in wait", "hidden");
+           "wait\n%-6s %10s %10s %16s %10s %8s %13s\n", used >> 20, n, "work", "compute", "comm",
+           "start+comp+wait", "in wait", "hidden", "progressed");
   for (int idle = 0; idle < 2; idle++) {
     MPI_Barrier(MPI_COMM_WORLD);
     t = zinc_now();
@@ -318,14 +318,19 @@ static void bench_overlap(zinc_comm *c, const options *opt) {
     double t_both = slowest((zinc_now() - t) / reps);
     t_wait = slowest(t_wait / reps);
     double hidden = (t_compute + t_comm - t_both) / t_comm;
+    double progressed = 1.0 - t_wait / t_comm;
     if (c->rank == 0)
-      printf("%-6s %9.1fms %9.1fms %14.1fms %9.1fms %7.0f%%\n", idle ? "idle" : "cpu",
-             t_compute * 1e3, t_comm * 1e3, t_both * 1e3, t_wait * 1e3, 100 * hidden);
+      printf("%-6s %9.1fms %9.1fms %14.1fms %9.1fms %7.0f%% %12.0f%%\n", idle ? "idle" : "cpu",
+             t_compute * 1e3, t_comm * 1e3, t_both * 1e3, t_wait * 1e3, 100 * hidden,
+             100 * (progressed < 0 ? 0 : progressed));
   }
   if (c->rank == 0)
-    printf("hidden = (compute + comm - overlapped) / comm; 'in wait' is what the caller still "
-           "waited after computing.\n'cpu' competes with the worker for cores: with ranks x 2 "
-           "threads > cores it cannot hide.\n");
+    printf("hidden = (compute + comm - overlapped) / comm: wall time saved.\n"
+           "progressed = 1 - in wait / comm: share of the reduce-scatter the worker thread had "
+           "done\nwhen the caller reached wait (the progress the worker makes on its own).\n"
+           "'cpu' computes on the calling thread and competes with the worker for a core: with "
+           "ranks x 2\nthreads > cores nothing can be hidden; 'idle' stands for a trainer "
+           "waiting on an accelerator.\n");
   free(work);
   c->ops->free_shared(c, shared);
 }
