@@ -23,6 +23,8 @@
  *   --time S                      seconds per measurement (default 0.3)
  *   --quick                       1 MiB .. 16 MiB, 0.1 s per measurement
  *   --overlap-bytes N             reduce-scatter size of the overlap test
+ *   --p2p                         add a column: zinc forced onto its point-to-point
+ *                                 path (the multi-node fallback), malloc buffers
  *   --no-overlap / --no-bandwidth skip a section
  */
 #define _GNU_SOURCE
@@ -41,7 +43,7 @@ typedef struct {
   int step;
   double seconds;          /* per measurement */
   size_t overlap_bytes;
-  int bandwidth, overlap;
+  int bandwidth, overlap, p2p;
 } options;
 
 /* Measurement rounds per figure (the best is kept). */
@@ -123,7 +125,7 @@ static double busbw(bench_op op, size_t bytes, int n, double seconds) {
 /* ------------------------------------------------------------ bandwidth */
 
 typedef struct {
-  double zinc_shared, zinc_malloc, mpi; /* busbw GB/s */
+  double zinc_shared, zinc_malloc, zinc_p2p, mpi; /* busbw GB/s; p2p NAN if not run */
 } row;
 
 static void fill(float *p, size_t n, int rank) {
@@ -131,7 +133,10 @@ static void fill(float *p, size_t n, int rank) {
     p[i] = (float)((i * 7 + (size_t)rank * 13) % 1024) * 0.25f;
 }
 
-static void bench_size(zinc_comm *c, size_t bytes, double budget, row out[OP_N]) {
+/* p2p: a comm forced onto the point-to-point path (the multi-node
+ * fallback), or NULL. */
+static void bench_size(zinc_comm *c, zinc_comm *p2p, size_t bytes, double budget,
+                       row out[OP_N]) {
   const int n = c->size;
   size_t per_rank = bytes / (sizeof(float) * (size_t)n); /* RS/AG count */
   size_t full = per_rank * (size_t)n;                     /* elements of the full buffer */
@@ -154,14 +159,20 @@ static void bench_size(zinc_comm *c, size_t bytes, double budget, row out[OP_N])
     int it_shared = calibrate(&on_shared, op, 0, budget / ROUNDS);
     int it_mpi = calibrate(&on_shared, op, 1, budget / ROUNDS);
     int it_heap = calibrate(&on_heap, op, 0, budget / ROUNDS);
-    double t_shared = INFINITY, t_mpi = INFINITY, t_heap = INFINITY;
+    bench_ctx on_p2p = on_heap;
+    on_p2p.c = p2p;
+    int it_p2p = p2p ? calibrate(&on_p2p, op, 0, budget / ROUNDS) : 0;
+    double t_shared = INFINITY, t_mpi = INFINITY, t_heap = INFINITY, t_p2p = INFINITY;
     for (int round = 0; round < ROUNDS; round++) {
       t_shared = fmin(t_shared, measure(&on_shared, op, 0, it_shared));
       t_mpi = fmin(t_mpi, measure(&on_shared, op, 1, it_mpi));
       t_heap = fmin(t_heap, measure(&on_heap, op, 0, it_heap));
+      if (p2p)
+        t_p2p = fmin(t_p2p, measure(&on_p2p, op, 0, it_p2p));
     }
     out[op].zinc_shared = busbw(op, used, n, t_shared);
     out[op].zinc_malloc = busbw(op, used, n, t_heap);
+    out[op].zinc_p2p = p2p ? busbw(op, used, n, t_p2p) : NAN;
     out[op].mpi = busbw(op, used, n, t_mpi);
   }
   free(heap);
@@ -175,7 +186,7 @@ static void print_size(size_t bytes) {
     printf("%7zu KiB", bytes >> 10);
 }
 
-static int bench_bandwidth(zinc_comm *c, const options *opt) {
+static int bench_bandwidth(zinc_comm *c, zinc_comm *p2p, const options *opt) {
   const int n = c->size;
   int nsizes = 0;
   for (size_t s = opt->min_bytes; s <= opt->max_bytes; s *= (size_t)opt->step)
@@ -184,21 +195,21 @@ static int bench_bandwidth(zinc_comm *c, const options *opt) {
   size_t *sizes = calloc((size_t)nsizes, sizeof *sizes);
   if (c->rank == 0) {
     printf("\n# bus bandwidth, GB/s (f32 sum, %d ranks; busbw as nccl-tests)\n", n);
-    printf("%11s  %-15s %12s %12s %12s %8s %8s\n", "bytes", "op", "zinc(shared)", "zinc(malloc)",
-           "raw MPI", "ratio", "malloc/MPI");
+    printf("%11s  %-15s %12s %12s %12s %10s %8s %10s\n", "bytes", "op", "zinc(shared)",
+           "zinc(malloc)", "zinc(p2p)", "raw MPI", "ratio", "malloc/MPI");
   }
   int i = 0;
   for (size_t s = opt->min_bytes; s <= opt->max_bytes; s *= (size_t)opt->step, i++) {
     sizes[i] = s;
-    bench_size(c, s, opt->seconds, rows[i]);
+    bench_size(c, p2p, s, opt->seconds, rows[i]);
     if (c->rank != 0)
       continue;
     for (int op = 0; op < OP_N; op++) {
       row *r = &rows[i][op];
       print_size(s);
-      printf("  %-15s %12.2f %12.2f %12.2f %7.2fx %7.2fx   (%s)\n", op_name[op], r->zinc_shared,
-             r->zinc_malloc, r->mpi, r->zinc_shared / r->mpi, r->zinc_malloc / r->mpi,
-             mpi_name[op]);
+      printf("  %-15s %12.2f %12.2f %12.2f %10.2f %7.2fx %9.2fx   (%s)\n", op_name[op],
+             r->zinc_shared, r->zinc_malloc, r->zinc_p2p, r->mpi, r->zinc_shared / r->mpi,
+             r->zinc_malloc / r->mpi, mpi_name[op]);
     }
     fflush(stdout);
   }
@@ -350,7 +361,7 @@ static size_t parse_bytes(const char *s) {
 }
 
 int main(int argc, char **argv) {
-  options opt = {1u << 20, 256u << 20, 4, 0.3, 64u << 20, 1, 1};
+  options opt = {1u << 20, 256u << 20, 4, 0.3, 64u << 20, 1, 1, 0};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "0";
     if (!strcmp(a, "--min-bytes")) opt.min_bytes = parse_bytes(v), i++;
@@ -361,10 +372,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--quick")) opt.max_bytes = 16u << 20, opt.seconds = 0.1,
                                     opt.overlap_bytes = 16u << 20;
     else if (!strcmp(a, "--no-overlap")) opt.overlap = 0;
+    else if (!strcmp(a, "--p2p")) opt.p2p = 1;
     else if (!strcmp(a, "--no-bandwidth")) opt.bandwidth = 0;
     else {
       fprintf(stderr, "usage: %s [--min-bytes N] [--max-bytes N] [--step K] [--time S] "
-              "[--quick] [--overlap-bytes N] [--no-overlap] [--no-bandwidth]\n", argv[0]);
+              "[--quick] [--overlap-bytes N] [--p2p] [--no-overlap] [--no-bandwidth]\n", argv[0]);
       return 2;
     }
   }
@@ -377,9 +389,18 @@ int main(int argc, char **argv) {
     fprintf(stderr, "comm_bench: %s\n", zinc_last_error());
     return 1;
   }
+  zinc_comm *p2p = NULL;
+  if (opt.p2p) {
+    setenv("ZINC_COMM_MPI_SHM", "0", 1);
+    if (zinc_comm_mpi_create(NULL, 600.0, &p2p) != ZINC_OK) {
+      fprintf(stderr, "comm_bench: %s\n", zinc_last_error());
+      return 1;
+    }
+  }
   int fails = 0;
   if (opt.bandwidth)
-    fails = bench_bandwidth(c, &opt);
+    fails = bench_bandwidth(c, p2p, &opt);
+  zinc_comm_destroy(p2p);
   if (opt.overlap)
     bench_overlap(c, &opt);
   zinc_comm_destroy(c);
