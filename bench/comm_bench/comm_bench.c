@@ -207,8 +207,11 @@ static int bench_bandwidth(zinc_comm *c, zinc_comm *p2p, const options *opt) {
     for (int op = 0; op < OP_N; op++) {
       row *r = &rows[i][op];
       print_size(s);
-      printf("  %-15s %12.2f %12.2f %12.2f %10.2f %7.2fx %9.2fx   (%s)\n", op_name[op],
-             r->zinc_shared, r->zinc_malloc, r->zinc_p2p, r->mpi, r->zinc_shared / r->mpi,
+      char p2p_col[16] = "-";
+      if (!isnan(r->zinc_p2p))
+        snprintf(p2p_col, sizeof p2p_col, "%.2f", r->zinc_p2p);
+      printf("  %-15s %12.2f %12.2f %12s %10.2f %7.2fx %9.2fx   (%s)\n", op_name[op],
+             r->zinc_shared, r->zinc_malloc, p2p_col, r->mpi, r->zinc_shared / r->mpi,
              r->zinc_malloc / r->mpi, mpi_name[op]);
     }
     fflush(stdout);

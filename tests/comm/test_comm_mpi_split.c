@@ -7,11 +7,36 @@
  *     sums over the sub-comm's ranks;
  *   - the same on the forced point-to-point path;
  *   - repeated create/destroy in one process (MPI stays initialised, one
- *     finalise at exit), and a comm over a trainer-provided MPI_Comm.
+ *     finalise at exit; no thread or file descriptor left behind), and a
+ *     comm over a trainer-provided MPI_Comm.
  */
+#include <dirent.h>
+
 #include "comm/comm_check.h"
 
 #define COUNT 1003
+
+static int count_lines(const char *path) {
+  FILE *f = fopen(path, "r");
+  int n = 0, ch;
+  if (!f)
+    return -1;
+  while ((ch = fgetc(f)) != EOF)
+    n += ch == '\n';
+  fclose(f);
+  return n;
+}
+
+static int count_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  if (!d)
+    return -1;
+  for (struct dirent *e; (e = readdir(d));)
+    n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
 
 /* Collectives on c, data generated from the rank in c. */
 static void exercise(zinc_comm *c, const char *what, uint32_t seed) {
@@ -95,8 +120,16 @@ int main(void) {
   test_splits(world, "shm");
   zinc_comm_destroy(world);
 
-  /* Many comms, one after the other: MPI stays up until exit. */
+  /* Many comms, one after the other: MPI stays up until exit, and each
+   * destroy gives back its worker thread, its windows' descriptors and
+   * mappings (counted after the first round, when MPI's own are open). */
+  int fds_before = 0, threads_before = 0, maps_before = 0;
   for (int i = 0; i < 12; i++) {
+    if (i == 1) {
+      fds_before = count_entries("/proc/self/fd");
+      threads_before = count_entries("/proc/self/task");
+      maps_before = count_lines("/proc/self/maps");
+    }
     zinc_comm *c = NULL;
     CHECK_OK(zinc_comm_mpi_create(NULL, 60.0, &c));
     if (!c)
@@ -106,6 +139,14 @@ int main(void) {
     CHECK(sum == c->size, "create/destroy round %d: sum %d", i, sum);
     zinc_comm_destroy(c);
   }
+  int fds_after = count_entries("/proc/self/fd"), threads_after = count_entries("/proc/self/task");
+  CHECK(fds_after <= fds_before, "11 create/destroy rounds: %d open descriptors, %d before",
+        fds_after, fds_before);
+  CHECK(threads_after <= threads_before, "11 create/destroy rounds: %d threads, %d before",
+        threads_after, threads_before);
+  int maps_after = count_lines("/proc/self/maps");
+  CHECK(maps_after <= maps_before + 4, "11 create/destroy rounds: %d mappings, %d before "
+        "(shared windows not unmapped?)", maps_after, maps_before);
   zinc_comm_destroy(NULL);
 
   /* A trainer's own communicator (here: ranks in reverse order). */
