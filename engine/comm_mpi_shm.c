@@ -188,9 +188,10 @@ static zinc_status window_create(zinc_mpi *m, size_t bytes, const char *what,
   int rc = MPI_Win_allocate_shared((MPI_Aint)bytes, 1, info, m->node, &base, win);
   MPI_Info_free(&info);
   if (rc != MPI_SUCCESS) {
-    char ctx[128];
-    snprintf(ctx, sizeof ctx, "MPI_Win_allocate_shared of %zu bytes per rank for %s",
-             bytes, what);
+    char ctx[256];
+    snprintf(ctx, sizeof ctx, "MPI_Win_allocate_shared of %zu bytes per rank for %s (the "
+             "memory lives in Open MPI's osc_sm_backing_directory, /dev/shm by default: is "
+             "it large enough?)", bytes, what);
     return zinc_mpi_error(rc, ctx, -1);
   }
   MPI_Win_set_errhandler(*win, MPI_ERRORS_RETURN);
