@@ -1,0 +1,139 @@
+/*
+ * test_comm_mpi_errors.c — what the mpi comm does with bad input and lost
+ * peers:
+ *   - argument errors (NULL buffers, bad root, unknown type/kind/op, missing
+ *     all-gatherv vectors, negative split color, NULL request) return
+ *     ZINC_ERR_INVALID with a message, touch nothing, and leave the comm
+ *     usable;
+ *   - ranks issuing different collectives get ZINC_ERR_COMM on every rank
+ *     (shared-memory path), and the comm stays usable;
+ *   - a rank that never arrives: the others get ZINC_ERR_COMM naming the
+ *     operation and the missing rank after timeout_s, both from run() and
+ *     from wait() on a started batch; destroy returns without hanging.
+ */
+#define _GNU_SOURCE
+#include <time.h>
+
+#include "comm/comm_check.h"
+
+static void expect_status(zinc_status got, zinc_status want, const char *needle,
+                          const char *what) {
+  CHECK(got == want, "%s: got %s, want %s (%s)", what, zinc_status_name(got),
+        zinc_status_name(want), zinc_last_error());
+  CHECK(strlen(zinc_last_error()) > 0, "%s: empty error message", what);
+  if (needle)
+    CHECK(strstr(zinc_last_error(), needle) != NULL, "%s: message \"%s\" lacks \"%s\"", what,
+          zinc_last_error(), needle);
+}
+
+static void test_arguments(zinc_comm *c) {
+  float buf[8] = {0}, out[64];
+  const zinc_comm_ops *ops = c->ops;
+  expect_status(zinc_comm_allreduce(c, NULL, out, 4, ZINC_F32, ZINC_OP_SUM), ZINC_ERR_INVALID,
+                "NULL", "all-reduce from NULL");
+  expect_status(zinc_comm_reduce_scatter(c, buf, NULL, 1, ZINC_F32), ZINC_ERR_INVALID, "NULL",
+                "reduce-scatter into NULL");
+  expect_status(zinc_comm_broadcast(c, buf, 4, ZINC_F32, -1), ZINC_ERR_INVALID, "root",
+                "broadcast root -1");
+  expect_status(zinc_comm_broadcast(c, buf, 4, ZINC_F32, c->size), ZINC_ERR_INVALID, "root",
+                "broadcast root = size");
+  expect_status(zinc_comm_allgather(c, buf, out, 2, 99), ZINC_ERR_INVALID, "type",
+                "all-gather of type 99");
+  expect_status(zinc_comm_allreduce(c, buf, out, 2, ZINC_F32, (zinc_comm_op)7),
+                ZINC_ERR_INVALID, "op", "all-reduce op 7");
+  zinc_coll bad_kind = {.kind = (zinc_coll_kind)42};
+  expect_status(ops->run(c, &bad_kind, 1), ZINC_ERR_INVALID, "kind", "unknown kind");
+  expect_status(zinc_comm_allgatherv(c, buf, 1, out, NULL, NULL, ZINC_F32), ZINC_ERR_INVALID,
+                "counts", "all-gatherv without counts");
+  zinc_comm_req *req = (zinc_comm_req *)&req;
+  expect_status(ops->start(c, &bad_kind, 1, &req), ZINC_ERR_INVALID, "kind",
+                "start of an unknown kind");
+  CHECK(req == NULL, "failed start left a request behind");
+  zinc_coll ok = {.kind = ZINC_COLL_BARRIER};
+  expect_status(ops->start(c, &ok, 1, NULL), ZINC_ERR_INVALID, "request", "start without req");
+  zinc_comm *sub = NULL;
+  expect_status(ops->split(c, -3, 0, &sub), ZINC_ERR_INVALID, "color", "split color -3");
+  CHECK(sub == NULL, "failed split returned a comm");
+  /* still usable, and count 0 with NULL buffers is fine */
+  CHECK_OK(zinc_comm_allreduce(c, NULL, NULL, 0, ZINC_F32, ZINC_OP_SUM));
+  int one = 1, sum = 0;
+  CHECK_OK(zinc_comm_allreduce(c, &one, &sum, 1, ZINC_DT_I32, ZINC_OP_SUM));
+  CHECK(sum == c->size, "comm unusable after argument errors: sum %d", sum);
+}
+
+/* Rank 0 issues 10 elements, the others 11: caught on every rank. */
+static void test_mismatch(zinc_comm *c) {
+  float in[11] = {1}, out[11];
+  zinc_status st = zinc_comm_allreduce(c, in, out, c->rank == 0 ? 10 : 11, ZINC_F32, ZINC_OP_SUM);
+  expect_status(st, ZINC_ERR_COMM, "differs between ranks", "mismatched all-reduce");
+  int one = 1, sum = 0;
+  CHECK_OK(zinc_comm_allreduce(c, &one, &sum, 1, ZINC_DT_I32, ZINC_OP_SUM));
+  CHECK(sum == c->size, "comm unusable after a mismatch: sum %d", sum);
+}
+
+static void sleep_s(double s) {
+  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  nanosleep(&ts, NULL);
+}
+
+/* Rank 0 comes late to a barrier; the others time out. Then everybody
+ * destroys the comm, which must not hang. */
+static void test_timeout(const char *path, int started) {
+  zinc_comm *c = NULL;
+  CHECK_OK(zinc_comm_mpi_create(NULL, 0.25, &c));
+  if (!c)
+    return;
+  char what[96];
+  snprintf(what, sizeof what, "%s: %s barrier with rank 0 missing", path,
+           started ? "started" : "run");
+  if (c->rank == 0) {
+    sleep_s(0.8);
+    zinc_status st = zinc_comm_barrier(c); /* the others gave up: fails or passes */
+    CHECK(st == ZINC_OK || st == ZINC_ERR_COMM, "%s: late rank got %s", what,
+          zinc_status_name(st));
+  } else if (started) {
+    zinc_coll b = {.kind = ZINC_COLL_BARRIER};
+    zinc_comm_req *req = NULL;
+    CHECK_OK(c->ops->start(c, &b, 1, &req));
+    if (req)
+      expect_status(c->ops->wait(c, req), ZINC_ERR_COMM, "barrier", what);
+  } else {
+    expect_status(zinc_comm_barrier(c), ZINC_ERR_COMM, "barrier", what);
+    CHECK(strstr(zinc_last_error(), !strcmp(path, "shm") ? "rank(s) 0" : "rank 0") ||
+              c->rank > 1, /* p2p names the peer it waits for: rank 1 waits for 0 */
+          "%s: missing rank not named: %s", what, zinc_last_error());
+    /* and the comm stays failed */
+    expect_status(zinc_comm_barrier(c), ZINC_ERR_COMM, NULL, "barrier after a timeout");
+  }
+  double t = zinc_now();
+  zinc_comm_destroy(c);
+  CHECK(zinc_now() - t < 5.0, "%s: destroy took %.1f s", what, zinc_now() - t);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+int main(void) {
+  zinc_comm *c = NULL;
+  CHECK_OK(zinc_comm_mpi_create(NULL, 30.0, &c));
+  if (c) {
+    test_arguments(c);
+    if (c->size > 1)
+      test_mismatch(c);
+    zinc_comm_destroy(c);
+  }
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size > 1) {
+    test_timeout("shm", 0);
+    test_timeout("shm", 1);
+    setenv("ZINC_COMM_MPI_SHM", "0", 1);
+    c = NULL;
+    CHECK_OK(zinc_comm_mpi_create(NULL, 30.0, &c));
+    if (c) {
+      test_arguments(c);
+      zinc_comm_destroy(c);
+    }
+    test_timeout("p2p", 0);
+    test_timeout("p2p", 1);
+  }
+  return check_finish("test_comm_mpi_errors");
+}
