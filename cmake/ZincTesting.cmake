@@ -21,8 +21,8 @@ set(ZINC_TEST_ENV
 if(ZINC_SANITIZE MATCHES "address")
   # MPI and hwloc keep some allocations for the life of the process.
   list(APPEND ZINC_TEST_ENV
-    "ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1"
-    "LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/tests/lsan.supp:print_suppressions=0")
+    "ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1:fast_unwind_on_malloc=0"
+    "LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/tests/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0")
 endif()
 if(ZINC_SANITIZE MATCHES "undefined")
   list(APPEND ZINC_TEST_ENV "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
