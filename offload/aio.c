@@ -783,12 +783,10 @@ void zinc_aio_req_fail(zinc_aio_ring *r, zinc_aio_slot *s, int err, const char *
   zinc_aio_handle *h = s->h;
   const zinc_aio_req *q = &h->reqs[s->req];
   const zinc_aio_file *f = &aio->files[q->file];
-  zinc_status st = zinc_error(ZINC_ERR_IO,
-      "%s %s at offset %llu (%llu of %llu bytes left): %s%s (%s)%s",
+  zinc_status st = zinc_error(ZINC_ERR_IO, "%s %s at offset %llu (%llu bytes): %s%s (%s)%s",
       q->dir == ZINC_AIO_WRITE ? "writing" : "reading", f->path ? f->path : "(closed file)",
       (unsigned long long)(q->offset + s->done),
-      (unsigned long long)(zinc_aio_req_length(s) - s->done),
-      (unsigned long long)zinc_aio_req_length(s), what ? what : "",
+      (unsigned long long)(zinc_aio_req_length(s) - s->done), what ? what : "",
       err ? strerror(err) : "no bytes transferred", err ? zinc_aio_errno_name(err) : "EOF",
       errno_hint(err, f->direct));
   set_failure(h, st);

@@ -122,19 +122,20 @@ static void clear_stale(const char *path, const char *own) {
       continue;
     }
     int fd = open(lock, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-    char owner[256] = "no lock file";
-    int stale = 0;
+    char owner[256], why[320] = "";
     if (fd < 0) {
-      stale = errno == ENOENT && !is_young(dir);
+      if (errno == ENOENT && !is_young(dir))
+        snprintf(why, sizeof why, "it has no lock file and has not changed for %d s",
+                 SWAP_YOUNG_S);
     } else if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
       owner_of(fd, owner, sizeof owner);
       struct stat ls;
-      stale = !(fstat(fd, &ls) == 0 && ls.st_size == 0 && is_young(lock));
+      if (!(fstat(fd, &ls) == 0 && ls.st_size == 0 && is_young(lock)))
+        snprintf(why, sizeof why, "left by %s, which no longer holds its lock", owner);
     }
-    if (stale) {
-      zinc_log(ZINC_LOG_WARN,
-               "removing stale swap directory %s (left by %s, which no longer holds it: a "
-               "crashed run)", dir, owner);
+    if (why[0]) {
+      zinc_log(ZINC_LOG_WARN, "removing stale swap directory %s (%s: a crashed run)", dir,
+               why);
       empty_dir(dir, NULL);
       if (rmdir(dir) != 0)
         zinc_log(ZINC_LOG_WARN, "could not remove %s: %s", dir, strerror(errno));
@@ -222,7 +223,7 @@ static zinc_status open_stripe_dir(zinc_swap *sw, int i, const char *path,
       owner_of(fd, owner, sizeof owner);
       if (empty_dir(s->dir, SWAP_LOCK) > 0)
         zinc_log(ZINC_LOG_WARN, "replaced stale swap directory %s (left by %s, which no "
-                 "longer holds it: a crashed run)", s->dir, owner);
+                 "longer holds its lock: a crashed run)", s->dir, owner);
     }
     char host[128] = "?", text[256];
     gethostname(host, sizeof host - 1);

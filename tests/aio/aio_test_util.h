@@ -108,7 +108,8 @@ typedef struct {
 } stderr_capture;
 
 static inline void capture_begin(stderr_capture *c, const char *scratch) {
-  snprintf(c->path, sizeof c->path, "%s/stderr.txt", scratch);
+  if (snprintf(c->path, sizeof c->path, "%s/stderr.txt", scratch) >= (int)sizeof c->path)
+    exit(1);
   fflush(stderr);
   c->saved_fd = dup(2);
   int fd = open(c->path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
