@@ -703,11 +703,13 @@ int zinc_aio_ring_claim(zinc_aio_ring *r, zinc_aio_handle **h, int *req) {
   return got;
 }
 
-int zinc_aio_ring_drained(zinc_aio_ring *r) {
+int zinc_aio_ring_wait_work(zinc_aio_ring *r) {
   pthread_mutex_lock(&r->mu);
-  int drained = r->stop && !r->head;
+  while (!r->head && !r->stop)
+    pthread_cond_wait(&r->cv, &r->mu);
+  int work = r->head != NULL;
   pthread_mutex_unlock(&r->mu);
-  return drained;
+  return work;
 }
 
 uint64_t zinc_aio_req_length(const zinc_aio_slot *s) {

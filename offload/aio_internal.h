@@ -135,8 +135,9 @@ struct zinc_aio {
 
 /* Take ring r's next request; 0 when its queue is empty. */
 ZINC_INTERNAL int zinc_aio_ring_claim(zinc_aio_ring *r, zinc_aio_handle **h, int *req);
-/* 1 if the ring was told to stop and has nothing queued. */
-ZINC_INTERNAL int zinc_aio_ring_drained(zinc_aio_ring *r);
+/* Sleep until ring r has queued work (1) or is told to stop with nothing
+ * queued (0). */
+ZINC_INTERNAL int zinc_aio_ring_wait_work(zinc_aio_ring *r);
 /* Begin a claimed request: 1 if it must be transferred; 0 if it is already
  * finished (its batch failed, or the frame could not be filled). */
 ZINC_INTERNAL int zinc_aio_req_start(zinc_aio_ring *r, zinc_aio_slot *s);

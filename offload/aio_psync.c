@@ -36,12 +36,7 @@ int64_t zinc_aio_psync_transfer(zinc_aio_ring *r, zinc_aio_slot *s) {
 void *zinc_aio_psync_worker(void *arg) {
   zinc_aio_ring *r = arg;
   for (;;) {
-    pthread_mutex_lock(&r->mu);
-    while (!r->head && !r->stop)
-      pthread_cond_wait(&r->cv, &r->mu);
-    int quit = !r->head;
-    pthread_mutex_unlock(&r->mu);
-    if (quit)
+    if (!zinc_aio_ring_wait_work(r))
       break;
     zinc_aio_slot s = {0};
     if (!zinc_aio_ring_claim(r, &s.h, &s.req) || !zinc_aio_req_start(r, &s))
