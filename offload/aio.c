@@ -805,31 +805,36 @@ int zinc_aio_req_complete(zinc_aio_ring *r, zinc_aio_slot *s, int64_t res) {
     if (s->attempts < ZINC_AIO_MAX_RETRIES) {
       s->attempts++;
       atomic_fetch_add(&aio->retries, 1);
-      return 1;
+      return ZINC_AIO_REQ_AGAIN;
     }
     zinc_aio_req_fail(r, s, (int)-res, "still failing after retries: ");
-    return 0;
+    return ZINC_AIO_REQ_DONE;
   }
   if (res < 0) {
     zinc_aio_req_fail(r, s, (int)-res, NULL);
-    return 0;
+    return ZINC_AIO_REQ_DONE;
   }
   if (res == 0 || (uint64_t)res > want) {
     zinc_aio_req_fail(r, s, 0, q->dir == ZINC_AIO_READ ? "the file ends here: " : "");
-    return 0;
+    return ZINC_AIO_REQ_DONE;
   }
   atomic_fetch_add(q->dir == ZINC_AIO_READ ? &aio->bytes_read : &aio->bytes_written,
                    (unsigned long long)res);
   s->done += (uint64_t)res;
   if ((uint64_t)res < want) {
     atomic_fetch_add(&aio->short_transfers, 1);
-    return 1;
+    return ZINC_AIO_REQ_AGAIN;
   }
-  if (q->header && q->dir == ZINC_AIO_READ && h->framing.check) {
-    zinc_status st = h->framing.check(h->framing.ctx, &h->ops[q->op], q->header);
-    if (st != ZINC_OK)
-      set_failure(h, st);
-  }
+  if (q->header && q->dir == ZINC_AIO_READ && h->framing.check)
+    return ZINC_AIO_REQ_CHECK;
   req_finish(h);
-  return 0;
+  return ZINC_AIO_REQ_DONE;
+}
+
+void zinc_aio_req_check(zinc_aio_handle *h, int req) {
+  const zinc_aio_req *q = &h->reqs[req];
+  zinc_status st = h->framing.check(h->framing.ctx, &h->ops[q->op], q->header);
+  if (st != ZINC_OK)
+    set_failure(h, st);
+  req_finish(h);
 }

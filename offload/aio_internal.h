@@ -89,6 +89,11 @@ typedef struct zinc_aio_ring {
   int nfree;
   int inflight;
   int unsubmitted;             /* SQEs prepared and not yet submitted     */
+  struct {                     /* framed reads whose frame check waits    */
+    zinc_aio_handle *h;        /*   until the queue is topped up          */
+    int req;
+  } *checks;                   /* (queue_depth)                           */
+  int nchecks;
 } zinc_aio_ring;
 
 typedef struct {
@@ -143,9 +148,14 @@ ZINC_INTERNAL int zinc_aio_ring_wait_work(zinc_aio_ring *r);
 ZINC_INTERNAL int zinc_aio_req_start(zinc_aio_ring *r, zinc_aio_slot *s);
 /* Bytes of the whole request (framed: header + payload). */
 ZINC_INTERNAL uint64_t zinc_aio_req_length(const zinc_aio_slot *s);
-/* Account the result of one attempt (bytes or -errno). Returns 1 if the
- * remainder must be submitted again, 0 when the request is finished. */
+/* Account the result of one attempt (bytes or -errno): the request is
+ * finished (DONE), its remainder must be submitted again (AGAIN), or it
+ * was transferred and its frame awaits zinc_aio_req_check (CHECK), which
+ * the caller may run after it has topped its queue up. */
+enum { ZINC_AIO_REQ_DONE = 0, ZINC_AIO_REQ_AGAIN = 1, ZINC_AIO_REQ_CHECK = 2 };
 ZINC_INTERNAL int zinc_aio_req_complete(zinc_aio_ring *r, zinc_aio_slot *s, int64_t res);
+/* Check the frame of a transferred framed read and finish the request. */
+ZINC_INTERNAL void zinc_aio_req_check(zinc_aio_handle *h, int req);
 /* Fill s->iov for the remainder of a framed request; returns the count. */
 ZINC_INTERNAL int zinc_aio_req_iov(zinc_aio_slot *s);
 /* Fail every request of the batch still to come with `res` (a worker that

@@ -41,12 +41,14 @@ void *zinc_aio_psync_worker(void *arg) {
     zinc_aio_slot s = {0};
     if (!zinc_aio_ring_claim(r, &s.h, &s.req) || !zinc_aio_req_start(r, &s))
       continue;
-    int again;
+    int next;
     do {
       s.number = zinc_aio_fault_number(r->aio);
       atomic_fetch_add(&r->aio->requests, 1);
-      again = zinc_aio_req_complete(r, &s, zinc_aio_psync_transfer(r, &s));
-    } while (again);
+      next = zinc_aio_req_complete(r, &s, zinc_aio_psync_transfer(r, &s));
+    } while (next == ZINC_AIO_REQ_AGAIN);
+    if (next == ZINC_AIO_REQ_CHECK)
+      zinc_aio_req_check(s.h, s.req);
   }
   return NULL;
 }

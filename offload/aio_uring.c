@@ -76,9 +76,11 @@ int zinc_aio_uring_init(zinc_aio_ring *r) {
   }
   r->slots = calloc((size_t)aio->queue_depth, sizeof *r->slots);
   r->free_slots = calloc((size_t)aio->queue_depth, sizeof *r->free_slots);
-  if (!r->slots || !r->free_slots) {
+  r->checks = calloc((size_t)aio->queue_depth, sizeof *r->checks);
+  if (!r->slots || !r->free_slots || !r->checks) {
     free(r->slots);
     free(r->free_slots);
+    free(r->checks);
     close(r->wake_fd);
     io_uring_queue_exit(&r->uring);
     return -ENOMEM;
@@ -97,8 +99,10 @@ void zinc_aio_uring_exit(zinc_aio_ring *r) {
   close(r->wake_fd);
   free(r->slots);
   free(r->free_slots);
+  free(r->checks);
   r->slots = NULL;
   r->free_slots = NULL;
+  r->checks = NULL;
   r->uring_ready = 0;
 }
 
@@ -177,6 +181,10 @@ static void fill(zinc_aio_ring *r) {
     zinc_aio_slot *s = &r->slots[idx];
     if (!zinc_aio_ring_claim(r, &s->h, &s->req))
       return;
+    /* A framed write computes its header (a checksum of the payload)
+     * before it can go: hand what is prepared to the device first. */
+    if (s->h->reqs[s->req].header && s->h->reqs[s->req].dir == ZINC_AIO_WRITE)
+      submit_prepared(r, 1);
     if (!zinc_aio_req_start(r, s))
       continue; /* finished without I/O; the slot stays free */
     r->nfree--;
@@ -203,11 +211,27 @@ static void on_cqe(zinc_aio_ring *r, const struct io_uring_cqe *cqe) {
   int idx = (int)tag;
   if (!r->slots[idx].h)
     return; /* given up on by fail_inflight */
-  mark_read(&r->slots[idx], cqe->res);
-  if (zinc_aio_req_complete(r, &r->slots[idx], cqe->res))
+  zinc_aio_slot *s = &r->slots[idx];
+  mark_read(s, cqe->res);
+  int next = zinc_aio_req_complete(r, s, cqe->res);
+  if (next == ZINC_AIO_REQ_AGAIN) {
     prep_request(r, idx);
-  else
-    release_slot(r, idx);
+    return;
+  }
+  if (next == ZINC_AIO_REQ_CHECK) {
+    r->checks[r->nchecks].h = s->h;
+    r->checks[r->nchecks].req = s->req;
+    r->nchecks++;
+  }
+  release_slot(r, idx);
+}
+
+/* Frame checks (checksums) of the reads just completed, run once the
+ * queue has been topped up so that the device works meanwhile. */
+static void run_checks(zinc_aio_ring *r) {
+  for (int i = 0; i < r->nchecks; i++)
+    zinc_aio_req_check(r->checks[i].h, r->checks[i].req);
+  r->nchecks = 0;
 }
 
 /* The ring itself failed (not a request) several times in a row: fail what
@@ -252,6 +276,7 @@ void *zinc_aio_uring_worker(void *arg) {
       if (++wait_failures < 3)
         continue;
       fail_inflight(r, -rc);
+      run_checks(r);
       return zinc_aio_psync_worker(r);
     }
     wait_failures = 0;
@@ -261,7 +286,10 @@ void *zinc_aio_uring_worker(void *arg) {
       seen++;
     }
     io_uring_cq_advance(&r->uring, seen);
+    if (r->nchecks > 0 && r->aio->overlap_events)
+      fill(r);
     submit_prepared(r, 1);
+    run_checks(r);
   }
   return NULL;
 }

@@ -48,9 +48,9 @@ struct zinc_swap {
   int rank;
   int checksums;
   uint64_t area_id;          /* random, in every block header              */
-  uint64_t block_bytes;      /* payload bytes per block                    */
-  uint32_t header_bytes;     /* header slot in front of each payload       */
-  uint64_t slot_bytes;       /* header_bytes + block_bytes on disk         */
+  uint64_t slot_bytes;       /* one block on disk: aio.block_size          */
+  uint32_t header_bytes;     /* header in front of each payload            */
+  uint64_t block_bytes;      /* payload bytes per block: slot - header     */
   int nregions;
   uint64_t *region_bytes;    /* (nregions) payload bytes                   */
   uint64_t *region_first;    /* (nregions + 1) first block; last = total   */
@@ -327,8 +327,12 @@ static zinc_status check_params(const zinc_aio *aio, const zinc_swap_params *p) 
   for (int i = 0; i < p->region_count; i++)
     if (p->region_bytes[i] == 0)
       return zinc_error(ZINC_ERR_INVALID, "swap area %s: region %d is empty", p->name, i);
-  if ((uint64_t)zinc_aio_block_size(aio) + 65536 > UINT32_MAX)
-    return zinc_error(ZINC_ERR_INVALID, "swap blocks must be smaller than 4 GiB");
+  size_t header = zinc_aio_alignment(aio) > 4096 ? zinc_aio_alignment(aio) : 4096;
+  if ((uint64_t)zinc_aio_block_size(aio) < 2 * header)
+    return zinc_error(ZINC_ERR_INVALID,
+                      "swap area %s: aio.block_size %lld is too small; each block carries a "
+                      "%zu-byte header, so use at least %zu (1 MiB, the default, is better)",
+                      p->name, (long long)zinc_aio_block_size(aio), header, 2 * header);
   return ZINC_OK;
 }
 
@@ -365,9 +369,9 @@ zinc_status zinc_swap_create(zinc_aio *aio, const zinc_swap_params *p, zinc_swap
   sw->rank = p->rank;
   sw->checksums = p->checksums;
   sw->npaths = p->path_count;
-  sw->block_bytes = (uint64_t)zinc_aio_block_size(aio);
+  sw->slot_bytes = (uint64_t)zinc_aio_block_size(aio);
   sw->header_bytes = (uint32_t)(zinc_aio_alignment(aio) > 4096 ? zinc_aio_alignment(aio) : 4096);
-  sw->slot_bytes = sw->header_bytes + sw->block_bytes;
+  sw->block_bytes = sw->slot_bytes - sw->header_bytes;
   for (int i = 0; i < ZINC_MAX_NVME_PATHS; i++) {
     sw->stripes[i].lock_fd = -1;
     sw->stripes[i].file = -1;

@@ -12,16 +12,15 @@
  * The area is a list of regions whose sizes are fixed at creation; all the
  * space is reserved then with fallocate, so a full disk is reported
  * (ZINC_ERR_NOMEM, naming the path, the bytes needed and the bytes
- * available) before training starts. Each region is a run of blocks of
- * block_size payload bytes (the engine's aio.block_size; the last block of
- * a region may be shorter). Block b of the area (counting all regions in
- * order) lives in file b % npaths at slot b / npaths, so one rank's traffic
- * is spread over every drive.
- *
- * On disk a block slot is [header | payload]: a header of H bytes
- * (H = max(engine alignment, 4096), so payloads stay 4 KiB aligned on the
- * drive) then block_size bytes of payload, the first payload_len of them
- * meaningful. Header and payload go in one vectored request, the payload
+ * available) before training starts. On disk a block is exactly
+ * aio.block_size bytes, so every request is one device-friendly, aligned
+ * block: [header | payload], a header of H bytes (H = max(engine
+ * alignment, 4096)) and up to block_size - H payload bytes
+ * (zinc_swap_block_bytes). Each region is a run of blocks; only the last
+ * block of a region may carry less payload. Block b of the area (counting
+ * all regions in order) lives in file b % npaths at offset
+ * (b / npaths) * block_size, so one rank's traffic is spread over every
+ * drive. Header and payload go in one vectored request, the payload
  * straight to/from the caller's buffer. Header layout (little-endian):
  *     0  u32 magic         0x5057535a ("ZSWP")
  *     4  u16 version       1
@@ -34,6 +33,8 @@
  *    36  24 bytes zero (reserved)
  *    60  u32 header_crc    crc32c of bytes 0..59
  *    64  zero up to H
+ * The payload follows at H; the rest of the block after payload_len
+ * (rounded up to the alignment) is unspecified.
  * With checksums on (aio.swap_checksums, the default) the payload crc is
  * written and verified on read; with them off the header is still written
  * and checked, the payload is not. Any mismatch is ZINC_ERR_CORRUPT naming
@@ -112,7 +113,8 @@ void zinc_swap_destroy(zinc_swap *sw);
 
 int zinc_swap_region_count(const zinc_swap *sw);
 uint64_t zinc_swap_region_bytes(const zinc_swap *sw, int region);
-uint64_t zinc_swap_block_bytes(const zinc_swap *sw);  /* payload per block   */
+uint64_t zinc_swap_block_bytes(const zinc_swap *sw);  /* payload per block:
+                                                         block_size - header */
 uint64_t zinc_swap_disk_bytes(const zinc_swap *sw);   /* reserved, all paths */
 const char *zinc_swap_dir(const zinc_swap *sw, int path);
 /* Capacity a buffer needs for a read or write of `bytes` (the last block's

@@ -17,10 +17,11 @@
 static char scratch[4096];
 static char dirs[3][4200];
 
-#define BLOCK 65536
+#define SLOT 65536                /* aio.block_size: one block on disk */
+#define BLOCK (SLOT - 4096)       /* payload per block after the header */
 
 static zinc_aio *make_engine(void) {
-  zinc_aio_params p = test_params(NULL, BLOCK, 8, 2);
+  zinc_aio_params p = test_params(NULL, SLOT, 8, 2);
   for (int i = 0; i < 3; i++)
     p.probe_dirs[i] = dirs[i];
   p.probe_dir_count = 3;
@@ -112,7 +113,7 @@ static void layout_on_disk(void **state) {
   zinc_aio *aio = make_engine();
   zinc_swap *sw = make_area(aio, 3, "param", 1, regions, NREG);
   /* blocks: 1 + 1 + 1 + 2 + 4 + 7 = 16 -> stripes of 6, 5, 5 slots */
-  uint64_t slot = 4096 + BLOCK;
+  uint64_t slot = SLOT;
   assert_int_equal(zinc_swap_disk_bytes(sw), 16 * slot);
   assert_int_equal(zinc_swap_block_bytes(sw), BLOCK);
   static const uint64_t slots[3] = {6, 5, 5};
@@ -237,6 +238,59 @@ static void argument_checks(void **state) {
   zinc_aio_destroy(aio);
 }
 
+/* The same swap traffic through the other engine modes: overlap_events
+ * off with single_submit on, and the pread/pwrite fallback (io_uring
+ * unavailable, allowed); a corrupted payload is caught in each. */
+static void other_engine_modes(void **state) {
+  (void)state;
+  for (int mode = 0; mode < 2; mode++) {
+    zinc_aio_fault fault = {0};
+    fault.uring_errno = mode ? ENOSYS : 0;
+    zinc_aio_params p = test_params(dirs[0], SLOT, 3, 2);
+    p.fault = &fault;
+    p.overlap_events = mode;
+    p.single_submit = !mode;
+    p.allow_buffered_io = 1;
+    zinc_aio *aio = NULL;
+    if (zinc_aio_create(&p, &aio) != ZINC_OK)
+      fail_msg("zinc_aio_create: %s", zinc_last_error());
+    assert_int_equal(zinc_aio_uses_uring(aio), !mode);
+    zinc_swap *sw = make_area(aio, 2, "optimizer", 1, regions, NREG);
+    uint64_t bytes = regions[NREG - 1];
+    unsigned char *buf;
+    assert_int_equal(zinc_aio_buffer_alloc(aio, bytes, (void **)&buf), ZINC_OK);
+    pattern_fill(buf, bytes, 61 + (uint64_t)mode);
+    assert_int_equal(zinc_swap_write(sw, NREG - 1, 0, buf, bytes, NULL), ZINC_OK);
+    memset(buf, 0, bytes);
+    assert_int_equal(zinc_swap_read(sw, NREG - 1, 0, buf, bytes, NULL), ZINC_OK);
+    assert_int_equal(pattern_check(buf, bytes, 61 + (uint64_t)mode, "other mode"), 0);
+    /* the region's last block (area block 15) is stripe 1, slot 7 */
+    char file[4500];
+    snprintf(file, sizeof file, "%s/stripe1.swap", zinc_swap_dir(sw, 1));
+    int fd = open(file, O_RDWR);
+    unsigned char c = 0x77;
+    assert_int_equal(pwrite(fd, &c, 1, 7 * SLOT + 4096 + 5), 1);
+    fsync(fd);
+    close(fd);
+    assert_int_equal(zinc_swap_read(sw, NREG - 1, 0, buf, bytes, NULL), ZINC_ERR_CORRUPT);
+    assert_non_null(strstr(zinc_last_error(), "block 15"));
+    zinc_aio_buffer_free(aio, buf);
+    zinc_swap_destroy(sw);
+    assert_dirs_empty();
+    zinc_aio_destroy(aio);
+  }
+  /* swap areas need room for a header in every block */
+  zinc_aio_params p = test_params(dirs[0], 4096, 2, 1);
+  zinc_aio *aio = NULL;
+  assert_int_equal(zinc_aio_create(&p, &aio), ZINC_OK);
+  const char *paths[1] = {dirs[0]};
+  zinc_swap_params sp = {paths, 1, 0, "small", "test", 1, regions, 1};
+  zinc_swap *sw = NULL;
+  assert_int_equal(zinc_swap_create(aio, &sp, &sw), ZINC_ERR_INVALID);
+  assert_non_null(strstr(zinc_last_error(), "aio.block_size 4096 is too small"));
+  zinc_aio_destroy(aio);
+}
+
 /* Create and destroy areas in a loop: no files, fds or memory kept. */
 static void create_destroy_loop(void **state) {
   (void)state;
@@ -262,7 +316,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(roundtrips),      cmocka_unit_test(layout_on_disk),
       cmocka_unit_test(header_codec),    cmocka_unit_test(argument_checks),
-      cmocka_unit_test(create_destroy_loop),
+      cmocka_unit_test(other_engine_modes), cmocka_unit_test(create_destroy_loop),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   scratch_remove(scratch);

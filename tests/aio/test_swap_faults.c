@@ -22,11 +22,11 @@
 static char scratch[4096];
 static char dirs[2][4200];
 
-#define BLOCK 65536
-#define SLOT (4096 + BLOCK)
+#define SLOT 65536          /* aio.block_size: one block on disk */
+#define BLOCK (SLOT - 4096) /* payload per block after the header */
 
 static zinc_aio *make_engine(const zinc_aio_fault *fault) {
-  zinc_aio_params p = test_params(dirs[0], BLOCK, 4, 1);
+  zinc_aio_params p = test_params(dirs[0], SLOT, 4, 1);
   p.probe_dirs[1] = dirs[1];
   p.probe_dir_count = 2;
   if (fault)
