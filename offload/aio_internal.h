@@ -27,6 +27,7 @@
 #define ZINC_AIO_MAX_BUFS 64            /* registered fixed-buffer slots      */
 #define ZINC_AIO_FIXED_CHUNK (1u << 30) /* the kernel's limit per fixed buffer */
 #define ZINC_AIO_MESSAGE_MAX 1024
+#define ZINC_AIO_HUGE_PAGE (2u << 20)     /* buffers this large use THP       */
 
 /* One request: at most block_size payload bytes of one op (a whole op when
  * framed), on one ring. */
