@@ -164,6 +164,11 @@ ZINC_INTERNAL int zinc_aio_req_iov(zinc_aio_slot *s);
 ZINC_INTERNAL void zinc_aio_req_fail(zinc_aio_ring *r, zinc_aio_slot *s, int err,
                                      const char *what);
 
+/* --------------------------------------------------------- aio_files.c */
+
+/* The fixed-buffer slot holding [p, p + len) whole, or -1. Under aio->mu. */
+ZINC_INTERNAL int zinc_aio_fixed_slot(const zinc_aio *aio, const char *p, uint64_t len);
+
 /* --------------------------------------------------------- aio_fault.c */
 
 /* The number of the next request, and the result the fault plan turns a
