@@ -114,9 +114,11 @@ static zinc_status alloc_states(zinc_engine *e) {
       }
   } else {
     e->param_location = e->cfg.offload_param.device == ZINC_OFFLOAD_NONE ? ZINC_LOC_DEVICE
-                                                                          : ZINC_LOC_HOST;
-    ZINC_CHECK(zinc_engine_alloc(e, e->shard_bytes, e->param_location, ZINC_MEM_PARAMS,
-                                 &e->param_shard, "parameter partition"));
+                        : e->cfg.offload_param.device == ZINC_OFFLOAD_CPU ? ZINC_LOC_HOST
+                                                                          : ZINC_LOC_NVME;
+    if (e->param_location != ZINC_LOC_NVME) /* else in nvme.c's swap area */
+      ZINC_CHECK(zinc_engine_alloc(e, e->shard_bytes, e->param_location, ZINC_MEM_PARAMS,
+                                   &e->param_shard, "parameter partition"));
     e->persist_bytes = persistent_bytes(e);
     if (e->persist_bytes) {
       ZINC_CHECK(zinc_engine_alloc(e, e->persist_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS,
@@ -141,15 +143,17 @@ static zinc_status alloc_states(zinc_engine *e) {
                                  ZINC_MEM_GRADS, (void **)&e->grad_part,
                                  "gradient partition"));
   }
-  /* optimizer state */
-  size_t ob = (size_t)e->opt_numel * 4;
-  ZINC_CHECK(zinc_engine_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM, (void **)&e->master,
-                               "fp32 master parameters"));
-  ZINC_CHECK(zinc_engine_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM, (void **)&e->exp_avg,
-                               "Adam exp_avg"));
-  ZINC_CHECK(zinc_engine_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM,
-                               (void **)&e->exp_avg_sq, "Adam exp_avg_sq"));
-  return ZINC_OK;
+  /* optimizer state (with NVMe offload: in nvme.c's swap area) */
+  if (e->cfg.offload_optimizer.device != ZINC_OFFLOAD_NVME) {
+    size_t ob = (size_t)e->opt_numel * 4;
+    ZINC_CHECK(zinc_engine_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM, (void **)&e->master,
+                                 "fp32 master parameters"));
+    ZINC_CHECK(zinc_engine_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM, (void **)&e->exp_avg,
+                                 "Adam exp_avg"));
+    ZINC_CHECK(zinc_engine_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM,
+                                 (void **)&e->exp_avg_sq, "Adam exp_avg_sq"));
+  }
+  return zinc_nvme_init(e);
 }
 
 void zinc_build_free(zinc_engine *e) {
@@ -157,6 +161,7 @@ void zinc_build_free(zinc_engine *e) {
     return;
   zinc_grads_free(e);
   zinc_stage3_free(e);
+  zinc_nvme_free(e);
   for (int mi = 0; mi < e->nmodules; mi++) {
     zinc_module *m = e->modules[mi];
     for (int s = 0; s < m->nsegs; s++)
@@ -170,7 +175,8 @@ void zinc_build_free(zinc_engine *e) {
                    ZINC_MEM_GRADS);
   zinc_engine_free_comm(e, e->grad_full, e->full_bytes, ZINC_MEM_GRADS, e->grad_full_shared);
   zinc_engine_free(e, e->param_full, e->full_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS);
-  zinc_engine_free(e, e->param_shard, e->shard_bytes, e->param_location, ZINC_MEM_PARAMS);
+  if (e->param_location != ZINC_LOC_NVME)
+    zinc_engine_free(e, e->param_shard, e->shard_bytes, e->param_location, ZINC_MEM_PARAMS);
   zinc_engine_free(e, e->persist, e->persist_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS);
   e->master = e->exp_avg = e->exp_avg_sq = e->grad_part = NULL;
   e->grad_full = e->param_full = e->param_shard = e->persist = NULL;
@@ -200,18 +206,24 @@ zinc_status zinc_engine_put(zinc_engine *e, void *dst, int dtype, const float *s
   return e->dev->ops->copy(e->dev, dst, from, (size_t)n * zinc_dt_size(dtype), e->stream);
 }
 
+/* The piece's part of the optimizer state and (stage 3) the partition. */
+zinc_status zinc_put_owned_piece(zinc_engine *e, const zinc_unit *u, int r, int64_t chunk_off,
+                                 const float *src, int64_t len, int master, void *scratch) {
+  if (master && (e->cfg.stage == 0 || r == e->dp_rank))
+    ZINC_CHECK(zinc_opt_write(e, 0, zinc_layout_opt_offset(e, u, r) + chunk_off, len, src));
+  if (e->cfg.stage == 3 && r == e->dp_rank) {
+    for (int64_t i = 0; i < len; i++)
+      zinc_store_from_f32(scratch, i, u->dtype, src[i]);
+    ZINC_CHECK(zinc_pshard_write(e, u->shard_byte + (size_t)chunk_off * zinc_dtype_size(u->dtype),
+                                 (size_t)len * zinc_dtype_size(u->dtype), scratch));
+  }
+  return ZINC_OK;
+}
+
 static zinc_status init_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
                               int64_t chunk_off, int64_t param_off, int64_t len, void *vctx) {
   init_ctx *c = vctx;
-  const float *src = c->values + param_off;
-  if (e->cfg.stage == 0 || r == e->dp_rank)
-    ZINC_CHECK(zinc_engine_put(e, e->master + zinc_layout_opt_offset(e, u, r) + chunk_off,
-                               ZINC_F32, src, len, c->scratch));
-  if (e->cfg.stage == 3 && r == e->dp_rank)
-    ZINC_CHECK(zinc_engine_put(e, (char *)e->param_shard + u->shard_byte +
-                                      (size_t)chunk_off * zinc_dtype_size(u->dtype),
-                               u->dtype, src, len, c->scratch));
-  return ZINC_OK;
+  return zinc_put_owned_piece(e, u, r, chunk_off, c->values + param_off, len, 1, c->scratch);
 }
 
 static zinc_status init_params(zinc_engine *e, zinc_init_fn init, void *ctx) {

@@ -43,10 +43,6 @@ static char *path_join(const char *a, const char *b) {
 
 static const char *section_names[3] = {"fp32_master", "exp_avg", "exp_avg_sq"};
 
-static float *section_array(zinc_engine *e, int s) {
-  return s == 0 ? e->master : s == 1 ? e->exp_avg : e->exp_avg_sq;
-}
-
 static zinc_status check_call(zinc_engine *e, const char *dir, const char *tag, const char *what,
                               int need_tag) {
   ZINC_CHECK(zinc_engine_usable(e, what));
@@ -73,15 +69,13 @@ static zinc_status write_shard(zinc_engine *e, const char *path, uint32_t *crc, 
     return st;
   st = zinc_shard_writer_open(path, e->dp_rank, e->dp_size, 3, (uint64_t)e->shard_numel, &w);
   for (int s = 0; s < 3 && st == ZINC_OK; s++) {
-    const float *arr = section_array(e, s);
+    /* streamed a bounded piece at a time, wherever the state lives */
     for (int ui = 0; ui < e->nunits && st == ZINC_OK; ui++) {
       const zinc_unit *u = &e->units[ui];
-      const float *src = arr + zinc_layout_opt_offset(e, u, e->dp_rank);
+      int64_t base = zinc_layout_opt_offset(e, u, e->dp_rank);
       for (int64_t off = 0; off < u->chunk && st == ZINC_OK; off += STAGING_ELEMS) {
         int64_t n = u->chunk - off < STAGING_ELEMS ? u->chunk - off : STAGING_ELEMS;
-        st = e->dev->ops->copy(e->dev, staging, src + off, (size_t)n * 4, e->stream);
-        if (st == ZINC_OK)
-          st = zinc_engine_sync(e);
+        st = zinc_opt_read(e, s, base + off, n, staging);
         if (st == ZINC_OK)
           st = zinc_shard_writer_append(w, staging, (size_t)n);
       }
@@ -419,9 +413,7 @@ static zinc_status load_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
       for (int s = 0; s < 3; s++) {
         ZINC_CHECK(zinc_shard_reader_read(rd, s, (uint64_t)(pc->file_offset + (x - pc->param_offset)),
                                           c->staging, (size_t)n));
-        ZINC_CHECK(e->dev->ops->copy(e->dev, section_array(e, s) + dst0 + (x - param_off),
-                                     c->staging, (size_t)n * 4, e->stream));
-        ZINC_CHECK(zinc_engine_sync(e));
+        ZINC_CHECK(zinc_opt_write(e, s, dst0 + (x - param_off), n, c->staging));
       }
     }
   }

@@ -48,6 +48,7 @@
 #define ZINC_MAX_NDIM 8
 
 typedef struct zinc_prof zinc_prof;
+typedef struct zinc_nvme zinc_nvme;
 
 /* ------------------------------------------------------------- registry */
 
@@ -105,6 +106,9 @@ struct zinc_module {
   void *served;           /* the copy the trainer was handed */
   void *orphan;           /* a copy the replay dropped while the trainer held it */
   int replay_held;        /* FETCH minus RELEASE events replayed */
+  void *read_staging;     /* partition on NVMe: this rank's chunks read for
+                             the gather in flight (host) */
+  size_t read_staging_bytes;
   /* gradients */
   zinc_grad_state grad_state;
   int64_t grad_window;    /* stage 0/1: window whose zeroing was done */
@@ -225,7 +229,11 @@ struct zinc_engine {
   float *grad_part;       /* stage 2/3: (S) f32 reduced gradient partition */
   float *master, *exp_avg, *exp_avg_sq; /* (opt_numel) f32 */
   int64_t opt_numel;      /* S, or N*S at stage 0 */
-  int opt_location;       /* ZINC_LOC_DEVICE or ZINC_LOC_HOST (offload) */
+  int opt_location;       /* ZINC_LOC_DEVICE or ZINC_LOC_HOST (offload); with
+                             NVMe offload master/m/v are NULL and live in
+                             nvme's swap area, the gradient partition on the
+                             host */
+  zinc_nvme *nvme;        /* NVMe offload (nvme.c), or NULL */
 
   /* ---- gradient reduction */
   void *arena_base;       /* stage 2/3: (arena_bytes) gradient areas, a ring */
@@ -332,6 +340,11 @@ void zinc_engine_free_comm(zinc_engine *e, void *p, size_t bytes, int category, 
 /* Host f32 values -> device memory in dtype (scratch: n elements of 4 B). */
 zinc_status zinc_engine_put(zinc_engine *e, void *dst, int dtype, const float *src, int64_t n,
                             void *scratch);
+/* Write f32 values of piece (unit, rank r, chunk_off, len) into the fp32
+ * master (when `master`) and, at stage 3 for this rank, into the
+ * parameter partition in its dtype (scratch: len x 4 bytes). */
+zinc_status zinc_put_owned_piece(zinc_engine *e, const zinc_unit *u, int r, int64_t chunk_off,
+                                 const float *src, int64_t len, int master, void *scratch);
 /* Wait for a comm request, timing the wait. */
 zinc_status zinc_engine_wait(zinc_engine *e, zinc_comm *c, zinc_comm_req *req);
 
@@ -398,6 +411,23 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info);
 /* The compute copy of the parameters from the fp32 master (cast of the
  * owned chunks, then the gathers the stage needs): after a load. */
 zinc_status zinc_params_from_master(zinc_engine *e);
+
+/* --------------------------------------------------------- nvme.c */
+zinc_status zinc_nvme_init(zinc_engine *e);
+void zinc_nvme_free(zinc_engine *e);
+int zinc_nvme_opt_on_disk(const zinc_engine *e);
+int zinc_nvme_param_on_disk(const zinc_engine *e);
+/* The optimizer state (array 0 master, 1 exp_avg, 2 exp_avg_sq) and the
+ * stage-3 parameter partition, wherever they live, to/from host memory. */
+zinc_status zinc_opt_read(zinc_engine *e, int array, int64_t off, int64_t count, float *dst);
+zinc_status zinc_opt_write(zinc_engine *e, int array, int64_t off, int64_t count,
+                           const float *src);
+zinc_status zinc_pshard_read(zinc_engine *e, size_t off, size_t bytes, void *dst);
+zinc_status zinc_pshard_write(zinc_engine *e, size_t off, size_t bytes, const void *src);
+/* Adam over NVMe-resident state in sub-groups (segs: one per run, with
+ * gradient and in-memory parameter pointers). */
+zinc_status zinc_nvme_step(zinc_engine *e, const zinc_adam_coef *c, const zinc_adam_seg *segs,
+                           int nseg);
 
 /* --------------------------------------------------------- activations.c */
 void zinc_activations_free(zinc_engine *e);

@@ -31,11 +31,56 @@
 
 #include "engine/engine.h"
 
+/* This rank's chunks of units [first, last] as a send buffer: the partition
+ * itself, or (on NVMe) a host copy read for the gather. */
+static zinc_status shard_source(zinc_engine *e, int first, int last, const char **base,
+                                void **staging, size_t *staging_bytes) {
+  *staging = NULL;
+  *staging_bytes = 0;
+  if (!zinc_nvme_param_on_disk(e)) {
+    *base = (const char *)e->param_shard;
+    return ZINC_OK;
+  }
+  const zinc_unit *a = &e->units[first], *b = &e->units[last];
+  size_t bytes = b->shard_byte + (size_t)b->chunk * zinc_dtype_size(b->dtype) - a->shard_byte;
+  ZINC_CHECK(zinc_engine_alloc(e, bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS, staging,
+                               "parameters read from NVMe"));
+  *staging_bytes = bytes;
+  zinc_status st = zinc_pshard_read(e, a->shard_byte, bytes, *staging);
+  if (st != ZINC_OK) {
+    zinc_engine_free(e, *staging, bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
+    *staging = NULL;
+    return st;
+  }
+  *base = (const char *)*staging - a->shard_byte; /* so that base + shard_byte lands in it */
+  return ZINC_OK;
+}
+
+static void source_free(zinc_engine *e, zinc_module *m) {
+  if (m->read_staging)
+    zinc_engine_free(e, m->read_staging, m->read_staging_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
+  m->read_staging = NULL;
+  m->read_staging_bytes = 0;
+}
+
 static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
-  zinc_status st = zinc_engine_alloc(e, m->gather_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS,
-                                     &m->gathered, "gathered parameters");
+  int first = -1, last = -1;
+  for (int s = 0; s < m->nsegs; s++)
+    if (!m->segs[s].persistent) {
+      if (first < 0)
+        first = m->segs[s].first_unit;
+      last = m->segs[s].first_unit + m->segs[s].nunits - 1;
+    }
+  const char *src = NULL;
+  zinc_status st = shard_source(e, first, last, &src, &m->read_staging, &m->read_staging_bytes);
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "fetching module \"%s\"", m->name);
+  st = zinc_engine_alloc(e, m->gather_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS, &m->gathered,
+                         "gathered parameters");
+  if (st != ZINC_OK) {
+    source_free(e, m);
+    return zinc_error_wrap(st, "fetching module \"%s\"", m->name);
+  }
   e->live_elems += m->gather_numel;
   if (e->live_elems > e->live_peak)
     e->live_peak = e->live_elems;
@@ -54,7 +99,7 @@ static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
     for (int ui = seg->first_unit; ui < seg->first_unit + seg->nunits; ui++) {
       const zinc_unit *u = &e->units[ui];
       colls[k++] = (zinc_coll){.kind = ZINC_COLL_ALLGATHER,
-                               .send = (char *)e->param_shard + u->shard_byte,
+                               .send = src + u->shard_byte,
                                .recv = zinc_unit_ptr(base, u),
                                .count = (size_t)u->chunk,
                                .dtype = u->dtype};
@@ -73,6 +118,7 @@ static zinc_status gather_wait(zinc_engine *e, zinc_module *m) {
   zinc_comm_req *req = m->gather_req;
   m->gather_req = NULL;
   zinc_status st = zinc_engine_wait(e, e->dp, req);
+  source_free(e, m);
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "gathering module \"%s\"", m->name);
   return ZINC_OK;
@@ -200,6 +246,7 @@ void zinc_stage3_free(zinc_engine *e) {
     if (m->gather_req)
       e->dp->ops->wait(e->dp, m->gather_req);
     m->gather_req = NULL;
+    source_free(e, m);
     if (m->gathered)
       buffer_free(e, m, m->gathered);
     if (m->orphan)
@@ -220,7 +267,23 @@ zinc_status zinc_stage3_gather_persistent(zinc_engine *e) {
     return ZINC_OK;
   zinc_coll *colls = NULL;
   ZINC_CHECK(zinc_calloc((void **)&colls, (size_t)ncoll, sizeof *colls, "gather batch"));
+  /* on NVMe: only the persistent units' chunks, read into one staging buffer */
+  int on_disk = zinc_nvme_param_on_disk(e);
+  void *staging = NULL;
+  size_t staging_bytes = 0, used = 0;
+  if (on_disk) {
+    for (int ui = 0; ui < e->nunits; ui++)
+      if (e->modules[e->units[ui].module]->segs[e->units[ui].segment].persistent)
+        staging_bytes += (size_t)e->units[ui].chunk * zinc_dtype_size(e->units[ui].dtype);
+    zinc_status ast = zinc_engine_alloc(e, staging_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS,
+                                        &staging, "persistent parameters read from NVMe");
+    if (ast != ZINC_OK) {
+      free(colls);
+      return ast;
+    }
+  }
   int k = 0;
+  zinc_status rst = ZINC_OK;
   for (int mi = 0; mi < e->nmodules; mi++)
     for (int s = 0; s < e->modules[mi]->nsegs; s++) {
       zinc_segment *seg = &e->modules[mi]->segs[s];
@@ -228,17 +291,32 @@ zinc_status zinc_stage3_gather_persistent(zinc_engine *e) {
         continue;
       for (int ui = seg->first_unit; ui < seg->first_unit + seg->nunits; ui++) {
         const zinc_unit *u = &e->units[ui];
+        size_t bytes = (size_t)u->chunk * zinc_dtype_size(u->dtype);
+        const char *send = (const char *)e->param_shard + u->shard_byte;
+        if (on_disk) {
+          send = (const char *)staging + used;
+          if (rst == ZINC_OK)
+            rst = zinc_pshard_read(e, u->shard_byte, bytes, (char *)staging + used);
+          used += bytes;
+        }
         colls[k++] = (zinc_coll){.kind = ZINC_COLL_ALLGATHER,
-                                 .send = (char *)e->param_shard + u->shard_byte,
+                                 .send = send,
                                  .recv = zinc_unit_ptr(seg->full, u),
                                  .count = (size_t)u->chunk,
                                  .dtype = u->dtype};
       }
     }
+  if (rst != ZINC_OK) {
+    free(colls);
+    zinc_engine_free(e, staging, staging_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
+    return rst;
+  }
   double t0 = zinc_now();
   zinc_status st = e->dp->ops->run(e->dp, colls, ncoll);
   e->t_comm_wait += zinc_now() - t0;
   free(colls);
+  if (staging)
+    zinc_engine_free(e, staging, staging_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "gathering persistent parameters");
   return ZINC_OK;

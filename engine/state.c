@@ -33,9 +33,8 @@ static int owns(const zinc_engine *e, zinc_state_kind kind, int r) {
   return e->cfg.stage == 0 || r == e->dp_rank;
 }
 
-static float *state_array(zinc_engine *e, zinc_state_kind kind) {
-  return kind == ZINC_STATE_PARAM ? e->master : kind == ZINC_STATE_EXP_AVG ? e->exp_avg
-                                                                            : e->exp_avg_sq;
+static int state_array_index(zinc_state_kind kind) {
+  return kind == ZINC_STATE_PARAM ? 0 : kind == ZINC_STATE_EXP_AVG ? 1 : 2;
 }
 
 static zinc_status read_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
@@ -65,9 +64,8 @@ static zinc_status read_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
         out[i] = (float)(zinc_load_as_f32(c->scratch, i, dt) * base);
       return ZINC_OK;
     }
-    const float *a = state_array(e, c->kind) + zinc_layout_opt_offset(e, u, r) + chunk_off;
-    ZINC_CHECK(e->dev->ops->copy(e->dev, out, a, (size_t)len * 4, e->stream));
-    return ZINC_OK;
+    return zinc_opt_read(e, state_array_index(c->kind), zinc_layout_opt_offset(e, u, r) + chunk_off,
+                         len, out);
   }
   /* pass 2: place rank who's piece into dst */
   memcpy(c->dst + param_off, c->gathered + c->displs[who] + c->cursor[who], (size_t)len * 4);
@@ -131,13 +129,10 @@ static zinc_status write_piece(zinc_engine *e, const zinc_unit *u, int ui, int r
   state_ctx *c = vctx;
   if (!owns(e, c->kind, r))
     return ZINC_OK;
-  ZINC_CHECK(zinc_engine_put(e, state_array(e, c->kind) + zinc_layout_opt_offset(e, u, r) +
-                                    chunk_off,
-                             ZINC_F32, c->src + param_off, len, c->scratch));
-  if (c->kind == ZINC_STATE_PARAM && e->cfg.stage == 3 && r == e->dp_rank)
-    ZINC_CHECK(zinc_engine_put(e, (char *)e->param_shard + u->shard_byte +
-                                      (size_t)chunk_off * zinc_dtype_size(u->dtype),
-                               u->dtype, c->src + param_off, len, c->scratch));
+  ZINC_CHECK(zinc_opt_write(e, state_array_index(c->kind),
+                            zinc_layout_opt_offset(e, u, r) + chunk_off, len, c->src + param_off));
+  if (c->kind == ZINC_STATE_PARAM) /* the stage-3 partition's copy */
+    ZINC_CHECK(zinc_put_owned_piece(e, u, r, chunk_off, c->src + param_off, len, 0, c->scratch));
   return ZINC_OK;
 }
 

@@ -126,23 +126,53 @@ static zinc_status adam_segments(zinc_engine *e, zinc_adam_seg **out) {
     int gdt;
     const char *g = zinc_grads_chunk(e, run->unit, run->owner, &gdt);
     zinc_adam_seg *s = &segs[i];
-    s->master = e->master + run->opt_offset;
-    s->exp_avg = e->exp_avg + run->opt_offset;
-    s->exp_avg_sq = e->exp_avg_sq + run->opt_offset;
+    if (e->master) { /* in memory; with NVMe offload nvme.c points into its buffers */
+      s->master = e->master + run->opt_offset;
+      s->exp_avg = e->exp_avg + run->opt_offset;
+      s->exp_avg_sq = e->exp_avg_sq + run->opt_offset;
+    }
     s->grad = g + (size_t)in_chunk * zinc_dt_size(gdt);
     s->grad_dtype = gdt;
     s->n = run->n;
     s->decay = run->decay;
     s->param_dtype = u->dtype;
     if (e->cfg.stage == 3)
-      s->param_out = (char *)e->param_shard + u->shard_byte +
-                     (size_t)in_chunk * zinc_dtype_size(u->dtype);
+      s->param_out = e->param_shard ? (char *)e->param_shard + u->shard_byte +
+                                          (size_t)in_chunk * zinc_dtype_size(u->dtype)
+                                    : NULL; /* on NVMe: written through zinc_pshard_write */
     else
       s->param_out = zinc_unit_ptr(seg->full, u) +
                      (size_t)run->unit_offset * zinc_dtype_size(u->dtype);
   }
   *out = segs;
   return ZINC_OK;
+}
+
+/* Optimizer state in memory, parameter partition on NVMe: each run's
+ * updated parameters go through a staging buffer to the swap area. */
+static zinc_status adam_params_on_disk(zinc_engine *e, const zinc_adam_coef *c,
+                                       zinc_adam_seg *segs) {
+  size_t most = 0;
+  for (int i = 0; i < e->nruns; i++)
+    if ((size_t)segs[i].n * 4 > most)
+      most = (size_t)segs[i].n * 4;
+  void *staging = NULL;
+  ZINC_CHECK(zinc_engine_alloc(e, most, ZINC_LOC_HOST, ZINC_MEM_BUFFERS, &staging,
+                               "parameter staging"));
+  zinc_status st = ZINC_OK;
+  for (int i = 0; i < e->nruns && st == ZINC_OK; i++) {
+    const zinc_opt_run *run = &e->runs[i];
+    const zinc_unit *u = &e->units[run->unit];
+    zinc_adam_seg s = segs[i];
+    s.param_out = staging;
+    st = e->dev->ops->adam(e->dev, e->stream, c, &s, 1);
+    size_t es = zinc_dtype_size(u->dtype);
+    if (st == ZINC_OK)
+      st = zinc_pshard_write(e, u->shard_byte + (size_t)(run->unit_offset - (int64_t)run->owner * u->chunk) * es,
+                             (size_t)s.n * es, staging);
+  }
+  zinc_engine_free(e, staging, most, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
+  return st;
 }
 
 static void fill_info(zinc_engine *e, zinc_step_info *info, int boundary, double lr) {
@@ -196,7 +226,13 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
                                  base * coef));
   zinc_adam_seg *segs = NULL;
   ZINC_CHECK(adam_segments(e, &segs));
-  zinc_status st = e->dev->ops->adam(e->dev, e->stream, &c, segs, e->nruns);
+  zinc_status st;
+  if (zinc_nvme_opt_on_disk(e))
+    st = zinc_nvme_step(e, &c, segs, e->nruns);
+  else if (zinc_nvme_param_on_disk(e))
+    st = adam_params_on_disk(e, &c, segs);
+  else
+    st = e->dev->ops->adam(e->dev, e->stream, &c, segs, e->nruns);
   free(segs);
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "optimizer step %lld", (long long)e->step + 1);
@@ -217,11 +253,35 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
 zinc_status zinc_params_from_master(zinc_engine *e) {
   zinc_adam_seg *segs = NULL;
   ZINC_CHECK(adam_segments(e, &segs));
-  zinc_status st = ZINC_OK;
-  for (int i = 0; i < e->nruns && st == ZINC_OK; i++)
-    st = e->dev->ops->cast(e->dev, e->stream, segs[i].param_out, segs[i].param_dtype,
-                           segs[i].master, ZINC_F32, segs[i].n);
+  enum { PIECE = 1 << 20 };
+  float *master = NULL;
+  void *cast = NULL;
+  zinc_status st = zinc_calloc((void **)&master, PIECE, 4, "parameter refresh");
+  if (st == ZINC_OK)
+    st = zinc_calloc(&cast, PIECE, 4, "parameter refresh");
+  for (int i = 0; i < e->nruns && st == ZINC_OK; i++) {
+    const zinc_opt_run *run = &e->runs[i];
+    const zinc_unit *u = &e->units[run->unit];
+    size_t es = zinc_dtype_size(u->dtype);
+    for (int64_t off = 0; off < run->n && st == ZINC_OK; off += PIECE) {
+      int64_t n = run->n - off < PIECE ? run->n - off : PIECE;
+      st = zinc_opt_read(e, 0, run->opt_offset + off, n, master);
+      for (int64_t j = 0; st == ZINC_OK && j < n; j++)
+        zinc_store_from_f32(cast, j, u->dtype, master[j]);
+      if (st != ZINC_OK)
+        break;
+      if (segs[i].param_out)
+        st = e->dev->ops->copy(e->dev, (char *)segs[i].param_out + (size_t)off * es, cast,
+                               (size_t)n * es, e->stream);
+      else /* the stage-3 partition on NVMe */
+        st = zinc_pshard_write(e, u->shard_byte + (size_t)(run->unit_offset + off -
+                                                           (int64_t)run->owner * u->chunk) * es,
+                               (size_t)n * es, cast);
+    }
+  }
   free(segs);
+  free(master);
+  free(cast);
   if (st == ZINC_OK)
     st = zinc_engine_sync(e);
   if (st != ZINC_OK)

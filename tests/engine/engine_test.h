@@ -61,6 +61,8 @@ typedef struct {
   int64_t persist;         /* stage3_param_persistence_threshold */
   int fp16_window;         /* loss_scale_window */
   const char *extra;       /* extra top-level JSON members, or NULL */
+  int64_t sub_group;       /* sub_group_size (0: default) */
+  int buffer_count;        /* offload_optimizer.buffer_count (0: default) */
   tm_shape shape;
 } et_run;
 
@@ -79,6 +81,12 @@ static inline char *et_config_json(const et_run *r) {
              ",\n    \"offload_param\": {\"device\": \"%s\"%s%s%s}", r->offload_param,
              r->nvme_path ? ", \"nvme_path\": \"" : "", r->nvme_path ? r->nvme_path : "",
              r->nvme_path ? "\"" : "");
+  int opt_nvme = r->nvme_path && r->stage > 0 && !strcmp(r->offload, "nvme");
+  char sub_group[64] = "", buffers[64] = "";
+  if (r->sub_group > 0)
+    snprintf(sub_group, sizeof sub_group, " \"sub_group_size\": %lld,", (long long)r->sub_group);
+  if (r->buffer_count > 0 && opt_nvme)
+    snprintf(buffers, sizeof buffers, ", \"buffer_count\": %d", r->buffer_count);
   char *buf = malloc(8192);
   int n = snprintf(buf, 8192,
       "{\n"
@@ -95,16 +103,16 @@ static inline char *et_config_json(const et_run *r) {
       "    \"stage\": %d, \"reduce_bucket_size\": %lld, \"allgather_bucket_size\": 700,\n"
       "    \"overlap_comm\": %s, \"stage3_param_persistence_threshold\": %lld,\n"
       "    \"stage3_prefetch_bucket_size\": %lld, \"stage3_max_live_parameters\": %lld,\n"
-      "    \"stage3_max_reuse_distance\": 1000,\n"
-      "    \"offload_optimizer\": {\"device\": \"%s\"%s%s%s}%s\n"
+      "    \"stage3_max_reuse_distance\": 1000,%s\n"
+      "    \"offload_optimizer\": {\"device\": \"%s\"%s%s%s%s}%s\n"
       "  }%s%s\n"
       "}\n",
       r->micro, r->gas, r->clip, r->dtype == ZINC_F16 ? "true" : "false", r->fp16_window,
       r->dtype == ZINC_BF16 ? "true" : "false", r->stage, (long long)r->reduce_bucket,
       r->overlap ? "true" : "false", (long long)r->persist, (long long)r->prefetch,
-      (long long)r->max_live, r->stage == 0 ? "none" : r->offload,
-      r->nvme_path ? ", \"nvme_path\": \"" : "", r->nvme_path ? r->nvme_path : "",
-      r->nvme_path ? "\"" : "", param_offload, r->extra ? ",\n" : "",
+      (long long)r->max_live, sub_group, r->stage == 0 ? "none" : r->offload,
+      opt_nvme ? ", \"nvme_path\": \"" : "", opt_nvme ? r->nvme_path : "",
+      opt_nvme ? "\"" : "", buffers, param_offload, r->extra ? ",\n" : "",
       r->extra ? r->extra : "");
   (void)n;
   return buf;

@@ -5,7 +5,11 @@
  * the single-rank reference trainer within 1e-5 relative L2. With
  * accumulation 4, and with bf16/fp16 parameters, within stated tolerances.
  */
+#include <sys/stat.h>
+
 #include "engine_test.h"
+
+static char nvme_dir[512];
 
 static void compare_stages(et_run base, const char *label, int bitwise, double tol_ref,
                            double tol_stage) {
@@ -15,13 +19,20 @@ static void compare_stages(et_run base, const char *label, int bitwise, double t
     const char *offload, *offload_param;
   } runs[] = {{0, 0, "none", NULL},  {1, 0, "none", NULL}, {2, 0, "none", NULL},
               {2, 1, "none", NULL},  {3, 0, "none", NULL}, {3, 1, "none", NULL},
-              {1, 0, "cpu", NULL},   {2, 1, "cpu", NULL},  {3, 1, "cpu", "cpu"}};
+              {1, 0, "cpu", NULL},   {2, 1, "cpu", NULL},  {3, 1, "cpu", "cpu"},
+              {1, 0, "nvme", NULL},  {2, 1, "nvme", NULL}, {3, 1, "nvme", "nvme"},
+              {3, 0, "cpu", "nvme"}};
   for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
     et_run r = base;
     r.stage = runs[k].stage;
     r.overlap = runs[k].overlap;
     r.offload = runs[k].offload;
     r.offload_param = runs[k].offload_param;
+    if (strstr(r.offload, "nvme") || (r.offload_param && strstr(r.offload_param, "nvme"))) {
+      r.nvme_path = nvme_dir;
+      r.sub_group = 700; /* several sub-groups through 3 buffers */
+      r.buffer_count = 3;
+    }
     float **out = k == 0 ? first : et_alloc_params(&r.shape);
     et_train(&r, out, NULL, NULL);
     if (k == 0) {
@@ -49,13 +60,16 @@ static void compare_stages(et_run base, const char *label, int bitwise, double t
     et_free_params(out);
   }
   if (et_rank == 0 && et_failures == 0)
-    printf("%s, %d ranks: stages 0-3, offload none/cpu %s\n", label, et_world,
+    printf("%s, %d ranks: stages 0-3, offload none/cpu/nvme %s\n", label, et_world,
            bitwise ? "bitwise identical" : "agree within tolerance");
   et_free_params(first);
   et_free_params(ref);
 }
 
 int main(void) {
+  snprintf(nvme_dir, sizeof nvme_dir, "%s/nvme_stages",
+           getenv("ZINC_TEST_BINARY_DIR") ? getenv("ZINC_TEST_BINARY_DIR") : "/tmp");
+  mkdir(nvme_dir, 0755);
   et_run r = et_defaults();
   compare_stages(r, "fp32, accumulation 1", 1, 1e-5, 0);
 

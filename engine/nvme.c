@@ -1,0 +1,413 @@
+/*
+ * nvme.c — state that lives on NVMe (ZeRO-Infinity), behind two accessors
+ * the rest of the engine uses whatever the location:
+ *   zinc_opt_read/zinc_opt_write      fp32 master, exp_avg, exp_avg_sq
+ *   zinc_pshard_read/zinc_pshard_write  the stage-3 parameter partition
+ * and the optimizer step's sub-group pipeline.
+ *
+ * Optimizer swap area (offload_optimizer.device nvme): the rank's optimizer
+ * index space [0, opt_numel) is cut into sub-groups of G elements
+ * (sub_group_size, at most the shard); region k holds sub-group k as
+ * [master (G_k) | exp_avg (G_k) | exp_avg_sq (G_k)] f32. The step keeps
+ * buffer_count host buffers of one sub-group each and overlaps
+ * read(k+1) | update(k) | write(k-1): host memory for the optimizer is
+ * buffer_count x 12 x G bytes, whatever the model size.
+ *
+ * Parameter swap area (offload_param.device nvme, stage 3): one region of
+ * shard_bytes holding this rank's chunks in shard order; a fetch reads the
+ * module's contiguous byte range of it into a host buffer for the
+ * all-gather.
+ *
+ * Swap reads and writes start at block boundaries (offload/swap.h); the
+ * accessors read (and for writes, modify and write back) the covering
+ * blocks through one bounce buffer, a bounded piece at a time.
+ *
+ * Any I/O failure is returned with its message (file, offset, errno or
+ * checksum); the caller stops the engine, since the state on disk may be
+ * half-written.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "offload/aio.h"
+#include "offload/swap.h"
+
+#define NVME_MAX_BUFFERS 16
+#define BOUNCE_BLOCKS 8
+
+struct zinc_nvme {
+  zinc_aio *aio;
+  zinc_swap *opt;              /* regions: sub-groups                       */
+  int64_t group;               /* G, elements per sub-group                 */
+  int ngroups;
+  int nbuf;
+  float *buf[NVME_MAX_BUFFERS];      /* (3 G) f32 host, registered          */
+  size_t buf_bytes;
+  zinc_aio_handle *rd[NVME_MAX_BUFFERS], *wr[NVME_MAX_BUFFERS];
+  zinc_swap *param;            /* one region: the parameter partition       */
+  void *bounce;                /* covering blocks for the accessors         */
+  size_t bounce_bytes;
+  size_t host_bytes;           /* accounted host memory (buffers, bounce)   */
+};
+
+static int64_t group_len(const zinc_nvme *n, int64_t total, int k) {
+  int64_t a = (int64_t)k * n->group;
+  return total - a < n->group ? total - a : n->group;
+}
+
+/* ------------------------------------------------------------ set-up */
+
+static zinc_status area_zero(zinc_swap *sw, void *zeros, size_t zbytes) {
+  uint64_t bs = zinc_swap_block_bytes(sw);
+  uint64_t step = zbytes / bs * bs;
+  for (int r = 0; r < zinc_swap_region_count(sw); r++) {
+    uint64_t total = zinc_swap_region_bytes(sw, r);
+    for (uint64_t off = 0; off < total; off += step) {
+      uint64_t n = total - off < step ? total - off : step;
+      ZINC_CHECK(zinc_swap_write(sw, r, off, zeros, n, NULL));
+    }
+  }
+  return ZINC_OK;
+}
+
+zinc_status zinc_nvme_init(zinc_engine *e) {
+  int opt_nvme = e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NVME;
+  int param_nvme = e->cfg.stage == 3 && e->cfg.offload_param.device == ZINC_OFFLOAD_NVME;
+  if (!opt_nvme && !param_nvme)
+    return ZINC_OK;
+  if (e->dev->ops->is_gpu)
+    return zinc_error(ZINC_ERR_UNSUPPORTED, "NVMe offload on the cuda device is not "
+                      "implemented yet; use offload device \"cpu\" or the cpu device");
+  zinc_nvme *n = NULL;
+  ZINC_CHECK(zinc_calloc((void **)&n, 1, sizeof *n, "NVMe offload"));
+  e->nvme = n;
+  zinc_aio_params ap;
+  zinc_aio_params_from_settings(&e->cfg, &ap);
+  zinc_status st = zinc_aio_create(&ap, &n->aio);
+  if (st != ZINC_OK)
+    return zinc_error_wrap(st, "NVMe offload");
+  const zinc_offload_settings *os = opt_nvme ? &e->cfg.offload_optimizer : &e->cfg.offload_param;
+  uint64_t *regions = NULL;
+  if (opt_nvme) {
+    n->group = e->cfg.sub_group_size < e->opt_numel ? e->cfg.sub_group_size : e->opt_numel;
+    if (n->group < 1)
+      n->group = 1;
+    n->ngroups = (int)((e->opt_numel + n->group - 1) / n->group);
+    if (n->ngroups == 0)
+      n->ngroups = 1;
+    ZINC_CHECK(zinc_calloc((void **)&regions, (size_t)n->ngroups, sizeof *regions, "regions"));
+    for (int k = 0; k < n->ngroups; k++) {
+      int64_t g = group_len(n, e->opt_numel, k);
+      regions[k] = (uint64_t)(g > 0 ? g : 1) * 12;
+    }
+    zinc_swap_params sp = {.paths = (const char *const *)os->nvme_paths,
+                           .path_count = os->nvme_path_count,
+                           .rank = e->world_rank,
+                           .name = "optimizer",
+                           .checksums = e->cfg.aio_swap_checksums,
+                           .region_bytes = regions,
+                           .region_count = n->ngroups};
+    st = zinc_swap_create(n->aio, &sp, &n->opt);
+    free(regions);
+    if (st != ZINC_OK)
+      return zinc_error_wrap(st, "creating the optimizer's swap area");
+    zinc_prof_account(e->prof, ZINC_LOC_NVME, ZINC_MEM_OPTIM,
+                      (int64_t)zinc_swap_disk_bytes(n->opt));
+    int want = (int)e->cfg.offload_optimizer.buffer_count;
+    n->nbuf = want < 1 ? 1 : want > NVME_MAX_BUFFERS ? NVME_MAX_BUFFERS : want;
+    if (n->nbuf > n->ngroups)
+      n->nbuf = n->ngroups;
+    n->buf_bytes = zinc_swap_buffer_bytes(n->opt, (uint64_t)n->group * 12);
+    for (int b = 0; b < n->nbuf; b++) {
+      ZINC_CHECK(zinc_aio_buffer_alloc(n->aio, n->buf_bytes, (void **)&n->buf[b]));
+      n->host_bytes += n->buf_bytes;
+      zinc_prof_account(e->prof, ZINC_LOC_HOST, ZINC_MEM_OPTIM, (int64_t)n->buf_bytes);
+    }
+  }
+  if (param_nvme) {
+    const zinc_offload_settings *ps = &e->cfg.offload_param;
+    uint64_t pbytes = e->shard_bytes ? e->shard_bytes : 1;
+    zinc_swap_params sp = {.paths = (const char *const *)ps->nvme_paths,
+                           .path_count = ps->nvme_path_count,
+                           .rank = e->world_rank,
+                           .name = "param",
+                           .checksums = e->cfg.aio_swap_checksums,
+                           .region_bytes = &pbytes,
+                           .region_count = 1};
+    st = zinc_swap_create(n->aio, &sp, &n->param);
+    if (st != ZINC_OK)
+      return zinc_error_wrap(st, "creating the parameters' swap area");
+    zinc_prof_account(e->prof, ZINC_LOC_NVME, ZINC_MEM_PARAMS,
+                      (int64_t)zinc_swap_disk_bytes(n->param));
+  }
+  zinc_swap *any = n->opt ? n->opt : n->param;
+  n->bounce_bytes = zinc_swap_buffer_bytes(any, zinc_swap_block_bytes(any) * BOUNCE_BLOCKS);
+  ZINC_CHECK(zinc_aio_buffer_alloc(n->aio, n->bounce_bytes, &n->bounce));
+  n->host_bytes += n->bounce_bytes;
+  zinc_prof_account(e->prof, ZINC_LOC_HOST, ZINC_MEM_BUFFERS, (int64_t)n->bounce_bytes);
+  /* every block starts written (zeros): reads of untouched state are data */
+  memset(n->bounce, 0, n->bounce_bytes);
+  if (n->opt)
+    ZINC_CHECK(area_zero(n->opt, n->bounce, n->bounce_bytes));
+  if (n->param)
+    ZINC_CHECK(area_zero(n->param, n->bounce, n->bounce_bytes));
+  zinc_log0(ZINC_LOG_INFO, "NVMe offload: %s%s%s, %d sub-groups of %lld elements, %d host "
+            "buffers of %.1f MiB", n->opt ? "optimizer state" : "", n->opt && n->param ? " and " : "",
+            n->param ? "parameters" : "", n->ngroups, (long long)n->group, n->nbuf,
+            (double)n->buf_bytes / (1 << 20));
+  return ZINC_OK;
+}
+
+void zinc_nvme_free(zinc_engine *e) {
+  zinc_nvme *n = e->nvme;
+  if (!n)
+    return;
+  for (int b = 0; b < n->nbuf; b++) {
+    if (n->rd[b])
+      zinc_aio_wait(n->rd[b]);
+    if (n->wr[b])
+      zinc_aio_wait(n->wr[b]);
+    if (n->buf[b]) {
+      zinc_aio_buffer_free(n->aio, n->buf[b]);
+      zinc_prof_account(e->prof, ZINC_LOC_HOST, ZINC_MEM_OPTIM, -(int64_t)n->buf_bytes);
+    }
+  }
+  if (n->bounce) {
+    zinc_aio_buffer_free(n->aio, n->bounce);
+    zinc_prof_account(e->prof, ZINC_LOC_HOST, ZINC_MEM_BUFFERS, -(int64_t)n->bounce_bytes);
+  }
+  if (n->opt) {
+    zinc_prof_account(e->prof, ZINC_LOC_NVME, ZINC_MEM_OPTIM,
+                      -(int64_t)zinc_swap_disk_bytes(n->opt));
+    zinc_swap_destroy(n->opt);
+  }
+  if (n->param) {
+    zinc_prof_account(e->prof, ZINC_LOC_NVME, ZINC_MEM_PARAMS,
+                      -(int64_t)zinc_swap_disk_bytes(n->param));
+    zinc_swap_destroy(n->param);
+  }
+  zinc_aio_destroy(n->aio);
+  free(n);
+  e->nvme = NULL;
+}
+
+int zinc_nvme_opt_on_disk(const zinc_engine *e) { return e->nvme && e->nvme->opt; }
+int zinc_nvme_param_on_disk(const zinc_engine *e) { return e->nvme && e->nvme->param; }
+
+/* ------------------------------------------------ block-aligned bytes */
+
+/* Read or write bytes [off, off + len) of a region through the bounce
+ * buffer: covering blocks are read; for writes modified and written back. */
+static zinc_status region_io(zinc_nvme *n, zinc_swap *sw, int region, uint64_t off, void *data,
+                             uint64_t len, int write) {
+  uint64_t bs = zinc_swap_block_bytes(sw), total = zinc_swap_region_bytes(sw, region);
+  uint64_t span = bs * (BOUNCE_BLOCKS - 1); /* room for the misaligned head */
+  char *p = data;
+  while (len > 0) {
+    uint64_t a = off / bs * bs;
+    uint64_t take = len;
+    if (off - a + take > span)
+      take = span - (off - a);
+    uint64_t b = (off + take + bs - 1) / bs * bs;
+    if (b > total)
+      b = total;
+    int whole = write && a == off && b == off + take;
+    if (!whole)
+      ZINC_CHECK(zinc_swap_read(sw, region, a, n->bounce, b - a, NULL));
+    if (write) {
+      memcpy((char *)n->bounce + (off - a), p, take);
+      ZINC_CHECK(zinc_swap_write(sw, region, a, n->bounce, b - a, NULL));
+    } else {
+      memcpy(p, (char *)n->bounce + (off - a), take);
+    }
+    p += take;
+    off += take;
+    len -= take;
+  }
+  return ZINC_OK;
+}
+
+static zinc_status opt_io(zinc_engine *e, int array, int64_t off, int64_t count, float *data,
+                          int write) {
+  zinc_nvme *n = e->nvme;
+  while (count > 0) {
+    int k = (int)(off / n->group);
+    int64_t g = group_len(n, e->opt_numel, k), i = off - (int64_t)k * n->group;
+    int64_t take = count < g - i ? count : g - i;
+    ZINC_CHECK(region_io(n, n->opt, k, (uint64_t)((int64_t)array * g + i) * 4, data,
+                         (uint64_t)take * 4, write));
+    data += take;
+    off += take;
+    count -= take;
+  }
+  return ZINC_OK;
+}
+
+static float *opt_array(zinc_engine *e, int array) {
+  return array == 0 ? e->master : array == 1 ? e->exp_avg : e->exp_avg_sq;
+}
+
+zinc_status zinc_opt_read(zinc_engine *e, int array, int64_t off, int64_t count, float *dst) {
+  if (count <= 0)
+    return ZINC_OK;
+  if (zinc_nvme_opt_on_disk(e))
+    return opt_io(e, array, off, count, dst, 0);
+  ZINC_CHECK(e->dev->ops->copy(e->dev, dst, opt_array(e, array) + off, (size_t)count * 4,
+                               e->stream));
+  return zinc_engine_sync(e);
+}
+
+zinc_status zinc_opt_write(zinc_engine *e, int array, int64_t off, int64_t count,
+                           const float *src) {
+  if (count <= 0)
+    return ZINC_OK;
+  if (zinc_nvme_opt_on_disk(e))
+    return opt_io(e, array, off, count, (float *)src, 1);
+  ZINC_CHECK(e->dev->ops->copy(e->dev, opt_array(e, array) + off, src, (size_t)count * 4,
+                               e->stream));
+  return zinc_engine_sync(e);
+}
+
+zinc_status zinc_pshard_read(zinc_engine *e, size_t off, size_t bytes, void *dst) {
+  if (!bytes)
+    return ZINC_OK;
+  if (zinc_nvme_param_on_disk(e))
+    return region_io(e->nvme, e->nvme->param, 0, off, dst, bytes, 0);
+  ZINC_CHECK(e->dev->ops->copy(e->dev, dst, (char *)e->param_shard + off, bytes, e->stream));
+  return zinc_engine_sync(e);
+}
+
+zinc_status zinc_pshard_write(zinc_engine *e, size_t off, size_t bytes, const void *src) {
+  if (!bytes)
+    return ZINC_OK;
+  if (zinc_nvme_param_on_disk(e))
+    return region_io(e->nvme, e->nvme->param, 0, off, (void *)src, bytes, 1);
+  ZINC_CHECK(e->dev->ops->copy(e->dev, (char *)e->param_shard + off, src, bytes, e->stream));
+  return zinc_engine_sync(e);
+}
+
+/* --------------------------------------------------------- the step */
+
+/* Byte offset in the parameter partition of optimizer element x (stage 3:
+ * the optimizer index space is the shard). */
+static size_t shard_byte_of(const zinc_engine *e, int64_t x) {
+  int lo = 0, hi = e->nunits - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (e->units[mid].shard_offset <= x)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const zinc_unit *u = &e->units[lo];
+  if (x >= u->shard_offset + u->chunk)
+    return e->shard_bytes;
+  return u->shard_byte + (size_t)(x - u->shard_offset) * zinc_dtype_size(u->dtype);
+}
+
+/* Adam over the sub-group pipeline. segs[i] describe runs[i] with their
+ * gradient and (in-memory) parameter pointers; master/m/v are ignored. */
+zinc_status zinc_nvme_step(zinc_engine *e, const zinc_adam_coef *c, const zinc_adam_seg *segs,
+                           int nseg) {
+  zinc_nvme *n = e->nvme;
+  int K = n->ngroups, B = n->nbuf;
+  zinc_status st = ZINC_OK;
+  zinc_adam_seg *piece = NULL;
+  void *pstage = NULL;
+  size_t pstage_bytes = (size_t)n->group * 4;
+  ZINC_CHECK(zinc_calloc((void **)&piece, (size_t)nseg + 1, sizeof *piece, "sub-group runs"));
+  if (zinc_nvme_param_on_disk(e)) {
+    st = zinc_engine_alloc(e, pstage_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS, &pstage,
+                           "parameter staging");
+    if (st != ZINC_OK) {
+      free(piece);
+      return st;
+    }
+  }
+  int holds[NVME_MAX_BUFFERS]; /* the sub-group each buffer holds or is reading */
+  for (int b = 0; b < B; b++)
+    holds[b] = -1;
+  if (K > 0) {
+    st = zinc_swap_read(n->opt, 0, 0, n->buf[0], (uint64_t)group_len(n, e->opt_numel, 0) * 12,
+                        &n->rd[0]);
+    holds[0] = 0;
+  }
+  int first = 0; /* first run that may touch sub-group k */
+  for (int k = 0; k < K && st == ZINC_OK; k++) {
+    int b = k % B;
+    int64_t a0 = (int64_t)k * n->group, g = group_len(n, e->opt_numel, k);
+    /* read k+1 ahead into the next buffer once that buffer's write is done */
+    int nb = (k + 1) % B;
+    if (k + 1 < K && nb != b) {
+      if (n->wr[nb]) {
+        st = zinc_aio_wait(n->wr[nb]);
+        n->wr[nb] = NULL;
+      }
+      if (st == ZINC_OK)
+        st = zinc_swap_read(n->opt, k + 1, 0, n->buf[nb],
+                            (uint64_t)group_len(n, e->opt_numel, k + 1) * 12, &n->rd[nb]);
+      holds[nb] = k + 1;
+    }
+    if (st == ZINC_OK && holds[b] != k) { /* one buffer: read after its write */
+      if (n->wr[b]) {
+        st = zinc_aio_wait(n->wr[b]);
+        n->wr[b] = NULL;
+      }
+      if (st == ZINC_OK)
+        st = zinc_swap_read(n->opt, k, 0, n->buf[b], (uint64_t)g * 12, &n->rd[b]);
+      holds[b] = k;
+    }
+    if (st == ZINC_OK && n->rd[b]) {
+      st = zinc_aio_wait(n->rd[b]);
+      n->rd[b] = NULL;
+    }
+    if (st != ZINC_OK)
+      break;
+    /* the runs' pieces inside [a0, a0 + g) */
+    float *M = n->buf[b], *Mm = M + g, *Mv = M + 2 * g;
+    size_t p0 = pstage ? shard_byte_of(e, a0) : 0;
+    int np = 0;
+    while (first < e->nruns && e->runs[first].opt_offset + e->runs[first].n <= a0)
+      first++;
+    for (int j = first; j < e->nruns && e->runs[j].opt_offset < a0 + g; j++) {
+      const zinc_opt_run *r = &e->runs[j];
+      int64_t x0 = r->opt_offset > a0 ? r->opt_offset : a0;
+      int64_t x1 = r->opt_offset + r->n < a0 + g ? r->opt_offset + r->n : a0 + g;
+      if (x0 >= x1)
+        continue;
+      zinc_adam_seg s = segs[j];
+      s.master = M + (x0 - a0);
+      s.exp_avg = Mm + (x0 - a0);
+      s.exp_avg_sq = Mv + (x0 - a0);
+      s.grad = (const char *)segs[j].grad + (size_t)(x0 - r->opt_offset) * zinc_dt_size(s.grad_dtype);
+      s.param_out = pstage ? (char *)pstage + (shard_byte_of(e, x0) - p0)
+                           : (char *)segs[j].param_out +
+                                 (size_t)(x0 - r->opt_offset) * zinc_dtype_size(s.param_dtype);
+      s.n = x1 - x0;
+      piece[np++] = s;
+    }
+    st = e->dev->ops->adam(e->dev, e->stream, c, piece, np);
+    if (st == ZINC_OK && pstage)
+      st = zinc_pshard_write(e, p0, shard_byte_of(e, a0 + g) - p0, pstage);
+    if (st == ZINC_OK)
+      st = zinc_swap_write(n->opt, k, 0, M, (uint64_t)g * 12, &n->wr[b]);
+  }
+  for (int b = 0; b < B; b++) {
+    zinc_status w = ZINC_OK;
+    if (n->rd[b])
+      w = zinc_aio_wait(n->rd[b]);
+    n->rd[b] = NULL;
+    if (n->wr[b]) {
+      zinc_status w2 = zinc_aio_wait(n->wr[b]);
+      w = w == ZINC_OK ? w2 : w;
+    }
+    n->wr[b] = NULL;
+    if (st == ZINC_OK)
+      st = w;
+  }
+  if (pstage)
+    zinc_engine_free(e, pstage, pstage_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
+  free(piece);
+  return st;
+}
