@@ -269,5 +269,19 @@ int main(int argc, char **argv) {
       die("export");
   }
   zinc_engine_destroy(e);
+  for (int l = 0; l <= a.layers; l++)
+    free(m.X[l]);
+  for (int l = 0; l < a.layers; l++)
+    free(m.Z[l]);
+  free(m.mod);
+  free(m.A);
+  free(m.B);
+  free(m.X);
+  free(m.Z);
+  free(H);
+  free(dY);
+  free(dX);
+  free(T);
+  free(dZ);
   return 0;
 }
