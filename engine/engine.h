@@ -417,6 +417,8 @@ zinc_status zinc_nvme_init(zinc_engine *e);
 void zinc_nvme_free(zinc_engine *e);
 int zinc_nvme_opt_on_disk(const zinc_engine *e);
 int zinc_nvme_param_on_disk(const zinc_engine *e);
+/* Tests: inject I/O faults (ZINC_AIO_FAULT syntax) from now on. */
+zinc_status zinc_nvme_inject(zinc_engine *e, const char *spec);
 /* The optimizer state (array 0 master, 1 exp_avg, 2 exp_avg_sq) and the
  * stage-3 parameter partition, wherever they live, to/from host memory. */
 zinc_status zinc_opt_read(zinc_engine *e, int array, int64_t off, int64_t count, float *dst);

@@ -411,3 +411,14 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_adam_coef *c, const zinc_a
   free(piece);
   return st;
 }
+
+/* Tests: inject I/O faults (offload/aio.h's ZINC_AIO_FAULT syntax) into the
+ * engine's NVMe traffic from now on (the request count restarts). */
+zinc_status zinc_nvme_inject(zinc_engine *e, const char *spec) {
+  if (!e->nvme)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_nvme_inject: no NVMe offload in this engine");
+  zinc_aio_fault f;
+  ZINC_CHECK(zinc_aio_fault_parse(spec, &f));
+  zinc_aio_fault_set(e->nvme->aio, &f);
+  return ZINC_OK;
+}

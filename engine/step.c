@@ -234,9 +234,13 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
   else
     st = e->dev->ops->adam(e->dev, e->stream, &c, segs, e->nruns);
   free(segs);
+  if (st == ZINC_OK)
+    st = zinc_engine_sync(e);
   if (st != ZINC_OK)
-    return zinc_error_wrap(st, "optimizer step %lld", (long long)e->step + 1);
-  ZINC_CHECK(zinc_engine_sync(e));
+    zinc_error_wrap(st, "optimizer step %lld", (long long)e->step + 1);
+  /* A local failure (an NVMe read or write, a device error) must reach every
+   * rank before anyone enters the gathers below, or they would wait for it. */
+  ZINC_CHECK(zinc_engine_agree(e, e->dp_host, st));
 
   if (e->cfg.stage == 1 || e->cfg.stage == 2)
     ZINC_CHECK(gather_units_in_place(e, 0));

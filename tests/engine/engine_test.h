@@ -75,7 +75,7 @@ static inline et_run et_defaults(void) {
 }
 
 static inline char *et_config_json(const et_run *r) {
-  char param_offload[512] = "";
+  char param_offload[1024] = "";
   if (r->stage == 3 && r->offload_param)
     snprintf(param_offload, sizeof param_offload,
              ",\n    \"offload_param\": {\"device\": \"%s\"%s%s%s}", r->offload_param,
@@ -183,47 +183,59 @@ static inline void et_model_free(et_model *m) {
   }
 }
 
-/* One micro-batch through the engine, as a trainer writes it. inject: if
- * not NULL, set G[0][0] to *inject on this rank (overflow tests). */
-static inline double et_micro_batch(et_model *m, const tm_shape *sh, zinc_dtype dt,
-                                    int64_t first, int batch, const float *inject) {
+/* One micro-batch through the engine, as a trainer writes it; the first
+ * failing call's status is returned. inject: if not NULL, set G[0][0] to
+ * *inject on this rank (overflow tests). */
+#define ET_TRY(expr)                                                           \
+  do {                                                                         \
+    zinc_status et_try_st_ = (expr);                                           \
+    if (et_try_st_ != ZINC_OK)                                                 \
+      return et_try_st_;                                                       \
+  } while (0)
+
+static inline zinc_status et_micro_batch_status(et_model *m, const tm_shape *sh, zinc_dtype dt,
+                                                int64_t first, int batch, const float *inject,
+                                                double *loss) {
   zinc_engine *e = m->e;
   for (int k = 0; k < 4; k++) {
-    ET_OK(zinc_module_fetch(e, m->mod[k]));
+    ET_TRY(zinc_module_fetch(e, m->mod[k]));
     for (int i = 0; i < TM_NPARAM; i++) {
       if (et_param_module[i] != k)
         continue;
       const void *d = zinc_param_data(m->par[i]);
-      if (!d) {
-        fprintf(stderr, "zinc_param_data: %s\n", zinc_last_error());
-        exit(1);
-      }
+      if (!d)
+        return ZINC_ERR_INVALID;
       for (int64_t j = 0; j < tm_numel(sh, i); j++)
         m->P[i][j] = zinc_load_as_f32(d, j, dt);
       memset(m->G[i], 0, (size_t)tm_numel(sh, i) * sizeof(float));
     }
-    ET_OK(zinc_module_release(e, m->mod[k]));
+    ET_TRY(zinc_module_release(e, m->mod[k]));
   }
-  double loss = tm_forward_backward(sh, m->P, m->G, first, batch, zinc_loss_scale(e));
+  *loss = tm_forward_backward(sh, m->P, m->G, first, batch, zinc_loss_scale(e));
   if (inject)
     m->G[0][0] = *inject;
   for (int k = 3; k >= 0; k--) {
-    ET_OK(zinc_module_fetch(e, m->mod[k]));
+    ET_TRY(zinc_module_fetch(e, m->mod[k]));
     for (int i = 0; i < TM_NPARAM; i++) {
       if (et_param_module[i] != k)
         continue;
       void *g = zinc_param_grad(m->par[i]);
-      if (!g) {
-        fprintf(stderr, "zinc_param_grad: %s\n", zinc_last_error());
-        exit(1);
-      }
+      if (!g)
+        return ZINC_ERR_INVALID;
       for (int64_t j = 0; j < tm_numel(sh, i); j++)
         zinc_store_from_f32(g, j, dt, zinc_load_as_f32(g, j, dt) + m->G[i][j]);
     }
-    ET_OK(zinc_module_grads_ready(e, m->mod[k]));
-    ET_OK(zinc_module_release(e, m->mod[k]));
+    ET_TRY(zinc_module_grads_ready(e, m->mod[k]));
+    ET_TRY(zinc_module_release(e, m->mod[k]));
   }
-  ET_OK(zinc_backward_end(e));
+  return zinc_backward_end(e);
+}
+
+/* The same, exiting on the first failure. */
+static inline double et_micro_batch(et_model *m, const tm_shape *sh, zinc_dtype dt,
+                                    int64_t first, int batch, const float *inject) {
+  double loss = 0;
+  ET_OK(et_micro_batch_status(m, sh, dt, first, batch, inject, &loss));
   return loss;
 }
 

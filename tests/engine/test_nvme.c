@@ -1,0 +1,232 @@
+/*
+ * test_nvme.c — NVMe offload through the engine, under mpirun:
+ *  - host memory of the optimizer stays at buffer_count x sub-group bytes
+ *    (profiler, host/optim) while its state on disk is >= 8x larger;
+ *  - injected I/O faults during a step (EIO, ENOSPC, a short transfer that
+ *    recovers) give the documented status and a message naming the file;
+ *    after a failure the engine refuses further steps; destroying it leaves
+ *    no swap files; reloading the last checkpoint and training on gives the
+ *    same parameters as a run without the fault;
+ *  - a byte flipped in a swap file is ZINC_ERR_CORRUPT naming file and
+ *    offset, never a silently wrong parameter.
+ * Faults are injected with the engine's test hook (ZINC_AIO_FAULT syntax,
+ * offload/aio.h), counted from just before the faulty steps.
+ */
+#include <dirent.h>
+#include <mpi.h>
+#include <sys/stat.h>
+
+#include "engine/engine.h"
+#include "engine_test.h"
+
+static char root[512];
+
+static zinc_engine *open_engine(const et_run *r, et_model *m) {
+  char *json = et_config_json(r);
+  zinc_config *cfg = NULL;
+  ET_OK(zinc_config_parse(json, &cfg));
+  free(json);
+  zinc_options opt = ZINC_OPTIONS_INIT;
+  opt.device = ZINC_DEVICE_CPU;
+  opt.threads = 1;
+  zinc_engine *e = NULL;
+  ET_OK(zinc_engine_create(cfg, &opt, &e));
+  zinc_config_free(cfg);
+  et_model_register(m, e, &r->shape, r->dtype);
+  m->ictx.shape = &r->shape;
+  ET_OK(zinc_engine_build(e, et_init, &m->ictx));
+  return e;
+}
+
+static zinc_status train(et_model *m, const et_run *r, int from, int to) {
+  int N = zinc_dp_size(m->e), me = zinc_dp_rank(m->e);
+  for (int s = from; s < to; s++) {
+    double loss;
+    zinc_status st = et_micro_batch_status(m, &r->shape, r->dtype,
+                                           ((int64_t)s * N + me) * r->micro, r->micro, NULL,
+                                           &loss);
+    if (st == ZINC_OK)
+      st = zinc_step(m->e, NULL);
+    if (st != ZINC_OK)
+      return st;
+  }
+  return ZINC_OK;
+}
+
+static et_run nvme_run(const char *dir) {
+  et_run r = et_defaults();
+  r.stage = 3;
+  r.offload = "nvme";
+  r.offload_param = "nvme";
+  r.nvme_path = dir;
+  r.sub_group = 300;
+  r.buffer_count = 2;
+  return r;
+}
+
+static int count_files(const char *dir) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  struct dirent *ent;
+  while (d && (ent = readdir(d)))
+    n += ent->d_name[0] != '.';
+  if (d)
+    closedir(d);
+  return n;
+}
+
+static void test_memory_bound(void) {
+  char dir[600];
+  snprintf(dir, sizeof dir, "%s/bound", root);
+  mkdir(dir, 0755);
+  et_run r = nvme_run(dir);
+  r.sub_group = 64; /* far smaller than the shard */
+  et_model m;
+  zinc_engine *e = open_engine(&r, &m);
+  ET_OK(train(&m, &r, 0, 3));
+  zinc_mem_stats st;
+  ET_OK(zinc_memory_stats(e, &st));
+  uint64_t host = st.peak[ZINC_LOC_HOST][ZINC_MEM_OPTIM];
+  uint64_t disk = st.current[ZINC_LOC_NVME][ZINC_MEM_OPTIM];
+  uint64_t bound = 2ull * 64 * 12; /* buffer_count x sub-group x (master, m, v) */
+  /* buffers are rounded up to the I/O alignment (4 KiB) */
+  ET_CHECK(host >= bound && host <= 2ull * 4096, "host optimizer bytes %llu, expected "
+           "buffer_count x sub-group = %llu (rounded to the I/O alignment)",
+           (unsigned long long)host, (unsigned long long)bound);
+  ET_CHECK(disk >= 8 * host, "optimizer state on disk %llu bytes, not 8x the host's %llu",
+           (unsigned long long)disk, (unsigned long long)host);
+  if (et_rank == 0)
+    printf("nvme: optimizer host memory %llu bytes (2 buffers of one sub-group), on disk %llu "
+           "bytes (%.0fx)\n", (unsigned long long)host, (unsigned long long)disk,
+           (double)disk / (double)host);
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+  ET_CHECK(count_files(dir) == 0, "swap files left in %s", dir);
+}
+
+static void capture(et_model *m, const et_run *r, float **out) {
+  for (int i = 0; i < TM_NPARAM; i++)
+    ET_OK(zinc_param_get_full(m->e, m->par[i], ZINC_STATE_PARAM, out[i]));
+  (void)r;
+}
+
+/* fault: a ZINC_AIO_FAULT spec applied to the engine that runs steps 3..6 */
+static void test_fault(const char *fault, zinc_status expect, const char *needle) {
+  char dir[600], ck[640];
+  snprintf(dir, sizeof dir, "%s/fault", root);
+  snprintf(ck, sizeof ck, "%s/fault_ckpt", root);
+  mkdir(dir, 0755);
+  et_run r = nvme_run(dir);
+  /* the reference: 6 steps without a fault */
+  et_model a;
+  zinc_engine *e = open_engine(&r, &a);
+  ET_OK(train(&a, &r, 0, 6));
+  float **ref = et_alloc_params(&r.shape);
+  capture(&a, &r, ref);
+  et_model_free(&a);
+  zinc_engine_destroy(e);
+  /* 3 steps, checkpoint, then a faulty engine */
+  e = open_engine(&r, &a);
+  ET_OK(train(&a, &r, 0, 3));
+  ET_OK(zinc_save_checkpoint(e, ck, "step3"));
+  et_model_free(&a);
+  zinc_engine_destroy(e);
+  et_model b;
+  e = open_engine(&r, &b);
+  zinc_status st = zinc_load_checkpoint(e, ck, NULL);
+  if (st == ZINC_OK)
+    st = zinc_nvme_inject(e, fault); /* counted from here: inside the next steps */
+  if (st == ZINC_OK)
+    st = train(&b, &r, 3, 6);
+  int all_ok = st == ZINC_OK, every = 0;
+  MPI_Allreduce(&all_ok, &every, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (expect == ZINC_OK) {
+    ET_CHECK(st == ZINC_OK, "fault %s: %s: %s (expected to recover)", fault,
+             zinc_status_name(st), zinc_last_error());
+  } else if (st != ZINC_OK) {
+    ET_CHECK(st == expect && strstr(zinc_last_error(), needle),
+             "fault %s: got %s \"%s\", expected %s mentioning \"%s\"", fault,
+             zinc_status_name(st), zinc_last_error(), zinc_status_name(expect), needle);
+    ET_CHECK(zinc_step(e, NULL) != ZINC_OK, "fault %s: the engine went on after it", fault);
+  }
+  if (expect != ZINC_OK)
+    ET_CHECK(!every || et_world > 1, "fault %s: no rank failed", fault);
+  et_model_free(&b);
+  zinc_engine_destroy(e);
+  ET_CHECK(count_files(dir) == 0, "fault %s: swap files left in %s", fault, dir);
+  /* recovery: reload the checkpoint in a fresh engine and finish */
+  et_model c;
+  e = open_engine(&r, &c);
+  ET_OK(zinc_load_checkpoint(e, ck, NULL));
+  ET_OK(train(&c, &r, 3, 6));
+  float **got = et_alloc_params(&r.shape);
+  capture(&c, &r, got);
+  char what[160];
+  snprintf(what, sizeof what, "after fault %s, reload and retrain", fault);
+  ET_CHECK(et_same_bits(&r.shape, got, ref, what), "%s: differs from the run without it", what);
+  et_free_params(got);
+  et_free_params(ref);
+  et_model_free(&c);
+  zinc_engine_destroy(e);
+}
+
+/* flip a byte in the first non-empty swap file found under dir */
+static int corrupt_swap(const char *dir) {
+  char cmd[1400];
+  snprintf(cmd, sizeof cmd,
+           "f=$(find %s -name 'stripe*.swap' -size +0 | sort | head -1); [ -n \"$f\" ] && "
+           "printf '\\x5a' | dd of=\"$f\" bs=1 seek=5000 conv=notrunc status=none", dir);
+  return system(cmd) == 0;
+}
+
+static void test_corruption(void) {
+  char dir[600];
+  snprintf(dir, sizeof dir, "%s/corrupt_r%d", root, et_rank);
+  mkdir(dir, 0755);
+  et_run r = nvme_run(dir);
+  et_model m;
+  zinc_engine *e = open_engine(&r, &m);
+  ET_OK(train(&m, &r, 0, 2));
+  if (et_rank == 0)
+    ET_CHECK(corrupt_swap(dir), "no swap file to corrupt under %s", dir);
+  MPI_Barrier(MPI_COMM_WORLD);
+  zinc_status st = train(&m, &r, 2, 4);
+  if (et_rank == 0)
+    ET_CHECK(st == ZINC_ERR_CORRUPT && strstr(zinc_last_error(), "offset") &&
+                 strstr(zinc_last_error(), ".swap"),
+             "corrupted swap block: %s \"%s\"", zinc_status_name(st), zinc_last_error());
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+  ET_CHECK(count_files(dir) == 0, "swap files left after a corruption");
+}
+
+int main(int argc, char **argv) {
+  int provided;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &et_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &et_world);
+  snprintf(root, sizeof root, "%s/nvme_test_np%d",
+           getenv("ZINC_TEST_BINARY_DIR") ? getenv("ZINC_TEST_BINARY_DIR") : "/tmp", et_world);
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", root, root);
+  if (et_rank == 0 && system(cmd) != 0)
+    return 1;
+  MPI_Barrier(MPI_COMM_WORLD);
+  test_memory_bound();
+  test_fault("error@40=EIO", ZINC_ERR_IO, ".swap");
+  test_fault("enospc@60", ZINC_ERR_IO, "No space");
+  test_fault("short@45", ZINC_OK, "");
+  test_corruption();
+  int bad = et_failures;
+  MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (et_rank == 0) {
+    if (!bad) {
+      snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+      if (system(cmd) != 0)
+        bad = 1;
+    }
+    printf(bad ? "nvme tests FAILED\n" : "nvme tests passed at %d ranks\n", et_world);
+  }
+  MPI_Finalize();
+  return bad ? 1 : 0;
+}
