@@ -79,6 +79,15 @@ static void test_resume(int stage, const char *offload, zinc_dtype dt) {
   r.offload = offload;
   r.dtype = dt;
   r.shape.dtype = dt;
+  char nvme[600];
+  if (!strcmp(offload, "nvme")) { /* optimizer state (and at stage 3 parameters) on NVMe */
+    snprintf(nvme, sizeof nvme, "%s/swap", ckpt_root);
+    mkdir(nvme, 0755);
+    r.nvme_path = nvme;
+    r.offload_param = stage == 3 ? "nvme" : NULL;
+    r.sub_group = 500;
+    r.buffer_count = 2;
+  }
   char dir[600], what[128];
   snprintf(dir, sizeof dir, "%s/resume_s%d_%s_%s", ckpt_root, stage, offload, zinc_dtype_name(dt));
   snprintf(what, sizeof what, "resume stage %d offload %s %s", stage, offload, zinc_dtype_name(dt));
@@ -125,17 +134,27 @@ static void test_reshard(void) {
     MPI_Comm sub;
     MPI_Comm_split(MPI_COMM_WORLD, et_rank < k ? 0 : MPI_UNDEFINED, et_rank, &sub);
     if (sub != MPI_COMM_NULL) {
-      for (int stage = 0; stage <= 3; stage++) {
+      for (int variant = 0; variant <= 4; variant++) {
+        int stage = variant < 4 ? variant : 3; /* 4: stage 3 with everything on NVMe */
         et_run r2 = r;
         r2.stage = stage;
+        char nvme[600];
+        if (variant == 4) {
+          snprintf(nvme, sizeof nvme, "%s/swap", ckpt_root);
+          mkdir(nvme, 0755);
+          r2.offload = "nvme";
+          r2.offload_param = "nvme";
+          r2.nvme_path = nvme;
+          r2.sub_group = 300;
+        }
         et_model b;
         zinc_engine *e2 = open_engine(&r2, sub, &b);
         ET_OK(zinc_load_checkpoint(e2, dir, "s3"));
         state got;
         capture(&b, &r2, &got);
         char what[96];
-        snprintf(what, sizeof what, "saved by %d ranks at stage 3, loaded by %d at stage %d",
-                 et_world, k, stage);
+        snprintf(what, sizeof what, "saved by %d ranks at stage 3, loaded by %d at stage %d%s",
+                 et_world, k, stage, variant == 4 ? " (NVMe offload)" : "");
         ET_CHECK(same_state(&r2, &got, &saved, what), "%s: states differ", what);
         state_free(&got);
         et_model_free(&b);
@@ -146,8 +165,8 @@ static void test_reshard(void) {
     MPI_Barrier(MPI_COMM_WORLD);
   }
   if (et_rank == 0 && et_failures == 0)
-    printf("resharding: saved at %d ranks stage 3, loaded at 1..%d ranks, stages 0-3: "
-           "identical\n", et_world, et_world);
+    printf("resharding: saved at %d ranks stage 3, loaded at 1..%d ranks, stages 0-3 and "
+           "stage 3 on NVMe: identical\n", et_world, et_world);
   state_free(&saved);
 }
 
@@ -311,13 +330,15 @@ int main(int argc, char **argv) {
   shell(cmd);
   for (int stage = 0; stage <= 3; stage++) {
     test_resume(stage, "none", ZINC_F32);
-    if (stage > 0)
+    if (stage > 0) {
       test_resume(stage, "cpu", ZINC_F32);
+      test_resume(stage, "nvme", ZINC_F32);
+    }
   }
   test_resume(2, "none", ZINC_F16);
   test_resume(3, "none", ZINC_BF16);
   if (et_rank == 0 && et_failures == 0)
-    printf("resume: bitwise identical at stages 0-3, offload none/cpu, f32/f16/bf16\n");
+    printf("resume: bitwise identical at stages 0-3, offload none/cpu/nvme, f32/f16/bf16\n");
   test_reshard();
   test_damage();
   test_export(ZINC_F32);
