@@ -146,7 +146,17 @@ static zinc_status mpi_start(zinc_comm *c, const zinc_coll *colls, int n, zinc_c
 }
 
 static zinc_status mpi_wait(zinc_comm *c, zinc_comm_req *req) {
-  return zinc_worker_wait(zinc_mpi_of(c)->worker, req);
+  zinc_mpi *m = zinc_mpi_of(c);
+  zinc_status st = zinc_worker_wait(m->worker, req);
+  char who[256];
+  /* a timed-out wait: name the ranks the node barrier is still waiting for */
+  if (st == ZINC_ERR_COMM && m->use_shm && zinc_mpi_shm_laggards(m, who, sizeof who) > 0) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", zinc_last_error());
+    return zinc_error(ZINC_ERR_COMM, "%s; rank(s) %s had not arrived at the node barrier",
+                      msg, who);
+  }
+  return st;
 }
 
 static zinc_status mpi_test(zinc_comm *c, zinc_comm_req *req, int *done) {

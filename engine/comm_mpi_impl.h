@@ -131,6 +131,9 @@ double zinc_mpi_deadline(const zinc_mpi *m);
 zinc_status zinc_mpi_execute(zinc_mpi *m, const zinc_coll *colls, int n);
 
 /* ------------------------------------------------------ comm_mpi_shm.c */
+/* List (into buf) the ranks behind the others at the node barrier; returns
+ * how many. */
+int zinc_mpi_shm_laggards(zinc_mpi *m, char *buf, size_t n);
 
 zinc_status zinc_shm_setup(zinc_mpi *m);
 void zinc_shm_teardown(zinc_mpi *m);

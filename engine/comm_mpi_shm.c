@@ -85,6 +85,24 @@ static zinc_status barrier_failed(zinc_mpi *m, const char *what, uint64_t epoch,
                     what, why, used ? missing : "(none: all arrived late)");
 }
 
+/* Ranks behind the others at the node barrier (arrived at an older epoch
+ * than the furthest rank): who a timed-out wait is waiting for. */
+int zinc_mpi_shm_laggards(zinc_mpi *m, char *buf, size_t n) {
+  uint64_t most = 0;
+  for (int k = 0; k < m->size; k++)
+    if (atomic_load(&m->ctl[k]->arrived) > most)
+      most = atomic_load(&m->ctl[k]->arrived);
+  size_t used = 0;
+  int count = 0;
+  buf[0] = '\0';
+  for (int k = 0; k < m->size && used + 16 < n; k++)
+    if (atomic_load(&m->ctl[k]->arrived) < most) {
+      used += (size_t)snprintf(buf + used, n - used, "%s%d", used ? "," : "", k);
+      count++;
+    }
+  return count;
+}
+
 /* After a barrier: a peer whose comm failed may have left stale arrivals
  * behind, so the barrier proves nothing; fail too. */
 static zinc_status check_peers(zinc_mpi *m, const char *what) {
