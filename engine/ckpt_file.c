@@ -38,10 +38,35 @@ static zinc_status io_error(const char *op, const char *path, int64_t offset, in
                     strerror(err));
 }
 
-static zinc_status write_all(int fd, const char *path, const void *data, size_t len,
-                             int64_t *offset) {
+/* Fault injection for tests: ZINC_CKPT_FAULT="ERRNO@N" makes the N-th write
+ * call to each checkpoint file fail with ERRNO (ENOSPC, EIO, EDQUOT or a
+ * number); *calls counts a file's writes. */
+static int injected_fault(int *calls) {
+  const char *spec = getenv("ZINC_CKPT_FAULT");
+  if (!spec || !*spec)
+    return 0;
+  char name[32];
+  int n = 0;
+  if (sscanf(spec, "%31[^@]@%d", name, &n) != 2 || n < 1)
+    return 0;
+  if (++*calls != n)
+    return 0;
+  if (!strcmp(name, "ENOSPC"))
+    return ENOSPC;
+  if (!strcmp(name, "EIO"))
+    return EIO;
+  if (!strcmp(name, "EDQUOT"))
+    return EDQUOT;
+  return atoi(name) > 0 ? atoi(name) : EIO;
+}
+
+static zinc_status write_all_counted(int fd, const char *path, const void *data, size_t len,
+                                     int64_t *offset, int *calls) {
   const char *p = data;
   while (len > 0) {
+    int fault = calls ? injected_fault(calls) : 0;
+    if (fault)
+      return io_error("write", path, *offset, fault);
     ssize_t w = pwrite(fd, p, len, *offset);
     if (w < 0) {
       if (errno == EINTR)
@@ -55,6 +80,12 @@ static zinc_status write_all(int fd, const char *path, const void *data, size_t 
     *offset += w;
   }
   return ZINC_OK;
+}
+
+static zinc_status write_all(int fd, const char *path, const void *data, size_t len,
+                             int64_t *offset) {
+  int calls = 0;
+  return write_all_counted(fd, path, data, len, offset, &calls);
 }
 
 static zinc_status read_all(int fd, const char *path, void *data, size_t len, int64_t offset) {
@@ -144,6 +175,7 @@ struct zinc_shard_writer {
   int64_t offset;
   uint32_t file_crc;
   zinc_shard_trailer t;
+  int writes;             /* write calls so far (fault injection) */
   int section;            /* current section */
   uint64_t in_section;    /* elements written into it */
 };
@@ -182,7 +214,7 @@ zinc_status zinc_shard_writer_append(zinc_shard_writer *w, const float *data, si
     size_t bytes = take * sizeof(float);
     w->t.section_crc[w->section] = zinc_crc32c(w->t.section_crc[w->section], data, bytes);
     w->file_crc = zinc_crc32c(w->file_crc, data, bytes);
-    ZINC_CHECK(write_all(w->fd, w->path, data, bytes, &w->offset));
+    ZINC_CHECK(write_all_counted(w->fd, w->path, data, bytes, &w->offset, &w->writes));
     data += take;
     n -= take;
     w->in_section += take;
@@ -212,7 +244,7 @@ zinc_status zinc_shard_writer_finish(zinc_shard_writer *w, uint32_t *file_crc, i
   zinc_shard_trailer_encode(&w->t, tr);
   if (st == ZINC_OK) {
     w->file_crc = zinc_crc32c(w->file_crc, tr, sizeof tr);
-    st = write_all(w->fd, w->path, tr, sizeof tr, &w->offset);
+    st = write_all_counted(w->fd, w->path, tr, sizeof tr, &w->offset, &w->writes);
   }
   if (st == ZINC_OK && fsync(w->fd) != 0)
     st = io_error("fsync", w->path, w->offset, errno);

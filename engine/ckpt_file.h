@@ -17,6 +17,9 @@
  * A save writes <dir>/.<tag>.partial/, fsyncs every file and the directory,
  * then renames it into place (exchanging with an older <tag>) and replaces
  * latest atomically: a crash leaves the old checkpoint or the new one.
+ *
+ * Tests inject write failures with ZINC_CKPT_FAULT="ERRNO@N": the N-th
+ * write call to each checkpoint file fails with ERRNO (ENOSPC, EIO, ...).
  */
 #ifndef ZINC_CKPT_FILE_H
 #define ZINC_CKPT_FILE_H

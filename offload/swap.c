@@ -206,7 +206,15 @@ static zinc_status open_stripe_dir(zinc_swap *sw, int i, const char *path,
       st = zinc_error(ZINC_ERR_IO, "creating swap lock %s: %s", lock, strerror(errno));
       goto out;
     }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    /* Another process's stale-directory check (clear_stale) holds a lock for
+     * a moment while it looks: only a lock held for long is a live owner. */
+    int locked = flock(fd, LOCK_EX | LOCK_NB) == 0;
+    for (int wait = 0; !locked && wait < 50; wait++) {
+      struct timespec ts = {0, 10 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+      locked = flock(fd, LOCK_EX | LOCK_NB) == 0;
+    }
+    if (!locked) {
       char owner[256];
       owner_of(fd, owner, sizeof owner);
       close(fd);

@@ -288,6 +288,47 @@ static void test_export(zinc_dtype dt) {
   zinc_engine_destroy(e);
 }
 
+/* A save that fails (disk full or an I/O error, injected on one rank's
+ * shard or on the manifest) reports it on every rank, leaves the previous
+ * checkpoint as latest and no partial directory, and training goes on. */
+static void test_save_faults(void) {
+  et_run r = et_defaults();
+  r.stage = 2;
+  char dir[600], cmd[2400];
+  snprintf(dir, sizeof dir, "%s/savefault", ckpt_root);
+  et_model m;
+  zinc_engine *e = open_engine(&r, MPI_COMM_WORLD, &m);
+  train(&m, &r, 0, 2);
+  ET_OK(zinc_save_checkpoint(e, dir, "good"));
+  state saved;
+  capture(&m, &r, &saved);
+  const char *faults[] = {"ENOSPC@1", "EIO@2", "ENOSPC@4"};
+  for (int k = 0; k < 3; k++) {
+    /* the last rank's files fail (with one rank: its shard, then the manifest) */
+    if (et_rank == et_world - 1)
+      setenv("ZINC_CKPT_FAULT", faults[k], 1);
+    zinc_status st = zinc_save_checkpoint(e, dir, "bad");
+    unsetenv("ZINC_CKPT_FAULT");
+    ET_CHECK(st == ZINC_ERR_IO && strstr(zinc_last_error(), k == 1 ? "Input/output" : "No space"),
+             "save with %s: %s \"%s\"", faults[k], zinc_status_name(st), zinc_last_error());
+    snprintf(cmd, sizeof cmd, "test \"$(cat %s/latest)\" = good && ! test -e %s/bad && "
+             "! test -e %s/.bad.partial", dir, dir, dir);
+    if (et_rank == 0)
+      ET_CHECK(system(cmd) == 0, "save with %s left latest changed or a partial directory",
+               faults[k]);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  train(&m, &r, 2, 3); /* the engine goes on */
+  ET_OK(zinc_load_checkpoint(e, dir, NULL));
+  state back;
+  capture(&m, &r, &back);
+  ET_CHECK(same_state(&r, &back, &saved, "reload after failed saves"), "latest is not 'good'");
+  state_free(&saved);
+  state_free(&back);
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+}
+
 /* tools/zinc-ckpt on a real checkpoint: list and verify succeed, its
  * export equals the engine's byte for byte, a damaged shard fails verify. */
 static void test_tool(void) {
@@ -345,6 +386,7 @@ int main(int argc, char **argv) {
   test_export(ZINC_BF16);
   test_export(ZINC_F16);
   test_tool();
+  test_save_faults();
   if (et_failures == 0) {
     snprintf(cmd, sizeof cmd, "rm -rf %s", ckpt_root);
     shell(cmd);
