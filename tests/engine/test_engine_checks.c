@@ -295,6 +295,29 @@ static void test_divergence(int first_micro) {
   zinc_engine_destroy(e);
 }
 
+/* an init function that gives different values on different ranks */
+static zinc_status rank_init(const zinc_param *p, float *dst, int64_t n, void *ctx) {
+  (void)ctx;
+  for (int64_t i = 0; i < n; i++)
+    dst[i] = strcmp(zinc_param_name(p), "W1") == 0 ? (float)et_rank : 0.5f;
+  return ZINC_OK;
+}
+
+static void test_init_mismatch(void) {
+  if (et_world < 2)
+    return;
+  et_run r = et_defaults();
+  zinc_engine *e = make_engine(&r);
+  et_model m;
+  et_model_register(&m, e, &r.shape, r.dtype);
+  zinc_status st = zinc_engine_build(e, rank_init, NULL);
+  ET_CHECK(st == ZINC_ERR_INVALID && strstr(zinc_last_error(), "mid.W1"),
+           "init values differing across ranks: %s \"%s\"", zinc_status_name(st),
+           zinc_last_error());
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+}
+
 int main(void) {
   for (int stage = 0; stage <= 3; stage++)
     test_overflow(stage);
@@ -308,6 +331,7 @@ int main(void) {
   }
   test_max_live();
   test_misuse();
+  test_init_mismatch();
   test_divergence(1);
   test_divergence(0);
   if (et_failures) {
