@@ -95,11 +95,21 @@ void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_
     bytes[ZINC_LOC_DEVICE][ZINC_MEM_BUFFERS] += zinc_grads_ring_bytes(e);
   }
   int64_t opt_numel = stage == 0 ? e->total_numel : e->shard_numel;
-  bytes[opt_loc][ZINC_MEM_OPTIM] += 3 * (uint64_t)opt_numel * 4;
+  bytes[opt_loc][ZINC_MEM_OPTIM] += (zinc_master_aliases_params(e) ? 2 : 3) *
+                                    (uint64_t)opt_numel * 4;
+}
+
+/* All parameters f32, optimizer state on the device, parameters not on
+ * NVMe: the fp32 master would duplicate the parameters bit for bit. */
+int zinc_master_aliases_params(const zinc_engine *e) {
+  return e->psi[ZINC_BF16] == 0 && e->psi[ZINC_F16] == 0 &&
+         e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NONE &&
+         !(e->cfg.stage == 3 && e->cfg.offload_param.device != ZINC_OFFLOAD_NONE);
 }
 
 static zinc_status alloc_states(zinc_engine *e) {
   int stage = e->cfg.stage;
+  e->master_in_params = zinc_master_aliases_params(e);
   e->opt_location = e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NONE ? ZINC_LOC_DEVICE
                                                                           : ZINC_LOC_HOST;
   /* parameters */
@@ -143,11 +153,13 @@ static zinc_status alloc_states(zinc_engine *e) {
                                  ZINC_MEM_GRADS, (void **)&e->grad_part,
                                  "gradient partition"));
   }
-  /* optimizer state (with NVMe offload: in nvme.c's swap area) */
+  /* optimizer state (with NVMe offload: in nvme.c's swap area; for an
+   * all-f32 model on the device the master is the parameter memory) */
   if (e->cfg.offload_optimizer.device != ZINC_OFFLOAD_NVME) {
     size_t ob = (size_t)e->opt_numel * 4;
-    ZINC_CHECK(zinc_engine_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM, (void **)&e->master,
-                                 "fp32 master parameters"));
+    if (!e->master_in_params)
+      ZINC_CHECK(zinc_engine_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM,
+                                   (void **)&e->master, "fp32 master parameters"));
     ZINC_CHECK(zinc_engine_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM, (void **)&e->exp_avg,
                                  "Adam exp_avg"));
     ZINC_CHECK(zinc_engine_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM,
@@ -168,7 +180,8 @@ void zinc_build_free(zinc_engine *e) {
       m->segs[s].full = m->segs[s].grad = NULL;
   }
   size_t ob = (size_t)e->opt_numel * 4;
-  zinc_engine_free(e, e->master, ob, e->opt_location, ZINC_MEM_OPTIM);
+  if (e->master)
+    zinc_engine_free(e, e->master, ob, e->opt_location, ZINC_MEM_OPTIM);
   zinc_engine_free(e, e->exp_avg, ob, e->opt_location, ZINC_MEM_OPTIM);
   zinc_engine_free(e, e->exp_avg_sq, ob, e->opt_location, ZINC_MEM_OPTIM);
   zinc_engine_free(e, e->grad_part, (size_t)e->shard_numel * 4, e->opt_location,

@@ -110,12 +110,30 @@ void zinc_mpi_describe(const zinc_coll *o, char *buf, size_t len) {
 
 /* ------------------------------------------------------------- batches */
 
+/* A comm of one rank: every collective is a copy, or nothing in place. */
+static void run_alone(const zinc_coll *colls, int n) {
+  for (int i = 0; i < n; i++) {
+    const zinc_coll *o = &colls[i];
+    size_t bytes = o->count * zinc_dt_size(o->dtype);
+    void *dst = o->kind == ZINC_COLL_ALLGATHERV ? (char *)o->recv + o->displs[0] *
+                                                                        zinc_dt_size(o->dtype)
+                                                 : o->recv;
+    if (o->kind != ZINC_COLL_BARRIER && o->kind != ZINC_COLL_BROADCAST && bytes &&
+        dst != o->send)
+      memmove(dst, o->send, bytes);
+  }
+}
+
 zinc_status zinc_mpi_execute(zinc_mpi *m, const zinc_coll *colls, int n) {
   if (atomic_load(&m->abort))
     return zinc_error(ZINC_ERR_COMM, "comm mpi: the comm failed earlier (timeout or lost "
                       "peer); destroy it and create a new one");
   if (n == 0)
     return ZINC_OK;
+  if (m->size == 1) {
+    run_alone(colls, n);
+    return ZINC_OK;
+  }
   return m->use_shm ? zinc_shm_run(m, colls, n) : zinc_p2p_run(m, colls, n);
 }
 

@@ -234,6 +234,10 @@ struct zinc_engine {
                              nvme's swap area, the gradient partition on the
                              host */
   zinc_nvme *nvme;        /* NVMe offload (nvme.c), or NULL */
+  int master_in_params;   /* every parameter is f32 and the optimizer state is
+                             on the device: the fp32 master is the parameter
+                             memory itself (param_full / param_shard chunks),
+                             e->master is NULL and nothing is copied */
 
   /* ---- gradient reduction */
   void *arena_base;       /* stage 2/3: (arena_bytes) gradient areas, a ring */
@@ -348,6 +352,8 @@ zinc_status zinc_put_owned_piece(zinc_engine *e, const zinc_unit *u, int r, int6
 /* Wait for a comm request, timing the wait. */
 zinc_status zinc_engine_wait(zinc_engine *e, zinc_comm *c, zinc_comm_req *req);
 
+/* Whether the fp32 master can be the parameter memory (see master_in_params). */
+int zinc_master_aliases_params(const zinc_engine *e);
 /* What the build allocates for good, by location and category. */
 void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]);
 
@@ -426,6 +432,9 @@ zinc_status zinc_opt_write(zinc_engine *e, int array, int64_t off, int64_t count
                            const float *src);
 zinc_status zinc_pshard_read(zinc_engine *e, size_t off, size_t bytes, void *dst);
 zinc_status zinc_pshard_write(zinc_engine *e, size_t off, size_t bytes, const void *src);
+/* The f32 master of optimizer element x..x+n (n within one chunk) when it
+ * lives in the parameter memory (master_in_params). */
+float *zinc_master_in_params(const zinc_engine *e, int64_t x, int64_t *chunk_left);
 /* Adam over NVMe-resident state in sub-groups (segs: one per run, with
  * gradient and in-memory parameter pointers). */
 zinc_status zinc_nvme_step(zinc_engine *e, const zinc_adam_coef *c, const zinc_adam_seg *segs,

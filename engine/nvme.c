@@ -248,14 +248,57 @@ static float *opt_array(zinc_engine *e, int array) {
   return array == 0 ? e->master : array == 1 ? e->exp_avg : e->exp_avg_sq;
 }
 
+float *zinc_master_in_params(const zinc_engine *e, int64_t x, int64_t *chunk_left) {
+  /* the unit holding optimizer element x (opt offsets grow with units) */
+  int lo = 0, hi = e->nunits - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (zinc_layout_opt_offset(e, &e->units[mid], 0) <= x)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const zinc_unit *u = &e->units[lo];
+  int64_t in_unit = x - zinc_layout_opt_offset(e, u, 0); /* stage 0: r*chunk + i */
+  if (e->cfg.stage != 0)
+    in_unit += (int64_t)e->dp_rank * u->chunk;
+  *chunk_left = u->chunk - in_unit % u->chunk;
+  if (e->cfg.stage == 3)
+    return (float *)((char *)e->param_shard + u->shard_byte) + (in_unit - (int64_t)e->dp_rank * u->chunk);
+  const zinc_segment *seg = &e->modules[u->module]->segs[u->segment];
+  return (float *)zinc_unit_ptr(seg->full, u) + in_unit;
+}
+
+/* In-memory state: one device copy (per chunk when the master is the
+ * parameter memory). */
+static zinc_status opt_copy(zinc_engine *e, int array, int64_t off, int64_t count, float *host,
+                            int write) {
+  while (count > 0) {
+    float *at;
+    int64_t n = count;
+    if (array == 0 && e->master_in_params) {
+      int64_t left;
+      at = zinc_master_in_params(e, off, &left);
+      n = count < left ? count : left;
+    } else {
+      at = opt_array(e, array) + off;
+    }
+    ZINC_CHECK(e->dev->ops->copy(e->dev, write ? (void *)at : (void *)host,
+                                 write ? (const void *)host : (const void *)at, (size_t)n * 4,
+                                 e->stream));
+    off += n;
+    host += n;
+    count -= n;
+  }
+  return zinc_engine_sync(e);
+}
+
 zinc_status zinc_opt_read(zinc_engine *e, int array, int64_t off, int64_t count, float *dst) {
   if (count <= 0)
     return ZINC_OK;
   if (zinc_nvme_opt_on_disk(e))
     return opt_io(e, array, off, count, dst, 0);
-  ZINC_CHECK(e->dev->ops->copy(e->dev, dst, opt_array(e, array) + off, (size_t)count * 4,
-                               e->stream));
-  return zinc_engine_sync(e);
+  return opt_copy(e, array, off, count, dst, 0);
 }
 
 zinc_status zinc_opt_write(zinc_engine *e, int array, int64_t off, int64_t count,
@@ -264,9 +307,7 @@ zinc_status zinc_opt_write(zinc_engine *e, int array, int64_t off, int64_t count
     return ZINC_OK;
   if (zinc_nvme_opt_on_disk(e))
     return opt_io(e, array, off, count, (float *)src, 1);
-  ZINC_CHECK(e->dev->ops->copy(e->dev, opt_array(e, array) + off, src, (size_t)count * 4,
-                               e->stream));
-  return zinc_engine_sync(e);
+  return opt_copy(e, array, off, count, (float *)src, 1);
 }
 
 zinc_status zinc_pshard_read(zinc_engine *e, size_t off, size_t bytes, void *dst) {

@@ -173,7 +173,10 @@ zinc_status zinc_prof_timeline_write(const zinc_prof *p, const char *path, int r
  * Psi = parameter count, N = data-parallel size, K = 12 (fp32 master, m, v).
  *   stage 0: P + P + 12 Psi          stage 2: P + 4 Psi/N + 12 Psi/N
  *   stage 1: P + P + 12 Psi/N        stage 3: P/N + 4 Psi/N + 12 Psi/N
- * Stages 2-3 keep the reduced gradient partition in fp32 (4 Psi/N). In
+ * Stages 2-3 keep the reduced gradient partition in fp32 (4 Psi/N). An
+ * all-f32 model with its optimizer state on the device keeps no separate
+ * master (the parameters are the master): K = 8 there, DeepSpeed's fp32
+ * figure. In
  * stage 3, segments under stage3_param_persistence_threshold stay whole on
  * every rank, which adds their bytes x (1 - 1/N). Offload moves bytes to
  * another location but not out of the total. */
@@ -181,11 +184,11 @@ uint64_t zinc_formula_model_states(const zinc_engine *e) {
   double n = e->dp_size;
   double psi = (double)(e->psi[0] + e->psi[1] + e->psi[2]);
   double pbytes = 4.0 * e->psi[ZINC_F32] + 2.0 * (e->psi[ZINC_BF16] + e->psi[ZINC_F16]);
-  double v = 0;
+  double v = 0, k = zinc_master_aliases_params(e) ? 8.0 : 12.0;
   switch (e->cfg.stage) {
-  case 0: v = pbytes + pbytes + 12.0 * psi; break;
-  case 1: v = pbytes + pbytes + 12.0 * psi / n; break;
-  case 2: v = pbytes + 4.0 * psi / n + 12.0 * psi / n; break;
+  case 0: v = pbytes + pbytes + k * psi; break;
+  case 1: v = pbytes + pbytes + k * psi / n; break;
+  case 2: v = pbytes + 4.0 * psi / n + k * psi / n; break;
   default: {
     double persist = 0;
     for (int mi = 0; mi < e->nmodules; mi++) {
@@ -194,7 +197,7 @@ uint64_t zinc_formula_model_states(const zinc_engine *e) {
         if (m->segs[s].persistent)
           persist += (double)m->segs[s].used * (double)zinc_dtype_size(m->segs[s].dtype);
     }
-    v = pbytes / n + persist * (1.0 - 1.0 / n) + 4.0 * psi / n + 12.0 * psi / n;
+    v = pbytes / n + persist * (1.0 - 1.0 / n) + 4.0 * psi / n + k * psi / n;
   }
   }
   return (uint64_t)(v + 0.5);

@@ -126,8 +126,8 @@ static zinc_status adam_segments(zinc_engine *e, zinc_adam_seg **out) {
     int gdt;
     const char *g = zinc_grads_chunk(e, run->unit, run->owner, &gdt);
     zinc_adam_seg *s = &segs[i];
-    if (e->master) { /* in memory; with NVMe offload nvme.c points into its buffers */
-      s->master = e->master + run->opt_offset;
+    if (e->exp_avg) { /* in memory; with NVMe offload nvme.c points into its buffers */
+      s->master = e->master ? e->master + run->opt_offset : NULL; /* NULL: below */
       s->exp_avg = e->exp_avg + run->opt_offset;
       s->exp_avg_sq = e->exp_avg_sq + run->opt_offset;
     }
@@ -143,6 +143,10 @@ static zinc_status adam_segments(zinc_engine *e, zinc_adam_seg **out) {
     else
       s->param_out = zinc_unit_ptr(seg->full, u) +
                      (size_t)run->unit_offset * zinc_dtype_size(u->dtype);
+    if (e->master_in_params) { /* the parameter is the master: update it in place */
+      s->master = s->param_out;
+      s->param_out = NULL;
+    }
   }
   *out = segs;
   return ZINC_OK;
@@ -263,7 +267,8 @@ zinc_status zinc_params_from_master(zinc_engine *e) {
   zinc_status st = zinc_calloc((void **)&master, PIECE, 4, "parameter refresh");
   if (st == ZINC_OK)
     st = zinc_calloc(&cast, PIECE, 4, "parameter refresh");
-  for (int i = 0; i < e->nruns && st == ZINC_OK; i++) {
+  /* with the master in the parameter memory the owned chunks are current */
+  for (int i = 0; i < e->nruns && st == ZINC_OK && !e->master_in_params; i++) {
     const zinc_opt_run *run = &e->runs[i];
     const zinc_unit *u = &e->units[run->unit];
     size_t es = zinc_dtype_size(u->dtype);
