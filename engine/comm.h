@@ -115,6 +115,9 @@ zinc_status zinc_comm_self_create(zinc_comm **out);
 zinc_status zinc_comm_mpi_create(void *mpi_comm, double timeout_s, zinc_comm **out);
 /* 1 when zinc was built with MPI. */
 int zinc_comm_mpi_available(void);
+/* 1 when MPI is initialised or this process was started by an MPI launcher
+ * (mpirun, srun, ...): a lone process started directly needs no MPI. */
+int zinc_comm_mpi_wanted(void);
 
 /* NCCL comm over the same ranks as `bootstrap` (an mpi comm): the unique id
  * is broadcast over it. Operations run on the comm's own stream, ordered

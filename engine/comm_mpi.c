@@ -357,4 +357,19 @@ zinc_status zinc_comm_mpi_create(void *mpi_comm, double timeout_s, zinc_comm **o
   return create_from(dup, provided, timeout_s, out);
 }
 
+int zinc_comm_mpi_wanted(void) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized)
+    return 1;
+  /* started by a launcher (mpirun, srun, a PMI/PMIx process manager)? */
+  static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK",
+                               "SLURM_NTASKS", "MPI_LOCALNRANKS", "HYDRA_CONTROL_FD"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+    if (getenv(vars[i]))
+      return 1;
+  return 0;
+}
+
 int zinc_comm_mpi_available(void) { return 1; }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/device_cuda.h"
 #include "engine/profiler.h"
 
 typedef struct {
@@ -218,6 +219,8 @@ zinc_status zinc_memory_stats(const zinc_engine *e, zinc_mem_stats *out) {
     return zinc_error(ZINC_ERR_INVALID, "zinc_memory_stats: NULL %s", e ? "out" : "engine");
   zinc_prof_stats(e->prof, out);
   out->theoretical_model_states = e->built ? zinc_formula_model_states(e) : 0;
+  if (e->dev && e->dev->ops->is_gpu)
+    out->device_process = zinc_device_cuda_process_bytes(e->dev); /* NVML, -1 unknown */
   if (e->dev && e->dev->ops->mem_info) {
     int64_t fr = -1, tot = -1;
     if (e->dev->ops->mem_info(e->dev, &fr, &tot) == ZINC_OK) {

@@ -121,8 +121,10 @@ typedef struct {                 /* what a JSON file should not carry */
 #define ZINC_OPTIONS_INIT { ZINC_DEVICE_AUTO, NULL, 1, NULL, 0 }
 
 /* Create an engine. Collective over the communicator: every rank calls it.
- * If MPI is not initialised, zinc initialises it (MPI_THREAD_MULTIPLE) and
- * finalises it at process exit. cfg is copied; the caller may free it. */
+ * Under an MPI launcher (mpirun, srun) with MPI not initialised, zinc
+ * initialises it (MPI_THREAD_MULTIPLE) and finalises it at process exit; a
+ * process started on its own is a world of one and uses no MPI. cfg is
+ * copied; the caller may free it. */
 ZINC_API zinc_status zinc_engine_create(const zinc_config *cfg,
                                         const zinc_options *opt,
                                         zinc_engine **out);

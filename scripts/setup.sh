@@ -13,6 +13,7 @@ packages=(
   libopenmpi-dev openmpi-bin                    # launcher, CPU collectives
   clang libclang-rt-14-dev                      # libFuzzer, sanitizer runtimes
   fio                                           # the aio benchmark's peer
+  valgrind                                      # memcheck part of the test command
   python3                                       # test readers (stdlib only)
 )
 

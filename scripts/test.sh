@@ -6,8 +6,10 @@
 #      run when a GPU is present and say SKIPPED otherwise;
 #   3. the AddressSanitizer + UBSan build and the suite under it;
 #   4. the ThreadSanitizer build and the threaded tests under it;
-#   5. bounded libFuzzer runs of every parser of outside input.
-# Environment: ZINC_TEST_ONLY=cpu|cuda|asan|tsan|fuzz runs one part;
+#   5. bounded libFuzzer runs of every parser of outside input;
+#   6. valgrind memcheck on the single-process tests (the engine's own tests
+#      run as one process without MPI, the unit tests).
+# Environment: ZINC_TEST_ONLY=cpu|cuda|asan|tsan|fuzz|valgrind runs one part;
 # JOBS=n sets build parallelism (default: number of cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,15 +25,15 @@ stamp() { echo; echo "=== $* ($(date +%H:%M:%S))"; }
 t0=$(date +%s)
 
 if want cpu; then
-  stamp "1/5 CPU build"
+  stamp "1/6 CPU build"
   cmake -S . -B build/cpu -DZINC_CUDA=OFF -DZINC_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build build/cpu -j "$jobs"
-  stamp "1/5 CPU test suite"
+  stamp "1/6 CPU test suite"
   ctest --test-dir build/cpu --output-on-failure -j 2 -LE 'bench|tsan-only'
 fi
 
 if want cuda; then
-  stamp "2/5 CUDA build (compile and link)"
+  stamp "2/6 CUDA build (compile and link)"
   if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null; then
     cmake -S . -B build/cuda -DZINC_CUDA=ON -DZINC_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
     cmake --build build/cuda -j "$jobs"
@@ -43,7 +45,7 @@ if want cuda; then
 fi
 
 if want asan; then
-  stamp "3/5 AddressSanitizer + UBSan build and suite"
+  stamp "3/6 AddressSanitizer + UBSan build and suite"
   cmake -S . -B build/asan -DZINC_CUDA=OFF -DZINC_WERROR=ON -DZINC_SANITIZE=address,undefined \
         -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZINC_BENCH=OFF >/dev/null
   cmake --build build/asan -j "$jobs"
@@ -51,7 +53,7 @@ if want asan; then
 fi
 
 if want tsan; then
-  stamp "4/5 ThreadSanitizer build and threaded tests"
+  stamp "4/6 ThreadSanitizer build and threaded tests"
   cmake -S . -B build/tsan -DZINC_CUDA=OFF -DZINC_WERROR=ON -DZINC_SANITIZE=thread \
         -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZINC_BENCH=OFF -DZINC_EXAMPLES=OFF >/dev/null
   cmake --build build/tsan -j "$jobs"
@@ -59,11 +61,39 @@ if want tsan; then
 fi
 
 if want fuzz; then
-  stamp "5/5 bounded fuzzing"
+  stamp "5/6 bounded fuzzing"
   CC=clang cmake -S . -B build/fuzz -DZINC_CUDA=OFF -DZINC_FUZZ=ON -DZINC_TESTS=ON \
         -DZINC_EXAMPLES=OFF -DZINC_BENCH=OFF -DZINC_TOOLS=OFF >/dev/null
   cmake --build build/fuzz -j "$jobs"
   ctest --test-dir build/fuzz --output-on-failure -L fuzz
+fi
+
+if want valgrind; then
+  stamp "6/6 valgrind memcheck, single-process tests"
+  if ! command -v valgrind >/dev/null; then
+    echo "SKIPPED: valgrind is not installed (scripts/setup.sh installs it)"
+  else
+    if [ ! -x build/cpu/tests/engine/test_stages ]; then
+      cmake -S . -B build/cpu -DZINC_CUDA=OFF -DZINC_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+      cmake --build build/cpu -j "$jobs"
+    fi
+    export ZINC_TEST_BINARY_DIR="$root/build/cpu" ZINC_TEST_SOURCE_DIR="$root"
+    # run directly (no mpirun): a lone process is a world of one without MPI
+    for t in engine/test_stages engine/test_engine_checks engine/test_layout base/test_base \
+             config/test_config_corpus config/test_config_batch config/test_config_warnings \
+             config/test_config_roundtrip sched/test_lr_schedule sched/test_loss_scaler \
+             optim/test_threadpool optim/test_adam_reference optim/test_cpu_sumsq \
+             device/test_device_cpu topology/test_topology aio/test_aio_engine aio/test_aio_faults \
+             aio/test_swap aio/test_swap_faults gpt/test_gpt_data; do
+      start=$(date +%s)
+      if ! valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
+           "build/cpu/tests/$t" >"build/cpu/valgrind-$(basename "$t").log" 2>&1; then
+        cat "build/cpu/valgrind-$(basename "$t").log"
+        echo "valgrind: $t FAILED"; exit 1
+      fi
+      echo "valgrind: $t clean ($(( $(date +%s) - start )) s)"
+    done
+  fi
 fi
 
 echo
