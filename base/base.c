@@ -224,6 +224,28 @@ char *zinc_strdup(const char *s) {
   return d;
 }
 
+char *zinc_path_join(const char *a, const char *b) {
+  size_t n = strlen(a) + strlen(b) + 2;
+  char *p = malloc(n);
+  if (p)
+    snprintf(p, n, "%s/%s", a, b);
+  return p;
+}
+
+zinc_status zinc_grow(void **arr, int *cap, int need, size_t elem, const char *what) {
+  if (need <= *cap)
+    return ZINC_OK;
+  int ncap = *cap ? *cap : 16;
+  while (ncap < need)
+    ncap *= 2;
+  void *p = realloc(*arr, (size_t)ncap * elem);
+  if (!p)
+    return zinc_error(ZINC_ERR_NOMEM, "out of memory for %d %s", ncap, what);
+  *arr = p;
+  *cap = ncap;
+  return ZINC_OK;
+}
+
 /* ------------------------------------------------------------------ crc32c */
 
 static uint32_t crc32c_table[8][256];

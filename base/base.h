@@ -88,6 +88,11 @@ zinc_status zinc_calloc(void **out, size_t count, size_t size, const char *what)
 zinc_status zinc_aligned_alloc(void **out, size_t alignment, size_t bytes,
                                const char *what);
 char *zinc_strdup(const char *s); /* NULL on NULL or out of memory */
+/* "a/b", malloc'ed; NULL when out of memory. */
+char *zinc_path_join(const char *a, const char *b);
+/* Make room for at least `need` elements of `elem` bytes in *arr, whose
+ * capacity is *cap (doubling); ZINC_ERR_NOMEM names `what`. */
+zinc_status zinc_grow(void **arr, int *cap, int need, size_t elem, const char *what);
 
 /* Overflow-checked size arithmetic: returns 0 on overflow. */
 static inline int zinc_mul_ok(uint64_t a, uint64_t b, uint64_t *out) {

@@ -33,14 +33,6 @@
 
 #define STAGING_ELEMS (1 << 20) /* 4 MiB of f32 between device and file */
 
-static char *path_join(const char *a, const char *b) {
-  size_t n = strlen(a) + strlen(b) + 2;
-  char *s = malloc(n);
-  if (s)
-    snprintf(s, n, "%s/%s", a, b);
-  return s;
-}
-
 static const char *section_names[3] = {"fp32_master", "exp_avg", "exp_avg_sq"};
 
 static zinc_status check_call(zinc_engine *e, const char *dir, const char *tag, const char *what,
@@ -98,14 +90,8 @@ typedef struct {
 static zinc_status collect_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
                                  int64_t chunk_off, int64_t param_off, int64_t len, void *ctx) {
   piece_list *l = ctx;
-  if (l->n == l->cap) {
-    int ncap = l->cap ? 2 * l->cap : 16;
-    zinc_manifest_piece *p = realloc(l->pieces, (size_t)ncap * sizeof *p);
-    if (!p)
-      return zinc_error(ZINC_ERR_NOMEM, "out of memory building the manifest");
-    l->pieces = p;
-    l->cap = ncap;
-  }
+  ZINC_CHECK(zinc_grow((void **)&l->pieces, &l->cap, l->n + 1, sizeof *l->pieces,
+                       "manifest pieces"));
   l->pieces[l->n++] = (zinc_manifest_piece){.file = r,
                                             .file_offset = u->shard_offset + chunk_off,
                                             .param_offset = param_off,
@@ -181,7 +167,7 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
     st = zinc_error(ZINC_ERR_NOMEM, "out of memory writing the manifest");
     goto out;
   }
-  char *mpath = path_join(partial, ZINC_MANIFEST_NAME);
+  char *mpath = zinc_path_join(partial, ZINC_MANIFEST_NAME);
   st = zinc_file_write_atomic(mpath, json, strlen(json));
   free(mpath);
   if (st != ZINC_OK)
@@ -190,7 +176,7 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
   crcs[e->dp_size] = zinc_crc32c(0, json, strlen(json));
   bytes[e->dp_size] = (int64_t)strlen(json);
   if (extra) { /* a file beside the shards, e.g. the consolidated weights */
-    char *xpath = path_join(partial, extra);
+    char *xpath = zinc_path_join(partial, extra);
     st = xpath ? zinc_file_crc(xpath, &crcs[nsums], &bytes[nsums]) : zinc_error(ZINC_ERR_NOMEM, "oom");
     free(xpath);
     if (st != ZINC_OK)
@@ -198,7 +184,7 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
     names[nsums++] = zinc_strdup(extra);
   }
   sums = zinc_checksums_format((const char *const *)names, crcs, bytes, nsums);
-  char *spath = path_join(partial, ZINC_CHECKSUMS_NAME);
+  char *spath = zinc_path_join(partial, ZINC_CHECKSUMS_NAME);
   st = sums ? zinc_file_write_atomic(spath, sums, strlen(sums))
             : zinc_error(ZINC_ERR_NOMEM, "out of memory");
   free(spath);
@@ -228,7 +214,7 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
   double t0 = zinc_now();
   char partial_name[256];
   snprintf(partial_name, sizeof partial_name, ".%s.partial", tag);
-  char *final = path_join(dir, tag), *partial = path_join(dir, partial_name);
+  char *final = zinc_path_join(dir, tag), *partial = zinc_path_join(dir, partial_name);
   char *shard = NULL;
   int64_t *info = calloc(2 * (size_t)e->dp_size, sizeof *info);
   zinc_status st = final && partial && info ? ZINC_OK
@@ -246,7 +232,7 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
   if (st == ZINC_OK) {
     char name[32];
     snprintf(name, sizeof name, "rank_%05d.zshard", e->dp_rank);
-    shard = path_join(partial, name);
+    shard = zinc_path_join(partial, name);
     uint32_t crc = 0;
     int64_t bytes = 0;
     st = shard ? write_shard(e, shard, &crc, &bytes) : zinc_error(ZINC_ERR_NOMEM, "oom");
@@ -258,7 +244,7 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
   /* 3. consolidated 16-bit weights when asked (collective) */
   const char *extra = e->cfg.stage3_gather_16bit_weights_on_model_save ? "model.safetensors" : NULL;
   if (st == ZINC_OK && extra) {
-    char *xpath = path_join(partial, extra);
+    char *xpath = zinc_path_join(partial, extra);
     st = xpath ? zinc_export_safetensors(e, xpath, -1) : zinc_error(ZINC_ERR_NOMEM, "oom");
     free(xpath);
   }
@@ -275,7 +261,7 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
     if (st == ZINC_OK && exchanged)
       zinc_remove_tree(partial); /* the previous save of this tag */
     if (st == ZINC_OK) {
-      char *latest = path_join(dir, ZINC_LATEST_NAME);
+      char *latest = zinc_path_join(dir, ZINC_LATEST_NAME);
       char line[256];
       snprintf(line, sizeof line, "%s\n", tag);
       st = latest ? zinc_file_write_atomic(latest, line, strlen(line))
@@ -372,7 +358,7 @@ typedef struct {
 
 static zinc_status reader_for(load_ctx *c, int file, zinc_shard_reader **out) {
   if (!c->readers[file]) {
-    char *p = path_join(c->dir->path, c->dir->manifest->files[file].name);
+    char *p = zinc_path_join(c->dir->path, c->dir->manifest->files[file].name);
     if (!p)
       return zinc_error(ZINC_ERR_NOMEM, "oom");
     zinc_status st = zinc_shard_reader_open(p, &c->readers[file]);

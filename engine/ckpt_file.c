@@ -653,14 +653,6 @@ zinc_status zinc_ckpt_tag_check(const char *tag) {
   return ZINC_OK;
 }
 
-static char *join(const char *a, const char *b) {
-  size_t n = strlen(a) + strlen(b) + 2;
-  char *s = malloc(n);
-  if (s)
-    snprintf(s, n, "%s/%s", a, b);
-  return s;
-}
-
 zinc_status zinc_ckpt_dir_open(const char *dir, const char *tag, zinc_ckpt_dir **out) {
   *out = NULL;
   if (!dir)
@@ -672,7 +664,7 @@ zinc_status zinc_ckpt_dir_open(const char *dir, const char *tag, zinc_ckpt_dir *
   int nentries = 0;
   zinc_ckpt_dir *d = NULL;
   if (!tag) {
-    char *latest = join(dir, ZINC_LATEST_NAME);
+    char *latest = zinc_path_join(dir, ZINC_LATEST_NAME);
     st = latest ? zinc_file_read_all(latest, &tagbuf, &len) : zinc_error(ZINC_ERR_NOMEM, "oom");
     if (st != ZINC_OK)
       zinc_error_wrap(st, "no tag given and no readable %s", latest ? latest : "latest");
@@ -685,13 +677,13 @@ zinc_status zinc_ckpt_dir_open(const char *dir, const char *tag, zinc_ckpt_dir *
     tag = tagbuf;
   }
   ZINC_CHECK_GOTO(zinc_ckpt_tag_check(tag), st, out);
-  path = join(dir, tag);
+  path = zinc_path_join(dir, tag);
   if (!path) {
     st = zinc_error(ZINC_ERR_NOMEM, "out of memory");
     goto out;
   }
   {
-    char *cpath = join(path, ZINC_CHECKSUMS_NAME);
+    char *cpath = zinc_path_join(path, ZINC_CHECKSUMS_NAME);
     st = zinc_file_read_all(cpath, &sums, &sums_len);
     if (st == ZINC_OK)
       st = zinc_checksums_parse(sums, sums_len, cpath, &entries, &nentries);
@@ -700,7 +692,7 @@ zinc_status zinc_ckpt_dir_open(const char *dir, const char *tag, zinc_ckpt_dir *
       goto out;
   }
   {
-    char *mpath = join(path, ZINC_MANIFEST_NAME);
+    char *mpath = zinc_path_join(path, ZINC_MANIFEST_NAME);
     st = zinc_file_read_all(mpath, &text, &len);
     int found = 0;
     for (int i = 0; st == ZINC_OK && i < nentries; i++)
@@ -754,7 +746,7 @@ out:
 
 zinc_status zinc_ckpt_dir_verify_file(const zinc_ckpt_dir *d, int i) {
   const zinc_manifest_file *f = &d->manifest->files[i];
-  char *p = join(d->path, f->name);
+  char *p = zinc_path_join(d->path, f->name);
   if (!p)
     return zinc_error(ZINC_ERR_NOMEM, "out of memory");
   zinc_shard_reader *r = NULL;

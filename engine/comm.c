@@ -32,7 +32,7 @@ const char *zinc_dt_name(int dtype) {
   return "unknown";
 }
 
-static const char *coll_name(zinc_coll_kind k) {
+const char *zinc_coll_name(zinc_coll_kind k) {
   switch (k) {
   case ZINC_COLL_ALLREDUCE: return "all-reduce";
   case ZINC_COLL_REDUCE_SCATTER: return "reduce-scatter";
@@ -49,7 +49,7 @@ zinc_status zinc_coll_validate(const zinc_comm *c, const zinc_coll *colls, int n
     return zinc_error(ZINC_ERR_INVALID, "comm: NULL comm or batch (n=%d)", n);
   for (int i = 0; i < n; i++) {
     const zinc_coll *o = &colls[i];
-    const char *what = coll_name(o->kind);
+    const char *what = zinc_coll_name(o->kind);
     if ((unsigned)o->kind > ZINC_COLL_BARRIER)
       return zinc_error(ZINC_ERR_INVALID, "comm %s: operation %d of the batch has unknown kind %d",
                         c->ops->name, i, (int)o->kind);

@@ -147,6 +147,9 @@ zinc_status zinc_comm_broadcast(zinc_comm *c, void *buf, size_t count, int dtype
                                 int root);
 zinc_status zinc_comm_barrier(zinc_comm *c);
 
+/* "reduce-scatter", "all-gather", ... */
+const char *zinc_coll_name(zinc_coll_kind k);
+
 /* Check a batch's arguments (kinds, dtypes, NULL buffers, counts) before a
  * backend touches them; every backend calls it first. */
 zinc_status zinc_coll_validate(const zinc_comm *c, const zinc_coll *colls, int n);

@@ -96,16 +96,11 @@ double zinc_mpi_deadline(const zinc_mpi *m) {
 }
 
 void zinc_mpi_describe(const zinc_coll *o, char *buf, size_t len) {
-  const char *name = "unknown collective";
-  switch (o->kind) {
-  case ZINC_COLL_ALLREDUCE: name = "all-reduce"; break;
-  case ZINC_COLL_REDUCE_SCATTER: name = "reduce-scatter"; break;
-  case ZINC_COLL_ALLGATHER: name = "all-gather"; break;
-  case ZINC_COLL_ALLGATHERV: name = "all-gatherv"; break;
-  case ZINC_COLL_BROADCAST: name = "broadcast"; break;
-  case ZINC_COLL_BARRIER: snprintf(buf, len, "barrier"); return;
-  }
-  snprintf(buf, len, "%s of %zu %s", name, o->count, zinc_dt_name(o->dtype));
+  if (o->kind == ZINC_COLL_BARRIER)
+    snprintf(buf, len, "barrier");
+  else
+    snprintf(buf, len, "%s of %zu %s", zinc_coll_name(o->kind), o->count,
+             zinc_dt_name(o->dtype));
 }
 
 /* ------------------------------------------------------------- batches */

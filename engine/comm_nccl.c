@@ -82,18 +82,6 @@ typedef struct {
 
 static nccl_impl *impl_of(zinc_comm *c) { return c->impl; }
 
-static const char *kind_name(zinc_coll_kind k) {
-  switch (k) {
-  case ZINC_COLL_ALLREDUCE: return "all-reduce";
-  case ZINC_COLL_REDUCE_SCATTER: return "reduce-scatter";
-  case ZINC_COLL_ALLGATHER: return "all-gather";
-  case ZINC_COLL_ALLGATHERV: return "all-gatherv";
-  case ZINC_COLL_BROADCAST: return "broadcast";
-  case ZINC_COLL_BARRIER: return "barrier";
-  }
-  return "collective";
-}
-
 static ncclDataType_t nccl_type(int dtype) {
   switch (dtype) {
   case ZINC_F32: return ncclFloat32;
@@ -267,7 +255,7 @@ static zinc_status nccl_start(zinc_comm *c, const zinc_coll *colls, int n, zinc_
     st = settle(c->rank, c->size, c->timeout_s, ni->nccl, req->started, "enqueueing a batch");
   else if (first != ncclSuccess)
     st = zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): %s (operation %d of a batch of "
-                    "%d): %s (%s)", c->rank, c->size, kind_name(colls[failed_at].kind),
+                    "%d): %s (%s)", c->rank, c->size, zinc_coll_name(colls[failed_at].kind),
                     failed_at, n, ncclGetErrorString(first), ncclGetLastError(ni->nccl));
   else if (end != ncclSuccess)
     st = zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): ending the group of a batch of "
@@ -297,7 +285,7 @@ static zinc_status poll_once(zinc_comm *c, zinc_comm_req *req, int *done) {
   }
   if (q != cudaErrorNotReady) {
     zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): %s batch of %d failed on the "
-               "device: %s", c->rank, c->size, kind_name(req->first_kind), req->nops,
+               "device: %s", c->rank, c->size, zinc_coll_name(req->first_kind), req->nops,
                cudaGetErrorString(q));
     return comm_abort(c);
   }
@@ -307,14 +295,14 @@ static zinc_status poll_once(zinc_comm *c, zinc_comm_req *req, int *done) {
     async = r;
   if (async != ncclSuccess && async != ncclInProgress) {
     zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): %s batch of %d: %s (%s); a peer "
-               "may have died", c->rank, c->size, kind_name(req->first_kind), req->nops,
+               "may have died", c->rank, c->size, zinc_coll_name(req->first_kind), req->nops,
                ncclGetErrorString(async), ncclGetLastError(ni->nccl));
     return comm_abort(c);
   }
   if (timed_out(c->timeout_s, req->started)) {
     zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): %s batch of %d not done after "
                "%.0f s: a peer is lost or stuck (raise the comm timeout if it is only slow)",
-               c->rank, c->size, kind_name(req->first_kind), req->nops, c->timeout_s);
+               c->rank, c->size, zinc_coll_name(req->first_kind), req->nops, c->timeout_s);
     return comm_abort(c);
   }
   return ZINC_OK;

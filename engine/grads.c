@@ -297,25 +297,14 @@ static zinc_status launch(zinc_engine *e) {
     }
   }
   /* record the reduction */
-  if (e->ninflight == e->inflight_cap) {
-    int ncap = e->inflight_cap ? e->inflight_cap * 2 : 16;
-    zinc_reduction *r = realloc(e->inflight, (size_t)ncap * sizeof *r);
-    if (!r) {
-      free(colls);
-      return zinc_error(ZINC_ERR_NOMEM, "out of memory tracking reductions");
-    }
-    e->inflight = r;
-    e->inflight_cap = ncap;
-  }
-  if (e->nlaunched + e->npending > e->launched_cap) {
-    int ncap = (e->nlaunched + e->npending) * 2;
-    int *l = realloc(e->launched_modules, (size_t)ncap * sizeof *l);
-    if (!l) {
-      free(colls);
-      return zinc_error(ZINC_ERR_NOMEM, "out of memory tracking reductions");
-    }
-    e->launched_modules = l;
-    e->launched_cap = ncap;
+  zinc_status gst = zinc_grow((void **)&e->inflight, &e->inflight_cap, e->ninflight + 1,
+                              sizeof *e->inflight, "reductions");
+  if (gst == ZINC_OK)
+    gst = zinc_grow((void **)&e->launched_modules, &e->launched_cap,
+                    e->nlaunched + e->npending, sizeof *e->launched_modules, "reductions");
+  if (gst != ZINC_OK) {
+    free(colls);
+    return gst;
   }
   zinc_reduction *r = &e->inflight[e->ninflight];
   r->first_module = e->nlaunched;

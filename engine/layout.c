@@ -66,18 +66,6 @@ static zinc_status layout_segments(zinc_engine *e, zinc_module *m) {
   return ZINC_OK;
 }
 
-static zinc_status units_grow(zinc_engine *e, int *cap) {
-  if (e->nunits < *cap)
-    return ZINC_OK;
-  int ncap = *cap ? *cap * 2 : 64;
-  zinc_unit *u = realloc(e->units, (size_t)ncap * sizeof *u);
-  if (!u)
-    return zinc_error(ZINC_ERR_NOMEM, "out of memory for %d partition units", ncap);
-  e->units = u;
-  *cap = ncap;
-  return ZINC_OK;
-}
-
 /* Decay flag of element x of a segment: the flag of the last parameter that
  * starts at or before x (padding after a parameter inherits its flag; it is
  * zero either way). Returns the end of the run of that flag. */
@@ -109,14 +97,8 @@ static zinc_status runs_add(zinc_engine *e, int *cap, zinc_opt_run run) {
       return ZINC_OK;
     }
   }
-  if (e->nruns == *cap) {
-    int ncap = *cap ? *cap * 2 : 64;
-    zinc_opt_run *r = realloc(e->runs, (size_t)ncap * sizeof *r);
-    if (!r)
-      return zinc_error(ZINC_ERR_NOMEM, "out of memory for %d optimizer runs", ncap);
-    e->runs = r;
-    *cap = ncap;
-  }
+  ZINC_CHECK(zinc_grow((void **)&e->runs, cap, e->nruns + 1, sizeof *e->runs,
+                       "optimizer runs"));
   e->runs[e->nruns++] = run;
   return ZINC_OK;
 }
@@ -173,7 +155,8 @@ zinc_status zinc_layout_build(zinc_engine *e) {
       zinc_segment *seg = &m->segs[s];
       seg->first_unit = e->nunits;
       for (int64_t off = 0; off < seg->numel; off += e->unit_max) {
-        ZINC_CHECK(units_grow(e, &cap));
+        ZINC_CHECK(zinc_grow((void **)&e->units, &cap, e->nunits + 1, sizeof *e->units,
+                             "partition units"));
         int64_t len = seg->numel - off < e->unit_max ? seg->numel - off : e->unit_max;
         zinc_unit *u = &e->units[e->nunits++];
         u->module = mi;

@@ -110,14 +110,8 @@ void zinc_prof_step_done(zinc_prof *p) {
 }
 
 zinc_status zinc_prof_sample(zinc_prof *p, int64_t step, int64_t micro, int phase) {
-  if (p->nsamples == p->cap) {
-    int ncap = p->cap ? 2 * p->cap : 1024;
-    prof_sample *s = realloc(p->samples, (size_t)ncap * sizeof *s);
-    if (!s)
-      return zinc_error(ZINC_ERR_NOMEM, "out of memory for the memory timeline");
-    p->samples = s;
-    p->cap = ncap;
-  }
+  ZINC_CHECK(zinc_grow((void **)&p->samples, &p->cap, p->nsamples + 1, sizeof *p->samples,
+                       "memory timeline samples"));
   if (p->nsamples == 0)
     p->t0 = zinc_now();
   prof_sample *s = &p->samples[p->nsamples++];

@@ -20,18 +20,6 @@ static int name_ok(const char *name) {
   return 1;
 }
 
-static zinc_status grow(void **arr, int *cap, int n, size_t elem, const char *what) {
-  if (n < *cap)
-    return ZINC_OK;
-  int ncap = *cap ? *cap * 2 : 16;
-  void *p = realloc(*arr, (size_t)ncap * elem);
-  if (!p)
-    return zinc_error(ZINC_ERR_NOMEM, "out of memory registering %s", what);
-  *arr = p;
-  *cap = ncap;
-  return ZINC_OK;
-}
-
 zinc_module *zinc_module_add(zinc_engine *e, const char *name) {
   if (!e) {
     zinc_error(ZINC_ERR_INVALID, "zinc_module_add: engine is NULL");
@@ -52,8 +40,8 @@ zinc_module *zinc_module_add(zinc_engine *e, const char *name) {
                name);
     return NULL;
   }
-  if (grow((void **)&e->modules, &e->modules_cap, e->nmodules, sizeof *e->modules,
-           name) != ZINC_OK)
+  if (zinc_grow((void **)&e->modules, &e->modules_cap, e->nmodules + 1, sizeof *e->modules,
+                "modules") != ZINC_OK)
     return NULL;
   zinc_module *m = calloc(1, sizeof *m);
   if (!m || !(m->name = zinc_strdup(name))) {
@@ -114,9 +102,10 @@ zinc_param *zinc_param_add(zinc_engine *e, zinc_module *m, const char *name,
     }
     numel = (int64_t)prod;
   }
-  if (grow((void **)&m->params, &m->cap, m->nparams, sizeof *m->params, name) != ZINC_OK ||
-      grow((void **)&e->params, &e->params_cap, e->nparams, sizeof *e->params, name) !=
-          ZINC_OK)
+  if (zinc_grow((void **)&m->params, &m->cap, m->nparams + 1, sizeof *m->params,
+                "parameters") != ZINC_OK ||
+      zinc_grow((void **)&e->params, &e->params_cap, e->nparams + 1, sizeof *e->params,
+                "parameters") != ZINC_OK)
     return NULL;
   zinc_param *p = calloc(1, sizeof *p);
   if (!p || !(p->name = zinc_strdup(name))) {

@@ -75,14 +75,8 @@ zinc_status zinc_trace_event_add(zinc_engine *e, zinc_event_kind kind, zinc_modu
       if (st != ZINC_OK)
         return zinc_engine_fail(e, st);
     }
-    if (e->ntrace == e->trace_cap) {
-      int ncap = e->trace_cap ? e->trace_cap * 2 : 64;
-      zinc_trace_event *t = realloc(e->trace, (size_t)ncap * sizeof *t);
-      if (!t)
-        return zinc_error(ZINC_ERR_NOMEM, "out of memory recording the module order");
-      e->trace = t;
-      e->trace_cap = ncap;
-    }
+    ZINC_CHECK(zinc_grow((void **)&e->trace, &e->trace_cap, e->ntrace + 1, sizeof *e->trace,
+                         "recorded calls"));
     e->trace[e->ntrace++] = (zinc_trace_event){.kind = kind, .module = m->index};
     return replay_event(e, e->ntrace - 1);
   }

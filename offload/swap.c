@@ -60,14 +60,6 @@ struct zinc_swap {
 
 /* ------------------------------------------------------------- helpers */
 
-static char *path_join(const char *a, const char *b) {
-  size_t n = strlen(a) + strlen(b) + 2;
-  char *p = malloc(n);
-  if (p)
-    snprintf(p, n, "%s/%s", a, b);
-  return p;
-}
-
 static void owner_of(int lock_fd, char *owner, size_t len) {
   ssize_t n = pread(lock_fd, owner, len - 1, 0);
   owner[n > 0 ? n : 0] = '\0';
@@ -114,7 +106,7 @@ static void clear_stale(const char *path, const char *own) {
   while ((e = readdir(d))) {
     if (strncmp(e->d_name, SWAP_PREFIX, strlen(SWAP_PREFIX)) || !strcmp(e->d_name, own))
       continue;
-    char *dir = path_join(path, e->d_name), *lock = dir ? path_join(dir, SWAP_LOCK) : NULL;
+    char *dir = zinc_path_join(path, e->d_name), *lock = dir ? zinc_path_join(dir, SWAP_LOCK) : NULL;
     struct stat st;
     if (!lock || lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
       free(dir);
@@ -173,8 +165,8 @@ static void job_key(const char *given, char *key, size_t len) {
 static zinc_status open_stripe_dir(zinc_swap *sw, int i, const char *path,
                                    const char *dirname) {
   swap_stripe *s = &sw->stripes[i];
-  s->dir = path_join(path, dirname);
-  char *lock = s->dir ? path_join(s->dir, SWAP_LOCK) : NULL;
+  s->dir = zinc_path_join(path, dirname);
+  char *lock = s->dir ? zinc_path_join(s->dir, SWAP_LOCK) : NULL;
   zinc_status st = ZINC_OK;
   if (!lock) {
     st = zinc_error(ZINC_ERR_NOMEM, "out of host memory naming swap directories");
@@ -278,7 +270,7 @@ static zinc_status reserve(zinc_swap *sw, int i) {
   swap_stripe *s = &sw->stripes[i];
   char name[32];
   snprintf(name, sizeof name, "stripe%d.swap", i);
-  s->data_path = path_join(s->dir, name);
+  s->data_path = zinc_path_join(s->dir, name);
   if (!s->data_path)
     return zinc_error(ZINC_ERR_NOMEM, "out of host memory naming swap files");
   ZINC_CHECK(zinc_aio_file_open(sw->aio, s->data_path, O_CREAT | O_EXCL, 0600, &s->file));
@@ -421,7 +413,7 @@ void zinc_swap_destroy(zinc_swap *sw) {
       zinc_log(ZINC_LOG_WARN, "could not remove swap file %s: %s", s->data_path,
                strerror(errno));
     if (s->made_dir && s->lock_fd >= 0) {
-      char *lock = path_join(s->dir, SWAP_LOCK);
+      char *lock = zinc_path_join(s->dir, SWAP_LOCK);
       if (lock)
         unlink(lock);
       free(lock);
