@@ -239,26 +239,42 @@ static inline double et_micro_batch(et_model *m, const tm_shape *sh, zinc_dtype 
   return loss;
 }
 
-/* Train r->steps steps through zinc; return the full fp32 master params
- * (final[i], numel each) and the loss of every step (per rank). */
-static inline void et_train(const et_run *r, float **final, double *losses,
-                            zinc_mem_stats *stats) {
+/* An engine for run r on the cpu device, one thread (mpi_comm: MPI_Comm*
+ * to use, or NULL for the world); et_open also registers and builds the
+ * tiny model. */
+static inline zinc_engine *et_create(const et_run *r, void *mpi_comm) {
   char *json = et_config_json(r);
   zinc_config *cfg = NULL;
   ET_OK(zinc_config_parse(json, &cfg));
   free(json);
-  zinc_engine *e = NULL;
   zinc_options opt = ZINC_OPTIONS_INIT;
   opt.device = ZINC_DEVICE_CPU;
   opt.threads = 1;
+  opt.mpi_comm = mpi_comm;
+  zinc_engine *e = NULL;
   ET_OK(zinc_engine_create(cfg, &opt, &e));
   zinc_config_free(cfg);
-  et_rank = zinc_rank(e);
-  et_world = zinc_world_size(e);
+  if (!mpi_comm) { /* an engine over a sub-group must not change the test's view */
+    et_rank = zinc_rank(e);
+    et_world = zinc_world_size(e);
+  }
+  return e;
+}
+
+static inline zinc_engine *et_open(const et_run *r, void *mpi_comm, et_model *m) {
+  zinc_engine *e = et_create(r, mpi_comm);
+  et_model_register(m, e, &r->shape, r->dtype);
+  m->ictx.shape = &r->shape;
+  ET_OK(zinc_engine_build(e, et_init, &m->ictx));
+  return e;
+}
+
+/* Train r->steps steps through zinc; return the full fp32 master params
+ * (final[i], numel each) and the loss of every step (per rank). */
+static inline void et_train(const et_run *r, float **final, double *losses,
+                            zinc_mem_stats *stats) {
   et_model m;
-  et_model_register(&m, e, &r->shape, r->dtype);
-  m.ictx.shape = &r->shape;
-  ET_OK(zinc_engine_build(e, et_init, &m.ictx));
+  zinc_engine *e = et_open(r, NULL, &m);
   int N = zinc_dp_size(e), me = zinc_dp_rank(e);
   for (int s = 0; s < r->steps; s++) {
     double l = 0;

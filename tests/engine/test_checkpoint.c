@@ -18,23 +18,6 @@
 
 static char ckpt_root[512];
 
-static zinc_engine *open_engine(const et_run *r, MPI_Comm comm, et_model *m) {
-  char *json = et_config_json(r);
-  zinc_config *cfg = NULL;
-  ET_OK(zinc_config_parse(json, &cfg));
-  free(json);
-  zinc_options opt = ZINC_OPTIONS_INIT;
-  opt.device = ZINC_DEVICE_CPU;
-  opt.threads = 1;
-  opt.mpi_comm = &comm;
-  zinc_engine *e = NULL;
-  ET_OK(zinc_engine_create(cfg, &opt, &e));
-  zinc_config_free(cfg);
-  et_model_register(m, e, &r->shape, r->dtype);
-  m->ictx.shape = &r->shape;
-  ET_OK(zinc_engine_build(e, et_init, &m->ictx));
-  return e;
-}
 
 static void train(et_model *m, const et_run *r, int from, int to) {
   int N = zinc_dp_size(m->e), me = zinc_dp_rank(m->e);
@@ -92,20 +75,20 @@ static void test_resume(int stage, const char *offload, zinc_dtype dt) {
   snprintf(dir, sizeof dir, "%s/resume_s%d_%s_%s", ckpt_root, stage, offload, zinc_dtype_name(dt));
   snprintf(what, sizeof what, "resume stage %d offload %s %s", stage, offload, zinc_dtype_name(dt));
   et_model a, b, c;
-  zinc_engine *e = open_engine(&r, MPI_COMM_WORLD, &a);
+  zinc_engine *e = et_open(&r, NULL, &a);
   train(&a, &r, 0, 10);
   state straight;
   capture(&a, &r, &straight);
   et_model_free(&a);
   zinc_engine_destroy(e);
 
-  e = open_engine(&r, MPI_COMM_WORLD, &b);
+  e = et_open(&r, NULL, &b);
   train(&b, &r, 0, 5);
   ET_OK(zinc_save_checkpoint(e, dir, "step5"));
   et_model_free(&b);
   zinc_engine_destroy(e);
 
-  e = open_engine(&r, MPI_COMM_WORLD, &c);
+  e = et_open(&r, NULL, &c);
   ET_OK(zinc_load_checkpoint(e, dir, NULL));
   train(&c, &r, 5, 10);
   state resumed;
@@ -123,7 +106,7 @@ static void test_reshard(void) {
   char dir[600];
   snprintf(dir, sizeof dir, "%s/reshard", ckpt_root);
   et_model a;
-  zinc_engine *e = open_engine(&r, MPI_COMM_WORLD, &a);
+  zinc_engine *e = et_open(&r, NULL, &a);
   train(&a, &r, 0, 4);
   state saved;
   capture(&a, &r, &saved);
@@ -148,7 +131,7 @@ static void test_reshard(void) {
           r2.sub_group = 300;
         }
         et_model b;
-        zinc_engine *e2 = open_engine(&r2, sub, &b);
+        zinc_engine *e2 = et_open(&r2, &sub, &b);
         ET_OK(zinc_load_checkpoint(e2, dir, "s3"));
         state got;
         capture(&b, &r2, &got);
@@ -195,7 +178,7 @@ static void test_damage(void) {
   char dir[600], cmd[4096];
   snprintf(dir, sizeof dir, "%s/damage", ckpt_root);
   et_model a;
-  zinc_engine *e = open_engine(&r, MPI_COMM_WORLD, &a);
+  zinc_engine *e = et_open(&r, NULL, &a);
   train(&a, &r, 0, 3);
   ET_OK(zinc_save_checkpoint(e, dir, "good"));
   train(&a, &r, 3, 5); /* now the engine differs from the checkpoint */
@@ -228,7 +211,7 @@ static void test_damage(void) {
   char odir[640];
   snprintf(odir, sizeof odir, "%s/other", ckpt_root);
   et_model o;
-  zinc_engine *e2 = open_engine(&other, MPI_COMM_WORLD, &o);
+  zinc_engine *e2 = et_open(&other, NULL, &o);
   ET_OK(zinc_save_checkpoint(e2, odir, "other"));
   et_model_free(&o);
   zinc_engine_destroy(e2);
@@ -245,7 +228,7 @@ static void test_export(zinc_dtype dt) {
   et_run r = et_defaults();
   r.stage = 3;
   et_model a;
-  zinc_engine *e = open_engine(&r, MPI_COMM_WORLD, &a);
+  zinc_engine *e = et_open(&r, NULL, &a);
   train(&a, &r, 0, 3);
   char path[700], refdir[700], cmd[4096];
   snprintf(path, sizeof path, "%s/export_%s.safetensors", ckpt_root, zinc_dtype_name(dt));
@@ -297,7 +280,7 @@ static void test_save_faults(void) {
   char dir[600], cmd[2400];
   snprintf(dir, sizeof dir, "%s/savefault", ckpt_root);
   et_model m;
-  zinc_engine *e = open_engine(&r, MPI_COMM_WORLD, &m);
+  zinc_engine *e = et_open(&r, NULL, &m);
   train(&m, &r, 0, 2);
   ET_OK(zinc_save_checkpoint(e, dir, "good"));
   state saved;
@@ -340,7 +323,7 @@ static void test_tool(void) {
   snprintf(a, sizeof a, "%s/tool_engine.safetensors", ckpt_root);
   snprintf(b, sizeof b, "%s/tool_cli.safetensors", ckpt_root);
   et_model m;
-  zinc_engine *e = open_engine(&r, MPI_COMM_WORLD, &m);
+  zinc_engine *e = et_open(&r, NULL, &m);
   train(&m, &r, 0, 2);
   ET_OK(zinc_save_checkpoint(e, dir, "t"));
   ET_OK(zinc_export_safetensors(e, a, ZINC_BF16));

@@ -13,21 +13,6 @@
  */
 #include "engine_test.h"
 
-static zinc_engine *make_engine(const et_run *r) {
-  char *json = et_config_json(r);
-  zinc_config *cfg = NULL;
-  ET_OK(zinc_config_parse(json, &cfg));
-  free(json);
-  zinc_engine *e = NULL;
-  zinc_options opt = ZINC_OPTIONS_INIT;
-  opt.device = ZINC_DEVICE_CPU;
-  opt.threads = 1;
-  ET_OK(zinc_engine_create(cfg, &opt, &e));
-  zinc_config_free(cfg);
-  et_rank = zinc_rank(e);
-  et_world = zinc_world_size(e);
-  return e;
-}
 
 static void get_state(zinc_engine *e, et_model *m, zinc_state_kind kind, float **out) {
   for (int i = 0; i < TM_NPARAM; i++)
@@ -41,7 +26,7 @@ static void test_overflow(int stage) {
   r.stage = stage;
   r.dtype = ZINC_F16;
   r.fp16_window = 3;
-  zinc_engine *e = make_engine(&r);
+  zinc_engine *e = et_create(&r, NULL);
   et_model m;
   et_model_register(&m, e, &r.shape, r.dtype);
   m.ictx.shape = &r.shape;
@@ -117,7 +102,7 @@ static void test_memory(int stage, zinc_dtype dt, const char *offload) {
   r.dtype = dt;
   r.offload = offload;
   r.reduce_bucket = 200000;
-  zinc_engine *e = make_engine(&r);
+  zinc_engine *e = et_create(&r, NULL);
   for (int k = 0; k < 4; k++) {
     char name[16];
     snprintf(name, sizeof name, "block%d", k);
@@ -152,7 +137,7 @@ static int64_t gathered_peak_bytes(int64_t max_live, int64_t prefetch) {
   r.stage = 3;
   r.max_live = max_live;
   r.prefetch = prefetch;
-  zinc_engine *e = make_engine(&r);
+  zinc_engine *e = et_create(&r, NULL);
   et_model m;
   et_model_register(&m, e, &r.shape, r.dtype);
   m.ictx.shape = &r.shape;
@@ -197,7 +182,7 @@ static void test_max_live(void) {
 static void test_misuse(void) {
   et_run r = et_defaults();
   r.stage = 3;
-  zinc_engine *e = make_engine(&r);
+  zinc_engine *e = et_create(&r, NULL);
   et_model m;
   et_model_register(&m, e, &r.shape, r.dtype);
   m.ictx.shape = &r.shape;
@@ -209,7 +194,7 @@ static void test_misuse(void) {
   EXPECT_INVALID(zinc_engine_build(e, et_init, &m.ictx));
   ET_CHECK(zinc_module_add(e, "late") == NULL, "module added after build");
   /* a module of another engine, NULL */
-  zinc_engine *other = make_engine(&r);
+  zinc_engine *other = et_create(&r, NULL);
   zinc_module *foreign = zinc_module_add(other, "foreign");
   EXPECT_INVALID(zinc_module_fetch(e, foreign));
   EXPECT_INVALID(zinc_module_fetch(e, NULL));
@@ -256,7 +241,7 @@ static void test_divergence(int first_micro) {
     return;
   et_run r = et_defaults();
   r.stage = 3;
-  zinc_engine *e = make_engine(&r);
+  zinc_engine *e = et_create(&r, NULL);
   et_model m;
   et_model_register(&m, e, &r.shape, r.dtype);
   m.ictx.shape = &r.shape;
@@ -307,7 +292,7 @@ static void test_init_mismatch(void) {
   if (et_world < 2)
     return;
   et_run r = et_defaults();
-  zinc_engine *e = make_engine(&r);
+  zinc_engine *e = et_create(&r, NULL);
   et_model m;
   et_model_register(&m, e, &r.shape, r.dtype);
   zinc_status st = zinc_engine_build(e, rank_init, NULL);

@@ -21,22 +21,6 @@
 
 static char root[512];
 
-static zinc_engine *open_engine(const et_run *r, et_model *m) {
-  char *json = et_config_json(r);
-  zinc_config *cfg = NULL;
-  ET_OK(zinc_config_parse(json, &cfg));
-  free(json);
-  zinc_options opt = ZINC_OPTIONS_INIT;
-  opt.device = ZINC_DEVICE_CPU;
-  opt.threads = 1;
-  zinc_engine *e = NULL;
-  ET_OK(zinc_engine_create(cfg, &opt, &e));
-  zinc_config_free(cfg);
-  et_model_register(m, e, &r->shape, r->dtype);
-  m->ictx.shape = &r->shape;
-  ET_OK(zinc_engine_build(e, et_init, &m->ictx));
-  return e;
-}
 
 static zinc_status train(et_model *m, const et_run *r, int from, int to) {
   int N = zinc_dp_size(m->e), me = zinc_dp_rank(m->e);
@@ -82,7 +66,7 @@ static void test_memory_bound(void) {
   et_run r = nvme_run(dir);
   r.sub_group = 64; /* far smaller than the shard */
   et_model m;
-  zinc_engine *e = open_engine(&r, &m);
+  zinc_engine *e = et_open(&r, NULL, &m);
   ET_OK(train(&m, &r, 0, 3));
   zinc_mem_stats st;
   ET_OK(zinc_memory_stats(e, &st));
@@ -119,20 +103,20 @@ static void test_fault(const char *fault, zinc_status expect, const char *needle
   et_run r = nvme_run(dir);
   /* the reference: 6 steps without a fault */
   et_model a;
-  zinc_engine *e = open_engine(&r, &a);
+  zinc_engine *e = et_open(&r, NULL, &a);
   ET_OK(train(&a, &r, 0, 6));
   float **ref = et_alloc_params(&r.shape);
   capture(&a, &r, ref);
   et_model_free(&a);
   zinc_engine_destroy(e);
   /* 3 steps, checkpoint, then a faulty engine */
-  e = open_engine(&r, &a);
+  e = et_open(&r, NULL, &a);
   ET_OK(train(&a, &r, 0, 3));
   ET_OK(zinc_save_checkpoint(e, ck, "step3"));
   et_model_free(&a);
   zinc_engine_destroy(e);
   et_model b;
-  e = open_engine(&r, &b);
+  e = et_open(&r, NULL, &b);
   zinc_status st = zinc_load_checkpoint(e, ck, NULL);
   if (st == ZINC_OK)
     st = zinc_nvme_inject(e, fault); /* counted from here: inside the next steps */
@@ -156,7 +140,7 @@ static void test_fault(const char *fault, zinc_status expect, const char *needle
   ET_CHECK(count_files(dir) == 0, "fault %s: swap files left in %s", fault, dir);
   /* recovery: reload the checkpoint in a fresh engine and finish */
   et_model c;
-  e = open_engine(&r, &c);
+  e = et_open(&r, NULL, &c);
   ET_OK(zinc_load_checkpoint(e, ck, NULL));
   ET_OK(train(&c, &r, 3, 6));
   float **got = et_alloc_params(&r.shape);
@@ -185,7 +169,7 @@ static void test_corruption(void) {
   mkdir(dir, 0755);
   et_run r = nvme_run(dir);
   et_model m;
-  zinc_engine *e = open_engine(&r, &m);
+  zinc_engine *e = et_open(&r, NULL, &m);
   ET_OK(train(&m, &r, 0, 2));
   if (et_rank == 0)
     ET_CHECK(corrupt_swap(dir), "no swap file to corrupt under %s", dir);

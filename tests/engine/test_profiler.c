@@ -15,22 +15,6 @@
 #include "engine/estimate.h"
 #include "engine_test.h"
 
-static zinc_engine *open_engine(const et_run *r, et_model *m) {
-  char *json = et_config_json(r);
-  zinc_config *cfg = NULL;
-  ET_OK(zinc_config_parse(json, &cfg));
-  free(json);
-  zinc_options opt = ZINC_OPTIONS_INIT;
-  opt.device = ZINC_DEVICE_CPU;
-  opt.threads = 1;
-  zinc_engine *e = NULL;
-  ET_OK(zinc_engine_create(cfg, &opt, &e));
-  zinc_config_free(cfg);
-  et_model_register(m, e, &r->shape, r->dtype);
-  m->ictx.shape = &r->shape;
-  ET_OK(zinc_engine_build(e, et_init, &m->ictx));
-  return e;
-}
 
 static void test_stage(int stage, const char *offload) {
   et_run r = et_defaults();
@@ -39,7 +23,7 @@ static void test_stage(int stage, const char *offload) {
   r.persist = 40;
   r.prefetch = 1200;
   et_model m;
-  zinc_engine *e = open_engine(&r, &m);
+  zinc_engine *e = et_open(&r, NULL, &m);
   uint64_t plan[ZINC_LOC_N][ZINC_MEM_NCAT];
   zinc_build_sizes(e, plan);
   zinc_mem_stats st;
@@ -94,7 +78,7 @@ static void test_timeline_and_report(void) {
   r.stage = 3;
   r.extra = extra;
   et_model m;
-  zinc_engine *e = open_engine(&r, &m);
+  zinc_engine *e = et_open(&r, NULL, &m);
   int N = zinc_dp_size(e), me = zinc_dp_rank(e);
   for (int s = 0; s < 4; s++) {
     et_micro_batch(&m, &r.shape, r.dtype, ((int64_t)s * N + me) * r.micro, r.micro, NULL);
@@ -137,7 +121,7 @@ static void test_stage3_bounded(void) {
   r.max_live = 1200;
   r.prefetch = 5000;
   et_model m;
-  zinc_engine *e = open_engine(&r, &m);
+  zinc_engine *e = et_open(&r, NULL, &m);
   int N = zinc_dp_size(e), me = zinc_dp_rank(e);
   for (int s = 0; s < 3; s++) {
     et_micro_batch(&m, &r.shape, r.dtype, ((int64_t)s * N + me) * r.micro, r.micro, NULL);
