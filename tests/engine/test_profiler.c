@@ -16,6 +16,28 @@
 #include "engine_test.h"
 
 
+/* Train 3 steps, then the measured stats and the estimator's figures for
+ * the same model and configuration. */
+static void train_and_estimate(zinc_engine *e, et_model *m, const et_run *r, zinc_mem_stats *st,
+                               zinc_estimate *est) {
+  int N = zinc_dp_size(e), me = zinc_dp_rank(e);
+  for (int s = 0; s < 3; s++) {
+    et_micro_batch(m, &r->shape, r->dtype, ((int64_t)s * N + me) * r->micro, r->micro, NULL);
+    ET_OK(zinc_step(e, NULL));
+  }
+  ET_OK(zinc_memory_stats(e, st));
+  zinc_est_param p[TM_NPARAM];
+  static const char *mods[4] = {"in", "mid", "scale", "out"};
+  for (int i = 0; i < TM_NPARAM; i++) {
+    memset(&p[i], 0, sizeof p[i]);
+    snprintf(p[i].module, sizeof p[i].module, "%s", mods[et_param_module[i]]);
+    snprintf(p[i].name, sizeof p[i].name, "%s", tm_names[i]);
+    p[i].dtype = r->dtype;
+    p[i].ndim = zinc_param_shape(m->par[i], p[i].shape);
+  }
+  ET_OK(zinc_estimate_model(&e->cfg, N, p, TM_NPARAM, est));
+}
+
 static void test_stage(int stage, const char *offload) {
   et_run r = et_defaults();
   r.stage = stage;
@@ -34,23 +56,8 @@ static void test_stage(int stage, const char *offload) {
                stage, offload, zinc_mem_location_name(l), zinc_mem_category_name(c),
                (unsigned long long)st.current[l][c], (unsigned long long)plan[l][c]);
   /* estimator against the measured peak after training */
-  int N = zinc_dp_size(e), me = zinc_dp_rank(e);
-  for (int s = 0; s < 3; s++) {
-    et_micro_batch(&m, &r.shape, r.dtype, ((int64_t)s * N + me) * r.micro, r.micro, NULL);
-    ET_OK(zinc_step(e, NULL));
-  }
-  ET_OK(zinc_memory_stats(e, &st));
-  zinc_est_param p[TM_NPARAM];
-  static const char *mods[4] = {"in", "mid", "scale", "out"};
-  for (int i = 0; i < TM_NPARAM; i++) {
-    memset(&p[i], 0, sizeof p[i]);
-    snprintf(p[i].module, sizeof p[i].module, "%s", mods[et_param_module[i]]);
-    snprintf(p[i].name, sizeof p[i].name, "%s", tm_names[i]);
-    p[i].dtype = r.dtype;
-    p[i].ndim = zinc_param_shape(m.par[i], p[i].shape);
-  }
   zinc_estimate est;
-  ET_OK(zinc_estimate_model(&e->cfg, N, p, TM_NPARAM, &est));
+  train_and_estimate(e, &m, &r, &st, &est);
   for (int l = 0; l < ZINC_LOC_N; l++) {
     double measured = (double)st.peak_total[l], predicted = (double)est.peak[l];
     double rel = measured > 0 ? fabs(predicted - measured) / measured : predicted;
@@ -59,7 +66,7 @@ static void test_stage(int stage, const char *offload) {
   }
   if (et_rank == 0)
     printf("stage %d offload %-4s %d ranks: build matches its plan; device peak %llu, estimate "
-           "%llu; host peak %llu, estimate %llu\n", stage, offload, N,
+           "%llu; host peak %llu, estimate %llu\n", stage, offload, zinc_dp_size(e),
            (unsigned long long)st.peak_total[0], (unsigned long long)est.peak[0],
            (unsigned long long)st.peak_total[1], (unsigned long long)est.peak[1]);
   et_model_free(&m);
@@ -122,24 +129,9 @@ static void test_stage3_bounded(void) {
   r.prefetch = 5000;
   et_model m;
   zinc_engine *e = et_open(&r, NULL, &m);
-  int N = zinc_dp_size(e), me = zinc_dp_rank(e);
-  for (int s = 0; s < 3; s++) {
-    et_micro_batch(&m, &r.shape, r.dtype, ((int64_t)s * N + me) * r.micro, r.micro, NULL);
-    ET_OK(zinc_step(e, NULL));
-  }
   zinc_mem_stats st;
-  ET_OK(zinc_memory_stats(e, &st));
-  zinc_est_param p[TM_NPARAM];
-  static const char *mods[4] = {"in", "mid", "scale", "out"};
-  for (int i = 0; i < TM_NPARAM; i++) {
-    memset(&p[i], 0, sizeof p[i]);
-    snprintf(p[i].module, sizeof p[i].module, "%s", mods[et_param_module[i]]);
-    snprintf(p[i].name, sizeof p[i].name, "%s", tm_names[i]);
-    p[i].dtype = r.dtype;
-    p[i].ndim = zinc_param_shape(m.par[i], p[i].shape);
-  }
   zinc_estimate est;
-  ET_OK(zinc_estimate_model(&e->cfg, N, p, TM_NPARAM, &est));
+  train_and_estimate(e, &m, &r, &st, &est);
   double rel = fabs((double)est.peak[0] - (double)st.peak_total[0]) / (double)st.peak_total[0];
   ET_CHECK(rel <= 0.05, "stage 3 bounded: device peak %llu, estimate %llu (%.1f%%)",
            (unsigned long long)st.peak_total[0], (unsigned long long)est.peak[0], 100 * rel);
