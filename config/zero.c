@@ -83,10 +83,13 @@ static const zinc_key offload_optimizer_keys[] = {
     ZINC_KCUSTOM("nvme_path"),
     ZINC_KB(O, "pin_memory", pin_memory),
     ZINC_KL(O, "buffer_count", buffer_count, 0, 0, 0),
+    /* the NVMe step always overlaps read(k+1) | update(k) | write(k-1) and
+     * writes the initial swap area in large pieces: these change nothing */
     ZINC_KB(O, "pipeline_read", pipeline_read),
     ZINC_KB(O, "pipeline_write", pipeline_write),
     ZINC_KB(O, "fast_init", fast_init),
-    ZINC_KF(O, "ratio", ratio, 0, 1, 0, 0),
+    {"ratio", ZINC_KEY_F64, offsetof(O, ratio), 0, 1, ZINC_KEY_NO_EFFECT, 0,
+     "partial optimizer offload is not implemented: the whole optimizer state is offloaded"},
     ZINC_KINERT("super_offload", "false"),
     ZINC_KINERT("cpuadam_cores_perc", NULL),
 };
@@ -95,9 +98,12 @@ static const zinc_key offload_param_keys[] = {
     ZINC_KCUSTOM("device"),
     ZINC_KCUSTOM("nvme_path"),
     ZINC_KB(O, "pin_memory", pin_memory),
+    /* a fetch reads its module's range of the NVMe partition straight into
+     * the gather staging: no separate parameter buffer pool to size */
     ZINC_KL(O, "buffer_count", buffer_count, 0, 0, 0),
     ZINC_KL(O, "buffer_size", buffer_size, 1, 0, 0),
-    ZINC_KL(O, "max_in_cpu", max_in_cpu, 0, 0, 0),
+    {"max_in_cpu", ZINC_KEY_I64, offsetof(O, max_in_cpu), 0, HUGE_VAL, ZINC_KEY_NO_EFFECT, 0,
+     "no parameter cache is kept in host memory beside the NVMe partition"},
 };
 
 /* nvme_path: a string, or (zinc) a list of strings to stripe over. */

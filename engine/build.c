@@ -97,6 +97,7 @@ void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_
   int64_t opt_numel = stage == 0 ? e->total_numel : e->shard_numel;
   bytes[opt_loc][ZINC_MEM_OPTIM] += (zinc_master_aliases_params(e) ? 2 : 3) *
                                     (uint64_t)opt_numel * 4;
+  bytes[ZINC_LOC_HOST][ZINC_MEM_BUFFERS] += zinc_offload_staging_bytes(e);
 }
 
 /* All parameters f32, optimizer state on the device, parameters not on
@@ -165,6 +166,7 @@ static zinc_status alloc_states(zinc_engine *e) {
     ZINC_CHECK(zinc_engine_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM,
                                  (void **)&e->exp_avg_sq, "Adam exp_avg_sq"));
   }
+  ZINC_CHECK(zinc_offload_init(e));
   return zinc_nvme_init(e);
 }
 
@@ -174,6 +176,7 @@ void zinc_build_free(zinc_engine *e) {
   zinc_grads_free(e);
   zinc_stage3_free(e);
   zinc_nvme_free(e);
+  zinc_offload_free(e);
   for (int mi = 0; mi < e->nmodules; mi++) {
     zinc_module *m = e->modules[mi];
     for (int s = 0; s < m->nsegs; s++)

@@ -171,6 +171,20 @@ typedef struct {
 typedef enum { ZINC_PHASE_IDLE = 0, ZINC_PHASE_FORWARD, ZINC_PHASE_BACKWARD,
                ZINC_PHASE_STEP, ZINC_PHASE_N } zinc_phase;
 
+/* The offloaded optimizer's copy pipeline (offload.c), when gradients or
+ * parameters live where the CPU cannot compute on them. */
+typedef struct {
+  int ready;
+  zinc_device *host;      /* runs the CPU Adam: the engine's device on the
+                             cpu build, a cpu device of its own on cuda */
+  int host_owned;
+  zinc_stream *copy[2];   /* 0: gradients in, 1: parameters out */
+  zinc_event *in_done[2], *out_done[2]; /* per staging slot */
+  zinc_event *grads_done;
+  void *grad[2], *param[2]; /* pinned staging slots (NULL: not needed) */
+  size_t grad_bytes, param_bytes;
+} zinc_offload;
+
 struct zinc_engine {
   zinc_settings cfg;
   zinc_options opt;
@@ -234,6 +248,7 @@ struct zinc_engine {
                              nvme's swap area, the gradient partition on the
                              host */
   zinc_nvme *nvme;        /* NVMe offload (nvme.c), or NULL */
+  zinc_offload off;       /* offload cpu with staging copies (offload.c) */
   int master_in_params;   /* every parameter is f32 and the optimizer state is
                              on the device: the fp32 master is the parameter
                              memory itself (param_full / param_shard chunks),
@@ -417,6 +432,19 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info);
 /* The compute copy of the parameters from the fp32 master (cast of the
  * owned chunks, then the gathers the stage needs): after a load. */
 zinc_status zinc_params_from_master(zinc_engine *e);
+
+/* --------------------------------------------------------- offload.c */
+/* 1 when the offloaded optimizer goes through staging copies: offload cpu
+ * on the cuda device (or on the cpu device with ZINC_OFFLOAD_STAGING=1). */
+int zinc_offload_staged(const zinc_engine *e);
+/* Pinned staging the build allocates for it (0 when not staged). */
+size_t zinc_offload_staging_bytes(const zinc_engine *e);
+zinc_status zinc_offload_init(zinc_engine *e);
+void zinc_offload_free(zinc_engine *e);
+/* CPU Adam in sub-groups with gradient copies in and parameter copies out
+ * overlapping it (segs: one per run, as step.c builds them). */
+zinc_status zinc_offload_step(zinc_engine *e, const zinc_adam_coef *c, const zinc_adam_seg *segs,
+                              int nseg);
 
 /* --------------------------------------------------------- nvme.c */
 zinc_status zinc_nvme_init(zinc_engine *e);

@@ -14,14 +14,18 @@ static char nvme_dir[512];
 static void compare_stages(et_run base, const char *label, int bitwise, double tol_ref,
                            double tol_stage) {
   float **ref = NULL, **first = et_alloc_params(&base.shape);
+  /* staged: the offloaded optimizer through the copy pipeline a GPU run
+   * takes (ZINC_OFFLOAD_STAGING), in sub-groups of 300 elements */
   const struct {
     int stage, overlap;
     const char *offload, *offload_param;
-  } runs[] = {{0, 0, "none", NULL},  {1, 0, "none", NULL}, {2, 0, "none", NULL},
-              {2, 1, "none", NULL},  {3, 0, "none", NULL}, {3, 1, "none", NULL},
-              {1, 0, "cpu", NULL},   {2, 1, "cpu", NULL},  {3, 1, "cpu", "cpu"},
-              {1, 0, "nvme", NULL},  {2, 1, "nvme", NULL}, {3, 1, "nvme", "nvme"},
-              {3, 0, "cpu", "nvme"}};
+    int staged;
+  } runs[] = {{0, 0, "none", NULL, 0},  {1, 0, "none", NULL, 0}, {2, 0, "none", NULL, 0},
+              {2, 1, "none", NULL, 0},  {3, 0, "none", NULL, 0}, {3, 1, "none", NULL, 0},
+              {1, 0, "cpu", NULL, 0},   {2, 1, "cpu", NULL, 0},  {3, 1, "cpu", "cpu", 0},
+              {1, 0, "nvme", NULL, 0},  {2, 1, "nvme", NULL, 0}, {3, 1, "nvme", "nvme", 0},
+              {3, 0, "cpu", "nvme", 0}, {1, 0, "cpu", NULL, 1},  {2, 1, "cpu", NULL, 1},
+              {3, 1, "cpu", "cpu", 1},  {3, 0, "cpu", NULL, 1}};
   for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
     et_run r = base;
     r.stage = runs[k].stage;
@@ -33,8 +37,13 @@ static void compare_stages(et_run base, const char *label, int bitwise, double t
       r.sub_group = 700; /* several sub-groups through 3 buffers */
       r.buffer_count = 3;
     }
+    if (runs[k].staged) {
+      r.sub_group = 300;
+      setenv("ZINC_OFFLOAD_STAGING", "1", 1);
+    }
     float **out = k == 0 ? first : et_alloc_params(&r.shape);
     et_train(&r, out, NULL, NULL);
+    unsetenv("ZINC_OFFLOAD_STAGING");
     if (k == 0) {
       ref = et_alloc_params(&r.shape);
       et_reference(&r, et_world, ref);
@@ -47,8 +56,9 @@ static void compare_stages(et_run base, const char *label, int bitwise, double t
       continue;
     }
     char what[128];
-    snprintf(what, sizeof what, "%s stage %d%s offload %s/%s vs stage 0", label, r.stage,
-             r.overlap ? " overlap" : "", r.offload, r.offload_param ? r.offload_param : "none");
+    snprintf(what, sizeof what, "%s stage %d%s offload %s/%s%s vs stage 0", label, r.stage,
+             r.overlap ? " overlap" : "", r.offload, r.offload_param ? r.offload_param : "none",
+             runs[k].staged ? " (staged copies)" : "");
     if (bitwise) {
       ET_CHECK(et_same_bits(&r.shape, out, first, what), "%s: not bitwise identical", what);
     } else {
@@ -60,7 +70,7 @@ static void compare_stages(et_run base, const char *label, int bitwise, double t
     et_free_params(out);
   }
   if (et_rank == 0 && et_failures == 0)
-    printf("%s, %d ranks: stages 0-3, offload none/cpu/nvme %s\n", label, et_world,
+    printf("%s, %d ranks: stages 0-3, offload none/cpu/cpu-staged/nvme %s\n", label, et_world,
            bitwise ? "bitwise identical" : "agree within tolerance");
   et_free_params(first);
   et_free_params(ref);
