@@ -78,6 +78,8 @@ static size_t persistent_bytes(const zinc_engine *e) {
 void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]) {
   memset(bytes, 0, sizeof(uint64_t) * ZINC_LOC_N * ZINC_MEM_NCAT);
   int stage = e->cfg.stage;
+  /* with NVMe offload the gradient partition stays in host memory and the
+   * state on disk and its host buffers come from zinc_nvme_sizes */
   int opt_loc = e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NONE ? ZINC_LOC_DEVICE
                                                                      : ZINC_LOC_HOST;
   if (stage < 3) {
@@ -85,7 +87,8 @@ void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_
   } else {
     int param_loc = e->cfg.offload_param.device == ZINC_OFFLOAD_NONE ? ZINC_LOC_DEVICE
                                                                      : ZINC_LOC_HOST;
-    bytes[param_loc][ZINC_MEM_PARAMS] += e->shard_bytes;
+    if (e->cfg.offload_param.device != ZINC_OFFLOAD_NVME)
+      bytes[param_loc][ZINC_MEM_PARAMS] += e->shard_bytes;
     bytes[ZINC_LOC_DEVICE][ZINC_MEM_PARAMS] += persistent_bytes(e);
   }
   if (stage <= 1) {
@@ -95,9 +98,11 @@ void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_
     bytes[ZINC_LOC_DEVICE][ZINC_MEM_BUFFERS] += zinc_grads_ring_bytes(e);
   }
   int64_t opt_numel = stage == 0 ? e->total_numel : e->shard_numel;
-  bytes[opt_loc][ZINC_MEM_OPTIM] += (zinc_master_aliases_params(e) ? 2 : 3) *
-                                    (uint64_t)opt_numel * 4;
+  if (e->cfg.offload_optimizer.device != ZINC_OFFLOAD_NVME)
+    bytes[opt_loc][ZINC_MEM_OPTIM] += (zinc_master_aliases_params(e) ? 2 : 3) *
+                                      (uint64_t)opt_numel * 4;
   bytes[ZINC_LOC_HOST][ZINC_MEM_BUFFERS] += zinc_offload_staging_bytes(e);
+  zinc_nvme_sizes(e, bytes);
 }
 
 /* All parameters f32, optimizer state on the device, parameters not on

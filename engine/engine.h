@@ -449,6 +449,9 @@ zinc_status zinc_offload_step(zinc_engine *e, const zinc_adam_coef *c, const zin
 /* --------------------------------------------------------- nvme.c */
 zinc_status zinc_nvme_init(zinc_engine *e);
 void zinc_nvme_free(zinc_engine *e);
+/* Add what NVMe offload holds (swap area on disk, host buffers) to bytes:
+ * exactly what zinc_nvme_init accounts. */
+void zinc_nvme_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]);
 int zinc_nvme_opt_on_disk(const zinc_engine *e);
 int zinc_nvme_param_on_disk(const zinc_engine *e);
 /* Tests: inject I/O faults (ZINC_AIO_FAULT syntax) from now on. */

@@ -71,6 +71,58 @@ static zinc_status area_zero(zinc_swap *sw, void *zeros, size_t zbytes) {
   return ZINC_OK;
 }
 
+/* Sub-group size and count of the optimizer's swap area. */
+static void opt_groups(const zinc_engine *e, int64_t *group, int *ngroups) {
+  int64_t g = e->cfg.sub_group_size < e->opt_numel ? e->cfg.sub_group_size : e->opt_numel;
+  if (g < 1)
+    g = 1;
+  int64_t n = (e->opt_numel + g - 1) / g;
+  *group = g;
+  *ngroups = n > 0 ? (int)n : 1;
+}
+
+static int opt_buffers(const zinc_engine *e, int ngroups) {
+  int64_t want = e->cfg.offload_optimizer.buffer_count;
+  int nbuf = want < 1 ? 1 : want > NVME_MAX_BUFFERS ? NVME_MAX_BUFFERS : (int)want;
+  return nbuf > ngroups ? ngroups : nbuf;
+}
+
+/* Swap blocks hold block_bytes of payload in a slot of aio.block_size. */
+static uint64_t swap_disk_bytes(const zinc_engine *e, uint64_t region_bytes, size_t align) {
+  uint64_t slot = (uint64_t)e->cfg.aio_block_size;
+  uint64_t header = align > 4096 ? align : 4096;
+  return zinc_div_up(region_bytes, slot - header) * slot;
+}
+
+void zinc_nvme_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]) {
+  int opt_nvme = e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NVME;
+  int param_nvme = e->cfg.stage == 3 && e->cfg.offload_param.device == ZINC_OFFLOAD_NVME;
+  if (!opt_nvme && !param_nvme)
+    return;
+  /* the I/O alignment is probed when the swap area is created: 4096 (the
+   * usual, and the largest header) for an engine not built (estimator) */
+  size_t align = e->nvme && e->nvme->aio ? zinc_aio_alignment(e->nvme->aio) : 4096;
+  if (opt_nvme) {
+    int64_t g;
+    int ng;
+    opt_groups(e, &g, &ng);
+    uint64_t disk = 0;
+    for (int k = 0; k < ng; k++) {
+      int64_t len = e->opt_numel - (int64_t)k * g < g ? e->opt_numel - (int64_t)k * g : g;
+      disk += swap_disk_bytes(e, (uint64_t)(len > 0 ? len : 1) * 12, align);
+    }
+    bytes[ZINC_LOC_NVME][ZINC_MEM_OPTIM] += disk;
+    bytes[ZINC_LOC_HOST][ZINC_MEM_OPTIM] +=
+        (uint64_t)opt_buffers(e, ng) * zinc_round_up((uint64_t)g * 12, align);
+  }
+  if (param_nvme)
+    bytes[ZINC_LOC_NVME][ZINC_MEM_PARAMS] +=
+        swap_disk_bytes(e, e->shard_bytes ? e->shard_bytes : 1, align);
+  uint64_t header = align > 4096 ? align : 4096;
+  bytes[ZINC_LOC_HOST][ZINC_MEM_BUFFERS] +=
+      zinc_round_up(((uint64_t)e->cfg.aio_block_size - header) * BOUNCE_BLOCKS, align);
+}
+
 zinc_status zinc_nvme_init(zinc_engine *e) {
   int opt_nvme = e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NVME;
   int param_nvme = e->cfg.stage == 3 && e->cfg.offload_param.device == ZINC_OFFLOAD_NVME;
@@ -90,12 +142,7 @@ zinc_status zinc_nvme_init(zinc_engine *e) {
   const zinc_offload_settings *os = opt_nvme ? &e->cfg.offload_optimizer : &e->cfg.offload_param;
   uint64_t *regions = NULL;
   if (opt_nvme) {
-    n->group = e->cfg.sub_group_size < e->opt_numel ? e->cfg.sub_group_size : e->opt_numel;
-    if (n->group < 1)
-      n->group = 1;
-    n->ngroups = (int)((e->opt_numel + n->group - 1) / n->group);
-    if (n->ngroups == 0)
-      n->ngroups = 1;
+    opt_groups(e, &n->group, &n->ngroups);
     ZINC_CHECK(zinc_calloc((void **)&regions, (size_t)n->ngroups, sizeof *regions, "regions"));
     for (int k = 0; k < n->ngroups; k++) {
       int64_t g = group_len(n, e->opt_numel, k);
@@ -114,10 +161,7 @@ zinc_status zinc_nvme_init(zinc_engine *e) {
       return zinc_error_wrap(st, "creating the optimizer's swap area");
     zinc_prof_account(e->prof, ZINC_LOC_NVME, ZINC_MEM_OPTIM,
                       (int64_t)zinc_swap_disk_bytes(n->opt));
-    int want = (int)e->cfg.offload_optimizer.buffer_count;
-    n->nbuf = want < 1 ? 1 : want > NVME_MAX_BUFFERS ? NVME_MAX_BUFFERS : want;
-    if (n->nbuf > n->ngroups)
-      n->nbuf = n->ngroups;
+    n->nbuf = opt_buffers(e, n->ngroups);
     n->buf_bytes = zinc_swap_buffer_bytes(n->opt, (uint64_t)n->group * 12);
     for (int b = 0; b < n->nbuf; b++) {
       ZINC_CHECK(zinc_aio_buffer_alloc(n->aio, n->buf_bytes, (void **)&n->buf[b]));

@@ -1,7 +1,8 @@
 /*
  * test_profiler.c — the memory profiler and estimator, under mpirun:
  *  - right after build the profiler's figures equal what the build plans to
- *    allocate, exactly, for stages 0-3 x offload none/cpu (the 2% formula
+ *    allocate, exactly, for stages 0-3 x offload none/cpu/nvme, and stage 3
+ *    with the parameters offloaded to cpu or nvme (the 2% formula
  *    check is test_engine_checks', on a model large enough that alignment
  *    padding is negligible);
  *  - the estimator (tools/zinc-mem) is within 5% of the peak the profiler
@@ -10,6 +11,7 @@
  *    JSON; the all-ranks report lists every rank and min/max/mean.
  */
 #include <mpi.h>
+#include <sys/stat.h>
 
 #include "engine/engine.h"
 #include "engine/estimate.h"
@@ -38,10 +40,18 @@ static void train_and_estimate(zinc_engine *e, et_model *m, const et_run *r, zin
   ET_OK(zinc_estimate_model(&e->cfg, N, p, TM_NPARAM, est));
 }
 
-static void test_stage(int stage, const char *offload) {
+static char nvme_dir[512];
+
+static void test_stage(int stage, const char *offload, const char *offload_param) {
   et_run r = et_defaults();
   r.stage = stage;
   r.offload = offload;
+  r.offload_param = offload_param;
+  if (!strcmp(offload, "nvme") || (offload_param && !strcmp(offload_param, "nvme"))) {
+    r.nvme_path = nvme_dir;
+    r.sub_group = 700;
+    r.buffer_count = 3;
+  }
   r.persist = 40;
   r.prefetch = 1200;
   et_model m;
@@ -65,10 +75,12 @@ static void test_stage(int stage, const char *offload) {
              offload, zinc_mem_location_name(l), measured, predicted, 100 * rel);
   }
   if (et_rank == 0)
-    printf("stage %d offload %-4s %d ranks: build matches its plan; device peak %llu, estimate "
-           "%llu; host peak %llu, estimate %llu\n", stage, offload, zinc_dp_size(e),
+    printf("stage %d offload %-4s/%-4s %d ranks: build matches its plan; device peak %llu, "
+           "estimate %llu; host peak %llu, estimate %llu; nvme %llu, estimate %llu\n", stage,
+           offload, offload_param ? offload_param : "none", zinc_dp_size(e),
            (unsigned long long)st.peak_total[0], (unsigned long long)est.peak[0],
-           (unsigned long long)st.peak_total[1], (unsigned long long)est.peak[1]);
+           (unsigned long long)st.peak_total[1], (unsigned long long)est.peak[1],
+           (unsigned long long)st.peak_total[2], (unsigned long long)est.peak[2]);
   et_model_free(&m);
   zinc_engine_destroy(e);
 }
@@ -147,11 +159,19 @@ int main(int argc, char **argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &et_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &et_world);
+  snprintf(nvme_dir, sizeof nvme_dir, "%s/nvme_profiler",
+           getenv("ZINC_TEST_BINARY_DIR") ? getenv("ZINC_TEST_BINARY_DIR") : "/tmp");
+  mkdir(nvme_dir, 0755);
   for (int stage = 0; stage <= 3; stage++) {
-    test_stage(stage, "none");
-    if (stage > 0)
-      test_stage(stage, "cpu");
+    test_stage(stage, "none", NULL);
+    if (stage > 0) {
+      test_stage(stage, "cpu", NULL);
+      test_stage(stage, "nvme", NULL);
+    }
   }
+  test_stage(3, "cpu", "cpu");
+  test_stage(3, "nvme", "nvme");
+  test_stage(3, "none", "nvme");
   test_stage3_bounded();
   test_timeline_and_report();
   int bad = et_failures;
