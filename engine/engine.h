@@ -107,7 +107,8 @@ struct zinc_module {
   void *orphan;           /* a copy the replay dropped while the trainer held it */
   int replay_held;        /* FETCH minus RELEASE events replayed */
   void *read_staging;     /* partition on NVMe: this rank's chunks read for
-                             the gather in flight (host) */
+                             the gather in flight (a parameter read buffer) */
+  int64_t read_seq;       /* when that read started (oldest is freed first) */
   size_t read_staging_bytes;
   /* gradients */
   zinc_grad_state grad_state;
@@ -289,6 +290,7 @@ struct zinc_engine {
   /* ---- stage 3 */
   int64_t live_elems;     /* gathered elements currently allocated */
   int64_t live_peak;
+  int64_t read_seq;       /* parameter reads from NVMe started (stage3.c) */
 
   /* ---- step state */
   int64_t micro_step;     /* micro-batches completed (backward_end calls) */
@@ -397,6 +399,9 @@ const void *zinc_grads_chunk(const zinc_engine *e, int unit, int r, int *dtype);
 /* --------------------------------------------------------- stage3.c */
 /* Replay of a FETCH/RELEASE event (gathers, prefetch, frees). */
 zinc_status zinc_stage3_replay_fetch(zinc_engine *e, zinc_module *m, int event);
+/* Bytes of the largest range of this rank's partition one fetch reads (the
+ * module's non-persistent units); *name (may be NULL) gets that module. */
+size_t zinc_stage3_largest_read(const zinc_engine *e, const char **name);
 zinc_status zinc_stage3_replay_release(zinc_engine *e, zinc_module *m, int event);
 /* Hand the trainer module m (after its fetch event); fails when m is not
  * gathered (a rank that left the recorded order). */
@@ -452,6 +457,11 @@ void zinc_nvme_free(zinc_engine *e);
 /* Add what NVMe offload holds (swap area on disk, host buffers) to bytes:
  * exactly what zinc_nvme_init accounts. */
 void zinc_nvme_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]);
+/* ZINC_ERR_CONFIG when offload_param.buffer_size cannot hold a fetch. */
+zinc_status zinc_nvme_check_config(const zinc_engine *e);
+/* A free parameter read buffer of at least `bytes`, or NULL (all busy). */
+void *zinc_nvme_param_buffer_take(zinc_engine *e, size_t bytes);
+void zinc_nvme_param_buffer_give(zinc_engine *e, void *buf);
 int zinc_nvme_opt_on_disk(const zinc_engine *e);
 int zinc_nvme_param_on_disk(const zinc_engine *e);
 /* Tests: inject I/O faults (ZINC_AIO_FAULT syntax) from now on. */

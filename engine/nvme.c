@@ -14,9 +14,12 @@
  * buffer_count x 12 x G bytes, whatever the model size.
  *
  * Parameter swap area (offload_param.device nvme, stage 3): one region of
- * shard_bytes holding this rank's chunks in shard order; a fetch reads the
- * module's contiguous byte range of it into a host buffer for the
- * all-gather.
+ * shard_bytes holding this rank's chunks in shard order; a fetch (or a
+ * prefetch) reads the module's contiguous byte range of it into one of
+ * offload_param.buffer_count host buffers for the all-gather. Each buffer
+ * is as large as the largest module's range, which must fit in
+ * offload_param.buffer_size elements (checked at build); when all are in
+ * use, stage3.c completes the oldest gather to free one.
  *
  * Swap reads and writes start at block boundaries (offload/swap.h); the
  * accessors read (and for writes, modify and write back) the covering
@@ -34,6 +37,7 @@
 #include "offload/swap.h"
 
 #define NVME_MAX_BUFFERS 16
+#define NVME_MAX_PARAM_BUFFERS 64
 #define BOUNCE_BLOCKS 8
 
 struct zinc_nvme {
@@ -46,6 +50,10 @@ struct zinc_nvme {
   size_t buf_bytes;
   zinc_aio_handle *rd[NVME_MAX_BUFFERS], *wr[NVME_MAX_BUFFERS];
   zinc_swap *param;            /* one region: the parameter partition       */
+  void *pbuf[NVME_MAX_PARAM_BUFFERS]; /* fetch reads (offload_param buffer_count) */
+  int npbuf;
+  unsigned char pbuf_busy[NVME_MAX_PARAM_BUFFERS];
+  size_t pbuf_bytes;
   void *bounce;                /* covering blocks for the accessors         */
   size_t bounce_bytes;
   size_t host_bytes;           /* accounted host memory (buffers, bounce)   */
@@ -94,6 +102,34 @@ static uint64_t swap_disk_bytes(const zinc_engine *e, uint64_t region_bytes, siz
   return zinc_div_up(region_bytes, slot - header) * slot;
 }
 
+/* Parameter read buffers: offload_param.buffer_count of them, each as large
+ * as the largest module's range of this rank's partition, which must fit in
+ * buffer_size elements (of the widest parameter dtype). */
+static void param_buffers(const zinc_engine *e, int *count, size_t *bytes) {
+  int64_t want = e->cfg.offload_param.buffer_count;
+  *count = want < 1 ? 1 : want > NVME_MAX_PARAM_BUFFERS ? NVME_MAX_PARAM_BUFFERS : (int)want;
+  *bytes = zinc_stage3_largest_read(e, NULL);
+}
+
+static size_t widest_param(const zinc_engine *e) {
+  return e->psi[ZINC_F32] > 0 ? 4 : 2;
+}
+
+zinc_status zinc_nvme_check_config(const zinc_engine *e) {
+  if (!(e->cfg.stage == 3 && e->cfg.offload_param.device == ZINC_OFFLOAD_NVME))
+    return ZINC_OK;
+  const char *name = NULL;
+  size_t need = zinc_stage3_largest_read(e, &name);
+  size_t es = widest_param(e);
+  if (need > (size_t)e->cfg.offload_param.buffer_size * es)
+    return zinc_error(ZINC_ERR_CONFIG, "zero_optimization.offload_param.buffer_size is %lld "
+                      "elements, but a fetch of module \"%s\" reads %zu elements of this "
+                      "rank's partition from NVMe at once; raise buffer_size to at least %zu",
+                      (long long)e->cfg.offload_param.buffer_size, name ? name : "?",
+                      (need + es - 1) / es, (need + es - 1) / es);
+  return ZINC_OK;
+}
+
 void zinc_nvme_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]) {
   int opt_nvme = e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NVME;
   int param_nvme = e->cfg.stage == 3 && e->cfg.offload_param.device == ZINC_OFFLOAD_NVME;
@@ -115,9 +151,14 @@ void zinc_nvme_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_N
     bytes[ZINC_LOC_HOST][ZINC_MEM_OPTIM] +=
         (uint64_t)opt_buffers(e, ng) * zinc_round_up((uint64_t)g * 12, align);
   }
-  if (param_nvme)
+  if (param_nvme) {
     bytes[ZINC_LOC_NVME][ZINC_MEM_PARAMS] +=
         swap_disk_bytes(e, e->shard_bytes ? e->shard_bytes : 1, align);
+    int nb;
+    size_t pb;
+    param_buffers(e, &nb, &pb);
+    bytes[ZINC_LOC_HOST][ZINC_MEM_BUFFERS] += (uint64_t)nb * pb;
+  }
   uint64_t header = align > 4096 ? align : 4096;
   bytes[ZINC_LOC_HOST][ZINC_MEM_BUFFERS] +=
       zinc_round_up(((uint64_t)e->cfg.aio_block_size - header) * BOUNCE_BLOCKS, align);
@@ -184,6 +225,11 @@ zinc_status zinc_nvme_init(zinc_engine *e) {
       return zinc_error_wrap(st, "creating the parameters' swap area");
     zinc_prof_account(e->prof, ZINC_LOC_NVME, ZINC_MEM_PARAMS,
                       (int64_t)zinc_swap_disk_bytes(n->param));
+    ZINC_CHECK(zinc_nvme_check_config(e));
+    param_buffers(e, &n->npbuf, &n->pbuf_bytes);
+    for (int b = 0; b < n->npbuf && n->pbuf_bytes > 0; b++)
+      ZINC_CHECK(zinc_engine_alloc(e, n->pbuf_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS, &n->pbuf[b],
+                                   "parameter read buffers"));
   }
   zinc_swap *any = n->opt ? n->opt : n->param;
   n->bounce_bytes = zinc_swap_buffer_bytes(any, zinc_swap_block_bytes(any) * BOUNCE_BLOCKS);
@@ -203,10 +249,32 @@ zinc_status zinc_nvme_init(zinc_engine *e) {
   return ZINC_OK;
 }
 
+void *zinc_nvme_param_buffer_take(zinc_engine *e, size_t bytes) {
+  zinc_nvme *n = e->nvme;
+  if (!n || bytes > n->pbuf_bytes)
+    return NULL;
+  for (int b = 0; b < n->npbuf; b++)
+    if (!n->pbuf_busy[b]) {
+      n->pbuf_busy[b] = 1;
+      return n->pbuf[b];
+    }
+  return NULL;
+}
+
+void zinc_nvme_param_buffer_give(zinc_engine *e, void *buf) {
+  zinc_nvme *n = e->nvme;
+  for (int b = 0; n && b < n->npbuf; b++)
+    if (n->pbuf[b] == buf)
+      n->pbuf_busy[b] = 0;
+}
+
 void zinc_nvme_free(zinc_engine *e) {
   zinc_nvme *n = e->nvme;
   if (!n)
     return;
+  for (int b = 0; b < n->npbuf; b++)
+    if (n->pbuf[b])
+      zinc_engine_free(e, n->pbuf[b], n->pbuf_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
   for (int b = 0; b < n->nbuf; b++) {
     if (n->rd[b])
       zinc_aio_wait(n->rd[b]);

@@ -31,48 +31,98 @@
 
 #include "engine/engine.h"
 
+/* The module's non-persistent units [*first, *last] (-1: none). */
+static void read_range(const zinc_module *m, int *first, int *last) {
+  *first = *last = -1;
+  for (int s = 0; s < m->nsegs; s++)
+    if (!m->segs[s].persistent) {
+      if (*first < 0)
+        *first = m->segs[s].first_unit;
+      *last = m->segs[s].first_unit + m->segs[s].nunits - 1;
+    }
+}
+
+static size_t range_bytes(const zinc_engine *e, int first, int last) {
+  if (first < 0)
+    return 0;
+  const zinc_unit *a = &e->units[first], *b = &e->units[last];
+  return b->shard_byte + (size_t)b->chunk * zinc_dtype_size(b->dtype) - a->shard_byte;
+}
+
+size_t zinc_stage3_largest_read(const zinc_engine *e, const char **name) {
+  size_t most = 0;
+  for (int mi = 0; mi < e->nmodules; mi++) {
+    int first, last;
+    read_range(e->modules[mi], &first, &last);
+    size_t b = range_bytes(e, first, last);
+    if (b > most) {
+      most = b;
+      if (name)
+        *name = e->modules[mi]->name;
+    }
+  }
+  return most;
+}
+
+static zinc_status gather_wait(zinc_engine *e, zinc_module *m);
+
+/* A parameter read buffer; when all are busy, complete the oldest gather
+ * still reading from one (every rank started it, in the same order). */
+static zinc_status read_buffer(zinc_engine *e, size_t bytes, void **out) {
+  for (;;) {
+    *out = zinc_nvme_param_buffer_take(e, bytes);
+    if (*out)
+      return ZINC_OK;
+    zinc_module *oldest = NULL;
+    for (int mi = 0; mi < e->nmodules; mi++) {
+      zinc_module *o = e->modules[mi];
+      if (o->read_staging && (!oldest || o->read_seq < oldest->read_seq))
+        oldest = o;
+    }
+    if (!oldest)
+      return zinc_error(ZINC_ERR_INVALID, "no parameter read buffer of %zu bytes", bytes);
+    ZINC_CHECK(gather_wait(e, oldest));
+  }
+}
+
 /* This rank's chunks of units [first, last] as a send buffer: the partition
- * itself, or (on NVMe) a host copy read for the gather. */
-static zinc_status shard_source(zinc_engine *e, int first, int last, const char **base,
-                                void **staging, size_t *staging_bytes) {
-  *staging = NULL;
-  *staging_bytes = 0;
+ * itself, or (on NVMe) a host copy read into a parameter read buffer. */
+static zinc_status shard_source(zinc_engine *e, zinc_module *m, int first, int last,
+                                const char **base) {
+  m->read_staging = NULL;
+  m->read_staging_bytes = 0;
   if (!zinc_nvme_param_on_disk(e)) {
     *base = (const char *)e->param_shard;
     return ZINC_OK;
   }
-  const zinc_unit *a = &e->units[first], *b = &e->units[last];
-  size_t bytes = b->shard_byte + (size_t)b->chunk * zinc_dtype_size(b->dtype) - a->shard_byte;
-  ZINC_CHECK(zinc_engine_alloc(e, bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS, staging,
-                               "parameters read from NVMe"));
-  *staging_bytes = bytes;
-  zinc_status st = zinc_pshard_read(e, a->shard_byte, bytes, *staging);
+  const zinc_unit *a = &e->units[first];
+  size_t bytes = range_bytes(e, first, last);
+  void *buf = NULL;
+  ZINC_CHECK(read_buffer(e, bytes, &buf));
+  zinc_status st = zinc_pshard_read(e, a->shard_byte, bytes, buf);
   if (st != ZINC_OK) {
-    zinc_engine_free(e, *staging, bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
-    *staging = NULL;
+    zinc_nvme_param_buffer_give(e, buf);
     return st;
   }
-  *base = (const char *)*staging - a->shard_byte; /* so that base + shard_byte lands in it */
+  m->read_staging = buf;
+  m->read_staging_bytes = bytes;
+  m->read_seq = ++e->read_seq;
+  *base = (const char *)buf - a->shard_byte; /* so that base + shard_byte lands in it */
   return ZINC_OK;
 }
 
 static void source_free(zinc_engine *e, zinc_module *m) {
   if (m->read_staging)
-    zinc_engine_free(e, m->read_staging, m->read_staging_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
+    zinc_nvme_param_buffer_give(e, m->read_staging);
   m->read_staging = NULL;
   m->read_staging_bytes = 0;
 }
 
 static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
-  int first = -1, last = -1;
-  for (int s = 0; s < m->nsegs; s++)
-    if (!m->segs[s].persistent) {
-      if (first < 0)
-        first = m->segs[s].first_unit;
-      last = m->segs[s].first_unit + m->segs[s].nunits - 1;
-    }
+  int first, last;
+  read_range(m, &first, &last);
   const char *src = NULL;
-  zinc_status st = shard_source(e, first, last, &src, &m->read_staging, &m->read_staging_bytes);
+  zinc_status st = shard_source(e, m, first, last, &src);
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "fetching module \"%s\"", m->name);
   st = zinc_engine_alloc(e, m->gather_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS, &m->gathered,

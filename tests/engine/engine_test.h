@@ -63,6 +63,8 @@ typedef struct {
   const char *extra;       /* extra top-level JSON members, or NULL */
   int64_t sub_group;       /* sub_group_size (0: default) */
   int buffer_count;        /* offload_optimizer.buffer_count (0: default) */
+  int param_buffer_count;  /* offload_param.buffer_count (0: default) */
+  int64_t param_buffer_size; /* offload_param.buffer_size (0: default) */
   tm_shape shape;
 } et_run;
 
@@ -78,9 +80,11 @@ static inline char *et_config_json(const et_run *r) {
   char param_offload[1024] = "";
   if (r->stage == 3 && r->offload_param)
     snprintf(param_offload, sizeof param_offload,
-             ",\n    \"offload_param\": {\"device\": \"%s\"%s%s%s}", r->offload_param,
+             ",\n    \"offload_param\": {\"device\": \"%s\"%s%s%s, \"buffer_count\": %d, "
+             "\"buffer_size\": %lld}", r->offload_param,
              r->nvme_path ? ", \"nvme_path\": \"" : "", r->nvme_path ? r->nvme_path : "",
-             r->nvme_path ? "\"" : "");
+             r->nvme_path ? "\"" : "", r->param_buffer_count > 0 ? r->param_buffer_count : 5,
+             (long long)(r->param_buffer_size > 0 ? r->param_buffer_size : 100000000));
   int opt_nvme = r->nvme_path && r->stage > 0 && !strcmp(r->offload, "nvme");
   char sub_group[64] = "", buffers[64] = "";
   if (r->sub_group > 0)

@@ -8,7 +8,11 @@
  *    no swap files; reloading the last checkpoint and training on gives the
  *    same parameters as a run without the fault;
  *  - a byte flipped in a swap file is ZINC_ERR_CORRUPT naming file and
- *    offset, never a silently wrong parameter.
+ *    offset, never a silently wrong parameter;
+ *  - parameters on NVMe are read into offload_param.buffer_count buffers:
+ *    one buffer with a prefetch window of several modules still trains to
+ *    the same bits as no offload; a buffer_size smaller than a module's
+ *    read is a config error that names the key and the size needed.
  * Faults are injected with the engine's test hook (ZINC_AIO_FAULT syntax,
  * offload/aio.h), counted from just before the faulty steps.
  */
@@ -184,6 +188,46 @@ static void test_corruption(void) {
   ET_CHECK(count_files(dir) == 0, "swap files left after a corruption");
 }
 
+static void test_param_buffers(void) {
+  char dir[600];
+  snprintf(dir, sizeof dir, "%s/pbuf", root);
+  mkdir(dir, 0755);
+  et_run r = et_defaults();
+  r.stage = 3;
+  r.overlap = 1;
+  r.steps = 6;
+  r.prefetch = 100000; /* every module ahead: more reads wanted than buffers */
+  float **plain = et_alloc_params(&r.shape), **swapped = et_alloc_params(&r.shape);
+  et_train(&r, plain, NULL, NULL);
+  r.offload = "cpu";
+  r.offload_param = "nvme";
+  r.nvme_path = dir;
+  r.param_buffer_count = 1;
+  zinc_mem_stats st;
+  et_train(&r, swapped, NULL, &st);
+  ET_CHECK(et_same_bits(&r.shape, swapped, plain, "param nvme, 1 read buffer"),
+           "parameters on NVMe with one read buffer differ from no offload");
+  et_free_params(plain);
+  et_free_params(swapped);
+
+  /* a buffer too small for the largest module's read */
+  r.param_buffer_size = 8;
+  zinc_engine *e = et_create(&r, NULL);
+  et_model m;
+  et_model_register(&m, e, &r.shape, r.dtype);
+  m.ictx.shape = &r.shape;
+  zinc_status bst = zinc_engine_build(e, et_init, &m.ictx);
+  const char *msg = zinc_last_error();
+  ET_CHECK(bst == ZINC_ERR_CONFIG && strstr(msg, "offload_param.buffer_size") &&
+               strstr(msg, "raise buffer_size to at least"),
+           "buffer_size 8: %s: %s", zinc_status_name(bst), msg);
+  if (et_rank == 0)
+    printf("nvme: parameters through 1 read buffer match no offload bitwise; buffer_size 8: "
+           "%s\n", msg);
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+}
+
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -201,6 +245,7 @@ int main(int argc, char **argv) {
   test_fault("enospc@60", ZINC_ERR_IO, "No space");
   test_fault("short@45", ZINC_OK, "");
   test_corruption();
+  test_param_buffers();
   int bad = et_failures;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (et_rank == 0) {
