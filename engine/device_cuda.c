@@ -44,6 +44,7 @@
 #include <cuda_runtime_api.h>
 
 #include "kernels.h"
+#include "offload/topology.h"
 
 struct zinc_stream {
   cudaStream_t s;
@@ -86,6 +87,8 @@ typedef struct {
   int nstreams;
   zinc_cuda_pool *pool[2];                        /* [ZINC_LOC_DEVICE], [ZINC_LOC_HOST] */
   nvml_state nvml;
+  zinc_topology *topo;                            /* with PCI devices, or NULL */
+  hwloc_bitmap_t near;                            /* the GPU's NUMA node, or NULL */
 } cuda_impl;
 
 static cuda_impl *impl_of(zinc_device *d) { return d->impl; }
@@ -117,6 +120,34 @@ static zinc_status bind(const cuda_impl *ci) {
 
 static cudaStream_t raw_stream(cuda_impl *ci, zinc_stream *s) {
   return (s ? s : &ci->compute)->s;
+}
+
+/* Pinned host memory on the NUMA node nearest the GPU (hwloc's PCI
+ * locality), where the machine has more than one node. */
+static void place_host_memory(cuda_impl *ci) {
+  char bus_id[32];
+  if (cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, ci->ordinal) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  zinc_topology_opts to = ZINC_TOPOLOGY_OPTS_INIT;
+  to.io = 1;
+  if (zinc_topology_create(&to, &ci->topo) != ZINC_OK) {
+    zinc_log(ZINC_LOG_WARN, "cuda device %d: %s; pinned host memory is not placed near the GPU",
+             ci->ordinal, zinc_last_error());
+    ci->topo = NULL;
+    return;
+  }
+  int node = zinc_topology_numa_of_pci(ci->topo, bus_id);
+  if (zinc_topology_numa_nodes(ci->topo) < 2 || node < 0)
+    return;
+  ci->near = hwloc_bitmap_alloc();
+  if (!ci->near)
+    return;
+  hwloc_bitmap_only(ci->near, (unsigned)node);
+  zinc_cuda_pool_place_host(ci->pool[ZINC_LOC_HOST], zinc_topology_hwloc(ci->topo), ci->near);
+  zinc_log(ZINC_LOG_INFO, "cuda device %d (PCI %s): pinned host memory on NUMA node %d",
+           ci->ordinal, bus_id, node);
 }
 
 static void nvml_open(cuda_impl *ci) {
@@ -445,6 +476,9 @@ static void cuda_destroy(zinc_device *d) {
               ZINC_MEM_BUFFERS);
   zinc_cuda_pool_destroy(ci->pool[ZINC_LOC_DEVICE]);
   zinc_cuda_pool_destroy(ci->pool[ZINC_LOC_HOST]);
+  if (ci->near)
+    hwloc_bitmap_free(ci->near);
+  zinc_topology_destroy(ci->topo);
   nvml_close(&ci->nvml);
   pthread_mutex_destroy(&ci->lock);
   free(ci);
@@ -526,6 +560,7 @@ zinc_status zinc_device_cuda_create(int ordinal, void *compute_stream, zinc_devi
   ZINC_CHECK_GOTO(zinc_cuda_pool_create(ordinal, ZINC_LOC_HOST, &ci->pool[ZINC_LOC_HOST]), st,
                   fail);
   nvml_open(ci);
+  place_host_memory(ci);
 
   struct cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, ordinal) == cudaSuccess)

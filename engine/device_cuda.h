@@ -68,6 +68,10 @@ int64_t zinc_device_cuda_process_bytes(zinc_device *d);
 typedef struct zinc_cuda_pool zinc_cuda_pool;
 
 zinc_status zinc_cuda_pool_create(int ordinal, int location, zinc_cuda_pool **out);
+/* Host pool: allocate new blocks with the calling thread's memory bound
+ * (preferred, not strict) to `nodeset` of `topo` — the NUMA node nearest
+ * the GPU. Both stay owned by the caller and must outlive the pool. */
+void zinc_cuda_pool_place_host(zinc_cuda_pool *p, void *hwloc_topo, const void *nodeset);
 /* Free every block (cached or still live) back to CUDA. Accepts NULL. */
 void zinc_cuda_pool_destroy(zinc_cuda_pool *p);
 /* bytes == 0 gives NULL. */

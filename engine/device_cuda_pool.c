@@ -26,6 +26,7 @@
 
 #ifdef ZINC_HAVE_CUDA
 
+#include <hwloc.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +57,8 @@ struct zinc_cuda_pool {
   cudaEvent_t *spare;                        /* (nspare) events to reuse */
   size_t nspare, cap_spare;
   zinc_cuda_pool_stats st;
+  hwloc_topology_t topo;                     /* host: place blocks on nodeset */
+  hwloc_const_bitmap_t nodeset;
 };
 
 static const char *loc_name(int location) {
@@ -191,10 +194,34 @@ static void block_wait(zinc_cuda_pool *p, cached_block *b) {
 
 /* ------------------------------------------------------------ backend */
 
+void zinc_cuda_pool_place_host(zinc_cuda_pool *p, void *hwloc_topo, const void *nodeset) {
+  p->topo = (hwloc_topology_t)hwloc_topo;
+  p->nodeset = (hwloc_const_bitmap_t)nodeset;
+}
+
+/* cudaHostAlloc faults its pages in on the calling thread, so the thread's
+ * memory policy decides their node: prefer the GPU's node for this call. */
+static cudaError_t host_alloc_placed(zinc_cuda_pool *p, size_t size, void **out) {
+  if (!p->topo || !p->nodeset)
+    return cudaHostAlloc(out, size, cudaHostAllocPortable);
+  const int flags = HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET;
+  hwloc_bitmap_t old = hwloc_bitmap_alloc();
+  hwloc_membind_policy_t policy = HWLOC_MEMBIND_DEFAULT;
+  int have_old = old && hwloc_get_membind(p->topo, old, &policy, flags) == 0;
+  int placed = hwloc_set_membind(p->topo, p->nodeset, HWLOC_MEMBIND_BIND, flags) == 0;
+  cudaError_t err = cudaHostAlloc(out, size, cudaHostAllocPortable);
+  if (placed && have_old)
+    hwloc_set_membind(p->topo, old, policy, flags);
+  else if (placed)
+    hwloc_set_membind(p->topo, hwloc_topology_get_topology_nodeset(p->topo),
+                      HWLOC_MEMBIND_DEFAULT, flags);
+  hwloc_bitmap_free(old);
+  return err;
+}
+
 static cudaError_t backend_alloc(zinc_cuda_pool *p, size_t size, void **out) {
-  cudaError_t err = p->location == ZINC_LOC_HOST
-                        ? cudaHostAlloc(out, size, cudaHostAllocPortable)
-                        : cudaMalloc(out, size);
+  cudaError_t err = p->location == ZINC_LOC_HOST ? host_alloc_placed(p, size, out)
+                                                 : cudaMalloc(out, size);
   if (err != cudaSuccess) {
     *out = NULL;
     (void)cudaGetLastError();

@@ -5,6 +5,7 @@
  * again only after that work is done, trim gives cached blocks back, and a
  * bad free is refused. Also mem_info and the NVML per-process figure. */
 #include "gpu_test.h"
+#include "offload/topology.h"
 
 typedef struct {
   int64_t current[ZINC_LOC_N][ZINC_MEM_NCAT];
@@ -204,6 +205,40 @@ static void memory_information(void **state) {
   d->ops->free(d, p, 64u << 20, ZINC_LOC_DEVICE, ZINC_MEM_OTHER);
 }
 
+/* Pinned host blocks land on the GPU's NUMA node where there are several. */
+static void pinned_memory_near_the_gpu(void **state) {
+  pool_fixture *f = *state;
+  zinc_device *d = f->d;
+  zinc_topology_opts to = ZINC_TOPOLOGY_OPTS_INIT;
+  to.io = 1;
+  zinc_topology *t = NULL;
+  ZOK(zinc_topology_create(&to, &t));
+  int dev = 0;
+  CUOK(cudaGetDevice(&dev));
+  char bus[32];
+  CUOK(cudaDeviceGetPCIBusId(bus, sizeof bus, dev));
+  int node = zinc_topology_numa_of_pci(t, bus);
+  if (zinc_topology_numa_nodes(t) < 2 || node < 0) {
+    printf("pinned placement: %d NUMA node(s), GPU %s on node %d: nothing to place\n",
+           zinc_topology_numa_nodes(t), bus, node);
+    zinc_topology_destroy(t);
+    return;
+  }
+  size_t bytes = 32u << 20;
+  void *p = NULL;
+  ZOK(d->ops->alloc(d, bytes, ZINC_LOC_HOST, ZINC_MEM_OTHER, &p));
+  hwloc_bitmap_t where = hwloc_bitmap_alloc();
+  assert_int_equal(hwloc_get_area_memlocation(zinc_topology_hwloc(t), p, bytes, where,
+                                              HWLOC_MEMBIND_BYNODESET), 0);
+  printf("pinned placement: GPU %s on NUMA node %d, 32 MiB pinned block on nodes %d..%d\n",
+         bus, node, hwloc_bitmap_first(where), hwloc_bitmap_last(where));
+  assert_true(hwloc_bitmap_isset(where, (unsigned)node));
+  assert_int_equal(hwloc_bitmap_weight(where), 1);
+  hwloc_bitmap_free(where);
+  d->ops->free(d, p, bytes, ZINC_LOC_HOST, ZINC_MEM_OTHER);
+  zinc_topology_destroy(t);
+}
+
 int main(void) {
   gpu_require();
   const struct CMUnitTest tests[] = {
@@ -212,6 +247,7 @@ int main(void) {
       cmocka_unit_test(reuse_waits_for_last_use),
       cmocka_unit_test(trim_and_bad_free),
       cmocka_unit_test(memory_information),
+      cmocka_unit_test(pinned_memory_near_the_gpu),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
