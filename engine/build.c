@@ -13,9 +13,23 @@
 
 #include "engine/engine.h"
 
+/* The test hook: the n-th allocation from now fails as if out of memory. */
+void zinc_engine_inject_alloc_fault(zinc_engine *e, int64_t nth) {
+  e->alloc_fault_at = nth > 0 ? e->alloc_count + nth : 0;
+}
+
+static int alloc_faulted(zinc_engine *e) {
+  e->alloc_count++;
+  return e->alloc_fault_at > 0 && e->alloc_count == e->alloc_fault_at;
+}
+
 zinc_status zinc_engine_alloc(zinc_engine *e, size_t bytes, int location, int category,
                               void **out, const char *what) {
   *out = NULL;
+  if (alloc_faulted(e))
+    return zinc_error(ZINC_ERR_NOMEM, "allocating %s (%zu bytes on the %s): out of memory "
+                      "(injected by the test hook)", what, bytes,
+                      zinc_mem_location_name(location));
   zinc_status st = e->dev->ops->alloc(e->dev, bytes ? bytes : 64, location, category, out);
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "allocating %s (%zu bytes on the %s)", what, bytes,
@@ -37,6 +51,9 @@ zinc_status zinc_engine_alloc_comm(zinc_engine *e, size_t bytes, int category, v
                                    int *shared, const char *what) {
   *shared = 0;
   if (!e->dev->ops->is_gpu && e->dp->ops->alloc_shared && e->dp->size > 1) {
+    if (alloc_faulted(e))
+      return zinc_error(ZINC_ERR_NOMEM, "allocating %s (%zu bytes, shared with the node's "
+                        "ranks): out of memory (injected by the test hook)", what, bytes);
     zinc_status st = e->dp->ops->alloc_shared(e->dp, bytes ? bytes : 64, out);
     if (st != ZINC_OK)
       return zinc_error_wrap(st, "allocating %s (%zu bytes, shared with the node's ranks)",

@@ -291,6 +291,8 @@ struct zinc_engine {
   int64_t live_elems;     /* gathered elements currently allocated */
   int64_t live_peak;
   int64_t read_seq;       /* parameter reads from NVMe started (stage3.c) */
+  int64_t alloc_count;    /* engine allocations so far (build.c) */
+  int64_t alloc_fault_at; /* test hook: that allocation fails (0: none) */
 
   /* ---- step state */
   int64_t micro_step;     /* micro-batches completed (backward_end calls) */
@@ -355,6 +357,9 @@ zinc_status zinc_engine_alloc(zinc_engine *e, size_t bytes, int location, int ca
                               void **out, const char *what);
 void zinc_engine_free(zinc_engine *e, void *p, size_t bytes, int location, int category);
 /* Memory that collectives read from (comm-shared on the cpu device). */
+/* Tests: make the nth engine allocation from now fail with ZINC_ERR_NOMEM
+ * (0: never). */
+void zinc_engine_inject_alloc_fault(zinc_engine *e, int64_t nth);
 zinc_status zinc_engine_alloc_comm(zinc_engine *e, size_t bytes, int category, void **out,
                                    int *shared, const char *what);
 void zinc_engine_free_comm(zinc_engine *e, void *p, size_t bytes, int category, int shared);
