@@ -80,6 +80,23 @@ zinc_status zinc_engine_agree(zinc_engine *e, zinc_comm *c, zinc_status st) {
   return (zinc_status)code;
 }
 
+void zinc_engine_defer(zinc_engine *e, zinc_status st) {
+  if (e->deferred != ZINC_OK)
+    return;
+  e->deferred = st;
+  snprintf(e->deferred_msg, sizeof e->deferred_msg, "%s", zinc_last_error());
+  zinc_log(ZINC_LOG_ERROR, "%s (every rank reports it at the end of this micro-batch)",
+           e->deferred_msg);
+}
+
+zinc_status zinc_engine_agree_deferred(zinc_engine *e) {
+  zinc_status st = e->deferred;
+  if (st != ZINC_OK)
+    zinc_error(st, "%s", e->deferred_msg);
+  e->deferred = ZINC_OK;
+  return zinc_engine_agree(e, e->dp_host, st);
+}
+
 void zinc_engine_phase(zinc_engine *e, zinc_phase p) {
   double now = zinc_now();
   double dt = now - e->phase_start;
@@ -423,8 +440,12 @@ zinc_status zinc_eval_end(zinc_engine *e) {
     if (e->modules[mi]->fetched > 0)
       return zinc_error(ZINC_ERR_INVALID, "zinc_eval_end: module \"%s\" is still fetched",
                         e->modules[mi]->name);
-  if (e->cfg.stage == 3)
-    ZINC_CHECK(zinc_stage3_invalidate(e));
+  zinc_status st = e->cfg.stage == 3 ? zinc_stage3_invalidate(e) : ZINC_OK;
+  if (st == ZINC_OK && zinc_nvme_param_on_disk(e)) /* a parameter read failed: the
+                                                      forward saw zeros */
+    st = zinc_engine_agree_deferred(e);
+  if (st != ZINC_OK)
+    return zinc_engine_fail(e, st);
   e->eval = 0;
   return ZINC_OK;
 }
@@ -567,6 +588,8 @@ zinc_status zinc_backward_end(zinc_engine *e) {
     st = zinc_grads_flush(e);
   if (st == ZINC_OK)
     st = zinc_trace_end_micro(e);
+  if (st == ZINC_OK && zinc_nvme_param_on_disk(e)) /* before anything is stepped */
+    st = zinc_engine_agree_deferred(e);
   if (st != ZINC_OK)
     return zinc_engine_fail(e, st);
   e->mb_open = 0;

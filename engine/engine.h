@@ -192,6 +192,9 @@ struct zinc_engine {
   int built;
   zinc_status failed;     /* sticky failure: the engine refuses to go on */
   char failed_msg[512];
+  zinc_status deferred;   /* a local failure the peers must hear of at the
+                             next point where every rank agrees */
+  char deferred_msg[512];
 
   /* ---- ranks and groups */
   int world_rank, world_size;
@@ -324,6 +327,13 @@ zinc_status zinc_engine_usable(const zinc_engine *e, const char *what);
 /* Collective over c: the common outcome of a step that may fail on some
  * ranks, with the lowest failing rank's message on every rank. */
 zinc_status zinc_engine_agree(zinc_engine *e, zinc_comm *c, zinc_status st);
+/* A failure on this rank while its peers are inside a collective with it
+ * (an NVMe read for a gather): the rank goes on with the collective and
+ * the failure is reported on every rank by zinc_engine_agree_deferred. */
+void zinc_engine_defer(zinc_engine *e, zinc_status st);
+/* Collective over the data-parallel group: the first deferred failure of
+ * any rank, on every rank (ZINC_OK when none). Cleared afterwards. */
+zinc_status zinc_engine_agree_deferred(zinc_engine *e);
 void zinc_engine_phase(zinc_engine *e, zinc_phase p);
 
 /* --------------------------------------------------------- registry.c */

@@ -100,6 +100,16 @@ static zinc_status shard_source(zinc_engine *e, zinc_module *m, int first, int l
   void *buf = NULL;
   ZINC_CHECK(read_buffer(e, bytes, &buf));
   zinc_status st = zinc_pshard_read(e, a->shard_byte, bytes, buf);
+  if (st != ZINC_OK && e->dp_size > 1) {
+    /* the peers gather from this rank too: send zeros so that none waits
+     * on a collective this rank never joins, and report the failure where
+     * every rank agrees (zinc_backward_end, zinc_eval_end, the step), before
+     * anything computed from these values can be stepped */
+    zinc_engine_defer(e, zinc_error_wrap(st, "reading module \"%s\"'s parameters from NVMe",
+                                         m->name));
+    memset(buf, 0, bytes);
+    st = ZINC_OK;
+  }
   if (st != ZINC_OK) {
     zinc_nvme_param_buffer_give(e, buf);
     return st;
@@ -356,11 +366,13 @@ zinc_status zinc_stage3_gather_persistent(zinc_engine *e) {
                                  .dtype = u->dtype};
       }
     }
-  if (rst != ZINC_OK) {
+  if (rst != ZINC_OK && e->dp_size == 1) {
     free(colls);
     zinc_engine_free(e, staging, staging_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
     return rst;
   }
+  if (rst != ZINC_OK) /* gather zeros with the peers, then tell them (below) */
+    memset(staging, 0, staging_bytes);
   double t0 = zinc_now();
   zinc_status st = e->dp->ops->run(e->dp, colls, ncoll);
   e->t_comm_wait += zinc_now() - t0;
@@ -369,5 +381,7 @@ zinc_status zinc_stage3_gather_persistent(zinc_engine *e) {
     zinc_engine_free(e, staging, staging_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "gathering persistent parameters");
+  if (on_disk) /* every rank: did any fail to read its chunks? */
+    ZINC_CHECK(zinc_engine_agree(e, e->dp_host, rst));
   return ZINC_OK;
 }

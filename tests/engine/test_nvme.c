@@ -9,6 +9,10 @@
  *    same parameters as a run without the fault;
  *  - a byte flipped in a swap file is ZINC_ERR_CORRUPT naming file and
  *    offset, never a silently wrong parameter;
+ *  - a parameter read that fails on one rank only, during a fetch whose
+ *    gather its peers are in: every rank gets ZINC_ERR_IO at the end of the
+ *    micro-batch (the peers' message names rank 0), at once, not after a
+ *    collective timeout; the checkpoint before it resumes to the same bits;
  *  - parameters on NVMe are read into offload_param.buffer_count buffers:
  *    one buffer with a prefetch window of several modules still trains to
  *    the same bits as no offload; a buffer_size smaller than a module's
@@ -99,12 +103,24 @@ static void capture(et_model *m, const et_run *r, float **out) {
 }
 
 /* fault: a ZINC_AIO_FAULT spec applied to the engine that runs steps 3..6 */
+static void test_fault_on(const char *fault, zinc_status expect, const char *needle,
+                          int one_rank);
 static void test_fault(const char *fault, zinc_status expect, const char *needle) {
+  test_fault_on(fault, expect, needle, 0);
+}
+
+/* one_rank: only rank 0 sees the fault, in a parameter read during a fetch
+ * (optimizer in memory, parameters on NVMe): its peers are inside the same
+ * gather, and every rank must report it at the end of the micro-batch. */
+static void test_fault_on(const char *fault, zinc_status expect, const char *needle,
+                          int one_rank) {
   char dir[600], ck[640];
   snprintf(dir, sizeof dir, "%s/fault", root);
   snprintf(ck, sizeof ck, "%s/fault_ckpt", root);
   mkdir(dir, 0755);
   et_run r = nvme_run(dir);
+  if (one_rank)
+    r.offload = "cpu";
   /* the reference: 6 steps without a fault */
   et_model a;
   zinc_engine *e = et_open(&r, NULL, &a);
@@ -122,15 +138,28 @@ static void test_fault(const char *fault, zinc_status expect, const char *needle
   et_model b;
   e = et_open(&r, NULL, &b);
   zinc_status st = zinc_load_checkpoint(e, ck, NULL);
-  if (st == ZINC_OK)
+  if (st == ZINC_OK && (!one_rank || et_rank == 0))
     st = zinc_nvme_inject(e, fault); /* counted from here: inside the next steps */
+  double t0 = MPI_Wtime();
   if (st == ZINC_OK)
     st = train(&b, &r, 3, 6);
+  double took = MPI_Wtime() - t0;
   int all_ok = st == ZINC_OK, every = 0;
   MPI_Allreduce(&all_ok, &every, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (expect == ZINC_OK) {
     ET_CHECK(st == ZINC_OK, "fault %s: %s: %s (expected to recover)", fault,
              zinc_status_name(st), zinc_last_error());
+  } else if (one_rank) {
+    ET_CHECK(st == expect && strstr(zinc_last_error(), et_rank == 0 ? needle : "rank 0:") &&
+                 took < 60,
+             "fault %s on rank 0 only: rank %d got %s \"%s\" after %.1f s, expected %s "
+             "mentioning \"%s\" at once", fault, et_rank, zinc_status_name(st),
+             st == ZINC_OK ? "" : zinc_last_error(), took, zinc_status_name(expect),
+             et_rank == 0 ? needle : "rank 0:");
+    ET_CHECK(zinc_step(e, NULL) != ZINC_OK, "fault %s: the engine went on after it", fault);
+    if (et_rank == 1)
+      printf("nvme: a parameter read failing on rank 0 only: rank 1 got %s after %.2f s: %s\n",
+             zinc_status_name(st), took, zinc_last_error());
   } else if (st != ZINC_OK) {
     ET_CHECK(st == expect && strstr(zinc_last_error(), needle),
              "fault %s: got %s \"%s\", expected %s mentioning \"%s\"", fault,
@@ -246,6 +275,8 @@ int main(int argc, char **argv) {
   test_fault("short@45", ZINC_OK, "");
   test_corruption();
   test_param_buffers();
+  if (et_world > 1)
+    test_fault_on("error@1=EIO", ZINC_ERR_IO, ".swap", 1);
   int bad = et_failures;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (et_rank == 0) {
