@@ -243,6 +243,23 @@ static inline double et_micro_batch(et_model *m, const tm_shape *sh, zinc_dtype 
   return loss;
 }
 
+/* Steps [from, to) of run r, accumulation 1, each rank on its own samples;
+ * the first failing call's status. */
+static inline zinc_status et_steps(et_model *m, const et_run *r, int from, int to) {
+  int N = zinc_dp_size(m->e), me = zinc_dp_rank(m->e);
+  for (int s = from; s < to; s++) {
+    double loss;
+    zinc_status st = et_micro_batch_status(m, &r->shape, r->dtype,
+                                           ((int64_t)s * N + me) * r->micro, r->micro, NULL,
+                                           &loss);
+    if (st == ZINC_OK)
+      st = zinc_step(m->e, NULL);
+    if (st != ZINC_OK)
+      return st;
+  }
+  return ZINC_OK;
+}
+
 /* An engine for run r on the cpu device, one thread (mpi_comm: MPI_Comm*
  * to use, or NULL for the world); et_open also registers and builds the
  * tiny model. */

@@ -68,21 +68,6 @@ static int build_with_fault(const nomem_case *c, int64_t n) {
   return failed;
 }
 
-static zinc_status train(et_model *m, const et_run *r, int from, int to) {
-  int N = zinc_dp_size(m->e), me = zinc_dp_rank(m->e);
-  for (int s = from; s < to; s++) {
-    double loss;
-    zinc_status st = et_micro_batch_status(m, &r->shape, r->dtype,
-                                           ((int64_t)s * N + me) * r->micro, r->micro, NULL,
-                                           &loss);
-    if (st == ZINC_OK)
-      st = zinc_step(m->e, NULL);
-    if (st != ZINC_OK)
-      return st;
-  }
-  return ZINC_OK;
-}
-
 static void capture(et_model *m, float **out) {
   for (int i = 0; i < TM_NPARAM; i++)
     ET_OK(zinc_param_get_full(m->e, m->par[i], ZINC_STATE_PARAM, out[i]));
@@ -94,10 +79,10 @@ static int train_with_fault(const nomem_case *c, int64_t n, float **ref, const c
   et_run r = case_run(c);
   et_model m;
   zinc_engine *e = et_open(&r, NULL, &m);
-  ET_OK(train(&m, &r, 0, 2));
+  ET_OK(et_steps(&m, &r, 0, 2));
   ET_OK(zinc_save_checkpoint(e, ck, "before"));
   zinc_engine_inject_alloc_fault(e, n);
-  zinc_status st = train(&m, &r, 2, 5);
+  zinc_status st = et_steps(&m, &r, 2, 5);
   int failed = st != ZINC_OK;
   if (failed) {
     char msg[1024];
@@ -106,7 +91,7 @@ static int train_with_fault(const nomem_case *c, int64_t n, float **ref, const c
              "%s, training allocation %lld: %s: %s", c->name, (long long)n,
              zinc_status_name(st), msg);
     zinc_engine_inject_alloc_fault(e, 0);
-    zinc_status again = train(&m, &r, 2, 3);
+    zinc_status again = et_steps(&m, &r, 2, 3);
     ET_CHECK(again != ZINC_OK && strstr(zinc_last_error(), "earlier failure"),
              "%s: a step after the failure was not refused: %s", c->name,
              again == ZINC_OK ? "ZINC_OK" : zinc_last_error());
@@ -117,7 +102,7 @@ static int train_with_fault(const nomem_case *c, int64_t n, float **ref, const c
     et_model m2;
     zinc_engine *e2 = et_open(&r, NULL, &m2);
     ET_OK(zinc_load_checkpoint(e2, ck, "before"));
-    ET_OK(train(&m2, &r, 2, 5));
+    ET_OK(et_steps(&m2, &r, 2, 5));
     float **out = et_alloc_params(&r.shape);
     capture(&m2, out);
     ET_CHECK(et_same_bits(&r.shape, out, ref, c->name), "%s: resumed after NOMEM at "
@@ -145,7 +130,7 @@ static void run_case(const nomem_case *c) {
     {
       et_model m;
       zinc_engine *e = et_open(&r, NULL, &m);
-      ET_OK(train(&m, &r, 0, 5));
+      ET_OK(et_steps(&m, &r, 0, 5));
       capture(&m, ref);
       et_model_free(&m);
       zinc_engine_destroy(e);

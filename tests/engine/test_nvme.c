@@ -30,21 +30,6 @@
 static char root[512];
 
 
-static zinc_status train(et_model *m, const et_run *r, int from, int to) {
-  int N = zinc_dp_size(m->e), me = zinc_dp_rank(m->e);
-  for (int s = from; s < to; s++) {
-    double loss;
-    zinc_status st = et_micro_batch_status(m, &r->shape, r->dtype,
-                                           ((int64_t)s * N + me) * r->micro, r->micro, NULL,
-                                           &loss);
-    if (st == ZINC_OK)
-      st = zinc_step(m->e, NULL);
-    if (st != ZINC_OK)
-      return st;
-  }
-  return ZINC_OK;
-}
-
 static et_run nvme_run(const char *dir) {
   et_run r = et_defaults();
   r.stage = 3;
@@ -75,7 +60,7 @@ static void test_memory_bound(void) {
   r.sub_group = 64; /* far smaller than the shard */
   et_model m;
   zinc_engine *e = et_open(&r, NULL, &m);
-  ET_OK(train(&m, &r, 0, 3));
+  ET_OK(et_steps(&m, &r, 0, 3));
   zinc_mem_stats st;
   ET_OK(zinc_memory_stats(e, &st));
   uint64_t host = st.peak[ZINC_LOC_HOST][ZINC_MEM_OPTIM];
@@ -124,14 +109,14 @@ static void test_fault_on(const char *fault, zinc_status expect, const char *nee
   /* the reference: 6 steps without a fault */
   et_model a;
   zinc_engine *e = et_open(&r, NULL, &a);
-  ET_OK(train(&a, &r, 0, 6));
+  ET_OK(et_steps(&a, &r, 0, 6));
   float **ref = et_alloc_params(&r.shape);
   capture(&a, &r, ref);
   et_model_free(&a);
   zinc_engine_destroy(e);
   /* 3 steps, checkpoint, then a faulty engine */
   e = et_open(&r, NULL, &a);
-  ET_OK(train(&a, &r, 0, 3));
+  ET_OK(et_steps(&a, &r, 0, 3));
   ET_OK(zinc_save_checkpoint(e, ck, "step3"));
   et_model_free(&a);
   zinc_engine_destroy(e);
@@ -142,7 +127,7 @@ static void test_fault_on(const char *fault, zinc_status expect, const char *nee
     st = zinc_nvme_inject(e, fault); /* counted from here: inside the next steps */
   double t0 = MPI_Wtime();
   if (st == ZINC_OK)
-    st = train(&b, &r, 3, 6);
+    st = et_steps(&b, &r, 3, 6);
   double took = MPI_Wtime() - t0;
   int all_ok = st == ZINC_OK, every = 0;
   MPI_Allreduce(&all_ok, &every, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -175,7 +160,7 @@ static void test_fault_on(const char *fault, zinc_status expect, const char *nee
   et_model c;
   e = et_open(&r, NULL, &c);
   ET_OK(zinc_load_checkpoint(e, ck, NULL));
-  ET_OK(train(&c, &r, 3, 6));
+  ET_OK(et_steps(&c, &r, 3, 6));
   float **got = et_alloc_params(&r.shape);
   capture(&c, &r, got);
   char what[160];
@@ -203,11 +188,11 @@ static void test_corruption(void) {
   et_run r = nvme_run(dir);
   et_model m;
   zinc_engine *e = et_open(&r, NULL, &m);
-  ET_OK(train(&m, &r, 0, 2));
+  ET_OK(et_steps(&m, &r, 0, 2));
   if (et_rank == 0)
     ET_CHECK(corrupt_swap(dir), "no swap file to corrupt under %s", dir);
   MPI_Barrier(MPI_COMM_WORLD);
-  zinc_status st = train(&m, &r, 2, 4);
+  zinc_status st = et_steps(&m, &r, 2, 4);
   if (et_rank == 0)
     ET_CHECK(st == ZINC_ERR_CORRUPT && strstr(zinc_last_error(), "offset") &&
                  strstr(zinc_last_error(), ".swap"),
