@@ -368,15 +368,20 @@ static zinc_status area_get(zinc_engine *e, zinc_module *m) {
   return e->dev->ops->fill_zero(e->dev, m->grad_area, m->grad_bytes, e->stream);
 }
 
+/* Stage 0/1: zero m's gradients for the accumulation window now open. */
+static zinc_status zero_window_grads(zinc_engine *e, zinc_module *m) {
+  for (int s = 0; s < m->nsegs; s++)
+    ZINC_CHECK(e->dev->ops->fill_zero(e->dev, m->segs[s].grad,
+                                      (size_t)m->segs[s].numel * zinc_dtype_size(m->segs[s].dtype),
+                                      e->stream));
+  m->grad_window = window_of(e);
+  return ZINC_OK;
+}
+
 zinc_status zinc_grads_open(zinc_engine *e, zinc_module *m) {
   if (e->cfg.stage <= 1) {
     if (m->grad_window != window_of(e)) {
-      for (int s = 0; s < m->nsegs; s++)
-        ZINC_CHECK(e->dev->ops->fill_zero(e->dev, m->segs[s].grad,
-                                          (size_t)m->segs[s].numel *
-                                              zinc_dtype_size(m->segs[s].dtype),
-                                          e->stream));
-      m->grad_window = window_of(e);
+      ZINC_CHECK(zero_window_grads(e, m));
     }
   } else {
     ZINC_CHECK(area_get(e, m));
@@ -443,12 +448,7 @@ zinc_status zinc_grads_flush(zinc_engine *e) {
       m->reduced_window = window_of(e);
       area_release(e, m);
     } else if (zinc_grads_is_boundary_micro(e) && m->grad_window != window_of(e)) {
-      for (int s = 0; s < m->nsegs; s++)
-        ZINC_CHECK(e->dev->ops->fill_zero(e->dev, m->segs[s].grad,
-                                          (size_t)m->segs[s].numel *
-                                              zinc_dtype_size(m->segs[s].dtype),
-                                          e->stream));
-      m->grad_window = window_of(e);
+      ZINC_CHECK(zero_window_grads(e, m));
     }
   }
   e->ring_first = e->ring_n = 0;
