@@ -68,6 +68,12 @@ typedef struct {
   tm_shape shape;
 } et_run;
 
+/* Where tests write their files (ctest sets ZINC_TEST_BINARY_DIR). */
+static inline const char *et_binary_dir(void) {
+  const char *d = getenv("ZINC_TEST_BINARY_DIR");
+  return d ? d : "/tmp";
+}
+
 static inline et_run et_defaults(void) {
   et_run r = {.stage = 0, .gas = 1, .micro = 3, .steps = 20, .dtype = ZINC_F32,
               .reduce_bucket = 1000, .overlap = 0, .offload = "none", .clip = 1.0,
@@ -282,11 +288,21 @@ static inline zinc_engine *et_create(const et_run *r, void *mpi_comm) {
   return e;
 }
 
-static inline zinc_engine *et_open(const et_run *r, void *mpi_comm, et_model *m) {
-  zinc_engine *e = et_create(r, mpi_comm);
+/* Register run r's tiny model in e, ready for zinc_engine_build. */
+static inline void et_register_run(et_model *m, zinc_engine *e, const et_run *r) {
   et_model_register(m, e, &r->shape, r->dtype);
   m->ictx.shape = &r->shape;
-  ET_OK(zinc_engine_build(e, et_init, &m->ictx));
+}
+
+/* Register and build; the build's status (the model stays registered). */
+static inline zinc_status et_build(et_model *m, zinc_engine *e, const et_run *r) {
+  et_register_run(m, e, r);
+  return zinc_engine_build(e, et_init, &m->ictx);
+}
+
+static inline zinc_engine *et_open(const et_run *r, void *mpi_comm, et_model *m) {
+  zinc_engine *e = et_create(r, mpi_comm);
+  ET_OK(et_build(m, e, r));
   return e;
 }
 

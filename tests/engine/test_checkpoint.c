@@ -347,7 +347,7 @@ int main(int argc, char **argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &et_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &et_world);
-  const char *base = getenv("ZINC_TEST_BINARY_DIR") ? getenv("ZINC_TEST_BINARY_DIR") : "/tmp";
+  const char *base = et_binary_dir();
   snprintf(ckpt_root, sizeof ckpt_root, "%s/ckpt_test_np%d", base, et_world);
   char cmd[1200];
   snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", ckpt_root, ckpt_root);

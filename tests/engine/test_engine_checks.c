@@ -26,11 +26,8 @@ static void test_overflow(int stage) {
   r.stage = stage;
   r.dtype = ZINC_F16;
   r.fp16_window = 3;
-  zinc_engine *e = et_create(&r, NULL);
   et_model m;
-  et_model_register(&m, e, &r.shape, r.dtype);
-  m.ictx.shape = &r.shape;
-  ET_OK(zinc_engine_build(e, et_init, &m.ictx));
+  zinc_engine *e = et_open(&r, NULL, &m);
   int N = zinc_dp_size(e), me = zinc_dp_rank(e);
   float **before[3], **after[3];
   for (int k = 0; k < 3; k++) {
@@ -137,11 +134,8 @@ static int64_t gathered_peak_bytes(int64_t max_live, int64_t prefetch) {
   r.stage = 3;
   r.max_live = max_live;
   r.prefetch = prefetch;
-  zinc_engine *e = et_create(&r, NULL);
   et_model m;
-  et_model_register(&m, e, &r.shape, r.dtype);
-  m.ictx.shape = &r.shape;
-  ET_OK(zinc_engine_build(e, et_init, &m.ictx));
+  zinc_engine *e = et_open(&r, NULL, &m);
   zinc_mem_stats st;
   ET_OK(zinc_memory_stats(e, &st));
   uint64_t fixed = st.current[ZINC_LOC_DEVICE][ZINC_MEM_BUFFERS]; /* the gradient ring */
@@ -184,8 +178,7 @@ static void test_misuse(void) {
   r.stage = 3;
   zinc_engine *e = et_create(&r, NULL);
   et_model m;
-  et_model_register(&m, e, &r.shape, r.dtype);
-  m.ictx.shape = &r.shape;
+  et_register_run(&m, e, &r);
   /* before build */
   EXPECT_INVALID(zinc_step(e, NULL));
   EXPECT_INVALID(zinc_module_fetch(e, m.mod[0]));
@@ -241,11 +234,8 @@ static void test_divergence(int first_micro) {
     return;
   et_run r = et_defaults();
   r.stage = 3;
-  zinc_engine *e = et_create(&r, NULL);
   et_model m;
-  et_model_register(&m, e, &r.shape, r.dtype);
-  m.ictx.shape = &r.shape;
-  ET_OK(zinc_engine_build(e, et_init, &m.ictx));
+  zinc_engine *e = et_open(&r, NULL, &m);
   int me = zinc_dp_rank(e);
   if (!first_micro) {
     et_micro_batch(&m, &r.shape, r.dtype, (int64_t)me * r.micro, r.micro, NULL);

@@ -33,7 +33,7 @@ static zinc_engine *make(int stage, const char *extra) {
 static void test_empty(void) {
   char dir[512];
   snprintf(dir, sizeof dir, "%s/limits_empty_np%d",
-           getenv("ZINC_TEST_BINARY_DIR") ? getenv("ZINC_TEST_BINARY_DIR") : "/tmp", et_world);
+           et_binary_dir(), et_world);
   for (int stage = 0; stage <= 3; stage++) {
     zinc_engine *e = make(stage, NULL);
     zinc_module *m = stage % 2 ? zinc_module_add(e, "nothing") : NULL;

@@ -52,10 +52,8 @@ static int build_with_fault(const nomem_case *c, int64_t n) {
   et_run r = case_run(c);
   zinc_engine *e = et_create(&r, NULL);
   et_model m;
-  et_model_register(&m, e, &r.shape, r.dtype);
-  m.ictx.shape = &r.shape;
   zinc_engine_inject_alloc_fault(e, n);
-  zinc_status st = zinc_engine_build(e, et_init, &m.ictx);
+  zinc_status st = et_build(&m, e, &r);
   int failed = st != ZINC_OK;
   if (failed) {
     const char *msg = zinc_last_error();
@@ -157,7 +155,7 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &et_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &et_world);
   snprintf(root, sizeof root, "%s/nomem_np%d",
-           getenv("ZINC_TEST_BINARY_DIR") ? getenv("ZINC_TEST_BINARY_DIR") : "/tmp", et_world);
+           et_binary_dir(), et_world);
   mkdir(root, 0755);
   static const nomem_case cases[] = {
       {"stage1", 1, 0, 0, "none", NULL},

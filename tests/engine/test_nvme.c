@@ -228,9 +228,7 @@ static void test_param_buffers(void) {
   r.param_buffer_size = 8;
   zinc_engine *e = et_create(&r, NULL);
   et_model m;
-  et_model_register(&m, e, &r.shape, r.dtype);
-  m.ictx.shape = &r.shape;
-  zinc_status bst = zinc_engine_build(e, et_init, &m.ictx);
+  zinc_status bst = et_build(&m, e, &r);
   const char *msg = zinc_last_error();
   ET_CHECK(bst == ZINC_ERR_CONFIG && strstr(msg, "offload_param.buffer_size") &&
                strstr(msg, "raise buffer_size to at least"),
@@ -248,7 +246,7 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &et_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &et_world);
   snprintf(root, sizeof root, "%s/nvme_test_np%d",
-           getenv("ZINC_TEST_BINARY_DIR") ? getenv("ZINC_TEST_BINARY_DIR") : "/tmp", et_world);
+           et_binary_dir(), et_world);
   char cmd[1200];
   snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", root, root);
   if (et_rank == 0 && system(cmd) != 0)

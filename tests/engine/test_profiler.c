@@ -86,7 +86,7 @@ static void test_stage(int stage, const char *offload, const char *offload_param
 }
 
 static void test_timeline_and_report(void) {
-  const char *bin = getenv("ZINC_TEST_BINARY_DIR") ? getenv("ZINC_TEST_BINARY_DIR") : "/tmp";
+  const char *bin = et_binary_dir();
   const char *src = getenv("ZINC_TEST_SOURCE_DIR") ? getenv("ZINC_TEST_SOURCE_DIR") : ".";
   char extra[1024], json[800], svg[800], cmd[4096];
   snprintf(json, sizeof json, "%s/timeline_np%d.json", bin, et_world);
@@ -160,7 +160,7 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &et_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &et_world);
   snprintf(nvme_dir, sizeof nvme_dir, "%s/nvme_profiler",
-           getenv("ZINC_TEST_BINARY_DIR") ? getenv("ZINC_TEST_BINARY_DIR") : "/tmp");
+           et_binary_dir());
   mkdir(nvme_dir, 0755);
   for (int stage = 0; stage <= 3; stage++) {
     test_stage(stage, "none", NULL);

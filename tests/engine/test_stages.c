@@ -78,7 +78,7 @@ static void compare_stages(et_run base, const char *label, int bitwise, double t
 
 int main(void) {
   snprintf(nvme_dir, sizeof nvme_dir, "%s/nvme_stages",
-           getenv("ZINC_TEST_BINARY_DIR") ? getenv("ZINC_TEST_BINARY_DIR") : "/tmp");
+           et_binary_dir());
   mkdir(nvme_dir, 0755);
   et_run r = et_defaults();
   compare_stages(r, "fp32, accumulation 1", 1, 1e-5, 0);

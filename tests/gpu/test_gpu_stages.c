@@ -87,9 +87,7 @@ static zinc_engine *open_gpu(const et_run *r, et_model *m) {
   ET_OK(zinc_engine_create(cfg, &opt, &e));
   zinc_config_free(cfg);
   ET_CHECK(zinc_engine_on_gpu(e), "the engine did not pick the GPU");
-  et_model_register(m, e, &r->shape, r->dtype);
-  m->ictx.shape = &r->shape;
-  ET_OK(zinc_engine_build(e, et_init, &m->ictx));
+  ET_OK(et_build(m, e, r));
   return e;
 }
 
