@@ -245,8 +245,6 @@ static zinc_status copy_out(zinc_engine *e, const zinc_adam_seg *segs, const pie
 zinc_status zinc_offload_step(zinc_engine *e, const zinc_adam_coef *c, const zinc_adam_seg *segs,
                               int nseg) {
   zinc_offload *o = &e->off;
-  if (!o->ready)
-    return zinc_error(ZINC_ERR_INVALID, "offloaded optimizer step before the engine is built");
   const zinc_device_ops *d = e->dev->ops;
   /* the gradients are final once the engine's queued work is */
   ZINC_CHECK(d->event_record(e->dev, o->grads_done, e->stream));

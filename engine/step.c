@@ -235,7 +235,7 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
     st = zinc_nvme_step(e, &c, segs, e->nruns);
   else if (zinc_nvme_param_on_disk(e))
     st = adam_params_on_disk(e, &c, segs);
-  else if (zinc_offload_staged(e))
+  else if (e->off.ready) /* zinc_offload_init decided: staged copies */
     st = zinc_offload_step(e, &c, segs, e->nruns);
   else
     st = e->dev->ops->adam(e->dev, e->stream, &c, segs, e->nruns);

@@ -109,7 +109,9 @@ typedef struct {                 /* what a JSON file should not carry */
   int   device;                  /* ZINC_DEVICE_AUTO: the local rank's GPU if CUDA is
                                     built and a GPU exists, else the CPU;
                                     ZINC_DEVICE_CPU; or a CUDA ordinal >= 0 */
-  void *mpi_comm;                /* MPI_Comm* to use instead of MPI_COMM_WORLD, or NULL */
+  void *mpi_comm;                /* MPI_Comm* to use instead of MPI_COMM_WORLD, or NULL;
+                                    duplicated by zinc_engine_create, so it need not
+                                    outlive the call */
   int   model_parallel_size;     /* 1 = pure data parallel */
   void *cuda_stream;             /* cudaStream_t the trainer computes on, or NULL
                                     (the legacy default stream); ignored on the CPU */

@@ -57,6 +57,22 @@ static void fill_pattern(void *dst, int64_t n, zinc_dtype dt) {
     zinc_store_from_f32(dst, i, dt, 1e-3f * (float)((i * 7) % 13 - 6));
 }
 
+/* An engine on the cpu device over comm, from a JSON config. */
+static zinc_engine *create_engine(const char *json, MPI_Comm comm, int threads) {
+  zinc_config *cfg;
+  if (zinc_config_parse(json, &cfg) != ZINC_OK)
+    die("config");
+  zinc_options opt = ZINC_OPTIONS_INIT;
+  opt.device = ZINC_DEVICE_CPU;
+  opt.mpi_comm = &comm; /* read during zinc_engine_create only */
+  opt.threads = threads;
+  zinc_engine *e;
+  if (zinc_engine_create(cfg, &opt, &e) != ZINC_OK)
+    die("engine create");
+  zinc_config_free(cfg);
+  return e;
+}
+
 typedef struct {
   double step, forward, backward, optim, comm, iteration;
 } timing;
@@ -74,17 +90,7 @@ static timing run_stage(const bench_args *a, int stage, MPI_Comm comm, int threa
            " \"reduce_bucket_size\": 50000000, \"allgather_bucket_size\": 50000000,"
            " \"stage3_prefetch_bucket_size\": 50000000, \"stage3_param_persistence_threshold\": 0}}",
            a->dtype == ZINC_BF16 ? "true" : "false", stage, stage >= 2 ? "true" : "false");
-  zinc_config *cfg;
-  if (zinc_config_parse(json, &cfg) != ZINC_OK)
-    die("config");
-  zinc_options opt = ZINC_OPTIONS_INIT;
-  opt.device = ZINC_DEVICE_CPU;
-  opt.mpi_comm = &comm;
-  opt.threads = threads;
-  zinc_engine *e;
-  if (zinc_engine_create(cfg, &opt, &e) != ZINC_OK)
-    die("engine create");
-  zinc_config_free(cfg);
+  zinc_engine *e = create_engine(json, comm, threads);
   int64_t per = a->params / a->modules;
   zinc_module **mods = calloc((size_t)a->modules, sizeof *mods);
   zinc_param **pars = calloc((size_t)a->modules, sizeof *pars);
@@ -169,18 +175,7 @@ static overhead run_overhead(const bench_args *a, int threads) {
            " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3, \"weight_decay\": 0.01}},"
            " \"bf16\": {\"enabled\": %s}, \"zero_optimization\": {\"stage\": 0,"
            " \"reduce_bucket_size\": 50000000}}", a->dtype == ZINC_BF16 ? "true" : "false");
-  zinc_config *cfg;
-  if (zinc_config_parse(json, &cfg) != ZINC_OK)
-    die("config");
-  MPI_Comm self = MPI_COMM_SELF;
-  zinc_options opt = ZINC_OPTIONS_INIT;
-  opt.device = ZINC_DEVICE_CPU;
-  opt.mpi_comm = &self;
-  opt.threads = threads;
-  zinc_engine *e;
-  if (zinc_engine_create(cfg, &opt, &e) != ZINC_OK)
-    die("engine create");
-  zinc_config_free(cfg);
+  zinc_engine *e = create_engine(json, MPI_COMM_SELF, threads);
   int64_t per = a->params / a->modules / 1024 * 1024, n = per * a->modules;
   size_t es = zinc_dtype_size(a->dtype);
   zinc_module **mods = calloc((size_t)a->modules, sizeof *mods);
