@@ -5,7 +5,7 @@
  * last failure it caused. Messages are truncated at ZINC_ERROR_MAX bytes.
  */
 #define _GNU_SOURCE
-#include "base.h"
+#include "base/base.h"
 
 #include <ctype.h>
 #include <errno.h>

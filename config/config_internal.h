@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "base.h"
+#include "base/base.h"
 #include "config/config.h"
 
 /* batch_given_mask bits. Bits 0-2 (config.h): the key was given as a number.

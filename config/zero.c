@@ -99,7 +99,7 @@ static const zinc_key offload_param_keys[] = {
     ZINC_KCUSTOM("nvme_path"),
     ZINC_KB(O, "pin_memory", pin_memory),
     /* NVMe parameter reads: buffer_count buffers, each at most buffer_size
-     * elements (engine/nvme.c) */
+     * elements (engine/offload_nvme.c) */
     ZINC_KL(O, "buffer_count", buffer_count, 0, 0, 0),
     ZINC_KL(O, "buffer_size", buffer_size, 1, 0, 0),
     {"max_in_cpu", ZINC_KEY_I64, offsetof(O, max_in_cpu), 0, HUGE_VAL, ZINC_KEY_NO_EFFECT, 0,

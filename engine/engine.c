@@ -20,9 +20,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/device_cpu.h"
+#include "device/device_cpu.h"
 #include "engine/engine.h"
-#include "engine/profiler.h"
+#include "engine/memory/profiler.h"
 #include "optim/lr_schedule.h"
 
 /* ------------------------------------------------------------ failures */
@@ -222,7 +222,7 @@ static zinc_status create_device(zinc_engine *e) {
     ZINC_CHECK(zinc_device_cuda_create(want, e->opt.cuda_stream, &e->dev));
   } else {
     /* the ranks on this node split its cores; the device binds its pool's
-     * threads inside this rank's share (offload/topology.c) */
+     * threads inside this rank's share (device/topology.c) */
     zinc_device_cpu_placement pl = ZINC_DEVICE_CPU_PLACEMENT_INIT;
     pl.threads = e->opt.threads > 0 ? e->opt.threads : 0;
     pl.pin_memory = e->cfg.offload_optimizer.pin_memory || e->cfg.offload_param.pin_memory;

@@ -36,13 +36,13 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "base.h"
+#include "base/base.h"
 #include "config/config.h"
-#include "engine/comm.h"
-#include "engine/device.h"
+#include "comm/comm.h"
+#include "device/device.h"
 #include "optim/loss_scaler.h"
 #include "zinc.h"
-#include "zinc_math.h"
+#include "kernels/zinc_math.h"
 
 #define ZINC_ALIGN_ELEMS 32 /* 128 B of f32, 64 B of 16-bit */
 #define ZINC_MAX_NDIM 8

@@ -77,6 +77,14 @@ typedef enum { ZINC_F32, ZINC_BF16, ZINC_F16 } zinc_dtype;
 ZINC_API size_t zinc_dtype_size(zinc_dtype dt);
 /* "f32", "bf16", "f16" */
 ZINC_API const char *zinc_dtype_name(zinc_dtype dt);
+/* dst (n elements of dst_dtype) = src (n elements of src_dtype) in host
+ * memory, on the calling thread, with the engine's own rounding (to nearest
+ * even, as every cast inside zinc): a trainer that keeps fp32 copies of
+ * 16-bit parameters or gradients gets the bits the engine would. dst and src
+ * must not overlap unless they are equal with equal dtypes. INVALID for a
+ * negative n, an unknown dtype or a NULL buffer with n > 0. */
+ZINC_API zinc_status zinc_convert(void *dst, zinc_dtype dst_dtype, const void *src,
+                                  zinc_dtype src_dtype, int64_t n);
 
 /* ------------------------------------------------------------------ config */
 

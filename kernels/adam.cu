@@ -20,7 +20,7 @@
  * The arithmetic is zinc_adam_elem (kernels/zinc_math.h) element by element;
  * with --fmad=false nothing else is fused, so the result is bitwise the CPU's.
  */
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
  * kernels/zinc_math.h, as on the CPU. Zero-fill writes 16 bytes per thread
  * over the aligned body of the range.
  */
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 namespace {
 

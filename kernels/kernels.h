@@ -1,7 +1,7 @@
 /*
  * kernels.h — C-callable launchers of the CUDA kernels in the .cu files of kernels/.
  *
- * Called by the cuda device (engine/device_cuda.c) and by the GPU tests;
+ * Called by the cuda device (device/device_cuda.c) and by the GPU tests;
  * only compiled into a build with ZINC_HAVE_CUDA. Every launcher queues its
  * work on `stream` and returns at once with the launch status
  * (cudaSuccess, or the error of the first launch or copy that failed);
@@ -26,8 +26,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "engine/device.h" /* zinc_adam_seg, zinc_sumsq_chunk */
-#include "zinc_math.h"     /* zinc_adam_coef */
+#include "kernels/zinc_math.h" /* the per-element math and the kernel argument structs */
 
 #ifdef __cplusplus
 extern "C" {

@@ -24,7 +24,7 @@
  */
 #include <cub/device/device_segmented_reduce.cuh>
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 namespace {
 

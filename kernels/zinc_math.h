@@ -1,7 +1,8 @@
 /*
  * zinc_math.h — per-element arithmetic written once and shared by the CPU
- * code (optim/) and the CUDA kernels (kernels/, the .cu files): 16-bit conversions, the
- * Adam/AdamW update, and the canonical order of the sum of squares.
+ * CPU kernels (cpu_kernels*.c) and the CUDA kernels (*.cu) beside it:
+ * 16-bit conversions, the Adam/AdamW update, the canonical order of the sum
+ * of squares, and the argument structs the kernels take.
  *
  * Bitwise agreement rules:
  *  - every function here spells out its operation order and uses fmaf()
@@ -134,6 +135,31 @@ static ZINC_HD void zinc_store_from_f32(void *base, int64_t i, int dtype, float 
 }
 
 /* ---------------------------------------------------------------- Adam */
+
+/* ------------------------------------------------ kernel arguments */
+
+/* One contiguous piece of a fused Adam/AdamW pass: master, m, v are fp32
+ * shard slices of n elements; grad holds n elements of grad_dtype; if
+ * param_out is not NULL the updated value is also written there in
+ * param_dtype (the compute copy), in the same pass. */
+typedef struct {
+  float *master;            /* (n) fp32, read and written      */
+  float *exp_avg;           /* (n) fp32, read and written      */
+  float *exp_avg_sq;        /* (n) fp32, read and written      */
+  const void *grad;         /* (n) grad_dtype, read            */
+  void *param_out;          /* (n) param_dtype, written, or NULL */
+  int64_t n;
+  int grad_dtype;           /* zinc_dtype */
+  int param_dtype;          /* zinc_dtype */
+  int decay;                /* 1: weight decay applies here    */
+} zinc_adam_seg;
+
+/* A chunk whose sum of squares is wanted (gradient norm, overflow check). */
+typedef struct {
+  const void *data;         /* (n) dtype */
+  int64_t n;
+  int dtype;                /* zinc_dtype */
+} zinc_sumsq_chunk;
 
 /* Coefficients of one optimizer step, computed once on the host in double
  * and rounded to float (zinc_adam_coef_init in optim/adam.c). */

@@ -11,7 +11,7 @@
  * Fixed-buffer slots and file slots are identical on every ring.
  */
 #define _GNU_SOURCE
-#include "aio_internal.h"
+#include "offload/aio_internal.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -11,7 +11,7 @@
  * by fault_mu; the counter is atomic.
  */
 #define _GNU_SOURCE
-#include "aio_internal.h"
+#include "offload/aio_internal.h"
 
 #include <errno.h>
 #include <stdlib.h>

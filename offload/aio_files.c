@@ -10,7 +10,7 @@
  * kernel declined to register simply has no fixed slot.
  */
 #define _GNU_SOURCE
-#include "aio_internal.h"
+#include "offload/aio_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

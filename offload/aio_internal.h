@@ -21,8 +21,8 @@
 #include <stdatomic.h>
 #include <sys/uio.h>
 
-#include "aio.h"
-#include "base.h"
+#include "offload/aio.h"
+#include "base/base.h"
 
 #define ZINC_AIO_MAX_BUFS 64            /* registered fixed-buffer slots      */
 #define ZINC_AIO_FIXED_CHUNK (1u << 30) /* the kernel's limit per fixed buffer */

@@ -11,7 +11,7 @@
  * removed: some filesystems accept the open but reject the I/O.
  */
 #define _GNU_SOURCE
-#include "aio_internal.h"
+#include "offload/aio_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

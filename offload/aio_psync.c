@@ -10,7 +10,7 @@
  * bookkeeping as io_uring completions (zinc_aio_req_complete).
  */
 #define _GNU_SOURCE
-#include "aio_internal.h"
+#include "offload/aio_internal.h"
 
 #include <errno.h>
 #include <unistd.h>

@@ -18,7 +18,7 @@
  * io_uring_submit call; off, one call submits everything prepared.
  */
 #define _GNU_SOURCE
-#include "aio_internal.h"
+#include "offload/aio_internal.h"
 
 #include <errno.h>
 #include <poll.h>

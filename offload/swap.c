@@ -10,7 +10,7 @@
  * it until after everything in it is removed.
  */
 #define _GNU_SOURCE
-#include "swap.h"
+#include "offload/swap.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base.h"
+#include "base/base.h"
 
 #define SWAP_PREFIX "zinc-swap-"
 #define SWAP_LOCK "lock"

@@ -56,7 +56,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "aio.h"
+#include "offload/aio.h"
 #include "zinc.h"
 
 #ifdef __cplusplus

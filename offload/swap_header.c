@@ -7,11 +7,11 @@
  * can be fuzzed on its own (tests/fuzz_swap). Fields are little-endian on
  * disk whatever the host.
  */
-#include "swap.h"
+#include "offload/swap.h"
 
 #include <string.h>
 
-#include "base.h"
+#include "base/base.h"
 
 #define OFF_MAGIC 0
 #define OFF_VERSION 4

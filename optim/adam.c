@@ -4,7 +4,7 @@
  */
 #include <math.h>
 
-#include "base.h"
+#include "base/base.h"
 #include "optim/adam.h"
 
 zinc_status zinc_adam_coef_init(zinc_adam_coef *c, double lr, double beta1, double beta2,

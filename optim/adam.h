@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "zinc.h"
-#include "zinc_math.h"
+#include "kernels/zinc_math.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -21,9 +21,9 @@
 
 #include <cuda_runtime_api.h>
 
-#include "base.h"
-#include "engine/device.h"
-#include "zinc_math.h"
+#include "base/base.h"
+#include "device/device.h"
+#include "kernels/zinc_math.h"
 
 #define TARGET_RATIO 0.85
 

@@ -35,7 +35,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "base.h"
+#include "base/base.h"
 #include "offload/aio.h"
 #include "offload/swap.h"
 

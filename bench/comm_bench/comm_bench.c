@@ -35,8 +35,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "base.h"
-#include "engine/comm.h"
+#include "base/base.h"
+#include "comm/comm.h"
 
 typedef struct {
   size_t min_bytes, max_bytes;

@@ -36,8 +36,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base.h"
-#include "engine/device_cpu.h"
+#include "base/base.h"
+#include "device/device_cpu.h"
 #include "optim/adam.h"
 
 #define TARGET_ALL 0.93

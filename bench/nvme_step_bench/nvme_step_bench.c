@@ -15,12 +15,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "base.h"
+#include "base/base.h"
 #include "config/config.h"
 #include "offload/aio.h"
 #include "offload/swap.h"
 #include "zinc.h"
-#include "zinc_math.h"
+#include "kernels/zinc_math.h"
 
 static void die(const char *what) {
   fprintf(stderr, "nvme_step_bench: %s: %s\n", what, zinc_last_error());

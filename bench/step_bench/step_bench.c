@@ -22,12 +22,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base.h"
-#include "engine/device.h"
-#include "engine/device_cpu.h"
-#include "optim/threadpool.h"
+#include "base/base.h"
+#include "device/device.h"
+#include "device/device_cpu.h"
+#include "base/threadpool.h"
 #include "zinc.h"
-#include "zinc_math.h"
+#include "kernels/zinc_math.h"
 
 typedef struct {
   int64_t params;

@@ -54,7 +54,6 @@
 #include "gpt_model.h"
 #include "gpt_report.h"
 #include "zinc.h"
-#include "zinc_math.h" /* bf16 <-> fp32: the same rounding as the engine's casts */
 
 _Static_assert(sizeof(real) == sizeof(float), "the trainer runs the float model");
 
@@ -167,9 +166,8 @@ static zinc_status bind_params(gpt_trainer *tr, gpt_zmodule *m, int slot, real *
       view[i] = data;
       continue;
     }
-    const uint16_t *h = data;
-    for (int64_t j = 0; j < n; j++)
-      copy[j] = zinc_bf16_to_f32(h[j]);
+    if (zinc_convert(copy, ZINC_F32, data, ZINC_BF16, n) != ZINC_OK)
+      return ZINC_ERR_INVALID;
     view[i] = copy;
     copy += n;
   }
@@ -196,15 +194,23 @@ static zinc_status bind_grads(gpt_trainer *tr, gpt_zmodule *m, int slot, real **
   return ZINC_OK;
 }
 
+/* zinc's bf16 gradient += the fp32 accumulator, rounded once per element
+ * by zinc_convert (the engine's rounding), a chunk at a time. */
 static void grads_flush(gpt_trainer *tr, gpt_zmodule *m, int slot) {
   if (!tr->bf16)
     return;
   const float *acc = tr->slots[slot].grads;
+  float sum[256];
   for (int i = 0; i < m->count; i++) {
     uint16_t *g = zinc_param_grad(m->params[i]);
     int64_t n = gpt_spec_numel(&m->specs[i]);
-    for (int64_t j = 0; j < n; j++)
-      g[j] = zinc_f32_to_bf16(zinc_bf16_to_f32(g[j]) + acc[j]);
+    for (int64_t j = 0; j < n; j += 256) {
+      int64_t k = n - j < 256 ? n - j : 256;
+      zinc_convert(sum, ZINC_F32, g + j, ZINC_BF16, k);
+      for (int64_t t = 0; t < k; t++)
+        sum[t] += acc[j + t];
+      zinc_convert(g + j, ZINC_BF16, sum, ZINC_F32, k);
+    }
     acc += n;
   }
 }

@@ -4,7 +4,7 @@
  * variable to fail the second request of a two-request write with EIO. */
 #include "aio_test_util.h"
 
-#include "base.h"
+#include "base/base.h"
 
 int main(void) {
   const char *spec = getenv("ZINC_AIO_FAULT");

@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "base.h"
+#include "base/base.h"
 
 static char scratch[4096];
 

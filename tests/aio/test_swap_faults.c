@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "base.h"
+#include "base/base.h"
 #include "offload/swap.h"
 
 static char scratch[4096];

@@ -7,7 +7,7 @@
 
 #include <cmocka.h>
 
-#include "base.h"
+#include "base/base.h"
 
 static void crc32c_known_vectors(void **state) {
   (void)state;

@@ -15,7 +15,7 @@
 #include <immintrin.h>
 
 #include "zinc.h"
-#include "zinc_math.h"
+#include "kernels/zinc_math.h"
 
 static int has_f16c(void) {
   unsigned a, b, c, d;

@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base.h"
-#include "engine/comm.h"
-#include "zinc_math.h"
+#include "base/base.h"
+#include "comm/comm.h"
+#include "kernels/zinc_math.h"
 
 static const int check_dtypes[] = {ZINC_F32, ZINC_BF16, ZINC_F16, ZINC_DT_F64,
                                    ZINC_DT_I32, ZINC_DT_I64, ZINC_DT_U8};

@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "base.h"
+#include "base/base.h"
 #include "config_test_util.h"
 
 typedef struct {

@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "base.h"
+#include "base/base.h"
 #include "config_test_util.h"
 
 /* Load `path`, write it as JSON, parse that back: the same settings, and

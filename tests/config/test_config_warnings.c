@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "base.h"
+#include "base/base.h"
 #include "config_test_util.h"
 
 /* Parse json (must load), return its warning count and the logged text. */

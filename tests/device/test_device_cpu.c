@@ -18,8 +18,8 @@
 
 #include <cmocka.h>
 
-#include "base.h"
-#include "engine/device_cpu.h"
+#include "base/base.h"
+#include "device/device_cpu.h"
 #include "optim/adam.h"
 
 typedef struct {

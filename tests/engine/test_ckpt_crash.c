@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/ckpt_file.h"
+#include "engine/checkpoint/format.h"
 #include "zinc.h"
 
 #define SIDE 1024 /* one 1024 x 1536 parameter and one of 4097: 6.3 M floats saved */

@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "engine/engine.h"
-#include "engine/estimate.h"
+#include "engine/memory/estimate.h"
 
 static void partition_exhaustive(void **state) {
   (void)state;

@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 
 #include "engine/engine.h"
-#include "engine/estimate.h"
+#include "engine/memory/estimate.h"
 #include "engine_test.h"
 
 

@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "zinc.h"
-#include "zinc_math.h"
+#include "kernels/zinc_math.h"
 
 #define TM_D0 13
 #define TM_D1 37

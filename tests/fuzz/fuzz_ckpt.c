@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/manifest.h"
-#include "config/timeline.h"
-#include "engine/ckpt_file.h"
+#include "engine/checkpoint/manifest.h"
+#include "engine/memory/timeline.h"
+#include "engine/checkpoint/format.h"
 
 static void check_manifest(const zinc_manifest *m) {
   for (int i = 0; i < m->nparams; i++) {

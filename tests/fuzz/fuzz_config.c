@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base.h"
+#include "base/base.h"
 #include "config/config.h"
 #include "config_test_util.h"
 #include "optim/loss_scaler.h"

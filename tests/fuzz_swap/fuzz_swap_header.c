@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base.h"
+#include "base/base.h"
 #include "offload/swap.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -24,10 +24,10 @@
 #include <cmocka.h>
 #include <cuda_runtime_api.h>
 
-#include "base.h"
-#include "engine/device.h"
-#include "engine/device_cuda.h"
-#include "zinc_math.h"
+#include "base/base.h"
+#include "device/device.h"
+#include "device/device_cuda.h"
+#include "kernels/zinc_math.h"
 
 #define POISON_BYTE 0xFF
 #define MAX_REPORTED 8

@@ -1,7 +1,7 @@
 /* test_comm_nccl.c — the NCCL comm, one GPU per rank, under mpirun with 1,
  * 2, 4 and 8 ranks (skipped when the node has fewer GPUs than ranks).
  *
- * Every collective of engine/comm.h with values whose sums are exact in
+ * Every collective of comm/comm.h with values whose sums are exact in
  * any order (NCCL's reductions are not rank-ordered), in place and out of
  * place, receive buffers poisoned first and gaps left untouched; a batch
  * completed with test() and one with wait(); a batch that must wait for
@@ -15,7 +15,7 @@
 
 #include "gpu_test.h"
 
-#include "engine/comm.h"
+#include "comm/comm.h"
 
 static int g_failures; /* this rank's failed checks (test program state) */
 
@@ -37,7 +37,7 @@ static int g_failures; /* this rank's failed checks (test program state) */
 
 /* A comm that can broadcast bytes and barrier over MPI_COMM_WORLD: all that
  * zinc_comm_nccl_create asks of its bootstrap. It stands in for the mpi
- * backend (engine/comm_mpi.c) so that this test needs nothing else. */
+ * backend (comm/comm_mpi.c) so that this test needs nothing else. */
 static zinc_status boot_run(zinc_comm *c, const zinc_coll *colls, int n) {
   for (int i = 0; i < n; i++) {
     const zinc_coll *o = &colls[i];

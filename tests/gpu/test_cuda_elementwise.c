@@ -9,7 +9,7 @@
  * nothing outside the range may change. */
 #include "gpu_test.h"
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #define N_ELEMS 10007
 

@@ -16,10 +16,10 @@
 
 #include <cmocka.h>
 
-#include "base.h"
-#include "engine/comm.h"
-#include "engine/device.h"
-#include "engine/device_cuda.h"
+#include "base/base.h"
+#include "comm/comm.h"
+#include "device/device.h"
+#include "device/device_cuda.h"
 
 #ifndef ZINC_HAVE_CUDA
 

@@ -5,7 +5,7 @@
  * again only after that work is done, trim gives cached blocks back, and a
  * bad free is refused. Also mem_info and the NVML per-process figure. */
 #include "gpu_test.h"
-#include "offload/topology.h"
+#include "device/topology.h"
 
 typedef struct {
   int64_t current[ZINC_LOC_N][ZINC_MEM_NCAT];

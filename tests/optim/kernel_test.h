@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "zinc_math.h"
+#include "kernels/zinc_math.h"
 
 typedef struct {
   uint64_t s;

@@ -17,7 +17,7 @@
 #include <cmocka.h>
 
 #include "optim/adam.h"
-#include "optim/cpu_kernels.h"
+#include "kernels/cpu_kernels.h"
 
 #define TOL_ABS 1e-6
 #define TOL_REL 1e-5

@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "optim/adam.h"
-#include "optim/cpu_kernels.h"
+#include "kernels/cpu_kernels.h"
 #include "optim/kernel_test.h"
 
 static const int64_t lengths[] = {1, 7, 15, 16, 17, 33, 127, 1001, 4099, 300007};

@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "optim/cpu_kernels.h"
+#include "kernels/cpu_kernels.h"
 #include "optim/kernel_test.h"
 
 #define N16 (65536 + 37) /* every 16-bit pattern, then a few again */

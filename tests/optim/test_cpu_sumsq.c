@@ -8,7 +8,7 @@
 
 #include <cmocka.h>
 
-#include "optim/cpu_kernels.h"
+#include "kernels/cpu_kernels.h"
 #include "optim/kernel_test.h"
 
 static const int64_t lengths[] = {0,    1,    15,   16,   17,   255,   4095,

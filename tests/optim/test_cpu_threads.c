@@ -10,7 +10,7 @@
 #include <cmocka.h>
 
 #include "optim/adam.h"
-#include "optim/cpu_kernels.h"
+#include "kernels/cpu_kernels.h"
 #include "optim/kernel_test.h"
 
 enum { NSEG = 3, NCHUNK = 5, NPOOL = 4 };

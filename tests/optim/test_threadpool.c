@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "optim/threadpool.h"
+#include "base/threadpool.h"
 
 static void split_is_a_static_partition(void **state) {
   for (int64_t count = 0; count <= 150; count++)

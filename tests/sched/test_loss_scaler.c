@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "base.h"
+#include "base/base.h"
 #include "optim/loss_scaler.h"
 
 static zinc_settings fp16_settings(int power, int window, int hysteresis, int consecutive,

@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "base.h"
+#include "base/base.h"
 #include "optim/lr_schedule.h"
 #include "lr_reference.h"
 

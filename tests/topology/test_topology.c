@@ -15,9 +15,9 @@
 
 #include <cmocka.h>
 
-#include "base.h"
-#include "engine/device_cpu.h"
-#include "offload/topology.h"
+#include "base/base.h"
+#include "device/device_cpu.h"
+#include "device/topology.h"
 
 static void split_rule(void **state) {
   for (int ncores = 1; ncores <= 40; ncores++)

@@ -17,9 +17,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "base.h"
-#include "engine/ckpt_file.h"
-#include "engine/safetensors.h"
+#include "base/base.h"
+#include "engine/checkpoint/format.h"
+#include "engine/checkpoint/safetensors.h"
 
 static int usage(void) {
   fprintf(stderr,

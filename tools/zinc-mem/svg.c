@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "config/timeline.h"
+#include "engine/memory/timeline.h"
 #include "zinc.h"
 
 #define W 960.0

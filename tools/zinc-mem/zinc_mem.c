@@ -16,11 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base.h"
+#include "base/base.h"
 #include "config/config.h"
-#include "config/timeline.h"
-#include "engine/ckpt_file.h"
-#include "engine/estimate.h"
+#include "engine/memory/timeline.h"
+#include "engine/checkpoint/format.h"
+#include "engine/memory/estimate.h"
 
 int zinc_mem_render_svg(const zinc_timeline *tl, FILE *f);
 

@@ -1,0 +1,122 @@
+/*
+ * comm.c — what every comm backend shares: element types, argument checks
+ * and the single-operation conveniences built on `run`.
+ */
+#include "comm/comm.h"
+
+#include "base/base.h"
+
+size_t zinc_dt_size(int dtype) {
+  switch (dtype) {
+  case ZINC_F32: return 4;
+  case ZINC_BF16: return 2;
+  case ZINC_F16: return 2;
+  case ZINC_DT_F64: return 8;
+  case ZINC_DT_I32: return 4;
+  case ZINC_DT_I64: return 8;
+  case ZINC_DT_U8: return 1;
+  }
+  return 0;
+}
+
+const char *zinc_dt_name(int dtype) {
+  switch (dtype) {
+  case ZINC_F32: return "f32";
+  case ZINC_BF16: return "bf16";
+  case ZINC_F16: return "f16";
+  case ZINC_DT_F64: return "f64";
+  case ZINC_DT_I32: return "i32";
+  case ZINC_DT_I64: return "i64";
+  case ZINC_DT_U8: return "u8";
+  }
+  return "unknown";
+}
+
+const char *zinc_coll_name(zinc_coll_kind k) {
+  switch (k) {
+  case ZINC_COLL_ALLREDUCE: return "all-reduce";
+  case ZINC_COLL_REDUCE_SCATTER: return "reduce-scatter";
+  case ZINC_COLL_ALLGATHER: return "all-gather";
+  case ZINC_COLL_ALLGATHERV: return "all-gatherv";
+  case ZINC_COLL_BROADCAST: return "broadcast";
+  case ZINC_COLL_BARRIER: return "barrier";
+  }
+  return "unknown collective";
+}
+
+zinc_status zinc_coll_validate(const zinc_comm *c, const zinc_coll *colls, int n) {
+  if (!c || (n > 0 && !colls) || n < 0)
+    return zinc_error(ZINC_ERR_INVALID, "comm: NULL comm or batch (n=%d)", n);
+  for (int i = 0; i < n; i++) {
+    const zinc_coll *o = &colls[i];
+    const char *what = zinc_coll_name(o->kind);
+    if ((unsigned)o->kind > ZINC_COLL_BARRIER)
+      return zinc_error(ZINC_ERR_INVALID, "comm %s: operation %d of the batch has unknown kind %d",
+                        c->ops->name, i, (int)o->kind);
+    if (o->kind == ZINC_COLL_BARRIER)
+      continue;
+    if (zinc_dt_size(o->dtype) == 0)
+      return zinc_error(ZINC_ERR_INVALID, "comm %s: %s with unknown element type %d",
+                        c->ops->name, what, o->dtype);
+    if (o->kind == ZINC_COLL_ALLREDUCE && (unsigned)o->op > ZINC_OP_MIN)
+      return zinc_error(ZINC_ERR_INVALID, "comm %s: all-reduce with unknown op %d",
+                        c->ops->name, (int)o->op);
+    if (o->kind == ZINC_COLL_BROADCAST && (o->root < 0 || o->root >= c->size))
+      return zinc_error(ZINC_ERR_INVALID, "comm %s: broadcast root %d outside 0..%d",
+                        c->ops->name, o->root, c->size - 1);
+    if (o->kind == ZINC_COLL_ALLGATHERV && (!o->counts || !o->displs))
+      return zinc_error(ZINC_ERR_INVALID, "comm %s: all-gatherv needs counts and displs",
+                        c->ops->name);
+    if (o->kind == ZINC_COLL_ALLGATHERV && o->counts[c->rank] != o->count)
+      return zinc_error(ZINC_ERR_INVALID,
+                        "comm %s: all-gatherv: this rank sends %zu elements but counts[%d] is %zu",
+                        c->ops->name, o->count, c->rank, o->counts[c->rank]);
+    int needs_send = o->kind != ZINC_COLL_BROADCAST;
+    size_t total = o->count;
+    if (o->kind == ZINC_COLL_ALLGATHERV) {
+      total = 0;
+      for (int r = 0; r < c->size; r++)
+        total += o->counts[r];
+    }
+    if (total > 0 && (!o->recv || (needs_send && o->count > 0 && !o->send)))
+      return zinc_error(ZINC_ERR_INVALID, "comm %s: %s of %zu elements with a NULL buffer",
+                        c->ops->name, what, o->count);
+  }
+  return ZINC_OK;
+}
+
+static zinc_status run1(zinc_comm *c, zinc_coll o) { return c->ops->run(c, &o, 1); }
+
+zinc_status zinc_comm_allreduce(zinc_comm *c, const void *send, void *recv, size_t count,
+                                int dtype, zinc_comm_op op) {
+  return run1(c, (zinc_coll){.kind = ZINC_COLL_ALLREDUCE, .send = send, .recv = recv,
+                             .count = count, .dtype = dtype, .op = op});
+}
+
+zinc_status zinc_comm_reduce_scatter(zinc_comm *c, const void *send, void *recv,
+                                     size_t recvcount, int dtype) {
+  return run1(c, (zinc_coll){.kind = ZINC_COLL_REDUCE_SCATTER, .send = send, .recv = recv,
+                             .count = recvcount, .dtype = dtype});
+}
+
+zinc_status zinc_comm_allgather(zinc_comm *c, const void *send, void *recv, size_t sendcount,
+                                int dtype) {
+  return run1(c, (zinc_coll){.kind = ZINC_COLL_ALLGATHER, .send = send, .recv = recv,
+                             .count = sendcount, .dtype = dtype});
+}
+
+zinc_status zinc_comm_allgatherv(zinc_comm *c, const void *send, size_t sendcount, void *recv,
+                                 const size_t *counts, const size_t *displs, int dtype) {
+  return run1(c, (zinc_coll){.kind = ZINC_COLL_ALLGATHERV, .send = send, .recv = recv,
+                             .count = sendcount, .dtype = dtype, .counts = counts,
+                             .displs = displs});
+}
+
+zinc_status zinc_comm_broadcast(zinc_comm *c, void *buf, size_t count, int dtype, int root) {
+  return run1(c, (zinc_coll){.kind = ZINC_COLL_BROADCAST, .recv = buf, .count = count,
+                             .dtype = dtype, .root = root});
+}
+
+zinc_status zinc_comm_barrier(zinc_comm *c) {
+  return run1(c, (zinc_coll){.kind = ZINC_COLL_BARRIER});
+}

@@ -1,0 +1,370 @@
+/*
+ * comm_mpi.c — the mpi comm backend's plumbing: MPI initialisation, zinc's
+ * duplicate of the trainer's communicator, MPI errors as zinc statuses, the
+ * choice between the shared-memory and point-to-point paths, and the ops
+ * table (run, start/wait/test, split, alloc_shared, destroy).
+ *
+ * MPI life cycle: when nobody has initialised MPI, the first comm does it
+ * with MPI_THREAD_MULTIPLE and registers one atexit handler that finalises
+ * it (unless someone already did). That is the one piece of process-wide
+ * state here, guarded by a mutex: comms can be created and destroyed any
+ * number of times in one process, MPI stays up until exit.
+ *
+ * Paths: when every rank of the comm shares this node (MPI_COMM_TYPE_SHARED
+ * gives the whole comm) collectives read peers' memory directly
+ * (comm_mpi_shmcoll.c); otherwise, or with ZINC_COMM_MPI_SHM=0, they go over
+ * point-to-point messages (comm_mpi_p2p.c). All ranks agree on the path.
+ * Both sum in rank order, so results do not depend on the path.
+ *
+ * Threads: at MPI_THREAD_MULTIPLE a worker thread runs started batches
+ * (comm_mpi_async.c). Below it `start` runs the batch in the caller's thread
+ * and says so once at info level. The worker and the caller never run
+ * batches at the same time: run, split, alloc_shared, free_shared and
+ * destroy drain the worker first. One thread per comm issues calls.
+ *
+ * For the engine: buffers inside an alloc_shared allocation *of the comm
+ * that runs the collective* are read by peers in place (no copy); any other
+ * buffer (malloc, or another comm's allocation) is staged through the
+ * scratch window, which is correct but costs a copy. Reduce-scatter and
+ * all-reduce are fastest when both send and recv are shared.
+ *
+ * Environment (read when a comm is created; every rank must agree):
+ *   ZINC_COMM_MPI_SHM=0          point-to-point path even on one node
+ *   ZINC_COMM_SHM_SCRATCH=bytes  per-rank staging window (default 8 MiB)
+ *   ZINC_COMM_P2P_CHUNK=bytes    message piece on the p2p path (4 MiB)
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "comm/comm_mpi_impl.h"
+
+/* ------------------------------------------------------------ MPI set-up */
+
+static pthread_mutex_t mpi_init_lock = PTHREAD_MUTEX_INITIALIZER;
+static int mpi_finalize_registered; /* guarded by mpi_init_lock */
+static atomic_int sync_start_logged;
+
+static void mpi_finalize_at_exit(void) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized)
+    MPI_Finalize();
+}
+
+zinc_status zinc_mpi_error(int rc, const char *what, int peer) {
+  char text[MPI_MAX_ERROR_STRING + 1] = "";
+  int len = 0;
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS)
+    snprintf(text, sizeof text, "MPI error code %d", rc);
+  if (peer >= 0)
+    return zinc_error(ZINC_ERR_COMM, "comm mpi: %s (peer rank %d): %s", what, peer, text);
+  return zinc_error(ZINC_ERR_COMM, "comm mpi: %s: %s", what, text);
+}
+
+/* Initialise MPI if nobody has; report the thread level in force. */
+static zinc_status mpi_ensure_init(int *provided) {
+  zinc_status st = ZINC_OK;
+  int initialized = 0, finalized = 0;
+  pthread_mutex_lock(&mpi_init_lock);
+  MPI_Finalized(&finalized);
+  MPI_Initialized(&initialized);
+  if (finalized) {
+    st = zinc_error(ZINC_ERR_COMM, "comm mpi: MPI has already been finalised in this "
+                    "process; create zinc comms before MPI_Finalize");
+  } else if (!initialized) {
+    int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, provided);
+    if (rc != MPI_SUCCESS) {
+      st = zinc_mpi_error(rc, "MPI_Init_thread(MPI_THREAD_MULTIPLE)", -1);
+    } else if (!mpi_finalize_registered) {
+      atexit(mpi_finalize_at_exit);
+      mpi_finalize_registered = 1;
+    }
+  } else {
+    MPI_Query_thread(provided);
+  }
+  pthread_mutex_unlock(&mpi_init_lock);
+  return st;
+}
+
+double zinc_mpi_deadline(const zinc_mpi *m) {
+  return m->timeout_s > 0 ? zinc_now() + m->timeout_s : INFINITY;
+}
+
+void zinc_mpi_describe(const zinc_coll *o, char *buf, size_t len) {
+  if (o->kind == ZINC_COLL_BARRIER)
+    snprintf(buf, len, "barrier");
+  else
+    snprintf(buf, len, "%s of %zu %s", zinc_coll_name(o->kind), o->count,
+             zinc_dt_name(o->dtype));
+}
+
+/* ------------------------------------------------------------- batches */
+
+/* A comm of one rank: every collective is a copy, or nothing in place. */
+static void run_alone(const zinc_coll *colls, int n) {
+  for (int i = 0; i < n; i++) {
+    const zinc_coll *o = &colls[i];
+    size_t bytes = o->count * zinc_dt_size(o->dtype);
+    void *dst = o->kind == ZINC_COLL_ALLGATHERV ? (char *)o->recv + o->displs[0] *
+                                                                        zinc_dt_size(o->dtype)
+                                                 : o->recv;
+    if (o->kind != ZINC_COLL_BARRIER && o->kind != ZINC_COLL_BROADCAST && bytes &&
+        dst != o->send)
+      memmove(dst, o->send, bytes);
+  }
+}
+
+zinc_status zinc_mpi_execute(zinc_mpi *m, const zinc_coll *colls, int n) {
+  if (atomic_load(&m->abort))
+    return zinc_error(ZINC_ERR_COMM, "comm mpi: the comm failed earlier (timeout or lost "
+                      "peer); destroy it and create a new one");
+  if (n == 0)
+    return ZINC_OK;
+  if (m->size == 1) {
+    run_alone(colls, n);
+    return ZINC_OK;
+  }
+  return m->use_shm ? zinc_shm_run(m, colls, n) : zinc_p2p_run(m, colls, n);
+}
+
+static zinc_status worker_exec(void *ctx, const zinc_coll *colls, int n) {
+  zinc_mpi *m = ctx;
+  m->in_worker = 1; /* only one thread executes at a time (see the header) */
+  zinc_status st = zinc_mpi_execute(m, colls, n);
+  m->in_worker = 0;
+  return st;
+}
+
+static zinc_status mpi_run(zinc_comm *c, const zinc_coll *colls, int n) {
+  ZINC_CHECK(zinc_coll_validate(c, colls, n));
+  zinc_mpi *m = zinc_mpi_of(c);
+  ZINC_CHECK(zinc_worker_drain(m->worker, "run"));
+  return zinc_mpi_execute(m, colls, n);
+}
+
+static zinc_status mpi_start(zinc_comm *c, const zinc_coll *colls, int n, zinc_comm_req **req) {
+  if (!req)
+    return zinc_error(ZINC_ERR_INVALID, "comm mpi: start needs a request pointer");
+  *req = NULL;
+  ZINC_CHECK(zinc_coll_validate(c, colls, n));
+  zinc_mpi *m = zinc_mpi_of(c);
+  if (!m->worker)
+    ZINC_CHECK(zinc_mpi_execute(m, colls, n));
+  return zinc_worker_submit(m->worker, colls, n, m->size, req);
+}
+
+static zinc_status mpi_wait(zinc_comm *c, zinc_comm_req *req) {
+  zinc_mpi *m = zinc_mpi_of(c);
+  zinc_status st = zinc_worker_wait(m->worker, req);
+  char who[256];
+  /* a timed-out wait: name the ranks the node barrier is still waiting for */
+  if (st == ZINC_ERR_COMM && m->use_shm && zinc_mpi_shm_laggards(m, who, sizeof who) > 0) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", zinc_last_error());
+    return zinc_error(ZINC_ERR_COMM, "%s; rank(s) %s had not arrived at the node barrier",
+                      msg, who);
+  }
+  return st;
+}
+
+static zinc_status mpi_test(zinc_comm *c, zinc_comm_req *req, int *done) {
+  if (!done)
+    return zinc_error(ZINC_ERR_INVALID, "comm mpi: test needs a done pointer");
+  return zinc_worker_test(zinc_mpi_of(c)->worker, req, done);
+}
+
+static zinc_status create_from(MPI_Comm comm, int thread_level, double timeout_s,
+                               zinc_comm **out);
+
+static zinc_status mpi_split(zinc_comm *c, int color, int key, zinc_comm **out) {
+  if (!out)
+    return zinc_error(ZINC_ERR_INVALID, "comm mpi: split needs an output pointer");
+  *out = NULL;
+  if (color < 0)
+    return zinc_error(ZINC_ERR_INVALID, "comm mpi: split color %d is negative; every rank "
+                      "must pass a color >= 0", color);
+  zinc_mpi *m = zinc_mpi_of(c);
+  ZINC_CHECK(zinc_worker_drain(m->worker, "split"));
+  MPI_Comm sub;
+  int rc = MPI_Comm_split(m->comm, color, key, &sub);
+  if (rc != MPI_SUCCESS)
+    return zinc_mpi_error(rc, "MPI_Comm_split", -1);
+  return create_from(sub, m->thread_level, c->timeout_s, out);
+}
+
+static zinc_status mpi_alloc_shared(zinc_comm *c, size_t bytes, void **out) {
+  if (!out)
+    return zinc_error(ZINC_ERR_INVALID, "comm mpi: alloc_shared needs an output pointer");
+  *out = NULL;
+  zinc_mpi *m = zinc_mpi_of(c);
+  ZINC_CHECK(zinc_worker_drain(m->worker, "alloc_shared"));
+  return zinc_shm_alloc_create(m, bytes, out);
+}
+
+static void mpi_free_shared(zinc_comm *c, void *p) {
+  zinc_mpi *m = zinc_mpi_of(c);
+  if (!p)
+    return;
+  if (zinc_worker_drain(m->worker, "free_shared") != ZINC_OK)
+    zinc_log(ZINC_LOG_WARN, "%s", zinc_last_error());
+  zinc_shm_alloc_free(m, p);
+}
+
+/* Free what create_from made. Collective frees (windows, comms) are
+ * skipped once the comm has failed: peers may never join them. */
+static void mpi_release(zinc_comm *c) {
+  zinc_mpi *m = zinc_mpi_of(c);
+  zinc_worker_destroy(m->worker);
+  m->worker = NULL;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  int collective_ok = !finalized && (m->use_shm ? zinc_shm_agree_teardown(m)
+                                                : !atomic_load(&m->abort));
+  if (!collective_ok && (m->allocs || m->ctl_win != MPI_WIN_NULL))
+    zinc_log(ZINC_LOG_WARN, "comm mpi: destroying a failed comm: its shared windows are "
+             "left to MPI_Finalize");
+  if (collective_ok) {
+    zinc_shm_alloc_free_all(m);
+    zinc_shm_teardown(m);
+  } else {
+    free(m->ctl);
+    free(m->scratch);
+  }
+  zinc_p2p_teardown(m);
+  if (!finalized) {
+    if (m->node != MPI_COMM_NULL)
+      MPI_Comm_free(&m->node);
+    if (m->comm != MPI_COMM_NULL)
+      MPI_Comm_free(&m->comm);
+  }
+  free(m);
+  free(c);
+}
+
+static void mpi_destroy(zinc_comm *c) {
+  if (c)
+    mpi_release(c);
+}
+
+static const zinc_comm_ops mpi_ops = {
+    .name = "mpi",
+    .run = mpi_run,
+    .start = mpi_start,
+    .wait = mpi_wait,
+    .test = mpi_test,
+    .split = mpi_split,
+    .alloc_shared = mpi_alloc_shared,
+    .free_shared = mpi_free_shared,
+    .destroy = mpi_destroy,
+};
+
+/* ------------------------------------------------------------- creation */
+
+/* Shared memory is used when every rank of `comm` is on this node, on every
+ * rank, and nobody switched it off. */
+static zinc_status choose_path(zinc_mpi *m) {
+  int rc = MPI_Comm_split_type(m->comm, MPI_COMM_TYPE_SHARED, m->rank, MPI_INFO_NULL, &m->node);
+  if (rc != MPI_SUCCESS)
+    return zinc_mpi_error(rc, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)", -1);
+  MPI_Comm_set_errhandler(m->node, MPI_ERRORS_RETURN);
+  int node_size = 0;
+  MPI_Comm_size(m->node, &node_size);
+  const char *env = getenv("ZINC_COMM_MPI_SHM");
+  int wanted = !(env && strcmp(env, "0") == 0);
+  int mine = wanted && node_size == m->size, all = 0;
+  rc = MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, m->comm);
+  if (rc != MPI_SUCCESS)
+    return zinc_mpi_error(rc, "MPI_Allreduce choosing the shared-memory path", -1);
+  m->use_shm = all;
+  if (!m->use_shm) {
+    MPI_Comm_free(&m->node);
+    zinc_log0(ZINC_LOG_DEBUG, "comm mpi: %d ranks, point-to-point path (%s)", m->size,
+              wanted ? "ranks on several nodes" : "ZINC_COMM_MPI_SHM=0");
+  }
+  return ZINC_OK;
+}
+
+/* Build a zinc comm that owns `comm` (freed on failure too). */
+static zinc_status create_from(MPI_Comm comm, int thread_level, double timeout_s,
+                               zinc_comm **out) {
+  zinc_status st = ZINC_OK;
+  *out = NULL;
+  zinc_comm *c = NULL;
+  zinc_mpi *m = NULL;
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  if ((st = zinc_calloc((void **)&c, 1, sizeof *c, "comm mpi")) != ZINC_OK ||
+      (st = zinc_calloc((void **)&m, 1, sizeof *m, "comm mpi state")) != ZINC_OK) {
+    free(c);
+    MPI_Comm_free(&comm);
+    return st;
+  }
+  c->ops = &mpi_ops;
+  c->impl = m;
+  c->timeout_s = timeout_s;
+  m->pub = c;
+  m->comm = comm;
+  m->node = MPI_COMM_NULL;
+  m->ctl_win = m->scratch_win = MPI_WIN_NULL;
+  m->thread_level = thread_level;
+  m->timeout_s = timeout_s;
+  MPI_Comm_rank(comm, &m->rank);
+  MPI_Comm_size(comm, &m->size);
+  c->rank = m->rank;
+  c->size = m->size;
+
+  ZINC_CHECK_GOTO(choose_path(m), st, fail);
+  if (m->use_shm)
+    ZINC_CHECK_GOTO(zinc_shm_setup(m), st, fail);
+  else
+    ZINC_CHECK_GOTO(zinc_p2p_setup(m), st, fail);
+  if (thread_level == MPI_THREAD_MULTIPLE) {
+    ZINC_CHECK_GOTO(zinc_worker_create(worker_exec, m, &m->abort, timeout_s, &m->worker), st,
+                    fail);
+  } else if (!atomic_exchange(&sync_start_logged, 1)) {
+    zinc_log0(ZINC_LOG_INFO, "comm mpi: MPI runs below MPI_THREAD_MULTIPLE (level %d), so "
+              "started collectives run at once in the caller's thread (no overlap with "
+              "compute); initialise MPI with MPI_THREAD_MULTIPLE, or let zinc do it, to "
+              "overlap them", thread_level);
+  }
+  *out = c;
+  return ZINC_OK;
+fail:
+  mpi_release(c);
+  return st;
+}
+
+zinc_status zinc_comm_mpi_create(void *mpi_comm, double timeout_s, zinc_comm **out) {
+  if (!out)
+    return zinc_error(ZINC_ERR_INVALID, "comm mpi: create needs an output pointer");
+  *out = NULL;
+  int provided = MPI_THREAD_SINGLE;
+  ZINC_CHECK(mpi_ensure_init(&provided));
+  MPI_Comm parent = mpi_comm ? *(MPI_Comm *)mpi_comm : MPI_COMM_WORLD;
+  MPI_Comm dup;
+  int rc = MPI_Comm_dup(parent, &dup);
+  if (rc != MPI_SUCCESS)
+    return zinc_mpi_error(rc, "MPI_Comm_dup of the trainer's communicator", -1);
+  return create_from(dup, provided, timeout_s, out);
+}
+
+int zinc_comm_mpi_wanted(void) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized)
+    return 1;
+  /* started by a launcher (mpirun, srun, a PMI/PMIx process manager)? */
+  static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK",
+                               "SLURM_NTASKS", "MPI_LOCALNRANKS", "HYDRA_CONTROL_FD"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+    if (getenv(vars[i]))
+      return 1;
+  return 0;
+}
+
+int zinc_comm_mpi_available(void) { return 1; }

@@ -1,0 +1,305 @@
+/*
+ * comm_mpi_async.c — the worker thread of an mpi comm: `start` queues a
+ * copy of the batch, the worker runs queued batches one after another in
+ * start order (so every rank runs them in the same order), and
+ * `wait`/`test` collect the result. The worker is what makes a started
+ * reduce-scatter progress while the caller computes: nothing waits for the
+ * caller to enter the library again.
+ *
+ * Requests: a request is owned by the queue until the worker finishes it,
+ * then by whoever waits for it. A wait that times out marks the request
+ * abandoned and sets the comm's abort flag (every wait loop of the worker
+ * then gives up); the worker frees abandoned requests when it reaches them.
+ * A request made without a worker (synchronous start) is born done.
+ *
+ * Locking: one mutex per worker guards the queue and every request's
+ * done/status fields; the worker runs a batch without holding it.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/base.h"
+#include "comm/comm_mpi_impl.h"
+
+#define REQ_MSG_MAX 1024
+
+struct zinc_comm_req {
+  zinc_comm_req *next;      /* queue link                                    */
+  zinc_coll *colls;         /* (n) private copy of the batch                 */
+  size_t *vectors;          /* counts/displs copies of all-gatherv entries   */
+  int n;
+  int done;                 /* guarded by the worker's mutex                 */
+  int abandoned;            /* the waiter gave up; the worker frees it       */
+  zinc_status status;
+  double started;           /* zinc_now() at start                           */
+  char what[128];           /* first entry, for messages                     */
+  char msg[REQ_MSG_MAX];    /* failure message, copied from the worker       */
+};
+
+struct zinc_comm_worker {
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t work;      /* queue gained a batch, or shutdown             */
+  pthread_cond_t finished;  /* a batch finished                              */
+  zinc_comm_req *head, *tail;  /* queued and running, in start order        */
+  int shutdown;
+  zinc_worker_exec_fn exec;
+  void *ctx;
+  _Atomic int *abort;
+  double timeout_s;
+};
+
+static void req_free(zinc_comm_req *r) {
+  if (!r)
+    return;
+  free(r->colls);
+  free(r->vectors);
+  free(r);
+}
+
+static void *worker_main(void *arg) {
+  zinc_comm_worker *w = arg;
+  pthread_mutex_lock(&w->mu);
+  for (;;) {
+    while (!w->head && !w->shutdown)
+      pthread_cond_wait(&w->work, &w->mu);
+    if (!w->head)
+      break; /* shutdown with nothing queued */
+    zinc_comm_req *r = w->head;
+    pthread_mutex_unlock(&w->mu);
+
+    zinc_status st = w->exec(w->ctx, r->colls, r->n);
+    char msg[REQ_MSG_MAX] = "";
+    if (st != ZINC_OK)
+      snprintf(msg, sizeof msg, "%s", zinc_last_error());
+
+    pthread_mutex_lock(&w->mu);
+    w->head = r->next;
+    if (!w->head)
+      w->tail = NULL;
+    r->next = NULL;
+    if (r->abandoned) {
+      req_free(r);
+    } else {
+      r->status = st;
+      memcpy(r->msg, msg, sizeof msg);
+      r->done = 1;
+    }
+    pthread_cond_broadcast(&w->finished);
+  }
+  pthread_mutex_unlock(&w->mu);
+  return NULL;
+}
+
+zinc_status zinc_worker_create(zinc_worker_exec_fn exec, void *ctx, _Atomic int *abort,
+                               double timeout_s, zinc_comm_worker **out) {
+  *out = NULL;
+  zinc_comm_worker *w = NULL;
+  ZINC_CHECK(zinc_calloc((void **)&w, 1, sizeof *w, "comm worker"));
+  w->exec = exec;
+  w->ctx = ctx;
+  w->abort = abort;
+  w->timeout_s = timeout_s;
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_cond_init(&w->work, &ca);
+  pthread_cond_init(&w->finished, &ca);
+  pthread_condattr_destroy(&ca);
+  int rc = pthread_create(&w->thread, NULL, worker_main, w);
+  if (rc != 0) {
+    pthread_cond_destroy(&w->work);
+    pthread_cond_destroy(&w->finished);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+    return zinc_error(ZINC_ERR_COMM, "comm mpi: cannot start the progress thread: %s",
+                      strerror(rc));
+  }
+  *out = w;
+  return ZINC_OK;
+}
+
+/* A private copy of the batch: the caller may reuse its array (and the
+ * all-gatherv vectors) as soon as start returns. */
+static zinc_status req_create(const zinc_coll *colls, int n, int nranks, zinc_comm_req **out) {
+  *out = NULL;
+  zinc_comm_req *r = NULL;
+  ZINC_CHECK(zinc_calloc((void **)&r, 1, sizeof *r, "comm request"));
+  size_t nvec = 0;
+  for (int i = 0; i < n; i++)
+    if (colls[i].kind == ZINC_COLL_ALLGATHERV)
+      nvec += 2 * (size_t)nranks;
+  zinc_status st = zinc_calloc((void **)&r->colls, n ? (size_t)n : 1, sizeof *r->colls,
+                               "comm request batch");
+  if (st == ZINC_OK && nvec)
+    st = zinc_calloc((void **)&r->vectors, nvec, sizeof *r->vectors, "comm request counts");
+  if (st != ZINC_OK) {
+    req_free(r);
+    return st;
+  }
+  if (n > 0)
+    memcpy(r->colls, colls, (size_t)n * sizeof *colls);
+  size_t *v = r->vectors;
+  for (int i = 0; i < n; i++) {
+    if (colls[i].kind != ZINC_COLL_ALLGATHERV)
+      continue;
+    memcpy(v, colls[i].counts, (size_t)nranks * sizeof *v);
+    memcpy(v + nranks, colls[i].displs, (size_t)nranks * sizeof *v);
+    r->colls[i].counts = v;
+    r->colls[i].displs = v + nranks;
+    v += 2 * (size_t)nranks;
+  }
+  r->n = n;
+  r->started = zinc_now();
+  if (n > 0)
+    zinc_mpi_describe(&colls[0], r->what, sizeof r->what);
+  else
+    snprintf(r->what, sizeof r->what, "an empty batch");
+  if (n > 1) {
+    size_t len = strlen(r->what);
+    snprintf(r->what + len, sizeof r->what - len, " (+%d more)", n - 1);
+  }
+  *out = r;
+  return ZINC_OK;
+}
+
+zinc_status zinc_worker_submit(zinc_comm_worker *w, const zinc_coll *colls, int n, int nranks,
+                               zinc_comm_req **req) {
+  *req = NULL;
+  zinc_comm_req *r;
+  ZINC_CHECK(req_create(colls, n, nranks, &r));
+  if (!w) { /* synchronous start: the caller already ran the batch */
+    r->done = 1;
+    *req = r;
+    return ZINC_OK;
+  }
+  pthread_mutex_lock(&w->mu);
+  if (w->tail)
+    w->tail->next = r;
+  else
+    w->head = r;
+  w->tail = r;
+  pthread_cond_signal(&w->work);
+  pthread_mutex_unlock(&w->mu);
+  *req = r;
+  return ZINC_OK;
+}
+
+static struct timespec abs_deadline(double seconds) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  double whole = (double)(time_t)seconds;
+  ts.tv_sec += (time_t)whole;
+  ts.tv_nsec += (long)((seconds - whole) * 1e9);
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  return ts;
+}
+
+/* Has `req` finished (req NULL: has every queued batch)? Mutex held. */
+static int finished(const zinc_comm_worker *w, const zinc_comm_req *req) {
+  return req ? req->done : !w->head;
+}
+
+/* Wait on `finished` until it holds or timeout_s passes; mutex held.
+ * Returns 1 on timeout. */
+static int wait_finished(zinc_comm_worker *w, const zinc_comm_req *req) {
+  struct timespec deadline = abs_deadline(w->timeout_s > 0 ? w->timeout_s : 0);
+  while (!finished(w, req)) {
+    if (w->timeout_s <= 0)
+      pthread_cond_wait(&w->finished, &w->mu);
+    else if (pthread_cond_timedwait(&w->finished, &w->mu, &deadline) == ETIMEDOUT)
+      return !finished(w, req);
+  }
+  return 0;
+}
+
+static zinc_status req_finish(zinc_comm_req *r) {
+  zinc_status st = r->status;
+  if (st != ZINC_OK)
+    zinc_error(st, "%s", r->msg);
+  req_free(r);
+  return st;
+}
+
+zinc_status zinc_worker_wait(zinc_comm_worker *w, zinc_comm_req *req) {
+  if (!req)
+    return zinc_error(ZINC_ERR_INVALID, "comm mpi: wait on a NULL request");
+  if (!w)
+    return req_finish(req);
+  pthread_mutex_lock(&w->mu);
+  if (wait_finished(w, req)) {
+    /* From here the worker owns (and frees) the request: copy what the
+     * message needs before letting go of the lock. */
+    req->abandoned = 1;
+    atomic_store(w->abort, 1);
+    char what[sizeof req->what];
+    memcpy(what, req->what, sizeof what);
+    double age = zinc_now() - req->started;
+    pthread_mutex_unlock(&w->mu);
+    return zinc_error(ZINC_ERR_COMM,
+                      "comm mpi: wait: %s started %.1f s ago has not completed within the "
+                      "comm timeout of %.1f s (a peer is missing or ranks issued different "
+                      "collectives); the comm is unusable, destroy it",
+                      what, age, w->timeout_s);
+  }
+  pthread_mutex_unlock(&w->mu);
+  return req_finish(req);
+}
+
+zinc_status zinc_worker_test(zinc_comm_worker *w, zinc_comm_req *req, int *done) {
+  *done = 0;
+  if (!req)
+    return zinc_error(ZINC_ERR_INVALID, "comm mpi: test on a NULL request");
+  if (w) {
+    pthread_mutex_lock(&w->mu);
+    int d = req->done;
+    pthread_mutex_unlock(&w->mu);
+    if (!d)
+      return ZINC_OK;
+  }
+  *done = 1;
+  return req_finish(req);
+}
+
+zinc_status zinc_worker_drain(zinc_comm_worker *w, const char *why) {
+  if (!w)
+    return ZINC_OK;
+  pthread_mutex_lock(&w->mu);
+  int timed_out = wait_finished(w, NULL);
+  pthread_mutex_unlock(&w->mu);
+  if (timed_out) {
+    atomic_store(w->abort, 1);
+    return zinc_error(ZINC_ERR_COMM,
+                      "comm mpi: %s: started batches did not finish within the comm "
+                      "timeout of %.1f s; the comm is unusable, destroy it",
+                      why, w->timeout_s);
+  }
+  return ZINC_OK;
+}
+
+void zinc_worker_destroy(zinc_comm_worker *w) {
+  if (!w)
+    return;
+  if (zinc_worker_drain(w, "destroy") != ZINC_OK)
+    zinc_log(ZINC_LOG_WARN, "%s", zinc_last_error());
+  pthread_mutex_lock(&w->mu);
+  w->shutdown = 1;
+  pthread_cond_signal(&w->work);
+  pthread_mutex_unlock(&w->mu);
+  /* The worker leaves only with an empty queue: after an abort the
+   * remaining batches fail at once, and abandoned requests are freed. */
+  pthread_join(w->thread, NULL);
+  pthread_cond_destroy(&w->work);
+  pthread_cond_destroy(&w->finished);
+  pthread_mutex_destroy(&w->mu);
+  free(w);
+}

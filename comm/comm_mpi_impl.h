@@ -1,0 +1,197 @@
+/*
+ * comm_mpi_impl.h — internal state of the mpi comm backend, shared by its
+ * files (not part of the comm seam; nothing outside engine/comm_mpi*.c
+ * includes it):
+ *
+ *   comm_mpi.c         MPI plumbing: init/finalise, the duplicate comm,
+ *                      errors, create/split/destroy, the ops table
+ *   comm_mpi_shm.c     the node's shared memory: node comm, control and
+ *                      scratch windows, alloc_shared, the node barrier
+ *   comm_mpi_shmcoll.c collectives that read peers' memory directly
+ *   comm_mpi_p2p.c     collectives over point-to-point messages (ranks on
+ *                      several nodes, or shared memory switched off)
+ *   comm_mpi_reduce.c  the element-wise reduction in rank order
+ *   comm_mpi_async.c   the worker thread that runs started batches
+ *
+ * Invariants:
+ *  - At most one thread executes a batch on a comm at any time: the worker
+ *    when batches are queued, otherwise the caller (run, split, alloc_shared
+ *    and destroy first drain the queue).
+ *  - The worker makes no MPI call on the shared-memory path; on the p2p path
+ *    it does, which is why a worker exists only at MPI_THREAD_MULTIPLE.
+ *  - Every wait loop (node barrier, p2p completion) gives up at the comm's
+ *    deadline or when `abort` is set, so a broken comm never hangs destroy.
+ */
+#ifndef ZINC_COMM_MPI_IMPL_H
+#define ZINC_COMM_MPI_IMPL_H
+
+#include <mpi.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/comm.h"
+
+/* Ops of one batch that share one descriptor exchange; longer batches are
+ * run as consecutive chunks of this many. */
+#define ZINC_SHM_MAX_BATCH 128
+/* Default bytes of the per-rank scratch window that stages send buffers
+ * which are not inside a shared allocation (ZINC_COMM_SHM_SCRATCH). */
+#define ZINC_SHM_SCRATCH_DEFAULT (8u << 20)
+/* Bytes per message piece on the p2p path (ZINC_COMM_P2P_CHUNK). */
+#define ZINC_P2P_CHUNK_DEFAULT (4u << 20)
+
+/* One op as a rank publishes it in the control window, so that every rank
+ * can check that all ranks issued the same op and find each other's
+ * buffers. */
+typedef struct {
+  int32_t kind, dtype, op, root;
+  uint64_t count;          /* the op's count on this rank                     */
+  int32_t src_id;          /* allocation holding this rank's source (send;
+                              broadcast: the buffer), -1 if none               */
+  int32_t dst_id;          /* allocation holding recv, -1 if none             */
+  uint64_t src_off;        /* bytes from that allocation's start on this rank */
+  uint64_t dst_off;
+  int32_t fence;           /* 1: touches memory an earlier op of the batch
+                              touched, so it must not run alongside it        */
+  int32_t pad;
+} zinc_shm_desc;
+
+/* One rank's segment of the control window (shared memory, every rank maps
+ * every segment). Only rank 0's barrier words are used. */
+typedef struct {
+  _Atomic uint64_t arrived;                /* last barrier epoch entered    */
+  _Atomic uint32_t failed;                 /* 1: this rank's comm failed    */
+  _Atomic uint32_t leaving;                /* destroy: 1 healthy, 2 failed  */
+  char pad0[48];
+  _Atomic uint32_t bar_count;              /* ranks arrived this epoch      */
+  _Atomic uint32_t bar_gen;                /* futex word: bumps on release  */
+  _Atomic uint32_t bar_sleepers;           /* ranks in futex_wait           */
+  char pad1[52];
+  zinc_shm_desc desc[ZINC_SHM_MAX_BATCH];  /* this rank's current chunk     */
+} zinc_shm_ctl;
+
+/* One alloc_shared allocation. */
+typedef struct zinc_shm_alloc {
+  struct zinc_shm_alloc *next;
+  int32_t id;              /* same on every rank: allocations are collective */
+  MPI_Win win;             /* MPI_WIN_NULL on the p2p path (plain memory)    */
+  char *base;              /* this rank's bytes                              */
+  size_t bytes;
+  char **peer;             /* (size) each rank's bytes, mapped here          */
+} zinc_shm_alloc;
+
+typedef struct zinc_comm_worker zinc_comm_worker;
+
+typedef struct {
+  zinc_comm *pub;          /* the zinc_comm this state belongs to            */
+  MPI_Comm comm;           /* zinc's own duplicate: no traffic mixes with
+                              the trainer's                                   */
+  int rank, size;
+  int thread_level;        /* MPI's, as provided                              */
+  double timeout_s;        /* <= 0: wait forever                              */
+  _Atomic int abort;       /* set once the comm failed or is being torn down  */
+
+  /* shared memory (use_shm: every rank of comm is on this node) */
+  int use_shm;
+  MPI_Comm node;           /* ranks in the same order as comm                 */
+  MPI_Win ctl_win;
+  zinc_shm_ctl **ctl;      /* (size) each rank's control segment              */
+  MPI_Win scratch_win;
+  char **scratch;          /* (size) each rank's scratch segment              */
+  size_t scratch_bytes;    /* per rank                                        */
+  uint64_t epoch;          /* node barriers passed                            */
+
+  zinc_shm_alloc *allocs;  /* alloc_shared allocations, newest first          */
+  int32_t next_alloc_id;
+
+  /* point-to-point path */
+  size_t p2p_chunk_bytes;  /* bytes per message piece                         */
+  char *p2p_tmp;           /* (size * p2p_chunk_bytes) pieces from peers      */
+  MPI_Request *p2p_reqs;   /* (2 * size)                                      */
+  int *p2p_peer;           /* (2 * size) the peer of each request             */
+  int p2p_tag;             /* data tag; +1 for barrier tokens                 */
+
+  zinc_comm_worker *worker; /* NULL: `start` runs batches at once             */
+  int in_worker;           /* the worker is executing (shorter barrier spins) */
+} zinc_mpi;
+
+static inline zinc_mpi *zinc_mpi_of(zinc_comm *c) { return (zinc_mpi *)c->impl; }
+
+/* ---------------------------------------------------------- comm_mpi.c */
+
+/* ZINC_ERR_COMM "comm mpi: <what> (peer P): <MPI_Error_string>"; peer < 0
+ * when unknown. */
+zinc_status zinc_mpi_error(int rc, const char *what, int peer);
+/* Human name of a batch entry, e.g. "reduce-scatter of 1000 f32". */
+void zinc_mpi_describe(const zinc_coll *o, char *buf, size_t len);
+/* Deadline for a wait that starts now (infinity when timeout_s <= 0). */
+double zinc_mpi_deadline(const zinc_mpi *m);
+/* Run a validated batch in the calling thread (shm or p2p path). */
+zinc_status zinc_mpi_execute(zinc_mpi *m, const zinc_coll *colls, int n);
+
+/* ------------------------------------------------------ comm_mpi_shm.c */
+/* List (into buf) the ranks behind the others at the node barrier; returns
+ * how many. */
+int zinc_mpi_shm_laggards(zinc_mpi *m, char *buf, size_t n);
+
+zinc_status zinc_shm_setup(zinc_mpi *m);
+void zinc_shm_teardown(zinc_mpi *m);
+/* Wait until every rank of the node has entered the same barrier. Fails
+ * (and aborts the comm) on timeout, on abort, or when a peer's comm failed. */
+zinc_status zinc_shm_barrier(zinc_mpi *m, const char *what);
+/* Destroy: 1 when every rank arrived healthy, so that collective frees
+ * (MPI_Win_free) will be joined by all; 0 otherwise. */
+int zinc_shm_agree_teardown(zinc_mpi *m);
+/* The allocation holding [p, p + bytes) on this rank, or NULL. */
+zinc_shm_alloc *zinc_shm_find(zinc_mpi *m, const void *p, size_t bytes);
+zinc_shm_alloc *zinc_shm_find_id(zinc_mpi *m, int32_t id);
+zinc_status zinc_shm_alloc_create(zinc_mpi *m, size_t bytes, void **out);
+void zinc_shm_alloc_free(zinc_mpi *m, void *p);
+void zinc_shm_alloc_free_all(zinc_mpi *m);
+
+/* -------------------------------------------------- comm_mpi_shmcoll.c */
+
+zinc_status zinc_shm_run(zinc_mpi *m, const zinc_coll *colls, int n);
+
+/* ------------------------------------------------------ comm_mpi_p2p.c */
+
+zinc_status zinc_p2p_setup(zinc_mpi *m);
+void zinc_p2p_teardown(zinc_mpi *m);
+zinc_status zinc_p2p_run(zinc_mpi *m, const zinc_coll *colls, int n);
+
+/* --------------------------------------------------- comm_mpi_reduce.c */
+
+/* dst[i] = src[0][i] (op) src[1][i] (op) ... (op) src[nsrc-1][i], combined
+ * left to right; 16-bit floats in fp32, rounded once. dst may be one of the
+ * sources (exactly, never a shifted overlap). Sum wraps for integers; max
+ * and min propagate NaN. */
+void zinc_reduce_ranks(void *dst, const void *const *src, int nsrc, size_t count,
+                       int dtype, zinc_comm_op op);
+
+/* Balanced split of `count` into `parts` slices: slice i starts at
+ * zinc_slice_start(count, parts, i) and ends at the start of slice i+1. */
+static inline size_t zinc_slice_start(size_t count, int parts, int i) {
+  size_t base = count / (size_t)parts, rem = count % (size_t)parts;
+  return base * (size_t)i + ((size_t)i < rem ? (size_t)i : rem);
+}
+
+/* ---------------------------------------------------- comm_mpi_async.c */
+
+typedef zinc_status (*zinc_worker_exec_fn)(void *ctx, const zinc_coll *colls, int n);
+
+/* A thread that runs queued batches in order with exec(ctx, ...). */
+zinc_status zinc_worker_create(zinc_worker_exec_fn exec, void *ctx, _Atomic int *abort,
+                               double timeout_s, zinc_comm_worker **out);
+/* Queue a copy of the batch (counts/displs included). */
+zinc_status zinc_worker_submit(zinc_comm_worker *w, const zinc_coll *colls, int n,
+                               int nranks, zinc_comm_req **req);
+zinc_status zinc_worker_wait(zinc_comm_worker *w, zinc_comm_req *req);
+zinc_status zinc_worker_test(zinc_comm_worker *w, zinc_comm_req *req, int *done);
+/* Block until every queued batch has finished (their requests stay valid). */
+zinc_status zinc_worker_drain(zinc_comm_worker *w, const char *why);
+/* Drain (bounded by the timeout), stop and join the thread, free requests
+ * nobody will wait for. NULL is fine. */
+void zinc_worker_destroy(zinc_comm_worker *w);
+
+#endif /* ZINC_COMM_MPI_IMPL_H */

@@ -1,0 +1,286 @@
+/*
+ * comm_mpi_p2p.c — collectives of the mpi comm over point-to-point
+ * messages, for ranks that do not share a node (or when shared memory is
+ * switched off with ZINC_COMM_MPI_SHM=0, which is how tests fake several
+ * nodes). Slower than the shared-memory path, and bitwise the same:
+ *
+ *  - reduce-scatter / all-reduce: gather-to-owner. Every rank sends each
+ *    peer that peer's slice, piece by piece; the owner sums the pieces of
+ *    ranks 0..n-1 in rank order with zinc_reduce_ranks. Each rank sends and
+ *    receives (n-1)/n of the buffer, as a ring would.
+ *  - all-reduce adds a second step that gathers the reduced slices.
+ *  - all-gather(v), broadcast: every rank sends its part to every peer.
+ *  - barrier: dissemination (log2(n) rounds of one-byte tokens); not
+ *    MPI_Ibarrier, which can be neither cancelled nor freed when a peer is
+ *    lost, and keeps progressing on a freed communicator.
+ *
+ * Messages are at most p2p_chunk_bytes (so counts fit MPI's int) and use one
+ * tag for data and one for barrier tokens; MPI's non-overtaking rule keeps
+ * the pieces of consecutive ops apart, since every rank posts them in the
+ * same order. The tags carry a nonce drawn at creation: messages left
+ * behind by a failed comm (cancelled receives) must not match in a later
+ * comm that MPI gives the same context id. Completion is polled
+ * (MPI_Testall, yielding the core between polls) so that the comm's
+ * deadline and abort flag are honoured: a lost peer ends in ZINC_ERR_COMM
+ * naming it, never in a hang.
+ */
+#define _GNU_SOURCE
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "comm/comm_mpi_impl.h"
+
+#define P2P_POLLS_BEFORE_YIELD 64
+
+zinc_status zinc_p2p_setup(zinc_mpi *m) {
+  const char *s = getenv("ZINC_COMM_P2P_CHUNK");
+  size_t chunk = ZINC_P2P_CHUNK_DEFAULT;
+  if (s && *s) {
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end != s && *end == '\0' && v >= 64)
+      chunk = (size_t)v;
+    else
+      zinc_log0(ZINC_LOG_WARN, "ZINC_COMM_P2P_CHUNK=%s is not a byte count >= 64; using %zu",
+                s, chunk);
+  }
+  if (chunk > (1u << 30))
+    chunk = 1u << 30;
+  m->p2p_chunk_bytes = chunk / 8 * 8;
+  /* Tags: 2*nonce (data) and 2*nonce + 1 (barrier tokens). */
+  int *tag_ub = NULL, flag = 0;
+  MPI_Comm_get_attr(m->comm, MPI_TAG_UB, &tag_ub, &flag);
+  int nonces = (flag && tag_ub && *tag_ub > 2) ? *tag_ub / 2 : 16383;
+  int nonce = (int)((uint64_t)(zinc_now() * 1e9) % (uint64_t)nonces);
+  int rc = MPI_Bcast(&nonce, 1, MPI_INT, 0, m->comm);
+  if (rc != MPI_SUCCESS)
+    return zinc_mpi_error(rc, "MPI_Bcast of the message tag nonce", 0);
+  m->p2p_tag = 2 * nonce;
+  ZINC_CHECK(zinc_calloc((void **)&m->p2p_reqs, 2 * (size_t)m->size, sizeof *m->p2p_reqs,
+                         "comm mpi p2p requests"));
+  ZINC_CHECK(zinc_calloc((void **)&m->p2p_peer, 2 * (size_t)m->size, sizeof *m->p2p_peer,
+                         "comm mpi p2p request peers"));
+  return zinc_aligned_alloc((void **)&m->p2p_tmp, 64, (size_t)m->size * m->p2p_chunk_bytes,
+                            "comm mpi p2p receive pieces");
+}
+
+void zinc_p2p_teardown(zinc_mpi *m) {
+  free(m->p2p_reqs);
+  free(m->p2p_peer);
+  free(m->p2p_tmp);
+  m->p2p_reqs = NULL;
+  m->p2p_peer = NULL;
+  m->p2p_tmp = NULL;
+}
+
+/* ------------------------------------------------------------- messages */
+
+typedef struct {
+  zinc_mpi *m;
+  int n;               /* requests posted */
+  const char *what;
+} p2p_batch;
+
+static zinc_status post_tagged(p2p_batch *b, int is_send, void *buf, size_t bytes, int peer,
+                               int tag) {
+  zinc_mpi *m = b->m;
+  int rc = is_send ? MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, m->comm, &m->p2p_reqs[b->n])
+                   : MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, m->comm, &m->p2p_reqs[b->n]);
+  if (rc != MPI_SUCCESS) {
+    char ctx[160];
+    snprintf(ctx, sizeof ctx, "%s: %s of %zu bytes", b->what, is_send ? "MPI_Isend" : "MPI_Irecv",
+             bytes);
+    return zinc_mpi_error(rc, ctx, peer);
+  }
+  m->p2p_peer[b->n++] = peer;
+  return ZINC_OK;
+}
+
+/* A data piece; empty pieces are not sent. */
+static zinc_status post(p2p_batch *b, int is_send, void *buf, size_t bytes, int peer) {
+  return bytes ? post_tagged(b, is_send, buf, bytes, peer, b->m->p2p_tag) : ZINC_OK;
+}
+
+/* Give up on posted requests: cancel and release them. */
+static void abandon(p2p_batch *b) {
+  for (int i = 0; i < b->n; i++) {
+    if (b->m->p2p_reqs[i] == MPI_REQUEST_NULL)
+      continue;
+    MPI_Cancel(&b->m->p2p_reqs[i]);
+    MPI_Request_free(&b->m->p2p_reqs[i]);
+  }
+  b->n = 0;
+}
+
+/* Poll until every posted request has completed, the deadline passes or
+ * the comm is aborted. */
+static zinc_status complete(p2p_batch *b) {
+  zinc_mpi *m = b->m;
+  double deadline = 0;
+  MPI_Status stats[2 * m->size];
+  for (unsigned poll = 0;; poll++) {
+    int flag = 0;
+    int rc = MPI_Testall(b->n, m->p2p_reqs, &flag, stats);
+    if (rc != MPI_SUCCESS) {
+      int peer = -1, err = rc;
+      for (int i = 0; rc == MPI_ERR_IN_STATUS && i < b->n; i++)
+        if (stats[i].MPI_ERROR != MPI_SUCCESS && stats[i].MPI_ERROR != MPI_ERR_PENDING) {
+          peer = m->p2p_peer[i];
+          err = stats[i].MPI_ERROR;
+          break;
+        }
+      abandon(b);
+      atomic_store(&m->abort, 1);
+      char ctx[160];
+      snprintf(ctx, sizeof ctx, "%s: message completion", b->what);
+      return zinc_mpi_error(err, ctx, peer);
+    }
+    if (flag) {
+      b->n = 0;
+      return ZINC_OK;
+    }
+    if (poll % P2P_POLLS_BEFORE_YIELD != P2P_POLLS_BEFORE_YIELD - 1)
+      continue;
+    sched_yield();
+    if (deadline == 0)
+      deadline = zinc_mpi_deadline(m);
+    if (atomic_load(&m->abort) || zinc_now() > deadline) {
+      int peer = -1;
+      for (int i = 0; i < b->n && peer < 0; i++)
+        if (m->p2p_reqs[i] != MPI_REQUEST_NULL)
+          peer = m->p2p_peer[i];
+      int aborted = atomic_load(&m->abort);
+      abandon(b);
+      atomic_store(&m->abort, 1);
+      return zinc_error(ZINC_ERR_COMM,
+                        "comm mpi: %s: %s waiting for peer rank %d; the comm is unusable, "
+                        "destroy it",
+                        b->what, aborted ? "abandoned (comm aborted)" : "timed out", peer);
+    }
+  }
+}
+
+/* ------------------------------------------------------------ algorithms */
+
+static size_t piece_len(size_t len, size_t a, size_t cap) {
+  return a >= len ? 0 : (len - a < cap ? len - a : cap);
+}
+
+/* Rank-ordered reduction of slices: slice q of `send` is elements
+ * [start[q], start[q+1]); this rank's reduced slice goes to `out`. */
+static zinc_status reduce_slices(zinc_mpi *m, const char *send, char *out, const size_t *start,
+                                 int dtype, zinc_comm_op op, const char *what) {
+  const int n = m->size, r = m->rank;
+  const size_t es = zinc_dt_size(dtype), cap = m->p2p_chunk_bytes / es;
+  size_t longest = 0;
+  for (int q = 0; q < n; q++)
+    if (start[q + 1] - start[q] > longest)
+      longest = start[q + 1] - start[q];
+  p2p_batch b = {m, 0, what};
+  const void *srcs[n];
+  for (size_t a = 0; a < longest; a += cap) {
+    size_t mine = piece_len(start[r + 1] - start[r], a, cap);
+    for (int k = 0; k < n; k++)
+      if (k != r)
+        ZINC_CHECK(post(&b, 0, m->p2p_tmp + (size_t)k * m->p2p_chunk_bytes, mine * es, k));
+    for (int q = 0; q < n; q++)
+      if (q != r)
+        ZINC_CHECK(post(&b, 1, (void *)(send + (start[q] + a) * es),
+                        piece_len(start[q + 1] - start[q], a, cap) * es, q));
+    ZINC_CHECK(complete(&b));
+    for (int k = 0; k < n; k++)
+      srcs[k] = k == r ? send + (start[r] + a) * es : m->p2p_tmp + (size_t)k * m->p2p_chunk_bytes;
+    zinc_reduce_ranks(out + a * es, srcs, n, mine, dtype, op);
+  }
+  return ZINC_OK;
+}
+
+/* Rank k's len_of[k] elements land at element dst_of[k] of every rank's
+ * recv; this rank's come from `mine`. */
+static zinc_status gather(zinc_mpi *m, const char *mine, char *recv, const size_t *len_of,
+                          const size_t *dst_of, size_t es, const char *what) {
+  const int n = m->size, r = m->rank;
+  const size_t cap = m->p2p_chunk_bytes / es;
+  size_t longest = 0;
+  for (int k = 0; k < n; k++)
+    longest = len_of[k] > longest ? len_of[k] : longest;
+  if (len_of[r] && recv + dst_of[r] * es != mine)
+    memmove(recv + dst_of[r] * es, mine, len_of[r] * es);
+  p2p_batch b = {m, 0, what};
+  for (size_t a = 0; a < longest; a += cap) {
+    for (int k = 0; k < n; k++)
+      if (k != r)
+        ZINC_CHECK(post(&b, 0, recv + (dst_of[k] + a) * es, piece_len(len_of[k], a, cap) * es, k));
+    size_t my_len = piece_len(len_of[r], a, cap);
+    for (int q = 0; q < n; q++)
+      if (q != r)
+        ZINC_CHECK(post(&b, 1, recv + (dst_of[r] + a) * es, my_len * es, q));
+    ZINC_CHECK(complete(&b));
+  }
+  return ZINC_OK;
+}
+
+static zinc_status run_one(zinc_mpi *m, const zinc_coll *o) {
+  const int n = m->size, r = m->rank;
+  const size_t es = zinc_dt_size(o->dtype);
+  char what[96];
+  zinc_mpi_describe(o, what, sizeof what);
+  size_t start[n + 1], len_of[n], dst_of[n];
+  switch (o->kind) {
+  case ZINC_COLL_REDUCE_SCATTER:
+    for (int k = 0; k <= n; k++)
+      start[k] = (size_t)k * o->count;
+    return reduce_slices(m, o->send, o->recv, start, o->dtype, ZINC_OP_SUM, what);
+  case ZINC_COLL_ALLREDUCE:
+    for (int k = 0; k <= n; k++)
+      start[k] = zinc_slice_start(o->count, n, k);
+    for (int k = 0; k < n; k++) {
+      len_of[k] = start[k + 1] - start[k];
+      dst_of[k] = start[k];
+    }
+    ZINC_CHECK(reduce_slices(m, o->send, (char *)o->recv + start[r] * es, start, o->dtype,
+                             o->op, what));
+    return gather(m, (char *)o->recv + start[r] * es, o->recv, len_of, dst_of, es, what);
+  case ZINC_COLL_ALLGATHER:
+  case ZINC_COLL_ALLGATHERV:
+  case ZINC_COLL_BROADCAST:
+    for (int k = 0; k < n; k++) {
+      if (o->kind == ZINC_COLL_ALLGATHERV) {
+        len_of[k] = o->counts[k];
+        dst_of[k] = o->displs[k];
+      } else if (o->kind == ZINC_COLL_BROADCAST) {
+        len_of[k] = k == o->root ? o->count : 0;
+        dst_of[k] = 0;
+      } else {
+        len_of[k] = o->count;
+        dst_of[k] = (size_t)k * o->count;
+      }
+    }
+    return gather(m, o->kind == ZINC_COLL_BROADCAST ? o->recv : o->send, o->recv, len_of,
+                  dst_of, es, what);
+  case ZINC_COLL_BARRIER: {
+    p2p_batch b = {m, 0, "barrier"};
+    char token_out = 0, token_in[1];
+    for (int dist = 1; dist < n; dist *= 2) {
+      ZINC_CHECK(post_tagged(&b, 0, token_in, 1, (r - dist + n) % n, m->p2p_tag + 1));
+      ZINC_CHECK(post_tagged(&b, 1, &token_out, 1, (r + dist) % n, m->p2p_tag + 1));
+      ZINC_CHECK(complete(&b));
+    }
+    return ZINC_OK;
+  }
+  }
+  return ZINC_OK;
+}
+
+zinc_status zinc_p2p_run(zinc_mpi *m, const zinc_coll *colls, int n) {
+  for (int j = 0; j < n; j++) {
+    if (atomic_load(&m->abort))
+      return zinc_error(ZINC_ERR_COMM, "comm mpi: the comm failed earlier or is being "
+                        "destroyed");
+    ZINC_CHECK(run_one(m, &colls[j]));
+  }
+  return ZINC_OK;
+}

@@ -1,0 +1,528 @@
+/*
+ * comm_nccl.c — the NCCL comm: the collectives of comm/comm.h on device
+ * buffers, for the cuda device.
+ *
+ * Creation: rank 0 of the bootstrap comm (an mpi comm; any comm that can
+ * broadcast bytes) makes the NCCL unique id and broadcasts it with a flag
+ * saying whether that worked, so every rank fails together if it did not;
+ * then ncclCommInitRankConfig. No TCP port, no file.
+ *
+ * Streams: the comm owns one non-blocking stream. Every batch is first
+ * ordered after the work already queued on the trainer's compute stream (an
+ * event recorded there, waited on by the comm stream), then enqueued inside
+ * one ncclGroupStart/End, then followed by an event that marks its end.
+ * Batches therefore complete in the order they were started.
+ *
+ * Failure and timeouts: the NCCL communicators are nonblocking
+ * (config.blocking = 0), so no NCCL call can hang the host: init, split,
+ * group end and finalize may return ncclInProgress and are settled by
+ * polling ncclCommGetAsyncError. `wait` and `test` poll the batch's event
+ * and ncclCommGetAsyncError, and give up after timeout_s seconds from the
+ * start of the batch (timeout_s <= 0: no limit). Any asynchronous error or
+ * timeout aborts the NCCL communicator (ncclCommAbort, which also stops its
+ * kernels) and returns ZINC_ERR_COMM; every later call says the comm was
+ * aborted, and destroy is all that is left to do. A lost peer thus becomes
+ * an error instead of a hang.
+ *
+ * Operations: all-reduce, reduce-scatter, all-gather and broadcast are
+ * NCCL's; all-gatherv is one ncclBroadcast per rank with a non-zero count,
+ * grouped; barrier is a one-element max all-reduce of a device word.
+ *
+ * Arithmetic: NCCL's reductions are NOT rank-ordered as the mpi backend's
+ * are (comm.h's deterministic contract): the order of additions depends on
+ * NCCL's algorithm (ring, tree, NVLS) and protocol, chosen by message size
+ * and topology, and bf16/f16 sums are NCCL's own (a ring rounds every
+ * partial sum back to the element type as it passes a rank; the mpi
+ * backend adds in fp32 and rounds once). Results are repeatable for the
+ * same sizes, ranks, NCCL version and topology, but not equal to the mpi
+ * backend's bits; the stages oracle on GPUs compares NCCL runs with NCCL
+ * runs of the same bucket layout.
+ *
+ * A comm is used by one thread at a time, as an NCCL communicator is.
+ * Memory passed to a batch must stay allocated until wait/test said done.
+ * A batch may hold at most 2048 NCCL calls (NCCL's group limit; an
+ * all-gatherv counts one per rank).
+ *
+ * Built without CUDA, zinc_comm_nccl_create fails with ZINC_ERR_UNSUPPORTED.
+ */
+#include "comm/comm.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+
+#ifdef ZINC_HAVE_CUDA
+
+#include <sched.h>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+struct zinc_comm_req {
+  cudaEvent_t done;   /* recorded on the comm stream after the batch */
+  double started;     /* zinc_now() when the batch was started */
+  int nops;
+  zinc_coll_kind first_kind;
+};
+
+typedef struct {
+  ncclComm_t nccl;           /* NULL once aborted or destroyed */
+  int cuda_device;
+  cudaStream_t compute;      /* the trainer's stream (not owned; NULL = legacy default) */
+  cudaStream_t stream;       /* the comm's own */
+  cudaEvent_t compute_ready; /* recorded on compute before each batch */
+  int32_t *barrier_word;     /* (1) i32, device: operand of barrier all-reduces */
+  cudaEvent_t *spare;        /* (nspare) events for requests */
+  int nspare, cap_spare;
+  char abort_reason[256];    /* non-empty once aborted */
+} nccl_impl;
+
+static nccl_impl *impl_of(zinc_comm *c) { return c->impl; }
+
+static ncclDataType_t nccl_type(int dtype) {
+  switch (dtype) {
+  case ZINC_F32: return ncclFloat32;
+  case ZINC_BF16: return ncclBfloat16;
+  case ZINC_F16: return ncclFloat16;
+  case ZINC_DT_F64: return ncclFloat64;
+  case ZINC_DT_I32: return ncclInt32;
+  case ZINC_DT_I64: return ncclInt64;
+  default: return ncclUint8; /* ZINC_DT_U8; others were refused by zinc_coll_validate */
+  }
+}
+
+static ncclRedOp_t nccl_op(zinc_comm_op op) {
+  return op == ZINC_OP_MAX ? ncclMax : op == ZINC_OP_MIN ? ncclMin : ncclSum;
+}
+
+static int timed_out(double timeout_s, double t0) {
+  return timeout_s > 0 && zinc_now() - t0 > timeout_s;
+}
+
+/* Poll a nonblocking NCCL call on `comm` (init, split, group end,
+ * finalize) until it is done, fails, or timeout_s passes. */
+static zinc_status settle(int rank, int size, double timeout_s, ncclComm_t comm, double t0,
+                          const char *what) {
+  for (;;) {
+    ncclResult_t state = ncclInProgress;
+    ncclResult_t r = ncclCommGetAsyncError(comm, &state);
+    if (r != ncclSuccess)
+      state = r;
+    if (state == ncclSuccess)
+      return ZINC_OK;
+    if (state != ncclInProgress)
+      return zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): %s: %s (%s)", rank, size,
+                        what, ncclGetErrorString(state), ncclGetLastError(comm));
+    if (timed_out(timeout_s, t0))
+      return zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): %s did not finish within "
+                        "%.0f s: a peer is lost or stuck", rank, size, what, timeout_s);
+    sched_yield();
+  }
+}
+
+/* Abort the NCCL communicator after a failure whose message is already set;
+ * later calls on the comm repeat the reason. Returns ZINC_ERR_COMM. */
+static zinc_status comm_abort(zinc_comm *c) {
+  nccl_impl *ni = impl_of(c);
+  snprintf(ni->abort_reason, sizeof ni->abort_reason, "%s", zinc_last_error());
+  if (ni->nccl) {
+    ncclCommAbort(ni->nccl);
+    ni->nccl = NULL;
+  }
+  zinc_log(ZINC_LOG_ERROR, "%s; the comm is aborted", ni->abort_reason);
+  return zinc_error_wrap(ZINC_ERR_COMM, "comm aborted");
+}
+
+static zinc_status check_usable(zinc_comm *c) {
+  nccl_impl *ni = impl_of(c);
+  if (ni->abort_reason[0])
+    return zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d) was aborted earlier (%s); "
+                      "destroy it", c->rank, c->size, ni->abort_reason);
+  cudaError_t err = cudaSetDevice(ni->cuda_device);
+  if (err != cudaSuccess)
+    return zinc_error(ZINC_ERR_DEVICE, "comm nccl (rank %d): cudaSetDevice(%d): %s", c->rank,
+                      ni->cuda_device, cudaGetErrorString(err));
+  return ZINC_OK;
+}
+
+/* ------------------------------------------------------------- batches */
+
+static ncclResult_t enqueue(zinc_comm *c, const zinc_coll *o) {
+  nccl_impl *ni = impl_of(c);
+  ncclDataType_t t = nccl_type(o->dtype);
+  size_t es = zinc_dt_size(o->dtype);
+  switch (o->kind) {
+  case ZINC_COLL_ALLREDUCE:
+    return ncclAllReduce(o->send, o->recv, o->count, t, nccl_op(o->op), ni->nccl, ni->stream);
+  case ZINC_COLL_REDUCE_SCATTER:
+    return ncclReduceScatter(o->send, o->recv, o->count, t, ncclSum, ni->nccl, ni->stream);
+  case ZINC_COLL_ALLGATHER:
+    return ncclAllGather(o->send, o->recv, o->count, t, ni->nccl, ni->stream);
+  case ZINC_COLL_ALLGATHERV:
+    for (int r = 0; r < c->size; r++) {
+      if (!o->counts[r])
+        continue;
+      char *dst = (char *)o->recv + o->displs[r] * es;
+      const void *src = r == c->rank ? o->send : dst; /* read on the root only */
+      ncclResult_t res = ncclBroadcast(src, dst, o->counts[r], t, r, ni->nccl, ni->stream);
+      if (res != ncclSuccess)
+        return res;
+    }
+    return ncclSuccess;
+  case ZINC_COLL_BROADCAST:
+    return ncclBroadcast(o->recv, o->recv, o->count, t, o->root, ni->nccl, ni->stream);
+  case ZINC_COLL_BARRIER:
+    return ncclAllReduce(ni->barrier_word, ni->barrier_word, 1, ncclInt32, ncclMax, ni->nccl,
+                         ni->stream);
+  }
+  return ncclInvalidArgument;
+}
+
+static zinc_status req_event(zinc_comm *c, cudaEvent_t *out) {
+  nccl_impl *ni = impl_of(c);
+  if (ni->nspare) {
+    *out = ni->spare[--ni->nspare];
+    return ZINC_OK;
+  }
+  cudaError_t err = cudaEventCreateWithFlags(out, cudaEventDisableTiming);
+  if (err != cudaSuccess)
+    return zinc_error(ZINC_ERR_DEVICE, "comm nccl (rank %d): cudaEventCreate: %s", c->rank,
+                      cudaGetErrorString(err));
+  return ZINC_OK;
+}
+
+static void req_free(zinc_comm *c, zinc_comm_req *req) {
+  nccl_impl *ni = impl_of(c);
+  if (!req)
+    return;
+  if (ni->nspare == ni->cap_spare) {
+    int cap = ni->cap_spare ? 2 * ni->cap_spare : 16;
+    cudaEvent_t *spare = realloc(ni->spare, (size_t)cap * sizeof *spare);
+    if (!spare) {
+      cudaEventDestroy(req->done);
+      free(req);
+      return;
+    }
+    ni->spare = spare;
+    ni->cap_spare = cap;
+  }
+  ni->spare[ni->nspare++] = req->done;
+  free(req);
+}
+
+static zinc_status nccl_start(zinc_comm *c, const zinc_coll *colls, int n, zinc_comm_req **out) {
+  nccl_impl *ni = impl_of(c);
+  *out = NULL;
+  ZINC_CHECK(zinc_coll_validate(c, colls, n));
+  ZINC_CHECK(check_usable(c));
+  zinc_comm_req *req = calloc(1, sizeof *req);
+  if (!req)
+    return zinc_error(ZINC_ERR_NOMEM, "comm nccl (rank %d): out of memory for a request",
+                      c->rank);
+  zinc_status st = req_event(c, &req->done);
+  if (st != ZINC_OK) {
+    free(req);
+    return st;
+  }
+  req->started = zinc_now();
+  req->nops = n;
+  req->first_kind = n ? colls[0].kind : ZINC_COLL_BARRIER;
+
+  cudaError_t err = cudaEventRecord(ni->compute_ready, ni->compute);
+  if (err == cudaSuccess)
+    err = cudaStreamWaitEvent(ni->stream, ni->compute_ready, 0);
+  if (err != cudaSuccess) {
+    req_free(c, req);
+    return zinc_error(ZINC_ERR_DEVICE, "comm nccl (rank %d): ordering the batch after the "
+                      "compute stream: %s", c->rank, cudaGetErrorString(err));
+  }
+
+  ncclResult_t first = ncclSuccess;
+  int failed_at = -1;
+  ncclGroupStart();
+  for (int i = 0; i < n && first == ncclSuccess; i++) {
+    ncclResult_t r = enqueue(c, &colls[i]);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      first = r;
+      failed_at = i;
+    }
+  }
+  ncclResult_t end = ncclGroupEnd();
+  if (first == ncclSuccess && end == ncclInProgress)
+    st = settle(c->rank, c->size, c->timeout_s, ni->nccl, req->started, "enqueueing a batch");
+  else if (first != ncclSuccess)
+    st = zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): %s (operation %d of a batch of "
+                    "%d): %s (%s)", c->rank, c->size, zinc_coll_name(colls[failed_at].kind),
+                    failed_at, n, ncclGetErrorString(first), ncclGetLastError(ni->nccl));
+  else if (end != ncclSuccess)
+    st = zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): ending the group of a batch of "
+                    "%d: %s (%s)", c->rank, c->size, n, ncclGetErrorString(end),
+                    ncclGetLastError(ni->nccl));
+  if (st == ZINC_OK && (err = cudaEventRecord(req->done, ni->stream)) != cudaSuccess)
+    st = zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d): marking the end of a batch: %s",
+                    c->rank, cudaGetErrorString(err));
+  if (st != ZINC_OK) {
+    req_free(c, req);
+    return comm_abort(c);
+  }
+  *out = req;
+  return ZINC_OK;
+}
+
+/* One look at a request: *done = 1 when its event completed. Any
+ * asynchronous NCCL error, CUDA error or timeout aborts the comm. */
+static zinc_status poll_once(zinc_comm *c, zinc_comm_req *req, int *done) {
+  nccl_impl *ni = impl_of(c);
+  *done = 0;
+  ZINC_CHECK(check_usable(c));
+  cudaError_t q = cudaEventQuery(req->done);
+  if (q == cudaSuccess) {
+    *done = 1;
+    return ZINC_OK;
+  }
+  if (q != cudaErrorNotReady) {
+    zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): %s batch of %d failed on the "
+               "device: %s", c->rank, c->size, zinc_coll_name(req->first_kind), req->nops,
+               cudaGetErrorString(q));
+    return comm_abort(c);
+  }
+  ncclResult_t async = ncclSuccess;
+  ncclResult_t r = ncclCommGetAsyncError(ni->nccl, &async);
+  if (r != ncclSuccess)
+    async = r;
+  if (async != ncclSuccess && async != ncclInProgress) {
+    zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): %s batch of %d: %s (%s); a peer "
+               "may have died", c->rank, c->size, zinc_coll_name(req->first_kind), req->nops,
+               ncclGetErrorString(async), ncclGetLastError(ni->nccl));
+    return comm_abort(c);
+  }
+  if (timed_out(c->timeout_s, req->started)) {
+    zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): %s batch of %d not done after "
+               "%.0f s: a peer is lost or stuck (raise the comm timeout if it is only slow)",
+               c->rank, c->size, zinc_coll_name(req->first_kind), req->nops, c->timeout_s);
+    return comm_abort(c);
+  }
+  return ZINC_OK;
+}
+
+static zinc_status nccl_test(zinc_comm *c, zinc_comm_req *req, int *done) {
+  zinc_status st = poll_once(c, req, done);
+  if (st != ZINC_OK || *done) {
+    req_free(c, req);
+    *done = 1;
+  }
+  return st;
+}
+
+static zinc_status nccl_wait(zinc_comm *c, zinc_comm_req *req) {
+  int done = 0;
+  zinc_status st;
+  while ((st = poll_once(c, req, &done)) == ZINC_OK && !done)
+    sched_yield(); /* NCCL's kernels run meanwhile; the host just watches */
+  req_free(c, req);
+  return st;
+}
+
+static zinc_status nccl_run(zinc_comm *c, const zinc_coll *colls, int n) {
+  zinc_comm_req *req;
+  ZINC_CHECK(nccl_start(c, colls, n, &req));
+  return nccl_wait(c, req);
+}
+
+/* ------------------------------------------------ creation, split, end */
+
+static void nccl_destroy(zinc_comm *c);
+static zinc_status nccl_split(zinc_comm *c, int color, int key, zinc_comm **out);
+
+static const zinc_comm_ops nccl_ops = {
+    .name = "nccl",
+    .run = nccl_run,
+    .start = nccl_start,
+    .wait = nccl_wait,
+    .test = nccl_test,
+    .split = nccl_split,
+    .alloc_shared = NULL,
+    .free_shared = NULL,
+    .destroy = nccl_destroy,
+};
+
+/* Wrap an initialised NCCL communicator; takes ownership (aborts it on
+ * failure). The current device is cuda_device. */
+static zinc_status comm_wrap(ncclComm_t nc, int cuda_device, cudaStream_t compute,
+                             double timeout_s, zinc_comm **out) {
+  zinc_comm *c = calloc(1, sizeof *c);
+  nccl_impl *ni = calloc(1, sizeof *ni);
+  if (!c || !ni) {
+    free(c);
+    free(ni);
+    ncclCommAbort(nc);
+    return zinc_error(ZINC_ERR_NOMEM, "comm nccl: out of host memory");
+  }
+  c->ops = &nccl_ops;
+  c->impl = ni;
+  c->timeout_s = timeout_s;
+  ni->nccl = nc;
+  ni->cuda_device = cuda_device;
+  ni->compute = compute;
+  ncclCommUserRank(nc, &c->rank);
+  ncclCommCount(nc, &c->size);
+  cudaError_t err = cudaStreamCreateWithFlags(&ni->stream, cudaStreamNonBlocking);
+  if (err == cudaSuccess)
+    err = cudaEventCreateWithFlags(&ni->compute_ready, cudaEventDisableTiming);
+  if (err == cudaSuccess)
+    err = cudaMalloc((void **)&ni->barrier_word, sizeof *ni->barrier_word);
+  if (err == cudaSuccess)
+    err = cudaMemset(ni->barrier_word, 0, sizeof *ni->barrier_word);
+  if (err != cudaSuccess) {
+    ncclCommAbort(nc);
+    ni->nccl = NULL;
+    nccl_destroy(c);
+    return zinc_error(ZINC_ERR_DEVICE, "comm nccl: creating its stream, event or barrier "
+                      "word on cuda device %d: %s", cuda_device, cudaGetErrorString(err));
+  }
+  *out = c;
+  return ZINC_OK;
+}
+
+static zinc_status nccl_split(zinc_comm *c, int color, int key, zinc_comm **out) {
+  nccl_impl *ni = impl_of(c);
+  *out = NULL;
+  ZINC_CHECK(check_usable(c));
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t nc = NULL;
+  double t0 = zinc_now();
+  ncclResult_t r = ncclCommSplit(ni->nccl, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &nc,
+                                 &cfg);
+  zinc_status st = ZINC_OK;
+  if (r != ncclSuccess && r != ncclInProgress)
+    st = zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): split (color %d, key %d): %s "
+                    "(%s)", c->rank, c->size, color, key, ncclGetErrorString(r),
+                    ncclGetLastError(ni->nccl));
+  if (st == ZINC_OK)
+    st = settle(c->rank, c->size, c->timeout_s, ni->nccl, t0, "split");
+  if (st == ZINC_OK && nc)
+    st = settle(c->rank, c->size, c->timeout_s, nc, t0, "split (new communicator)");
+  if (st != ZINC_OK) {
+    if (nc)
+      ncclCommAbort(nc);
+    return comm_abort(c);
+  }
+  if (!nc) /* color < 0: this rank joins no new comm */
+    return ZINC_OK;
+  return comm_wrap(nc, ni->cuda_device, ni->compute, c->timeout_s, out);
+}
+
+static void nccl_destroy(zinc_comm *c) {
+  if (!c)
+    return;
+  nccl_impl *ni = impl_of(c);
+  cudaSetDevice(ni->cuda_device);
+  if (ni->nccl) {
+    /* finalize flushes queued work and leaves the comm in progress until
+     * the peers are done too; a peer that never is gets the comm aborted */
+    double t0 = zinc_now();
+    ncclResult_t r = ncclCommFinalize(ni->nccl);
+    zinc_status st = r == ncclSuccess || r == ncclInProgress
+                         ? settle(c->rank, c->size, c->timeout_s, ni->nccl, t0, "finalize")
+                         : zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d): finalize: %s",
+                                      c->rank, ncclGetErrorString(r));
+    if (st == ZINC_OK) {
+      ncclCommDestroy(ni->nccl);
+    } else {
+      zinc_log(ZINC_LOG_WARN, "%s; aborting the communicator", zinc_last_error());
+      ncclCommAbort(ni->nccl);
+    }
+    ni->nccl = NULL;
+  }
+  if (ni->stream)
+    cudaStreamDestroy(ni->stream);
+  if (ni->compute_ready)
+    cudaEventDestroy(ni->compute_ready);
+  for (int i = 0; i < ni->nspare; i++)
+    cudaEventDestroy(ni->spare[i]);
+  if (ni->barrier_word)
+    cudaFree(ni->barrier_word);
+  (void)cudaGetLastError();
+  free(ni->spare);
+  free(ni);
+  free(c);
+}
+
+zinc_status zinc_comm_nccl_create(zinc_comm *bootstrap, int cuda_device, void *compute_stream,
+                                  double timeout_s, zinc_comm **out) {
+  if (!out)
+    return zinc_error(ZINC_ERR_INVALID, "comm nccl: NULL output pointer");
+  *out = NULL;
+  if (!bootstrap)
+    return zinc_error(ZINC_ERR_INVALID, "comm nccl: a bootstrap comm (mpi) is needed to share "
+                      "the NCCL unique id");
+  int rank = bootstrap->rank, size = bootstrap->size;
+  cudaError_t err = cudaSetDevice(cuda_device);
+  if (err != cudaSuccess)
+    return zinc_error(ZINC_ERR_DEVICE, "comm nccl (rank %d of %d): cudaSetDevice(%d): %s",
+                      rank, size, cuda_device, cudaGetErrorString(err));
+
+  struct {
+    int32_t ok;          /* rank 0 made the id */
+    ncclUniqueId id;
+  } hello;
+  memset(&hello, 0, sizeof hello);
+  ncclResult_t r = ncclSuccess;
+  if (rank == 0) {
+    r = ncclGetUniqueId(&hello.id);
+    hello.ok = r == ncclSuccess;
+  }
+  zinc_status st = zinc_comm_broadcast(bootstrap, &hello, sizeof hello, ZINC_DT_U8, 0);
+  if (st != ZINC_OK)
+    return zinc_error_wrap(ZINC_ERR_COMM, "comm nccl (rank %d of %d): broadcasting the unique "
+                           "id over the %s comm", rank, size, bootstrap->ops->name);
+  if (!hello.ok)
+    return zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): rank 0 could not make the "
+                      "NCCL unique id%s%s", rank, size, rank == 0 ? ": " : "",
+                      rank == 0 ? ncclGetErrorString(r) : "");
+
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t nc = NULL;
+  double t0 = zinc_now();
+  r = ncclCommInitRankConfig(&nc, size, hello.id, rank, &cfg);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    st = zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): ncclCommInitRank on cuda "
+                    "device %d: %s (%s)", rank, size, cuda_device, ncclGetErrorString(r),
+                    ncclGetLastError(nc));
+    if (nc)
+      ncclCommAbort(nc);
+    return st;
+  }
+  st = settle(rank, size, timeout_s, nc, t0, "ncclCommInitRank");
+  if (st != ZINC_OK) {
+    ncclCommAbort(nc);
+    return st;
+  }
+  ZINC_CHECK(comm_wrap(nc, cuda_device, (cudaStream_t)compute_stream, timeout_s, out));
+  int version = 0;
+  ncclGetVersion(&version);
+  zinc_log0(ZINC_LOG_INFO, "comm nccl: %d ranks, NCCL %d, timeout %.0f s, rank 0 on cuda "
+            "device %d", size, version, timeout_s, cuda_device);
+  return ZINC_OK;
+}
+
+#else /* !ZINC_HAVE_CUDA */
+
+zinc_status zinc_comm_nccl_create(zinc_comm *bootstrap, int cuda_device, void *compute_stream,
+                                  double timeout_s, zinc_comm **out) {
+  (void)bootstrap;
+  (void)compute_stream;
+  (void)timeout_s;
+  if (out)
+    *out = NULL;
+  return zinc_error(ZINC_ERR_UNSUPPORTED, "comm nccl (cuda device %d): zinc was built without "
+                    "CUDA; rebuild with -DZINC_CUDA=ON (CUDA toolkit and NCCL installed) or "
+                    "use the mpi comm", cuda_device);
+}
+
+#endif /* ZINC_HAVE_CUDA */

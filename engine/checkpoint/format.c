@@ -1,0 +1,777 @@
+/*
+ * ckpt_file.c — shard files, checksums, and the filesystem steps that make a
+ * checkpoint save crash-safe (see ckpt_file.h for the formats).
+ *
+ * Every write path ends with fsync of the file and of its directory; every
+ * read path checks sizes and crcs before anything is handed on. Errors name
+ * the file, the offset where it matters, and errno's text.
+ */
+#define _GNU_SOURCE
+#include "engine/checkpoint/format.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "base/base.h"
+
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)
+#endif
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "checkpoint files are little-endian; add byte swapping for this target");
+
+static zinc_status io_error(const char *op, const char *path, int64_t offset, int err) {
+  if (err == ENOSPC || err == EDQUOT)
+    return zinc_error(ZINC_ERR_IO, "%s %s at offset %lld: %s (free space on that filesystem "
+                      "and save again; the previous checkpoint is intact)", op, path,
+                      (long long)offset, strerror(err));
+  return zinc_error(ZINC_ERR_IO, "%s %s at offset %lld: %s", op, path, (long long)offset,
+                    strerror(err));
+}
+
+/* Fault injection for tests: ZINC_CKPT_FAULT="ERRNO@N" makes the N-th write
+ * call to each checkpoint file fail with ERRNO (ENOSPC, EIO, EDQUOT or a
+ * number); *calls counts a file's writes. */
+static int injected_fault(int *calls) {
+  const char *spec = getenv("ZINC_CKPT_FAULT");
+  if (!spec || !*spec)
+    return 0;
+  char name[32];
+  int n = 0;
+  if (sscanf(spec, "%31[^@]@%d", name, &n) != 2 || n < 1)
+    return 0;
+  if (++*calls != n)
+    return 0;
+  if (!strcmp(name, "ENOSPC"))
+    return ENOSPC;
+  if (!strcmp(name, "EIO"))
+    return EIO;
+  if (!strcmp(name, "EDQUOT"))
+    return EDQUOT;
+  return atoi(name) > 0 ? atoi(name) : EIO;
+}
+
+static zinc_status write_all_counted(int fd, const char *path, const void *data, size_t len,
+                                     int64_t *offset, int *calls) {
+  const char *p = data;
+  while (len > 0) {
+    int fault = calls ? injected_fault(calls) : 0;
+    if (fault)
+      return io_error("write", path, *offset, fault);
+    ssize_t w = pwrite(fd, p, len, *offset);
+    if (w < 0) {
+      if (errno == EINTR)
+        continue;
+      return io_error("write", path, *offset, errno);
+    }
+    if (w == 0)
+      return io_error("write", path, *offset, ENOSPC);
+    p += w;
+    len -= (size_t)w;
+    *offset += w;
+  }
+  return ZINC_OK;
+}
+
+static zinc_status write_all(int fd, const char *path, const void *data, size_t len,
+                             int64_t *offset) {
+  int calls = 0;
+  return write_all_counted(fd, path, data, len, offset, &calls);
+}
+
+static zinc_status read_all(int fd, const char *path, void *data, size_t len, int64_t offset) {
+  char *p = data;
+  while (len > 0) {
+    ssize_t r = pread(fd, p, len, offset);
+    if (r < 0) {
+      if (errno == EINTR)
+        continue;
+      return io_error("read", path, offset, errno);
+    }
+    if (r == 0)
+      return zinc_error(ZINC_ERR_CORRUPT, "read %s at offset %lld: the file ends early "
+                        "(truncated)", path, (long long)offset);
+    p += r;
+    len -= (size_t)r;
+    offset += r;
+  }
+  return ZINC_OK;
+}
+
+/* ------------------------------------------------------------ trailer */
+
+static void put32(unsigned char *b, uint32_t v) { memcpy(b, &v, 4); }
+static void put64(unsigned char *b, uint64_t v) { memcpy(b, &v, 8); }
+static uint32_t get32(const unsigned char *b) {
+  uint32_t v;
+  memcpy(&v, b, 4);
+  return v;
+}
+static uint64_t get64(const unsigned char *b) {
+  uint64_t v;
+  memcpy(&v, b, 8);
+  return v;
+}
+
+/* layout: magic 0..7, version 8, rank 12, world 16, nsections 20,
+ * elements 24..31, section crcs 32..43, reserved, trailer crc 60..63 */
+void zinc_shard_trailer_encode(const zinc_shard_trailer *t, unsigned char out[ZINC_SHARD_TRAILER]) {
+  memset(out, 0, ZINC_SHARD_TRAILER);
+  memcpy(out, ZINC_SHARD_MAGIC, 8);
+  put32(out + 8, t->version);
+  put32(out + 12, t->rank);
+  put32(out + 16, t->world);
+  put32(out + 20, t->nsections);
+  put64(out + 24, t->elements);
+  for (int i = 0; i < ZINC_SHARD_MAX_SECTIONS; i++)
+    put32(out + 32 + 4 * i, t->section_crc[i]);
+  put32(out + 60, zinc_crc32c(0, out, 60));
+}
+
+zinc_status zinc_shard_trailer_decode(const unsigned char *buf, size_t len, const char *what,
+                                      zinc_shard_trailer *out) {
+  if (len < ZINC_SHARD_TRAILER)
+    return zinc_error(ZINC_ERR_CORRUPT, "shard %s: %zu bytes, too short for its %d-byte "
+                      "trailer (truncated)", what, len, ZINC_SHARD_TRAILER);
+  if (memcmp(buf, ZINC_SHARD_MAGIC, 8) != 0)
+    return zinc_error(ZINC_ERR_CORRUPT, "shard %s: no \"ZINCSHRD\" trailer at its end "
+                      "(truncated, or not a zinc shard)", what);
+  if (get32(buf + 60) != zinc_crc32c(0, buf, 60))
+    return zinc_error(ZINC_ERR_CORRUPT, "shard %s: the trailer's crc32c does not match "
+                      "(damaged file)", what);
+  memset(out, 0, sizeof *out);
+  out->version = get32(buf + 8);
+  out->rank = get32(buf + 12);
+  out->world = get32(buf + 16);
+  out->nsections = get32(buf + 20);
+  out->elements = get64(buf + 24);
+  for (int i = 0; i < ZINC_SHARD_MAX_SECTIONS; i++)
+    out->section_crc[i] = get32(buf + 32 + 4 * i);
+  if (out->version != ZINC_SHARD_VERSION)
+    return zinc_error(ZINC_ERR_CORRUPT, "shard %s: format version %u, this zinc reads %d",
+                      what, out->version, ZINC_SHARD_VERSION);
+  if (out->nsections < 1 || out->nsections > ZINC_SHARD_MAX_SECTIONS ||
+      out->world == 0 || out->rank >= out->world || out->elements > (UINT64_MAX / 16))
+    return zinc_error(ZINC_ERR_CORRUPT, "shard %s: trailer fields out of range (rank %u of "
+                      "%u, %u sections, %llu elements)", what, out->rank, out->world,
+                      out->nsections, (unsigned long long)out->elements);
+  return ZINC_OK;
+}
+
+/* ------------------------------------------------------------- writer */
+
+struct zinc_shard_writer {
+  int fd;
+  char *path;
+  int64_t offset;
+  uint32_t file_crc;
+  zinc_shard_trailer t;
+  int writes;             /* write calls so far (fault injection) */
+  int section;            /* current section */
+  uint64_t in_section;    /* elements written into it */
+};
+
+zinc_status zinc_shard_writer_open(const char *path, int rank, int world, int nsections,
+                                   uint64_t elements, zinc_shard_writer **out) {
+  *out = NULL;
+  zinc_shard_writer *w = calloc(1, sizeof *w);
+  if (!w || !(w->path = zinc_strdup(path))) {
+    free(w);
+    return zinc_error(ZINC_ERR_NOMEM, "out of memory opening %s", path);
+  }
+  w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (w->fd < 0) {
+    zinc_status st = io_error("create", path, 0, errno);
+    free(w->path);
+    free(w);
+    return st;
+  }
+  w->t.version = ZINC_SHARD_VERSION;
+  w->t.rank = (uint32_t)rank;
+  w->t.world = (uint32_t)world;
+  w->t.nsections = (uint32_t)nsections;
+  w->t.elements = elements;
+  *out = w;
+  return ZINC_OK;
+}
+
+zinc_status zinc_shard_writer_append(zinc_shard_writer *w, const float *data, size_t n) {
+  while (n > 0) {
+    if (w->section >= (int)w->t.nsections)
+      return zinc_error(ZINC_ERR_INVALID, "shard %s: more data than %u sections of %llu "
+                        "elements", w->path, w->t.nsections, (unsigned long long)w->t.elements);
+    uint64_t room = w->t.elements - w->in_section;
+    size_t take = n < room ? n : (size_t)room;
+    size_t bytes = take * sizeof(float);
+    w->t.section_crc[w->section] = zinc_crc32c(w->t.section_crc[w->section], data, bytes);
+    w->file_crc = zinc_crc32c(w->file_crc, data, bytes);
+    ZINC_CHECK(write_all_counted(w->fd, w->path, data, bytes, &w->offset, &w->writes));
+    data += take;
+    n -= take;
+    w->in_section += take;
+    if (w->in_section == w->t.elements) {
+      w->section++;
+      w->in_section = 0;
+    }
+  }
+  return ZINC_OK;
+}
+
+void zinc_shard_writer_abort(zinc_shard_writer *w) {
+  if (!w)
+    return;
+  close(w->fd);
+  unlink(w->path);
+  free(w->path);
+  free(w);
+}
+
+zinc_status zinc_shard_writer_finish(zinc_shard_writer *w, uint32_t *file_crc, int64_t *bytes) {
+  zinc_status st = ZINC_OK;
+  if (w->t.elements > 0 && w->section < (int)w->t.nsections)
+    st = zinc_error(ZINC_ERR_INVALID, "shard %s: finished after %d of %u sections", w->path,
+                    w->section, w->t.nsections);
+  unsigned char tr[ZINC_SHARD_TRAILER];
+  zinc_shard_trailer_encode(&w->t, tr);
+  if (st == ZINC_OK) {
+    w->file_crc = zinc_crc32c(w->file_crc, tr, sizeof tr);
+    st = write_all_counted(w->fd, w->path, tr, sizeof tr, &w->offset, &w->writes);
+  }
+  if (st == ZINC_OK && fsync(w->fd) != 0)
+    st = io_error("fsync", w->path, w->offset, errno);
+  if (st != ZINC_OK) {
+    zinc_shard_writer_abort(w);
+    return st;
+  }
+  *file_crc = w->file_crc;
+  *bytes = w->offset;
+  close(w->fd);
+  free(w->path);
+  free(w);
+  return ZINC_OK;
+}
+
+/* ------------------------------------------------------------- reader */
+
+struct zinc_shard_reader {
+  int fd;
+  char *path;
+  int64_t size;
+  zinc_shard_trailer t;
+};
+
+zinc_status zinc_shard_reader_open(const char *path, zinc_shard_reader **out) {
+  *out = NULL;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return errno == ENOENT ? zinc_error(ZINC_ERR_CORRUPT, "shard %s is missing", path)
+                           : io_error("open", path, 0, errno);
+  struct stat sb;
+  if (fstat(fd, &sb) != 0) {
+    close(fd);
+    return io_error("stat", path, 0, errno);
+  }
+  zinc_shard_reader *r = calloc(1, sizeof *r);
+  if (!r || !(r->path = zinc_strdup(path))) {
+    free(r);
+    close(fd);
+    return zinc_error(ZINC_ERR_NOMEM, "out of memory opening %s", path);
+  }
+  r->fd = fd;
+  r->size = sb.st_size;
+  unsigned char tr[ZINC_SHARD_TRAILER];
+  zinc_status st = r->size < ZINC_SHARD_TRAILER
+                       ? zinc_shard_trailer_decode(tr, (size_t)r->size, path, &r->t)
+                       : read_all(fd, path, tr, sizeof tr, r->size - ZINC_SHARD_TRAILER);
+  if (st == ZINC_OK)
+    st = zinc_shard_trailer_decode(tr, sizeof tr, path, &r->t);
+  if (st == ZINC_OK &&
+      (uint64_t)r->size != r->t.nsections * r->t.elements * 4 + ZINC_SHARD_TRAILER)
+    st = zinc_error(ZINC_ERR_CORRUPT, "shard %s is %lld bytes; its trailer says %u sections "
+                    "of %llu f32 (%llu bytes): truncated or damaged", path,
+                    (long long)r->size, r->t.nsections, (unsigned long long)r->t.elements,
+                    (unsigned long long)(r->t.nsections * r->t.elements * 4 + ZINC_SHARD_TRAILER));
+  if (st != ZINC_OK) {
+    zinc_shard_reader_close(r);
+    return st;
+  }
+  *out = r;
+  return ZINC_OK;
+}
+
+const zinc_shard_trailer *zinc_shard_reader_trailer(const zinc_shard_reader *r) { return &r->t; }
+
+zinc_status zinc_shard_reader_verify(zinc_shard_reader *r, const uint32_t *expect_crc,
+                                     int64_t expect_bytes) {
+  if (expect_bytes >= 0 && expect_bytes != r->size)
+    return zinc_error(ZINC_ERR_CORRUPT, "shard %s is %lld bytes, the manifest says %lld",
+                      r->path, (long long)r->size, (long long)expect_bytes);
+  enum { CHUNK = 4 << 20 };
+  char *buf = malloc(CHUNK);
+  if (!buf)
+    return zinc_error(ZINC_ERR_NOMEM, "out of memory verifying %s", r->path);
+  uint32_t file_crc = 0;
+  zinc_status st = ZINC_OK;
+  for (uint32_t s = 0; s < r->t.nsections && st == ZINC_OK; s++) {
+    uint32_t crc = 0;
+    uint64_t left = r->t.elements * 4;
+    int64_t off = (int64_t)(s * r->t.elements * 4);
+    while (left > 0 && st == ZINC_OK) {
+      size_t n = left < CHUNK ? (size_t)left : CHUNK;
+      st = read_all(r->fd, r->path, buf, n, off);
+      crc = zinc_crc32c(crc, buf, n);
+      file_crc = zinc_crc32c(file_crc, buf, n);
+      off += (int64_t)n;
+      left -= n;
+    }
+    if (st == ZINC_OK && crc != r->t.section_crc[s])
+      st = zinc_error(ZINC_ERR_CORRUPT, "shard %s: section %u (bytes %lld..%lld) fails its "
+                      "crc32c (damaged file)", r->path, s,
+                      (long long)(s * r->t.elements * 4),
+                      (long long)((s + 1) * r->t.elements * 4));
+  }
+  if (st == ZINC_OK && expect_crc) {
+    unsigned char tr[ZINC_SHARD_TRAILER];
+    st = read_all(r->fd, r->path, tr, sizeof tr, r->size - ZINC_SHARD_TRAILER);
+    file_crc = zinc_crc32c(file_crc, tr, sizeof tr);
+    if (st == ZINC_OK && file_crc != *expect_crc)
+      st = zinc_error(ZINC_ERR_CORRUPT, "shard %s: crc32c %08x, the manifest says %08x "
+                      "(a file from another save?)", r->path, file_crc, *expect_crc);
+  }
+  free(buf);
+  return st;
+}
+
+zinc_status zinc_shard_reader_read(zinc_shard_reader *r, int section, uint64_t offset,
+                                   float *dst, size_t n) {
+  if (section < 0 || (uint32_t)section >= r->t.nsections || offset > r->t.elements ||
+      n > r->t.elements - offset)
+    return zinc_error(ZINC_ERR_CORRUPT, "shard %s: read of %zu elements at %llu in section "
+                      "%d is outside the file (%u sections of %llu)", r->path, n,
+                      (unsigned long long)offset, section, r->t.nsections,
+                      (unsigned long long)r->t.elements);
+  return read_all(r->fd, r->path, dst, n * 4,
+                  (int64_t)(((uint64_t)section * r->t.elements + offset) * 4));
+}
+
+void zinc_shard_reader_close(zinc_shard_reader *r) {
+  if (!r)
+    return;
+  close(r->fd);
+  free(r->path);
+  free(r);
+}
+
+/* ------------------------------------------------------ small files */
+
+zinc_status zinc_file_read_all(const char *path, char **data, size_t *len) {
+  *data = NULL;
+  *len = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return errno == ENOENT ? zinc_error(ZINC_ERR_CORRUPT, "%s is missing", path)
+                           : io_error("open", path, 0, errno);
+  struct stat sb;
+  if (fstat(fd, &sb) != 0 || sb.st_size > (1ll << 32)) {
+    close(fd);
+    return zinc_error(ZINC_ERR_CORRUPT, "%s: cannot size it or larger than 4 GiB", path);
+  }
+  char *buf = malloc((size_t)sb.st_size + 1);
+  if (!buf) {
+    close(fd);
+    return zinc_error(ZINC_ERR_NOMEM, "out of memory reading %s", path);
+  }
+  zinc_status st = read_all(fd, path, buf, (size_t)sb.st_size, 0);
+  close(fd);
+  if (st != ZINC_OK) {
+    free(buf);
+    return st;
+  }
+  buf[sb.st_size] = '\0';
+  *data = buf;
+  *len = (size_t)sb.st_size;
+  return ZINC_OK;
+}
+
+zinc_status zinc_fsync_path(const char *path, int is_dir) {
+  int fd = open(path, (is_dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0)
+    return io_error("open for fsync", path, 0, errno);
+  int rc = fsync(fd);
+  int err = errno;
+  close(fd);
+  return rc == 0 ? ZINC_OK : io_error("fsync", path, 0, err);
+}
+
+static char *dir_of(const char *path) {
+  char *d = zinc_strdup(path);
+  if (!d)
+    return NULL;
+  char *slash = strrchr(d, '/');
+  if (!slash) {
+    free(d);
+    return zinc_strdup(".");
+  }
+  if (slash == d)
+    slash[1] = '\0';
+  else
+    *slash = '\0';
+  return d;
+}
+
+zinc_status zinc_file_write_atomic(const char *path, const void *data, size_t len) {
+  size_t n = strlen(path) + 16;
+  char *tmp = malloc(n);
+  char *dir = dir_of(path);
+  if (!tmp || !dir) {
+    free(tmp);
+    free(dir);
+    return zinc_error(ZINC_ERR_NOMEM, "out of memory writing %s", path);
+  }
+  snprintf(tmp, n, "%s.tmp", path);
+  zinc_status st = ZINC_OK;
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    st = io_error("create", tmp, 0, errno);
+  } else {
+    int64_t off = 0;
+    st = write_all(fd, tmp, data, len, &off);
+    if (st == ZINC_OK && fsync(fd) != 0)
+      st = io_error("fsync", tmp, off, errno);
+    close(fd);
+    if (st == ZINC_OK && rename(tmp, path) != 0)
+      st = io_error("rename into place", path, 0, errno);
+    if (st != ZINC_OK)
+      unlink(tmp);
+    else
+      st = zinc_fsync_path(dir, 1);
+  }
+  free(tmp);
+  free(dir);
+  return st;
+}
+
+zinc_status zinc_remove_tree(const char *path) {
+  struct stat sb;
+  if (lstat(path, &sb) != 0)
+    return errno == ENOENT ? ZINC_OK : io_error("stat", path, 0, errno);
+  if (!S_ISDIR(sb.st_mode))
+    return unlink(path) == 0 || errno == ENOENT ? ZINC_OK : io_error("remove", path, 0, errno);
+  DIR *d = opendir(path);
+  if (!d)
+    return io_error("open directory", path, 0, errno);
+  zinc_status st = ZINC_OK;
+  struct dirent *ent;
+  while (st == ZINC_OK && (ent = readdir(d))) {
+    if (!strcmp(ent->d_name, ".") || !strcmp(ent->d_name, ".."))
+      continue;
+    size_t n = strlen(path) + strlen(ent->d_name) + 2;
+    char *child = malloc(n);
+    if (!child) {
+      st = zinc_error(ZINC_ERR_NOMEM, "out of memory removing %s", path);
+      break;
+    }
+    snprintf(child, n, "%s/%s", path, ent->d_name);
+    st = zinc_remove_tree(child);
+    free(child);
+  }
+  closedir(d);
+  if (st == ZINC_OK && rmdir(path) != 0 && errno != ENOENT)
+    st = io_error("remove directory", path, 0, errno);
+  return st;
+}
+
+zinc_status zinc_mkdirs(const char *path) {
+  char *p = zinc_strdup(path);
+  if (!p)
+    return zinc_error(ZINC_ERR_NOMEM, "out of memory creating %s", path);
+  zinc_status st = ZINC_OK;
+  for (char *c = p + 1;; c++) {
+    if (*c == '/' || *c == '\0') {
+      char saved = *c;
+      *c = '\0';
+      if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+        st = io_error("create directory", p, 0, errno);
+        break;
+      }
+      *c = saved;
+      if (saved == '\0')
+        break;
+    }
+  }
+  free(p);
+  return st;
+}
+
+zinc_status zinc_rename_into_place(const char *from, const char *to, int *exchanged) {
+  *exchanged = 0;
+  struct stat sb;
+  if (lstat(to, &sb) == 0) {
+    if (syscall(SYS_renameat2, AT_FDCWD, from, AT_FDCWD, to, RENAME_EXCHANGE) == 0) {
+      *exchanged = 1;
+      return ZINC_OK;
+    }
+    if (errno != EINVAL && errno != ENOSYS)
+      return io_error("exchange into place", to, 0, errno);
+    /* no RENAME_EXCHANGE here: move the old one aside first (a crash between
+     * the two renames leaves the old checkpoint under from's name and
+     * latest still pointing at the previous tag) */
+    size_t n = strlen(to) + 8;
+    char *aside = malloc(n);
+    if (!aside)
+      return zinc_error(ZINC_ERR_NOMEM, "out of memory");
+    snprintf(aside, n, "%s.old", to);
+    zinc_remove_tree(aside);
+    zinc_status st = ZINC_OK;
+    if (rename(to, aside) != 0)
+      st = io_error("move aside", to, 0, errno);
+    else if (rename(from, to) != 0)
+      st = io_error("rename into place", to, 0, errno);
+    else if (rename(aside, from) != 0)
+      st = io_error("rename", aside, 0, errno);
+    free(aside);
+    *exchanged = st == ZINC_OK;
+    return st;
+  }
+  if (rename(from, to) != 0)
+    return io_error("rename into place", to, 0, errno);
+  return ZINC_OK;
+}
+
+/* -------------------------------------------------------- checksums */
+
+char *zinc_checksums_format(const char *const *names, const uint32_t *crcs,
+                            const int64_t *bytes, int n) {
+  size_t cap = 64;
+  for (int i = 0; i < n; i++)
+    cap += strlen(names[i]) + 48;
+  char *text = malloc(cap);
+  if (!text)
+    return NULL;
+  size_t len = 0;
+  for (int i = 0; i < n; i++)
+    len += (size_t)snprintf(text + len, cap - len, "%08x %lld %s\n", crcs[i],
+                            (long long)bytes[i], names[i]);
+  uint32_t self = zinc_crc32c(0, text, len);
+  snprintf(text + len, cap - len, "self %08x\n", self);
+  return text;
+}
+
+zinc_status zinc_checksums_parse(const char *text, size_t len, const char *what,
+                                 zinc_checksum_entry **entries, int *n) {
+  *entries = NULL;
+  *n = 0;
+  const char *self = NULL;
+  for (const char *p = text; p < text + len;) {
+    const char *eol = memchr(p, '\n', (size_t)(text + len - p));
+    if (!eol)
+      break;
+    if (eol - p >= 5 && !strncmp(p, "self ", 5))
+      self = p;
+    p = eol + 1;
+  }
+  if (!self)
+    return zinc_error(ZINC_ERR_CORRUPT, "%s: no \"self\" line (truncated or not a zinc "
+                      "checksums file)", what);
+  unsigned int want;
+  if (sscanf(self, "self %8x", &want) != 1 || zinc_crc32c(0, text, (size_t)(self - text)) != want)
+    return zinc_error(ZINC_ERR_CORRUPT, "%s: its own crc32c does not match (damaged file)", what);
+  int count = 0;
+  for (const char *p = text; p < self; p++)
+    count += *p == '\n';
+  zinc_checksum_entry *e = calloc((size_t)count + 1, sizeof *e);
+  if (!e)
+    return zinc_error(ZINC_ERR_NOMEM, "out of memory reading %s", what);
+  int k = 0;
+  for (const char *p = text; p < self && k < count;) {
+    const char *eol = memchr(p, '\n', (size_t)(self - p));
+    unsigned int crc;
+    long long bytes;
+    char name[256];
+    int used = 0;
+    if (!eol || eol - p > 300 || sscanf(p, "%8x %lld %255s%n", &crc, &bytes, name, &used) != 3 ||
+        bytes < 0) {
+      free(e);
+      return zinc_error(ZINC_ERR_CORRUPT, "%s: line %d is not \"<crc32c> <bytes> <name>\"",
+                        what, k + 1);
+    }
+    e[k].crc = crc;
+    e[k].bytes = bytes;
+    snprintf(e[k].name, sizeof e[k].name, "%s", name);
+    k++;
+    p = eol + 1;
+  }
+  *entries = e;
+  *n = k;
+  return ZINC_OK;
+}
+
+zinc_status zinc_file_crc(const char *path, uint32_t *crc, int64_t *bytes) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return errno == ENOENT ? zinc_error(ZINC_ERR_CORRUPT, "%s is missing", path)
+                           : io_error("open", path, 0, errno);
+  enum { CHUNK = 4 << 20 };
+  char *buf = malloc(CHUNK);
+  zinc_status st = buf ? ZINC_OK : zinc_error(ZINC_ERR_NOMEM, "out of memory");
+  uint32_t c = 0;
+  int64_t off = 0;
+  while (st == ZINC_OK) {
+    ssize_t r = pread(fd, buf, CHUNK, off);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0)
+      st = io_error("read", path, off, errno);
+    if (r <= 0)
+      break;
+    c = zinc_crc32c(c, buf, (size_t)r);
+    off += r;
+  }
+  free(buf);
+  close(fd);
+  *crc = c;
+  *bytes = off;
+  return st;
+}
+
+/* -------------------------------------------------- checkpoint dirs */
+
+zinc_status zinc_ckpt_tag_check(const char *tag) {
+  if (!tag || !tag[0] || strchr(tag, '/') || tag[0] == '.' || strlen(tag) > 200)
+    return zinc_error(ZINC_ERR_INVALID, "checkpoint tag \"%s\" must be a non-empty name of at "
+                      "most 200 characters without '/' that does not start with '.'",
+                      tag ? tag : "(null)");
+  return ZINC_OK;
+}
+
+zinc_status zinc_ckpt_dir_open(const char *dir, const char *tag, zinc_ckpt_dir **out) {
+  *out = NULL;
+  if (!dir)
+    return zinc_error(ZINC_ERR_INVALID, "checkpoint directory is NULL");
+  zinc_status st = ZINC_OK;
+  char *tagbuf = NULL, *path = NULL, *text = NULL, *sums = NULL;
+  size_t len = 0, sums_len = 0;
+  zinc_checksum_entry *entries = NULL;
+  int nentries = 0;
+  zinc_ckpt_dir *d = NULL;
+  if (!tag) {
+    char *latest = zinc_path_join(dir, ZINC_LATEST_NAME);
+    st = latest ? zinc_file_read_all(latest, &tagbuf, &len) : zinc_error(ZINC_ERR_NOMEM, "oom");
+    if (st != ZINC_OK)
+      zinc_error_wrap(st, "no tag given and no readable %s", latest ? latest : "latest");
+    free(latest);
+    if (st != ZINC_OK)
+      goto out;
+    while (len > 0 && (tagbuf[len - 1] == '\n' || tagbuf[len - 1] == ' ' ||
+                       tagbuf[len - 1] == '\r'))
+      tagbuf[--len] = '\0';
+    tag = tagbuf;
+  }
+  ZINC_CHECK_GOTO(zinc_ckpt_tag_check(tag), st, out);
+  path = zinc_path_join(dir, tag);
+  if (!path) {
+    st = zinc_error(ZINC_ERR_NOMEM, "out of memory");
+    goto out;
+  }
+  {
+    char *cpath = zinc_path_join(path, ZINC_CHECKSUMS_NAME);
+    st = zinc_file_read_all(cpath, &sums, &sums_len);
+    if (st == ZINC_OK)
+      st = zinc_checksums_parse(sums, sums_len, cpath, &entries, &nentries);
+    free(cpath);
+    if (st != ZINC_OK)
+      goto out;
+  }
+  {
+    char *mpath = zinc_path_join(path, ZINC_MANIFEST_NAME);
+    st = zinc_file_read_all(mpath, &text, &len);
+    int found = 0;
+    for (int i = 0; st == ZINC_OK && i < nentries; i++)
+      if (!strcmp(entries[i].name, ZINC_MANIFEST_NAME)) {
+        found = 1;
+        if (entries[i].bytes != (int64_t)len || entries[i].crc != zinc_crc32c(0, text, len))
+          st = zinc_error(ZINC_ERR_CORRUPT, "%s: crc32c or size does not match %s (damaged "
+                          "or replaced manifest)", mpath, ZINC_CHECKSUMS_NAME);
+      }
+    if (st == ZINC_OK && !found)
+      st = zinc_error(ZINC_ERR_CORRUPT, "%s does not list %s", ZINC_CHECKSUMS_NAME, mpath);
+    d = calloc(1, sizeof *d);
+    if (st == ZINC_OK && !d)
+      st = zinc_error(ZINC_ERR_NOMEM, "out of memory");
+    if (st == ZINC_OK)
+      st = zinc_manifest_parse(text, len, mpath, &d->manifest);
+    free(mpath);
+    if (st != ZINC_OK)
+      goto out;
+  }
+  /* every shard the manifest names must be listed with the same crc */
+  for (int i = 0; i < d->manifest->nfiles; i++) {
+    const zinc_manifest_file *f = &d->manifest->files[i];
+    int found = 0;
+    for (int k = 0; k < nentries; k++)
+      if (!strcmp(entries[k].name, f->name))
+        found = entries[k].crc == f->crc32c && entries[k].bytes == f->bytes ? 1 : -1;
+    if (found != 1) {
+      st = zinc_error(ZINC_ERR_CORRUPT, "%s/%s: %s for shard %s", path, ZINC_CHECKSUMS_NAME,
+                      found ? "crc32c differs from the manifest" : "no entry", f->name);
+      goto out;
+    }
+  }
+  d->path = path;
+  d->tag = zinc_strdup(tag);
+  path = NULL;
+  *out = d;
+  d = NULL;
+out:
+  if (d) {
+    zinc_manifest_free(d->manifest);
+    free(d);
+  }
+  free(tagbuf);
+  free(path);
+  free(text);
+  free(sums);
+  free(entries);
+  return st;
+}
+
+zinc_status zinc_ckpt_dir_verify_file(const zinc_ckpt_dir *d, int i) {
+  const zinc_manifest_file *f = &d->manifest->files[i];
+  char *p = zinc_path_join(d->path, f->name);
+  if (!p)
+    return zinc_error(ZINC_ERR_NOMEM, "out of memory");
+  zinc_shard_reader *r = NULL;
+  zinc_status st = zinc_shard_reader_open(p, &r);
+  if (st == ZINC_OK) {
+    const zinc_shard_trailer *t = zinc_shard_reader_trailer(r);
+    if (t->elements != (uint64_t)f->elements || (int)t->nsections != d->manifest->nsections ||
+        (int)t->rank != f->rank)
+      st = zinc_error(ZINC_ERR_CORRUPT, "shard %s: trailer (rank %u, %u sections of %llu) "
+                      "does not match the manifest (rank %d, %d sections of %lld)", p, t->rank,
+                      t->nsections, (unsigned long long)t->elements, f->rank,
+                      d->manifest->nsections, (long long)f->elements);
+    else
+      st = zinc_shard_reader_verify(r, &f->crc32c, f->bytes);
+  }
+  zinc_shard_reader_close(r);
+  free(p);
+  return st;
+}
+
+void zinc_ckpt_dir_close(zinc_ckpt_dir *d) {
+  if (!d)
+    return;
+  zinc_manifest_free(d->manifest);
+  free(d->path);
+  free(d->tag);
+  free(d);
+}

@@ -1,0 +1,126 @@
+/*
+ * ckpt_file.h — checkpoint files on disk, without an engine (the engine's
+ * save/load and tools/zinc-ckpt both use it).
+ *
+ * A checkpoint directory <dir>/<tag>/ holds:
+ *   rank_NNNNN.zshard   one per saving data-parallel rank:
+ *                       [section 0][section 1][section 2][trailer, 64 B]
+ *                       each section `elements` little-endian f32 (fp32
+ *                       master, exp_avg, exp_avg_sq of the rank's chunks);
+ *                       the trailer: "ZINCSHRD", version, rank, world,
+ *                       nsections, elements, crc32c of each section, crc32c
+ *                       of the trailer;
+ *   manifest.json       engine/checkpoint/manifest.h (with every shard's crc32c);
+ *   checksums.crc32c    "<crc32c> <bytes> <name>" per file, then
+ *                       "self <crc32c of the lines above>".
+ * <dir>/latest names the newest complete tag (DeepSpeed's convention).
+ * A save writes <dir>/.<tag>.partial/, fsyncs every file and the directory,
+ * then renames it into place (exchanging with an older <tag>) and replaces
+ * latest atomically: a crash leaves the old checkpoint or the new one.
+ *
+ * Tests inject write failures with ZINC_CKPT_FAULT="ERRNO@N": the N-th
+ * write call to each checkpoint file fails with ERRNO (ENOSPC, EIO, ...).
+ */
+#ifndef ZINC_CKPT_FILE_H
+#define ZINC_CKPT_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/checkpoint/manifest.h"
+#include "zinc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZINC_SHARD_MAGIC "ZINCSHRD"
+#define ZINC_SHARD_VERSION 1
+#define ZINC_SHARD_TRAILER 64
+#define ZINC_SHARD_MAX_SECTIONS 3
+#define ZINC_MANIFEST_NAME "manifest.json"
+#define ZINC_CHECKSUMS_NAME "checksums.crc32c"
+#define ZINC_LATEST_NAME "latest"
+
+typedef struct {
+  uint32_t version;
+  uint32_t rank, world;
+  uint32_t nsections;
+  uint64_t elements;                               /* per section */
+  uint32_t section_crc[ZINC_SHARD_MAX_SECTIONS];
+} zinc_shard_trailer;
+
+/* Encode/decode the 64-byte trailer. Decode checks magic, version, crc and
+ * ranges; `what` names the file in messages (ZINC_ERR_CORRUPT). */
+void zinc_shard_trailer_encode(const zinc_shard_trailer *t, unsigned char out[ZINC_SHARD_TRAILER]);
+zinc_status zinc_shard_trailer_decode(const unsigned char *buf, size_t len, const char *what,
+                                      zinc_shard_trailer *out);
+
+/* Streaming shard writer: sections are written in order, `elements` f32
+ * values each, in any number of appends; finish writes the trailer, fsyncs
+ * and closes. The whole-file crc32c and size come back for the manifest. */
+typedef struct zinc_shard_writer zinc_shard_writer;
+zinc_status zinc_shard_writer_open(const char *path, int rank, int world, int nsections,
+                                   uint64_t elements, zinc_shard_writer **out);
+zinc_status zinc_shard_writer_append(zinc_shard_writer *w, const float *data, size_t n);
+zinc_status zinc_shard_writer_finish(zinc_shard_writer *w, uint32_t *file_crc, int64_t *bytes);
+void zinc_shard_writer_abort(zinc_shard_writer *w); /* close and unlink */
+
+/* Read-side: open, verify the whole file (trailer, section crcs, and the
+ * file crc when expect_crc is not NULL), read ranges. */
+typedef struct zinc_shard_reader zinc_shard_reader;
+zinc_status zinc_shard_reader_open(const char *path, zinc_shard_reader **out);
+const zinc_shard_trailer *zinc_shard_reader_trailer(const zinc_shard_reader *r);
+zinc_status zinc_shard_reader_verify(zinc_shard_reader *r, const uint32_t *expect_crc,
+                                     int64_t expect_bytes);
+/* n f32 values of `section` starting at element `offset`. */
+zinc_status zinc_shard_reader_read(zinc_shard_reader *r, int section, uint64_t offset,
+                                   float *dst, size_t n);
+void zinc_shard_reader_close(zinc_shard_reader *r);
+
+/* Whole small files. */
+zinc_status zinc_file_read_all(const char *path, char **data, size_t *len);
+/* Write data to path via a temporary file, fsync it, rename, fsync the dir. */
+zinc_status zinc_file_write_atomic(const char *path, const void *data, size_t len);
+zinc_status zinc_fsync_path(const char *path, int is_dir);
+/* rm -r (no error when absent). */
+zinc_status zinc_remove_tree(const char *path);
+/* mkdir -p with mode 0755 for the missing parts. */
+zinc_status zinc_mkdirs(const char *path);
+/* Atomically put `from` at `to`: rename, or exchange with an existing `to`
+ * (the old one is then at `from`). *exchanged says which. */
+zinc_status zinc_rename_into_place(const char *from, const char *to, int *exchanged);
+
+/* The checksums file: lines for each (name, crc, bytes), then the self line. */
+char *zinc_checksums_format(const char *const *names, const uint32_t *crcs,
+                            const int64_t *bytes, int n);
+/* Parse and check the self line; look up one name. */
+typedef struct {
+  char name[256];
+  uint32_t crc;
+  int64_t bytes;
+} zinc_checksum_entry;
+zinc_status zinc_checksums_parse(const char *text, size_t len, const char *what,
+                                 zinc_checksum_entry **entries, int *n);
+/* crc32c and size of a whole file. */
+zinc_status zinc_file_crc(const char *path, uint32_t *crc, int64_t *bytes);
+
+/* A checkpoint directory, read and verified (checksums file, manifest crc,
+ * manifest contents); shards are opened and verified on request. */
+typedef struct {
+  char *path;            /* <dir>/<tag> */
+  char *tag;
+  zinc_manifest *manifest;
+} zinc_ckpt_dir;
+/* tag NULL: the one <dir>/latest names. */
+zinc_status zinc_ckpt_dir_open(const char *dir, const char *tag, zinc_ckpt_dir **out);
+/* Verify shard file i completely (crc, trailer against the manifest). */
+zinc_status zinc_ckpt_dir_verify_file(const zinc_ckpt_dir *d, int i);
+void zinc_ckpt_dir_close(zinc_ckpt_dir *d);
+/* Validate a tag name: non-empty, no '/', not starting with '.'. */
+zinc_status zinc_ckpt_tag_check(const char *tag);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZINC_CKPT_FILE_H */

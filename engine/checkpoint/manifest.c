@@ -1,0 +1,412 @@
+/*
+ * manifest.c — checkpoint manifest <-> JSON (jansson), with the validation
+ * a loader relies on: after zinc_manifest_parse succeeds, every piece lies
+ * inside its file's sections and its parameter, and the pieces of each
+ * parameter cover it exactly once. A damaged or hand-edited manifest is
+ * rejected with the JSON path of the first problem, never half-used.
+ */
+#include "engine/checkpoint/manifest.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+
+/* ------------------------------------------------------------- writing */
+
+static json_t *str_or_null(const char *s) { return s ? json_string(s) : json_null(); }
+
+char *zinc_manifest_to_json(const zinc_manifest *m) {
+  json_t *root = json_object();
+  json_object_set_new(root, "format", json_string("zinc-checkpoint"));
+  json_object_set_new(root, "version", json_integer(m->version));
+  json_object_set_new(root, "zinc_version", str_or_null(m->zinc_version));
+  json_object_set_new(root, "tag", str_or_null(m->tag));
+  json_object_set_new(root, "world_size", json_integer(m->world_size));
+  json_object_set_new(root, "dp_size", json_integer(m->dp_size));
+  json_object_set_new(root, "stage", json_integer(m->stage));
+  json_object_set_new(root, "offload_optimizer", str_or_null(m->offload_optimizer));
+  json_object_set_new(root, "step", json_integer(m->step));
+  json_object_set_new(root, "micro_step", json_integer(m->micro_step));
+  json_object_set_new(root, "skipped_steps", json_integer(m->skipped_steps));
+  json_t *ls = json_object();
+  json_object_set_new(ls, "scale", json_real(m->scaler_scale));
+  json_object_set_new(ls, "iteration", json_integer(m->scaler_iter));
+  json_object_set_new(ls, "last_overflow_iteration", json_integer(m->scaler_last_overflow));
+  json_object_set_new(ls, "hysteresis", json_integer(m->scaler_hysteresis));
+  json_object_set_new(root, "loss_scaler", ls);
+  json_t *cfg = m->config_json ? json_loads(m->config_json, 0, NULL) : NULL;
+  json_object_set_new(root, "config", cfg ? cfg : json_null());
+  json_t *sections = json_array();
+  for (int i = 0; i < m->nsections; i++)
+    json_array_append_new(sections, json_string(m->sections[i]));
+  json_object_set_new(root, "sections", sections);
+  json_t *files = json_array();
+  for (int i = 0; i < m->nfiles; i++) {
+    const zinc_manifest_file *f = &m->files[i];
+    json_t *o = json_object();
+    json_object_set_new(o, "name", json_string(f->name));
+    json_object_set_new(o, "rank", json_integer(f->rank));
+    json_object_set_new(o, "elements", json_integer(f->elements));
+    json_object_set_new(o, "bytes", json_integer(f->bytes));
+    char crc[16];
+    snprintf(crc, sizeof crc, "%08x", f->crc32c);
+    json_object_set_new(o, "crc32c", json_string(crc));
+    json_array_append_new(files, o);
+  }
+  json_object_set_new(root, "files", files);
+  json_t *params = json_array();
+  for (int i = 0; i < m->nparams; i++) {
+    const zinc_manifest_param *p = &m->params[i];
+    json_t *o = json_object();
+    json_object_set_new(o, "name", json_string(p->name));
+    json_object_set_new(o, "module", json_string(p->module));
+    json_object_set_new(o, "param", json_string(p->param));
+    json_object_set_new(o, "dtype", json_string(zinc_dtype_name(p->dtype)));
+    json_t *shape = json_array();
+    for (int d = 0; d < p->ndim; d++)
+      json_array_append_new(shape, json_integer(p->shape[d]));
+    json_object_set_new(o, "shape", shape);
+    json_object_set_new(o, "numel", json_integer(p->numel));
+    json_object_set_new(o, "weight_decay", json_boolean(p->weight_decay));
+    json_t *pieces = json_array();
+    for (int k = 0; k < p->npieces; k++) {
+      const zinc_manifest_piece *pc = &p->pieces[k];
+      json_t *a = json_array();
+      json_array_append_new(a, json_integer(pc->file));
+      json_array_append_new(a, json_integer(pc->file_offset));
+      json_array_append_new(a, json_integer(pc->param_offset));
+      json_array_append_new(a, json_integer(pc->length));
+      json_array_append_new(pieces, a);
+    }
+    json_object_set_new(o, "pieces", pieces);
+    json_array_append_new(params, o);
+  }
+  json_object_set_new(root, "params", params);
+  char *text = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+  json_decref(root);
+  return text;
+}
+
+/* ------------------------------------------------------------- reading */
+
+typedef struct {
+  const char *what;
+  zinc_status st;
+} reader;
+
+static int fail(reader *r, const char *path, const char *fmt, ...) ZINC_PRINTF(3, 4);
+static int fail(reader *r, const char *path, const char *fmt, ...) {
+  if (r->st != ZINC_OK)
+    return 0;
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  r->st = zinc_error(ZINC_ERR_CORRUPT, "checkpoint manifest %s: %s: %s", r->what, path, msg);
+  return 0;
+}
+
+static int get_int(reader *r, json_t *o, const char *key, const char *path, int64_t lo,
+                   int64_t hi, int64_t *out) {
+  json_t *v = json_object_get(o, key);
+  if (!v || !json_is_integer(v))
+    return fail(r, path, "\"%s\" missing or not an integer", key);
+  int64_t x = (int64_t)json_integer_value(v);
+  if (x < lo || x > hi)
+    return fail(r, path, "\"%s\" is %lld, expected %lld..%lld", key, (long long)x,
+                (long long)lo, (long long)hi);
+  *out = x;
+  return 1;
+}
+
+static int get_str(reader *r, json_t *o, const char *key, const char *path, char **out) {
+  json_t *v = json_object_get(o, key);
+  if (!v || !json_is_string(v))
+    return fail(r, path, "\"%s\" missing or not a string", key);
+  *out = zinc_strdup(json_string_value(v));
+  return *out ? 1 : fail(r, path, "out of memory");
+}
+
+static int parse_dtype(const char *s, zinc_dtype *dt) {
+  for (int d = 0; d < 3; d++)
+    if (strcmp(s, zinc_dtype_name((zinc_dtype)d)) == 0) {
+      *dt = (zinc_dtype)d;
+      return 1;
+    }
+  return 0;
+}
+
+static int cmp_piece(const void *a, const void *b) {
+  const zinc_manifest_piece *x = a, *y = b;
+  return x->param_offset < y->param_offset ? -1 : x->param_offset > y->param_offset;
+}
+
+static int parse_param(reader *r, json_t *o, int index, const zinc_manifest *m,
+                       zinc_manifest_param *p) {
+  char path[64];
+  snprintf(path, sizeof path, "params[%d]", index);
+  if (!json_is_object(o))
+    return fail(r, path, "not an object");
+  char *dtype = NULL;
+  int64_t decay = 0;
+  if (!get_str(r, o, "name", path, &p->name) || !get_str(r, o, "module", path, &p->module) ||
+      !get_str(r, o, "param", path, &p->param) || !get_str(r, o, "dtype", path, &dtype) ||
+      !get_int(r, o, "numel", path, 1, INT64_MAX / 8, &p->numel))
+    goto bad;
+  json_t *wd = json_object_get(o, "weight_decay");
+  decay = wd && json_is_boolean(wd) ? json_is_true(wd) : 1;
+  p->weight_decay = (int)decay;
+  if (!parse_dtype(dtype, &p->dtype)) {
+    fail(r, path, "\"dtype\" is \"%s\", expected f32, bf16 or f16", dtype);
+    goto bad;
+  }
+  json_t *shape = json_object_get(o, "shape");
+  if (!json_is_array(shape) || json_array_size(shape) < 1 || json_array_size(shape) > 8) {
+    fail(r, path, "\"shape\" must be an array of 1..8 integers");
+    goto bad;
+  }
+  p->ndim = (int)json_array_size(shape);
+  int64_t prod = 1;
+  for (int d = 0; d < p->ndim; d++) {
+    json_t *v = json_array_get(shape, (size_t)d);
+    if (!json_is_integer(v) || json_integer_value(v) <= 0 ||
+        __builtin_mul_overflow(prod, (int64_t)json_integer_value(v), &prod)) {
+      fail(r, path, "\"shape\"[%d] is not a positive integer", d);
+      goto bad;
+    }
+    p->shape[d] = (int64_t)json_integer_value(v);
+  }
+  if (prod != p->numel) {
+    fail(r, path, "\"numel\" %lld does not match the shape (%lld)", (long long)p->numel,
+         (long long)prod);
+    goto bad;
+  }
+  json_t *pieces = json_object_get(o, "pieces");
+  if (!json_is_array(pieces) || json_array_size(pieces) == 0 ||
+      json_array_size(pieces) > (size_t)INT32_MAX) {
+    fail(r, path, "\"pieces\" must be a non-empty array");
+    goto bad;
+  }
+  p->npieces = (int)json_array_size(pieces);
+  p->pieces = calloc((size_t)p->npieces, sizeof *p->pieces);
+  if (!p->pieces) {
+    fail(r, path, "out of memory");
+    goto bad;
+  }
+  for (int k = 0; k < p->npieces; k++) {
+    json_t *a = json_array_get(pieces, (size_t)k);
+    int64_t v[4];
+    if (!json_is_array(a) || json_array_size(a) != 4) {
+      fail(r, path, "\"pieces\"[%d] is not [file, file_offset, param_offset, length]", k);
+      goto bad;
+    }
+    for (int j = 0; j < 4; j++) {
+      json_t *x = json_array_get(a, (size_t)j);
+      if (!json_is_integer(x) || json_integer_value(x) < 0) {
+        fail(r, path, "\"pieces\"[%d][%d] is not a non-negative integer", k, j);
+        goto bad;
+      }
+      v[j] = (int64_t)json_integer_value(x);
+    }
+    if (v[0] >= m->nfiles) {
+      fail(r, path, "\"pieces\"[%d] names file %lld of %d", k, (long long)v[0], m->nfiles);
+      goto bad;
+    }
+    if (v[3] == 0 || v[1] > m->files[v[0]].elements - v[3] || v[2] > p->numel - v[3]) {
+      fail(r, path, "\"pieces\"[%d] (%lld, %lld, %lld, %lld) lies outside its file or "
+           "parameter", k, (long long)v[0], (long long)v[1], (long long)v[2],
+           (long long)v[3]);
+      goto bad;
+    }
+    p->pieces[k] = (zinc_manifest_piece){(int)v[0], v[1], v[2], v[3]};
+  }
+  qsort(p->pieces, (size_t)p->npieces, sizeof *p->pieces, cmp_piece);
+  int64_t covered = 0;
+  for (int k = 0; k < p->npieces; k++) {
+    if (p->pieces[k].param_offset != covered) {
+      fail(r, path, "\"pieces\" %s element %lld", p->pieces[k].param_offset > covered ?
+           "leave out" : "overlap at", (long long)covered);
+      goto bad;
+    }
+    covered += p->pieces[k].length;
+  }
+  if (covered != p->numel) {
+    fail(r, path, "\"pieces\" cover %lld of %lld elements", (long long)covered,
+         (long long)p->numel);
+    goto bad;
+  }
+  free(dtype);
+  return 1;
+bad:
+  free(dtype);
+  return 0;
+}
+
+zinc_status zinc_manifest_parse(const char *text, size_t len, const char *what,
+                                zinc_manifest **out) {
+  *out = NULL;
+  reader r = {what ? what : "(manifest)", ZINC_OK};
+  json_error_t jerr;
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root)
+    return zinc_error(ZINC_ERR_CORRUPT, "checkpoint manifest %s: not valid JSON at line %d "
+                      "column %d: %s", r.what, jerr.line, jerr.column, jerr.text);
+  zinc_manifest *m = calloc(1, sizeof *m);
+  if (!m) {
+    json_decref(root);
+    return zinc_error(ZINC_ERR_NOMEM, "out of memory reading manifest %s", r.what);
+  }
+  int64_t v;
+  char *format = NULL;
+  if (!json_is_object(root)) {
+    fail(&r, "$", "not a JSON object");
+    goto done;
+  }
+  if (!get_str(&r, root, "format", "$", &format))
+    goto done;
+  if (strcmp(format, "zinc-checkpoint") != 0) {
+    fail(&r, "format", "is \"%s\", expected \"zinc-checkpoint\"", format);
+    goto done;
+  }
+  if (!get_int(&r, root, "version", "$", 1, ZINC_MANIFEST_VERSION, &v))
+    goto done;
+  m->version = (int)v;
+  if (!get_str(&r, root, "zinc_version", "$", &m->zinc_version) ||
+      !get_str(&r, root, "tag", "$", &m->tag) ||
+      !get_str(&r, root, "offload_optimizer", "$", &m->offload_optimizer))
+    goto done;
+  if (!get_int(&r, root, "world_size", "$", 1, 1 << 24, &v))
+    goto done;
+  m->world_size = (int)v;
+  if (!get_int(&r, root, "dp_size", "$", 1, 1 << 24, &v))
+    goto done;
+  m->dp_size = (int)v;
+  if (!get_int(&r, root, "stage", "$", 0, 3, &v))
+    goto done;
+  m->stage = (int)v;
+  if (!get_int(&r, root, "step", "$", 0, INT64_MAX, &m->step) ||
+      !get_int(&r, root, "micro_step", "$", 0, INT64_MAX, &m->micro_step) ||
+      !get_int(&r, root, "skipped_steps", "$", 0, INT64_MAX, &m->skipped_steps))
+    goto done;
+  json_t *ls = json_object_get(root, "loss_scaler");
+  json_t *scale = ls ? json_object_get(ls, "scale") : NULL;
+  if (!json_is_object(ls) || !json_is_number(scale) || json_number_value(scale) <= 0) {
+    fail(&r, "loss_scaler", "missing, or \"scale\" not a positive number");
+    goto done;
+  }
+  m->scaler_scale = json_number_value(scale);
+  if (!get_int(&r, ls, "iteration", "loss_scaler", 0, INT64_MAX, &m->scaler_iter) ||
+      !get_int(&r, ls, "last_overflow_iteration", "loss_scaler", -1, INT64_MAX,
+               &m->scaler_last_overflow) ||
+      !get_int(&r, ls, "hysteresis", "loss_scaler", 0, 1 << 30, &v))
+    goto done;
+  m->scaler_hysteresis = (int)v;
+  json_t *cfg = json_object_get(root, "config");
+  if (cfg && json_is_object(cfg))
+    m->config_json = json_dumps(cfg, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  json_t *sections = json_object_get(root, "sections");
+  if (!json_is_array(sections) || json_array_size(sections) < 1 || json_array_size(sections) > 3) {
+    fail(&r, "sections", "must list 1..3 section names");
+    goto done;
+  }
+  m->nsections = (int)json_array_size(sections);
+  for (int i = 0; i < m->nsections; i++) {
+    json_t *s = json_array_get(sections, (size_t)i);
+    if (!json_is_string(s)) {
+      fail(&r, "sections", "entry %d is not a string", i);
+      goto done;
+    }
+    m->sections[i] = zinc_strdup(json_string_value(s));
+  }
+  json_t *files = json_object_get(root, "files");
+  if (!json_is_array(files) || json_array_size(files) == 0 || json_array_size(files) > (1u << 24)) {
+    fail(&r, "files", "must be a non-empty array");
+    goto done;
+  }
+  m->nfiles = (int)json_array_size(files);
+  m->files = calloc((size_t)m->nfiles, sizeof *m->files);
+  if (!m->files) {
+    fail(&r, "files", "out of memory");
+    goto done;
+  }
+  for (int i = 0; i < m->nfiles; i++) {
+    char path[32];
+    snprintf(path, sizeof path, "files[%d]", i);
+    json_t *f = json_array_get(files, (size_t)i);
+    zinc_manifest_file *mf = &m->files[i];
+    char *crc = NULL;
+    if (!json_is_object(f)) {
+      fail(&r, path, "not an object");
+      goto done;
+    }
+    if (!get_str(&r, f, "name", path, &mf->name) ||
+        !get_int(&r, f, "rank", path, 0, 1 << 24, &v) ||
+        !get_int(&r, f, "elements", path, 0, INT64_MAX / 16, &mf->elements) ||
+        !get_int(&r, f, "bytes", path, 0, INT64_MAX, &mf->bytes) ||
+        !get_str(&r, f, "crc32c", path, &crc))
+      goto done;
+    mf->rank = (int)v;
+    char *end = NULL;
+    unsigned long c = strtoul(crc, &end, 16);
+    int crc_ok = strlen(crc) == 8 && end && *end == '\0';
+    free(crc);
+    if (!crc_ok) {
+      fail(&r, path, "\"crc32c\" is not 8 hex digits");
+      goto done;
+    }
+    mf->crc32c = (uint32_t)c;
+    if (strchr(mf->name, '/') || strcmp(mf->name, "..") == 0 || mf->name[0] == '.') {
+      fail(&r, path, "\"name\" \"%s\" is not a plain file name", mf->name);
+      goto done;
+    }
+  }
+  json_t *params = json_object_get(root, "params");
+  if (!json_is_array(params) || json_array_size(params) > (1u << 26)) {
+    fail(&r, "params", "must be an array");
+    goto done;
+  }
+  m->nparams = (int)json_array_size(params);
+  m->params = calloc((size_t)m->nparams + 1, sizeof *m->params);
+  if (!m->params) {
+    fail(&r, "params", "out of memory");
+    goto done;
+  }
+  for (int i = 0; i < m->nparams; i++)
+    if (!parse_param(&r, json_array_get(params, (size_t)i), i, m, &m->params[i]))
+      goto done;
+done:
+  free(format);
+  json_decref(root);
+  if (r.st != ZINC_OK) {
+    zinc_manifest_free(m);
+    return r.st;
+  }
+  *out = m;
+  return ZINC_OK;
+}
+
+void zinc_manifest_free(zinc_manifest *m) {
+  if (!m)
+    return;
+  free(m->zinc_version);
+  free(m->tag);
+  free(m->offload_optimizer);
+  free(m->config_json);
+  for (int i = 0; i < 3; i++)
+    free(m->sections[i]);
+  for (int i = 0; i < m->nfiles; i++)
+    free(m->files[i].name);
+  free(m->files);
+  for (int i = 0; m->params && i < m->nparams; i++) {
+    free(m->params[i].name);
+    free(m->params[i].module);
+    free(m->params[i].param);
+    free(m->params[i].pieces);
+  }
+  free(m->params);
+  free(m);
+}

@@ -1,0 +1,86 @@
+/*
+ * manifest.h — the checkpoint manifest as a plain struct, and its JSON form
+ * (engine/checkpoint/manifest.c: the JSON library stays inside config/).
+ *
+ * A checkpoint directory holds one shard file per saving rank, this
+ * manifest and a checksums file. For every parameter the manifest lists its
+ * name, shape, dtype and the pieces each file holds: (file, element offset
+ * inside the file's sections, element offset inside the parameter, length).
+ * A reader needs nothing else to rebuild any parameter, which is what lets a
+ * checkpoint load on any world size and stage, and what tools/zinc-ckpt
+ * uses without an engine.
+ */
+#ifndef ZINC_MANIFEST_H
+#define ZINC_MANIFEST_H
+
+#include <stdint.h>
+
+#include "zinc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZINC_MANIFEST_VERSION 1
+
+typedef struct {
+  int file;              /* index into files */
+  int64_t file_offset;   /* element offset inside each of the file's sections */
+  int64_t param_offset;  /* first element of the parameter it holds */
+  int64_t length;
+} zinc_manifest_piece;
+
+typedef struct {
+  char *name;            /* "module.param" */
+  char *module, *param;
+  zinc_dtype dtype;
+  int ndim;
+  int64_t shape[8];
+  int64_t numel;
+  int weight_decay;
+  zinc_manifest_piece *pieces;
+  int npieces;
+} zinc_manifest_param;
+
+typedef struct {
+  char *name;            /* file name inside the checkpoint directory */
+  int rank;
+  int64_t elements;      /* elements per section */
+  int64_t bytes;         /* whole file size */
+  uint32_t crc32c;       /* of the whole file */
+} zinc_manifest_file;
+
+typedef struct {
+  int version;
+  char *zinc_version;
+  char *tag;
+  int world_size, dp_size, stage;
+  char *offload_optimizer; /* "none" | "cpu" | "nvme" */
+  int64_t step, micro_step, skipped_steps;
+  /* loss scaler (fp16) */
+  double scaler_scale;
+  int64_t scaler_iter, scaler_last_overflow;
+  int scaler_hysteresis;
+  char *config_json;     /* the resolved settings at save time (JSON text) */
+  char *sections[3];     /* names of the sections in every file, in order */
+  int nsections;
+  zinc_manifest_file *files;
+  int nfiles;
+  zinc_manifest_param *params;
+  int nparams;
+} zinc_manifest;
+
+/* JSON text of m (malloc'ed). */
+char *zinc_manifest_to_json(const zinc_manifest *m);
+/* Parse and validate (types, ranges, pieces inside their file and param,
+ * pieces covering every parameter exactly once). `what` names the source in
+ * messages (a path). On failure *out is NULL and the status is
+ * ZINC_ERR_CORRUPT with a message naming the JSON path. */
+zinc_status zinc_manifest_parse(const char *text, size_t len, const char *what,
+                                zinc_manifest **out);
+void zinc_manifest_free(zinc_manifest *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZINC_MANIFEST_H */

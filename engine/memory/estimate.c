@@ -1,0 +1,104 @@
+/*
+ * estimate.c — the memory estimator: registers a model description in a
+ * bare engine (no device, no comm), runs the real layout, and reads the
+ * sizes the build would allocate (zinc_build_sizes). Stage 3 adds the
+ * gathered parameters at their peak: the largest module plus what the
+ * prefetch window holds ahead of it, within stage3_max_live_parameters.
+ */
+#include "engine/memory/estimate.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+
+static int64_t hidden_of(const zinc_est_param *p, int n) {
+  int64_t h = 0, largest = 0;
+  for (int i = 0; i < n; i++) {
+    int64_t numel = 1;
+    for (int d = 0; d < p[i].ndim; d++)
+      numel *= p[i].shape[d];
+    if (p[i].ndim == 1 && numel > h)
+      h = numel;
+    if (numel > largest)
+      largest = numel;
+  }
+  if (h == 0)
+    while ((h + 1) * (h + 1) <= largest)
+      h++;
+  return h > 0 ? h : 1;
+}
+
+zinc_status zinc_estimate_model(const zinc_settings *cfg, int dp_size,
+                                const zinc_est_param *params, int n, zinc_estimate *out) {
+  memset(out, 0, sizeof *out);
+  if (dp_size < 1 || n < 0 || (n > 0 && !params))
+    return zinc_error(ZINC_ERR_INVALID, "estimate: bad arguments (dp_size %d, %d parameters)",
+                      dp_size, n);
+  zinc_engine *e = calloc(1, sizeof *e);
+  if (!e)
+    return zinc_error(ZINC_ERR_NOMEM, "out of memory");
+  zinc_status st = zinc_settings_copy(&e->cfg, cfg);
+  if (st != ZINC_OK) {
+    free(e);
+    return st;
+  }
+  e->dp_size = e->world_size = dp_size;
+  e->mp_size = 1;
+  int any16[3] = {0, 0, 0};
+  for (int i = 0; i < n; i++)
+    any16[params[i].dtype] = 1;
+  st = zinc_settings_resolve_model(&e->cfg, hidden_of(params, n), any16[ZINC_F16],
+                                   any16[ZINC_BF16]);
+  for (int i = 0; i < n && st == ZINC_OK; i++) {
+    zinc_module *m = zinc_module_find(e, params[i].module);
+    if (!m)
+      m = zinc_module_add(e, params[i].module);
+    if (!m || !zinc_param_add(e, m, params[i].name, params[i].dtype, params[i].ndim,
+                              params[i].shape))
+      st = zinc_error_wrap(ZINC_ERR_INVALID, "estimate: parameter %s.%s", params[i].module,
+                           params[i].name);
+  }
+  if (st == ZINC_OK)
+    st = zinc_layout_build(e);
+  if (st == ZINC_OK) {
+    zinc_build_sizes(e, out->bytes);
+    out->formula = zinc_formula_model_states(e);
+    out->params = e->psi[0] + e->psi[1] + e->psi[2];
+    size_t largest_gather = 0, total_gather = 0;
+    for (int mi = 0; mi < e->nmodules; mi++) {
+      if (e->modules[mi]->numel > out->largest_module)
+        out->largest_module = e->modules[mi]->numel;
+      if (e->modules[mi]->gather_bytes > largest_gather)
+        largest_gather = e->modules[mi]->gather_bytes;
+      total_gather += e->modules[mi]->gather_bytes;
+    }
+    if (e->cfg.stage == 3 && total_gather > 0) {
+      double bytes_per_elem = 0;
+      int64_t elems = 0;
+      for (int mi = 0; mi < e->nmodules; mi++) {
+        bytes_per_elem += (double)e->modules[mi]->gather_bytes;
+        elems += e->modules[mi]->gather_numel;
+      }
+      bytes_per_elem /= (double)(elems ? elems : 1);
+      double ahead = (double)e->cfg.stage3_prefetch_bucket_size * bytes_per_elem;
+      double live = (double)e->cfg.stage3_max_live_parameters * bytes_per_elem;
+      double g = (double)largest_gather + ahead;
+      if (g > live)
+        g = live > (double)largest_gather ? live : (double)largest_gather;
+      if (g > (double)total_gather)
+        g = (double)total_gather;
+      out->gathered = (uint64_t)g;
+    }
+    for (int l = 0; l < ZINC_LOC_N; l++)
+      for (int c = 0; c < ZINC_MEM_NCAT; c++)
+        out->peak[l] += out->bytes[l][c];
+    out->peak[ZINC_LOC_DEVICE] += out->gathered;
+  }
+  free(e->units);
+  free(e->runs);
+  zinc_registry_free(e);
+  zinc_settings_free(&e->cfg);
+  free(e);
+  return st;
+}

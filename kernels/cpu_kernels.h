@@ -1,0 +1,81 @@
+/*
+ * cpu_kernels.h — the elementwise passes of the optimizer step on the CPU:
+ * fused Adam/AdamW, sum of squares, fp32 accumulation and dtype casts.
+ * The cpu device (device/device_cpu.c) runs them as its kernels; the engine
+ * may call them directly for the offloaded optimizer on the CUDA build.
+ *
+ * Every kernel has three paths chosen at run time: AVX-512F, AVX2+FMA+F16C
+ * and scalar. They give bitwise identical results, the scalar path being
+ * the shared per-element math of kernels/zinc_math.h itself:
+ *  - Adam: zinc_adam_elem's operation order and fused multiply-adds, the
+ *    16-bit copy rounded as zinc_f32_to_bf16 / zinc_f32_to_f16;
+ *  - sum of squares: the canonical block/lane order (zinc_sumsq_chunk_ref),
+ *    so a chunk's partial depends only on its values, never on the path or
+ *    the thread count;
+ *  - casts: zinc_load_as_f32 then zinc_store_from_f32 (a cast to the same
+ *    dtype copies the bits).
+ * NaN inputs give NaN outputs on every path (payloads follow the scalar
+ * conversions; after arithmetic only NaN-ness is promised).
+ *
+ * Threads: each kernel splits its elements statically over the pool (NULL:
+ * the calling thread alone); small inputs run on the caller.
+ *
+ * Dtypes are zinc_dtype values (ZINC_F32, ZINC_BF16, ZINC_F16); a bad dtype
+ * or negative length returns ZINC_ERR_INVALID and touches nothing.
+ */
+#ifndef ZINC_CPU_KERNELS_H
+#define ZINC_CPU_KERNELS_H
+
+#include <stdint.h>
+
+#include "base/threadpool.h"
+#include "kernels/zinc_math.h"
+#include "zinc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  ZINC_CPU_ISA_SCALAR = 0,
+  ZINC_CPU_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
+  ZINC_CPU_ISA_AVX512 = 2, /* AVX-512F (+ the AVX2 set) */
+  ZINC_CPU_ISA_N
+} zinc_cpu_isa;
+
+/* The best path this CPU runs, lowered by the environment variable
+ * ZINC_CPU_ISA=scalar|avx2|avx512 when set (a higher ask than the CPU
+ * supports is ignored with a warning). Call once and keep the result. */
+zinc_cpu_isa zinc_cpu_isa_select(void);
+/* 1 if this CPU (and OS) can run `isa`. */
+int zinc_cpu_isa_supported(zinc_cpu_isa isa);
+const char *zinc_cpu_isa_name(zinc_cpu_isa isa); /* "scalar" "avx2" "avx512" */
+
+/* Fused Adam/AdamW over nseg segments (device/device.h) with one set of
+ * coefficients: per element zinc_adam_elem on (master, exp_avg, exp_avg_sq)
+ * with grad loaded from grad_dtype, and the new master value stored to
+ * param_out in param_dtype when param_out is not NULL. Segments must not
+ * overlap each other. */
+zinc_status zinc_cpu_adam(zinc_threadpool *pool, zinc_cpu_isa isa,
+                          const zinc_adam_coef *coef, const zinc_adam_seg *segs,
+                          int nseg);
+
+/* partials[i] = zinc_sumsq_chunk_ref(chunks[i]) bit for bit. */
+zinc_status zinc_cpu_sumsq(zinc_threadpool *pool, zinc_cpu_isa isa,
+                           const zinc_sumsq_chunk *chunks, int nchunks,
+                           double *partials);
+
+/* dst (n fp32) = src (n src_dtype) when overwrite, else dst += src. */
+zinc_status zinc_cpu_accumulate_f32(zinc_threadpool *pool, zinc_cpu_isa isa,
+                                    float *dst, const void *src, int src_dtype,
+                                    int64_t n, int overwrite);
+
+/* dst (n dst_dtype) = src (n src_dtype), rounding to nearest even.
+ * dst and src must not overlap (unless equal with equal dtypes). */
+zinc_status zinc_cpu_cast(zinc_threadpool *pool, zinc_cpu_isa isa, void *dst,
+                          int dst_dtype, const void *src, int src_dtype, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZINC_CPU_KERNELS_H */

@@ -1,0 +1,105 @@
+/*
+ * cpu_kernels_avx2.c — the AVX2 + FMA + F16C path (8 floats per vector),
+ * for CPUs without AVX-512; function-level target attributes, chosen at run
+ * time by cpu_kernels.c. The 16-bit conversions keep zinc_math.h's bits in
+ * the same way as the AVX-512 path (see cpu_kernels_avx512.c).
+ */
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include "base/base.h"
+#include "kernels/cpu_kernels_isa.h"
+
+#define SIMD_FN __attribute__((target("avx2,fma,f16c")))
+#define SIMD_W 8
+typedef __m256 vf;
+
+#define vf_loadu(p) _mm256_loadu_ps(p)
+#define vf_storeu(p, x) _mm256_storeu_ps((p), (x))
+#define vf_set1(x) _mm256_set1_ps(x)
+#define vf_add(a, b) _mm256_add_ps((a), (b))
+#define vf_mul(a, b) _mm256_mul_ps((a), (b))
+#define vf_div(a, b) _mm256_div_ps((a), (b))
+#define vf_sqrt(a) _mm256_sqrt_ps(a)
+#define vf_fmadd(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define vf_fnmadd(a, b, c) _mm256_fnmadd_ps((a), (b), (c))
+
+static inline SIMD_FN __attribute__((always_inline)) vf vf_load_bf16(const uint16_t *p) {
+  __m256i e = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(e, 16));
+}
+
+static inline SIMD_FN __attribute__((always_inline)) vf vf_load_f16(const uint16_t *p) {
+  __m128i h = _mm_loadu_si128((const __m128i *)p);
+  vf f = _mm256_cvtph_ps(h);
+  vf nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
+  if (ZINC_UNLIKELY(_mm256_movemask_ps(nan))) { /* as zinc_f16_to_f32 */
+    __m256i e = _mm256_cvtepu16_epi32(h);
+    __m256i bits = _mm256_or_si256(
+        _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(e, _mm256_set1_epi32(0x8000)), 16),
+                        _mm256_set1_epi32(0x7f800000)),
+        _mm256_slli_epi32(_mm256_and_si256(e, _mm256_set1_epi32(0x3ff)), 13));
+    f = _mm256_blendv_ps(f, _mm256_castsi256_ps(bits), nan);
+  }
+  return f;
+}
+
+typedef __m128i vh; /* 8 16-bit values */
+#define vh_storeu(p, h) _mm_storeu_si128((__m128i *)(p), (h))
+#define vh_stream(p, h) _mm_stream_si128((__m128i *)(p), (h))
+#define vf_stream(p, x) _mm256_stream_ps((p), (x))
+
+static inline SIMD_FN __attribute__((always_inline)) vh vf_to_bf16(vf x) {
+  __m256i u = _mm256_castps_si256(x);
+  __m256i hi = _mm256_srli_epi32(u, 16);
+  __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
+  __m256i r = _mm256_srli_epi32(
+      _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+  __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+  /* every lane is <= 0xffff, so the unsigned-saturating pack is exact */
+  return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+
+static inline SIMD_FN __attribute__((always_inline)) vh vf_to_f16(vf x) {
+  vf nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+  if (ZINC_UNLIKELY(_mm256_movemask_ps(nan))) { /* -> zinc's sign | 0x7e00 */
+    __m256i sign = _mm256_and_si256(_mm256_castps_si256(x), _mm256_set1_epi32((int)0x80000000u));
+    vf quiet = _mm256_castsi256_ps(_mm256_or_si256(sign, _mm256_set1_epi32(0x7fc00000)));
+    x = _mm256_blendv_ps(x, quiet, nan);
+  }
+  return _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
+}
+
+#include "kernels/cpu_kernels_simd.h"
+
+/* Lanes 0-3, 4-7, 8-11, 12-15 of the canonical order in l0, l1, l2, l3. */
+static SIMD_FN double avx2_sumsq_block(const void *data, int dtype, int64_t n) {
+  __m256d l0 = _mm256_setzero_pd(), l1 = l0, l2 = l0, l3 = l0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    vf a = simd_load(data, i, dtype), b = simd_load(data, i + 8, dtype);
+    __m256d a0 = _mm256_cvtps_pd(_mm256_castps256_ps128(a));
+    __m256d a1 = _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1));
+    __m256d b0 = _mm256_cvtps_pd(_mm256_castps256_ps128(b));
+    __m256d b1 = _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1));
+    /* x*x is exact in double, so fusing gives the reference's bits */
+    l0 = _mm256_fmadd_pd(a0, a0, l0);
+    l1 = _mm256_fmadd_pd(a1, a1, l1);
+    l2 = _mm256_fmadd_pd(b0, b0, l2);
+    l3 = _mm256_fmadd_pd(b1, b1, l3);
+  }
+  double lanes[ZINC_SUMSQ_LANES];
+  _mm256_storeu_pd(lanes, l0);
+  _mm256_storeu_pd(lanes + 4, l1);
+  _mm256_storeu_pd(lanes + 8, l2);
+  _mm256_storeu_pd(lanes + 12, l3);
+  return zinc_cpu_sumsq_tail(lanes, data, dtype, i, n);
+}
+
+const zinc_cpu_isa_ops zinc_cpu_ops_avx2 = {
+    .adam = simd_adam,
+    .sumsq_block = avx2_sumsq_block,
+    .convert = simd_convert,
+};
+#endif /* __x86_64__ */

@@ -1,0 +1,109 @@
+/*
+ * cpu_kernels_avx512.c — the AVX-512F path (16 floats per vector), built
+ * with function-level target attributes so that the library still runs on
+ * a CPU without AVX-512 (cpu_kernels.c only calls this after cpuid says
+ * yes).
+ *
+ * 16-bit conversions keep zinc_math.h's bits: bf16 stores round with the
+ * integer trick of zinc_f32_to_bf16 (not vcvtneps2bf16, which flushes
+ * denormals); f16 goes through vcvtps2ph/vcvtph2ps, whose rounding matches
+ * zinc_f32_to_f16, with NaN lanes patched to zinc_math.h's NaN encodings
+ * (the hardware keeps payloads and quiets signalling NaNs differently).
+ */
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include "base/base.h"
+#include "kernels/cpu_kernels_isa.h"
+
+#define SIMD_FN __attribute__((target("avx512f,avx2,fma,f16c")))
+#define SIMD_W 16
+typedef __m512 vf;
+
+#define vf_loadu(p) _mm512_loadu_ps(p)
+#define vf_storeu(p, x) _mm512_storeu_ps((p), (x))
+#define vf_set1(x) _mm512_set1_ps(x)
+#define vf_add(a, b) _mm512_add_ps((a), (b))
+#define vf_mul(a, b) _mm512_mul_ps((a), (b))
+#define vf_div(a, b) _mm512_div_ps((a), (b))
+#define vf_sqrt(a) _mm512_sqrt_ps(a)
+#define vf_fmadd(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define vf_fnmadd(a, b, c) _mm512_fnmadd_ps((a), (b), (c))
+
+static inline SIMD_FN __attribute__((always_inline)) __m512i
+widen_u16(const uint16_t *p) {
+  return _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+}
+
+static inline SIMD_FN __attribute__((always_inline)) vf vf_load_bf16(const uint16_t *p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(widen_u16(p), 16));
+}
+
+static inline SIMD_FN __attribute__((always_inline)) vf vf_load_f16(const uint16_t *p) {
+  __m256i h = _mm256_loadu_si256((const __m256i *)p);
+  vf f = _mm512_cvtph_ps(h);
+  __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
+  if (ZINC_UNLIKELY(nan)) { /* sign | exponent ones | payload << 13, as zinc_f16_to_f32 */
+    __m512i e = _mm512_cvtepu16_epi32(h);
+    __m512i bits = _mm512_or_si512(
+        _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(e, _mm512_set1_epi32(0x8000)), 16),
+                        _mm512_set1_epi32(0x7f800000)),
+        _mm512_slli_epi32(_mm512_and_si512(e, _mm512_set1_epi32(0x3ff)), 13));
+    f = _mm512_mask_mov_ps(f, nan, _mm512_castsi512_ps(bits));
+  }
+  return f;
+}
+
+typedef __m256i vh; /* 16 16-bit values */
+#define vh_storeu(p, h) _mm256_storeu_si256((__m256i *)(p), (h))
+#define vh_stream(p, h) _mm256_stream_si256((__m256i *)(p), (h))
+#define vf_stream(p, x) _mm512_stream_ps((p), (x))
+
+static inline SIMD_FN __attribute__((always_inline)) vh vf_to_bf16(vf x) {
+  __m512i u = _mm512_castps_si512(x);
+  __m512i hi = _mm512_srli_epi32(u, 16);
+  __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(
+      _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+  __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+  return _mm512_cvtepi32_epi16(r);
+}
+
+static inline SIMD_FN __attribute__((always_inline)) vh vf_to_f16(vf x) {
+  __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  if (ZINC_UNLIKELY(nan)) { /* sign | 0x7fc00000 converts to zinc's sign | 0x7e00 */
+    __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u));
+    x = _mm512_mask_mov_ps(x, nan, _mm512_castsi512_ps(
+                                       _mm512_or_si512(sign, _mm512_set1_epi32(0x7fc00000))));
+  }
+  return _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
+}
+
+#include "kernels/cpu_kernels_simd.h"
+
+/* Lane j of the canonical order is lane j of lo (j < 8) or of hi (j >= 8). */
+static SIMD_FN double avx512_sumsq_block(const void *data, int dtype, int64_t n) {
+  __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    vf x = simd_load(data, i, dtype);
+    __m512d xl = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+    __m512d xh = _mm512_cvtps_pd(
+        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+    /* x*x is exact in double, so fusing gives the reference's bits */
+    lo = _mm512_fmadd_pd(xl, xl, lo);
+    hi = _mm512_fmadd_pd(xh, xh, hi);
+  }
+  double lanes[ZINC_SUMSQ_LANES];
+  _mm512_storeu_pd(lanes, lo);
+  _mm512_storeu_pd(lanes + 8, hi);
+  return zinc_cpu_sumsq_tail(lanes, data, dtype, i, n);
+}
+
+const zinc_cpu_isa_ops zinc_cpu_ops_avx512 = {
+    .adam = simd_adam,
+    .sumsq_block = avx512_sumsq_block,
+    .convert = simd_convert,
+};
+#endif /* __x86_64__ */

@@ -1,0 +1,67 @@
+/*
+ * cpu_kernels_isa.h — internal: the per-instruction-set inner loops behind
+ * cpu_kernels.c. Each table works on one contiguous span on the calling
+ * thread; cpu_kernels.c validates arguments and splits the work over the
+ * pool. Every table gives the same bits as the scalar one (see
+ * cpu_kernels.h); the SIMD tables finish a span's tail with the scalar
+ * per-element functions of zinc_math.h.
+ */
+#ifndef ZINC_CPU_KERNELS_ISA_H
+#define ZINC_CPU_KERNELS_ISA_H
+
+#include <stdint.h>
+
+#include "kernels/zinc_math.h"
+
+typedef struct {
+  /* Adam over n elements: master p, exp_avg m, exp_avg_sq v (fp32), grad g
+   * (gdt); out (odt) receives the new p unless NULL. */
+  void (*adam)(const zinc_adam_coef *c, int decay, float *p, float *m, float *v,
+               const void *g, int gdt, void *out, int odt, int64_t n);
+  /* zinc_sumsq_block_ref of the n <= ZINC_SUMSQ_BLOCK elements at data. */
+  double (*sumsq_block)(const void *data, int dtype, int64_t n);
+  /* dst (f32) += src when accumulate, else dst (ddt) = src (sdt); n elements. */
+  void (*convert)(void *dst, int ddt, const void *src, int sdt, int64_t n,
+                  int accumulate);
+} zinc_cpu_isa_ops;
+
+extern const zinc_cpu_isa_ops zinc_cpu_ops_scalar;
+#if defined(__x86_64__)
+extern const zinc_cpu_isa_ops zinc_cpu_ops_avx2;
+extern const zinc_cpu_isa_ops zinc_cpu_ops_avx512;
+#endif
+
+/* The scalar per-element loops, also used for the SIMD tails (inlined into
+ * each caller so that they compile with the caller's instruction set). */
+static ZINC_HD void zinc_cpu_adam_tail(const zinc_adam_coef *c, int decay, float *p,
+                                       float *m, float *v, const void *g, int gdt,
+                                       void *out, int odt, int64_t i, int64_t n) {
+  for (; i < n; i++) {
+    zinc_adam_elem(c, decay, &p[i], &m[i], &v[i], zinc_load_as_f32(g, i, gdt));
+    if (out)
+      zinc_store_from_f32(out, i, odt, p[i]);
+  }
+}
+
+static ZINC_HD void zinc_cpu_convert_tail(void *dst, int ddt, const void *src, int sdt,
+                                          int accumulate, int64_t i, int64_t n) {
+  for (; i < n; i++) {
+    float x = zinc_load_as_f32(src, i, sdt);
+    if (accumulate)
+      ((float *)dst)[i] += x;
+    else
+      zinc_store_from_f32(dst, i, ddt, x);
+  }
+}
+
+/* Finish a block's lanes from element i on and combine them canonically. */
+static ZINC_HD double zinc_cpu_sumsq_tail(double *lanes, const void *data, int dtype,
+                                          int64_t i, int64_t n) {
+  for (; i < n; i++) {
+    double x = (double)zinc_load_as_f32(data, i, dtype);
+    lanes[i % ZINC_SUMSQ_LANES] += x * x;
+  }
+  return zinc_sumsq_lanes_combine(lanes);
+}
+
+#endif /* ZINC_CPU_KERNELS_ISA_H */
