@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "base/endian.h"
 
 #define OFF_MAGIC 0
 #define OFF_VERSION 4
@@ -24,44 +25,18 @@
 #define OFF_RESERVED 36
 #define OFF_HEADER_CRC 60
 
-static void put16(unsigned char *p, uint16_t v) {
-  p[0] = (unsigned char)v;
-  p[1] = (unsigned char)(v >> 8);
-}
-static void put32(unsigned char *p, uint32_t v) {
-  for (int i = 0; i < 4; i++)
-    p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put64(unsigned char *p, uint64_t v) {
-  for (int i = 0; i < 8; i++)
-    p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint16_t get16(const unsigned char *p) { return (uint16_t)(p[0] | p[1] << 8); }
-static uint32_t get32(const unsigned char *p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; i--)
-    v = v << 8 | p[i];
-  return v;
-}
-static uint64_t get64(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--)
-    v = v << 8 | p[i];
-  return v;
-}
-
 void zinc_swap_header_encode(const zinc_swap_header *h, void *buf, size_t len) {
   unsigned char *p = buf;
   memset(p, 0, len);
-  put32(p + OFF_MAGIC, ZINC_SWAP_MAGIC);
-  put16(p + OFF_VERSION, h->version);
-  put16(p + OFF_FLAGS, h->flags);
-  put32(p + OFF_HEADER_BYTES, h->header_bytes);
-  put32(p + OFF_PAYLOAD_LEN, h->payload_len);
-  put64(p + OFF_AREA, h->area_id);
-  put64(p + OFF_BLOCK, h->block_index);
-  put32(p + OFF_PAYLOAD_CRC, h->payload_crc);
-  put32(p + OFF_HEADER_CRC, zinc_crc32c(0, p, OFF_HEADER_CRC));
+  zinc_le_put_u32(p + OFF_MAGIC, ZINC_SWAP_MAGIC);
+  zinc_le_put_u16(p + OFF_VERSION, h->version);
+  zinc_le_put_u16(p + OFF_FLAGS, h->flags);
+  zinc_le_put_u32(p + OFF_HEADER_BYTES, h->header_bytes);
+  zinc_le_put_u32(p + OFF_PAYLOAD_LEN, h->payload_len);
+  zinc_le_put_u64(p + OFF_AREA, h->area_id);
+  zinc_le_put_u64(p + OFF_BLOCK, h->block_index);
+  zinc_le_put_u32(p + OFF_PAYLOAD_CRC, h->payload_crc);
+  zinc_le_put_u32(p + OFF_HEADER_CRC, zinc_crc32c(0, p, OFF_HEADER_CRC));
 }
 
 static int all_zero(const unsigned char *p, size_t n) {
@@ -80,13 +55,13 @@ zinc_status zinc_swap_header_parse(const void *buf, size_t len, zinc_swap_header
   if (all_zero(p, ZINC_SWAP_HEADER_USED))
     return zinc_error(ZINC_ERR_CORRUPT,
                       "swap block header is all zeros: the block was never written");
-  uint32_t magic = get32(p + OFF_MAGIC);
+  uint32_t magic = zinc_le_get_u32(p + OFF_MAGIC);
   if (magic != ZINC_SWAP_MAGIC)
     return zinc_error(ZINC_ERR_CORRUPT,
                       "swap block header: magic 0x%08x is not 0x%08x (\"ZSWP\"): not a zinc "
                       "swap block",
                       magic, ZINC_SWAP_MAGIC);
-  uint32_t stored = get32(p + OFF_HEADER_CRC);
+  uint32_t stored = zinc_le_get_u32(p + OFF_HEADER_CRC);
   uint32_t actual = zinc_crc32c(0, p, OFF_HEADER_CRC);
   if (stored != actual)
     return zinc_error(ZINC_ERR_CORRUPT,
@@ -94,13 +69,13 @@ zinc_status zinc_swap_header_parse(const void *buf, size_t len, zinc_swap_header
                       "(0x%08x)",
                       stored, actual);
   zinc_swap_header h;
-  h.version = get16(p + OFF_VERSION);
-  h.flags = get16(p + OFF_FLAGS);
-  h.header_bytes = get32(p + OFF_HEADER_BYTES);
-  h.payload_len = get32(p + OFF_PAYLOAD_LEN);
-  h.area_id = get64(p + OFF_AREA);
-  h.block_index = get64(p + OFF_BLOCK);
-  h.payload_crc = get32(p + OFF_PAYLOAD_CRC);
+  h.version = zinc_le_get_u16(p + OFF_VERSION);
+  h.flags = zinc_le_get_u16(p + OFF_FLAGS);
+  h.header_bytes = zinc_le_get_u32(p + OFF_HEADER_BYTES);
+  h.payload_len = zinc_le_get_u32(p + OFF_PAYLOAD_LEN);
+  h.area_id = zinc_le_get_u64(p + OFF_AREA);
+  h.block_index = zinc_le_get_u64(p + OFF_BLOCK);
+  h.payload_crc = zinc_le_get_u32(p + OFF_PAYLOAD_CRC);
   if (h.version != ZINC_SWAP_VERSION)
     return zinc_error(ZINC_ERR_CORRUPT, "swap block header: version %u, this zinc reads %d",
                       h.version, ZINC_SWAP_VERSION);
