@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/env.h"
+
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <nmmintrin.h>
@@ -117,11 +119,14 @@ int zinc_log_level_parse(const char *s) {
 static int current_level(void) {
   int lv = atomic_load(&log_level);
   if (lv < 0) {
-    lv = zinc_log_level_parse(getenv("ZINC_LOG_LEVEL"));
-    if (lv < 0)
-      lv = ZINC_LOG_WARN;
+    /* Not zinc_env_choice: its warning would come back here before the
+     * level is set. Set it first, then warn. */
+    const char *env = zinc_env_str("ZINC_LOG_LEVEL");
+    lv = zinc_log_level_parse(env);
     int expected = -1;
-    atomic_compare_exchange_strong(&log_level, &expected, lv);
+    if (atomic_compare_exchange_strong(&log_level, &expected, lv < 0 ? ZINC_LOG_WARN : lv) &&
+        env && lv < 0)
+      zinc_env_reject("ZINC_LOG_LEVEL", env, "one of error, warn, info, debug", "using warn");
     lv = atomic_load(&log_level);
   }
   return lv;
@@ -132,7 +137,7 @@ int zinc_log_enabled(zinc_log_level level) { return (int)level <= current_level(
 void zinc_log_set_level(zinc_log_level level) {
   /* The environment wins over the config so that a user can turn on debug
    * output without editing a file. */
-  if (zinc_log_level_parse(getenv("ZINC_LOG_LEVEL")) >= 0)
+  if (zinc_log_level_parse(zinc_env_str("ZINC_LOG_LEVEL")) >= 0)
     return;
   atomic_store(&log_level, (int)level);
 }

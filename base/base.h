@@ -3,7 +3,9 @@
  * the CHECK macros, time, small checked allocation helpers and crc32c.
  *
  * base/ is the bottom of the dependency graph: it includes only zinc.h and
- * libc. The error message is thread-local. The logger's level and rank are
+ * libc. Beside this header: fs.h (filesystem helpers), env.h (the reader of
+ * environment variables), endian.h (the little-endian codec of zinc's file
+ * formats) and threadpool.h. The error message is thread-local. The logger's level and rank are
  * the one piece of process-wide mutable state in zinc (a log line must be
  * printable before any engine exists, e.g. while a config loads); both are
  * atomics, set from the config or the ZINC_LOG_LEVEL environment variable.

@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "base/env.h"
 #include "comm/comm_mpi_impl.h"
 
 /* ------------------------------------------------------------ MPI set-up */
@@ -274,8 +275,7 @@ static zinc_status choose_path(zinc_mpi *m) {
   MPI_Comm_set_errhandler(m->node, MPI_ERRORS_RETURN);
   int node_size = 0;
   MPI_Comm_size(m->node, &node_size);
-  const char *env = getenv("ZINC_COMM_MPI_SHM");
-  int wanted = !(env && strcmp(env, "0") == 0);
+  int wanted = zinc_env_flag("ZINC_COMM_MPI_SHM", 1);
   int mine = wanted && node_size == m->size, all = 0;
   rc = MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, m->comm);
   if (rc != MPI_SUCCESS)
@@ -358,7 +358,10 @@ int zinc_comm_mpi_wanted(void) {
   MPI_Finalized(&finalized);
   if (initialized && !finalized)
     return 1;
-  /* started by a launcher (mpirun, srun, a PMI/PMIx process manager)? */
+  /* started by a launcher (mpirun, srun, a PMI/PMIx process manager)? Only
+   * the presence of one of its variables counts, whatever the value (even
+   * empty), so this is plain getenv rather than base/env.h's readers, which
+   * treat empty as unset. */
   static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK",
                                "SLURM_NTASKS", "MPI_LOCALNRANKS", "HYDRA_CONTROL_FD"};
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)

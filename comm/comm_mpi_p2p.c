@@ -25,31 +25,23 @@
  * naming it, never in a hang.
  */
 #define _GNU_SOURCE
+#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
+#include "base/env.h"
 #include "comm/comm_mpi_impl.h"
 
 #define P2P_POLLS_BEFORE_YIELD 64
 
 zinc_status zinc_p2p_setup(zinc_mpi *m) {
-  const char *s = getenv("ZINC_COMM_P2P_CHUNK");
-  size_t chunk = ZINC_P2P_CHUNK_DEFAULT;
-  if (s && *s) {
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end != s && *end == '\0' && v >= 64)
-      chunk = (size_t)v;
-    else
-      zinc_log0(ZINC_LOG_WARN, "ZINC_COMM_P2P_CHUNK=%s is not a byte count >= 64; using %zu",
-                s, chunk);
-  }
-  if (chunk > (1u << 30))
-    chunk = 1u << 30;
-  m->p2p_chunk_bytes = chunk / 8 * 8;
+  long long chunk = zinc_env_int("ZINC_COMM_P2P_CHUNK", ZINC_P2P_CHUNK_DEFAULT, 64, LLONG_MAX);
+  if (chunk > (1 << 30))
+    chunk = 1 << 30;
+  m->p2p_chunk_bytes = (size_t)chunk / 8 * 8;
   /* Tags: 2*nonce (data) and 2*nonce + 1 (barrier tokens). */
   int *tag_ub = NULL, flag = 0;
   MPI_Comm_get_attr(m->comm, MPI_TAG_UB, &tag_ub, &flag);

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/env.h"
 #include "comm/comm_mpi_impl.h"
 
 /* Pause iterations before a waiting rank yields its core, and before it
@@ -227,20 +228,6 @@ static zinc_status window_create(zinc_mpi *m, size_t bytes, const char *what,
   return ZINC_OK;
 }
 
-static size_t env_bytes(const char *name, size_t fallback) {
-  const char *s = getenv(name);
-  if (!s || !*s)
-    return fallback;
-  char *end;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (end == s || *end != '\0' || v == 0) {
-    zinc_log0(ZINC_LOG_WARN, "%s=%s is not a positive byte count; using %zu", name, s,
-              fallback);
-    return fallback;
-  }
-  return (size_t)v;
-}
-
 zinc_status zinc_shm_setup(zinc_mpi *m) {
   zinc_status st = ZINC_OK;
   m->ctl_win = m->scratch_win = MPI_WIN_NULL;
@@ -250,7 +237,8 @@ zinc_status zinc_shm_setup(zinc_mpi *m) {
   /* Every piece must hold at least one element of the widest type for each
    * rank plus the all-reduce result. */
   size_t floor = (size_t)(m->size + 1) * 64;
-  m->scratch_bytes = env_bytes("ZINC_COMM_SHM_SCRATCH", ZINC_SHM_SCRATCH_DEFAULT);
+  m->scratch_bytes =
+      (size_t)zinc_env_int("ZINC_COMM_SHM_SCRATCH", ZINC_SHM_SCRATCH_DEFAULT, 1, LLONG_MAX);
   if (m->scratch_bytes < floor)
     m->scratch_bytes = floor;
   m->scratch_bytes = zinc_round_up(m->scratch_bytes, 64);

@@ -531,6 +531,8 @@ zinc_status zinc_device_cuda_create(int ordinal, void *compute_stream, zinc_devi
                       "driver and CUDA_VISIBLE_DEVICES, or run on the CPU device", ordinal,
                       err == cudaSuccess ? "none visible" : cudaGetErrorString(err));
   }
+  /* CUDA_VISIBLE_DEVICES belongs to the CUDA runtime; it is read here only
+   * to be quoted in the message, so plain getenv (not base/env.h). */
   if (ordinal < 0 || ordinal >= count)
     return zinc_error(ZINC_ERR_DEVICE, "cuda device %d does not exist: %d visible (ordinals "
                       "0..%d; CUDA_VISIBLE_DEVICES=%s)", ordinal, count, count - 1,

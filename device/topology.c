@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "base/env.h"
 #include "device/topology.h"
 
 struct zinc_topology {
@@ -43,26 +44,15 @@ void zinc_topology_split(int ncores, int rank, int size, int *first, int *count)
   *count = (int)(hi - lo);
 }
 
-static int env_int(const char *name, int *out) {
-  const char *s = getenv(name);
-  if (!s || !*s)
-    return 0;
-  char *end;
-  long v = strtol(s, &end, 10);
-  if (*end || v < 0 || v > 1 << 20)
-    return 0;
-  *out = (int)v;
-  return 1;
-}
-
 int zinc_topology_env_local(int *rank, int *size) {
   static const char *const names[][2] = {
       {"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
       {"MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
   };
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-    int r, s;
-    if (env_int(names[i][0], &r) && env_int(names[i][1], &s) && s >= 1 && r < s) {
+    int r = (int)zinc_env_int(names[i][0], -1, 0, 1 << 20);
+    int s = r >= 0 ? (int)zinc_env_int(names[i][1], -1, 0, 1 << 20) : -1;
+    if (r >= 0 && s >= 1 && r < s) {
       *rank = r;
       *size = s;
       return 1;

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "device/device_cpu.h"
 #include "engine/engine.h"
 
@@ -37,10 +38,7 @@ typedef struct {
   int64_t off, n;
 } piece;
 
-static int staging_forced(void) {
-  const char *s = getenv("ZINC_OFFLOAD_STAGING");
-  return s && *s && strcmp(s, "0") != 0;
-}
+static int staging_forced(void) { return zinc_env_flag("ZINC_OFFLOAD_STAGING", 0); }
 
 int zinc_offload_staged(const zinc_engine *e) {
   if (e->cfg.offload_optimizer.device != ZINC_OFFLOAD_CPU)

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "base/env.h"
 #include "kernels/cpu_kernels.h"
 #include "kernels/cpu_kernels_isa.h"
 
@@ -72,20 +73,14 @@ zinc_cpu_isa zinc_cpu_isa_select(void) {
       best = (zinc_cpu_isa)i;
       break;
     }
-  const char *env = getenv("ZINC_CPU_ISA");
-  if (!env || !*env)
-    return best;
-  for (int i = 0; i < ZINC_CPU_ISA_N; i++) {
-    if (strcmp(env, zinc_cpu_isa_name((zinc_cpu_isa)i)) != 0)
-      continue;
-    if (i <= (int)best)
-      return (zinc_cpu_isa)i;
-    zinc_log(ZINC_LOG_WARN, "ZINC_CPU_ISA=%s: this CPU cannot run it; using %s", env,
-             zinc_cpu_isa_name(best));
-    return best;
-  }
-  zinc_log(ZINC_LOG_WARN, "ZINC_CPU_ISA=%s is not one of scalar, avx2, avx512; using %s",
-           env, zinc_cpu_isa_name(best));
+  const char *names[ZINC_CPU_ISA_N];
+  for (int i = 0; i < ZINC_CPU_ISA_N; i++)
+    names[i] = zinc_cpu_isa_name((zinc_cpu_isa)i);
+  int asked = zinc_env_choice("ZINC_CPU_ISA", names, ZINC_CPU_ISA_N, (int)best);
+  if (asked <= (int)best)
+    return (zinc_cpu_isa)asked;
+  zinc_log(ZINC_LOG_WARN, "ZINC_CPU_ISA=%s: this CPU cannot run it; using %s",
+           zinc_env_str("ZINC_CPU_ISA"), zinc_cpu_isa_name(best));
   return best;
 }
 

@@ -20,6 +20,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "base/env.h"
+
 /* ---------------------------------------------------------------- params */
 
 void zinc_aio_params_from_settings(const zinc_settings *s, zinc_aio_params *out) {
@@ -168,8 +170,8 @@ zinc_status zinc_aio_create(const zinc_aio_params *params, zinc_aio **out) {
   if (params->fault) {
     aio->fault = *params->fault;
   } else {
-    const char *spec = getenv("ZINC_AIO_FAULT");
-    if (spec && *spec) {
+    const char *spec = zinc_env_str("ZINC_AIO_FAULT");
+    if (spec) {
       st = zinc_aio_fault_parse(spec, &aio->fault);
       if (st != ZINC_OK) {
         zinc_error_wrap(st, "environment variable ZINC_AIO_FAULT");
