@@ -26,6 +26,8 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/env.h"
+#include "base/fs.h"
 
 #define SWAP_PREFIX "zinc-swap-"
 #define SWAP_LOCK "lock"
@@ -128,9 +130,8 @@ static void clear_stale(const char *path, const char *own) {
     if (why[0]) {
       zinc_log(ZINC_LOG_WARN, "removing stale swap directory %s (%s: a crashed run)", dir,
                why);
-      empty_dir(dir, NULL);
-      if (rmdir(dir) != 0)
-        zinc_log(ZINC_LOG_WARN, "could not remove %s: %s", dir, strerror(errno));
+      if (zinc_fs_remove_tree(dir) != ZINC_OK)
+        zinc_log(ZINC_LOG_WARN, "could not remove %s: %s", dir, zinc_last_error());
     }
     if (fd >= 0)
       close(fd);
@@ -146,7 +147,7 @@ static void job_key(const char *given, char *key, size_t len) {
                                "PMIX_NAMESPACE"};
   const char *k = given;
   for (size_t i = 0; (!k || !*k) && i < sizeof vars / sizeof vars[0]; i++)
-    k = getenv(vars[i]);
+    k = zinc_env_str(vars[i]);
   if (!k || !*k)
     k = "local";
   size_t n = 0;

@@ -10,7 +10,7 @@
  * parameters is not saved: it is always the master rounded to the
  * parameter's dtype, and a load rebuilds it so.
  *
- * Crash safety (ckpt_file.h): files go to <dir>/.<tag>.partial, each rank
+ * Crash safety (format.h, base/fs.h): files go to <dir>/.<tag>.partial, each rank
  * fsyncs its shard before rank 0 writes the manifest, the directory is
  * renamed into place and <dir>/latest replaced atomically.
  *
@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/fs.h"
 #include "engine/checkpoint/format.h"
 #include "engine/engine.h"
 
@@ -168,7 +169,7 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
     goto out;
   }
   char *mpath = zinc_path_join(partial, ZINC_MANIFEST_NAME);
-  st = zinc_file_write_atomic(mpath, json, strlen(json));
+  st = zinc_fs_write_atomic(mpath, json, strlen(json));
   free(mpath);
   if (st != ZINC_OK)
     goto out;
@@ -177,7 +178,7 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
   bytes[e->dp_size] = (int64_t)strlen(json);
   if (extra) { /* a file beside the shards, e.g. the consolidated weights */
     char *xpath = zinc_path_join(partial, extra);
-    st = xpath ? zinc_file_crc(xpath, &crcs[nsums], &bytes[nsums]) : zinc_error(ZINC_ERR_NOMEM, "oom");
+    st = xpath ? zinc_fs_crc32c(xpath, &crcs[nsums], &bytes[nsums]) : zinc_error(ZINC_ERR_NOMEM, "oom");
     free(xpath);
     if (st != ZINC_OK)
       goto out;
@@ -185,7 +186,7 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
   }
   sums = zinc_checksums_format((const char *const *)names, crcs, bytes, nsums);
   char *spath = zinc_path_join(partial, ZINC_CHECKSUMS_NAME);
-  st = sums ? zinc_file_write_atomic(spath, sums, strlen(sums))
+  st = sums ? zinc_fs_write_atomic(spath, sums, strlen(sums))
             : zinc_error(ZINC_ERR_NOMEM, "out of memory");
   free(spath);
 out:
@@ -221,9 +222,9 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
                                              : zinc_error(ZINC_ERR_NOMEM, "out of memory");
   /* 1. rank 0 prepares an empty partial directory */
   if (st == ZINC_OK && e->dp_rank == 0) {
-    st = zinc_mkdirs(dir);
+    st = zinc_fs_mkdirs(dir);
     if (st == ZINC_OK)
-      st = zinc_remove_tree(partial); /* a stale one from a crashed save */
+      st = zinc_fs_remove_tree(partial); /* a stale one from a crashed save */
     if (st == ZINC_OK && mkdir(partial, 0755) != 0)
       st = zinc_error(ZINC_ERR_IO, "create directory %s: %s", partial, strerror(errno));
   }
@@ -252,19 +253,19 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
   if (st == ZINC_OK && e->dp_rank == 0) {
     st = write_manifest(e, partial, tag, info, extra);
     if (st == ZINC_OK)
-      st = zinc_fsync_path(partial, 1);
+      st = zinc_fs_fsync(partial, 1);
     int exchanged = 0;
     if (st == ZINC_OK)
-      st = zinc_rename_into_place(partial, final, &exchanged);
+      st = zinc_fs_rename_into_place(partial, final, &exchanged);
     if (st == ZINC_OK)
-      st = zinc_fsync_path(dir, 1);
+      st = zinc_fs_fsync(dir, 1);
     if (st == ZINC_OK && exchanged)
-      zinc_remove_tree(partial); /* the previous save of this tag */
+      zinc_fs_remove_tree(partial); /* the previous save of this tag */
     if (st == ZINC_OK) {
       char *latest = zinc_path_join(dir, ZINC_LATEST_NAME);
       char line[256];
       snprintf(line, sizeof line, "%s\n", tag);
-      st = latest ? zinc_file_write_atomic(latest, line, strlen(line))
+      st = latest ? zinc_fs_write_atomic(latest, line, strlen(line))
                   : zinc_error(ZINC_ERR_NOMEM, "oom");
       free(latest);
     }
@@ -273,7 +274,7 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
   }
   st = zinc_engine_agree(e, e->dp_host, st);
   if (st != ZINC_OK && e->dp_rank == 0 && partial)
-    zinc_remove_tree(partial);
+    zinc_fs_remove_tree(partial);
   if (st == ZINC_OK) {
     int64_t total = 0;
     for (int r = 0; r < e->dp_size; r++)

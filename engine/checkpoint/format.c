@@ -1,140 +1,75 @@
 /*
- * ckpt_file.c — shard files, checksums, and the filesystem steps that make a
- * checkpoint save crash-safe (see ckpt_file.h for the formats).
+ * format.c — shard files, the checksums file and checkpoint directories
+ * (see format.h for the formats). The filesystem steps that make a save
+ * crash-safe (atomic replacement, fsync, rename into place) are base/fs.h's;
+ * the trailer's integers go through base/endian.h.
  *
- * Every write path ends with fsync of the file and of its directory; every
- * read path checks sizes and crcs before anything is handed on. Errors name
- * the file, the offset where it matters, and errno's text.
+ * Every write path ends with fsync of the file (and the save fsyncs the
+ * directories); every read path checks sizes and crcs before anything is
+ * handed on. Errors name the file, the offset where it matters, and errno's
+ * text.
  */
 #define _GNU_SOURCE
 #include "engine/checkpoint/format.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/fs.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "base/base.h"
-
-#ifndef RENAME_EXCHANGE
-#define RENAME_EXCHANGE (1 << 1)
-#endif
+#include "base/endian.h"
+#include "base/env.h"
+#include "base/fs.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-               "checkpoint files are little-endian; add byte swapping for this target");
-
-static zinc_status io_error(const char *op, const char *path, int64_t offset, int err) {
-  if (err == ENOSPC || err == EDQUOT)
-    return zinc_error(ZINC_ERR_IO, "%s %s at offset %lld: %s (free space on that filesystem "
-                      "and save again; the previous checkpoint is intact)", op, path,
-                      (long long)offset, strerror(err));
-  return zinc_error(ZINC_ERR_IO, "%s %s at offset %lld: %s", op, path, (long long)offset,
-                    strerror(err));
-}
+               "shard sections are the host's f32 bytes, little-endian on disk; add byte "
+               "swapping for this target");
 
 /* Fault injection for tests: ZINC_CKPT_FAULT="ERRNO@N" makes the N-th write
- * call to each checkpoint file fail with ERRNO (ENOSPC, EIO, EDQUOT or a
- * number); *calls counts a file's writes. */
-static int injected_fault(int *calls) {
-  const char *spec = getenv("ZINC_CKPT_FAULT");
-  if (!spec || !*spec)
-    return 0;
+ * call to each shard file fail with ERRNO (ENOSPC, EIO, EDQUOT or a number).
+ * Read when a shard is opened; *err 0: no fault. */
+static void injected_fault(int *err, int *call) {
+  *err = *call = 0;
+  const char *spec = zinc_env_str("ZINC_CKPT_FAULT");
+  if (!spec)
+    return;
   char name[32];
   int n = 0;
-  if (sscanf(spec, "%31[^@]@%d", name, &n) != 2 || n < 1)
-    return 0;
-  if (++*calls != n)
-    return 0;
+  if (sscanf(spec, "%31[^@]@%d", name, &n) != 2 || n < 1) {
+    zinc_env_reject("ZINC_CKPT_FAULT", spec, "ERRNO@N (ERRNO one of ENOSPC, EIO, EDQUOT or a "
+                    "number; N >= 1)", "no fault injected");
+    return;
+  }
+  *call = n;
   if (!strcmp(name, "ENOSPC"))
-    return ENOSPC;
-  if (!strcmp(name, "EIO"))
-    return EIO;
-  if (!strcmp(name, "EDQUOT"))
-    return EDQUOT;
-  return atoi(name) > 0 ? atoi(name) : EIO;
-}
-
-static zinc_status write_all_counted(int fd, const char *path, const void *data, size_t len,
-                                     int64_t *offset, int *calls) {
-  const char *p = data;
-  while (len > 0) {
-    int fault = calls ? injected_fault(calls) : 0;
-    if (fault)
-      return io_error("write", path, *offset, fault);
-    ssize_t w = pwrite(fd, p, len, *offset);
-    if (w < 0) {
-      if (errno == EINTR)
-        continue;
-      return io_error("write", path, *offset, errno);
-    }
-    if (w == 0)
-      return io_error("write", path, *offset, ENOSPC);
-    p += w;
-    len -= (size_t)w;
-    *offset += w;
-  }
-  return ZINC_OK;
-}
-
-static zinc_status write_all(int fd, const char *path, const void *data, size_t len,
-                             int64_t *offset) {
-  int calls = 0;
-  return write_all_counted(fd, path, data, len, offset, &calls);
-}
-
-static zinc_status read_all(int fd, const char *path, void *data, size_t len, int64_t offset) {
-  char *p = data;
-  while (len > 0) {
-    ssize_t r = pread(fd, p, len, offset);
-    if (r < 0) {
-      if (errno == EINTR)
-        continue;
-      return io_error("read", path, offset, errno);
-    }
-    if (r == 0)
-      return zinc_error(ZINC_ERR_CORRUPT, "read %s at offset %lld: the file ends early "
-                        "(truncated)", path, (long long)offset);
-    p += r;
-    len -= (size_t)r;
-    offset += r;
-  }
-  return ZINC_OK;
+    *err = ENOSPC;
+  else if (!strcmp(name, "EIO"))
+    *err = EIO;
+  else if (!strcmp(name, "EDQUOT"))
+    *err = EDQUOT;
+  else
+    *err = atoi(name) > 0 ? atoi(name) : EIO;
 }
 
 /* ------------------------------------------------------------ trailer */
-
-static void put32(unsigned char *b, uint32_t v) { memcpy(b, &v, 4); }
-static void put64(unsigned char *b, uint64_t v) { memcpy(b, &v, 8); }
-static uint32_t get32(const unsigned char *b) {
-  uint32_t v;
-  memcpy(&v, b, 4);
-  return v;
-}
-static uint64_t get64(const unsigned char *b) {
-  uint64_t v;
-  memcpy(&v, b, 8);
-  return v;
-}
 
 /* layout: magic 0..7, version 8, rank 12, world 16, nsections 20,
  * elements 24..31, section crcs 32..43, reserved, trailer crc 60..63 */
 void zinc_shard_trailer_encode(const zinc_shard_trailer *t, unsigned char out[ZINC_SHARD_TRAILER]) {
   memset(out, 0, ZINC_SHARD_TRAILER);
   memcpy(out, ZINC_SHARD_MAGIC, 8);
-  put32(out + 8, t->version);
-  put32(out + 12, t->rank);
-  put32(out + 16, t->world);
-  put32(out + 20, t->nsections);
-  put64(out + 24, t->elements);
+  zinc_le_put_u32(out + 8, t->version);
+  zinc_le_put_u32(out + 12, t->rank);
+  zinc_le_put_u32(out + 16, t->world);
+  zinc_le_put_u32(out + 20, t->nsections);
+  zinc_le_put_u64(out + 24, t->elements);
   for (int i = 0; i < ZINC_SHARD_MAX_SECTIONS; i++)
-    put32(out + 32 + 4 * i, t->section_crc[i]);
-  put32(out + 60, zinc_crc32c(0, out, 60));
+    zinc_le_put_u32(out + 32 + 4 * i, t->section_crc[i]);
+  zinc_le_put_u32(out + 60, zinc_crc32c(0, out, 60));
 }
 
 zinc_status zinc_shard_trailer_decode(const unsigned char *buf, size_t len, const char *what,
@@ -145,17 +80,17 @@ zinc_status zinc_shard_trailer_decode(const unsigned char *buf, size_t len, cons
   if (memcmp(buf, ZINC_SHARD_MAGIC, 8) != 0)
     return zinc_error(ZINC_ERR_CORRUPT, "shard %s: no \"ZINCSHRD\" trailer at its end "
                       "(truncated, or not a zinc shard)", what);
-  if (get32(buf + 60) != zinc_crc32c(0, buf, 60))
+  if (zinc_le_get_u32(buf + 60) != zinc_crc32c(0, buf, 60))
     return zinc_error(ZINC_ERR_CORRUPT, "shard %s: the trailer's crc32c does not match "
                       "(damaged file)", what);
   memset(out, 0, sizeof *out);
-  out->version = get32(buf + 8);
-  out->rank = get32(buf + 12);
-  out->world = get32(buf + 16);
-  out->nsections = get32(buf + 20);
-  out->elements = get64(buf + 24);
+  out->version = zinc_le_get_u32(buf + 8);
+  out->rank = zinc_le_get_u32(buf + 12);
+  out->world = zinc_le_get_u32(buf + 16);
+  out->nsections = zinc_le_get_u32(buf + 20);
+  out->elements = zinc_le_get_u64(buf + 24);
   for (int i = 0; i < ZINC_SHARD_MAX_SECTIONS; i++)
-    out->section_crc[i] = get32(buf + 32 + 4 * i);
+    out->section_crc[i] = zinc_le_get_u32(buf + 32 + 4 * i);
   if (out->version != ZINC_SHARD_VERSION)
     return zinc_error(ZINC_ERR_CORRUPT, "shard %s: format version %u, this zinc reads %d",
                       what, out->version, ZINC_SHARD_VERSION);
@@ -176,6 +111,7 @@ struct zinc_shard_writer {
   uint32_t file_crc;
   zinc_shard_trailer t;
   int writes;             /* write calls so far (fault injection) */
+  int fault_err, fault_call; /* ZINC_CKPT_FAULT: fail write fault_call with fault_err */
   int section;            /* current section */
   uint64_t in_section;    /* elements written into it */
 };
@@ -190,7 +126,7 @@ zinc_status zinc_shard_writer_open(const char *path, int rank, int world, int ns
   }
   w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (w->fd < 0) {
-    zinc_status st = io_error("create", path, 0, errno);
+    zinc_status st = zinc_fs_error("create", path, 0, errno);
     free(w->path);
     free(w);
     return st;
@@ -200,7 +136,19 @@ zinc_status zinc_shard_writer_open(const char *path, int rank, int world, int ns
   w->t.world = (uint32_t)world;
   w->t.nsections = (uint32_t)nsections;
   w->t.elements = elements;
+  injected_fault(&w->fault_err, &w->fault_call);
   *out = w;
+  return ZINC_OK;
+}
+
+/* Append len bytes at the writer's offset. */
+static zinc_status shard_write(zinc_shard_writer *w, const void *data, size_t len) {
+  if (len == 0)
+    return ZINC_OK;
+  if (w->fault_err && ++w->writes == w->fault_call)
+    return zinc_fs_error("write", w->path, w->offset, w->fault_err);
+  ZINC_CHECK(zinc_fs_pwrite_all(w->fd, w->path, data, len, w->offset));
+  w->offset += (int64_t)len;
   return ZINC_OK;
 }
 
@@ -214,7 +162,7 @@ zinc_status zinc_shard_writer_append(zinc_shard_writer *w, const float *data, si
     size_t bytes = take * sizeof(float);
     w->t.section_crc[w->section] = zinc_crc32c(w->t.section_crc[w->section], data, bytes);
     w->file_crc = zinc_crc32c(w->file_crc, data, bytes);
-    ZINC_CHECK(write_all_counted(w->fd, w->path, data, bytes, &w->offset, &w->writes));
+    ZINC_CHECK(shard_write(w, data, bytes));
     data += take;
     n -= take;
     w->in_section += take;
@@ -244,10 +192,10 @@ zinc_status zinc_shard_writer_finish(zinc_shard_writer *w, uint32_t *file_crc, i
   zinc_shard_trailer_encode(&w->t, tr);
   if (st == ZINC_OK) {
     w->file_crc = zinc_crc32c(w->file_crc, tr, sizeof tr);
-    st = write_all_counted(w->fd, w->path, tr, sizeof tr, &w->offset, &w->writes);
+    st = shard_write(w, tr, sizeof tr);
   }
   if (st == ZINC_OK && fsync(w->fd) != 0)
-    st = io_error("fsync", w->path, w->offset, errno);
+    st = zinc_fs_error("fsync", w->path, w->offset, errno);
   if (st != ZINC_OK) {
     zinc_shard_writer_abort(w);
     return st;
@@ -274,11 +222,11 @@ zinc_status zinc_shard_reader_open(const char *path, zinc_shard_reader **out) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return errno == ENOENT ? zinc_error(ZINC_ERR_CORRUPT, "shard %s is missing", path)
-                           : io_error("open", path, 0, errno);
+                           : zinc_fs_error("open", path, 0, errno);
   struct stat sb;
   if (fstat(fd, &sb) != 0) {
     close(fd);
-    return io_error("stat", path, 0, errno);
+    return zinc_fs_error("stat", path, 0, errno);
   }
   zinc_shard_reader *r = calloc(1, sizeof *r);
   if (!r || !(r->path = zinc_strdup(path))) {
@@ -291,7 +239,7 @@ zinc_status zinc_shard_reader_open(const char *path, zinc_shard_reader **out) {
   unsigned char tr[ZINC_SHARD_TRAILER];
   zinc_status st = r->size < ZINC_SHARD_TRAILER
                        ? zinc_shard_trailer_decode(tr, (size_t)r->size, path, &r->t)
-                       : read_all(fd, path, tr, sizeof tr, r->size - ZINC_SHARD_TRAILER);
+                       : zinc_fs_pread_all(fd, path, tr, sizeof tr, r->size - ZINC_SHARD_TRAILER);
   if (st == ZINC_OK)
     st = zinc_shard_trailer_decode(tr, sizeof tr, path, &r->t);
   if (st == ZINC_OK &&
@@ -327,7 +275,7 @@ zinc_status zinc_shard_reader_verify(zinc_shard_reader *r, const uint32_t *expec
     int64_t off = (int64_t)(s * r->t.elements * 4);
     while (left > 0 && st == ZINC_OK) {
       size_t n = left < CHUNK ? (size_t)left : CHUNK;
-      st = read_all(r->fd, r->path, buf, n, off);
+      st = zinc_fs_pread_all(r->fd, r->path, buf, n, off);
       crc = zinc_crc32c(crc, buf, n);
       file_crc = zinc_crc32c(file_crc, buf, n);
       off += (int64_t)n;
@@ -341,7 +289,7 @@ zinc_status zinc_shard_reader_verify(zinc_shard_reader *r, const uint32_t *expec
   }
   if (st == ZINC_OK && expect_crc) {
     unsigned char tr[ZINC_SHARD_TRAILER];
-    st = read_all(r->fd, r->path, tr, sizeof tr, r->size - ZINC_SHARD_TRAILER);
+    st = zinc_fs_pread_all(r->fd, r->path, tr, sizeof tr, r->size - ZINC_SHARD_TRAILER);
     file_crc = zinc_crc32c(file_crc, tr, sizeof tr);
     if (st == ZINC_OK && file_crc != *expect_crc)
       st = zinc_error(ZINC_ERR_CORRUPT, "shard %s: crc32c %08x, the manifest says %08x "
@@ -359,7 +307,7 @@ zinc_status zinc_shard_reader_read(zinc_shard_reader *r, int section, uint64_t o
                       "%d is outside the file (%u sections of %llu)", r->path, n,
                       (unsigned long long)offset, section, r->t.nsections,
                       (unsigned long long)r->t.elements);
-  return read_all(r->fd, r->path, dst, n * 4,
+  return zinc_fs_pread_all(r->fd, r->path, dst, n * 4,
                   (int64_t)(((uint64_t)section * r->t.elements + offset) * 4));
 }
 
@@ -369,182 +317,6 @@ void zinc_shard_reader_close(zinc_shard_reader *r) {
   close(r->fd);
   free(r->path);
   free(r);
-}
-
-/* ------------------------------------------------------ small files */
-
-zinc_status zinc_file_read_all(const char *path, char **data, size_t *len) {
-  *data = NULL;
-  *len = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return errno == ENOENT ? zinc_error(ZINC_ERR_CORRUPT, "%s is missing", path)
-                           : io_error("open", path, 0, errno);
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || sb.st_size > (1ll << 32)) {
-    close(fd);
-    return zinc_error(ZINC_ERR_CORRUPT, "%s: cannot size it or larger than 4 GiB", path);
-  }
-  char *buf = malloc((size_t)sb.st_size + 1);
-  if (!buf) {
-    close(fd);
-    return zinc_error(ZINC_ERR_NOMEM, "out of memory reading %s", path);
-  }
-  zinc_status st = read_all(fd, path, buf, (size_t)sb.st_size, 0);
-  close(fd);
-  if (st != ZINC_OK) {
-    free(buf);
-    return st;
-  }
-  buf[sb.st_size] = '\0';
-  *data = buf;
-  *len = (size_t)sb.st_size;
-  return ZINC_OK;
-}
-
-zinc_status zinc_fsync_path(const char *path, int is_dir) {
-  int fd = open(path, (is_dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0)
-    return io_error("open for fsync", path, 0, errno);
-  int rc = fsync(fd);
-  int err = errno;
-  close(fd);
-  return rc == 0 ? ZINC_OK : io_error("fsync", path, 0, err);
-}
-
-static char *dir_of(const char *path) {
-  char *d = zinc_strdup(path);
-  if (!d)
-    return NULL;
-  char *slash = strrchr(d, '/');
-  if (!slash) {
-    free(d);
-    return zinc_strdup(".");
-  }
-  if (slash == d)
-    slash[1] = '\0';
-  else
-    *slash = '\0';
-  return d;
-}
-
-zinc_status zinc_file_write_atomic(const char *path, const void *data, size_t len) {
-  size_t n = strlen(path) + 16;
-  char *tmp = malloc(n);
-  char *dir = dir_of(path);
-  if (!tmp || !dir) {
-    free(tmp);
-    free(dir);
-    return zinc_error(ZINC_ERR_NOMEM, "out of memory writing %s", path);
-  }
-  snprintf(tmp, n, "%s.tmp", path);
-  zinc_status st = ZINC_OK;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    st = io_error("create", tmp, 0, errno);
-  } else {
-    int64_t off = 0;
-    st = write_all(fd, tmp, data, len, &off);
-    if (st == ZINC_OK && fsync(fd) != 0)
-      st = io_error("fsync", tmp, off, errno);
-    close(fd);
-    if (st == ZINC_OK && rename(tmp, path) != 0)
-      st = io_error("rename into place", path, 0, errno);
-    if (st != ZINC_OK)
-      unlink(tmp);
-    else
-      st = zinc_fsync_path(dir, 1);
-  }
-  free(tmp);
-  free(dir);
-  return st;
-}
-
-zinc_status zinc_remove_tree(const char *path) {
-  struct stat sb;
-  if (lstat(path, &sb) != 0)
-    return errno == ENOENT ? ZINC_OK : io_error("stat", path, 0, errno);
-  if (!S_ISDIR(sb.st_mode))
-    return unlink(path) == 0 || errno == ENOENT ? ZINC_OK : io_error("remove", path, 0, errno);
-  DIR *d = opendir(path);
-  if (!d)
-    return io_error("open directory", path, 0, errno);
-  zinc_status st = ZINC_OK;
-  struct dirent *ent;
-  while (st == ZINC_OK && (ent = readdir(d))) {
-    if (!strcmp(ent->d_name, ".") || !strcmp(ent->d_name, ".."))
-      continue;
-    size_t n = strlen(path) + strlen(ent->d_name) + 2;
-    char *child = malloc(n);
-    if (!child) {
-      st = zinc_error(ZINC_ERR_NOMEM, "out of memory removing %s", path);
-      break;
-    }
-    snprintf(child, n, "%s/%s", path, ent->d_name);
-    st = zinc_remove_tree(child);
-    free(child);
-  }
-  closedir(d);
-  if (st == ZINC_OK && rmdir(path) != 0 && errno != ENOENT)
-    st = io_error("remove directory", path, 0, errno);
-  return st;
-}
-
-zinc_status zinc_mkdirs(const char *path) {
-  char *p = zinc_strdup(path);
-  if (!p)
-    return zinc_error(ZINC_ERR_NOMEM, "out of memory creating %s", path);
-  zinc_status st = ZINC_OK;
-  for (char *c = p + 1;; c++) {
-    if (*c == '/' || *c == '\0') {
-      char saved = *c;
-      *c = '\0';
-      if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-        st = io_error("create directory", p, 0, errno);
-        break;
-      }
-      *c = saved;
-      if (saved == '\0')
-        break;
-    }
-  }
-  free(p);
-  return st;
-}
-
-zinc_status zinc_rename_into_place(const char *from, const char *to, int *exchanged) {
-  *exchanged = 0;
-  struct stat sb;
-  if (lstat(to, &sb) == 0) {
-    if (syscall(SYS_renameat2, AT_FDCWD, from, AT_FDCWD, to, RENAME_EXCHANGE) == 0) {
-      *exchanged = 1;
-      return ZINC_OK;
-    }
-    if (errno != EINVAL && errno != ENOSYS)
-      return io_error("exchange into place", to, 0, errno);
-    /* no RENAME_EXCHANGE here: move the old one aside first (a crash between
-     * the two renames leaves the old checkpoint under from's name and
-     * latest still pointing at the previous tag) */
-    size_t n = strlen(to) + 8;
-    char *aside = malloc(n);
-    if (!aside)
-      return zinc_error(ZINC_ERR_NOMEM, "out of memory");
-    snprintf(aside, n, "%s.old", to);
-    zinc_remove_tree(aside);
-    zinc_status st = ZINC_OK;
-    if (rename(to, aside) != 0)
-      st = io_error("move aside", to, 0, errno);
-    else if (rename(from, to) != 0)
-      st = io_error("rename into place", to, 0, errno);
-    else if (rename(aside, from) != 0)
-      st = io_error("rename", aside, 0, errno);
-    free(aside);
-    *exchanged = st == ZINC_OK;
-    return st;
-  }
-  if (rename(from, to) != 0)
-    return io_error("rename into place", to, 0, errno);
-  return ZINC_OK;
 }
 
 /* -------------------------------------------------------- checksums */
@@ -615,34 +387,6 @@ zinc_status zinc_checksums_parse(const char *text, size_t len, const char *what,
   return ZINC_OK;
 }
 
-zinc_status zinc_file_crc(const char *path, uint32_t *crc, int64_t *bytes) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return errno == ENOENT ? zinc_error(ZINC_ERR_CORRUPT, "%s is missing", path)
-                           : io_error("open", path, 0, errno);
-  enum { CHUNK = 4 << 20 };
-  char *buf = malloc(CHUNK);
-  zinc_status st = buf ? ZINC_OK : zinc_error(ZINC_ERR_NOMEM, "out of memory");
-  uint32_t c = 0;
-  int64_t off = 0;
-  while (st == ZINC_OK) {
-    ssize_t r = pread(fd, buf, CHUNK, off);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r < 0)
-      st = io_error("read", path, off, errno);
-    if (r <= 0)
-      break;
-    c = zinc_crc32c(c, buf, (size_t)r);
-    off += r;
-  }
-  free(buf);
-  close(fd);
-  *crc = c;
-  *bytes = off;
-  return st;
-}
-
 /* -------------------------------------------------- checkpoint dirs */
 
 zinc_status zinc_ckpt_tag_check(const char *tag) {
@@ -665,7 +409,7 @@ zinc_status zinc_ckpt_dir_open(const char *dir, const char *tag, zinc_ckpt_dir *
   zinc_ckpt_dir *d = NULL;
   if (!tag) {
     char *latest = zinc_path_join(dir, ZINC_LATEST_NAME);
-    st = latest ? zinc_file_read_all(latest, &tagbuf, &len) : zinc_error(ZINC_ERR_NOMEM, "oom");
+    st = latest ? zinc_fs_read_all(latest, &tagbuf, &len) : zinc_error(ZINC_ERR_NOMEM, "oom");
     if (st != ZINC_OK)
       zinc_error_wrap(st, "no tag given and no readable %s", latest ? latest : "latest");
     free(latest);
@@ -684,7 +428,7 @@ zinc_status zinc_ckpt_dir_open(const char *dir, const char *tag, zinc_ckpt_dir *
   }
   {
     char *cpath = zinc_path_join(path, ZINC_CHECKSUMS_NAME);
-    st = zinc_file_read_all(cpath, &sums, &sums_len);
+    st = zinc_fs_read_all(cpath, &sums, &sums_len);
     if (st == ZINC_OK)
       st = zinc_checksums_parse(sums, sums_len, cpath, &entries, &nentries);
     free(cpath);
@@ -693,7 +437,7 @@ zinc_status zinc_ckpt_dir_open(const char *dir, const char *tag, zinc_ckpt_dir *
   }
   {
     char *mpath = zinc_path_join(path, ZINC_MANIFEST_NAME);
-    st = zinc_file_read_all(mpath, &text, &len);
+    st = zinc_fs_read_all(mpath, &text, &len);
     int found = 0;
     for (int i = 0; st == ZINC_OK && i < nentries; i++)
       if (!strcmp(entries[i].name, ZINC_MANIFEST_NAME)) {

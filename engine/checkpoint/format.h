@@ -1,6 +1,7 @@
 /*
- * ckpt_file.h — checkpoint files on disk, without an engine (the engine's
- * save/load and tools/zinc-ckpt both use it).
+ * format.h — checkpoint files on disk, without an engine (the engine's
+ * save/load and tools/zinc-ckpt both use it). The filesystem steps (atomic
+ * replacement, fsync, rename into place, rm -r) are base/fs.h's.
  *
  * A checkpoint directory <dir>/<tag>/ holds:
  *   rank_NNNNN.zshard   one per saving data-parallel rank:
@@ -9,7 +10,7 @@
  *                       master, exp_avg, exp_avg_sq of the rank's chunks);
  *                       the trailer: "ZINCSHRD", version, rank, world,
  *                       nsections, elements, crc32c of each section, crc32c
- *                       of the trailer;
+ *                       of the trailer (little-endian, base/endian.h);
  *   manifest.json       engine/checkpoint/manifest.h (with every shard's crc32c);
  *   checksums.crc32c    "<crc32c> <bytes> <name>" per file, then
  *                       "self <crc32c of the lines above>".
@@ -19,7 +20,8 @@
  * latest atomically: a crash leaves the old checkpoint or the new one.
  *
  * Tests inject write failures with ZINC_CKPT_FAULT="ERRNO@N": the N-th
- * write call to each checkpoint file fails with ERRNO (ENOSPC, EIO, ...).
+ * write call to each shard file fails with ERRNO (ENOSPC, EIO, ...); read
+ * when the shard is opened (docs/environment.md).
  */
 #ifndef ZINC_CKPT_FILE_H
 #define ZINC_CKPT_FILE_H
@@ -78,19 +80,6 @@ zinc_status zinc_shard_reader_read(zinc_shard_reader *r, int section, uint64_t o
                                    float *dst, size_t n);
 void zinc_shard_reader_close(zinc_shard_reader *r);
 
-/* Whole small files. */
-zinc_status zinc_file_read_all(const char *path, char **data, size_t *len);
-/* Write data to path via a temporary file, fsync it, rename, fsync the dir. */
-zinc_status zinc_file_write_atomic(const char *path, const void *data, size_t len);
-zinc_status zinc_fsync_path(const char *path, int is_dir);
-/* rm -r (no error when absent). */
-zinc_status zinc_remove_tree(const char *path);
-/* mkdir -p with mode 0755 for the missing parts. */
-zinc_status zinc_mkdirs(const char *path);
-/* Atomically put `from` at `to`: rename, or exchange with an existing `to`
- * (the old one is then at `from`). *exchanged says which. */
-zinc_status zinc_rename_into_place(const char *from, const char *to, int *exchanged);
-
 /* The checksums file: lines for each (name, crc, bytes), then the self line. */
 char *zinc_checksums_format(const char *const *names, const uint32_t *crcs,
                             const int64_t *bytes, int n);
@@ -102,8 +91,6 @@ typedef struct {
 } zinc_checksum_entry;
 zinc_status zinc_checksums_parse(const char *text, size_t len, const char *what,
                                  zinc_checksum_entry **entries, int *n);
-/* crc32c and size of a whole file. */
-zinc_status zinc_file_crc(const char *path, uint32_t *crc, int64_t *bytes);
 
 /* A checkpoint directory, read and verified (checksums file, manifest crc,
  * manifest contents); shards are opened and verified on request. */

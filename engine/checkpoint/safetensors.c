@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/endian.h"
+#include "base/fs.h"
 #include "engine/engine.h"
 #include "kernels/zinc_math.h"
 
@@ -47,22 +49,6 @@ void zinc_safetensors_abort(zinc_safetensors *w) {
   free(w->numel);
   free(w->buf);
   free(w);
-}
-
-static zinc_status pwrite_all(zinc_safetensors *w, const void *data, size_t len, int64_t off) {
-  const char *p = data;
-  while (len > 0) {
-    ssize_t r = pwrite(w->fd, p, len, off);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0)
-      return zinc_error(ZINC_ERR_IO, "write %s at offset %lld: %s", w->tmp, (long long)off,
-                        r < 0 ? strerror(errno) : "no space left");
-    p += r;
-    len -= (size_t)r;
-    off += r;
-  }
-  return ZINC_OK;
 }
 
 zinc_status zinc_safetensors_open(const char *path, const zinc_safetensors_tensor *t, int n,
@@ -117,11 +103,12 @@ zinc_status zinc_safetensors_open(const char *path, const zinc_safetensors_tenso
   zinc_status st = ZINC_OK;
   if (w->fd < 0)
     st = zinc_error(ZINC_ERR_IO, "create %s: %s", w->tmp, strerror(errno));
-  uint64_t hlen = len;
+  unsigned char hlen[8];
+  zinc_le_put_u64(hlen, len);
   if (st == ZINC_OK)
-    st = pwrite_all(w, &hlen, 8, 0);
+    st = zinc_fs_pwrite_all(w->fd, w->tmp, hlen, sizeof hlen, 0);
   if (st == ZINC_OK)
-    st = pwrite_all(w, hdr, len, 8);
+    st = zinc_fs_pwrite_all(w->fd, w->tmp, hdr, len, 8);
   if (st == ZINC_OK && ftruncate(w->fd, w->data_start + off) != 0)
     st = zinc_error(ZINC_ERR_IO, "size %s to %lld bytes: %s", w->tmp,
                     (long long)(w->data_start + off), strerror(errno));
@@ -144,18 +131,14 @@ zinc_status zinc_safetensors_put(zinc_safetensors *w, int i, int64_t offset, con
     int64_t m = n - k < PUT_CHUNK ? n - k : PUT_CHUNK;
     for (int64_t j = 0; j < m; j++)
       zinc_store_from_f32(w->buf, j, w->dtypes[i], values[k + j]);
-    ZINC_CHECK(pwrite_all(w, w->buf, (size_t)m * es,
-                          w->data_start + w->begin[i] + (offset + k) * (int64_t)es));
+    ZINC_CHECK(zinc_fs_pwrite_all(w->fd, w->tmp, w->buf, (size_t)m * es,
+                                  w->data_start + w->begin[i] + (offset + k) * (int64_t)es));
   }
   return ZINC_OK;
 }
 
 zinc_status zinc_safetensors_finish(zinc_safetensors *w) {
-  zinc_status st = ZINC_OK;
-  if (fsync(w->fd) != 0)
-    st = zinc_error(ZINC_ERR_IO, "fsync %s: %s", w->tmp, strerror(errno));
-  if (st == ZINC_OK && rename(w->tmp, w->path) != 0)
-    st = zinc_error(ZINC_ERR_IO, "rename %s to %s: %s", w->tmp, w->path, strerror(errno));
+  zinc_status st = zinc_fs_publish(w->fd, w->tmp, w->path);
   if (st != ZINC_OK) {
     zinc_safetensors_abort(w);
     return st;

@@ -7,7 +7,8 @@
  * Tensors are declared up front (the header needs every offset), then
  * filled in any order from f32 values converted to each tensor's dtype, a
  * bounded piece at a time. The file is written to <path>.tmp and renamed
- * into place after an fsync, so a crash never leaves a torn file at path.
+ * into place after an fsync (zinc_fs_publish), so a crash never leaves a
+ * torn file at path.
  */
 #ifndef ZINC_SAFETENSORS_H
 #define ZINC_SAFETENSORS_H

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "base/base.h"
+#include "base/fs.h"
 #include "engine/checkpoint/format.h"
 #include "engine/checkpoint/safetensors.h"
 
@@ -42,7 +43,7 @@ static void list_tags(const char *dir) {
   size_t len;
   char path[4096];
   snprintf(path, sizeof path, "%s/%s", dir, ZINC_LATEST_NAME);
-  if (zinc_file_read_all(path, &latest, &len) == ZINC_OK)
+  if (zinc_fs_read_all(path, &latest, &len) == ZINC_OK)
     latest[strcspn(latest, "\r\n ")] = '\0';
   printf("tags in %s:\n", dir);
   struct dirent *ent;

@@ -17,9 +17,9 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "base/fs.h"
 #include "config/config.h"
 #include "engine/memory/timeline.h"
-#include "engine/checkpoint/format.h"
 #include "engine/memory/estimate.h"
 
 int zinc_mem_render_svg(const zinc_timeline *tl, FILE *f);
@@ -238,7 +238,7 @@ static int cmd_timeline(int argc, char **argv) {
     return usage();
   char *text;
   size_t len;
-  if (zinc_file_read_all(argv[2], &text, &len) != ZINC_OK)
+  if (zinc_fs_read_all(argv[2], &text, &len) != ZINC_OK)
     return fail();
   zinc_timeline *tl;
   zinc_status st = zinc_timeline_parse(text, len, argv[2], &tl);
