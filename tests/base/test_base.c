@@ -1,4 +1,5 @@
-/* test_base.c — errors, logger parsing, crc32c against published vectors. */
+/* test_base.c — errors, logger parsing, crc32c against published vectors,
+ * the little-endian codec against spelled-out bytes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,6 +9,7 @@
 #include <cmocka.h>
 
 #include "base/base.h"
+#include "base/endian.h"
 
 static void crc32c_known_vectors(void **state) {
   (void)state;
@@ -56,12 +58,29 @@ static void log_levels(void **state) {
   assert_int_equal(zinc_log_level_parse(NULL), -1);
 }
 
+static void little_endian_bytes(void **state) {
+  (void)state;
+  unsigned char b[8];
+  zinc_le_put_u16(b, 0x1122);
+  assert_memory_equal(b, "\x22\x11", 2);
+  assert_int_equal(zinc_le_get_u16(b), 0x1122);
+  zinc_le_put_u32(b, 0x5057535au); /* the swap header's magic: "ZSWP" on disk */
+  assert_memory_equal(b, "ZSWP", 4);
+  assert_int_equal(zinc_le_get_u32(b), 0x5057535au);
+  zinc_le_put_u64(b, 0x0102030405060708ull);
+  assert_memory_equal(b, "\x08\x07\x06\x05\x04\x03\x02\x01", 8);
+  assert_true(zinc_le_get_u64(b) == 0x0102030405060708ull);
+  zinc_le_put_u64(b, UINT64_MAX);
+  assert_true(zinc_le_get_u64(b) == UINT64_MAX);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(crc32c_known_vectors),
       cmocka_unit_test(crc32c_chains),
       cmocka_unit_test(error_messages),
       cmocka_unit_test(log_levels),
+      cmocka_unit_test(little_endian_bytes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
