@@ -44,8 +44,9 @@ typedef enum {
 } zinc_cpu_isa;
 
 /* The best path this CPU runs, lowered by the environment variable
- * ZINC_CPU_ISA=scalar|avx2|avx512 when set (a higher ask than the CPU
- * supports is ignored with a warning). Call once and keep the result. */
+ * ZINC_CPU_ISA=scalar|avx2|avx512 when set (read with base/env.h; a
+ * value that is not one of them, or a higher ask than the CPU supports, is
+ * ignored with a warning). Call once and keep the result. */
 zinc_cpu_isa zinc_cpu_isa_select(void);
 /* 1 if this CPU (and OS) can run `isa`. */
 int zinc_cpu_isa_supported(zinc_cpu_isa isa);
