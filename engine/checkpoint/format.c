@@ -111,7 +111,8 @@ struct zinc_shard_writer {
   uint32_t file_crc;
   zinc_shard_trailer t;
   int writes;             /* write calls so far (fault injection) */
-  int fault_err, fault_call; /* ZINC_CKPT_FAULT: fail write fault_call with fault_err */
+  int fault_err;          /* ZINC_CKPT_FAULT: write call number fault_call */
+  int fault_call;         /* fails with errno fault_err; 0: no fault */
   int section;            /* current section */
   uint64_t in_section;    /* elements written into it */
 };
