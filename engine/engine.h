@@ -321,8 +321,14 @@ struct zinc_engine {
 /* --------------------------------------------------------- engine.c */
 /* Wait for the engine's queued device work (a no-op on the cpu device). */
 zinc_status zinc_engine_sync(zinc_engine *e);
+void zinc_engine_phase(zinc_engine *e, zinc_phase p);
+
+/* --------------------------------------------------------- failure.c */
 /* Fail the engine for good (after an error mid-step) and return st. */
 zinc_status zinc_engine_fail(zinc_engine *e, zinc_status st);
+/* ZINC_OK when e may take a training call named `what`; otherwise the
+ * error: NULL engine, not built, or stopped by an earlier failure (its
+ * status and message). */
 zinc_status zinc_engine_usable(const zinc_engine *e, const char *what);
 /* Collective over c: the common outcome of a step that may fail on some
  * ranks, with the lowest failing rank's message on every rank. */
@@ -334,7 +340,6 @@ void zinc_engine_defer(zinc_engine *e, zinc_status st);
 /* Collective over the data-parallel group: the first deferred failure of
  * any rank, on every rank (ZINC_OK when none). Cleared afterwards. */
 zinc_status zinc_engine_agree_deferred(zinc_engine *e);
-void zinc_engine_phase(zinc_engine *e, zinc_phase p);
 
 /* --------------------------------------------------------- registry.c */
 void zinc_registry_free(zinc_engine *e);
