@@ -82,7 +82,9 @@ zinc_status zinc_memory_timeline_flush(zinc_engine *e) {
                       "set \"zinc\": {\"memory_timeline\": \"path.json\"} in the config");
   char *path = timeline_path(e);
   if (!path)
-    return zinc_error(ZINC_ERR_NOMEM, "out of memory");
+    return zinc_error(ZINC_ERR_NOMEM, "zinc_memory_timeline_flush: no host memory for the "
+                      "timeline path (%zu bytes); free host memory and retry",
+                      strlen(e->cfg.memory_timeline) + 32);
   zinc_status st = zinc_prof_timeline_write(e->prof, path, e->world_rank, e->world_size,
                                             e->cfg.stage);
   free(path);
