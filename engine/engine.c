@@ -218,7 +218,7 @@ void zinc_engine_destroy(zinc_engine *e) {
   if (e->cfg.memory_timeline && e->built && zinc_memory_timeline_flush(e) != ZINC_OK)
     zinc_log(ZINC_LOG_WARN, "%s", zinc_last_error());
   if (e->dev)
-    zinc_activations_free(e);
+    zinc_activation_store_destroy(e);
   zinc_build_free(e);
   zinc_trace_free(e);
   zinc_registry_free(e);

@@ -175,8 +175,8 @@ static zinc_status adam_params_on_disk(zinc_engine *e, const zinc_adam_coef *c,
     if ((size_t)segs[i].n * 4 > most)
       most = (size_t)segs[i].n * 4;
   void *staging = NULL;
-  ZINC_CHECK(zinc_engine_alloc(e, most, ZINC_LOC_HOST, ZINC_MEM_BUFFERS, &staging,
-                               "parameter staging"));
+  ZINC_CHECK(zinc_engine_buffer_alloc(e, most, ZINC_LOC_HOST, ZINC_MEM_BUFFERS, &staging,
+                                      "parameter staging"));
   zinc_status st = ZINC_OK;
   for (int i = 0; i < e->nruns && st == ZINC_OK; i++) {
     const zinc_opt_run *run = &e->runs[i];
@@ -189,7 +189,7 @@ static zinc_status adam_params_on_disk(zinc_engine *e, const zinc_adam_coef *c,
       st = zinc_pshard_write(e, u->shard_byte + (size_t)(run->unit_offset - (int64_t)run->owner * u->chunk) * es,
                              (size_t)s.n * es, staging);
   }
-  zinc_engine_free(e, staging, most, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
+  zinc_engine_buffer_free(e, staging, most, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
   return st;
 }
 
