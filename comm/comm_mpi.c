@@ -366,5 +366,3 @@ int zinc_comm_mpi_wanted(void) {
       return 1;
   return 0;
 }
-
-int zinc_comm_mpi_available(void) { return 1; }

@@ -119,7 +119,7 @@ static zinc_status find_local_ranks(zinc_engine *e) {
 static zinc_status create_comms(zinc_engine *e) {
   /* A process started on its own (no launcher, MPI not initialised, no comm
    * given) is a world of one and needs no MPI at all. */
-  if (zinc_comm_mpi_available() && (e->opt.mpi_comm || zinc_comm_mpi_wanted()))
+  if (e->opt.mpi_comm || zinc_comm_mpi_wanted())
     ZINC_CHECK(zinc_comm_mpi_create(e->opt.mpi_comm, e->cfg.comm_timeout_s, &e->world));
   else
     ZINC_CHECK(zinc_comm_self_create(&e->world));
