@@ -46,6 +46,8 @@ extern "C" {
 #define ZINC_API
 #endif
 
+/* The one place the version is written: zinc_version() and the CMake
+ * project version (library soname, zinc.pc) are made from these. */
 #define ZINC_VERSION_MAJOR 0
 #define ZINC_VERSION_MINOR 1
 #define ZINC_VERSION_PATCH 0
@@ -68,7 +70,8 @@ typedef enum {
 ZINC_API const char *zinc_last_error(void);
 /* Name of a status ("ZINC_ERR_IO"). */
 ZINC_API const char *zinc_status_name(zinc_status s);
-/* "0.1.0" */
+/* "MAJOR.MINOR.PATCH" of the library that is running (ZINC_VERSION_* are
+ * those of the header compiled against), e.g. "0.1.0". */
 ZINC_API const char *zinc_version(void);
 
 typedef enum { ZINC_F32, ZINC_BF16, ZINC_F16 } zinc_dtype;
