@@ -79,7 +79,12 @@ const char *zinc_status_name(zinc_status s) {
   return "ZINC_ERR_(unknown)";
 }
 
-const char *zinc_version(void) { return "0.1.0"; }
+#define ZINC_STR_(x) #x
+#define ZINC_STR(x) ZINC_STR_(x)
+const char *zinc_version(void) {
+  return ZINC_STR(ZINC_VERSION_MAJOR) "." ZINC_STR(ZINC_VERSION_MINOR) "." ZINC_STR(
+      ZINC_VERSION_PATCH);
+}
 
 size_t zinc_dtype_size(zinc_dtype dt) {
   switch (dt) {

@@ -68,8 +68,9 @@ typedef enum {
   ZINC_LOG_DEBUG = 3
 } zinc_log_level;
 
-/* Write "[zinc <level> rank R] message" to stderr when level is enabled.
- * Lines from every rank appear unless ZINC_LOG_RANK0 is used. */
+/* Write "[zinc <level> rank R] message" ("[zinc <level>] message" before
+ * zinc_log_set_rank) to stderr when level is enabled. Every rank prints;
+ * zinc_log0 is for lines that only rank 0 should print. */
 void zinc_log(zinc_log_level level, const char *fmt, ...) ZINC_PRINTF(2, 3);
 /* Same, but only rank 0 (or a process that has no rank yet) prints. */
 void zinc_log0(zinc_log_level level, const char *fmt, ...) ZINC_PRINTF(2, 3);

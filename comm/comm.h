@@ -113,8 +113,6 @@ zinc_status zinc_comm_self_create(zinc_comm **out);
  * a thread level below MULTIPLE, `start` runs the batch at once in the
  * caller's thread (no overlap) and says so once at info level. */
 zinc_status zinc_comm_mpi_create(void *mpi_comm, double timeout_s, zinc_comm **out);
-/* 1 when zinc was built with MPI. */
-int zinc_comm_mpi_available(void);
 /* 1 when MPI is initialised or this process was started by an MPI launcher
  * (mpirun, srun, ...): a lone process started directly needs no MPI. */
 int zinc_comm_mpi_wanted(void);

@@ -130,7 +130,7 @@ zinc_status zinc_mpi_execute(zinc_mpi *m, const zinc_coll *colls, int n) {
     run_alone(colls, n);
     return ZINC_OK;
   }
-  return m->use_shm ? zinc_shm_run(m, colls, n) : zinc_p2p_run(m, colls, n);
+  return m->use_shm ? zinc_mpi_shm_run(m, colls, n) : zinc_mpi_p2p_run(m, colls, n);
 }
 
 static zinc_status worker_exec(void *ctx, const zinc_coll *colls, int n) {
@@ -144,7 +144,7 @@ static zinc_status worker_exec(void *ctx, const zinc_coll *colls, int n) {
 static zinc_status mpi_run(zinc_comm *c, const zinc_coll *colls, int n) {
   ZINC_CHECK(zinc_coll_validate(c, colls, n));
   zinc_mpi *m = zinc_mpi_of(c);
-  ZINC_CHECK(zinc_worker_drain(m->worker, "run"));
+  ZINC_CHECK(zinc_mpi_worker_drain(m->worker, "run"));
   return zinc_mpi_execute(m, colls, n);
 }
 
@@ -156,12 +156,12 @@ static zinc_status mpi_start(zinc_comm *c, const zinc_coll *colls, int n, zinc_c
   zinc_mpi *m = zinc_mpi_of(c);
   if (!m->worker)
     ZINC_CHECK(zinc_mpi_execute(m, colls, n));
-  return zinc_worker_submit(m->worker, colls, n, m->size, req);
+  return zinc_mpi_worker_submit(m->worker, colls, n, m->size, req);
 }
 
 static zinc_status mpi_wait(zinc_comm *c, zinc_comm_req *req) {
   zinc_mpi *m = zinc_mpi_of(c);
-  zinc_status st = zinc_worker_wait(m->worker, req);
+  zinc_status st = zinc_mpi_worker_wait(m->worker, req);
   char who[256];
   /* a timed-out wait: name the ranks the node barrier is still waiting for */
   if (st == ZINC_ERR_COMM && m->use_shm && zinc_mpi_shm_laggards(m, who, sizeof who) > 0) {
@@ -176,7 +176,7 @@ static zinc_status mpi_wait(zinc_comm *c, zinc_comm_req *req) {
 static zinc_status mpi_test(zinc_comm *c, zinc_comm_req *req, int *done) {
   if (!done)
     return zinc_error(ZINC_ERR_INVALID, "comm mpi: test needs a done pointer");
-  return zinc_worker_test(zinc_mpi_of(c)->worker, req, done);
+  return zinc_mpi_worker_test(zinc_mpi_of(c)->worker, req, done);
 }
 
 static zinc_status create_from(MPI_Comm comm, int thread_level, double timeout_s,
@@ -190,7 +190,7 @@ static zinc_status mpi_split(zinc_comm *c, int color, int key, zinc_comm **out) 
     return zinc_error(ZINC_ERR_INVALID, "comm mpi: split color %d is negative; every rank "
                       "must pass a color >= 0", color);
   zinc_mpi *m = zinc_mpi_of(c);
-  ZINC_CHECK(zinc_worker_drain(m->worker, "split"));
+  ZINC_CHECK(zinc_mpi_worker_drain(m->worker, "split"));
   MPI_Comm sub;
   int rc = MPI_Comm_split(m->comm, color, key, &sub);
   if (rc != MPI_SUCCESS)
@@ -203,40 +203,40 @@ static zinc_status mpi_alloc_shared(zinc_comm *c, size_t bytes, void **out) {
     return zinc_error(ZINC_ERR_INVALID, "comm mpi: alloc_shared needs an output pointer");
   *out = NULL;
   zinc_mpi *m = zinc_mpi_of(c);
-  ZINC_CHECK(zinc_worker_drain(m->worker, "alloc_shared"));
-  return zinc_shm_alloc_create(m, bytes, out);
+  ZINC_CHECK(zinc_mpi_worker_drain(m->worker, "alloc_shared"));
+  return zinc_mpi_shm_alloc_create(m, bytes, out);
 }
 
 static void mpi_free_shared(zinc_comm *c, void *p) {
   zinc_mpi *m = zinc_mpi_of(c);
   if (!p)
     return;
-  if (zinc_worker_drain(m->worker, "free_shared") != ZINC_OK)
+  if (zinc_mpi_worker_drain(m->worker, "free_shared") != ZINC_OK)
     zinc_log(ZINC_LOG_WARN, "%s", zinc_last_error());
-  zinc_shm_alloc_free(m, p);
+  zinc_mpi_shm_alloc_free(m, p);
 }
 
 /* Free what create_from made. Collective frees (windows, comms) are
  * skipped once the comm has failed: peers may never join them. */
 static void mpi_release(zinc_comm *c) {
   zinc_mpi *m = zinc_mpi_of(c);
-  zinc_worker_destroy(m->worker);
+  zinc_mpi_worker_destroy(m->worker);
   m->worker = NULL;
   int finalized = 0;
   MPI_Finalized(&finalized);
-  int collective_ok = !finalized && (m->use_shm ? zinc_shm_agree_teardown(m)
+  int collective_ok = !finalized && (m->use_shm ? zinc_mpi_shm_agree_teardown(m)
                                                 : !atomic_load(&m->abort));
   if (!collective_ok && (m->allocs || m->ctl_win != MPI_WIN_NULL))
     zinc_log(ZINC_LOG_WARN, "comm mpi: destroying a failed comm: its shared windows are "
              "left to MPI_Finalize");
   if (collective_ok) {
-    zinc_shm_alloc_free_all(m);
-    zinc_shm_teardown(m);
+    zinc_mpi_shm_alloc_free_all(m);
+    zinc_mpi_shm_teardown(m);
   } else {
     free(m->ctl);
     free(m->scratch);
   }
-  zinc_p2p_teardown(m);
+  zinc_mpi_p2p_teardown(m);
   if (!finalized) {
     if (m->node != MPI_COMM_NULL)
       MPI_Comm_free(&m->node);
@@ -319,11 +319,11 @@ static zinc_status create_from(MPI_Comm comm, int thread_level, double timeout_s
 
   ZINC_CHECK_GOTO(choose_path(m), st, fail);
   if (m->use_shm)
-    ZINC_CHECK_GOTO(zinc_shm_setup(m), st, fail);
+    ZINC_CHECK_GOTO(zinc_mpi_shm_setup(m), st, fail);
   else
-    ZINC_CHECK_GOTO(zinc_p2p_setup(m), st, fail);
+    ZINC_CHECK_GOTO(zinc_mpi_p2p_setup(m), st, fail);
   if (thread_level == MPI_THREAD_MULTIPLE) {
-    ZINC_CHECK_GOTO(zinc_worker_create(worker_exec, m, &m->abort, timeout_s, &m->worker), st,
+    ZINC_CHECK_GOTO(zinc_mpi_worker_create(worker_exec, m, &m->abort, timeout_s, &m->worker), st,
                     fail);
   } else if (!atomic_exchange(&sync_start_logged, 1)) {
     zinc_log0(ZINC_LOG_INFO, "comm mpi: MPI runs below MPI_THREAD_MULTIPLE (level %d), so "
@@ -369,5 +369,3 @@ int zinc_comm_mpi_wanted(void) {
       return 1;
   return 0;
 }
-
-int zinc_comm_mpi_available(void) { return 1; }

@@ -41,14 +41,14 @@ struct zinc_comm_req {
   char msg[REQ_MSG_MAX];    /* failure message, copied from the worker       */
 };
 
-struct zinc_comm_worker {
+struct zinc_mpi_worker {
   pthread_t thread;
   pthread_mutex_t mu;
   pthread_cond_t work;      /* queue gained a batch, or shutdown             */
   pthread_cond_t finished;  /* a batch finished                              */
   zinc_comm_req *head, *tail;  /* queued and running, in start order        */
   int shutdown;
-  zinc_worker_exec_fn exec;
+  zinc_mpi_worker_exec_fn exec;
   void *ctx;
   _Atomic int *abort;
   double timeout_s;
@@ -63,7 +63,7 @@ static void req_free(zinc_comm_req *r) {
 }
 
 static void *worker_main(void *arg) {
-  zinc_comm_worker *w = arg;
+  zinc_mpi_worker *w = arg;
   pthread_mutex_lock(&w->mu);
   for (;;) {
     while (!w->head && !w->shutdown)
@@ -96,10 +96,10 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-zinc_status zinc_worker_create(zinc_worker_exec_fn exec, void *ctx, _Atomic int *abort,
-                               double timeout_s, zinc_comm_worker **out) {
+zinc_status zinc_mpi_worker_create(zinc_mpi_worker_exec_fn exec, void *ctx, _Atomic int *abort,
+                                   double timeout_s, zinc_mpi_worker **out) {
   *out = NULL;
-  zinc_comm_worker *w = NULL;
+  zinc_mpi_worker *w = NULL;
   ZINC_CHECK(zinc_calloc((void **)&w, 1, sizeof *w, "comm worker"));
   w->exec = exec;
   w->ctx = ctx;
@@ -169,8 +169,8 @@ static zinc_status req_create(const zinc_coll *colls, int n, int nranks, zinc_co
   return ZINC_OK;
 }
 
-zinc_status zinc_worker_submit(zinc_comm_worker *w, const zinc_coll *colls, int n, int nranks,
-                               zinc_comm_req **req) {
+zinc_status zinc_mpi_worker_submit(zinc_mpi_worker *w, const zinc_coll *colls, int n, int nranks,
+                                   zinc_comm_req **req) {
   *req = NULL;
   zinc_comm_req *r;
   ZINC_CHECK(req_create(colls, n, nranks, &r));
@@ -205,13 +205,13 @@ static struct timespec abs_deadline(double seconds) {
 }
 
 /* Has `req` finished (req NULL: has every queued batch)? Mutex held. */
-static int finished(const zinc_comm_worker *w, const zinc_comm_req *req) {
+static int finished(const zinc_mpi_worker *w, const zinc_comm_req *req) {
   return req ? req->done : !w->head;
 }
 
 /* Wait on `finished` until it holds or timeout_s passes; mutex held.
  * Returns 1 on timeout. */
-static int wait_finished(zinc_comm_worker *w, const zinc_comm_req *req) {
+static int wait_finished(zinc_mpi_worker *w, const zinc_comm_req *req) {
   struct timespec deadline = abs_deadline(w->timeout_s > 0 ? w->timeout_s : 0);
   while (!finished(w, req)) {
     if (w->timeout_s <= 0)
@@ -230,7 +230,7 @@ static zinc_status req_finish(zinc_comm_req *r) {
   return st;
 }
 
-zinc_status zinc_worker_wait(zinc_comm_worker *w, zinc_comm_req *req) {
+zinc_status zinc_mpi_worker_wait(zinc_mpi_worker *w, zinc_comm_req *req) {
   if (!req)
     return zinc_error(ZINC_ERR_INVALID, "comm mpi: wait on a NULL request");
   if (!w)
@@ -255,7 +255,7 @@ zinc_status zinc_worker_wait(zinc_comm_worker *w, zinc_comm_req *req) {
   return req_finish(req);
 }
 
-zinc_status zinc_worker_test(zinc_comm_worker *w, zinc_comm_req *req, int *done) {
+zinc_status zinc_mpi_worker_test(zinc_mpi_worker *w, zinc_comm_req *req, int *done) {
   *done = 0;
   if (!req)
     return zinc_error(ZINC_ERR_INVALID, "comm mpi: test on a NULL request");
@@ -270,7 +270,7 @@ zinc_status zinc_worker_test(zinc_comm_worker *w, zinc_comm_req *req, int *done)
   return req_finish(req);
 }
 
-zinc_status zinc_worker_drain(zinc_comm_worker *w, const char *why) {
+zinc_status zinc_mpi_worker_drain(zinc_mpi_worker *w, const char *why) {
   if (!w)
     return ZINC_OK;
   pthread_mutex_lock(&w->mu);
@@ -286,10 +286,10 @@ zinc_status zinc_worker_drain(zinc_comm_worker *w, const char *why) {
   return ZINC_OK;
 }
 
-void zinc_worker_destroy(zinc_comm_worker *w) {
+void zinc_mpi_worker_destroy(zinc_mpi_worker *w) {
   if (!w)
     return;
-  if (zinc_worker_drain(w, "destroy") != ZINC_OK)
+  if (zinc_mpi_worker_drain(w, "destroy") != ZINC_OK)
     zinc_log(ZINC_LOG_WARN, "%s", zinc_last_error());
   pthread_mutex_lock(&w->mu);
   w->shutdown = 1;

@@ -1,6 +1,6 @@
 /*
  * comm_mpi_impl.h — internal state of the mpi comm backend, shared by its
- * files (not part of the comm seam; nothing outside engine/comm_mpi*.c
+ * files (not part of the comm seam; nothing outside comm/comm_mpi*.c
  * includes it):
  *
  *   comm_mpi.c         MPI plumbing: init/finalise, the duplicate comm,
@@ -55,7 +55,7 @@ typedef struct {
   int32_t fence;           /* 1: touches memory an earlier op of the batch
                               touched, so it must not run alongside it        */
   int32_t pad;
-} zinc_shm_desc;
+} zinc_mpi_shm_desc;
 
 /* One rank's segment of the control window (shared memory, every rank maps
  * every segment). Only rank 0's barrier words are used. */
@@ -68,20 +68,20 @@ typedef struct {
   _Atomic uint32_t bar_gen;                /* futex word: bumps on release  */
   _Atomic uint32_t bar_sleepers;           /* ranks in futex_wait           */
   char pad1[52];
-  zinc_shm_desc desc[ZINC_SHM_MAX_BATCH];  /* this rank's current chunk     */
-} zinc_shm_ctl;
+  zinc_mpi_shm_desc desc[ZINC_SHM_MAX_BATCH]; /* this rank's current chunk */
+} zinc_mpi_shm_ctl;
 
 /* One alloc_shared allocation. */
-typedef struct zinc_shm_alloc {
-  struct zinc_shm_alloc *next;
+typedef struct zinc_mpi_shm_alloc {
+  struct zinc_mpi_shm_alloc *next;
   int32_t id;              /* same on every rank: allocations are collective */
   MPI_Win win;             /* MPI_WIN_NULL on the p2p path (plain memory)    */
   char *base;              /* this rank's bytes                              */
   size_t bytes;
   char **peer;             /* (size) each rank's bytes, mapped here          */
-} zinc_shm_alloc;
+} zinc_mpi_shm_alloc;
 
-typedef struct zinc_comm_worker zinc_comm_worker;
+typedef struct zinc_mpi_worker zinc_mpi_worker;
 
 typedef struct {
   zinc_comm *pub;          /* the zinc_comm this state belongs to            */
@@ -96,13 +96,13 @@ typedef struct {
   int use_shm;
   MPI_Comm node;           /* ranks in the same order as comm                 */
   MPI_Win ctl_win;
-  zinc_shm_ctl **ctl;      /* (size) each rank's control segment              */
+  zinc_mpi_shm_ctl **ctl;  /* (size) each rank's control segment              */
   MPI_Win scratch_win;
   char **scratch;          /* (size) each rank's scratch segment              */
   size_t scratch_bytes;    /* per rank                                        */
   uint64_t epoch;          /* node barriers passed                            */
 
-  zinc_shm_alloc *allocs;  /* alloc_shared allocations, newest first          */
+  zinc_mpi_shm_alloc *allocs; /* alloc_shared allocations, newest first       */
   int32_t next_alloc_id;
 
   /* point-to-point path */
@@ -112,7 +112,7 @@ typedef struct {
   int *p2p_peer;           /* (2 * size) the peer of each request             */
   int p2p_tag;             /* data tag; +1 for barrier tokens                 */
 
-  zinc_comm_worker *worker; /* NULL: `start` runs batches at once             */
+  zinc_mpi_worker *worker; /* NULL: `start` runs batches at once              */
   int in_worker;           /* the worker is executing (shorter barrier spins) */
 } zinc_mpi;
 
@@ -135,30 +135,30 @@ zinc_status zinc_mpi_execute(zinc_mpi *m, const zinc_coll *colls, int n);
  * how many. */
 int zinc_mpi_shm_laggards(zinc_mpi *m, char *buf, size_t n);
 
-zinc_status zinc_shm_setup(zinc_mpi *m);
-void zinc_shm_teardown(zinc_mpi *m);
+zinc_status zinc_mpi_shm_setup(zinc_mpi *m);
+void zinc_mpi_shm_teardown(zinc_mpi *m);
 /* Wait until every rank of the node has entered the same barrier. Fails
  * (and aborts the comm) on timeout, on abort, or when a peer's comm failed. */
-zinc_status zinc_shm_barrier(zinc_mpi *m, const char *what);
+zinc_status zinc_mpi_shm_barrier(zinc_mpi *m, const char *what);
 /* Destroy: 1 when every rank arrived healthy, so that collective frees
  * (MPI_Win_free) will be joined by all; 0 otherwise. */
-int zinc_shm_agree_teardown(zinc_mpi *m);
+int zinc_mpi_shm_agree_teardown(zinc_mpi *m);
 /* The allocation holding [p, p + bytes) on this rank, or NULL. */
-zinc_shm_alloc *zinc_shm_find(zinc_mpi *m, const void *p, size_t bytes);
-zinc_shm_alloc *zinc_shm_find_id(zinc_mpi *m, int32_t id);
-zinc_status zinc_shm_alloc_create(zinc_mpi *m, size_t bytes, void **out);
-void zinc_shm_alloc_free(zinc_mpi *m, void *p);
-void zinc_shm_alloc_free_all(zinc_mpi *m);
+zinc_mpi_shm_alloc *zinc_mpi_shm_find(zinc_mpi *m, const void *p, size_t bytes);
+zinc_mpi_shm_alloc *zinc_mpi_shm_find_id(zinc_mpi *m, int32_t id);
+zinc_status zinc_mpi_shm_alloc_create(zinc_mpi *m, size_t bytes, void **out);
+void zinc_mpi_shm_alloc_free(zinc_mpi *m, void *p);
+void zinc_mpi_shm_alloc_free_all(zinc_mpi *m);
 
 /* -------------------------------------------------- comm_mpi_shmcoll.c */
 
-zinc_status zinc_shm_run(zinc_mpi *m, const zinc_coll *colls, int n);
+zinc_status zinc_mpi_shm_run(zinc_mpi *m, const zinc_coll *colls, int n);
 
 /* ------------------------------------------------------ comm_mpi_p2p.c */
 
-zinc_status zinc_p2p_setup(zinc_mpi *m);
-void zinc_p2p_teardown(zinc_mpi *m);
-zinc_status zinc_p2p_run(zinc_mpi *m, const zinc_coll *colls, int n);
+zinc_status zinc_mpi_p2p_setup(zinc_mpi *m);
+void zinc_mpi_p2p_teardown(zinc_mpi *m);
+zinc_status zinc_mpi_p2p_run(zinc_mpi *m, const zinc_coll *colls, int n);
 
 /* --------------------------------------------------- comm_mpi_reduce.c */
 
@@ -166,8 +166,8 @@ zinc_status zinc_p2p_run(zinc_mpi *m, const zinc_coll *colls, int n);
  * left to right; 16-bit floats in fp32, rounded once. dst may be one of the
  * sources (exactly, never a shifted overlap). Sum wraps for integers; max
  * and min propagate NaN. */
-void zinc_reduce_ranks(void *dst, const void *const *src, int nsrc, size_t count,
-                       int dtype, zinc_comm_op op);
+void zinc_mpi_reduce_ranks(void *dst, const void *const *src, int nsrc, size_t count,
+                           int dtype, zinc_comm_op op);
 
 /* Balanced split of `count` into `parts` slices: slice i starts at
  * zinc_slice_start(count, parts, i) and ends at the start of slice i+1. */
@@ -178,20 +178,20 @@ static inline size_t zinc_slice_start(size_t count, int parts, int i) {
 
 /* ---------------------------------------------------- comm_mpi_async.c */
 
-typedef zinc_status (*zinc_worker_exec_fn)(void *ctx, const zinc_coll *colls, int n);
+typedef zinc_status (*zinc_mpi_worker_exec_fn)(void *ctx, const zinc_coll *colls, int n);
 
 /* A thread that runs queued batches in order with exec(ctx, ...). */
-zinc_status zinc_worker_create(zinc_worker_exec_fn exec, void *ctx, _Atomic int *abort,
-                               double timeout_s, zinc_comm_worker **out);
+zinc_status zinc_mpi_worker_create(zinc_mpi_worker_exec_fn exec, void *ctx, _Atomic int *abort,
+                                   double timeout_s, zinc_mpi_worker **out);
 /* Queue a copy of the batch (counts/displs included). */
-zinc_status zinc_worker_submit(zinc_comm_worker *w, const zinc_coll *colls, int n,
-                               int nranks, zinc_comm_req **req);
-zinc_status zinc_worker_wait(zinc_comm_worker *w, zinc_comm_req *req);
-zinc_status zinc_worker_test(zinc_comm_worker *w, zinc_comm_req *req, int *done);
+zinc_status zinc_mpi_worker_submit(zinc_mpi_worker *w, const zinc_coll *colls, int n,
+                                   int nranks, zinc_comm_req **req);
+zinc_status zinc_mpi_worker_wait(zinc_mpi_worker *w, zinc_comm_req *req);
+zinc_status zinc_mpi_worker_test(zinc_mpi_worker *w, zinc_comm_req *req, int *done);
 /* Block until every queued batch has finished (their requests stay valid). */
-zinc_status zinc_worker_drain(zinc_comm_worker *w, const char *why);
+zinc_status zinc_mpi_worker_drain(zinc_mpi_worker *w, const char *why);
 /* Drain (bounded by the timeout), stop and join the thread, free requests
  * nobody will wait for. NULL is fine. */
-void zinc_worker_destroy(zinc_comm_worker *w);
+void zinc_mpi_worker_destroy(zinc_mpi_worker *w);
 
 #endif /* ZINC_COMM_MPI_IMPL_H */

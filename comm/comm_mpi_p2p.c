@@ -6,7 +6,7 @@
  *
  *  - reduce-scatter / all-reduce: gather-to-owner. Every rank sends each
  *    peer that peer's slice, piece by piece; the owner sums the pieces of
- *    ranks 0..n-1 in rank order with zinc_reduce_ranks. Each rank sends and
+ *    ranks 0..n-1 in rank order with zinc_mpi_reduce_ranks. Each rank sends and
  *    receives (n-1)/n of the buffer, as a ring would.
  *  - all-reduce adds a second step that gathers the reduced slices.
  *  - all-gather(v), broadcast: every rank sends its part to every peer.
@@ -37,7 +37,7 @@
 
 #define P2P_POLLS_BEFORE_YIELD 64
 
-zinc_status zinc_p2p_setup(zinc_mpi *m) {
+zinc_status zinc_mpi_p2p_setup(zinc_mpi *m) {
   long long chunk = zinc_env_int("ZINC_COMM_P2P_CHUNK", ZINC_P2P_CHUNK_DEFAULT, 64, LLONG_MAX);
   if (chunk > (1 << 30))
     chunk = 1 << 30;
@@ -59,7 +59,7 @@ zinc_status zinc_p2p_setup(zinc_mpi *m) {
                             "comm mpi p2p receive pieces");
 }
 
-void zinc_p2p_teardown(zinc_mpi *m) {
+void zinc_mpi_p2p_teardown(zinc_mpi *m) {
   free(m->p2p_reqs);
   free(m->p2p_peer);
   free(m->p2p_tmp);
@@ -185,7 +185,7 @@ static zinc_status reduce_slices(zinc_mpi *m, const char *send, char *out, const
     ZINC_CHECK(complete(&b));
     for (int k = 0; k < n; k++)
       srcs[k] = k == r ? send + (start[r] + a) * es : m->p2p_tmp + (size_t)k * m->p2p_chunk_bytes;
-    zinc_reduce_ranks(out + a * es, srcs, n, mine, dtype, op);
+    zinc_mpi_reduce_ranks(out + a * es, srcs, n, mine, dtype, op);
   }
   return ZINC_OK;
 }
@@ -267,7 +267,7 @@ static zinc_status run_one(zinc_mpi *m, const zinc_coll *o) {
   return ZINC_OK;
 }
 
-zinc_status zinc_p2p_run(zinc_mpi *m, const zinc_coll *colls, int n) {
+zinc_status zinc_mpi_p2p_run(zinc_mpi *m, const zinc_coll *colls, int n) {
   for (int j = 0; j < n; j++) {
     if (atomic_load(&m->abort))
       return zinc_error(ZINC_ERR_COMM, "comm mpi: the comm failed earlier or is being "

@@ -182,8 +182,8 @@ static void reduce_blocked(void *dst, const void *const *src, int nsrc, size_t c
   }
 }
 
-void zinc_reduce_ranks(void *dst, const void *const *src, int nsrc, size_t count,
-                       int dtype, zinc_comm_op op) {
+void zinc_mpi_reduce_ranks(void *dst, const void *const *src, int nsrc, size_t count,
+                           int dtype, zinc_comm_op op) {
   if (count == 0 || nsrc <= 0)
     return;
   if (nsrc == 1) {

@@ -124,13 +124,13 @@ static void nap(_Atomic uint32_t *word, uint32_t expected, _Atomic uint32_t *sle
   atomic_fetch_sub(sleepers, 1);
 }
 
-zinc_status zinc_shm_barrier(zinc_mpi *m, const char *what) {
+zinc_status zinc_mpi_shm_barrier(zinc_mpi *m, const char *what) {
   if (atomic_load(&m->abort)) {
     mark_failed(m);
     return zinc_error(ZINC_ERR_COMM, "comm mpi: %s: the comm failed earlier or is being "
                       "destroyed", what);
   }
-  zinc_shm_ctl *b = m->ctl[0];
+  zinc_mpi_shm_ctl *b = m->ctl[0];
   uint64_t epoch = ++m->epoch;
   atomic_store(&m->ctl[m->rank]->arrived, epoch);
   /* Read the generation before arriving: the release cannot happen
@@ -167,7 +167,7 @@ zinc_status zinc_shm_barrier(zinc_mpi *m, const char *what) {
   return check_peers(m, what);
 }
 
-int zinc_shm_agree_teardown(zinc_mpi *m) {
+int zinc_mpi_shm_agree_teardown(zinc_mpi *m) {
   if (!m->ctl || m->ctl_win == MPI_WIN_NULL)
     return 0;
   int healthy = !atomic_load(&m->abort);
@@ -228,7 +228,7 @@ static zinc_status window_create(zinc_mpi *m, size_t bytes, const char *what,
   return ZINC_OK;
 }
 
-zinc_status zinc_shm_setup(zinc_mpi *m) {
+zinc_status zinc_mpi_shm_setup(zinc_mpi *m) {
   zinc_status st = ZINC_OK;
   m->ctl_win = m->scratch_win = MPI_WIN_NULL;
   ZINC_CHECK(zinc_calloc((void **)&m->ctl, (size_t)m->size, sizeof *m->ctl, "comm mpi control map"));
@@ -243,10 +243,10 @@ zinc_status zinc_shm_setup(zinc_mpi *m) {
     m->scratch_bytes = floor;
   m->scratch_bytes = zinc_round_up(m->scratch_bytes, 64);
 
-  ZINC_CHECK_GOTO(window_create(m, sizeof(zinc_shm_ctl), "the control block", &m->ctl_win,
+  ZINC_CHECK_GOTO(window_create(m, sizeof(zinc_mpi_shm_ctl), "the control block", &m->ctl_win,
                                 (char **)m->ctl),
                   st, fail);
-  memset(m->ctl[m->rank], 0, sizeof(zinc_shm_ctl));
+  memset(m->ctl[m->rank], 0, sizeof(zinc_mpi_shm_ctl));
   ZINC_CHECK_GOTO(window_create(m, m->scratch_bytes, "staging", &m->scratch_win, m->scratch),
                   st, fail);
   /* Nobody may touch a control segment before its owner has zeroed it. */
@@ -257,11 +257,11 @@ zinc_status zinc_shm_setup(zinc_mpi *m) {
   }
   return ZINC_OK;
 fail:
-  zinc_shm_teardown(m);
+  zinc_mpi_shm_teardown(m);
   return st;
 }
 
-void zinc_shm_teardown(zinc_mpi *m) {
+void zinc_mpi_shm_teardown(zinc_mpi *m) {
   if (m->scratch_win != MPI_WIN_NULL)
     MPI_Win_free(&m->scratch_win);
   if (m->ctl_win != MPI_WIN_NULL)
@@ -274,11 +274,11 @@ void zinc_shm_teardown(zinc_mpi *m) {
 
 /* ------------------------------------------------------------ allocations */
 
-zinc_status zinc_shm_alloc_create(zinc_mpi *m, size_t bytes, void **out) {
+zinc_status zinc_mpi_shm_alloc_create(zinc_mpi *m, size_t bytes, void **out) {
   *out = NULL;
   if (bytes == 0)
     return ZINC_OK;
-  zinc_shm_alloc *a = NULL;
+  zinc_mpi_shm_alloc *a = NULL;
   ZINC_CHECK(zinc_calloc((void **)&a, 1, sizeof *a, "comm mpi shared allocation"));
   a->id = m->next_alloc_id++;
   a->bytes = bytes;
@@ -305,7 +305,7 @@ fail:
   return st;
 }
 
-static void alloc_release(zinc_shm_alloc *a) {
+static void alloc_release(zinc_mpi_shm_alloc *a) {
   if (a->win != MPI_WIN_NULL)
     MPI_Win_free(&a->win);
   else
@@ -314,10 +314,10 @@ static void alloc_release(zinc_shm_alloc *a) {
   free(a);
 }
 
-void zinc_shm_alloc_free(zinc_mpi *m, void *p) {
-  for (zinc_shm_alloc **pp = &m->allocs; *pp; pp = &(*pp)->next) {
+void zinc_mpi_shm_alloc_free(zinc_mpi *m, void *p) {
+  for (zinc_mpi_shm_alloc **pp = &m->allocs; *pp; pp = &(*pp)->next) {
     if ((*pp)->base == p) {
-      zinc_shm_alloc *a = *pp;
+      zinc_mpi_shm_alloc *a = *pp;
       *pp = a->next;
       alloc_release(a);
       return;
@@ -328,25 +328,25 @@ void zinc_shm_alloc_free(zinc_mpi *m, void *p) {
              "comm; ignored", p);
 }
 
-void zinc_shm_alloc_free_all(zinc_mpi *m) {
+void zinc_mpi_shm_alloc_free_all(zinc_mpi *m) {
   while (m->allocs) {
-    zinc_shm_alloc *a = m->allocs;
+    zinc_mpi_shm_alloc *a = m->allocs;
     m->allocs = a->next;
     alloc_release(a);
   }
 }
 
-zinc_shm_alloc *zinc_shm_find(zinc_mpi *m, const void *p, size_t bytes) {
+zinc_mpi_shm_alloc *zinc_mpi_shm_find(zinc_mpi *m, const void *p, size_t bytes) {
   const char *q = p;
-  for (zinc_shm_alloc *a = m->allocs; a; a = a->next)
+  for (zinc_mpi_shm_alloc *a = m->allocs; a; a = a->next)
     if (a->win != MPI_WIN_NULL && q >= a->base && bytes <= a->bytes &&
         (size_t)(q - a->base) <= a->bytes - bytes)
       return a;
   return NULL;
 }
 
-zinc_shm_alloc *zinc_shm_find_id(zinc_mpi *m, int32_t id) {
-  for (zinc_shm_alloc *a = m->allocs; a; a = a->next)
+zinc_mpi_shm_alloc *zinc_mpi_shm_find_id(zinc_mpi *m, int32_t id) {
+  for (zinc_mpi_shm_alloc *a = m->allocs; a; a = a->next)
     if (a->id == id)
       return a;
   return NULL;

@@ -2,7 +2,7 @@
  * comm_mpi_shmcoll.c — collectives of the mpi comm when every rank is on
  * this node: each rank reads its peers' buffers straight from shared memory
  * and computes its own part (its reduce-scatter slice, its copy of the
- * gathered buffer), summing in rank order with zinc_reduce_ranks.
+ * gathered buffer), summing in rank order with zinc_mpi_reduce_ranks.
  *
  * A batch runs as:
  *   1. every rank publishes one descriptor per op in its control segment:
@@ -88,7 +88,7 @@ static int needs_fence(const zinc_mpi *m, const zinc_coll *colls, int j) {
   return 0;
 }
 
-static void publish(zinc_mpi *m, const zinc_coll *o, int fence, zinc_shm_desc *d) {
+static void publish(zinc_mpi *m, const zinc_coll *o, int fence, zinc_mpi_shm_desc *d) {
   memset(d, 0, sizeof *d);
   d->kind = (int32_t)o->kind;
   d->dtype = o->dtype;
@@ -98,12 +98,12 @@ static void publish(zinc_mpi *m, const zinc_coll *o, int fence, zinc_shm_desc *d
   d->fence = fence;
   d->src_id = d->dst_id = -1;
   size_t nsrc = src_bytes(m, o), ndst = dst_bytes(m, o);
-  zinc_shm_alloc *a;
-  if (nsrc && (a = zinc_shm_find(m, src_ptr(o), nsrc))) {
+  zinc_mpi_shm_alloc *a;
+  if (nsrc && (a = zinc_mpi_shm_find(m, src_ptr(o), nsrc))) {
     d->src_id = a->id;
     d->src_off = (uint64_t)((const char *)src_ptr(o) - a->base);
   }
-  if (ndst && (a = zinc_shm_find(m, o->recv, ndst))) {
+  if (ndst && (a = zinc_mpi_shm_find(m, o->recv, ndst))) {
     d->dst_id = a->id;
     d->dst_off = (uint64_t)((const char *)o->recv - a->base);
   }
@@ -111,13 +111,13 @@ static void publish(zinc_mpi *m, const zinc_coll *o, int fence, zinc_shm_desc *d
 
 /* Rank k's source / recv of op j, mapped into this process (shared only). */
 static const char *peer_src(zinc_mpi *m, int k, int j) {
-  const zinc_shm_desc *d = &m->ctl[k]->desc[j];
-  return zinc_shm_find_id(m, d->src_id)->peer[k] + d->src_off;
+  const zinc_mpi_shm_desc *d = &m->ctl[k]->desc[j];
+  return zinc_mpi_shm_find_id(m, d->src_id)->peer[k] + d->src_off;
 }
 
 static const char *peer_dst(zinc_mpi *m, int k, int j) {
-  const zinc_shm_desc *d = &m->ctl[k]->desc[j];
-  return zinc_shm_find_id(m, d->dst_id)->peer[k] + d->dst_off;
+  const zinc_mpi_shm_desc *d = &m->ctl[k]->desc[j];
+  return zinc_mpi_shm_find_id(m, d->dst_id)->peer[k] + d->dst_off;
 }
 
 /* Does rank k have bytes peers must read for op j? */
@@ -148,7 +148,7 @@ static int op_staged(zinc_mpi *m, const zinc_coll *o, int j) {
  * root, reduction); all-gatherv counts must match each rank's own count. */
 static zinc_status check_same(zinc_mpi *m, const zinc_coll *o, int j) {
   for (int k = 0; k < m->size; k++) {
-    const zinc_shm_desc *d = &m->ctl[k]->desc[j];
+    const zinc_mpi_shm_desc *d = &m->ctl[k]->desc[j];
     uint64_t want = o->kind == ZINC_COLL_ALLGATHERV ? o->counts[k] : o->count;
     int same = d->kind == (int32_t)o->kind;
     if (same && o->kind != ZINC_COLL_BARRIER)
@@ -182,13 +182,13 @@ static void direct_phase_a(zinc_mpi *m, const zinc_coll *o, int j) {
   case ZINC_COLL_REDUCE_SCATTER:
     for (int k = 0; k < n; k++)
       srcs[k] = (k == r ? (const char *)o->send : peer_src(m, k, j)) + (size_t)r * o->count * es;
-    zinc_reduce_ranks(recv, srcs, n, o->count, o->dtype, ZINC_OP_SUM);
+    zinc_mpi_reduce_ranks(recv, srcs, n, o->count, o->dtype, ZINC_OP_SUM);
     break;
   case ZINC_COLL_ALLREDUCE: {
     size_t s = zinc_slice_start(o->count, n, r), len = zinc_slice_start(o->count, n, r + 1) - s;
     for (int k = 0; k < n; k++)
       srcs[k] = (k == r ? (const char *)o->send : peer_src(m, k, j)) + s * es;
-    zinc_reduce_ranks(recv + s * es, srcs, n, len, o->dtype, o->op);
+    zinc_mpi_reduce_ranks(recv + s * es, srcs, n, len, o->dtype, o->op);
     break;
   }
   case ZINC_COLL_ALLGATHER:
@@ -238,12 +238,12 @@ static zinc_status run_direct(zinc_mpi *m, const zinc_coll *colls, int from, int
     any_allreduce |= colls[j].kind == ZINC_COLL_ALLREDUCE && colls[j].count > 0;
   }
   if (any_allreduce) {
-    ZINC_CHECK(zinc_shm_barrier(m, "all-reduce (reduced slices ready)"));
+    ZINC_CHECK(zinc_mpi_shm_barrier(m, "all-reduce (reduced slices ready)"));
     for (int j = from; j < to; j++)
       if (colls[j].kind == ZINC_COLL_ALLREDUCE && colls[j].count > 0)
         direct_phase_b(m, &colls[j], j);
   }
-  return zinc_shm_barrier(m, "end of batch (buffers released)");
+  return zinc_mpi_shm_barrier(m, "end of batch (buffers released)");
 }
 
 /* ------------------------------------------- ops staged through scratch */
@@ -267,12 +267,12 @@ static zinc_status staged_reduce_scatter(zinc_mpi *m, const zinc_coll *o, int j)
         if (q != r)
           memcpy(m->scratch[r] + (size_t)q * len * es, send + ((size_t)q * o->count + a) * es,
                  len * es);
-    ZINC_CHECK(zinc_shm_barrier(m, "reduce-scatter (staged piece ready)"));
+    ZINC_CHECK(zinc_mpi_shm_barrier(m, "reduce-scatter (staged piece ready)"));
     for (int k = 0; k < n; k++)
       srcs[k] = k != r && src_staged(m, o, j, k) ? m->scratch[k] + (size_t)r * len * es
                 : (k == r ? send : peer_src(m, k, j)) + ((size_t)r * o->count + a) * es;
-    zinc_reduce_ranks((char *)o->recv + a * es, srcs, n, len, o->dtype, ZINC_OP_SUM);
-    ZINC_CHECK(zinc_shm_barrier(m, "reduce-scatter (staged piece consumed)"));
+    zinc_mpi_reduce_ranks((char *)o->recv + a * es, srcs, n, len, o->dtype, ZINC_OP_SUM);
+    ZINC_CHECK(zinc_mpi_shm_barrier(m, "reduce-scatter (staged piece consumed)"));
   }
   return ZINC_OK;
 }
@@ -296,7 +296,7 @@ static zinc_status staged_gather(zinc_mpi *m, const zinc_coll *o, int j) {
     size_t my_len = piece_len(len_of[r], a, cap);
     if (my_len && src_staged(m, o, j, r))
       memcpy(m->scratch[r], mine + a * es, my_len * es);
-    ZINC_CHECK(zinc_shm_barrier(m, "gather (staged piece ready)"));
+    ZINC_CHECK(zinc_mpi_shm_barrier(m, "gather (staged piece ready)"));
     for (int k = 0; k < n; k++) {
       size_t len = piece_len(len_of[k], a, cap);
       if (!len)
@@ -308,7 +308,7 @@ static zinc_status staged_gather(zinc_mpi *m, const zinc_coll *o, int j) {
       if (dst != src)
         memmove(dst, src, len * es);
     }
-    ZINC_CHECK(zinc_shm_barrier(m, "gather (staged piece consumed)"));
+    ZINC_CHECK(zinc_mpi_shm_barrier(m, "gather (staged piece consumed)"));
   }
   return ZINC_OK;
 }
@@ -331,20 +331,20 @@ static zinc_status staged_allreduce(zinc_mpi *m, const zinc_coll *o, int j) {
         if (q != r)
           memcpy(m->scratch[r] + (size_t)q * cap * es, send + (start[q] + a) * es,
                  piece_len(start[q + 1] - start[q], a, cap) * es);
-    ZINC_CHECK(zinc_shm_barrier(m, "all-reduce (staged piece ready)"));
+    ZINC_CHECK(zinc_mpi_shm_barrier(m, "all-reduce (staged piece ready)"));
     size_t my_len = piece_len(start[r + 1] - start[r], a, cap);
     for (int k = 0; k < n; k++)
       srcs[k] = k != r && src_staged(m, o, j, k) ? m->scratch[k] + (size_t)r * cap * es
                 : (k == r ? send : peer_src(m, k, j)) + (start[r] + a) * es;
     char *reduced = m->scratch[r] + (size_t)n * cap * es;
-    zinc_reduce_ranks(reduced, srcs, n, my_len, o->dtype, o->op);
+    zinc_mpi_reduce_ranks(reduced, srcs, n, my_len, o->dtype, o->op);
     memcpy(recv + (start[r] + a) * es, reduced, my_len * es);
-    ZINC_CHECK(zinc_shm_barrier(m, "all-reduce (reduced piece ready)"));
+    ZINC_CHECK(zinc_mpi_shm_barrier(m, "all-reduce (reduced piece ready)"));
     for (int k = 0; k < n; k++)
       if (k != r)
         memcpy(recv + (start[k] + a) * es, m->scratch[k] + (size_t)n * cap * es,
                piece_len(start[k + 1] - start[k], a, cap) * es);
-    ZINC_CHECK(zinc_shm_barrier(m, "all-reduce (reduced piece consumed)"));
+    ZINC_CHECK(zinc_mpi_shm_barrier(m, "all-reduce (reduced piece consumed)"));
   }
   return ZINC_OK;
 }
@@ -360,16 +360,16 @@ static zinc_status run_staged(zinc_mpi *m, const zinc_coll *o, int j) {
 /* ------------------------------------------------------------------ batch */
 
 static zinc_status run_chunk(zinc_mpi *m, const zinc_coll *colls, int n) {
-  zinc_shm_desc *mine = m->ctl[m->rank]->desc;
+  zinc_mpi_shm_desc *mine = m->ctl[m->rank]->desc;
   for (int j = 0; j < n; j++)
     publish(m, &colls[j], needs_fence(m, colls, j), &mine[j]);
-  ZINC_CHECK(zinc_shm_barrier(m, "batch descriptors published"));
+  ZINC_CHECK(zinc_mpi_shm_barrier(m, "batch descriptors published"));
   for (int j = 0; j < n; j++) {
     zinc_status st = check_same(m, &colls[j], j);
     if (st != ZINC_OK) {
       char msg[1024];
       snprintf(msg, sizeof msg, "%s", zinc_last_error());
-      ZINC_CHECK(zinc_shm_barrier(m, "batch rejected"));
+      ZINC_CHECK(zinc_mpi_shm_barrier(m, "batch rejected"));
       return zinc_error(st, "%s", msg);
     }
   }
@@ -397,7 +397,7 @@ static zinc_status run_chunk(zinc_mpi *m, const zinc_coll *colls, int n) {
   return ZINC_OK;
 }
 
-zinc_status zinc_shm_run(zinc_mpi *m, const zinc_coll *colls, int n) {
+zinc_status zinc_mpi_shm_run(zinc_mpi *m, const zinc_coll *colls, int n) {
   for (int from = 0; from < n; from += ZINC_SHM_MAX_BATCH) {
     int len = n - from < ZINC_SHM_MAX_BATCH ? n - from : ZINC_SHM_MAX_BATCH;
     zinc_status st = run_chunk(m, colls + from, len);

@@ -1,6 +1,10 @@
 /*
  * config.h — the validated, fully resolved settings that a DeepSpeed-style
- * JSON file turns into (config/config.c; the only place jansson is used).
+ * JSON file turns into (the files of config/). jansson is used here and
+ * for the two other JSON documents zinc reads and writes, the checkpoint
+ * manifest (engine/checkpoint/manifest.c) and the memory timeline
+ * (engine/memory/timeline.c); no jansson type appears in a header but
+ * config/config_internal.h.
  *
  * Every field has its DeepSpeed default unless it says otherwise. Integer
  * fields that a file may write as "auto" hold ZINC_AUTO until they are

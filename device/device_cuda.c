@@ -21,8 +21,8 @@
  * thread, so offload or comm threads may use the device too.
  *
  * mem_info is cudaMemGetInfo; the memory the driver attributes to this
- * process comes from NVML, loaded with dlopen at creation (no link
- * dependency; without it the figure is -1).
+ * process comes from NVML, loaded with dlopen at creation
+ * (device/device_cuda_nvml.c; without it the figure is -1).
  *
  * Built without CUDA, creation fails with ZINC_ERR_UNSUPPORTED and
  * zinc_device_cuda_count is 0.
@@ -37,14 +37,14 @@
 
 #ifdef ZINC_HAVE_CUDA
 
-#include <dlfcn.h>
 #include <pthread.h>
-#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
-#include "kernels/kernels.h"
+#include "device/device_cuda_nvml.h"
+#include "device/device_cuda_pool.h"
 #include "device/topology.h"
+#include "kernels/kernels.h"
 
 struct zinc_stream {
   cudaStream_t s;
@@ -57,28 +57,6 @@ struct zinc_event {
   cudaEvent_t e;
 };
 
-/* ------------------------------------------------------ NVML at run time */
-
-/* The few NVML declarations used, as in nvml.h (which the toolkit may not
- * ship); nvmlProcessInfo_v2_t is the layout of _v2 and _v3 of the query. */
-typedef struct nvml_device_st *nvml_device;
-typedef struct {
-  unsigned int pid;
-  unsigned long long used_gpu_memory;
-  unsigned int gpu_instance_id;
-  unsigned int compute_instance_id;
-} nvml_process_info;
-#define NVML_OK 0
-#define NVML_INSUFFICIENT_SIZE 7
-#define NVML_VALUE_NOT_AVAILABLE 0xffffffffffffffffull
-
-typedef struct {
-  void *lib;                                      /* NULL: NVML not loaded */
-  int (*shutdown)(void);
-  int (*running_processes)(nvml_device, unsigned int *, nvml_process_info *);
-  nvml_device dev;
-} nvml_state;
-
 typedef struct {
   int ordinal;
   pthread_mutex_t lock;                           /* streams[] */
@@ -86,7 +64,7 @@ typedef struct {
   zinc_stream *streams[ZINC_CUDA_MAX_STREAMS];    /* [0] = &compute */
   int nstreams;
   zinc_cuda_pool *pool[2];                        /* [ZINC_LOC_DEVICE], [ZINC_LOC_HOST] */
-  nvml_state nvml;
+  zinc_nvml *nvml;                                /* NULL: NVML not loaded */
   zinc_topology *topo;                            /* with PCI devices, or NULL */
   hwloc_bitmap_t near;                            /* the GPU's NUMA node, or NULL */
 } cuda_impl;
@@ -148,48 +126,6 @@ static void place_host_memory(cuda_impl *ci) {
   zinc_cuda_pool_place_host(ci->pool[ZINC_LOC_HOST], zinc_topology_hwloc(ci->topo), ci->near);
   zinc_log(ZINC_LOG_INFO, "cuda device %d (PCI %s): pinned host memory on NUMA node %d",
            ci->ordinal, bus_id, node);
-}
-
-static void nvml_open(cuda_impl *ci) {
-  nvml_state *n = &ci->nvml;
-  char bus_id[32];
-  if (cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, ci->ordinal) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return;
-  }
-  n->lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!n->lib) {
-    zinc_log(ZINC_LOG_DEBUG, "cuda device %d: NVML not loaded (%s); per-process memory "
-             "usage will read -1", ci->ordinal, dlerror());
-    return;
-  }
-  int (*init)(void) = (int (*)(void))dlsym(n->lib, "nvmlInit_v2");
-  int (*by_pci)(const char *, nvml_device *) =
-      (int (*)(const char *, nvml_device *))dlsym(n->lib, "nvmlDeviceGetHandleByPciBusId_v2");
-  n->shutdown = (int (*)(void))dlsym(n->lib, "nvmlShutdown");
-  n->running_processes = (int (*)(nvml_device, unsigned int *, nvml_process_info *))dlsym(
-      n->lib, "nvmlDeviceGetComputeRunningProcesses_v3");
-  if (!n->running_processes)
-    n->running_processes = (int (*)(nvml_device, unsigned int *, nvml_process_info *))dlsym(
-        n->lib, "nvmlDeviceGetComputeRunningProcesses_v2");
-  if (!init || !by_pci || !n->shutdown || !n->running_processes || init() != NVML_OK) {
-    dlclose(n->lib);
-    n->lib = NULL;
-    return;
-  }
-  if (by_pci(bus_id, &n->dev) != NVML_OK) {
-    n->shutdown();
-    dlclose(n->lib);
-    n->lib = NULL;
-  }
-}
-
-static void nvml_close(nvml_state *n) {
-  if (!n->lib)
-    return;
-  n->shutdown();
-  dlclose(n->lib);
-  n->lib = NULL;
 }
 
 /* ------------------------------------------------------------- memory */
@@ -479,7 +415,7 @@ static void cuda_destroy(zinc_device *d) {
   if (ci->near)
     hwloc_bitmap_free(ci->near);
   zinc_topology_destroy(ci->topo);
-  nvml_close(&ci->nvml);
+  zinc_nvml_close(ci->nvml);
   pthread_mutex_destroy(&ci->lock);
   free(ci);
   free(d);
@@ -561,7 +497,7 @@ zinc_status zinc_device_cuda_create(int ordinal, void *compute_stream, zinc_devi
                   st, fail);
   ZINC_CHECK_GOTO(zinc_cuda_pool_create(ordinal, ZINC_LOC_HOST, &ci->pool[ZINC_LOC_HOST]), st,
                   fail);
-  nvml_open(ci);
+  ci->nvml = zinc_nvml_open(ordinal);
   place_host_memory(ci);
 
   struct cudaDeviceProp prop;
@@ -569,7 +505,7 @@ zinc_status zinc_device_cuda_create(int ordinal, void *compute_stream, zinc_devi
     zinc_log(ZINC_LOG_INFO, "cuda device %d: %s, sm_%d%d, %.1f GiB, compute stream %p%s",
              ordinal, prop.name, prop.major, prop.minor,
              (double)prop.totalGlobalMem / (1 << 30), compute_stream,
-             ci->nvml.lib ? ", NVML loaded" : "");
+             ci->nvml ? ", NVML loaded" : "");
   (void)cudaGetLastError();
   *out = d;
   return ZINC_OK;
@@ -604,33 +540,9 @@ void *zinc_device_cuda_stream(zinc_device *d, zinc_stream *s) {
 }
 
 int64_t zinc_device_cuda_process_bytes(zinc_device *d) {
-  if (!d || d->ops != &cuda_ops || !impl_of(d)->nvml.lib)
+  if (!d || d->ops != &cuda_ops)
     return -1;
-  nvml_state *n = &impl_of(d)->nvml;
-  unsigned int count = 64;
-  nvml_process_info *info = NULL;
-  int64_t found = -1;
-  for (int attempt = 0; attempt < 3; attempt++) {
-    nvml_process_info *grown = realloc(info, count * sizeof *info);
-    if (!grown)
-      break;
-    info = grown;
-    unsigned int got = count;
-    int r = n->running_processes(n->dev, &got, info);
-    if (r == NVML_INSUFFICIENT_SIZE) {
-      count = got + 16; /* processes may start meanwhile */
-      continue;
-    }
-    if (r == NVML_OK) {
-      unsigned int pid = (unsigned int)getpid();
-      for (unsigned int i = 0; i < got; i++)
-        if (info[i].pid == pid && info[i].used_gpu_memory != NVML_VALUE_NOT_AVAILABLE)
-          found = (int64_t)info[i].used_gpu_memory;
-    }
-    break;
-  }
-  free(info);
-  return found;
+  return zinc_nvml_process_bytes(impl_of(d)->nvml);
 }
 
 #else /* !ZINC_HAVE_CUDA */

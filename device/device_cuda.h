@@ -2,9 +2,10 @@
  * device_cuda.h — what the cuda device offers beyond the zinc_device_ops
  * table (device/device.h): its caching pools' statistics (reserved bytes
  * beside the bytes in use, the number of real CUDA allocations, which the
- * steady-state test watches), the per-process usage NVML reports, and the
- * caching pool itself (device/device_cuda_pool.c), which only
- * device/device_cuda.c uses.
+ * steady-state test watches) and the per-process usage NVML reports. The
+ * caching pool behind those statistics is declared in
+ * device/device_cuda_pool.h and NVML in device/device_cuda_nvml.h; only
+ * device/device_cuda.c uses them.
  *
  * Declared in every build; without CUDA the functions fail with
  * ZINC_ERR_UNSUPPORTED (or report -1).
@@ -54,39 +55,6 @@ void *zinc_device_cuda_stream(zinc_device *d, zinc_stream *s);
  * NVML (loaded at run time); -1 when NVML is absent or does not say (some
  * containers hide other PID namespaces from it). */
 int64_t zinc_device_cuda_process_bytes(zinc_device *d);
-
-/* ------------------------------------------------ the pool (internal) */
-
-#ifdef ZINC_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
-/* A size-bucketed, stream-ordered cache of cudaMalloc (ZINC_LOC_DEVICE) or
- * cudaHostAlloc (ZINC_LOC_HOST) blocks. A freed block keeps one event per
- * stream the device tracked at the time of the free and is reused only once
- * all of them have completed, so work queued before a free never sees its
- * memory handed to someone else. Thread-safe. */
-typedef struct zinc_cuda_pool zinc_cuda_pool;
-
-zinc_status zinc_cuda_pool_create(int ordinal, int location, zinc_cuda_pool **out);
-/* Host pool: allocate new blocks with the calling thread's memory bound
- * (preferred, not strict) to `nodeset` of `topo` — the NUMA node nearest
- * the GPU. Both stay owned by the caller and must outlive the pool. */
-void zinc_cuda_pool_place_host(zinc_cuda_pool *p, void *hwloc_topo, const void *nodeset);
-/* Free every block (cached or still live) back to CUDA. Accepts NULL. */
-void zinc_cuda_pool_destroy(zinc_cuda_pool *p);
-/* bytes == 0 gives NULL. */
-zinc_status zinc_cuda_pool_alloc(zinc_cuda_pool *p, size_t bytes, void **out);
-/* Return ptr (allocated with `bytes`) to the cache, ordered after the work
- * already queued on streams[0..nstreams). ZINC_ERR_INVALID for a pointer
- * the pool did not hand out or a size that does not match. */
-zinc_status zinc_cuda_pool_free(zinc_cuda_pool *p, void *ptr, size_t bytes,
-                                const cudaStream_t *streams, int nstreams);
-/* Free cached blocks whose events have completed. */
-zinc_status zinc_cuda_pool_trim(zinc_cuda_pool *p);
-void zinc_cuda_pool_get_stats(zinc_cuda_pool *p, zinc_cuda_pool_stats *out);
-/* The block size a request is rounded to (exposed for the tests). */
-size_t zinc_cuda_pool_round(size_t bytes);
-#endif
 
 #ifdef __cplusplus
 }

@@ -22,7 +22,7 @@
  * rounded and requested sizes; every cached block is in `cached` with its
  * pending events; bytes_reserved = sum of live and cached block sizes.
  */
-#include "device/device_cuda.h"
+#include "device/device_cuda_pool.h"
 
 #ifdef ZINC_HAVE_CUDA
 

@@ -93,7 +93,7 @@ static void entry_drop(zinc_engine *e, act_entry *a) {
     a->req = NULL;
   }
   if (a->data && a->dedicated)
-    zinc_engine_free(e, a->data, a->stored, s->location, ZINC_MEM_ACTIVATIONS);
+    zinc_engine_buffer_free(e, a->data, a->stored, s->location, ZINC_MEM_ACTIVATIONS);
   free(a->counts);
   free(a->displs);
   memset(a, 0, sizeof *a);
@@ -124,9 +124,9 @@ zinc_status zinc_activation_save(zinc_engine *e, int id, const void *data, size_
                           "optimization needs number_checkpoints (the number of layers "
                           "checkpointed per forward pass)");
       s->slot = (size_t)zinc_round_up(piece ? piece : 1, 64);
-      ZINC_CHECK(zinc_engine_alloc(e, s->slot * (size_t)s->nslots, s->location,
-                                   ZINC_MEM_ACTIVATIONS, &s->contiguous,
-                                   "contiguous activation checkpoints"));
+      ZINC_CHECK(zinc_engine_buffer_alloc(e, s->slot * (size_t)s->nslots, s->location,
+                                          ZINC_MEM_ACTIVATIONS, &s->contiguous,
+                                          "contiguous activation checkpoints"));
       s->stats.allocations++;
     }
     if (id >= s->nslots)
@@ -140,8 +140,8 @@ zinc_status zinc_activation_save(zinc_engine *e, int id, const void *data, size_
     a->data = (char *)s->contiguous + s->slot * (size_t)id;
     a->dedicated = 0;
   } else {
-    ZINC_CHECK(zinc_engine_alloc(e, len ? len : 1, s->location, ZINC_MEM_ACTIVATIONS, &a->data,
-                                 "activation checkpoint"));
+    ZINC_CHECK(zinc_engine_buffer_alloc(e, len ? len : 1, s->location, ZINC_MEM_ACTIVATIONS,
+                                        &a->data, "activation checkpoint"));
     a->dedicated = 1;
     s->stats.allocations++;
   }
@@ -240,15 +240,15 @@ zinc_status zinc_activation_stats_get(const zinc_engine *e, zinc_activation_stat
   return ZINC_OK;
 }
 
-void zinc_activations_free(zinc_engine *e) {
+void zinc_activation_store_destroy(zinc_engine *e) {
   struct zinc_act_store *s = e->acts;
   if (!s)
     return;
   for (int i = 0; i < s->nentries; i++)
     entry_drop(e, &s->entries[i]);
   if (s->contiguous)
-    zinc_engine_free(e, s->contiguous, s->slot * (size_t)s->nslots, s->location,
-                     ZINC_MEM_ACTIVATIONS);
+    zinc_engine_buffer_free(e, s->contiguous, s->slot * (size_t)s->nslots, s->location,
+                            ZINC_MEM_ACTIVATIONS);
   free(s->entries);
   free(s);
   e->acts = NULL;

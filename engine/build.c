@@ -23,8 +23,8 @@ static int alloc_faulted(zinc_engine *e) {
   return e->alloc_fault_at > 0 && e->alloc_count == e->alloc_fault_at;
 }
 
-zinc_status zinc_engine_alloc(zinc_engine *e, size_t bytes, int location, int category,
-                              void **out, const char *what) {
+zinc_status zinc_engine_buffer_alloc(zinc_engine *e, size_t bytes, int location, int category,
+                                     void **out, const char *what) {
   *out = NULL;
   if (alloc_faulted(e))
     return zinc_error(ZINC_ERR_NOMEM, "allocating %s (%zu bytes on the %s): out of memory "
@@ -40,15 +40,15 @@ zinc_status zinc_engine_alloc(zinc_engine *e, size_t bytes, int location, int ca
   return ZINC_OK;
 }
 
-void zinc_engine_free(zinc_engine *e, void *p, size_t bytes, int location, int category) {
+void zinc_engine_buffer_free(zinc_engine *e, void *p, size_t bytes, int location, int category) {
   if (p)
     e->dev->ops->free(e->dev, p, bytes ? bytes : 64, location, category);
 }
 
 /* Gradient memory that collectives read from: on the cpu device, memory the
  * comm can share with its peers on the node, so reductions need no copy. */
-zinc_status zinc_engine_alloc_comm(zinc_engine *e, size_t bytes, int category, void **out,
-                                   int *shared, const char *what) {
+zinc_status zinc_engine_comm_buffer_alloc(zinc_engine *e, size_t bytes, int category, void **out,
+                                          int *shared, const char *what) {
   *shared = 0;
   if (!e->dev->ops->is_gpu && e->dp->ops->alloc_shared && e->dp->size > 1) {
     if (alloc_faulted(e))
@@ -63,17 +63,17 @@ zinc_status zinc_engine_alloc_comm(zinc_engine *e, size_t bytes, int category, v
     *shared = 1;
     return ZINC_OK;
   }
-  return zinc_engine_alloc(e, bytes, ZINC_LOC_DEVICE, category, out, what);
+  return zinc_engine_buffer_alloc(e, bytes, ZINC_LOC_DEVICE, category, out, what);
 }
 
-void zinc_engine_free_comm(zinc_engine *e, void *p, size_t bytes, int category, int shared) {
+void zinc_engine_comm_buffer_free(zinc_engine *e, void *p, size_t bytes, int category, int shared) {
   if (!p)
     return;
   if (shared) {
     e->dp->ops->free_shared(e->dp, p);
     zinc_prof_account(e->prof, ZINC_LOC_DEVICE, category, -(int64_t)bytes);
   } else {
-    zinc_engine_free(e, p, bytes, ZINC_LOC_DEVICE, category);
+    zinc_engine_buffer_free(e, p, bytes, ZINC_LOC_DEVICE, category);
   }
 }
 
@@ -137,8 +137,8 @@ static zinc_status alloc_states(zinc_engine *e) {
                                                                           : ZINC_LOC_HOST;
   /* parameters */
   if (stage < 3) {
-    ZINC_CHECK(zinc_engine_alloc(e, e->full_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS,
-                                 &e->param_full, "parameters"));
+    ZINC_CHECK(zinc_engine_buffer_alloc(e, e->full_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS,
+                                        &e->param_full, "parameters"));
     size_t off = 0;
     for (int mi = 0; mi < e->nmodules; mi++)
       for (int s = 0; s < e->modules[mi]->nsegs; s++) {
@@ -150,12 +150,12 @@ static zinc_status alloc_states(zinc_engine *e) {
                         : e->cfg.offload_param.device == ZINC_OFFLOAD_CPU ? ZINC_LOC_HOST
                                                                           : ZINC_LOC_NVME;
     if (e->param_location != ZINC_LOC_NVME) /* else in nvme.c's swap area */
-      ZINC_CHECK(zinc_engine_alloc(e, e->shard_bytes, e->param_location, ZINC_MEM_PARAMS,
-                                   &e->param_shard, "parameter partition"));
+      ZINC_CHECK(zinc_engine_buffer_alloc(e, e->shard_bytes, e->param_location, ZINC_MEM_PARAMS,
+                                          &e->param_shard, "parameter partition"));
     e->persist_bytes = persistent_bytes(e);
     if (e->persist_bytes) {
-      ZINC_CHECK(zinc_engine_alloc(e, e->persist_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS,
-                                   &e->persist, "persistent parameters"));
+      ZINC_CHECK(zinc_engine_buffer_alloc(e, e->persist_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS,
+                                          &e->persist, "persistent parameters"));
       size_t off = 0;
       for (int mi = 0; mi < e->nmodules; mi++)
         for (int s = 0; s < e->modules[mi]->nsegs; s++) {
@@ -169,24 +169,24 @@ static zinc_status alloc_states(zinc_engine *e) {
   }
   /* gradients */
   if (stage <= 1) {
-    ZINC_CHECK(zinc_engine_alloc_comm(e, e->full_bytes, ZINC_MEM_GRADS, &e->grad_full,
-                                      &e->grad_full_shared, "gradients"));
+    ZINC_CHECK(zinc_engine_comm_buffer_alloc(e, e->full_bytes, ZINC_MEM_GRADS, &e->grad_full,
+                                             &e->grad_full_shared, "gradients"));
   } else {
-    ZINC_CHECK(zinc_engine_alloc(e, (size_t)e->shard_numel * 4, e->opt_location,
-                                 ZINC_MEM_GRADS, (void **)&e->grad_part,
-                                 "gradient partition"));
+    ZINC_CHECK(zinc_engine_buffer_alloc(e, (size_t)e->shard_numel * 4, e->opt_location,
+                                        ZINC_MEM_GRADS, (void **)&e->grad_part,
+                                        "gradient partition"));
   }
   /* optimizer state (with NVMe offload: in nvme.c's swap area; for an
    * all-f32 model on the device the master is the parameter memory) */
   if (e->cfg.offload_optimizer.device != ZINC_OFFLOAD_NVME) {
     size_t ob = (size_t)e->opt_numel * 4;
     if (!e->master_in_params)
-      ZINC_CHECK(zinc_engine_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM,
-                                   (void **)&e->master, "fp32 master parameters"));
-    ZINC_CHECK(zinc_engine_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM, (void **)&e->exp_avg,
-                                 "Adam exp_avg"));
-    ZINC_CHECK(zinc_engine_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM,
-                                 (void **)&e->exp_avg_sq, "Adam exp_avg_sq"));
+      ZINC_CHECK(zinc_engine_buffer_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM,
+                                          (void **)&e->master, "fp32 master parameters"));
+    ZINC_CHECK(zinc_engine_buffer_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM,
+                                        (void **)&e->exp_avg, "Adam exp_avg"));
+    ZINC_CHECK(zinc_engine_buffer_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM,
+                                        (void **)&e->exp_avg_sq, "Adam exp_avg_sq"));
   }
   ZINC_CHECK(zinc_offload_init(e));
   return zinc_nvme_init(e);
@@ -206,16 +206,16 @@ void zinc_build_free(zinc_engine *e) {
   }
   size_t ob = (size_t)e->opt_numel * 4;
   if (e->master)
-    zinc_engine_free(e, e->master, ob, e->opt_location, ZINC_MEM_OPTIM);
-  zinc_engine_free(e, e->exp_avg, ob, e->opt_location, ZINC_MEM_OPTIM);
-  zinc_engine_free(e, e->exp_avg_sq, ob, e->opt_location, ZINC_MEM_OPTIM);
-  zinc_engine_free(e, e->grad_part, (size_t)e->shard_numel * 4, e->opt_location,
-                   ZINC_MEM_GRADS);
-  zinc_engine_free_comm(e, e->grad_full, e->full_bytes, ZINC_MEM_GRADS, e->grad_full_shared);
-  zinc_engine_free(e, e->param_full, e->full_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS);
+    zinc_engine_buffer_free(e, e->master, ob, e->opt_location, ZINC_MEM_OPTIM);
+  zinc_engine_buffer_free(e, e->exp_avg, ob, e->opt_location, ZINC_MEM_OPTIM);
+  zinc_engine_buffer_free(e, e->exp_avg_sq, ob, e->opt_location, ZINC_MEM_OPTIM);
+  zinc_engine_buffer_free(e, e->grad_part, (size_t)e->shard_numel * 4, e->opt_location,
+                          ZINC_MEM_GRADS);
+  zinc_engine_comm_buffer_free(e, e->grad_full, e->full_bytes, ZINC_MEM_GRADS, e->grad_full_shared);
+  zinc_engine_buffer_free(e, e->param_full, e->full_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS);
   if (e->param_location != ZINC_LOC_NVME)
-    zinc_engine_free(e, e->param_shard, e->shard_bytes, e->param_location, ZINC_MEM_PARAMS);
-  zinc_engine_free(e, e->persist, e->persist_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS);
+    zinc_engine_buffer_free(e, e->param_shard, e->shard_bytes, e->param_location, ZINC_MEM_PARAMS);
+  zinc_engine_buffer_free(e, e->persist, e->persist_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS);
   e->master = e->exp_avg = e->exp_avg_sq = e->grad_part = NULL;
   e->grad_full = e->param_full = e->param_shard = e->persist = NULL;
   free(e->units);

@@ -7,10 +7,8 @@
  * data-parallel groups take one rank of every model-parallel group. ZeRO
  * partitions over the data-parallel group only.
  *
- * A failure in the middle of a collective sequence (a comm error, an I/O
- * error during a swap, a deviation between ranks that cannot be served)
- * makes the engine refuse further work with the same message: continuing on
- * half-updated state would silently train on garbage.
+ * How a failure on one rank reaches the others and stops the engine is in
+ * engine/failure.c.
  */
 #define _GNU_SOURCE
 #include <limits.h>
@@ -25,76 +23,12 @@
 #include "engine/memory/profiler.h"
 #include "optim/lr_schedule.h"
 
-/* ------------------------------------------------------------ failures */
+/* ------------------------------------------------- sync and phases */
 
 zinc_status zinc_engine_sync(zinc_engine *e) {
   if (!e->dev->ops->is_gpu)
     return ZINC_OK; /* the cpu device finishes work at the call */
   return e->dev->ops->stream_sync(e->dev, e->stream);
-}
-
-zinc_status zinc_engine_fail(zinc_engine *e, zinc_status st) {
-  if (e && e->failed == ZINC_OK) {
-    e->failed = st;
-    snprintf(e->failed_msg, sizeof e->failed_msg, "%s", zinc_last_error());
-    zinc_log(ZINC_LOG_ERROR, "engine stopped: %s", e->failed_msg);
-  }
-  return st;
-}
-
-zinc_status zinc_engine_usable(const zinc_engine *e, const char *what) {
-  if (!e)
-    return zinc_error(ZINC_ERR_INVALID, "%s: engine is NULL", what);
-  if (e->failed != ZINC_OK)
-    return zinc_error(e->failed, "%s: the engine stopped after an earlier failure (%s); "
-                      "reload state from a checkpoint in a new engine", what, e->failed_msg);
-  if (!e->built)
-    return zinc_error(ZINC_ERR_INVALID, "%s: the engine is not built; call "
-                      "zinc_engine_build after registering every module", what);
-  return ZINC_OK;
-}
-
-/* Collective: every rank learns whether any rank failed, and gets the
- * message of the lowest failing rank (prefixed with its rank). */
-zinc_status zinc_engine_agree(zinc_engine *e, zinc_comm *c, zinc_status st) {
-  if (c->size == 1)
-    return st;
-  int32_t first = st == ZINC_OK ? INT32_MAX : c->rank;
-  zinc_status cst = zinc_comm_allreduce(c, &first, &first, 1, ZINC_DT_I32, ZINC_OP_MIN);
-  if (cst != ZINC_OK)
-    return cst;
-  if (first == INT32_MAX)
-    return ZINC_OK;
-  char msg[1024] = {0};
-  int32_t code = (int32_t)st;
-  if (c->rank == first)
-    snprintf(msg, sizeof msg, "%s", zinc_last_error());
-  cst = zinc_comm_broadcast(c, msg, sizeof msg, ZINC_DT_U8, first);
-  if (cst == ZINC_OK)
-    cst = zinc_comm_broadcast(c, &code, 1, ZINC_DT_I32, first);
-  if (cst != ZINC_OK)
-    return cst;
-  msg[sizeof msg - 1] = '\0';
-  if (c->rank != first)
-    return zinc_error((zinc_status)code, "rank %d: %s", first, msg);
-  return (zinc_status)code;
-}
-
-void zinc_engine_defer(zinc_engine *e, zinc_status st) {
-  if (e->deferred != ZINC_OK)
-    return;
-  e->deferred = st;
-  snprintf(e->deferred_msg, sizeof e->deferred_msg, "%s", zinc_last_error());
-  zinc_log(ZINC_LOG_ERROR, "%s (every rank reports it at the end of this micro-batch)",
-           e->deferred_msg);
-}
-
-zinc_status zinc_engine_agree_deferred(zinc_engine *e) {
-  zinc_status st = e->deferred;
-  if (st != ZINC_OK)
-    zinc_error(st, "%s", e->deferred_msg);
-  e->deferred = ZINC_OK;
-  return zinc_engine_agree(e, e->dp_host, st);
 }
 
 void zinc_engine_phase(zinc_engine *e, zinc_phase p) {
@@ -148,7 +82,9 @@ zinc_status zinc_memory_timeline_flush(zinc_engine *e) {
                       "set \"zinc\": {\"memory_timeline\": \"path.json\"} in the config");
   char *path = timeline_path(e);
   if (!path)
-    return zinc_error(ZINC_ERR_NOMEM, "out of memory");
+    return zinc_error(ZINC_ERR_NOMEM, "zinc_memory_timeline_flush: no host memory for the "
+                      "timeline path (%zu bytes); free host memory and retry",
+                      strlen(e->cfg.memory_timeline) + 32);
   zinc_status st = zinc_prof_timeline_write(e->prof, path, e->world_rank, e->world_size,
                                             e->cfg.stage);
   free(path);
@@ -183,7 +119,7 @@ static zinc_status find_local_ranks(zinc_engine *e) {
 static zinc_status create_comms(zinc_engine *e) {
   /* A process started on its own (no launcher, MPI not initialised, no comm
    * given) is a world of one and needs no MPI at all. */
-  if (zinc_comm_mpi_available() && (e->opt.mpi_comm || zinc_comm_mpi_wanted()))
+  if (e->opt.mpi_comm || zinc_comm_mpi_wanted())
     ZINC_CHECK(zinc_comm_mpi_create(e->opt.mpi_comm, e->cfg.comm_timeout_s, &e->world));
   else
     ZINC_CHECK(zinc_comm_self_create(&e->world));
@@ -282,7 +218,7 @@ void zinc_engine_destroy(zinc_engine *e) {
   if (e->cfg.memory_timeline && e->built && zinc_memory_timeline_flush(e) != ZINC_OK)
     zinc_log(ZINC_LOG_WARN, "%s", zinc_last_error());
   if (e->dev)
-    zinc_activations_free(e);
+    zinc_activation_store_destroy(e);
   zinc_build_free(e);
   zinc_trace_free(e);
   zinc_registry_free(e);

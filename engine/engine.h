@@ -321,8 +321,14 @@ struct zinc_engine {
 /* --------------------------------------------------------- engine.c */
 /* Wait for the engine's queued device work (a no-op on the cpu device). */
 zinc_status zinc_engine_sync(zinc_engine *e);
+void zinc_engine_phase(zinc_engine *e, zinc_phase p);
+
+/* --------------------------------------------------------- failure.c */
 /* Fail the engine for good (after an error mid-step) and return st. */
 zinc_status zinc_engine_fail(zinc_engine *e, zinc_status st);
+/* ZINC_OK when e may take a training call named `what`; otherwise the
+ * error: NULL engine, not built, or stopped by an earlier failure (its
+ * status and message). */
 zinc_status zinc_engine_usable(const zinc_engine *e, const char *what);
 /* Collective over c: the common outcome of a step that may fail on some
  * ranks, with the lowest failing rank's message on every rank. */
@@ -334,7 +340,6 @@ void zinc_engine_defer(zinc_engine *e, zinc_status st);
 /* Collective over the data-parallel group: the first deferred failure of
  * any rank, on every rank (ZINC_OK when none). Cleared afterwards. */
 zinc_status zinc_engine_agree_deferred(zinc_engine *e);
-void zinc_engine_phase(zinc_engine *e, zinc_phase p);
 
 /* --------------------------------------------------------- registry.c */
 void zinc_registry_free(zinc_engine *e);
@@ -363,16 +368,19 @@ static inline char *zinc_unit_ptr(void *seg_base, const zinc_unit *u) {
 /* --------------------------------------------------------- build.c */
 zinc_status zinc_build_buffers(zinc_engine *e, zinc_init_fn init, void *ctx);
 void zinc_build_free(zinc_engine *e);
-zinc_status zinc_engine_alloc(zinc_engine *e, size_t bytes, int location, int category,
-                              void **out, const char *what);
-void zinc_engine_free(zinc_engine *e, void *p, size_t bytes, int location, int category);
-/* Memory that collectives read from (comm-shared on the cpu device). */
+/* An engine buffer of `bytes` at `location` from the engine's device,
+ * accounted to `category`; zinc_engine_buffer_free gives it back (same
+ * bytes, location and category; NULL p is a no-op). */
+zinc_status zinc_engine_buffer_alloc(zinc_engine *e, size_t bytes, int location, int category,
+                                     void **out, const char *what);
+void zinc_engine_buffer_free(zinc_engine *e, void *p, size_t bytes, int location, int category);
 /* Tests: make the nth engine allocation from now fail with ZINC_ERR_NOMEM
  * (0: never). */
 void zinc_engine_inject_alloc_fault(zinc_engine *e, int64_t nth);
-zinc_status zinc_engine_alloc_comm(zinc_engine *e, size_t bytes, int category, void **out,
-                                   int *shared, const char *what);
-void zinc_engine_free_comm(zinc_engine *e, void *p, size_t bytes, int category, int shared);
+/* Memory that collectives read from (comm-shared on the cpu device). */
+zinc_status zinc_engine_comm_buffer_alloc(zinc_engine *e, size_t bytes, int category, void **out,
+                                          int *shared, const char *what);
+void zinc_engine_comm_buffer_free(zinc_engine *e, void *p, size_t bytes, int category, int shared);
 /* Host f32 values -> device memory in dtype (scratch: n elements of 4 B). */
 zinc_status zinc_engine_put(zinc_engine *e, void *dst, int dtype, const float *src, int64_t n,
                             void *scratch);
@@ -497,7 +505,10 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_adam_coef *c, const zinc_a
                            int nseg);
 
 /* --------------------------------------------------------- activations.c */
-void zinc_activations_free(zinc_engine *e);
+/* Free the engine's whole activation-checkpoint store (every checkpoint
+ * still held and the store itself); the public zinc_activation_free drops
+ * one checkpoint. */
+void zinc_activation_store_destroy(zinc_engine *e);
 
 /* --------------------------------------------------------- profiler.c */
 zinc_status zinc_prof_create(zinc_prof **out);

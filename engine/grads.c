@@ -129,8 +129,8 @@ zinc_status zinc_grads_init(zinc_engine *e) {
     return ZINC_OK;
   }
   e->arena_bytes = zinc_grads_ring_bytes(e);
-  return zinc_engine_alloc_comm(e, e->arena_bytes, ZINC_MEM_BUFFERS, &e->arena_base,
-                                &e->arena_shared, "gradient buckets");
+  return zinc_engine_comm_buffer_alloc(e, e->arena_bytes, ZINC_MEM_BUFFERS, &e->arena_base,
+                                       &e->arena_shared, "gradient buckets");
 }
 
 void zinc_grads_free(zinc_engine *e) {
@@ -141,10 +141,10 @@ void zinc_grads_free(zinc_engine *e) {
   for (int mi = 0; mi < e->nmodules; mi++) {
     zinc_module *m = e->modules[mi];
     if (m->grad_area && m->area_dedicated)
-      zinc_engine_free_comm(e, m->grad_area, m->grad_bytes, ZINC_MEM_BUFFERS, 0);
+      zinc_engine_comm_buffer_free(e, m->grad_area, m->grad_bytes, ZINC_MEM_BUFFERS, 0);
     m->grad_area = NULL;
   }
-  zinc_engine_free_comm(e, e->arena_base, e->arena_bytes, ZINC_MEM_BUFFERS, e->arena_shared);
+  zinc_engine_comm_buffer_free(e, e->arena_base, e->arena_bytes, ZINC_MEM_BUFFERS, e->arena_shared);
   e->arena_base = NULL;
   free(e->pending);
   free(e->inflight);
@@ -193,7 +193,7 @@ static void area_release(zinc_engine *e, zinc_module *m) {
   if (!m->grad_area)
     return;
   if (m->area_dedicated)
-    zinc_engine_free_comm(e, m->grad_area, m->grad_bytes, ZINC_MEM_BUFFERS, 0);
+    zinc_engine_comm_buffer_free(e, m->grad_area, m->grad_bytes, ZINC_MEM_BUFFERS, 0);
   m->grad_area = NULL;
   m->area_dedicated = 0;
   for (int s = 0; s < m->nsegs; s++)
@@ -352,8 +352,8 @@ static zinc_status area_get(zinc_engine *e, zinc_module *m) {
         e->dedicated_warned = 1;
       }
       int shared;
-      ZINC_CHECK(zinc_engine_alloc_comm(e, m->grad_bytes, ZINC_MEM_BUFFERS, &m->grad_area,
-                                        &shared, "gradient area"));
+      ZINC_CHECK(zinc_engine_comm_buffer_alloc(e, m->grad_bytes, ZINC_MEM_BUFFERS, &m->grad_area,
+                                               &shared, "gradient area"));
       m->area_dedicated = 1;
       m->area_span = 0;
       return ZINC_OK;

@@ -108,11 +108,11 @@ zinc_status zinc_offload_init(zinc_engine *e) {
   o->param_bytes = pb;
   for (int s = 0; s < 2; s++) {
     if (gb)
-      ZINC_CHECK(zinc_engine_alloc(e, gb, ZINC_LOC_HOST, ZINC_MEM_BUFFERS, &o->grad[s],
-                                   "offload gradient staging"));
+      ZINC_CHECK(zinc_engine_buffer_alloc(e, gb, ZINC_LOC_HOST, ZINC_MEM_BUFFERS, &o->grad[s],
+                                          "offload gradient staging"));
     if (pb)
-      ZINC_CHECK(zinc_engine_alloc(e, pb, ZINC_LOC_HOST, ZINC_MEM_BUFFERS, &o->param[s],
-                                   "offload parameter staging"));
+      ZINC_CHECK(zinc_engine_buffer_alloc(e, pb, ZINC_LOC_HOST, ZINC_MEM_BUFFERS, &o->param[s],
+                                          "offload parameter staging"));
   }
   o->ready = 1;
   return ZINC_OK;
@@ -124,9 +124,9 @@ void zinc_offload_free(zinc_engine *e) {
     return;
   for (int s = 0; s < 2; s++) {
     if (o->grad[s])
-      zinc_engine_free(e, o->grad[s], o->grad_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
+      zinc_engine_buffer_free(e, o->grad[s], o->grad_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
     if (o->param[s])
-      zinc_engine_free(e, o->param[s], o->param_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
+      zinc_engine_buffer_free(e, o->param[s], o->param_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
     if (o->copy[s])
       e->dev->ops->stream_destroy(e->dev, o->copy[s]);
     if (o->in_done[s])

@@ -228,8 +228,8 @@ zinc_status zinc_nvme_init(zinc_engine *e) {
     ZINC_CHECK(zinc_nvme_check_config(e));
     param_buffers(e, &n->npbuf, &n->pbuf_bytes);
     for (int b = 0; b < n->npbuf && n->pbuf_bytes > 0; b++)
-      ZINC_CHECK(zinc_engine_alloc(e, n->pbuf_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS, &n->pbuf[b],
-                                   "parameter read buffers"));
+      ZINC_CHECK(zinc_engine_buffer_alloc(e, n->pbuf_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS,
+                                          &n->pbuf[b], "parameter read buffers"));
   }
   zinc_swap *any = n->opt ? n->opt : n->param;
   n->bounce_bytes = zinc_swap_buffer_bytes(any, zinc_swap_block_bytes(any) * BOUNCE_BLOCKS);
@@ -274,7 +274,7 @@ void zinc_nvme_free(zinc_engine *e) {
     return;
   for (int b = 0; b < n->npbuf; b++)
     if (n->pbuf[b])
-      zinc_engine_free(e, n->pbuf[b], n->pbuf_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
+      zinc_engine_buffer_free(e, n->pbuf[b], n->pbuf_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
   for (int b = 0; b < n->nbuf; b++) {
     if (n->rd[b])
       zinc_aio_wait(n->rd[b]);
@@ -471,8 +471,8 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_adam_coef *c, const zinc_a
   size_t pstage_bytes = (size_t)n->group * 4;
   ZINC_CHECK(zinc_calloc((void **)&piece, (size_t)nseg + 1, sizeof *piece, "sub-group runs"));
   if (zinc_nvme_param_on_disk(e)) {
-    st = zinc_engine_alloc(e, pstage_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS, &pstage,
-                           "parameter staging");
+    st = zinc_engine_buffer_alloc(e, pstage_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS, &pstage,
+                                  "parameter staging");
     if (st != ZINC_OK) {
       free(piece);
       return st;
@@ -560,7 +560,7 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_adam_coef *c, const zinc_a
       st = w;
   }
   if (pstage)
-    zinc_engine_free(e, pstage, pstage_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
+    zinc_engine_buffer_free(e, pstage, pstage_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
   free(piece);
   return st;
 }

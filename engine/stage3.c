@@ -135,8 +135,8 @@ static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
   zinc_status st = shard_source(e, m, first, last, &src);
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "fetching module \"%s\"", m->name);
-  st = zinc_engine_alloc(e, m->gather_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS, &m->gathered,
-                         "gathered parameters");
+  st = zinc_engine_buffer_alloc(e, m->gather_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS, &m->gathered,
+                                "gathered parameters");
   if (st != ZINC_OK) {
     source_free(e, m);
     return zinc_error_wrap(st, "fetching module \"%s\"", m->name);
@@ -191,7 +191,7 @@ static void point_segments(zinc_module *m, void *buffer) {
 }
 
 static void buffer_free(zinc_engine *e, zinc_module *m, void *buffer) {
-  zinc_engine_free(e, buffer, m->gather_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS);
+  zinc_engine_buffer_free(e, buffer, m->gather_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS);
   e->live_elems -= m->gather_numel;
 }
 
@@ -335,8 +335,8 @@ zinc_status zinc_stage3_gather_persistent(zinc_engine *e) {
     for (int ui = 0; ui < e->nunits; ui++)
       if (e->modules[e->units[ui].module]->segs[e->units[ui].segment].persistent)
         staging_bytes += (size_t)e->units[ui].chunk * zinc_dtype_size(e->units[ui].dtype);
-    zinc_status ast = zinc_engine_alloc(e, staging_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS,
-                                        &staging, "persistent parameters read from NVMe");
+    zinc_status ast = zinc_engine_buffer_alloc(e, staging_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS,
+                                               &staging, "persistent parameters read from NVMe");
     if (ast != ZINC_OK) {
       free(colls);
       return ast;
@@ -368,7 +368,7 @@ zinc_status zinc_stage3_gather_persistent(zinc_engine *e) {
     }
   if (rst != ZINC_OK && e->dp_size == 1) {
     free(colls);
-    zinc_engine_free(e, staging, staging_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
+    zinc_engine_buffer_free(e, staging, staging_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
     return rst;
   }
   if (rst != ZINC_OK) /* gather zeros with the peers, then tell them (below) */
@@ -378,7 +378,7 @@ zinc_status zinc_stage3_gather_persistent(zinc_engine *e) {
   e->t_comm_wait += zinc_now() - t0;
   free(colls);
   if (staging)
-    zinc_engine_free(e, staging, staging_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
+    zinc_engine_buffer_free(e, staging, staging_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "gathering persistent parameters");
   if (on_disk) /* every rank: did any fail to read its chunks? */

@@ -72,6 +72,20 @@ static zinc_status gather_units_in_place(zinc_engine *e, int grads) {
   return ZINC_OK;
 }
 
+/* After the owned chunks of the parameters changed: all-gather them into
+ * every rank's full copy (stages 1-2), or drop stage 3's gathered copies and
+ * gather its persistent segments again. Collective over the data-parallel
+ * group. */
+static zinc_status gather_updated_params(zinc_engine *e) {
+  if (e->cfg.stage == 1 || e->cfg.stage == 2)
+    ZINC_CHECK(gather_units_in_place(e, 0));
+  if (e->cfg.stage == 3) {
+    ZINC_CHECK(zinc_stage3_invalidate(e));
+    ZINC_CHECK(zinc_stage3_gather_persistent(e));
+  }
+  return ZINC_OK;
+}
+
 /* Global squared L2 norm of the gradient sum (still scaled), canonical. */
 static zinc_status grad_sumsq(zinc_engine *e, double *total) {
   int r0 = e->cfg.stage == 0 ? 0 : e->dp_rank;
@@ -161,8 +175,8 @@ static zinc_status adam_params_on_disk(zinc_engine *e, const zinc_adam_coef *c,
     if ((size_t)segs[i].n * 4 > most)
       most = (size_t)segs[i].n * 4;
   void *staging = NULL;
-  ZINC_CHECK(zinc_engine_alloc(e, most, ZINC_LOC_HOST, ZINC_MEM_BUFFERS, &staging,
-                               "parameter staging"));
+  ZINC_CHECK(zinc_engine_buffer_alloc(e, most, ZINC_LOC_HOST, ZINC_MEM_BUFFERS, &staging,
+                                      "parameter staging"));
   zinc_status st = ZINC_OK;
   for (int i = 0; i < e->nruns && st == ZINC_OK; i++) {
     const zinc_opt_run *run = &e->runs[i];
@@ -175,7 +189,7 @@ static zinc_status adam_params_on_disk(zinc_engine *e, const zinc_adam_coef *c,
       st = zinc_pshard_write(e, u->shard_byte + (size_t)(run->unit_offset - (int64_t)run->owner * u->chunk) * es,
                              (size_t)s.n * es, staging);
   }
-  zinc_engine_free(e, staging, most, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
+  zinc_engine_buffer_free(e, staging, most, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
   return st;
 }
 
@@ -248,12 +262,7 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
    * rank before anyone enters the gathers below, or they would wait for it. */
   ZINC_CHECK(zinc_engine_agree(e, e->dp_host, st));
 
-  if (e->cfg.stage == 1 || e->cfg.stage == 2)
-    ZINC_CHECK(gather_units_in_place(e, 0));
-  if (e->cfg.stage == 3) {
-    ZINC_CHECK(zinc_stage3_invalidate(e));
-    ZINC_CHECK(zinc_stage3_gather_persistent(e));
-  }
+  ZINC_CHECK(gather_updated_params(e));
   zinc_loss_scaler_update(&e->scaler, 0);
   e->step++;
   fill_info(e, info, 1, lr);
@@ -297,11 +306,5 @@ zinc_status zinc_params_from_master(zinc_engine *e) {
     st = zinc_engine_sync(e);
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "refreshing parameters from the fp32 master");
-  if (e->cfg.stage == 1 || e->cfg.stage == 2)
-    ZINC_CHECK(gather_units_in_place(e, 0));
-  if (e->cfg.stage == 3) {
-    ZINC_CHECK(zinc_stage3_invalidate(e));
-    ZINC_CHECK(zinc_stage3_gather_persistent(e));
-  }
-  return ZINC_OK;
+  return gather_updated_params(e);
 }

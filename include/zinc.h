@@ -46,6 +46,8 @@ extern "C" {
 #define ZINC_API
 #endif
 
+/* The one place the version is written: zinc_version() and the CMake
+ * project version (library soname, zinc.pc) are made from these. */
 #define ZINC_VERSION_MAJOR 0
 #define ZINC_VERSION_MINOR 1
 #define ZINC_VERSION_PATCH 0
@@ -68,7 +70,8 @@ typedef enum {
 ZINC_API const char *zinc_last_error(void);
 /* Name of a status ("ZINC_ERR_IO"). */
 ZINC_API const char *zinc_status_name(zinc_status s);
-/* "0.1.0" */
+/* "MAJOR.MINOR.PATCH" of the library that is running (ZINC_VERSION_* are
+ * those of the header compiled against), e.g. "0.1.0". */
 ZINC_API const char *zinc_version(void);
 
 typedef enum { ZINC_F32, ZINC_BF16, ZINC_F16 } zinc_dtype;
@@ -315,16 +318,27 @@ ZINC_API zinc_status zinc_param_set_full(zinc_engine *e, zinc_param *p,
 
 /* ------------------------------------------------------------- memory */
 
-enum { ZINC_MEM_PARAMS, ZINC_MEM_GRADS, ZINC_MEM_OPTIM, ZINC_MEM_BUFFERS,
-       ZINC_MEM_ACTIVATIONS, ZINC_MEM_OTHER, ZINC_MEM_NCAT };
-enum { ZINC_LOC_DEVICE, ZINC_LOC_HOST, ZINC_LOC_NVME, ZINC_LOC_N };
+/* What a byte the engine holds is for (ZINC_MEM_NCAT: the number of
+ * categories, for array sizes). */
+typedef enum {
+  ZINC_MEM_PARAMS,
+  ZINC_MEM_GRADS,
+  ZINC_MEM_OPTIM,
+  ZINC_MEM_BUFFERS,
+  ZINC_MEM_ACTIVATIONS,
+  ZINC_MEM_OTHER,
+  ZINC_MEM_NCAT
+} zinc_mem_category;
+/* Where it lives (ZINC_LOC_N: the number of locations, for array sizes). */
+typedef enum { ZINC_LOC_DEVICE, ZINC_LOC_HOST, ZINC_LOC_NVME, ZINC_LOC_N } zinc_mem_location;
 enum { ZINC_PHASE_FWD, ZINC_PHASE_BWD, ZINC_PHASE_OPT, ZINC_MEM_NPHASE };
 typedef struct {
   uint64_t current[ZINC_LOC_N][ZINC_MEM_NCAT];
   uint64_t peak[ZINC_LOC_N][ZINC_MEM_NCAT];
   uint64_t peak_total[ZINC_LOC_N];
   uint64_t theoretical_model_states;   /* ZeRO formula, bytes per rank */
-  /* added fields */
+  /* The fields below came later and are appended at the end, so the offsets
+   * of the fields above stay as they were (ABI order): add new ones last. */
   uint64_t phase_peak[ZINC_MEM_NPHASE][ZINC_LOC_N]; /* peak total while in
                                           forward / backward / step        */
   uint64_t last_step_peak[ZINC_LOC_N];   /* peak total during the last
@@ -351,7 +365,7 @@ ZINC_API zinc_status zinc_memory_report_all(zinc_engine *e, int json, char **tex
 /* Write the memory timeline sampled so far (config "zinc.memory_timeline")
  * now; it is also written at zinc_engine_destroy. */
 ZINC_API zinc_status zinc_memory_timeline_flush(zinc_engine *e);
-/* Name of a category ("params") or location ("device"). */
+/* Name of a zinc_mem_category ("params") or zinc_mem_location ("device"). */
 ZINC_API const char *zinc_mem_category_name(int cat);
 ZINC_API const char *zinc_mem_location_name(int loc);
 

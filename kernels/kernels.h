@@ -27,6 +27,7 @@
 #include <cuda_runtime_api.h>
 
 #include "kernels/zinc_math.h" /* the per-element math and the kernel argument structs */
+#include "zinc.h"               /* zinc_dtype */
 
 #ifdef __cplusplus
 extern "C" {

@@ -160,9 +160,8 @@ const char *zinc_aio_file_path(const zinc_aio *aio, int file); /* NULL if none *
  * is rounded up to the alignment. Buffers of 2 MiB or more are 2 MiB
  * aligned and advised onto transparent huge pages: requests that cannot use
  * the registration (vectored swap blocks) then pin one page per 2 MiB
- * instead of 512 (on the test VM 2-segment reads went from ~1.8 to ~2.4
- * GB/s in one measurement; the VM is noisy). Memory from elsewhere (a
- * pinned pool) gains the same from madvise(MADV_HUGEPAGE) before first
+ * instead of 512 (docs/benchmarks.md has the figure). Memory from elsewhere
+ * (a pinned pool) gains the same from madvise(MADV_HUGEPAGE) before first
  * touch. Free with zinc_aio_buffer_free. */
 zinc_status zinc_aio_buffer_alloc(zinc_aio *aio, size_t bytes, void **out);
 void zinc_aio_buffer_free(zinc_aio *aio, void *buf);

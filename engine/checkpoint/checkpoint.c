@@ -178,7 +178,10 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
   bytes[e->dp_size] = (int64_t)strlen(json);
   if (extra) { /* a file beside the shards, e.g. the consolidated weights */
     char *xpath = zinc_path_join(partial, extra);
-    st = xpath ? zinc_fs_crc32c(xpath, &crcs[nsums], &bytes[nsums]) : zinc_error(ZINC_ERR_NOMEM, "oom");
+    st = xpath ? zinc_fs_crc32c(xpath, &crcs[nsums], &bytes[nsums])
+               : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the path of "
+                            "%s/%s (%zu bytes); free host memory and retry", partial, extra,
+                            strlen(partial) + strlen(extra) + 2);
     free(xpath);
     if (st != ZINC_OK)
       goto out;
@@ -186,8 +189,10 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
   }
   sums = zinc_checksums_format((const char *const *)names, crcs, bytes, nsums);
   char *spath = zinc_path_join(partial, ZINC_CHECKSUMS_NAME);
-  st = sums ? zinc_fs_write_atomic(spath, sums, strlen(sums))
-            : zinc_error(ZINC_ERR_NOMEM, "out of memory");
+  st = sums && spath ? zinc_fs_write_atomic(spath, sums, strlen(sums))
+                     : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the %s "
+                                  "of %d files in %s; free host memory and retry",
+                                  ZINC_CHECKSUMS_NAME, nsums, partial);
   free(spath);
 out:
   for (int r = 0; names && r <= e->dp_size + 1; r++)
@@ -218,8 +223,13 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
   char *final = zinc_path_join(dir, tag), *partial = zinc_path_join(dir, partial_name);
   char *shard = NULL;
   int64_t *info = calloc(2 * (size_t)e->dp_size, sizeof *info);
-  zinc_status st = final && partial && info ? ZINC_OK
-                                             : zinc_error(ZINC_ERR_NOMEM, "out of memory");
+  zinc_status st =
+      final && partial && info
+          ? ZINC_OK
+          : zinc_error(ZINC_ERR_NOMEM, "checkpoint save %s/%s: no host memory for its paths and "
+                       "the table of %d shards (%zu bytes); free host memory and retry", dir, tag,
+                       e->dp_size, 2 * strlen(dir) + strlen(tag) + strlen(partial_name) + 4 +
+                           2 * (size_t)e->dp_size * sizeof *info);
   /* 1. rank 0 prepares an empty partial directory */
   if (st == ZINC_OK && e->dp_rank == 0) {
     st = zinc_fs_mkdirs(dir);
@@ -236,7 +246,10 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
     shard = zinc_path_join(partial, name);
     uint32_t crc = 0;
     int64_t bytes = 0;
-    st = shard ? write_shard(e, shard, &crc, &bytes) : zinc_error(ZINC_ERR_NOMEM, "oom");
+    st = shard ? write_shard(e, shard, &crc, &bytes)
+               : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the shard path "
+                            "of rank %d (%zu bytes); free host memory and retry", e->dp_rank,
+                            strlen(partial) + strlen(name) + 2);
     int64_t mine[2] = {crc, bytes};
     st = zinc_engine_agree(e, e->dp_host, st);
     if (st == ZINC_OK)
@@ -246,7 +259,10 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
   const char *extra = e->cfg.stage3_gather_16bit_weights_on_model_save ? "model.safetensors" : NULL;
   if (st == ZINC_OK && extra) {
     char *xpath = zinc_path_join(partial, extra);
-    st = xpath ? zinc_export_safetensors(e, xpath, -1) : zinc_error(ZINC_ERR_NOMEM, "oom");
+    st = xpath ? zinc_export_safetensors(e, xpath, -1)
+               : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the path of "
+                            "%s/%s (%zu bytes); free host memory and retry", partial, extra,
+                            strlen(partial) + strlen(extra) + 2);
     free(xpath);
   }
   /* 4. rank 0: manifest, checksums, rename into place, latest */
@@ -266,7 +282,9 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
       char line[256];
       snprintf(line, sizeof line, "%s\n", tag);
       st = latest ? zinc_fs_write_atomic(latest, line, strlen(line))
-                  : zinc_error(ZINC_ERR_NOMEM, "oom");
+                  : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the path of "
+                               "%s/%s (%zu bytes); free host memory and retry", dir,
+                               ZINC_LATEST_NAME, strlen(dir) + strlen(ZINC_LATEST_NAME) + 2);
       free(latest);
     }
     if (st != ZINC_OK)
@@ -361,7 +379,10 @@ static zinc_status reader_for(load_ctx *c, int file, zinc_shard_reader **out) {
   if (!c->readers[file]) {
     char *p = zinc_path_join(c->dir->path, c->dir->manifest->files[file].name);
     if (!p)
-      return zinc_error(ZINC_ERR_NOMEM, "oom");
+      return zinc_error(ZINC_ERR_NOMEM, "checkpoint load: no host memory for the path of "
+                        "%s/%s (%zu bytes); free host memory and retry", c->dir->path,
+                        c->dir->manifest->files[file].name,
+                        strlen(c->dir->path) + strlen(c->dir->manifest->files[file].name) + 2);
     zinc_status st = zinc_shard_reader_open(p, &c->readers[file]);
     free(p);
     ZINC_CHECK(st);
@@ -412,7 +433,11 @@ zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir, const char *ta
   double t0 = zinc_now();
   zinc_ckpt_dir *d = NULL;
   int *map = calloc((size_t)e->nparams + 1, sizeof *map);
-  zinc_status st = map ? zinc_ckpt_dir_open(dir, tag, &d) : zinc_error(ZINC_ERR_NOMEM, "oom");
+  zinc_status st = map ? zinc_ckpt_dir_open(dir, tag, &d)
+                       : zinc_error(ZINC_ERR_NOMEM, "checkpoint load %s: no host memory for the "
+                                    "map of %d parameters (%zu bytes); free host memory and "
+                                    "retry", dir, e->nparams,
+                                    ((size_t)e->nparams + 1) * sizeof *map);
   /* 1. every rank checks the manifest and the model */
   if (st == ZINC_OK)
     st = match_model(e, d, map);
@@ -433,7 +458,10 @@ zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir, const char *ta
   load_ctx c = {.dir = d};
   c.readers = calloc((size_t)d->manifest->nfiles, sizeof *c.readers);
   st = c.readers ? zinc_aligned_alloc((void **)&c.staging, 64, STAGING_ELEMS * 4, "load staging")
-                 : zinc_error(ZINC_ERR_NOMEM, "oom");
+                 : zinc_error(ZINC_ERR_NOMEM, "checkpoint load %s: no host memory for the "
+                              "readers of %d shard files (%zu bytes); free host memory and "
+                              "retry", dir, d->manifest->nfiles,
+                              (size_t)d->manifest->nfiles * sizeof *c.readers);
   for (int i = 0; i < e->nparams && st == ZINC_OK; i++) {
     c.mp = &d->manifest->params[map[i]];
     st = zinc_layout_for_each_piece(e, e->params[i], load_piece, &c);

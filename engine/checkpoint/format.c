@@ -410,7 +410,10 @@ zinc_status zinc_ckpt_dir_open(const char *dir, const char *tag, zinc_ckpt_dir *
   zinc_ckpt_dir *d = NULL;
   if (!tag) {
     char *latest = zinc_path_join(dir, ZINC_LATEST_NAME);
-    st = latest ? zinc_fs_read_all(latest, &tagbuf, &len) : zinc_error(ZINC_ERR_NOMEM, "oom");
+    st = latest ? zinc_fs_read_all(latest, &tagbuf, &len)
+                : zinc_error(ZINC_ERR_NOMEM, "opening checkpoint: no host memory for the path of "
+                             "%s/%s (%zu bytes); free host memory and retry", dir,
+                             ZINC_LATEST_NAME, strlen(dir) + strlen(ZINC_LATEST_NAME) + 2);
     if (st != ZINC_OK)
       zinc_error_wrap(st, "no tag given and no readable %s", latest ? latest : "latest");
     free(latest);
@@ -424,7 +427,9 @@ zinc_status zinc_ckpt_dir_open(const char *dir, const char *tag, zinc_ckpt_dir *
   ZINC_CHECK_GOTO(zinc_ckpt_tag_check(tag), st, out);
   path = zinc_path_join(dir, tag);
   if (!path) {
-    st = zinc_error(ZINC_ERR_NOMEM, "out of memory");
+    st = zinc_error(ZINC_ERR_NOMEM, "opening checkpoint: no host memory for the path of %s/%s "
+                    "(%zu bytes); free host memory and retry", dir, tag,
+                    strlen(dir) + strlen(tag) + 2);
     goto out;
   }
   {
@@ -451,7 +456,8 @@ zinc_status zinc_ckpt_dir_open(const char *dir, const char *tag, zinc_ckpt_dir *
       st = zinc_error(ZINC_ERR_CORRUPT, "%s does not list %s", ZINC_CHECKSUMS_NAME, mpath);
     d = calloc(1, sizeof *d);
     if (st == ZINC_OK && !d)
-      st = zinc_error(ZINC_ERR_NOMEM, "out of memory");
+      st = zinc_error(ZINC_ERR_NOMEM, "opening checkpoint: no host memory for the state of "
+                      "checkpoint %s (%zu bytes); free host memory and retry", path, sizeof *d);
     if (st == ZINC_OK)
       st = zinc_manifest_parse(text, len, mpath, &d->manifest);
     free(mpath);
@@ -493,7 +499,9 @@ zinc_status zinc_ckpt_dir_verify_file(const zinc_ckpt_dir *d, int i) {
   const zinc_manifest_file *f = &d->manifest->files[i];
   char *p = zinc_path_join(d->path, f->name);
   if (!p)
-    return zinc_error(ZINC_ERR_NOMEM, "out of memory");
+    return zinc_error(ZINC_ERR_NOMEM, "opening checkpoint: no host memory for the path of %s/%s "
+                      "(%zu bytes); free host memory and retry", d->path, f->name,
+                      strlen(d->path) + strlen(f->name) + 2);
   zinc_shard_reader *r = NULL;
   zinc_status st = zinc_shard_reader_open(p, &r);
   if (st == ZINC_OK) {

@@ -161,13 +161,19 @@ zinc_status zinc_export_safetensors(zinc_engine *e, const char *path, int dtype)
   zinc_safetensors_tensor *t = calloc((size_t)e->nparams + 1, sizeof *t);
   char **names = calloc((size_t)e->nparams + 1, sizeof *names);
   int64_t largest = 1;
-  zinc_status st = t && names ? ZINC_OK : zinc_error(ZINC_ERR_NOMEM, "oom");
+  zinc_status st = t && names ? ZINC_OK
+                  : zinc_error(ZINC_ERR_NOMEM, "zinc_export_safetensors %s: no host memory for "
+                               "the tensor table of %d parameters (%zu bytes); free host "
+                               "memory and retry", path, e->nparams,
+                               ((size_t)e->nparams + 1) * (sizeof *t + sizeof *names));
   for (int i = 0; i < e->nparams && st == ZINC_OK; i++) {
     const zinc_param *p = e->params[i];
     size_t n = strlen(p->module->name) + strlen(p->name) + 2;
     names[i] = malloc(n);
     if (!names[i]) {
-      st = zinc_error(ZINC_ERR_NOMEM, "oom");
+      st = zinc_error(ZINC_ERR_NOMEM, "zinc_export_safetensors %s: no host memory for the "
+                      "tensor name \"%s.%s\" (%zu bytes); free host memory and retry", path,
+                      p->module->name, p->name, n);
       break;
     }
     snprintf(names[i], n, "%s.%s", p->module->name, p->name);

@@ -210,7 +210,6 @@ int main(void) {
   path shm = {0};
   CHECK_OK(open_path(&shm, "shm"));
   if (shm.c) {
-    CHECK(zinc_comm_mpi_available() == 1, "mpi comm reports unavailable");
     run_path(&shm, &seed);
     run_large(&shm, 7777);
   }

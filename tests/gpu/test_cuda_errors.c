@@ -20,6 +20,7 @@
 #include "comm/comm.h"
 #include "device/device.h"
 #include "device/device_cuda.h"
+#include "device/device_cuda_pool.h"
 
 #ifndef ZINC_HAVE_CUDA
 

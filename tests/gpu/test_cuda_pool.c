@@ -5,6 +5,7 @@
  * again only after that work is done, trim gives cached blocks back, and a
  * bad free is refused. Also mem_info and the NVML per-process figure. */
 #include "gpu_test.h"
+#include "device/device_cuda_pool.h"
 #include "device/topology.h"
 
 typedef struct {

@@ -1,0 +1,101 @@
+/*
+ * failure.c — how the engine fails: the rules every rank follows when one
+ * of them meets an error (DESIGN.md, "Failure agreement").
+ *
+ * 1. Every collective phase is: compute locally, agree on the status across
+ *    the ranks involved (zinc_engine_agree), then the collective. A rank
+ *    that failed locally (allocation, I/O, a bad callback, a device error)
+ *    never leaves its peers waiting inside a collective.
+ * 2. Agreement gives every rank the same outcome: the status and message of
+ *    the lowest failing rank, the message prefixed with "rank N: " on the
+ *    others. The comm timeout is only for what cannot be agreed (a dead or
+ *    silent peer).
+ * 3. A failure that happens while the peers are already inside a collective
+ *    with this rank (an NVMe read feeding a gather) is deferred: the rank
+ *    goes on with the collective and the failure is agreed afterwards, at
+ *    the end of the micro-batch or of evaluation (zinc_engine_defer, then
+ *    zinc_engine_agree_deferred).
+ * 4. A failure in the middle of a collective sequence stops the engine for
+ *    good (zinc_engine_fail): further training calls are refused with the
+ *    same status and message (zinc_engine_usable), because continuing on
+ *    half-updated state would silently train on garbage. zinc_engine_destroy
+ *    still frees everything. Misuse that changed nothing (a call in the
+ *    wrong order) is refused with ZINC_ERR_INVALID and does not stop the
+ *    engine.
+ *
+ * Declared in engine/engine.h.
+ */
+#include <stdint.h>
+#include <stdio.h>
+
+#include "engine/engine.h"
+
+/* ------------------------------------------------- stop after a failure */
+
+zinc_status zinc_engine_fail(zinc_engine *e, zinc_status st) {
+  if (e && e->failed == ZINC_OK) {
+    e->failed = st;
+    snprintf(e->failed_msg, sizeof e->failed_msg, "%s", zinc_last_error());
+    zinc_log(ZINC_LOG_ERROR, "engine stopped: %s", e->failed_msg);
+  }
+  return st;
+}
+
+zinc_status zinc_engine_usable(const zinc_engine *e, const char *what) {
+  if (!e)
+    return zinc_error(ZINC_ERR_INVALID, "%s: engine is NULL", what);
+  if (e->failed != ZINC_OK)
+    return zinc_error(e->failed, "%s: the engine stopped after an earlier failure (%s); "
+                      "reload state from a checkpoint in a new engine", what, e->failed_msg);
+  if (!e->built)
+    return zinc_error(ZINC_ERR_INVALID, "%s: the engine is not built; call "
+                      "zinc_engine_build after registering every module", what);
+  return ZINC_OK;
+}
+
+/* ------------------------------------------------ agreement across ranks */
+
+/* Collective: every rank learns whether any rank failed, and gets the
+ * message of the lowest failing rank (prefixed with its rank). */
+zinc_status zinc_engine_agree(zinc_engine *e, zinc_comm *c, zinc_status st) {
+  if (c->size == 1)
+    return st;
+  int32_t first = st == ZINC_OK ? INT32_MAX : c->rank;
+  zinc_status cst = zinc_comm_allreduce(c, &first, &first, 1, ZINC_DT_I32, ZINC_OP_MIN);
+  if (cst != ZINC_OK)
+    return cst;
+  if (first == INT32_MAX)
+    return ZINC_OK;
+  char msg[1024] = {0};
+  int32_t code = (int32_t)st;
+  if (c->rank == first)
+    snprintf(msg, sizeof msg, "%s", zinc_last_error());
+  cst = zinc_comm_broadcast(c, msg, sizeof msg, ZINC_DT_U8, first);
+  if (cst == ZINC_OK)
+    cst = zinc_comm_broadcast(c, &code, 1, ZINC_DT_I32, first);
+  if (cst != ZINC_OK)
+    return cst;
+  msg[sizeof msg - 1] = '\0';
+  if (c->rank != first)
+    return zinc_error((zinc_status)code, "rank %d: %s", first, msg);
+  return (zinc_status)code;
+}
+
+/* --------------------------------------- failures inside a collective */
+
+void zinc_engine_defer(zinc_engine *e, zinc_status st) {
+  if (e->deferred != ZINC_OK)
+    return;
+  e->deferred = st;
+  snprintf(e->deferred_msg, sizeof e->deferred_msg, "%s", zinc_last_error());
+  zinc_log(ZINC_LOG_ERROR, "%s (every rank reports it at the end of this micro-batch)",
+           e->deferred_msg);
+}
+
+zinc_status zinc_engine_agree_deferred(zinc_engine *e) {
+  zinc_status st = e->deferred;
+  if (st != ZINC_OK)
+    zinc_error(st, "%s", e->deferred_msg);
+  e->deferred = ZINC_OK;
+  return zinc_engine_agree(e, e->dp_host, st);
+}
