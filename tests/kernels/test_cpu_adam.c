@@ -12,7 +12,7 @@
 
 #include "optim/adam.h"
 #include "kernels/cpu_kernels.h"
-#include "optim/kernel_test.h"
+#include "kernels/kernel_test.h"
 
 static const int64_t lengths[] = {1, 7, 15, 16, 17, 33, 127, 1001, 4099, 300007};
 #define NLEN (int)(sizeof lengths / sizeof lengths[0])

@@ -11,7 +11,7 @@
 
 #include "optim/adam.h"
 #include "kernels/cpu_kernels.h"
-#include "optim/kernel_test.h"
+#include "kernels/kernel_test.h"
 
 enum { NSEG = 3, NCHUNK = 5, NPOOL = 4 };
 static const int64_t seg_n[NSEG] = {50001, 9, 70003};

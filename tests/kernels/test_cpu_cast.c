@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "kernels/cpu_kernels.h"
-#include "optim/kernel_test.h"
+#include "kernels/kernel_test.h"
 
 #define N16 (65536 + 37) /* every 16-bit pattern, then a few again */
 #define N32 (200003)

@@ -15,7 +15,7 @@
 
 #include "engine/engine.h"
 #include "engine/memory/estimate.h"
-#include "engine_test.h"
+#include "engine/engine_test.h"
 
 
 /* Train 3 steps, then the measured stats and the estimator's figures for
@@ -128,7 +128,7 @@ static void test_timeline_and_report(void) {
   if (et_rank == 0) {
     snprintf(json, sizeof json, "%s/timeline_np%d_r0.json", bin, et_world);
     snprintf(cmd, sizeof cmd, "%s/tools/zinc-mem/zinc-mem timeline %s %s >/dev/null && "
-             "python3 %s/tests/engine/check_svg.py %s %s", bin, json, svg, src, json, svg);
+             "python3 %s/tests/engine/memory/check_svg.py %s %s", bin, json, svg, src, json, svg);
     ET_CHECK(system(cmd) == 0, "timeline SVG check failed: %s", cmd);
   }
 }
