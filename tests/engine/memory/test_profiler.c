@@ -3,8 +3,8 @@
  *  - right after build the profiler's figures equal what the build plans to
  *    allocate, exactly, for stages 0-3 x offload none/cpu/nvme, and stage 3
  *    with the parameters offloaded to cpu or nvme (the 2% formula
- *    check is test_engine_checks', on a model large enough that alignment
- *    padding is negligible);
+ *    check is test_model_state_bytes.c's, on a model large enough that
+ *    alignment padding is negligible);
  *  - the estimator (tools/zinc-mem) is within 5% of the peak the profiler
  *    measures while training, device and host;
  *  - the timeline rendered to SVG is well-formed and its totals match the
