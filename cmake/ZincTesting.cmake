@@ -7,7 +7,8 @@
 # mpirun once per rank count, as name_np<N> (oversubscribed: CI has 2
 # cores). Exit code 77 means SKIPPED (ctest prints it as "Skipped"): a test
 # that needs a GPU, several ranks or a missing kernel feature says so loudly
-# instead of passing.
+# instead of passing. Every test links zinc_test_common (tests/common/: the
+# seeded random generator, the bitwise comparison, stderr capture).
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(CMOCKA REQUIRED IMPORTED_TARGET cmocka)
 
@@ -36,7 +37,8 @@ set(ZINC_MPIEXEC ${MPIEXEC_EXECUTABLE})
 function(zinc_add_test)
   cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS;ARGS;RANKS" ${ARGN})
   add_executable(${T_NAME} ${T_SOURCES})
-  target_link_libraries(${T_NAME} PRIVATE zinc_internal PkgConfig::CMOCKA ${T_LIBS})
+  target_link_libraries(${T_NAME} PRIVATE zinc_internal zinc_test_common PkgConfig::CMOCKA
+    ${T_LIBS})
   target_include_directories(${T_NAME} PRIVATE ${CMAKE_SOURCE_DIR}/tests)
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)

@@ -15,6 +15,7 @@
 #include <immintrin.h>
 
 #include "zinc.h"
+#include "common/rng.h"
 #include "kernels/zinc_math.h"
 
 static int has_f16c(void) {
@@ -29,13 +30,7 @@ __attribute__((target("f16c"))) static float hw_f16_to_f32(uint16_t h) {
   return _cvtsh_ss(h);
 }
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint32_t rng32(void) {
-  rng_state ^= rng_state << 13;
-  rng_state ^= rng_state >> 7;
-  rng_state ^= rng_state << 17;
-  return (uint32_t)(rng_state >> 16);
-}
+static test_rng rng = {0x9E3779B97F4A7C15ull}; /* one sequence through the whole program */
 
 static void f16_all_patterns_roundtrip(void **state) {
   (void)state;
@@ -61,7 +56,7 @@ static void f16_rounding_matches_hardware(void **state) {
     skip();
   int bad = 0;
   for (int i = 0; i < 4000000; i++) {
-    uint32_t u = rng32();
+    uint32_t u = rng_u32(&rng);
     /* half the samples near the f16 range, where rounding matters */
     if (i & 1)
       u = (u & 0x80000000u) | (0x33000000u + (u % (0x47800000u - 0x33000000u)));
@@ -91,7 +86,7 @@ static uint16_t bf16_reference(float f) {
 static void bf16_rounding(void **state) {
   (void)state;
   for (int i = 0; i < 4000000; i++) {
-    float f = zinc_bits_f32(rng32() ^ ((uint32_t)i << 31));
+    float f = zinc_bits_f32(rng_u32(&rng) ^ ((uint32_t)i << 31));
     if (isnan(f)) {
       assert_true(isnan(zinc_bf16_to_f32(zinc_f32_to_bf16(f))));
       continue;
@@ -115,7 +110,7 @@ static void sumsq_order(void **state) {
   int64_t n = 3 * ZINC_SUMSQ_BLOCK + 77;
   float *x = malloc((size_t)n * sizeof *x);
   for (int64_t i = 0; i < n; i++)
-    x[i] = (float)((int)(rng32() % 2001) - 1000) * 1e-3f;
+    x[i] = (float)((int)(rng_u32(&rng) % 2001) - 1000) * 1e-3f;
   /* restate the order: per block, 16 lanes, the fixed tree, blocks in order */
   double total = 0.0;
   for (int64_t b = 0; b < n; b += ZINC_SUMSQ_BLOCK) {

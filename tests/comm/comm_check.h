@@ -2,9 +2,9 @@
  * comm_check.h — what the comm tests share: reproducible per-rank data for
  * every element type, the expected result of a rank-ordered reduction
  * computed here independently of the library (plain loops, fp32
- * accumulation and one rounding for 16-bit types), a bitwise comparison
- * that prints the first mismatches and the largest difference, and the
- * pass/fail bookkeeping agreed over MPI_COMM_WORLD.
+ * accumulation and one rounding for 16-bit types), the bitwise comparison
+ * of common/compare.h counted as a failed check, and the pass/fail
+ * bookkeeping agreed over MPI_COMM_WORLD.
  *
  * Values: element i of rank k for seed s is a hash of (s, k, i); floats get
  * a random sign, mantissa and an exponent in [-8, 8] (so 16-bit sums of four
@@ -22,6 +22,7 @@
 
 #include "base/base.h"
 #include "comm/comm.h"
+#include "common/compare.h"
 #include "kernels/zinc_math.h"
 
 static const int check_dtypes[] = {ZINC_F32, ZINC_BF16, ZINC_F16, ZINC_DT_F64,
@@ -95,19 +96,6 @@ static inline void check_fill(void *buf, size_t count, int dtype, uint32_t seed,
     check_gen(buf, i, dtype, seed, rank, first + i);
 }
 
-static inline double check_as_double(const void *buf, size_t i, int dtype) {
-  switch (dtype) {
-  case ZINC_F32: return ((const float *)buf)[i];
-  case ZINC_BF16: return zinc_bf16_to_f32(((const uint16_t *)buf)[i]);
-  case ZINC_F16: return zinc_f16_to_f32(((const uint16_t *)buf)[i]);
-  case ZINC_DT_F64: return ((const double *)buf)[i];
-  case ZINC_DT_I32: return ((const int32_t *)buf)[i];
-  case ZINC_DT_I64: return (double)((const int64_t *)buf)[i];
-  case ZINC_DT_U8: return ((const uint8_t *)buf)[i];
-  }
-  return 0;
-}
-
 static inline float check_max_f(float a, float x) { return isnan(a) ? a : isnan(x) ? x : (x > a ? x : a); }
 static inline float check_min_f(float a, float x) { return isnan(a) ? a : isnan(x) ? x : (x < a ? x : a); }
 static inline double check_max_d(double a, double x) { return isnan(a) ? a : isnan(x) ? x : (x > a ? x : a); }
@@ -157,36 +145,17 @@ static inline void check_expect_reduce(void *out, size_t at, int dtype, zinc_com
   }
 }
 
-/* Bitwise comparison (NaNs compare by "both NaN"); prints the first
- * mismatches and the largest difference. Returns 1 when equal. */
+/* Bitwise comparison (NaNs compare by "both NaN"), reported under
+ * "rank R: what" by test_compare; a mismatch counts as a failed check.
+ * Returns 1 when equal. */
 static inline int check_equal(const void *got, const void *want, size_t count, int dtype,
-                       const char *what) {
-  size_t es = zinc_dt_size(dtype), bad = 0;
-  double worst = 0;
-  size_t worst_at = 0;
-  for (size_t i = 0; i < count; i++) {
-    const char *g = (const char *)got + i * es, *w = (const char *)want + i * es;
-    if (memcmp(g, w, es) == 0)
-      continue;
-    double gv = check_as_double(got, i, dtype), wv = check_as_double(want, i, dtype);
-    if (isnan(gv) && isnan(wv))
-      continue;
-    if (bad < 5)
-      fprintf(stderr, "rank %d: %s: element %zu: got %.9g want %.9g\n", check_rank(), what, i,
-              gv, wv);
-    double d = fabs(gv - wv);
-    if (bad == 0 || d > worst || isnan(d)) {
-      worst = d;
-      worst_at = i;
-    }
-    bad++;
-  }
-  if (bad) {
-    fprintf(stderr, "rank %d: %s: %zu of %zu elements differ; largest difference %.9g at %zu\n",
-            check_rank(), what, bad, count, worst, worst_at);
-    check_failures++;
-  }
-  return bad == 0;
+                              const char *what) {
+  char label[256];
+  snprintf(label, sizeof label, "rank %d: %s", check_rank(), what);
+  if (test_compare(label, got, want, (int64_t)count, dtype, TEST_NAN_MATCHES_NAN) == 0)
+    return 1;
+  check_failures++;
+  return 0;
 }
 
 /* Every rank's verdict: 0 when all passed, 1 otherwise (the exit code). */

@@ -1,9 +1,10 @@
 /*
  * config_test_util.h — helpers the config tests (and the config fuzzer)
- * share: where the corpus lives, listing it, comparing two settings
- * structs field for field, and capturing what the logger writes to stderr.
- * Header-only (static functions): each test program is one translation
- * unit.
+ * share: where the corpus lives, listing it, and comparing two settings
+ * structs field for field. Header-only (static functions): each test
+ * program is one translation unit, and the fuzzer builds without the tests'
+ * common library. (What the logger writes is captured with
+ * common/capture.h.)
  */
 #ifndef ZINC_CONFIG_TEST_UTIL_H
 #define ZINC_CONFIG_TEST_UTIL_H
@@ -97,40 +98,6 @@ static inline int settings_same(const zinc_settings *a, const zinc_settings *b) 
       return 0;
     }
   return 1;
-}
-
-/* Capture what is written to stderr (the logger) between begin and end. */
-typedef struct {
-  int saved_fd;
-  FILE *tmp;
-} stderr_capture;
-
-static inline void capture_begin(stderr_capture *c) {
-  fflush(stderr);
-  c->tmp = tmpfile();
-  c->saved_fd = dup(STDERR_FILENO);
-  dup2(fileno(c->tmp), STDERR_FILENO);
-}
-
-/* Returns the captured text (malloc'ed) and restores stderr. */
-static inline char *capture_end(stderr_capture *c) {
-  fflush(stderr);
-  dup2(c->saved_fd, STDERR_FILENO);
-  close(c->saved_fd);
-  long len = ftell(c->tmp);
-  char *text = malloc((size_t)(len > 0 ? len : 0) + 1);
-  rewind(c->tmp);
-  size_t got = len > 0 ? fread(text, 1, (size_t)len, c->tmp) : 0;
-  text[got] = '\0';
-  fclose(c->tmp);
-  return text;
-}
-
-static inline int count_lines_with(const char *text, const char *needle) {
-  int n = 0;
-  for (const char *p = text; (p = strstr(p, needle)); p += strlen(needle))
-    n++;
-  return n;
 }
 
 #endif /* ZINC_CONFIG_TEST_UTIL_H */

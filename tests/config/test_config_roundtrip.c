@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "base/base.h"
+#include "common/capture.h"
 #include "config_test_util.h"
 
 /* Load `path`, write it as JSON, parse that back: the same settings, and
@@ -174,10 +175,10 @@ static void print_lists_every_setting(void **state) {
   assert_int_equal(zinc_config_parse("{\"train_batch_size\":32,\"zero_optimization\":{\"stage\":2,"
                                      "\"reduce_bucket_size\":5e8}}", &cfg), ZINC_OK);
   zinc_log_set_level(ZINC_LOG_INFO);
-  stderr_capture cap;
-  capture_begin(&cap);
+  test_stderr cap;
+  test_stderr_begin(&cap);
   zinc_config_print(cfg);
-  char *text = capture_end(&cap);
+  char *text = test_stderr_end(&cap);
   zinc_log_set_level(ZINC_LOG_ERROR);
   assert_non_null(strstr(text, "zinc config (<string>, 0 warnings):"));
   assert_non_null(strstr(text, "zero_optimization.stage ...."));
@@ -186,7 +187,7 @@ static void print_lists_every_setting(void **state) {
   assert_non_null(strstr(text, "500000000"));
   assert_non_null(strstr(text, "zinc.comm_timeout_s"));
   /* one line per leaf of the JSON form */
-  assert_true(count_lines_with(text, "[zinc info]") > 60);
+  assert_true(test_count_lines(text, "[zinc info]") > 60);
   free(text);
   char *json;
   assert_int_equal(zinc_config_to_json(cfg, &json), ZINC_OK);

@@ -12,15 +12,16 @@
 #include <cmocka.h>
 
 #include "base/base.h"
+#include "common/capture.h"
 #include "config_test_util.h"
 
 /* Parse json (must load), return its warning count and the logged text. */
 static int parse_warnings(const char *json, char **text) {
-  stderr_capture cap;
+  test_stderr cap;
   zinc_config *cfg = NULL;
-  capture_begin(&cap);
+  test_stderr_begin(&cap);
   zinc_status st = zinc_config_parse(json, &cfg);
-  *text = capture_end(&cap);
+  *text = test_stderr_end(&cap);
   if (st != ZINC_OK)
     fail_msg("%s: %s", json, zinc_last_error());
   int n = zinc_config_warning_count(cfg);
@@ -31,9 +32,9 @@ static int parse_warnings(const char *json, char **text) {
 static void expect_warning(const char *json, int count, const char *const *needles) {
   char *text;
   int n = parse_warnings(json, &text);
-  if (n != count || count_lines_with(text, "[zinc warn") != count)
+  if (n != count || test_count_lines(text, "[zinc warn") != count)
     fail_msg("%s: %d warnings counted, %d logged, expected %d:\n%s", json, n,
-             count_lines_with(text, "[zinc warn"), count, text);
+             test_count_lines(text, "[zinc warn"), count, text);
   for (; needles && *needles; needles++)
     if (!strstr(text, *needles))
       fail_msg("%s: warning text lacks \"%s\":\n%s", json, *needles, text);
@@ -83,7 +84,7 @@ static void inert_keys_say_so(void **state) {
   int n = parse_warnings("{\"zero_optimization\":{\"stage\":3,\"zero_quantized_weights\":true,"
                          "\"zero_hpz_partition_size\":8},\"dump_state\":true}", &text);
   assert_int_equal(n, 3);
-  assert_int_equal(count_lines_with(text, "accepts but does not act on"), 3);
+  assert_int_equal(test_count_lines(text, "accepts but does not act on"), 3);
   assert_null(strstr(text, "unknown"));
   assert_non_null(strstr(text, "zero_optimization.zero_hpz_partition_size = 8"));
   free(text);
@@ -119,7 +120,7 @@ static void log_level_governs_warnings(void **state) {
   int n = parse_warnings("{\"zinc\":{\"log_level\":\"error\"},\"tensorboard\":{},"
                          "\"fp16\":{\"enabld\":true}}", &text);
   assert_int_equal(n, 2);
-  assert_int_equal(count_lines_with(text, "[zinc warn"), 0);
+  assert_int_equal(test_count_lines(text, "[zinc warn"), 0);
   free(text);
   assert_false(zinc_log_enabled(ZINC_LOG_WARN));
   n = parse_warnings("{\"zinc\":{\"log_level\":\"debug\"}}", &text);

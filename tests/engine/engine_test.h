@@ -1,8 +1,8 @@
 /*
  * engine_test.h — helpers for the multi-rank engine tests: running the tiny
  * model through zinc with a config built from a few knobs, the reference
- * trainer without zinc, and comparisons that print the first mismatches and
- * the largest difference.
+ * trainer without zinc, and comparisons of whole models that print the
+ * first mismatches and the largest difference (common/compare.h).
  *
  * Tests are plain programs run under mpirun (every rank checks; any failing
  * rank exits non-zero, which fails the test).
@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/compare.h"
 #include "tiny_model.h"
 #include "zinc.h"
 
@@ -410,23 +411,16 @@ static inline void et_free_params(float **p) {
   free(p);
 }
 
-/* Bitwise comparison; prints the first mismatches and the largest diff. */
+/* Every parameter of a (got) against b (want), bit for bit; each parameter
+ * that differs is reported by test_compare under "[rank R] what: name".
+ * Returns 1 when all are equal. */
 static inline int et_same_bits(const tm_shape *sh, float **a, float **b, const char *what) {
-  int bad = 0;
-  double maxdiff = 0;
-  for (int i = 0; i < TM_NPARAM; i++)
-    for (int64_t j = 0; j < tm_numel(sh, i); j++)
-      if (memcmp(&a[i][j], &b[i][j], 4) != 0) {
-        double d = fabs((double)a[i][j] - b[i][j]);
-        if (d > maxdiff || isnan(d))
-          maxdiff = d;
-        if (bad++ < 5)
-          fprintf(stderr, "[rank %d] %s: %s[%lld] %.9g vs %.9g\n", et_rank, what, tm_names[i],
-                  (long long)j, a[i][j], b[i][j]);
-      }
-  if (bad)
-    fprintf(stderr, "[rank %d] %s: %d elements differ, largest difference %.3g\n", et_rank,
-            what, bad, maxdiff);
+  int64_t bad = 0;
+  for (int i = 0; i < TM_NPARAM; i++) {
+    char label[256];
+    snprintf(label, sizeof label, "[rank %d] %s: %s", et_rank, what, tm_names[i]);
+    bad += test_compare_bits(label, a[i], b[i], tm_numel(sh, i), ZINC_F32);
+  }
   return bad == 0;
 }
 

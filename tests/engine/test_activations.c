@@ -111,7 +111,8 @@ static void test_contiguous(void) {
   ET_OK(zinc_activation_save(e, 0, buf, n)); /* replaced after the refused one */
   fill(buf, n, 3 + 2);
   ET_OK(zinc_activation_restore(e, 3, got, n));
-  ET_CHECK(memcmp(got, buf, n) == 0, "contiguous checkpoint 3 restored wrong");
+  ET_CHECK(test_compare_bits("contiguous checkpoint 3", got, buf, n, ZINC_DT_U8) == 0,
+           "contiguous checkpoint 3 restored wrong");
   zinc_mem_stats st;
   ET_OK(zinc_memory_stats(e, &st));
   ET_CHECK(st.current[ZINC_LOC_DEVICE][ZINC_MEM_ACTIVATIONS] == 0, "device bytes with cpu ckpt");

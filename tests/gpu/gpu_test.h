@@ -1,8 +1,9 @@
 /*
  * gpu_test.h — what the GPU tests share: the loud skip when no CUDA device
- * is usable, a cmocka group fixture holding one cuda device, a seeded
- * random generator, poisoning, device staging through the device under
- * test, and comparisons that print the first mismatches and the largest
+ * is usable, a cmocka group fixture holding one cuda device, uniform random
+ * values (from common/rng.h's generator), poisoning, and device staging
+ * through the device under test. Results are compared with
+ * common/compare.h, which prints the first mismatches and the largest
  * difference.
  *
  * Every GPU test calls gpu_require() first: with cudaGetDeviceCount failing
@@ -25,6 +26,8 @@
 #include <cuda_runtime_api.h>
 
 #include "base/base.h"
+#include "common/compare.h"
+#include "common/rng.h"
 #include "device/device.h"
 #include "device/device_cuda.h"
 #include "kernels/zinc_math.h"
@@ -81,17 +84,6 @@ static inline int gpu_group_teardown(void **state) {
 }
 
 /* ------------------------------------------------------------- random */
-
-typedef struct {
-  uint64_t s;
-} test_rng;
-
-static inline uint32_t rng_u32(test_rng *r) {
-  r->s ^= r->s << 13;
-  r->s ^= r->s >> 7;
-  r->s ^= r->s << 17;
-  return (uint32_t)(r->s >> 16);
-}
 
 /* Uniform in [lo, hi). */
 static inline float rng_uniform(test_rng *r, float lo, float hi) {
@@ -156,45 +148,6 @@ static inline size_t guarded_download(guarded_buf *g, void *host, const char *wh
   }
   free(all);
   return bad;
-}
-
-/* ------------------------------------------------------ comparison */
-
-/* Bitwise comparison of n elements of dtype; prints the first mismatches
- * and the largest difference. With any_nan, a NaN matches any NaN: NaN
- * payloads that arithmetic produces differ between the GPU (canonical NaN)
- * and the CPU (quieted operand). Returns the number of mismatches. */
-static inline size_t compare_elems(const char *what, const void *got, const void *want,
-                                   int64_t n, int dtype, int any_nan) {
-  size_t es = dtype_bytes(dtype), bad = 0;
-  double worst = 0.0;
-  int64_t worst_at = -1;
-  for (int64_t i = 0; i < n; i++) {
-    if (memcmp((const char *)got + i * es, (const char *)want + i * es, es) == 0)
-      continue;
-    float g = zinc_load_as_f32(got, i, dtype), w = zinc_load_as_f32(want, i, dtype);
-    if (any_nan && isnan(g) && isnan(w))
-      continue;
-    double diff = fabs((double)g - (double)w);
-    if (isnan(diff))
-      diff = INFINITY;
-    if (worst_at < 0 || diff > worst) {
-      worst = diff;
-      worst_at = i;
-    }
-    if (bad++ < MAX_REPORTED)
-      fprintf(stderr, "%s[%lld]: got %.9g, want %.9g (%s)\n", what, (long long)i, g, w,
-              dtype_label(dtype));
-  }
-  if (bad)
-    fprintf(stderr, "%s: %zu of %lld elements differ; largest difference %.3g at %lld\n", what,
-            bad, (long long)n, worst, (long long)worst_at);
-  return bad;
-}
-
-static inline size_t compare_bits(const char *what, const void *got, const void *want, int64_t n,
-                                  int dtype) {
-  return compare_elems(what, got, want, n, dtype, 0);
 }
 
 #endif /* ZINC_GPU_TEST_H */

@@ -88,17 +88,6 @@ static void upload(void *dev, const void *host, size_t bytes) {
   cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice);
 }
 
-/* Count mismatches between got and want (float view), report the first. */
-static int floats_match(const char *what, const float *got, const float *want, size_t n) {
-  size_t bad = 0;
-  for (size_t i = 0; i < n; i++)
-    if (memcmp(&got[i], &want[i], 4) && bad++ < 4)
-      fprintf(stderr, "%s[%zu]: got %g, want %g\n", what, i, got[i], want[i]);
-  if (bad)
-    fprintf(stderr, "%s: %zu of %zu differ\n", what, bad, n);
-  return bad == 0;
-}
-
 /* -------------------------------------------------------- collectives */
 
 static void check_allreduce(zinc_comm *c) {
@@ -114,7 +103,7 @@ static void check_allreduce(zinc_comm *c) {
   upload(send, h, n * 4);
   EXPECT_OK(zinc_comm_allreduce(c, send, recv, n, ZINC_F32, ZINC_OP_SUM));
   float *got = download(recv, n * 4);
-  EXPECT(floats_match("all-reduce f32", got, want, n), "out of place");
+  EXPECT(test_compare_bits("all-reduce f32", got, want, (int64_t)n, ZINC_F32) == 0, "out of place");
   free(got);
   /* in place, bf16 small integers (exact) */
   uint16_t *hb = malloc(n * 2);
@@ -178,11 +167,11 @@ static void check_reduce_scatter(zinc_comm *c) {
   upload(send, h, total * 4);
   EXPECT_OK(zinc_comm_reduce_scatter(c, send, recv, count, ZINC_F32));
   float *got = download(recv, count * 4);
-  EXPECT(floats_match("reduce-scatter", got, want, count), "out of place");
+  EXPECT(test_compare_bits("reduce-scatter", got, want, (int64_t)count, ZINC_F32) == 0, "out of place");
   free(got);
   EXPECT_OK(zinc_comm_reduce_scatter(c, send, send + rank * count, count, ZINC_F32));
   got = download(send + rank * count, count * 4);
-  EXPECT(floats_match("reduce-scatter in place", got, want, count), "in place");
+  EXPECT(test_compare_bits("reduce-scatter in place", got, want, (int64_t)count, ZINC_F32) == 0, "in place");
   free(got);
   cudaFree(send);
   cudaFree(recv);

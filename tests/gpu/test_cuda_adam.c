@@ -134,17 +134,17 @@ static void run_segments(zinc_device *d, const int64_t *sizes, int nseg, int gra
       snprintf(what, sizeof what, "step %d seg %d (n=%zu, offset %zu) master", step, k, n,
                g->offset);
       bad += guarded_download(&g->d_master, got, what);
-      bad += compare_bits(what, got, g->master, g->n, ZINC_F32);
+      bad += test_compare_bits(what, got, g->master, g->n, ZINC_F32);
       snprintf(what, sizeof what, "step %d seg %d exp_avg", step, k);
       bad += guarded_download(&g->d_m, got, what);
-      bad += compare_bits(what, got, g->m, g->n, ZINC_F32);
+      bad += test_compare_bits(what, got, g->m, g->n, ZINC_F32);
       snprintf(what, sizeof what, "step %d seg %d exp_avg_sq", step, k);
       bad += guarded_download(&g->d_v, got, what);
-      bad += compare_bits(what, got, g->v, g->n, ZINC_F32);
+      bad += test_compare_bits(what, got, g->v, g->n, ZINC_F32);
       if (param_dtype >= 0) {
         snprintf(what, sizeof what, "step %d seg %d param_out", step, k);
         bad += guarded_download(&g->d_param, got, what);
-        bad += compare_bits(what, got, want_out, g->n, param_dtype);
+        bad += test_compare_bits(what, got, want_out, g->n, param_dtype);
       }
       free(got);
       free(want_out);

@@ -55,7 +55,7 @@ static void casts_every_pair(void **state) {
         snprintf(what, sizeof what, "cast %s->%s offset %zu", dtype_label(src_dt),
                  dtype_label(dst_dt), off);
         bad += guarded_download(&t, got, what);
-        bad += compare_bits(what, got, want, n, dst_dt); /* no arithmetic: NaN bits too */
+        bad += test_compare_bits(what, got, want, n, dst_dt); /* no arithmetic: NaN bits too */
         guarded_free(d, &s);
         guarded_free(d, &t);
         free(src);
@@ -95,7 +95,7 @@ static void accumulate_overwrite_and_add(void **state) {
       char what[64];
       snprintf(what, sizeof what, "accumulate %s overwrite=%d", dtype_label(src_dt), overwrite);
       bad += guarded_download(&t, got, what);
-      bad += compare_bits(what, got, acc, n, ZINC_F32);
+      bad += test_compare_bits(what, got, acc, n, ZINC_F32);
       guarded_free(d, &s);
       guarded_free(d, &t);
       free(acc);
@@ -152,7 +152,7 @@ static void unscale_and_detect(void **state) {
         bad++;
       }
       bad += guarded_download(&g, got, what);
-      bad += compare_elems(what, got, want, n, dt, 1);
+      bad += test_compare(what, got, want, n, dt, TEST_NAN_MATCHES_NAN);
       guarded_free(d, &g);
       free(data);
       free(want);

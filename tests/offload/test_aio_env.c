@@ -1,5 +1,5 @@
 /* test_aio_env.c — ZINC_AIO_FAULT end to end: ctest starts this program
- * with the variable set in its environment (tests/aio/CMakeLists.txt); the
+ * with the variable set in its environment (tests/offload/CMakeLists.txt); the
  * engine, created with no programmatic faults, must apply it. Expects the
  * variable to fail the second request of a two-request write with EIO. */
 #include "aio_test_util.h"

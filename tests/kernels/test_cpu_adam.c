@@ -12,7 +12,7 @@
 
 #include "optim/adam.h"
 #include "kernels/cpu_kernels.h"
-#include "optim/kernel_test.h"
+#include "kernels/kernel_test.h"
 
 static const int64_t lengths[] = {1, 7, 15, 16, 17, 33, 127, 1001, 4099, 300007};
 #define NLEN (int)(sizeof lengths / sizeof lengths[0])
@@ -80,11 +80,11 @@ static void run_isa(zinc_cpu_isa isa, const zinc_adam_coef *c, const adam_bufs *
 }
 
 static int64_t compare(const adam_bufs *want, const adam_bufs *got, int64_t n, int odt) {
-  int64_t bad = bits_mismatch("master", want->p.p, got->p.p, n, 4) +
-                bits_mismatch("exp_avg", want->m.p, got->m.p, n, 4) +
-                bits_mismatch("exp_avg_sq", want->v.p, got->v.p, n, 4);
+  int64_t bad = test_compare_bits("master", got->p.p, want->p.p, n, ZINC_F32) +
+                test_compare_bits("exp_avg", got->m.p, want->m.p, n, ZINC_F32) +
+                test_compare_bits("exp_avg_sq", got->v.p, want->v.p, n, ZINC_F32);
   if (odt >= 0)
-    bad += bits_mismatch("param_out", want->out.p, got->out.p, n, dt_bytes(odt));
+    bad += test_compare_bits("param_out", got->out.p, want->out.p, n, odt);
   return bad;
 }
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Reference learning rates for tests/sched/test_lr_schedule.c.
+"""Reference learning rates for tests/optim/test_lr_schedule.c.
 
 The formulas are DeepSpeed's WarmupLR, WarmupDecayLR and WarmupCosineLR
 (deepspeed/runtime/lr_schedules.py, as documented there), written out here
 independently of zinc's C code, in the same operation order as the Python
 original so that values agree to the last bit on the same libm.
 
-    python3 tests/sched/make_lr_reference.py > tests/sched/lr_reference.h
+    python3 tests/optim/make_lr_reference.py > tests/optim/lr_reference.h
 
 `it` is the scheduler's last_batch_iteration (optimizer steps taken).
 """

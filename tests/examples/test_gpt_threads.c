@@ -18,7 +18,10 @@
 #include <omp.h>
 #endif
 
+#include "common/compare.h"
 #include "gpt_model.h"
+
+_Static_assert(sizeof(real) == 4, "the gradients are compared as f32");
 
 static void run_model(const gpt_config *c, gpt_params *p, gpt_params *g, gpt_acts *a,
                       const int32_t *in, const int32_t *tg, int B, int T, float *loss) {
@@ -53,15 +56,11 @@ static void same_bits_for_every_thread_count(void **state) {
   for (int threads = 2; threads <= 3; threads++) {
     omp_set_num_threads(threads);
     run_model(&c, &p, &g, &a, in, tg, B, T, &loss);
-    int64_t differ = 0, first = -1;
-    for (int64_t i = 0; i < g.num_params; i++)
-      if (memcmp(&g.memory[i], &g1.memory[i], sizeof(real)) != 0 && differ++ == 0)
-        first = i;
+    char what[64];
+    snprintf(what, sizeof what, "gradients with %d threads", threads);
+    int64_t differ = test_compare_bits(what, g.memory, g1.memory, g.num_params, ZINC_F32);
     printf("%d threads: loss %.9g (1 thread %.9g), %lld of %lld gradients differ\n",
            threads, loss, loss1, (long long)differ, (long long)g.num_params);
-    if (first >= 0)
-      fprintf(stderr, "first difference at %lld: %a vs %a\n", (long long)first,
-              g.memory[first], g1.memory[first]);
     assert_memory_equal(&loss, &loss1, sizeof(float));
     assert_int_equal(differ, 0);
   }

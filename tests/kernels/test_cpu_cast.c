@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "kernels/cpu_kernels.h"
-#include "optim/kernel_test.h"
+#include "kernels/kernel_test.h"
 
 #define N16 (65536 + 37) /* every 16-bit pattern, then a few again */
 #define N32 (200003)
@@ -63,7 +63,7 @@ static void casts_on(zinc_cpu_isa isa) {
         fill_source(&r, src.p, sdt, n);
         cast_reference(want.p, ddt, src.p, sdt, n);
         assert_int_equal(zinc_cpu_cast(NULL, isa, got.p, ddt, src.p, sdt, n), ZINC_OK);
-        int64_t b = bits_mismatch("cast", want.p, got.p, n, dt_bytes(ddt));
+        int64_t b = test_compare_bits("cast", got.p, want.p, n, ddt);
         if (b)
           fprintf(stderr, "%s: cast %s -> %s, n %lld: %lld mismatches\n",
                   zinc_cpu_isa_name(isa), zinc_dtype_name(sdt), zinc_dtype_name(ddt),
@@ -100,7 +100,7 @@ static void accumulate_on(zinc_cpu_isa isa) {
       }
       assert_int_equal(zinc_cpu_accumulate_f32(NULL, isa, got.p, src.p, sdt, n, overwrite),
                        ZINC_OK);
-      int64_t b = bits_mismatch("accumulate", want.p, got.p, n, 4);
+      int64_t b = test_compare_bits("accumulate", got.p, want.p, n, ZINC_F32);
       if (b)
         fprintf(stderr, "%s: accumulate from %s, overwrite %d: %lld mismatches\n",
                 zinc_cpu_isa_name(isa), zinc_dtype_name(sdt), overwrite, (long long)b);

@@ -1,7 +1,7 @@
 /*
- * kernel_test.h — helpers shared by the CPU kernel tests: a seeded random
- * generator, random values over many decades, misaligned buffers and a
- * bitwise comparison that prints the first mismatches.
+ * kernel_test.h — helpers shared by the CPU kernel tests: random values
+ * over many decades (from common/rng.h's generator) and misaligned buffers.
+ * Results are compared with common/compare.h.
  */
 #ifndef ZINC_KERNEL_TEST_H
 #define ZINC_KERNEL_TEST_H
@@ -12,18 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/compare.h"
+#include "common/rng.h"
 #include "kernels/zinc_math.h"
-
-typedef struct {
-  uint64_t s;
-} test_rng;
-
-static inline uint32_t rng_u32(test_rng *r) {
-  r->s ^= r->s << 13;
-  r->s ^= r->s >> 7;
-  r->s ^= r->s << 17;
-  return (uint32_t)(r->s >> 16);
-}
 
 /* uniform in [0, 1) */
 static inline float rng_unit(test_rng *r) { return (float)(rng_u32(r) >> 8) * 0x1p-24f; }
@@ -59,24 +50,6 @@ static inline test_buf buf_alloc(int64_t n, size_t esize, int offset_elems) {
   memset(b.block, 0x5a, bytes);
   b.p = (char *)b.block + (size_t)offset_elems * esize;
   return b;
-}
-
-/* Compare n elements of esize bytes bit for bit; print the first few
- * mismatches as hex under `what`; return the number of mismatches. */
-static inline int64_t bits_mismatch(const char *what, const void *want, const void *got,
-                                    int64_t n, size_t esize) {
-  int64_t bad = 0;
-  for (int64_t i = 0; i < n; i++) {
-    uint32_t a = 0, b = 0;
-    memcpy(&a, (const char *)want + (size_t)i * esize, esize);
-    memcpy(&b, (const char *)got + (size_t)i * esize, esize);
-    if (a != b && bad++ < 5)
-      fprintf(stderr, "  %s[%lld]: want %0*x, got %0*x\n", what, (long long)i,
-              (int)esize * 2, a, (int)esize * 2, b);
-  }
-  if (bad > 5)
-    fprintf(stderr, "  %s: %lld mismatches in %lld\n", what, (long long)bad, (long long)n);
-  return bad;
 }
 
 #endif /* ZINC_KERNEL_TEST_H */

@@ -9,7 +9,7 @@
 #include <cmocka.h>
 
 #include "kernels/cpu_kernels.h"
-#include "optim/kernel_test.h"
+#include "kernels/kernel_test.h"
 
 static const int64_t lengths[] = {0,    1,    15,   16,   17,   255,   4095,
                                   4096, 4097, 8192, 12365, 65537, 100003};

@@ -228,11 +228,12 @@ static void odirect_refused(void **state) {
       !strstr(msg, "allow_buffered_io"))
     fail_msg("unexpected refusal message: %s", msg);
   /* allowed: one warning, buffered files, working I/O */
-  stderr_capture cap;
-  capture_begin(&cap, scratch);
+  test_stderr cap;
+  test_stderr_begin(&cap);
   fixture f;
   setup_with(&f, &fault, 1, 1);
-  char *log = capture_end(&cap);
+  char *log = test_stderr_end(&cap);
+  fputs(log, stderr); /* still shown in the test's output */
   assert_non_null(strstr(log, "refuses O_DIRECT"));
   assert_non_null(strstr(log, "allow_buffered_io is set"));
   free(log);
@@ -256,11 +257,12 @@ static void uring_unavailable(void **state) {
     if (!strstr(msg, "io_uring is unavailable") || !strstr(msg, strerror(errs[i])) ||
         !strstr(msg, "allow_buffered_io"))
       fail_msg("unexpected message: %s", msg);
-    stderr_capture cap;
-    capture_begin(&cap, scratch);
+    test_stderr cap;
+    test_stderr_begin(&cap);
     fixture f;
     setup_with(&f, &fault, 1, 2);
-    char *log = capture_end(&cap);
+    char *log = test_stderr_end(&cap);
+    fputs(log, stderr); /* still shown in the test's output */
     assert_non_null(strstr(log, "falls back to 2 synchronous pread/pwrite"));
     free(log);
     assert_false(zinc_aio_uses_uring(f.aio));

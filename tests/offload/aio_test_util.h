@@ -3,7 +3,8 @@
  * scratch directories under the build tree (/tmp and /dev/shm take
  * O_DIRECT on this kernel, but a build-tree directory sits on the real
  * disk), deterministic fill patterns with a checker that prints the first
- * mismatches, capture of the logger's stderr, and engine parameters.
+ * mismatches, and engine parameters. (What the logger writes is captured
+ * with common/capture.h.)
  */
 #ifndef ZINC_TESTS_AIO_TEST_UTIL_H
 #define ZINC_TESTS_AIO_TEST_UTIL_H
@@ -22,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/capture.h"
 #include "offload/aio.h"
 
 static int scratch_rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
@@ -99,40 +101,6 @@ static inline uint64_t pattern_check(const void *buf, uint64_t bytes, uint64_t s
     fprintf(stderr, "%s: %llu of %llu bytes differ\n", what, (unsigned long long)bad,
             (unsigned long long)bytes);
   return bad;
-}
-
-/* Capture what the logger writes to stderr between begin and end. */
-typedef struct {
-  int saved_fd;
-  char path[4096];
-} stderr_capture;
-
-static inline void capture_begin(stderr_capture *c, const char *scratch) {
-  if (snprintf(c->path, sizeof c->path, "%s/stderr.txt", scratch) >= (int)sizeof c->path)
-    exit(1);
-  fflush(stderr);
-  c->saved_fd = dup(2);
-  int fd = open(c->path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  dup2(fd, 2);
-  close(fd);
-}
-
-/* Returns the captured text (malloc'ed), echoing it to the real stderr. */
-static inline char *capture_end(stderr_capture *c) {
-  fflush(stderr);
-  dup2(c->saved_fd, 2);
-  close(c->saved_fd);
-  FILE *f = fopen(c->path, "r");
-  char *text = calloc(1, 65536);
-  if (f && text) {
-    size_t n = fread(text, 1, 65535, f);
-    text[n] = '\0';
-  }
-  if (f)
-    fclose(f);
-  unlink(c->path);
-  fprintf(stderr, "%s", text ? text : "");
-  return text;
 }
 
 /* Engine parameters probing one directory. */

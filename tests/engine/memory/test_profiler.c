@@ -3,8 +3,8 @@
  *  - right after build the profiler's figures equal what the build plans to
  *    allocate, exactly, for stages 0-3 x offload none/cpu/nvme, and stage 3
  *    with the parameters offloaded to cpu or nvme (the 2% formula
- *    check is test_engine_checks', on a model large enough that alignment
- *    padding is negligible);
+ *    check is test_model_state_bytes.c's, on a model large enough that
+ *    alignment padding is negligible);
  *  - the estimator (tools/zinc-mem) is within 5% of the peak the profiler
  *    measures while training, device and host;
  *  - the timeline rendered to SVG is well-formed and its totals match the
@@ -15,7 +15,7 @@
 
 #include "engine/engine.h"
 #include "engine/memory/estimate.h"
-#include "engine_test.h"
+#include "engine/engine_test.h"
 
 
 /* Train 3 steps, then the measured stats and the estimator's figures for
@@ -128,7 +128,7 @@ static void test_timeline_and_report(void) {
   if (et_rank == 0) {
     snprintf(json, sizeof json, "%s/timeline_np%d_r0.json", bin, et_world);
     snprintf(cmd, sizeof cmd, "%s/tools/zinc-mem/zinc-mem timeline %s %s >/dev/null && "
-             "python3 %s/tests/engine/check_svg.py %s %s", bin, json, svg, src, json, svg);
+             "python3 %s/tests/engine/memory/check_svg.py %s %s", bin, json, svg, src, json, svg);
     ET_CHECK(system(cmd) == 0, "timeline SVG check failed: %s", cmd);
   }
 }

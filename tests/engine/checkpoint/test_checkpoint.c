@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine_test.h"
+#include "engine/engine_test.h"
 
 static char ckpt_root[512];
 
@@ -263,7 +263,7 @@ static void test_export(zinc_dtype dt) {
     free(raw);
   }
   if (et_rank == 0) {
-    snprintf(cmd, sizeof cmd, "python3 %s/tests/engine/read_safetensors.py %s %s",
+    snprintf(cmd, sizeof cmd, "python3 %s/tests/engine/checkpoint/read_safetensors.py %s %s",
              getenv("ZINC_TEST_SOURCE_DIR") ? getenv("ZINC_TEST_SOURCE_DIR") : ".", path, refdir);
     ET_CHECK(system(cmd) == 0, "the independent reader rejected %s", path);
   }

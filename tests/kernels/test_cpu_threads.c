@@ -11,7 +11,7 @@
 
 #include "optim/adam.h"
 #include "kernels/cpu_kernels.h"
-#include "optim/kernel_test.h"
+#include "kernels/kernel_test.h"
 
 enum { NSEG = 3, NCHUNK = 5, NPOOL = 4 };
 static const int64_t seg_n[NSEG] = {50001, 9, 70003};
@@ -75,17 +75,18 @@ static void results_free(results *res) {
   free(res->acc);
 }
 
+/* a: the reference results, b: the results compared with it */
 static int64_t results_mismatch(const results *a, const results *b) {
   int64_t bad = 0;
   for (int s = 0; s < NSEG; s++) {
-    bad += bits_mismatch("master", a->p[s], b->p[s], seg_n[s], 4);
-    bad += bits_mismatch("exp_avg", a->m[s], b->m[s], seg_n[s], 4);
-    bad += bits_mismatch("exp_avg_sq", a->v[s], b->v[s], seg_n[s], 4);
-    bad += bits_mismatch("param_out", a->out[s], b->out[s], seg_n[s], 2);
+    bad += test_compare_bits("master", b->p[s], a->p[s], seg_n[s], ZINC_F32);
+    bad += test_compare_bits("exp_avg", b->m[s], a->m[s], seg_n[s], ZINC_F32);
+    bad += test_compare_bits("exp_avg_sq", b->v[s], a->v[s], seg_n[s], ZINC_F32);
+    bad += test_compare_bits("param_out", b->out[s], a->out[s], seg_n[s], ZINC_BF16);
   }
-  bad += bits_mismatch("partials", a->partials, b->partials, NCHUNK * 2, 4);
-  bad += bits_mismatch("cast", a->cast, b->cast, CAST_N, 2);
-  bad += bits_mismatch("accumulate", a->acc, b->acc, CAST_N, 4);
+  bad += test_compare_bits("partials", b->partials, a->partials, NCHUNK, ZINC_DT_F64);
+  bad += test_compare_bits("cast", b->cast, a->cast, CAST_N, ZINC_F16);
+  bad += test_compare_bits("accumulate", b->acc, a->acc, CAST_N, ZINC_F32);
   return bad;
 }
 

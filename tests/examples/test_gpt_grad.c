@@ -29,6 +29,7 @@
 
 #include <cmocka.h>
 
+#include "common/rng.h"
 #include "gpt_model.h"
 
 _Static_assert(sizeof(real) == sizeof(double), "compile with -DGPT_REAL=double");
@@ -40,12 +41,9 @@ _Static_assert(sizeof(real) == sizeof(double), "compile with -DGPT_REAL=double")
 
 /* ---------------------------------------------------------------- helpers */
 
-static uint64_t rng_state;
+static test_rng rng; /* each case seeds it */
 static double uniform(double lo, double hi) {
-  rng_state ^= rng_state << 13;
-  rng_state ^= rng_state >> 7;
-  rng_state ^= rng_state << 17;
-  return lo + (hi - lo) * (double)(rng_state >> 11) * 0x1.0p-53;
+  return lo + (hi - lo) * (double)(rng_u64(&rng) >> 11) * 0x1.0p-53;
 }
 
 static double *randn_array(int64_t n, double scale) {
@@ -117,7 +115,7 @@ static double ln_loss(void *p) {
 
 static void layernorm_matches_fd(void **state) {
   (void)state;
-  rng_state = 1;
+  rng.s = 1;
   ln_case k = {.N = 7, .C = 10};
   int64_t NC = (int64_t)k.N * k.C;
   k.x = randn_array(NC, 2.0), k.w = randn_array(k.C, 1.5), k.b = randn_array(k.C, 1.0);
@@ -149,7 +147,7 @@ static double mm_loss(void *p) {
 static void matmul_matches_fd(void **state) {
   (void)state;
   static const int shapes[][3] = {{5, 9, 11}, {9, 16, 8}, {3, 300, 5}, {1, 1, 1}};
-  rng_state = 2;
+  rng.s = 2;
   for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
     mm_case k = {.N = shapes[s][0], .C = shapes[s][1], .OC = shapes[s][2]};
     int64_t NC = (int64_t)k.N * k.C, OCC = (int64_t)k.OC * k.C, NOC = (int64_t)k.N * k.OC;
@@ -185,7 +183,7 @@ static double att_loss(void *p) {
 
 static void attention_matches_fd(void **state) {
   (void)state;
-  rng_state = 3;
+  rng.s = 3;
   att_case k = {.B = 2, .T = 5, .C = 12, .NH = 3}; /* T=5: not a multiple of NH */
   int64_t n_qkv = (int64_t)k.B * k.T * 3 * k.C, n_out = (int64_t)k.B * k.T * k.C;
   int64_t n_att = (int64_t)k.B * k.NH * k.T * k.T;
@@ -212,7 +210,7 @@ static double gelu_loss(void *p) {
 
 static void gelu_matches_fd(void **state) {
   (void)state;
-  rng_state = 4;
+  rng.s = 4;
   gelu_case k = {.n = 61};
   k.x = zeros(k.n), k.out = zeros(k.n), k.r = randn_array(k.n, 1.0);
   for (int64_t i = 0; i < k.n; i++) /* -6 .. 6, both tails and the middle */
@@ -241,7 +239,7 @@ static double mlp_loss(void *p) {
 
 static void mlp_matches_fd(void **state) {
   (void)state;
-  rng_state = 5;
+  rng.s = 5;
   mlp_case k = {.N = 6, .C = 7};
   int64_t NC = (int64_t)k.N * k.C, N4C = 4 * NC, W = 4 * (int64_t)k.C * k.C;
   k.x = randn_array(NC, 1.0), k.fc_w = randn_array(W, 0.5), k.fc_b = randn_array(4 * k.C, 0.5);
@@ -342,7 +340,7 @@ static int check_tensors(model_case *k, const char *prefix, real *const *params,
 
 static void embed_matches_fd(void **state) {
   (void)state;
-  rng_state = 6;
+  rng.s = 6;
   model_case k;
   model_case_init(&k, 0);
   model_case_loss(&k);
@@ -359,7 +357,7 @@ static void embed_matches_fd(void **state) {
 
 static void block_matches_fd(void **state) {
   (void)state;
-  rng_state = 7;
+  rng.s = 7;
   model_case k;
   model_case_init(&k, 1);
   int64_t NC = (int64_t)k.B * k.T * k.cfg.channels;
@@ -382,7 +380,7 @@ static void block_matches_fd(void **state) {
 /* Final LayerNorm + logits through the tied wte + cross-entropy. */
 static void head_matches_fd(void **state) {
   (void)state;
-  rng_state = 8;
+  rng.s = 8;
   model_case k;
   model_case_init(&k, 2);
   int64_t NC = (int64_t)k.B * k.T * k.cfg.channels;
@@ -408,7 +406,7 @@ static void head_matches_fd(void **state) {
  * embedding's and the output projection's gradient. */
 static void model_matches_fd(void **state) {
   (void)state;
-  rng_state = 9;
+  rng.s = 9;
   model_case k;
   model_case_init(&k, 3);
   model_case_loss(&k);
