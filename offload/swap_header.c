@@ -4,7 +4,7 @@
  *
  * Both are pure functions of their arguments; the parser reads at most
  * `len` bytes, allocates nothing and says precisely what is wrong, so it
- * can be fuzzed on its own (tests/fuzz_swap). Fields are little-endian on
+ * can be fuzzed on its own (tests/fuzz). Fields are little-endian on
  * disk whatever the host.
  */
 #include "offload/swap.h"
