@@ -46,15 +46,22 @@ void zinc_engine_buffer_free(zinc_engine *e, void *p, size_t bytes, int location
 }
 
 /* Gradient memory that collectives read from: on the cpu device, memory the
- * comm can share with its peers on the node, so reductions need no copy. */
+ * comm can share with its peers on the node, so reductions need no copy.
+ * Collective over the data-parallel group: every rank calls it at the same
+ * point, and a rank that cannot allocate tells its peers before the shared
+ * allocation (itself a collective) instead of leaving them inside it. */
 zinc_status zinc_engine_comm_buffer_alloc(zinc_engine *e, size_t bytes, int category, void **out,
                                           int *shared, const char *what) {
   *shared = 0;
+  *out = NULL;
+  zinc_status st;
   if (!e->dev->ops->is_gpu && e->dp->ops->alloc_shared && e->dp->size > 1) {
-    if (alloc_faulted(e))
-      return zinc_error(ZINC_ERR_NOMEM, "allocating %s (%zu bytes, shared with the node's "
-                        "ranks): out of memory (injected by the test hook)", what, bytes);
-    zinc_status st = e->dp->ops->alloc_shared(e->dp, bytes ? bytes : 64, out);
+    st = alloc_faulted(e) ? zinc_error(ZINC_ERR_NOMEM, "allocating %s (%zu bytes, shared "
+                                       "with the node's ranks): out of memory (injected by "
+                                       "the test hook)", what, bytes)
+                          : ZINC_OK;
+    ZINC_CHECK(zinc_engine_agree(e, e->dp_host, st));
+    st = e->dp->ops->alloc_shared(e->dp, bytes ? bytes : 64, out);
     if (st != ZINC_OK)
       return zinc_error_wrap(st, "allocating %s (%zu bytes, shared with the node's ranks)",
                              what, bytes);
@@ -63,7 +70,13 @@ zinc_status zinc_engine_comm_buffer_alloc(zinc_engine *e, size_t bytes, int cate
     *shared = 1;
     return ZINC_OK;
   }
-  return zinc_engine_buffer_alloc(e, bytes, ZINC_LOC_DEVICE, category, out, what);
+  st = zinc_engine_buffer_alloc(e, bytes, ZINC_LOC_DEVICE, category, out, what);
+  st = zinc_engine_agree(e, e->dp_host, st);
+  if (st != ZINC_OK && *out) {
+    zinc_engine_buffer_free(e, *out, bytes, ZINC_LOC_DEVICE, category);
+    *out = NULL;
+  }
+  return st;
 }
 
 void zinc_engine_comm_buffer_free(zinc_engine *e, void *p, size_t bytes, int category, int shared) {
@@ -167,15 +180,11 @@ static zinc_status alloc_states(zinc_engine *e) {
         }
     }
   }
-  /* gradients */
-  if (stage <= 1) {
-    ZINC_CHECK(zinc_engine_comm_buffer_alloc(e, e->full_bytes, ZINC_MEM_GRADS, &e->grad_full,
-                                             &e->grad_full_shared, "gradients"));
-  } else {
+  /* gradients (at stages 0-1 comm memory: alloc_comm_buffers) */
+  if (stage >= 2)
     ZINC_CHECK(zinc_engine_buffer_alloc(e, (size_t)e->shard_numel * 4, e->opt_location,
                                         ZINC_MEM_GRADS, (void **)&e->grad_part,
                                         "gradient partition"));
-  }
   /* optimizer state (with NVMe offload: in nvme.c's swap area; for an
    * all-f32 model on the device the master is the parameter memory) */
   if (e->cfg.offload_optimizer.device != ZINC_OFFLOAD_NVME) {
@@ -273,31 +282,36 @@ static zinc_status init_params(zinc_engine *e, zinc_init_fn init, void *ctx) {
   void *scratch = NULL;
   uint32_t *crc = NULL, *all_crc = NULL;
   zinc_status st;
-  ZINC_CHECK_GOTO(zinc_calloc((void **)&values, (size_t)largest, 4, "parameter init"), st, out);
-  ZINC_CHECK_GOTO(zinc_calloc(&scratch, (size_t)largest, 4, "parameter init"), st, out);
-  ZINC_CHECK_GOTO(zinc_calloc((void **)&crc, (size_t)e->nparams + 1, 4, "init checks"), st, out);
+  ZINC_CHECK_GOTO(zinc_calloc((void **)&values, (size_t)largest, 4, "parameter init"), st, agree);
+  ZINC_CHECK_GOTO(zinc_calloc(&scratch, (size_t)largest, 4, "parameter init"), st, agree);
+  ZINC_CHECK_GOTO(zinc_calloc((void **)&crc, (size_t)e->nparams + 1, 4, "init checks"), st,
+                  agree);
   ZINC_CHECK_GOTO(zinc_calloc((void **)&all_crc, ((size_t)e->nparams + 1) * (size_t)e->dp_size,
-                              4, "init checks"), st, out);
+                              4, "init checks"), st, agree);
   for (int i = 0; i < e->nparams; i++) {
     zinc_param *p = e->params[i];
     memset(values, 0, (size_t)p->numel * 4);
     if (init) {
       st = init(p, values, p->numel, ctx);
       if (st != ZINC_OK) {
-        zinc_error_wrap(st, "zinc_init_fn failed for \"%s.%s\"", p->module->name, p->name);
-        goto out;
+        const char *why = zinc_last_error();
+        zinc_error(st, "zinc_init_fn returned %s for \"%s.%s\"%s%s", zinc_status_name(st),
+                   p->module->name, p->name, *why ? ": " : " (it set no message)", why);
+        goto agree;
       }
     }
     crc[i] = zinc_crc32c(0, values, (size_t)p->numel * 4);
     init_ctx c = {values, scratch};
-    ZINC_CHECK_GOTO(zinc_layout_for_each_piece(e, p, init_piece, &c), st, out);
+    ZINC_CHECK_GOTO(zinc_layout_for_each_piece(e, p, init_piece, &c), st, agree);
     zinc_segment *seg = &p->module->segs[p->segment];
     if (seg->full)
       ZINC_CHECK_GOTO(zinc_engine_put(e, (char *)seg->full +
                                              (size_t)p->seg_offset * zinc_dtype_size(p->dtype),
-                                      p->dtype, values, p->numel, scratch), st, out);
+                                      p->dtype, values, p->numel, scratch), st, agree);
   }
-  ZINC_CHECK_GOTO(zinc_engine_sync(e), st, out);
+  st = zinc_engine_sync(e);
+agree:
+  ZINC_CHECK_GOTO(zinc_engine_agree(e, e->world, st), st, out);
   /* every data-parallel rank must hold the same values */
   ZINC_CHECK_GOTO(zinc_comm_allgather(e->dp_host, crc, all_crc, (size_t)e->nparams + 1,
                                       ZINC_DT_I32), st, out);
@@ -318,7 +332,24 @@ out:
   return st;
 }
 
+/* The memory collectives read from, allocated together after every rank
+ * has its local buffers: the full gradients at stages 0-1, the gradient
+ * bucket ring at stages 2-3. */
+static zinc_status alloc_comm_buffers(zinc_engine *e) {
+  if (e->cfg.stage <= 1)
+    return zinc_engine_comm_buffer_alloc(e, e->full_bytes, ZINC_MEM_GRADS, &e->grad_full,
+                                         &e->grad_full_shared, "gradients");
+  e->arena_bytes = zinc_grads_ring_bytes(e);
+  return zinc_engine_comm_buffer_alloc(e, e->arena_bytes, ZINC_MEM_BUFFERS, &e->arena_base,
+                                       &e->arena_shared, "gradient buckets");
+}
+
+/* Each phase is local work, then agreement across the world, so that a
+ * rank that fails (an allocation, the trainer's init function, a swap
+ * file) stops its peers before the next collective instead of leaving
+ * them inside it. */
 zinc_status zinc_build_buffers(zinc_engine *e, zinc_init_fn init, void *ctx) {
-  ZINC_CHECK(alloc_states(e));
+  ZINC_CHECK(zinc_engine_agree(e, e->world, alloc_states(e)));
+  ZINC_CHECK(alloc_comm_buffers(e));
   return init_params(e, init, ctx);
 }

@@ -289,20 +289,23 @@ zinc_status zinc_engine_build(zinc_engine *e, zinc_init_fn init, void *ctx) {
   int any16[3] = {0, 0, 0};
   for (int i = 0; i < e->nparams; i++)
     any16[e->params[i]->dtype] = 1;
+  /* collective: local checks and the layout, then every rank learns the
+   * first failure before any buffer is allocated (engine/build.c) */
   zinc_status st = zinc_settings_resolve_model(&e->cfg, hidden_size(e), any16[ZINC_F16],
                                                any16[ZINC_BF16]);
-  if (st != ZINC_OK)
-    return st;
-  if (e->cfg.fp16_enabled && any16[ZINC_BF16])
-    return zinc_error(ZINC_ERR_CONFIG, "fp16.enabled is true but parameters are registered "
-                      "as bf16; register them as ZINC_F16 or enable bf16 instead");
-  if (e->cfg.bf16_enabled && any16[ZINC_F16])
-    return zinc_error(ZINC_ERR_CONFIG, "bf16.enabled is true but parameters are registered "
-                      "as f16; register them as ZINC_BF16 or enable fp16 instead");
-  zinc_loss_scaler_init(&e->scaler, &e->cfg);
-  ZINC_CHECK_GOTO(zinc_layout_build(e), st, fail);
+  if (st == ZINC_OK && e->cfg.fp16_enabled && any16[ZINC_BF16])
+    st = zinc_error(ZINC_ERR_CONFIG, "fp16.enabled is true but parameters are registered "
+                    "as bf16; register them as ZINC_F16 or enable bf16 instead");
+  if (st == ZINC_OK && e->cfg.bf16_enabled && any16[ZINC_F16])
+    st = zinc_error(ZINC_ERR_CONFIG, "bf16.enabled is true but parameters are registered "
+                    "as f16; register them as ZINC_BF16 or enable fp16 instead");
+  if (st == ZINC_OK) {
+    zinc_loss_scaler_init(&e->scaler, &e->cfg);
+    st = zinc_layout_build(e);
+  }
+  ZINC_CHECK_GOTO(zinc_engine_agree(e, e->world, st), st, fail);
   ZINC_CHECK_GOTO(zinc_build_buffers(e, init, ctx), st, fail);
-  ZINC_CHECK_GOTO(zinc_grads_init(e), st, fail);
+  ZINC_CHECK_GOTO(zinc_engine_agree(e, e->world, zinc_grads_init(e)), st, fail);
   e->built = 1;
   e->recording = 1;
   e->deviation = -1;

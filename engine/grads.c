@@ -126,11 +126,8 @@ zinc_status zinc_grads_init(zinc_engine *e) {
         seg->grad = (char *)e->grad_full + off;
         off += (size_t)seg->numel * zinc_dtype_size(seg->dtype);
       }
-    return ZINC_OK;
   }
-  e->arena_bytes = zinc_grads_ring_bytes(e);
-  return zinc_engine_comm_buffer_alloc(e, e->arena_bytes, ZINC_MEM_BUFFERS, &e->arena_base,
-                                       &e->arena_shared, "gradient buckets");
+  return ZINC_OK; /* the bucket ring: zinc_build_buffers, with the other comm memory */
 }
 
 void zinc_grads_free(zinc_engine *e) {

@@ -135,21 +135,30 @@ static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
   zinc_status st = shard_source(e, m, first, last, &src);
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "fetching module \"%s\"", m->name);
-  st = zinc_engine_buffer_alloc(e, m->gather_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS, &m->gathered,
-                                "gathered parameters");
-  if (st != ZINC_OK) {
-    source_free(e, m);
-    return zinc_error_wrap(st, "fetching module \"%s\"", m->name);
-  }
-  e->live_elems += m->gather_numel;
-  if (e->live_elems > e->live_peak)
-    e->live_peak = e->live_elems;
   int ncoll = 0;
   for (int s = 0; s < m->nsegs; s++)
     if (!m->segs[s].persistent)
       ncoll += m->segs[s].nunits;
   zinc_coll *colls = NULL;
-  ZINC_CHECK(zinc_calloc((void **)&colls, (size_t)ncoll, sizeof *colls, "gather batch"));
+  st = zinc_engine_buffer_alloc(e, m->gather_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS,
+                                &m->gathered, "gathered parameters");
+  if (st == ZINC_OK)
+    st = zinc_calloc((void **)&colls, (size_t)ncoll, sizeof *colls, "gather batch");
+  if (st != ZINC_OK)
+    zinc_error_wrap(st, "fetching module \"%s\"", m->name);
+  /* the gather is collective: a rank that could not prepare it tells its
+   * peers now instead of leaving them inside it */
+  st = zinc_engine_agree(e, e->dp_host, st);
+  if (st != ZINC_OK) {
+    free(colls);
+    zinc_engine_buffer_free(e, m->gathered, m->gather_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS);
+    m->gathered = NULL;
+    source_free(e, m);
+    return st;
+  }
+  e->live_elems += m->gather_numel;
+  if (e->live_elems > e->live_peak)
+    e->live_peak = e->live_elems;
   int k = 0;
   for (int s = 0; s < m->nsegs; s++) {
     const zinc_segment *seg = &m->segs[s];
@@ -325,38 +334,35 @@ zinc_status zinc_stage3_gather_persistent(zinc_engine *e) {
         ncoll += e->modules[mi]->segs[s].nunits;
   if (ncoll == 0)
     return ZINC_OK;
+  /* Local work first (the batch, and on NVMe the persistent units' chunks
+   * read into one staging buffer), then agreement: a rank that failed tells
+   * its peers before the gather instead of leaving them inside it. */
   zinc_coll *colls = NULL;
-  ZINC_CHECK(zinc_calloc((void **)&colls, (size_t)ncoll, sizeof *colls, "gather batch"));
-  /* on NVMe: only the persistent units' chunks, read into one staging buffer */
+  zinc_status st = zinc_calloc((void **)&colls, (size_t)ncoll, sizeof *colls, "gather batch");
   int on_disk = zinc_nvme_param_on_disk(e);
   void *staging = NULL;
   size_t staging_bytes = 0, used = 0;
-  if (on_disk) {
+  if (on_disk && st == ZINC_OK) {
     for (int ui = 0; ui < e->nunits; ui++)
       if (e->modules[e->units[ui].module]->segs[e->units[ui].segment].persistent)
         staging_bytes += (size_t)e->units[ui].chunk * zinc_dtype_size(e->units[ui].dtype);
-    zinc_status ast = zinc_engine_buffer_alloc(e, staging_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS,
-                                               &staging, "persistent parameters read from NVMe");
-    if (ast != ZINC_OK) {
-      free(colls);
-      return ast;
-    }
+    st = zinc_engine_buffer_alloc(e, staging_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS, &staging,
+                                  "persistent parameters read from NVMe");
   }
   int k = 0;
-  zinc_status rst = ZINC_OK;
-  for (int mi = 0; mi < e->nmodules; mi++)
-    for (int s = 0; s < e->modules[mi]->nsegs; s++) {
+  for (int mi = 0; mi < e->nmodules && st == ZINC_OK; mi++)
+    for (int s = 0; s < e->modules[mi]->nsegs && st == ZINC_OK; s++) {
       zinc_segment *seg = &e->modules[mi]->segs[s];
       if (!seg->persistent)
         continue;
-      for (int ui = seg->first_unit; ui < seg->first_unit + seg->nunits; ui++) {
+      for (int ui = seg->first_unit; ui < seg->first_unit + seg->nunits && st == ZINC_OK;
+           ui++) {
         const zinc_unit *u = &e->units[ui];
         size_t bytes = (size_t)u->chunk * zinc_dtype_size(u->dtype);
         const char *send = (const char *)e->param_shard + u->shard_byte;
         if (on_disk) {
           send = (const char *)staging + used;
-          if (rst == ZINC_OK)
-            rst = zinc_pshard_read(e, u->shard_byte, bytes, (char *)staging + used);
+          st = zinc_pshard_read(e, u->shard_byte, bytes, (char *)staging + used);
           used += bytes;
         }
         colls[k++] = (zinc_coll){.kind = ZINC_COLL_ALLGATHER,
@@ -366,22 +372,16 @@ zinc_status zinc_stage3_gather_persistent(zinc_engine *e) {
                                  .dtype = u->dtype};
       }
     }
-  if (rst != ZINC_OK && e->dp_size == 1) {
-    free(colls);
-    zinc_engine_buffer_free(e, staging, staging_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
-    return rst;
+  st = zinc_engine_agree(e, e->dp_host, st);
+  if (st == ZINC_OK) {
+    double t0 = zinc_now();
+    st = e->dp->ops->run(e->dp, colls, ncoll);
+    e->t_comm_wait += zinc_now() - t0;
+    if (st != ZINC_OK)
+      zinc_error_wrap(st, "gathering persistent parameters");
   }
-  if (rst != ZINC_OK) /* gather zeros with the peers, then tell them (below) */
-    memset(staging, 0, staging_bytes);
-  double t0 = zinc_now();
-  zinc_status st = e->dp->ops->run(e->dp, colls, ncoll);
-  e->t_comm_wait += zinc_now() - t0;
   free(colls);
   if (staging)
     zinc_engine_buffer_free(e, staging, staging_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
-  if (st != ZINC_OK)
-    return zinc_error_wrap(st, "gathering persistent parameters");
-  if (on_disk) /* every rank: did any fail to read its chunks? */
-    ZINC_CHECK(zinc_engine_agree(e, e->dp_host, rst));
-  return ZINC_OK;
+  return st;
 }

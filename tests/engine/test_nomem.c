@@ -5,12 +5,16 @@
  *    ZINC_ERR_NOMEM with a message naming what was being allocated, and
  *    zinc_engine_destroy frees what the build had made (ASan/valgrind runs
  *    of this test find no leak);
- *  - during training (one rank: the failing allocation then happens on the
- *    only rank), for n = 1, 2, ... until 3 steps need no more: the failing
- *    call returns ZINC_ERR_NOMEM naming the allocation, every later step
- *    is refused with the earlier failure, and a checkpoint saved before the
- *    failure loads into a fresh engine that trains to the same parameters
- *    as a run without the fault.
+ *  - during training, for n = 1, 2, ... until 3 steps need no more: the
+ *    failing call returns ZINC_ERR_NOMEM naming the allocation, every later
+ *    step is refused with the earlier failure, and a checkpoint saved
+ *    before the failure loads into a fresh engine that trains to the same
+ *    parameters as a run without the fault;
+ *  - with several ranks the fault is injected on the last rank only, in the
+ *    build and in training: every rank returns ZINC_ERR_NOMEM naming that
+ *    rank and the allocation, within seconds (the comm timeout is set to
+ *    60 s so that a peer left waiting in a collective shows as a COMM
+ *    error or a slow call, not as a pass).
  * Configurations: stage 1, stage 2 with offload cpu, stage 3 with prefetch,
  * stage 3 with optimizer and parameters on NVMe, and the staged copies the
  * cuda device uses for offload cpu.
@@ -23,11 +27,23 @@
 
 static char root[512];
 
+/* The rank the fault is injected on: the last one (with one rank, it). */
+static int fault_rank(void) { return et_world - 1; }
+
+/* A failing call must reach every rank this fast: no peer waits for the
+ * comm timeout. */
+#define AGREE_SECONDS 10.0
+
+
 typedef struct {
   const char *name;
   int stage, overlap, staged;
   const char *offload, *offload_param;
 } nomem_case;
+
+/* The status and message every rank must see for a fault on fault_rank(). */
+static void check_fault(zinc_status st, const char *what, const nomem_case *c, int64_t n,
+                        double seconds);
 
 static et_run case_run(const nomem_case *c) {
   et_run r = et_defaults();
@@ -36,6 +52,7 @@ static et_run case_run(const nomem_case *c) {
   r.offload = c->offload;
   r.offload_param = c->offload_param;
   r.steps = 3;
+  r.extra = "\"zinc\": {\"comm_timeout_s\": 60}";
   if (!strcmp(c->offload, "nvme")) {
     r.nvme_path = root;
     r.sub_group = 300;
@@ -52,18 +69,38 @@ static int build_with_fault(const nomem_case *c, int64_t n) {
   et_run r = case_run(c);
   zinc_engine *e = et_create(&r, NULL);
   et_model m;
-  zinc_engine_inject_alloc_fault(e, n);
+  if (et_rank == fault_rank())
+    zinc_engine_inject_alloc_fault(e, n);
+  double t0 = MPI_Wtime();
   zinc_status st = et_build(&m, e, &r);
-  int failed = st != ZINC_OK;
-  if (failed) {
-    const char *msg = zinc_last_error();
-    ET_CHECK(st == ZINC_ERR_NOMEM && strstr(msg, "allocating") && strstr(msg, "injected"),
-             "%s, build allocation %lld: %s: %s", c->name, (long long)n, zinc_status_name(st),
-             msg);
-  }
+  double dt = MPI_Wtime() - t0;
+  /* the build fails everywhere or nowhere */
+  int failed = st != ZINC_OK, any = failed;
+  MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  ET_CHECK(failed == any, "%s, build allocation %lld: rank %d returned %s while another "
+           "rank failed", c->name, (long long)n, et_rank, zinc_status_name(st));
+  if (failed)
+    check_fault(st, "build", c, n, dt);
   et_model_free(&m);
   zinc_engine_destroy(e);
-  return failed;
+  return any;
+}
+
+static void check_fault(zinc_status st, const char *what, const nomem_case *c, int64_t n,
+                        double seconds) {
+  const char *msg = zinc_last_error();
+  ET_CHECK(st == ZINC_ERR_NOMEM && strstr(msg, "allocating") && strstr(msg, "injected"),
+           "%s, %s allocation %lld: %s: %s", c->name, what, (long long)n,
+           zinc_status_name(st), msg);
+  if (et_rank != fault_rank()) {
+    char who[32];
+    snprintf(who, sizeof who, "rank %d", fault_rank());
+    ET_CHECK(strstr(msg, who) != NULL, "%s, %s allocation %lld: the message does not name "
+             "the failing %s: %s", c->name, what, (long long)n, who, msg);
+  }
+  ET_CHECK(seconds < AGREE_SECONDS, "%s, %s allocation %lld: the failure took %.1f s to "
+           "reach rank %d (limit %.0f s): %s", c->name, what, (long long)n, seconds, et_rank,
+           AGREE_SECONDS, msg);
 }
 
 static void capture(et_model *m, float **out) {
@@ -79,15 +116,18 @@ static int train_with_fault(const nomem_case *c, int64_t n, float **ref, const c
   zinc_engine *e = et_open(&r, NULL, &m);
   ET_OK(et_steps(&m, &r, 0, 2));
   ET_OK(zinc_save_checkpoint(e, ck, "before"));
-  zinc_engine_inject_alloc_fault(e, n);
+  if (et_rank == fault_rank())
+    zinc_engine_inject_alloc_fault(e, n);
+  double t0 = MPI_Wtime();
   zinc_status st = et_steps(&m, &r, 2, 5);
-  int failed = st != ZINC_OK;
+  double dt = MPI_Wtime() - t0;
+  int failed = st != ZINC_OK, any = failed;
+  MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  ET_CHECK(failed == any, "%s, training allocation %lld: rank %d returned %s while another "
+           "rank failed", c->name, (long long)n, et_rank, zinc_status_name(st));
+  failed = any;
   if (failed) {
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", zinc_last_error());
-    ET_CHECK(st == ZINC_ERR_NOMEM && strstr(msg, "allocating") && strstr(msg, "injected"),
-             "%s, training allocation %lld: %s: %s", c->name, (long long)n,
-             zinc_status_name(st), msg);
+    check_fault(st, "training", c, n, dt);
     zinc_engine_inject_alloc_fault(e, 0);
     zinc_status again = et_steps(&m, &r, 2, 3);
     ET_CHECK(again != ZINC_OK && strstr(zinc_last_error(), "earlier failure"),
@@ -120,7 +160,7 @@ static void run_case(const nomem_case *c) {
     n++;
   int64_t build_allocs = n - 1;
   int64_t train_allocs = -1;
-  if (et_world == 1) {
+  {
     et_run r = case_run(c);
     char ck[700];
     snprintf(ck, sizeof ck, "%s/ckpt_%s", root, c->name);
@@ -142,11 +182,10 @@ static void run_case(const nomem_case *c) {
   unsetenv("ZINC_OFFLOAD_STAGING");
   ET_CHECK(build_allocs > 0, "%s: the build made no engine allocation", c->name);
   if (et_rank == 0)
-    printf("%-22s %d ranks: NOMEM at each of %lld build allocations%s", c->name, et_world,
-           (long long)build_allocs, et_world == 1 ? "" : "\n");
-  if (et_rank == 0 && et_world == 1)
-    printf(" and %lld training allocations: each reported, later steps refused, the "
-           "checkpoint before it resumes to the same bits\n", (long long)train_allocs);
+    printf("%-22s %d ranks, fault on rank %d: NOMEM on every rank at each of %lld build "
+           "and %lld training allocations: each reported, later steps refused, the "
+           "checkpoint before it resumes to the same bits\n", c->name, et_world, fault_rank(),
+           (long long)build_allocs, (long long)train_allocs);
 }
 
 int main(int argc, char **argv) {
