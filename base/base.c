@@ -43,6 +43,14 @@ zinc_status zinc_error(zinc_status st, const char *fmt, ...) {
   return st;
 }
 
+ZINC_API zinc_status zinc_error_set(zinc_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  zinc_verror(st, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
 zinc_status zinc_error_wrap(zinc_status st, const char *fmt, ...) {
   char old[ZINC_ERROR_MAX];
   memcpy(old, error_message, sizeof old);

@@ -179,6 +179,12 @@ zinc_status zinc_settings_resolve_model(zinc_settings *s, int64_t hidden_size,
 /* The resolved settings as JSON text (malloc'ed) — used by the printer, by
  * zinc_config_to_json and stored in checkpoints. */
 char *zinc_settings_to_json(const zinc_settings *s);
+/* The first setting in which two texts of zinc_settings_to_json differ, in
+ * document order, skipping settings that may differ between ranks (NVMe
+ * paths on node-local disks, logging): 1 with its dotted path and both
+ * values rendered ("absent" for a missing one), else 0. */
+int zinc_settings_json_diff(const char *a, const char *b, char *path, size_t cap, char *va,
+                            char *vb, size_t vcap);
 
 const char *zinc_offload_device_name(zinc_offload_device d);
 

@@ -187,6 +187,65 @@ char *zinc_settings_to_json(const zinc_settings *s) {
   return text;
 }
 
+/* ------------------------------------------------------------ comparison */
+
+/* Leaves that may differ between ranks: node-local paths and logging. */
+static int rank_local(const char *path) {
+  static const char *const local[] = {
+      "zero_optimization.offload_optimizer.nvme_path", "zero_optimization.offload_param.nvme_path",
+      "zinc.log_level", "zinc.memory_timeline", "zinc.placement_verbose"};
+  for (size_t i = 0; i < sizeof local / sizeof local[0]; i++)
+    if (!strcmp(path, local[i]))
+      return 1;
+  return 0;
+}
+
+/* Depth-first over a's members, then b's members that a lacks. */
+static int first_difference(const json_t *a, const json_t *b, char *path, size_t len,
+                            size_t cap, char *va, char *vb, size_t vcap) {
+  if (json_is_object(a) && json_is_object(b)) {
+    for (int pass = 0; pass < 2; pass++) {
+      const json_t *x = pass ? b : a, *y = pass ? a : b;
+      const char *key;
+      json_t *child;
+      json_object_foreach((json_t *)x, key, child) {
+        const json_t *other = json_object_get(y, key);
+        if (pass && other)
+          continue; /* both have it: the first pass compared it */
+        int n = snprintf(path + len, cap - len, "%s%s", len ? "." : "", key);
+        size_t sub = n > 0 && (size_t)n < cap - len ? len + (size_t)n : cap - 1;
+        int found = other ? first_difference(pass ? other : child, pass ? child : other, path,
+                                             sub, cap, va, vb, vcap)
+                          : !rank_local(path);
+        if (found && !other) {
+          snprintf(pass ? va : vb, vcap, "absent");
+          zinc_cfg_render(child, pass ? vb : va, vcap);
+        }
+        if (found)
+          return 1;
+        path[len] = '\0';
+      }
+    }
+    return 0;
+  }
+  if (json_equal((json_t *)a, (json_t *)b) || rank_local(path))
+    return 0;
+  zinc_cfg_render(a, va, vcap);
+  zinc_cfg_render(b, vb, vcap);
+  return 1;
+}
+
+int zinc_settings_json_diff(const char *a, const char *b, char *path, size_t cap, char *va,
+                            char *vb, size_t vcap) {
+  path[0] = va[0] = vb[0] = '\0';
+  json_t *ja = json_loads(a, 0, NULL), *jb = json_loads(b, 0, NULL);
+  int found = ja && jb ? first_difference(ja, jb, path, 0, cap, va, vb, vcap)
+                       : strcmp(a, b) != 0;
+  json_decref(ja);
+  json_decref(jb);
+  return found;
+}
+
 zinc_status zinc_config_to_json(const zinc_config *cfg, char **json_out) {
   if (!cfg || !json_out)
     return zinc_error(ZINC_ERR_INVALID, "zinc_config_to_json: %s is NULL",

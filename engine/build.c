@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stdio.h>
+
 #include "engine/engine.h"
 
 /* The test hook: the n-th allocation from now fails as if out of memory. */
@@ -292,9 +294,11 @@ static zinc_status init_params(zinc_engine *e, zinc_init_fn init, void *ctx) {
     zinc_param *p = e->params[i];
     memset(values, 0, (size_t)p->numel * 4);
     if (init) {
+      zinc_error_clear(); /* what the function says, or nothing */
       st = init(p, values, p->numel, ctx);
       if (st != ZINC_OK) {
-        const char *why = zinc_last_error();
+        char why[512];
+        snprintf(why, sizeof why, "%s", zinc_last_error());
         zinc_error(st, "zinc_init_fn returned %s for \"%s.%s\"%s%s", zinc_status_name(st),
                    p->module->name, p->name, *why ? ": " : " (it set no message)", why);
         goto agree;

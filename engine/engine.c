@@ -181,6 +181,30 @@ static zinc_status create_device(zinc_engine *e) {
   return ZINC_OK;
 }
 
+/* Every rank must train with the same settings. They are compared once,
+ * here, against rank 0's, so that a difference (another stage, bucket size
+ * or learning rate) is an error on every rank naming the setting, never a
+ * hang in a collective sized by it nor shards trained at different rates.
+ * NVMe paths and logging may differ (zinc_settings_json_diff). */
+static zinc_status agree_settings(zinc_engine *e) {
+  if (e->world_size == 1)
+    return ZINC_OK;
+  char *mine = zinc_settings_to_json(&e->cfg), *ref = NULL;
+  zinc_status st = zinc_engine_agree_rank0_text(e, e->world, mine, "settings", &ref);
+  char path[256], theirs[160], ours[160];
+  if (st == ZINC_OK && e->world_rank != 0 &&
+      zinc_settings_json_diff(ref, mine, path, sizeof path, theirs, ours, sizeof theirs))
+    st = zinc_error(ZINC_ERR_CONFIG, "%s is %s on rank 0 but %s on rank %d: every rank must "
+                    "train with the same settings; load the same config file on every rank "
+                    "(only NVMe paths and logging may differ)", path, theirs, ours,
+                    e->world_rank);
+  if (ref)
+    st = zinc_engine_agree(e, e->world, st);
+  free(ref);
+  free(mine);
+  return st;
+}
+
 zinc_status zinc_engine_create(const zinc_config *cfg, const zinc_options *opt,
                                zinc_engine **out) {
   if (!out)
@@ -198,7 +222,13 @@ zinc_status zinc_engine_create(const zinc_config *cfg, const zinc_options *opt,
   ZINC_CHECK_GOTO(zinc_settings_copy(&e->cfg, &cfg->s), st, fail);
   ZINC_CHECK_GOTO(zinc_prof_create(&e->prof), st, fail);
   ZINC_CHECK_GOTO(create_comms(e), st, fail);
-  ZINC_CHECK_GOTO(zinc_settings_resolve_batch(&e->cfg, e->dp_size), st, fail);
+  /* the first local checks after the comm exists: every rank learns them */
+  st = zinc_settings_resolve_batch(&e->cfg, e->dp_size);
+  if (st == ZINC_OK && e->opt.threads < 0)
+    st = zinc_error(ZINC_ERR_INVALID, "zinc_options.threads is %d: give a thread count >= 1, "
+                    "or 0 for this rank's share of its cores", e->opt.threads);
+  ZINC_CHECK_GOTO(zinc_engine_agree(e, e->world, st), st, fail);
+  ZINC_CHECK_GOTO(agree_settings(e), st, fail);
   ZINC_CHECK_GOTO(create_device(e), st, fail);
   e->phase_start = zinc_now();
   zinc_log0(ZINC_LOG_INFO, "engine: %d ranks (data-parallel %d x model-parallel %d), "
@@ -289,9 +319,13 @@ zinc_status zinc_engine_build(zinc_engine *e, zinc_init_fn init, void *ctx) {
   int any16[3] = {0, 0, 0};
   for (int i = 0; i < e->nparams; i++)
     any16[e->params[i]->dtype] = 1;
-  /* collective: local checks and the layout, then every rank learns the
-   * first failure before any buffer is allocated (engine/build.c) */
-  zinc_status st = zinc_settings_resolve_model(&e->cfg, hidden_size(e), any16[ZINC_F16],
+  /* collective: the same model on every rank; local checks and the layout,
+   * then every rank learns the first failure before any buffer is
+   * allocated (engine/build.c) */
+  zinc_status st = zinc_registry_agree(e);
+  if (st != ZINC_OK)
+    return st;
+  st = zinc_settings_resolve_model(&e->cfg, hidden_size(e), any16[ZINC_F16],
                                                any16[ZINC_BF16]);
   if (st == ZINC_OK && e->cfg.fp16_enabled && any16[ZINC_BF16])
     st = zinc_error(ZINC_ERR_CONFIG, "fp16.enabled is true but parameters are registered "

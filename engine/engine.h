@@ -340,9 +340,20 @@ void zinc_engine_defer(zinc_engine *e, zinc_status st);
 /* Collective over the data-parallel group: the first deferred failure of
  * any rank, on every rank (ZINC_OK when none). Cleared afterwards. */
 zinc_status zinc_engine_agree_deferred(zinc_engine *e);
+/* Collective over c, for what must match across ranks (the settings, the
+ * registered model): every rank gets rank 0's text in *ref (free() it),
+ * having agreed that every rank could make its own (`mine`, NULL for out
+ * of memory) and hold rank 0's; `what` names it in messages. The caller
+ * compares, then agrees on the result. */
+zinc_status zinc_engine_agree_rank0_text(zinc_engine *e, zinc_comm *c, const char *mine,
+                                         const char *what, char **ref);
 
 /* --------------------------------------------------------- registry.c */
 void zinc_registry_free(zinc_engine *e);
+/* Collective over the world: INVALID on every rank, naming the first
+ * parameter that differs, unless every rank registered the same names,
+ * dtypes, shapes and weight-decay flags in the same order. */
+zinc_status zinc_registry_agree(zinc_engine *e);
 
 /* --------------------------------------------------------- layout.c */
 /* Partition of `count` elements over `ranks`: chunk per rank (a multiple of

@@ -27,6 +27,8 @@
  */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "engine/engine.h"
 
@@ -98,4 +100,33 @@ zinc_status zinc_engine_agree_deferred(zinc_engine *e) {
     zinc_error(st, "%s", e->deferred_msg);
   e->deferred = ZINC_OK;
   return zinc_engine_agree(e, e->dp_host, st);
+}
+
+/* ------------------------------------------- what must match across ranks */
+
+zinc_status zinc_engine_agree_rank0_text(zinc_engine *e, zinc_comm *c, const char *mine,
+                                         const char *what, char **ref_out) {
+  *ref_out = NULL;
+  zinc_status st = mine ? ZINC_OK
+                        : zinc_error(ZINC_ERR_NOMEM, "comparing the %s across ranks: no host "
+                                     "memory for its text; free host memory", what);
+  ZINC_CHECK(zinc_engine_agree(e, c, st));
+  int64_t len = (int64_t)strlen(mine) + 1;
+  ZINC_CHECK(zinc_comm_broadcast(c, &len, 1, ZINC_DT_I64, 0));
+  char *ref = malloc((size_t)len);
+  st = ref ? ZINC_OK
+           : zinc_error(ZINC_ERR_NOMEM, "comparing the %s across ranks: no host memory for "
+                        "rank 0's text (%lld bytes); free host memory", what, (long long)len);
+  if (ref && c->rank == 0)
+    memcpy(ref, mine, (size_t)len);
+  st = zinc_engine_agree(e, c, st);
+  if (st == ZINC_OK)
+    st = zinc_comm_broadcast(c, ref, (size_t)len, ZINC_DT_U8, 0);
+  if (st != ZINC_OK) {
+    free(ref);
+    return st;
+  }
+  ref[len - 1] = '\0';
+  *ref_out = ref;
+  return ZINC_OK;
 }

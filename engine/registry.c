@@ -6,6 +6,7 @@
  * its module; "module.param" names a parameter in messages and checkpoints.
  * Nothing can be registered once the engine is built.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,6 +81,21 @@ zinc_param *zinc_param_add(zinc_engine *e, zinc_module *m, const char *name,
                  "named \"%s\"", m->name, name);
       return NULL;
     }
+  /* "module.param" names the parameter in checkpoints and exports: two
+   * parameters must not share it ("a.b" + "c" and "a" + "b.c") */
+  char full[2 * 256 + 2], other[2 * 256 + 2];
+  snprintf(full, sizeof full, "%s.%s", m->name, name);
+  for (int i = 0; i < e->nparams; i++) {
+    const zinc_param *q = e->params[i];
+    snprintf(other, sizeof other, "%s.%s", q->module->name, q->name);
+    if (strcmp(full, other) == 0) {
+      zinc_error(ZINC_ERR_INVALID, "zinc_param_add(\"%s\" in module \"%s\"): its full name "
+                 "\"%s\" is already that of parameter \"%s\" in module \"%s\"; checkpoints "
+                 "and exports name parameters \"module.param\", so rename one of them", name,
+                 m->name, full, q->name, q->module->name);
+      return NULL;
+    }
+  }
   if (zinc_dtype_size(dtype) == 0) {
     zinc_error(ZINC_ERR_INVALID, "zinc_param_add(\"%s.%s\"): unknown dtype %d (expected "
                "ZINC_F32, ZINC_BF16 or ZINC_F16)", m->name, name, (int)dtype);
@@ -193,4 +209,66 @@ zinc_param *zinc_module_param_at(const zinc_module *m, int index) {
   if (!m || index < 0 || index >= m->nparams)
     return NULL;
   return m->params[index];
+}
+
+/* ------------------------------------------------ the same model everywhere */
+
+/* One line per parameter, in registration order: what must be the same on
+ * every rank for the layout and the collectives to match. */
+static char *model_text(const zinc_engine *e) {
+  size_t cap = 64, len = 0;
+  for (int i = 0; i < e->nparams; i++)
+    cap += strlen(e->params[i]->module->name) + strlen(e->params[i]->name) + 32 +
+           (size_t)ZINC_MAX_NDIM * 21;
+  char *t = malloc(cap);
+  if (!t)
+    return NULL;
+  len += (size_t)snprintf(t, cap, "%d parameters\n", e->nparams);
+  for (int i = 0; i < e->nparams; i++) {
+    const zinc_param *p = e->params[i];
+    len += (size_t)snprintf(t + len, cap - len, "\"%s.%s\" %s [", p->module->name, p->name,
+                            zinc_dtype_name(p->dtype));
+    for (int d = 0; d < p->ndim; d++)
+      len += (size_t)snprintf(t + len, cap - len, "%s%lld", d ? ", " : "",
+                              (long long)p->shape[d]);
+    len += (size_t)snprintf(t + len, cap - len, "]%s\n", p->decay ? "" : " no weight decay");
+  }
+  return t;
+}
+
+/* Copy line `i` (0-based) of t into out. */
+static void line_at(const char *t, int i, char *out, size_t cap) {
+  for (; i > 0 && t; i--) {
+    t = strchr(t, '\n');
+    t = t ? t + 1 : NULL;
+  }
+  const char *end = t ? strchr(t, '\n') : NULL;
+  snprintf(out, cap, "%.*s", t ? (int)(end ? end - t : (long)strlen(t)) : 0, t ? t : "");
+}
+
+zinc_status zinc_registry_agree(zinc_engine *e) {
+  if (e->world_size == 1)
+    return ZINC_OK;
+  char *mine = model_text(e), *ref = NULL;
+  zinc_status st = zinc_engine_agree_rank0_text(e, e->world, mine, "registered model", &ref);
+  if (st != ZINC_OK) {
+    free(mine);
+    return st;
+  }
+  if (strcmp(ref, mine) != 0) {
+    int line = 0;
+    for (size_t k = 0; ref[k] && ref[k] == mine[k]; k++)
+      line += ref[k] == '\n';
+    char theirs[600], ours[600];
+    line_at(ref, line, theirs, sizeof theirs);
+    line_at(mine, line, ours, sizeof ours);
+    st = zinc_error(ZINC_ERR_INVALID, "the registered model differs between ranks: %s %s on "
+                    "rank 0 but %s on rank %d (name, dtype, shape); every rank must register "
+                    "the same modules and parameters, with the same shapes, in the same order",
+                    line ? "a parameter is" : "the model has", theirs, ours, e->world_rank);
+  }
+  st = zinc_engine_agree(e, e->world, st);
+  free(ref);
+  free(mine);
+  return st;
 }

@@ -68,6 +68,15 @@ typedef enum {
 
 /* Message of the last failure on the calling thread ("" if none). */
 ZINC_API const char *zinc_last_error(void);
+/* For the trainer's own callbacks (zinc_init_fn): set the calling thread's
+ * message, printf-style, and return st, so that `return zinc_error_set(
+ * ZINC_ERR_IO, "cannot read %s", path);` makes the failing zinc call report
+ * why. zinc adds the rank and the parameter around it. */
+ZINC_API zinc_status zinc_error_set(zinc_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 /* Name of a status ("ZINC_ERR_IO"). */
 ZINC_API const char *zinc_status_name(zinc_status s);
 /* "MAJOR.MINOR.PATCH" of the library that is running (ZINC_VERSION_* are

@@ -3,7 +3,8 @@
  * never crashes, under mpirun: calls before build, build twice, a module
  * added after build, another engine's module or NULL, data and gradients
  * outside fetch/release or of a released parameter, step before
- * backward_end, grads_ready twice, bad arguments; destroy accepts NULL.
+ * backward_end, grads_ready twice, bad arguments, two parameters whose
+ * "module.param" names collide; destroy accepts NULL.
  */
 #include "engine_test.h"
 
@@ -68,8 +69,26 @@ static void test_misuse(void) {
   zinc_engine_destroy(NULL);
 }
 
+/* Module "a.b" with "c" and module "a" with "b.c" would both be "a.b.c" in
+ * checkpoints and exports: the second registration is refused. */
+static void test_name_collision(void) {
+  et_run r = et_defaults();
+  zinc_engine *e = et_create(&r, NULL);
+  int64_t shape[1] = {3};
+  zinc_module *ab = zinc_module_add(e, "a.b"), *a = zinc_module_add(e, "a");
+  ET_CHECK(zinc_param_add(e, ab, "c", ZINC_F32, 1, shape) != NULL, "a.b + c: %s",
+           zinc_last_error());
+  ET_CHECK(zinc_param_add(e, a, "b.c", ZINC_F32, 1, shape) == NULL &&
+               strstr(zinc_last_error(), "\"a.b.c\""),
+           "module \"a\" + parameter \"b.c\" was not refused: %s", zinc_last_error());
+  ET_CHECK(zinc_param_add(e, a, "b.d", ZINC_F32, 1, shape) != NULL, "a + b.d: %s",
+           zinc_last_error());
+  zinc_engine_destroy(e);
+}
+
 int main(void) {
   test_misuse();
+  test_name_collision();
   if (et_failures) {
     fprintf(stderr, "[rank %d] %d check(s) failed\n", et_rank, et_failures);
     return 1;
