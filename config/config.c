@@ -2,9 +2,10 @@
  * config.c — the config object: load a file or a string, validate it into
  * a zinc_settings, free it; the settings' defaults, deep copy and free.
  *
- * The JSON text is parsed by jansson with duplicate keys rejected; syntax
+ * The text is parsed by jansson with duplicate keys rejected, and what is
+ * not JSON by the Hjson reader (hjson.c) as DeepSpeed reads configs; syntax
  * errors and duplicates are reported with the file, line, column and the
- * JSON path reached (json_locate.c). A failed load returns no object and
+ * JSON path reached (json_locate.c, hjson.c). A failed load returns no object and
  * leaves nothing allocated.
  */
 #define _GNU_SOURCE
@@ -146,8 +147,22 @@ static zinc_status config_from_text(const char *text, size_t len, const char *so
     goto fail;
   }
 
+  /* JSON first; what is not JSON is read as Hjson, as DeepSpeed reads
+   * every config (comments, optional commas and quotes: hjson.c) */
   json_error_t jerr;
   root = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+  zinc_hjson_error herr = {0};
+  if (!root && json_error_code(&jerr) != json_error_duplicate_key) {
+    root = zinc_hjson_parse(text, len, &herr);
+    if (root && json_is_object(root) && json_object_size(root) == 0 && !memchr(text, '{', len)) {
+      json_decref(root); /* blanks and comments only: a truncated file or a wrong path */
+      st = zinc_error(ZINC_ERR_CONFIG, "config %s: empty (no settings in it); give the "
+                      "DeepSpeed config, at least {\"train_micro_batch_size_per_gpu\": N}",
+                      source);
+      root = NULL;
+      goto fail;
+    }
+  }
   if (!root) {
     char path[ZINC_CFG_PATH_MAX];
     zinc_json_path_at(text, len, (size_t)jerr.position, path, sizeof path);
@@ -156,10 +171,16 @@ static zinc_status config_from_text(const char *text, size_t len, const char *so
                       "config %s: %s: key given twice (line %d, column %d: %s); keep one",
                       source, path[0] ? path : "(top level)", jerr.line, jerr.column,
                       jerr.text);
+    else if ((size_t)jerr.position > herr.offset) /* JSON got further: its error first */
+      st = zinc_error(ZINC_ERR_CONFIG, "config %s: not valid JSON at line %d, column %d%s%s%s: "
+                      "%s (nor Hjson: line %d, column %d: %s)", source, jerr.line, jerr.column,
+                      path[0] ? " (in " : "", path, path[0] ? ")" : "", jerr.text, herr.line,
+                      herr.column, herr.message);
     else
-      st = zinc_error(ZINC_ERR_CONFIG, "config %s: not valid JSON at line %d, column %d%s%s%s: %s",
-                      source, jerr.line, jerr.column, path[0] ? " (in " : "", path,
-                      path[0] ? ")" : "", jerr.text);
+      st = zinc_error(ZINC_ERR_CONFIG, "config %s: not valid Hjson at line %d, column %d%s%s%s: "
+                      "%s (nor JSON: line %d, column %d: %s)", source, herr.line, herr.column,
+                      herr.path[0] ? " (in " : "", herr.path, herr.path[0] ? ")" : "",
+                      herr.message, jerr.line, jerr.column, jerr.text);
     goto fail;
   }
 

@@ -62,6 +62,19 @@ const json_t *zinc_cfg_enter(zinc_cfg_reader *r, const json_t *obj, const char *
 void zinc_json_path_at(const char *text, size_t len, size_t offset, char *out,
                        size_t cap);
 
+/* An Hjson syntax error: where (1-based line and column, the dotted path
+ * of the value being read) and what. */
+typedef struct {
+  int line, column;
+  size_t offset;                        /* byte offset of line:column */
+  char path[ZINC_CFG_PATH_MAX];
+  char message[256];
+} zinc_hjson_error;
+
+/* Hjson text (hjson.c: a superset of JSON, as DeepSpeed reads its config)
+ * to a jansson value, duplicate keys refused; NULL with *err filled. */
+json_t *zinc_hjson_parse(const char *text, size_t len, zinc_hjson_error *err);
+
 /* ------------------------------------------------------------ messages */
 
 /* "<path>: found <value>, expected <what>" as a ZINC_ERR_CONFIG. */

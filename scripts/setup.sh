@@ -14,7 +14,7 @@ packages=(
   clang libclang-rt-14-dev                      # libFuzzer, sanitizer runtimes
   fio                                           # the aio benchmark's peer
   valgrind                                      # memcheck part of the test command
-  python3                                       # test readers (stdlib only)
+  python3 python3-venv                          # test readers; the Hjson reference (.venv)
 )
 
 missing=()
@@ -31,6 +31,17 @@ else
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The reference Hjson reader (PyPI hjson 3.1.0, pure Python) for the
+# differential test of config/hjson.c, in .venv beside the sources.
+root=$(cd "$(dirname "$0")/.." && pwd)
+if [ ! -x "$root/.venv/bin/python3" ] || ! "$root/.venv/bin/python3" -c "import hjson" 2>/dev/null; then
+  if /usr/bin/python3 -m venv "$root/.venv" && "$root/.venv/bin/pip" install -q hjson==3.1.0; then
+    echo "setup: hjson 3.1.0 installed in .venv (the Hjson reference test)"
+  else
+    echo "setup: could not install hjson from PyPI: the Hjson reference test will say SKIPPED"
+  fi
 fi
 
 if [ -x /usr/local/cuda/bin/nvcc ]; then

@@ -225,13 +225,23 @@ static void load_errors_name_the_file(void **state) {
       !strstr(msg, "fp16.enabled"))
     fail_msg("message lacks file, line, column or path: %s", msg);
 
+  /* Hjson, as DeepSpeed reads it: loads; a broken one names line and column */
   write_file(path, "# DeepSpeed config\ntrain_batch_size: 8\n");
+  assert_int_equal(zinc_config_load(path, &cfg), ZINC_OK);
+  assert_int_equal(cfg->s.train_batch_size, 8);
+  zinc_config_free(cfg);
+  write_file(path, "# DeepSpeed config\ntrain_batch_size: 8\nfp16: {enabled: true\n");
   assert_int_equal(zinc_config_load(path, &cfg), ZINC_ERR_CONFIG);
-  assert_non_null(strstr(zinc_last_error(), "line 1, column 1"));
+  if (!strstr(zinc_last_error(), "line 3, column 7") || !strstr(zinc_last_error(), "not closed"))
+    fail_msg("unclosed Hjson object: %s", zinc_last_error());
 
   write_file(path, "");
   assert_int_equal(zinc_config_load(path, &cfg), ZINC_ERR_CONFIG);
   assert_non_null(strstr(zinc_last_error(), path));
+  assert_non_null(strstr(zinc_last_error(), "empty"));
+  write_file(path, "// nothing but a comment\n");
+  assert_int_equal(zinc_config_load(path, &cfg), ZINC_ERR_CONFIG);
+  assert_non_null(strstr(zinc_last_error(), "empty"));
 
   write_file(path, "{\"train_batch_size\": 8}\n");
   assert_int_equal(zinc_config_load(path, &cfg), ZINC_OK);
