@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""zinc's config loader beside DeepSpeed's own, file by file.
+
+DeepSpeed (0.14.4) decides with deepspeed.runtime.config.DeepSpeedConfig on
+the CPU after a one-rank gloo process group. The property held: every file
+DeepSpeed accepts loads in zinc. Files DeepSpeed rejects only because they
+carry "auto" (meant for the Hugging Face Trainer to fill in) are listed
+with zinc's verdict, and so are the rest.
+
+Not part of the test suite (it needs torch and DeepSpeed): run it by hand,
+    python3 -m venv --system-site-packages /tmp/dsv   # on Debian's python3-torch
+    DS_BUILD_OPS=0 /tmp/dsv/bin/pip install deepspeed==0.14.4 hjson 'pydantic<3' \
+        py-cpuinfo packaging psutil tqdm ninja
+    /tmp/dsv/bin/python tests/config/ds_oracle.py build/cpu/tests/config/config_check FILES...
+Exit 1 when a file DeepSpeed accepts is rejected by zinc.
+"""
+import os
+import subprocess
+import sys
+
+
+def deepspeed_verdicts(paths):
+    import torch.distributed as dist
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29533")
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    from deepspeed.runtime.config import DeepSpeedConfig
+    out = {}
+    for p in paths:
+        try:
+            DeepSpeedConfig(p)
+            out[p] = None
+        except Exception as e:  # DeepSpeed's verdict, whatever raised it
+            out[p] = "%s: %s" % (type(e).__name__, str(e).replace("\n", " ")[:160])
+    return out
+
+
+def mentions_auto(path):
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return '"auto"' in f.read() or "'auto'" in f.read()
+
+
+def main():
+    check, paths = sys.argv[1], sys.argv[2:]
+    ds = deepspeed_verdicts(paths)
+    zinc = {}
+    for line in subprocess.run([check] + paths, capture_output=True, text=True).stdout.splitlines():
+        verdict, rest = line.split(" ", 1)
+        path, _, msg = rest.partition(": ")
+        zinc[path if verdict == "REJECT" else rest] = None if verdict == "OK" else msg
+    groups = {"ds accepts": [0, 0], "ds rejects, auto": [0, 0], "ds rejects": [0, 0]}
+    bad = 0
+    for p in paths:
+        d, z = ds[p], zinc.get(p, "no verdict")
+        g = "ds accepts" if d is None else "ds rejects, auto" if mentions_auto(p) else "ds rejects"
+        groups[g][0] += 1
+        groups[g][1] += z is None
+        if d is None and z is not None:
+            bad += 1
+            print("MISSED %s: DeepSpeed accepts it; zinc: %s" % (p, z))
+        elif d is not None:
+            print("%-8s %s: DeepSpeed: %s%s" % ("LOADS" if z is None else "REJECTS", p, d,
+                                                 "" if z is None else "; zinc: " + z[:160]))
+    for g, (n, ok) in groups.items():
+        print("%-18s %3d files, zinc loads %3d" % (g, n, ok))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
