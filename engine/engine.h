@@ -157,10 +157,11 @@ typedef struct {
 
 /* ------------------------------------------------------------- trace */
 
-/* The trainer's calls in one micro-batch, recorded in the first one. Every
- * later micro-batch is compared with it event by event; collectives are
- * issued in the order these events dictate, so ranks that make the same
- * calls issue the same collectives. */
+/* The trainer's calls in one micro-batch, recorded in the first one (and
+ * again from the call where every rank changed them alike). Every later
+ * micro-batch is compared with it event by event; collectives are issued in
+ * the order these events dictate, so ranks that make the same calls issue
+ * the same collectives (trace.c). */
 typedef enum { ZINC_EV_FETCH = 0, ZINC_EV_RELEASE, ZINC_EV_READY,
                ZINC_EV_END /* backward_end: never recorded, only compared */ } zinc_event_kind;
 /* Where a rank is when it agrees with its peers (zinc_trace_key): every

@@ -9,7 +9,10 @@
  * 2. Agreement gives every rank the same outcome: the status and message of
  *    the lowest failing rank, the message prefixed with "rank N: " on the
  *    others. The comm timeout is only for what cannot be agreed (a dead or
- *    silent peer).
+ *    silent peer). Inside the training loop each agreement also carries
+ *    where the rank is (zinc_engine_agree_at): a rank that left the module
+ *    order agrees at once, and its peers meet it at their next collective
+ *    point, which always starts with an agreement (engine/trace.c).
  * 3. A failure that happens while the peers are already inside a collective
  *    with this rank (an NVMe read feeding a gather) is deferred: the rank
  *    goes on with the collective and the failure is agreed afterwards, at
