@@ -342,7 +342,6 @@ zinc_status zinc_engine_build(zinc_engine *e, zinc_init_fn init, void *ctx) {
   ZINC_CHECK_GOTO(zinc_engine_agree(e, e->world, zinc_grads_init(e)), st, fail);
   e->built = 1;
   e->recording = 1;
-  e->deviation = -1;
   zinc_log0(ZINC_LOG_INFO, "engine built: %d modules, %d parameters, %lld elements "
             "(%d units of at most %lld, shard %lld elements per rank)", e->nmodules,
             e->nparams, (long long)(e->psi[0] + e->psi[1] + e->psi[2]), e->nunits,
@@ -433,10 +432,23 @@ const char *zinc_offload_name(const zinc_engine *e, int params) {
                                          : e->cfg.offload_optimizer.device);
 }
 
+/* Between zinc_backward_end and zinc_step the micro-batch is over: a call
+ * that would start the next one is refused (nothing changes). */
+static zinc_status after_backward_end(const zinc_engine *e, const char *what,
+                                      const zinc_module *m) {
+  if (!e->mb_ended)
+    return ZINC_OK;
+  return zinc_error(ZINC_ERR_INVALID, "%s(\"%s\"): the micro-batch ended at "
+                    "zinc_backward_end; call zinc_step before the next micro-batch (to read "
+                    "parameters between steps, fetch inside zinc_eval_begin/zinc_eval_end)",
+                    what, m->name);
+}
+
 zinc_status zinc_module_fetch(zinc_engine *e, zinc_module *m) {
   ZINC_CHECK(module_check(e, m, "zinc_module_fetch"));
   if (e->eval)
     return eval_fetch(e, m);
+  ZINC_CHECK(after_backward_end(e, "zinc_module_fetch", m));
   micro_begin(e);
   if (e->phase == ZINC_PHASE_IDLE)
     zinc_engine_phase(e, ZINC_PHASE_FORWARD);
@@ -542,6 +554,7 @@ zinc_status zinc_module_grads_ready(zinc_engine *e, zinc_module *m) {
     return zinc_error(ZINC_ERR_INVALID, "zinc_module_grads_ready(\"%s\"): called twice in one "
                       "micro-batch; report a module once, after its last backward use",
                       m->name);
+  ZINC_CHECK(after_backward_end(e, "zinc_module_grads_ready", m));
   micro_begin(e);
   if (e->phase != ZINC_PHASE_BACKWARD)
     zinc_engine_phase(e, ZINC_PHASE_BACKWARD);
@@ -556,7 +569,34 @@ zinc_status zinc_backward_end(zinc_engine *e) {
   if (e->eval)
     return zinc_error(ZINC_ERR_INVALID, "zinc_backward_end inside zinc_eval_begin/zinc_eval_end");
   micro_begin(e);
-  zinc_status st = zinc_trace_replay_rest(e);
+  /* Misuse that would leave a gradient unreduced or a module held across
+   * the step, found on any rank, is refused on every rank before anything
+   * changes: the trainer can put it right and call again. Ranks that are
+   * not all here fail (the key differs). */
+  zinc_status st = ZINC_OK;
+  for (int mi = 0; mi < e->nmodules && st == ZINC_OK; mi++) {
+    const zinc_module *m = e->modules[mi];
+    if (m->fetched > 0)
+      st = zinc_error(ZINC_ERR_INVALID, "zinc_backward_end: module \"%s\" is still fetched "
+                      "on rank %d; release every module before zinc_backward_end (nothing "
+                      "changed: release it and call zinc_backward_end again)", m->name,
+                      e->dp_rank);
+    else if (m->grad_state == ZINC_GRAD_OPEN)
+      st = zinc_error(ZINC_ERR_INVALID, "zinc_backward_end: the gradient of module \"%s\" "
+                      "was handed out on rank %d in this micro-batch but never reported with "
+                      "zinc_module_grads_ready, so it would never be reduced; call "
+                      "zinc_module_grads_ready after the module's last backward use (nothing "
+                      "changed: report it and call zinc_backward_end again)", m->name,
+                      e->dp_rank);
+  }
+  zinc_agreement a;
+  st = zinc_engine_agree_at(e, e->dp_host, st, zinc_trace_key(ZINC_KEY_CHECK, 0, 0), &a);
+  if (st != ZINC_OK && a.lo == a.hi && a.lo == zinc_trace_key(ZINC_KEY_CHECK, 0, 0))
+    return st; /* refused on every rank, nothing changed */
+  if (st == ZINC_OK)
+    st = zinc_trace_end_check(e);
+  if (st == ZINC_OK)
+    st = zinc_trace_replay_rest(e);
   if (st == ZINC_OK)
     st = zinc_grads_flush(e);
   if (st == ZINC_OK)
@@ -578,6 +618,10 @@ zinc_status zinc_step(zinc_engine *e, zinc_step_info *info) {
   if (!e->mb_ended)
     return zinc_error(ZINC_ERR_INVALID, "zinc_step: call zinc_backward_end after the "
                       "micro-batch's backward pass before zinc_step");
+  for (int mi = 0; mi < e->nmodules; mi++)
+    if (e->modules[mi]->fetched > 0)
+      return zinc_error(ZINC_ERR_INVALID, "zinc_step: module \"%s\" is still fetched; release "
+                        "every module before the step", e->modules[mi]->name);
   zinc_step_info local;
   if (!info)
     info = &local;

@@ -157,11 +157,22 @@ typedef struct {
 
 /* ------------------------------------------------------------- trace */
 
-/* The trainer's calls in one micro-batch, recorded in the first one. Every
- * later micro-batch is compared with it event by event; collectives are
- * issued in the order these events dictate, so ranks that make the same
- * calls issue the same collectives. */
-typedef enum { ZINC_EV_FETCH = 0, ZINC_EV_RELEASE, ZINC_EV_READY } zinc_event_kind;
+/* The trainer's calls in one micro-batch, recorded in the first one (and
+ * again from the call where every rank changed them alike). Every later
+ * micro-batch is compared with it event by event; collectives are issued in
+ * the order these events dictate, so ranks that make the same calls issue
+ * the same collectives (trace.c). */
+typedef enum { ZINC_EV_FETCH = 0, ZINC_EV_RELEASE, ZINC_EV_READY,
+               ZINC_EV_END /* backward_end: never recorded, only compared */ } zinc_event_kind;
+/* Where a rank is when it agrees with its peers (zinc_trace_key): every
+ * collective point of the training loop agrees first, with its own key, so
+ * that ranks at different points learn it instead of waiting. */
+enum { ZINC_KEY_EVENT = 1,  /* recording: this call (kind, module) */
+       ZINC_KEY_DEVIATE,    /* this rank's call differs from the recording */
+       ZINC_KEY_GATHER,     /* stage 3: the gather of a module */
+       ZINC_KEY_REDUCE,     /* a gradient reduction */
+       ZINC_KEY_CHECK,      /* backward_end's checks, before anything changes */
+       ZINC_KEY_END };      /* backward_end, after this many calls */
 typedef struct {
   int kind;               /* zinc_event_kind */
   int module;
@@ -286,9 +297,8 @@ struct zinc_engine {
   unsigned char *ready_now; /* (nmodules) reported ready this micro-batch */
   unsigned char *keep_at_release; /* (ntrace) stage 3: at this RELEASE event
                              keep the copy (next fetch within reuse distance) */
-  int deviation;          /* first deviating event index, or -1 */
-  int deviation_module;   /* what the trainer did there */
-  int deviation_kind;
+  int rerecorded;         /* this micro-batch changed the order: recording
+                             again from the call where it changed */
 
   /* ---- stage 3 */
   int64_t live_elems;     /* gathered elements currently allocated */
@@ -333,6 +343,18 @@ zinc_status zinc_engine_usable(const zinc_engine *e, const char *what);
 /* Collective over c: the common outcome of a step that may fail on some
  * ranks, with the lowest failing rank's message on every rank. */
 zinc_status zinc_engine_agree(zinc_engine *e, zinc_comm *c, zinc_status st);
+/* The same, where every rank also says where it is in the training loop
+ * (key, made by zinc_trace_key; 0 outside it): ranks at different points
+ * fail with ZINC_ERR_INVALID naming both points. *out (may be NULL) gets
+ * the lowest and highest key and whether every rank failed, so that a
+ * caller can tell "every rank failed the same way here" (a change of the
+ * module order made by every rank alike) from a failure of some. */
+typedef struct {
+  int64_t lo, hi;         /* lowest and highest key of any rank */
+  int all_failed;         /* every rank passed a failure */
+} zinc_agreement;
+zinc_status zinc_engine_agree_at(zinc_engine *e, zinc_comm *c, zinc_status st, int64_t key,
+                                 zinc_agreement *out);
 /* A failure on this rank while its peers are inside a collective with it
  * (an NVMe read for a gather): the rank goes on with the collective and
  * the failure is reported on every rank by zinc_engine_agree_deferred. */
@@ -461,9 +483,17 @@ zinc_status zinc_trace_replay_rest(zinc_engine *e);
 /* One all-reduce that fails on every rank unless every rank is making the
  * same call (kind, module) now. */
 zinc_status zinc_trace_agree(zinc_engine *e, zinc_event_kind kind, zinc_module *m);
-/* End of a micro-batch: fix the trace after the first one; afterwards agree
- * across ranks that every rank made the recorded calls. */
+/* backward_end, before anything changes: a micro-batch that made fewer
+ * calls than recorded is a deviation (collective only then, see
+ * trace.c). */
+zinc_status zinc_trace_end_check(zinc_engine *e);
+/* End of a micro-batch: every rank made the same number of calls (one
+ * agreement); fix the trace after a recording micro-batch. */
 zinc_status zinc_trace_end_micro(zinc_engine *e);
+/* The agreement key for `tag` at call `pos` with event code `code`, and
+ * its text for messages. */
+int64_t zinc_trace_key(int tag, int64_t pos, int code);
+void zinc_trace_key_text(const zinc_engine *e, int64_t key, char *buf, size_t n);
 void zinc_trace_free(zinc_engine *e);
 
 /* --------------------------------------------------------- step.c */

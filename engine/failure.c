@@ -9,7 +9,10 @@
  * 2. Agreement gives every rank the same outcome: the status and message of
  *    the lowest failing rank, the message prefixed with "rank N: " on the
  *    others. The comm timeout is only for what cannot be agreed (a dead or
- *    silent peer).
+ *    silent peer). Inside the training loop each agreement also carries
+ *    where the rank is (zinc_engine_agree_at): a rank that left the module
+ *    order agrees at once, and its peers meet it at their next collective
+ *    point, which always starts with an agreement (engine/trace.c).
  * 3. A failure that happens while the peers are already inside a collective
  *    with this rank (an NVMe read feeding a gather) is deferred: the rank
  *    goes on with the collective and the failure is agreed afterwards, at
@@ -58,29 +61,52 @@ zinc_status zinc_engine_usable(const zinc_engine *e, const char *what) {
 /* ------------------------------------------------ agreement across ranks */
 
 /* Collective: every rank learns whether any rank failed, and gets the
- * message of the lowest failing rank (prefixed with its rank). */
-zinc_status zinc_engine_agree(zinc_engine *e, zinc_comm *c, zinc_status st) {
+ * message of the lowest failing rank (prefixed with its rank). Every rank
+ * also says where it is (key): ranks that reached different agreement
+ * points learn it here, in one all-reduce of four values (MIN of: first
+ * failing rank, 0 if this rank failed else -1, key, -key). */
+zinc_status zinc_engine_agree_at(zinc_engine *e, zinc_comm *c, zinc_status st, int64_t key,
+                                 zinc_agreement *out) {
+  zinc_agreement local = {.lo = key, .hi = key, .all_failed = st != ZINC_OK};
+  zinc_agreement *a = out ? out : &local;
+  *a = local;
   if (c->size == 1)
     return st;
-  int32_t first = st == ZINC_OK ? INT32_MAX : c->rank;
-  zinc_status cst = zinc_comm_allreduce(c, &first, &first, 1, ZINC_DT_I32, ZINC_OP_MIN);
+  int64_t v[4] = {st == ZINC_OK ? INT64_MAX : c->rank, st == ZINC_OK ? -1 : 0, key, -key};
+  zinc_status cst = zinc_comm_allreduce(c, v, v, 4, ZINC_DT_I64, ZINC_OP_MIN);
   if (cst != ZINC_OK)
     return cst;
-  if (first == INT32_MAX)
-    return ZINC_OK;
+  a->lo = v[2];
+  a->hi = -v[3];
+  a->all_failed = v[1] == 0;
+  int64_t first = v[0];
+  if (first == INT64_MAX) {
+    if (a->lo == a->hi)
+      return ZINC_OK;
+    char lo[160], hi[160];
+    zinc_trace_key_text(e, a->lo, lo, sizeof lo);
+    zinc_trace_key_text(e, a->hi, hi, sizeof hi);
+    return zinc_error(ZINC_ERR_INVALID, "data-parallel ranks reached different points of the "
+                      "training loop: one at %s, another at %s; every rank must make the same "
+                      "fetch, release, grads_ready and backward_end calls", lo, hi);
+  }
   char msg[1024] = {0};
   int32_t code = (int32_t)st;
   if (c->rank == first)
     snprintf(msg, sizeof msg, "%s", zinc_last_error());
-  cst = zinc_comm_broadcast(c, msg, sizeof msg, ZINC_DT_U8, first);
+  cst = zinc_comm_broadcast(c, msg, sizeof msg, ZINC_DT_U8, (int)first);
   if (cst == ZINC_OK)
-    cst = zinc_comm_broadcast(c, &code, 1, ZINC_DT_I32, first);
+    cst = zinc_comm_broadcast(c, &code, 1, ZINC_DT_I32, (int)first);
   if (cst != ZINC_OK)
     return cst;
   msg[sizeof msg - 1] = '\0';
   if (c->rank != first)
-    return zinc_error((zinc_status)code, "rank %d: %s", first, msg);
+    return zinc_error((zinc_status)code, "rank %d: %s", (int)first, msg);
   return (zinc_status)code;
+}
+
+zinc_status zinc_engine_agree(zinc_engine *e, zinc_comm *c, zinc_status st) {
+  return zinc_engine_agree_at(e, c, st, 0, NULL);
 }
 
 /* --------------------------------------- failures inside a collective */

@@ -275,7 +275,15 @@ static zinc_status launch(zinc_engine *e) {
       ncoll += m->segs[s].nunits;
   }
   zinc_coll *colls = NULL;
-  ZINC_CHECK(zinc_calloc((void **)&colls, (size_t)ncoll, sizeof *colls, "reduction batch"));
+  /* a collective point: a peer that left the module order meets it here
+   * (trace.c) instead of in the reduction */
+  zinc_status ast = zinc_calloc((void **)&colls, (size_t)ncoll, sizeof *colls,
+                                "reduction batch");
+  ast = zinc_engine_agree_at(e, e->dp_host, ast, zinc_trace_key(ZINC_KEY_REDUCE, 0, 0), NULL);
+  if (ast != ZINC_OK) {
+    free(colls);
+    return ast;
+  }
   int k = 0;
   for (int i = 0; i < e->npending; i++) {
     zinc_module *m = e->modules[e->pending[i]];

@@ -148,7 +148,8 @@ static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
     zinc_error_wrap(st, "fetching module \"%s\"", m->name);
   /* the gather is collective: a rank that could not prepare it tells its
    * peers now instead of leaving them inside it */
-  st = zinc_engine_agree(e, e->dp_host, st);
+  st = zinc_engine_agree_at(e, e->dp_host, st, zinc_trace_key(ZINC_KEY_GATHER, 0, m->index),
+                            NULL);
   if (st != ZINC_OK) {
     free(colls);
     zinc_engine_buffer_free(e, m->gathered, m->gather_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS);

@@ -1,18 +1,34 @@
 /*
  * trace.c — the order of the trainer's calls (fetch, release, grads_ready),
- * recorded in the first micro-batch and held to afterwards.
+ * recorded in the first micro-batch, followed afterwards, and recorded
+ * again when every rank changes it the same way.
  *
  * Why: the engine issues collectives in response to these calls (stage 3
  * gathers on fetch, reductions on grads_ready); ranks that make different
  * calls would issue different collectives and hang or mix up buffers.
- *  - While recording (the first micro-batch), every event that leads to a
- *    collective is first agreed across the data-parallel ranks with one small
- *    all-reduce; a disagreement fails on every rank, naming the modules.
- *  - Afterwards each event is compared locally with the recording; the
- *    engine keeps issuing collectives in the recorded order (grads.c,
- *    stage3.c), and at backward_end one all-reduce tells every rank whether
- *    any rank deviated, and where: the step then fails on every rank with
- *    ZINC_ERR_INVALID naming the first module where the orders differ.
+ *  - While recording, every event that leads to a collective is first
+ *    agreed across the data-parallel ranks with one small all-reduce; a
+ *    disagreement fails on every rank, naming the modules.
+ *  - Afterwards each event is compared locally with the recording, and the
+ *    engine issues collectives in the recorded order (grads.c, stage3.c)
+ *    with prefetch ahead of the trainer and no per-event agreement.
+ *  - A rank whose call differs from the recording (or that ends the
+ *    micro-batch early) stops there and agrees with its peers
+ *    (zinc_engine_agree_at, key "deviation at call p: this call"). Every
+ *    collective point of the training loop starts with such an agreement
+ *    (the stage-3 gather, the gradient reduction, backward_end), so a peer
+ *    that did not deviate meets it at its next collective point and learns
+ *    of the deviation there: ZINC_ERR_INVALID on every rank within the time
+ *    the trainers take to reach it, and the engine stops.
+ *  - When every rank deviates at the same call in the same way (a dropped
+ *    layer, an unused expert, a branch not taken), the ranks record again
+ *    from that call on (as DeepSpeed invalidates its trace when the order
+ *    changes): the calls before it are kept, the rest of the micro-batch is
+ *    recorded with per-event agreement, and the new order is followed from
+ *    the next micro-batch on.
+ *  - A micro-batch that fetched and released modules without any gradient
+ *    and then starts over or ends is forward-only work outside
+ *    zinc_eval_begin/zinc_eval_end; it fails on every rank saying so.
  * The recording also yields what stage 3 needs to know ahead: the order of
  * fetches (prefetch) and which uses are followed soon by another use of the
  * same module (stage3_max_reuse_distance).
@@ -25,7 +41,8 @@
 #include "engine/engine.h"
 
 static const char *kind_name(int kind) {
-  return kind == ZINC_EV_FETCH ? "fetch" : kind == ZINC_EV_RELEASE ? "release" : "grads_ready";
+  return kind == ZINC_EV_FETCH ? "fetch" : kind == ZINC_EV_RELEASE ? "release"
+         : kind == ZINC_EV_READY ? "grads_ready" : "backward_end";
 }
 
 static int leads_to_collective(const zinc_engine *e, zinc_event_kind kind) {
@@ -34,22 +51,52 @@ static int leads_to_collective(const zinc_engine *e, zinc_event_kind kind) {
   return kind == ZINC_EV_FETCH && e->cfg.stage == 3;
 }
 
-/* One all-reduce: max of (code) and max of (-code) = -min. */
+/* An event as one number: kind and module (backward_end: no module). */
+static int event_code(const zinc_engine *e, int kind, const zinc_module *m) {
+  return kind * (e->nmodules + 1) + (m ? m->index : e->nmodules);
+}
+
+int64_t zinc_trace_key(int tag, int64_t pos, int code) {
+  return ((int64_t)tag << 56) | ((pos & 0xffffffffll) << 24) | ((int64_t)code & 0xffffff);
+}
+
+static void event_text(const zinc_engine *e, int code, char *buf, size_t n) {
+  int n1 = e->nmodules + 1, kind = code / n1, mod = code % n1;
+  if (kind == ZINC_EV_END || mod >= e->nmodules)
+    snprintf(buf, n, "backward_end()");
+  else
+    snprintf(buf, n, "%s(\"%s\")", kind_name(kind), e->modules[mod]->name);
+}
+
+void zinc_trace_key_text(const zinc_engine *e, int64_t key, char *buf, size_t n) {
+  int tag = (int)(key >> 56);
+  int64_t pos = (key >> 24) & 0xffffffffll;
+  int code = (int)(key & 0xffffff);
+  char ev[96];
+  switch (tag) {
+  case ZINC_KEY_EVENT:
+  case ZINC_KEY_DEVIATE:
+    event_text(e, code, ev, sizeof ev);
+    snprintf(buf, n, "call %lld of the micro-batch, %s", (long long)pos + 1, ev);
+    break;
+  case ZINC_KEY_GATHER:
+    snprintf(buf, n, "the gather of module \"%s\"",
+             code < e->nmodules ? e->modules[code]->name : "?");
+    break;
+  case ZINC_KEY_REDUCE: snprintf(buf, n, "a gradient reduction"); break;
+  case ZINC_KEY_CHECK: snprintf(buf, n, "the start of zinc_backward_end"); break;
+  case ZINC_KEY_END:
+    snprintf(buf, n, "the end of zinc_backward_end after %lld calls", (long long)pos);
+    break;
+  default: snprintf(buf, n, "a collective outside the micro-batch (step, checkpoint, build)");
+  }
+}
+
+/* One agreement: every rank is making the same call (kind, module) now. */
 zinc_status zinc_trace_agree(zinc_engine *e, zinc_event_kind kind, zinc_module *m) {
-  int32_t code = (int32_t)kind * (int32_t)(e->nmodules + 1) + m->index;
-  int32_t v[2] = {code, -code};
-  ZINC_CHECK(zinc_comm_allreduce(e->dp_host, v, v, 2, ZINC_DT_I32, ZINC_OP_MAX));
-  if (v[0] == -v[1])
-    return ZINC_OK;
-  int n1 = e->nmodules + 1;
-  int hi = v[0], lo = -v[1];
-  return zinc_error(ZINC_ERR_INVALID,
-                    "ranks disagree at call %d of %s: some rank called "
-                    "%s(\"%s\") where another called %s(\"%s\"); every data-parallel rank must "
-                    "fetch, release and report modules in the same order",
-                    e->ntrace + 1, e->eval ? "an evaluation" : "the first micro-batch",
-                    kind_name(lo / n1), e->modules[lo % n1]->name,
-                    kind_name(hi / n1), e->modules[hi % n1]->name);
+  return zinc_engine_agree_at(e, e->dp_host, ZINC_OK,
+                              zinc_trace_key(ZINC_KEY_EVENT, e->eval ? 0 : e->ntrace,
+                                             event_code(e, kind, m)), NULL);
 }
 
 /* The engine's side of recorded event k: the collectives and frees it
@@ -64,35 +111,104 @@ static zinc_status replay_event(zinc_engine *e, int k) {
     return e->cfg.stage == 3 ? zinc_stage3_replay_release(e, x, k) : ZINC_OK;
   case ZINC_EV_READY:
     return zinc_grads_replay_ready(e, x);
+  case ZINC_EV_END:
+    break; /* never recorded */
   }
   return ZINC_OK;
 }
 
+/* No gradient handed out or reported in this micro-batch, nothing held,
+ * and the trainer starts over (fetches the micro-batch's first module
+ * again) or ends it: the calls so far were a forward pass only. */
+static int forward_only(const zinc_engine *e, int pos, int kind, const zinc_module *m) {
+  if (pos == 0 || e->ntrace == 0)
+    return 0;
+  if (!(kind == ZINC_EV_END || (kind == ZINC_EV_FETCH && m->index == e->trace[0].module)))
+    return 0;
+  for (int mi = 0; mi < e->nmodules; mi++)
+    if (e->modules[mi]->fetched > 0 || e->modules[mi]->grad_state != ZINC_GRAD_NONE)
+      return 0;
+  return 1;
+}
+
+/* Record again from call pos on: the calls before it stay. */
+static void rerecord(zinc_engine *e, int pos) {
+  char want[96] = "the end of the recorded calls";
+  if (pos < e->ntrace)
+    event_text(e, event_code(e, e->trace[pos].kind, e->modules[e->trace[pos].module]), want,
+               sizeof want);
+  zinc_log0(ZINC_LOG_INFO, "the module order changed on every rank at call %d of micro-batch "
+            "%lld (where the recorded order has %s); recording it again", pos + 1,
+            (long long)e->micro_step, want);
+  e->ntrace = pos;
+  e->trace_pos = 0;
+  e->recording = 1;
+  e->rerecorded = 1;
+  free(e->ready_seq);
+  free(e->keep_at_release);
+  e->ready_seq = NULL;
+  e->keep_at_release = NULL;
+  e->nready_seq = 0;
+}
+
+/* This rank's call at pos differs from the recording (m NULL: backward_end
+ * came early). Collective with the peers' next agreement: ZINC_OK when
+ * every rank made this same call here (the order is recorded again from
+ * here), else ZINC_ERR_INVALID on every rank. */
+static zinc_status deviate(zinc_engine *e, int pos, int kind, zinc_module *m) {
+  char got[96], want[96] = "the end of the recorded calls";
+  event_text(e, event_code(e, kind, m), got, sizeof got);
+  if (pos < e->ntrace)
+    event_text(e, event_code(e, e->trace[pos].kind, e->modules[e->trace[pos].module]), want,
+               sizeof want);
+  int fwd = forward_only(e, pos, kind, m);
+  zinc_status st;
+  if (fwd)
+    st = zinc_error(ZINC_ERR_INVALID, "rank %d: the %d calls of this micro-batch before %s "
+                    "fetched and released modules without any gradient, a forward pass only; "
+                    "put forward-only work (evaluation, sampling) between zinc_eval_begin and "
+                    "zinc_eval_end, after zinc_step", e->dp_rank, pos, got);
+  else
+    st = zinc_error(ZINC_ERR_INVALID, "rank %d called %s at call %d of micro-batch %lld where "
+                    "the recorded module order has %s; the data-parallel ranks did not all "
+                    "change the order this way: every rank must fetch, release and report "
+                    "modules in the same order", e->dp_rank, got, pos + 1,
+                    (long long)e->micro_step, want);
+  zinc_agreement a;
+  zinc_status ast = zinc_engine_agree_at(
+      e, e->dp_host, st, zinc_trace_key(ZINC_KEY_DEVIATE, pos, event_code(e, kind, m)), &a);
+  if (!fwd && a.all_failed && a.lo == a.hi) {
+    rerecord(e, pos);
+    return ZINC_OK;
+  }
+  return ast == ZINC_OK ? st : ast;
+}
+
+static zinc_status record(zinc_engine *e, zinc_event_kind kind, zinc_module *m, int agreed) {
+  if (!agreed && leads_to_collective(e, kind) && e->dp_size > 1)
+    ZINC_CHECK(zinc_trace_agree(e, kind, m));
+  ZINC_CHECK(zinc_grow((void **)&e->trace, &e->trace_cap, e->ntrace + 1, sizeof *e->trace,
+                       "recorded calls"));
+  e->trace[e->ntrace++] = (zinc_trace_event){.kind = kind, .module = m->index};
+  return replay_event(e, e->ntrace - 1);
+}
+
 zinc_status zinc_trace_event_add(zinc_engine *e, zinc_event_kind kind, zinc_module *m) {
-  if (e->recording) {
-    if (leads_to_collective(e, kind) && e->dp_size > 1) {
-      zinc_status st = zinc_trace_agree(e, kind, m);
-      if (st != ZINC_OK)
-        return zinc_engine_fail(e, st);
-    }
-    ZINC_CHECK(zinc_grow((void **)&e->trace, &e->trace_cap, e->ntrace + 1, sizeof *e->trace,
-                         "recorded calls"));
-    e->trace[e->ntrace++] = (zinc_trace_event){.kind = kind, .module = m->index};
-    return replay_event(e, e->ntrace - 1);
+  if (e->recording)
+    return record(e, kind, m, 0);
+  int pos = e->trace_pos;
+  if (pos < e->ntrace && e->trace[pos].kind == (int)kind && e->trace[pos].module == m->index) {
+    e->trace_pos++;
+    return replay_event(e, pos);
   }
-  int pos = e->trace_pos++;
-  int match = pos < e->ntrace && e->trace[pos].kind == (int)kind &&
-              e->trace[pos].module == m->index;
-  if (!match && e->deviation < 0) {
-    e->deviation = pos;
-    e->deviation_kind = kind;
-    e->deviation_module = m->index;
-    zinc_log(ZINC_LOG_WARN, "call %d of this micro-batch, %s(\"%s\"), differs from the "
-             "recorded order (%s); the step will fail on every rank", pos + 1,
-             kind_name(kind), m->name,
-             pos < e->ntrace ? e->modules[e->trace[pos].module]->name : "past its end");
-  }
-  return pos < e->ntrace ? replay_event(e, pos) : ZINC_OK;
+  ZINC_CHECK(deviate(e, pos, kind, m));
+  return record(e, kind, m, 1);
+}
+
+zinc_status zinc_trace_end_check(zinc_engine *e) {
+  if (e->recording || e->trace_pos == e->ntrace)
+    return ZINC_OK;
+  return deviate(e, e->trace_pos, ZINC_EV_END, NULL);
 }
 
 zinc_status zinc_trace_replay_rest(zinc_engine *e) {
@@ -128,6 +244,7 @@ static zinc_status compute_reuse(zinc_engine *e) {
 
 static zinc_status finish_recording(zinc_engine *e) {
   e->recording = 0;
+  e->trace_pos = 0;
   ZINC_CHECK(zinc_calloc((void **)&e->ready_seq, (size_t)e->ntrace + 1, sizeof *e->ready_seq,
                          "module order"));
   e->nready_seq = 0;
@@ -135,51 +252,26 @@ static zinc_status finish_recording(zinc_engine *e) {
     if (e->trace[i].kind == ZINC_EV_READY)
       e->ready_seq[e->nready_seq++] = e->trace[i].module;
   ZINC_CHECK(compute_reuse(e));
-  /* Confirm that every rank recorded the same number of events (the
-   * per-event agreement covered the collectives; this covers the rest). */
-  if (e->dp_size > 1) {
-    int32_t v[2] = {e->ntrace, -e->ntrace};
-    ZINC_CHECK(zinc_comm_allreduce(e->dp_host, v, v, 2, ZINC_DT_I32, ZINC_OP_MAX));
-    if (v[0] != -v[1])
-      return zinc_error(ZINC_ERR_INVALID, "ranks made different numbers of fetch/release/"
-                        "grads_ready calls in the first micro-batch (%d to %d); every "
-                        "data-parallel rank must make the same calls", -v[1], v[0]);
-  }
+  /* copies the old order prefetched or kept for reuse go; the new order
+   * gathers what it needs (the same on every rank) */
+  if (e->rerecorded && e->cfg.stage == 3)
+    ZINC_CHECK(zinc_stage3_invalidate(e));
+  e->rerecorded = 0;
   zinc_log0(ZINC_LOG_DEBUG, "module order recorded: %d calls, %d reductions", e->ntrace,
             e->nready_seq);
   return ZINC_OK;
 }
 
 zinc_status zinc_trace_end_micro(zinc_engine *e) {
+  /* every rank made the same number of calls: the per-event agreement (while
+   * recording) and the deviation check (afterwards) covered which ones */
+  int64_t calls = e->recording ? e->ntrace : e->trace_pos;
+  ZINC_CHECK(zinc_engine_agree_at(e, e->dp_host, ZINC_OK,
+                                  zinc_trace_key(ZINC_KEY_END, calls, 0), NULL));
   if (e->recording)
     return finish_recording(e);
-  int local = e->deviation >= 0 ? e->deviation : (e->trace_pos != e->ntrace ? e->trace_pos
-                                                                              : INT_MAX);
   e->trace_pos = 0;
-  int dev_kind = e->deviation_kind, dev_module = e->deviation_module;
-  if (e->deviation < 0 && local != INT_MAX) {
-    dev_kind = -1; /* fewer calls than recorded */
-    dev_module = -1;
-  }
-  e->deviation = -1;
-  int32_t earliest = local;
-  if (e->dp_size > 1)
-    ZINC_CHECK(zinc_comm_allreduce(e->dp_host, &earliest, &earliest, 1, ZINC_DT_I32, ZINC_OP_MIN));
-  if (earliest == INT_MAX)
-    return ZINC_OK;
-  const char *expected = earliest < e->ntrace ? e->modules[e->trace[earliest].module]->name
-                                              : "(end of the recorded calls)";
-  const char *expected_kind = earliest < e->ntrace ? kind_name(e->trace[earliest].kind) : "";
-  if (local == earliest && dev_module >= 0)
-    return zinc_error(ZINC_ERR_INVALID, "this rank called %s(\"%s\") at call %d of a "
-                      "micro-batch where the recorded order has %s(\"%s\"); every "
-                      "data-parallel rank must fetch, release and report modules in the same "
-                      "order every micro-batch", kind_name(dev_kind),
-                      e->modules[dev_module]->name, earliest + 1, expected_kind, expected);
-  return zinc_error(ZINC_ERR_INVALID, "a data-parallel rank deviated from the recorded module "
-                    "order at call %d of a micro-batch (expected %s(\"%s\")); every rank "
-                    "must fetch, release and report modules in the same order", earliest + 1,
-                    expected_kind, expected);
+  return ZINC_OK;
 }
 
 void zinc_trace_free(zinc_engine *e) {

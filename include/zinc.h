@@ -231,10 +231,24 @@ ZINC_API void *zinc_param_data(zinc_param *p);
 ZINC_API void *zinc_param_grad(zinc_param *p);
 /* m's gradients for this micro-batch are complete: the engine may start
  * reducing them (stage 2/3: reduce-scatter, overlapped with the trainer's
- * next module when overlap_comm is on). */
+ * next module when overlap_comm is on). Every module whose gradient was
+ * handed out in the micro-batch must be reported before backward_end.
+ *
+ * The order of fetch/release/grads_ready calls is recorded in the first
+ * micro-batch and followed afterwards (stage-3 prefetch). It may change
+ * (a dropped layer, an unused expert) when every data-parallel rank changes
+ * it the same way at the same call: the ranks agree there and record the
+ * order again. A rank that changes it alone fails on every rank with
+ * ZINC_ERR_INVALID, and the engine stops. */
 ZINC_API zinc_status zinc_module_grads_ready(zinc_engine *e, zinc_module *m);
 /* The micro-batch's backward pass is over: every pending reduction is
- * finished before this returns. */
+ * finished before this returns. Collective. Refused with ZINC_ERR_INVALID
+ * on every rank, changing nothing, when on any rank a module is still
+ * fetched or a module's gradient was handed out but not reported with
+ * zinc_module_grads_ready: put it right and call again. Until zinc_step,
+ * fetch and grads_ready are refused (the micro-batch is over). A
+ * micro-batch that only fetched and released modules (forward-only work
+ * outside eval_begin/eval_end) fails with ZINC_ERR_INVALID. */
 ZINC_API zinc_status zinc_backward_end(zinc_engine *e);
 
 typedef struct {

@@ -242,6 +242,60 @@ static inline zinc_status et_micro_batch_status(et_model *m, const tm_shape *sh,
   return zinc_backward_end(e);
 }
 
+/* A micro-batch that leaves out module `skip` (-1: none) in both passes, as
+ * a trainer that drops a layer does; "scale" (2) left out acts as ones.
+ * The first failing call's status. */
+static inline zinc_status et_micro_batch_skip(et_model *m, const tm_shape *sh, zinc_dtype dt,
+                                              int64_t first, int batch, int skip) {
+  zinc_engine *e = m->e;
+  for (int k = 0; k < 4; k++) {
+    for (int i = 0; i < TM_NPARAM; i++)
+      if (et_param_module[i] == k) {
+        memset(m->G[i], 0, (size_t)tm_numel(sh, i) * sizeof(float));
+        if (k == skip)
+          for (int64_t j = 0; j < tm_numel(sh, i); j++)
+            m->P[i][j] = 1.0f;
+      }
+    if (k == skip)
+      continue;
+    ET_TRY(zinc_module_fetch(e, m->mod[k]));
+    for (int i = 0; i < TM_NPARAM; i++) {
+      if (et_param_module[i] != k)
+        continue;
+      const void *d = zinc_param_data(m->par[i]);
+      if (!d)
+        return ZINC_ERR_INVALID;
+      for (int64_t j = 0; j < tm_numel(sh, i); j++)
+        m->P[i][j] = zinc_load_as_f32(d, j, dt);
+    }
+    ET_TRY(zinc_module_release(e, m->mod[k]));
+  }
+  tm_forward_backward(sh, m->P, m->G, first, batch, zinc_loss_scale(e));
+  for (int k = 3; k >= 0; k--) {
+    if (k == skip)
+      continue;
+    ET_TRY(zinc_module_fetch(e, m->mod[k]));
+    for (int i = 0; i < TM_NPARAM; i++) {
+      if (et_param_module[i] != k)
+        continue;
+      void *g = zinc_param_grad(m->par[i]);
+      if (!g)
+        return ZINC_ERR_INVALID;
+      for (int64_t j = 0; j < tm_numel(sh, i); j++)
+        zinc_store_from_f32(g, j, dt, zinc_load_as_f32(g, j, dt) + m->G[i][j]);
+    }
+    ET_TRY(zinc_module_grads_ready(e, m->mod[k]));
+    ET_TRY(zinc_module_release(e, m->mod[k]));
+  }
+  return zinc_backward_end(e);
+}
+
+/* Every parameter's full value (fp32) into out[i]. */
+static inline void et_get_params(et_model *m, float **out) {
+  for (int i = 0; i < TM_NPARAM; i++)
+    ET_OK(zinc_param_get_full(m->e, m->par[i], ZINC_STATE_PARAM, out[i]));
+}
+
 /* The same, exiting on the first failure. */
 static inline double et_micro_batch(et_model *m, const tm_shape *sh, zinc_dtype dt,
                                     int64_t first, int batch, const float *inject) {

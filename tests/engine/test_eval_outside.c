@@ -1,0 +1,63 @@
+/*
+ * test_eval_outside.c — forward-only work (evaluation, sampling) done
+ * without zinc_eval_begin/zinc_eval_end, under mpirun at 1-3 ranks, stages
+ * 0-3: a micro-batch that fetches and releases the modules in forward order
+ * and then starts over (or ends) without any backward is recognised where
+ * it happens, and every rank gets ZINC_ERR_INVALID saying to use
+ * zinc_eval_begin — not a module-order message one step late.
+ */
+#include <mpi.h>
+
+#include "engine_test.h"
+
+static zinc_status forward_only(et_model *m) {
+  for (int k = 0; k < 4; k++) {
+    ET_TRY(zinc_module_fetch(m->e, m->mod[k]));
+    ET_TRY(zinc_module_release(m->e, m->mod[k]));
+  }
+  return ZINC_OK;
+}
+
+/* then_train: a training micro-batch follows the forward-only pass; else
+ * zinc_backward_end does */
+static void test_forward_only(int stage, int then_train) {
+  et_run r = et_defaults();
+  r.stage = stage;
+  r.extra = "\"zinc\": {\"comm_timeout_s\": 30}";
+  et_model m;
+  zinc_engine *e = et_open(&r, NULL, &m);
+  int N = zinc_dp_size(e), me = zinc_dp_rank(e);
+  ET_OK(et_steps(&m, &r, 0, 2));
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = MPI_Wtime();
+  zinc_status st = forward_only(&m);
+  if (st == ZINC_OK)
+    st = then_train ? et_micro_batch_skip(&m, &r.shape, r.dtype, (2 * (int64_t)N + me) * r.micro,
+                                          r.micro, -1)
+                    : zinc_backward_end(e);
+  double dt = MPI_Wtime() - t0;
+  ET_CHECK(st == ZINC_ERR_INVALID && strstr(zinc_last_error(), "zinc_eval_begin"),
+           "stage %d: a forward-only pass outside evaluation%s gave %s: %s", stage,
+           then_train ? ", then a training micro-batch," : " ended by backward_end",
+           zinc_status_name(st), zinc_last_error());
+  ET_CHECK(dt < 10.0, "stage %d: the failure took %.1f s", stage, dt);
+  ET_CHECK(zinc_step(e, NULL) != ZINC_OK, "stage %d: a step followed", stage);
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+}
+
+int main(void) {
+  et_run r = et_defaults();
+  zinc_engine_destroy(et_create(&r, NULL));
+  for (int stage = 0; stage <= 3; stage++) {
+    test_forward_only(stage, 1);
+    test_forward_only(stage, 0);
+  }
+  if (et_failures) {
+    fprintf(stderr, "[rank %d] %d check(s) failed\n", et_rank, et_failures);
+    return 1;
+  }
+  if (et_rank == 0)
+    printf("evaluation outside eval_begin checks passed at %d ranks\n", et_world);
+  return 0;
+}
