@@ -151,6 +151,13 @@ typedef struct {
   char *memory_timeline;                  /* NULL, or a JSON file path the
                                              profiler samples into         */
   int placement_verbose;                  /* false: print thread/NUMA placement */
+  int64_t max_consecutive_skips;          /* 50: zinc_step fails after this many
+                                             consecutive steps skipped for
+                                             inf/NaN gradients that lowering
+                                             the loss scale cannot cure (fp16
+                                             at min_loss_scale or with a static
+                                             scale; every skip with bf16 or
+                                             fp32); 0 = never               */
 } zinc_settings;
 
 struct zinc_config {

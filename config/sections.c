@@ -486,6 +486,7 @@ static const zinc_key zinc_keys[] = {
     ZINC_KF(T, "comm_timeout_s", comm_timeout_s, 0, INF, ZINC_KEY_LO_OPEN, 0),
     ZINC_KCUSTOM("memory_timeline"),
     ZINC_KB(T, "placement_verbose", placement_verbose),
+    ZINC_KL(T, "max_consecutive_skips", max_consecutive_skips, 0, 0, 0),
 };
 
 static zinc_status read_zinc(zinc_cfg_reader *r, const json_t *root, zinc_settings *s) {

@@ -8,7 +8,9 @@
  *      order: the same bits at every stage; inf/NaN anywhere means overflow,
  *      seen identically by every rank;
  *   3. overflow: skip — no parameter or optimizer state changes, the loss
- *      scale drops;
+ *      scale drops; zinc.max_consecutive_skips skips in a row that the
+ *      scale cannot cure (at min_loss_scale, or no dynamic scale) stop
+ *      the engine with an error on every rank;
  *   4. scale = 1 / (loss_scale * dp_size * gradient_accumulation_steps),
  *      times the clipping coefficient when the norm exceeds
  *      gradient_clipping (DeepSpeed's max_norm / (norm + 1e-6));
@@ -193,6 +195,31 @@ static zinc_status adam_params_on_disk(zinc_engine *e, const zinc_adam_coef *c,
   return st;
 }
 
+/* After a skipped step: every rank saw the same overflow (the norm is
+ * summed over every rank), so every rank counts the same skips and stops
+ * at the same step without a further collective. */
+static zinc_status skip_limit(zinc_engine *e) {
+  int64_t stuck = e->scaler.stuck_skips, limit = e->cfg.max_consecutive_skips;
+  if (limit <= 0 || stuck < limit)
+    return ZINC_OK;
+  double scale = zinc_loss_scaler_scale(&e->scaler);
+  if (e->scaler.dynamic)
+    return zinc_error(ZINC_ERR_INVALID,
+                      "%lld consecutive steps skipped for inf/NaN gradients with the loss "
+                      "scale at fp16.min_loss_scale (loss scale %g); training cannot go on "
+                      "(zinc.max_consecutive_skips = %lld). Look for inf/NaN in the loss or "
+                      "the data, lower the learning rate, or reload the last checkpoint in a "
+                      "new engine", (long long)stuck, scale, (long long)limit);
+  return zinc_error(ZINC_ERR_INVALID,
+                    "%lld consecutive steps skipped for inf/NaN gradients (%s, loss scale %g "
+                    "cannot be lowered); training cannot go on (zinc.max_consecutive_skips = "
+                    "%lld). Look for inf/NaN in the loss or the data, lower the learning rate, "
+                    "or reload the last checkpoint in a new engine", (long long)stuck,
+                    e->cfg.fp16_enabled == 1 ? "fp16 with a static fp16.loss_scale"
+                    : e->cfg.bf16_enabled == 1 ? "bf16" : "fp32",
+                    scale, (long long)limit);
+}
+
 static void fill_info(zinc_engine *e, zinc_step_info *info, int boundary, double lr) {
   info->step = e->step;
   info->boundary = boundary;
@@ -228,10 +255,10 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
     zinc_loss_scaler_update(&e->scaler, 1);
     e->skipped_steps++;
     info->skipped = 1;
-    zinc_log0(ZINC_LOG_INFO, "step %lld skipped: gradient overflow; loss scale now %g",
-              (long long)e->step, (double)zinc_loss_scaler_scale(&e->scaler));
     fill_info(e, info, 1, lr);
-    return ZINC_OK;
+    zinc_log0(ZINC_LOG_WARN, "step %lld skipped: inf/NaN in the gradients; loss scale now %g",
+              (long long)e->step + 1, (double)zinc_loss_scaler_scale(&e->scaler));
+    return skip_limit(e);
   }
   double coef = 1.0;
   if (e->cfg.gradient_clipping > 0 && norm > e->cfg.gradient_clipping)

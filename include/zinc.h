@@ -253,7 +253,10 @@ typedef struct {
  * checked for inf/nan on every rank (a skipped step changes no parameter and
  * no optimizer state), clipped by the global L2 norm, and Adam/AdamW updates
  * the fp32 master shard; parameters are then gathered as the stage needs.
- * info may be NULL. */
+ * After "zinc": {"max_consecutive_skips": N} (50) skipped steps in a row
+ * that a lower loss scale cannot cure (fp16 at min_loss_scale, any skip
+ * with bf16/fp32), it fails with ZINC_ERR_INVALID on every rank and the
+ * engine stops. info may be NULL. */
 ZINC_API zinc_status zinc_step(zinc_engine *e, zinc_step_info *info);
 
 /* The factor the trainer multiplies its loss gradient by (fp16 dynamic or
