@@ -137,10 +137,19 @@ typedef struct {                 /* what a JSON file should not carry */
                                     (the legacy default stream); ignored on the CPU */
   int   threads;                 /* optimizer/kernel threads on the CPU;
                                     0 = this rank's share of its cpuset */
+  int64_t hidden_size;           /* the model's hidden size h (d_model), for the
+                                    config's "auto" bucket sizes, as Hugging Face
+                                    computes them: reduce_bucket_size = h*h,
+                                    stage3_prefetch_bucket_size = 0.9*h*h,
+                                    stage3_param_persistence_threshold = 10*h.
+                                    0 = not given: a size written "auto" is then
+                                    ZINC_ERR_CONFIG at zinc_engine_build */
 } zinc_options;
 #define ZINC_DEVICE_AUTO (-2)
 #define ZINC_DEVICE_CPU  (-1)
-#define ZINC_OPTIONS_INIT { ZINC_DEVICE_AUTO, NULL, 1, NULL, 0 }
+/* Fields are only ever added at the end; initialise with this and set the
+ * ones you need, so a trainer compiled later gets the new defaults. */
+#define ZINC_OPTIONS_INIT { ZINC_DEVICE_AUTO, NULL, 1, NULL, 0, 0 }
 
 /* Create an engine. Collective over the communicator: every rank calls it.
  * Under an MPI launcher (mpirun, srun) with MPI not initialised, zinc
@@ -192,7 +201,9 @@ typedef zinc_status (*zinc_init_fn)(const zinc_param *p, float *dst,
 /* Lay the registered parameters out, allocate every buffer, partition, and
  * initialise the parameters through `init` (called once per parameter, in
  * registration order, on every rank). Resolves config values that depend on
- * the model ("auto" bucket sizes from the largest hidden size). Collective. */
+ * the model: "auto" bucket sizes from zinc_options.hidden_size (CONFIG naming
+ * the key when it was not given), "auto" fp16/bf16 from the parameters'
+ * dtypes. Collective. */
 ZINC_API zinc_status zinc_engine_build(zinc_engine *e, zinc_init_fn init,
                                        void *ctx);
 

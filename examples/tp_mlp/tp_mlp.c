@@ -133,6 +133,7 @@ int main(int argc, char **argv) {
   zinc_options opt = ZINC_OPTIONS_INIT;
   opt.device = ZINC_DEVICE_CPU;
   opt.model_parallel_size = a.mp;
+  opt.hidden_size = a.d;
   zinc_engine *e;
   if (zinc_engine_create(cfg, &opt, &e) != ZINC_OK)
     die("engine");

@@ -57,7 +57,7 @@ static void huge_parameters(void **state) {
     for (int ranks = 1; ranks <= 64; ranks *= 4) {
       zinc_settings s = settings(stage, 500000000);
       zinc_estimate est;
-      zinc_status st = zinc_estimate_model(&s, ranks, p, 3, &est);
+      zinc_status st = zinc_estimate_model(&s, ranks, 0, p, 3, &est);
       if (st != ZINC_OK)
         fprintf(stderr, "stage %d ranks %d: %s\n", stage, ranks, zinc_last_error());
       assert_int_equal(st, ZINC_OK);
@@ -77,7 +77,7 @@ static void bucket_of_one(void **state) {
   zinc_est_param p[2] = {{"m", "w", ZINC_F32, 2, {33, 31}}, {"m", "b", ZINC_F32, 1, {1}}};
   zinc_settings s = settings(2, 1);
   zinc_estimate est;
-  assert_int_equal(zinc_estimate_model(&s, 4, p, 2, &est), ZINC_OK);
+  assert_int_equal(zinc_estimate_model(&s, 4, 0, p, 2, &est), ZINC_OK);
   assert_int_equal(est.params, 33 * 31 + 1);
   zinc_settings_free(&s);
 }
