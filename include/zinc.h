@@ -193,6 +193,20 @@ ZINC_API zinc_param *zinc_param_add(zinc_engine *e, zinc_module *m,
  * norm scales usually are). Call before zinc_engine_build. */
 ZINC_API zinc_status zinc_param_set_weight_decay(zinc_param *p, int enabled);
 
+/* With model parallelism (zinc_options.model_parallel_size > 1), each
+ * model-parallel rank registers its own shard of a tensor-parallel layer
+ * under the same name; the gradient norm used for clipping and the inf/NaN
+ * check that skips a step cover the whole model across the model-parallel
+ * group. A parameter is sharded across the group unless marked here:
+ * replicated = 1 means the same full tensor on every model-parallel rank
+ * (layer norms, the bias of a row-parallel layer, anything not split), so
+ * that the norm counts it once (on model-parallel rank 0). The gradients of
+ * a replicated parameter must be the same on every model-parallel rank (the
+ * trainer all-reduces them, as Megatron does). Default 0. No effect with
+ * model_parallel_size 1. Call before zinc_engine_build; every rank must
+ * mark the same parameters. */
+ZINC_API zinc_status zinc_param_set_replicated(zinc_param *p, int replicated);
+
 /* Fill the full tensor of `p` (numel fp32 values in host memory) with the same
  * values on every rank; the engine converts and partitions it. */
 typedef zinc_status (*zinc_init_fn)(const zinc_param *p, float *dst,
