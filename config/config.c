@@ -85,6 +85,7 @@ void zinc_settings_defaults(zinc_settings *s) {
 
   s->log_level = -1;
   s->comm_timeout_s = 600.0;
+  s->max_consecutive_skips = 50;
 }
 
 static void offload_free(zinc_offload_settings *o) {

@@ -151,6 +151,13 @@ typedef struct {
   char *memory_timeline;                  /* NULL, or a JSON file path the
                                              profiler samples into         */
   int placement_verbose;                  /* false: print thread/NUMA placement */
+  int64_t max_consecutive_skips;          /* 50: zinc_step fails after this many
+                                             consecutive steps skipped for
+                                             inf/NaN gradients that lowering
+                                             the loss scale cannot cure (fp16
+                                             at min_loss_scale or with a static
+                                             scale; every skip with bf16 or
+                                             fp32); 0 = never               */
 } zinc_settings;
 
 struct zinc_config {
@@ -172,7 +179,9 @@ zinc_status zinc_settings_resolve_batch(zinc_settings *s, int dp_size);
 /* Resolve what depends on the model: "auto" bucket sizes from the hidden
  * size (reduce_bucket_size = h*h, stage3_prefetch_bucket_size = 0.9*h*h,
  * stage3_param_persistence_threshold = 10*h, as DeepSpeed's HF integration
- * does), and fp16/bf16 "auto" from the parameters' dtype. */
+ * does; hidden_size 0 = unknown: ZINC_ERR_CONFIG naming the key for an
+ * "auto" size that has an effect at this stage), and fp16/bf16 "auto" from
+ * the parameters' dtype. */
 zinc_status zinc_settings_resolve_model(zinc_settings *s, int64_t hidden_size,
                                         int any_f16, int any_bf16);
 

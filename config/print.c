@@ -176,6 +176,7 @@ static json_t *settings_json(const zinc_settings *s) {
   put(z, "comm_timeout_s", json_real(s->comm_timeout_s));
   put(z, "memory_timeline", s->memory_timeline ? json_string(s->memory_timeline) : json_null());
   put(z, "placement_verbose", json_boolean(s->placement_verbose));
+  put(z, "max_consecutive_skips", json_integer(s->max_consecutive_skips));
   put(root, "zinc", z);
   return root;
 }

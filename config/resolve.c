@@ -1,8 +1,8 @@
 /*
  * resolve.c — the settings that a config file cannot fix alone: the batch
  * triad (needs the data-parallel size, at engine creation) and the "auto"
- * values that follow the model (bucket sizes from the hidden size,
- * fp16/bf16 from the parameters' dtype, at engine build).
+ * values that follow the model (bucket sizes from the hidden size the
+ * trainer gives, fp16/bf16 from the parameters' dtype, at engine build).
  *
  * Batch rules are DeepSpeed's (runtime/config.py, _set_batch_related_
  * parameters and _batch_assertion), with T = train_batch_size,
@@ -92,15 +92,36 @@ zinc_status zinc_settings_resolve_batch(zinc_settings *s, int dp_size) {
   return ZINC_OK;
 }
 
+/* An "auto" size with no hidden size to compute it from. */
+static zinc_status no_hidden_size(const char *key) {
+  return zinc_error(ZINC_ERR_CONFIG, "zero_optimization.%s is \"auto\" but the model's hidden "
+                    "size was not given: set zinc_options.hidden_size (Hugging Face's rule: "
+                    "reduce_bucket_size = h*h, stage3_prefetch_bucket_size = 0.9*h*h, "
+                    "stage3_param_persistence_threshold = 10*h), or write the size in elements",
+                    key);
+}
+
 /* Hugging Face's rules for "auto" bucket sizes (transformers'
- * integrations/deepspeed.py): from the model's hidden size h. */
+ * integrations/deepspeed.py): from the model's hidden size h, which only
+ * the trainer knows (a guess from the parameters' shapes takes an MLP or a
+ * vocabulary-sized bias for it). The stage-3 sizes have no effect at
+ * stages 0-2, where "auto" takes DeepSpeed's defaults without h. */
 zinc_status zinc_settings_resolve_model(zinc_settings *s, int64_t hidden_size,
                                         int any_f16, int any_bf16) {
   int64_t h = hidden_size;
   /* h*h saturates: past ~3e9 one bucket holds any model anyway */
   int64_t hh = h > 0 ? (h > 3000000000LL ? INT64_MAX / 16 : h * h) : 0;
+  int stage3 = s->stage == 3;
+  if (h <= 0) {
+    if (s->reduce_bucket_size == ZINC_AUTO)
+      return no_hidden_size("reduce_bucket_size");
+    if (stage3 && s->stage3_prefetch_bucket_size == ZINC_AUTO)
+      return no_hidden_size("stage3_prefetch_bucket_size");
+    if (stage3 && s->stage3_param_persistence_threshold == ZINC_AUTO)
+      return no_hidden_size("stage3_param_persistence_threshold");
+  }
   if (s->reduce_bucket_size == ZINC_AUTO)
-    s->reduce_bucket_size = h > 0 ? hh : 500000000;
+    s->reduce_bucket_size = hh;
   if (s->stage3_prefetch_bucket_size == ZINC_AUTO)
     s->stage3_prefetch_bucket_size = h > 0 ? (int64_t)(0.9 * (double)hh) : 50000000;
   if (s->stage3_param_persistence_threshold == ZINC_AUTO)

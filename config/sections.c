@@ -255,21 +255,23 @@ static zinc_status read_optimizer_type(zinc_cfg_reader *r, const json_t *obj,
   } else if (strcasecmp(type, "adamw") == 0) {
     s->optimizer = ZINC_OPTIM_ADAMW;
   } else {
+    /* Never Adam in another optimizer's place (with its lr and params):
+     * zero_allow_untested_optimizer lets DeepSpeed run a client optimizer,
+     * and zinc has none to run. */
     int deepspeed_has = 0;
     for (size_t i = 0; i < ZINC_KEY_COUNT(deepspeed_optimizers); i++)
       deepspeed_has |= strcasecmp(type, deepspeed_optimizers[i]) == 0;
-    if (!s->zero_allow_untested_optimizer) {
-      static const char *const ours[] = {"Adam", "AdamW"};
-      const char *guess = deepspeed_has ? NULL : zinc_cfg_suggest(type, ours, 2);
-      char hint[64] = "";
-      if (guess)
-        snprintf(hint, sizeof hint, " (did you mean \"%s\"?)", guess);
-      return zinc_cfg_bad(r, v, "\"Adam\" or \"AdamW\"%s: zinc implements only those "
-                          "(zero_allow_untested_optimizer: true runs Adam instead)", hint);
-    }
-    zinc_cfg_warn(r, "%s = \"%s\" is not implemented by zinc; zero_allow_untested_optimizer "
-                  "is true, so zinc runs Adam with the given params instead", r->path, type);
-    s->optimizer = ZINC_OPTIM_ADAM;
+    static const char *const ours[] = {"Adam", "AdamW"};
+    const char *guess = deepspeed_has ? NULL : zinc_cfg_suggest(type, ours, 2);
+    char hint[64] = "";
+    if (guess)
+      snprintf(hint, sizeof hint, " (did you mean \"%s\"?)", guess);
+    return zinc_cfg_bad(r, v, "\"Adam\" or \"AdamW\"%s: zinc does not implement \"%s\" yet "
+                        "(implemented: Adam, AdamW)%s", hint, type,
+                        s->zero_allow_untested_optimizer
+                            ? "; zero_allow_untested_optimizer does not change that, zinc "
+                              "never runs another optimizer in its place"
+                            : "");
   }
   zinc_cfg_pop(r, mark);
   return ZINC_OK;
@@ -486,6 +488,7 @@ static const zinc_key zinc_keys[] = {
     ZINC_KF(T, "comm_timeout_s", comm_timeout_s, 0, INF, ZINC_KEY_LO_OPEN, 0),
     ZINC_KCUSTOM("memory_timeline"),
     ZINC_KB(T, "placement_verbose", placement_verbose),
+    ZINC_KL(T, "max_consecutive_skips", max_consecutive_skips, 0, 0, 0),
 };
 
 static zinc_status read_zinc(zinc_cfg_reader *r, const json_t *root, zinc_settings *s) {

@@ -205,6 +205,22 @@ static zinc_status agree_settings(zinc_engine *e) {
   return st;
 }
 
+/* zinc_options.hidden_size fixes the "auto" bucket sizes, hence the
+ * layout: every rank must give the same. Collective over the world; every
+ * rank computes the same outcome. */
+static zinc_status agree_hidden_size(zinc_engine *e) {
+  if (e->world_size == 1)
+    return ZINC_OK;
+  int64_t range[2] = {e->opt.hidden_size, -e->opt.hidden_size}; /* max, -min */
+  ZINC_CHECK(zinc_comm_allreduce(e->world, range, range, 2, ZINC_DT_I64, ZINC_OP_MAX));
+  if (range[0] != -range[1])
+    return zinc_error(ZINC_ERR_INVALID, "zinc_options.hidden_size differs across ranks (from "
+                      "%lld to %lld; %lld on rank %d): give every rank the same hidden size",
+                      (long long)-range[1], (long long)range[0],
+                      (long long)e->opt.hidden_size, e->world_rank);
+  return ZINC_OK;
+}
+
 zinc_status zinc_engine_create(const zinc_config *cfg, const zinc_options *opt,
                                zinc_engine **out) {
   if (!out)
@@ -227,8 +243,13 @@ zinc_status zinc_engine_create(const zinc_config *cfg, const zinc_options *opt,
   if (st == ZINC_OK && e->opt.threads < 0)
     st = zinc_error(ZINC_ERR_INVALID, "zinc_options.threads is %d: give a thread count >= 1, "
                     "or 0 for this rank's share of its cores", e->opt.threads);
+  if (st == ZINC_OK && e->opt.hidden_size < 0)
+    st = zinc_error(ZINC_ERR_INVALID, "zinc_options.hidden_size is %lld: give the model's "
+                    "hidden size (d_model), or 0 when the config writes no bucket size "
+                    "\"auto\"", (long long)e->opt.hidden_size);
   ZINC_CHECK_GOTO(zinc_engine_agree(e, e->world, st), st, fail);
   ZINC_CHECK_GOTO(agree_settings(e), st, fail);
+  ZINC_CHECK_GOTO(agree_hidden_size(e), st, fail);
   ZINC_CHECK_GOTO(create_device(e), st, fail);
   e->phase_start = zinc_now();
   zinc_log0(ZINC_LOG_INFO, "engine: %d ranks (data-parallel %d x model-parallel %d), "
@@ -293,24 +314,6 @@ int zinc_wall_clock_breakdown(const zinc_engine *e) {
 
 /* ---------------------------------------------------------- the build */
 
-/* Hidden size for "auto" bucket sizes: the largest 1-D parameter (a norm or
- * bias is as wide as the model), else the square root of the largest one. */
-static int64_t hidden_size(const zinc_engine *e) {
-  int64_t h = 0, largest = 0;
-  for (int i = 0; i < e->nparams; i++) {
-    const zinc_param *p = e->params[i];
-    if (p->ndim == 1 && p->numel > h)
-      h = p->numel;
-    if (p->numel > largest)
-      largest = p->numel;
-  }
-  if (h == 0) {
-    while ((h + 1) * (h + 1) <= largest)
-      h++;
-  }
-  return h > 0 ? h : 1;
-}
-
 zinc_status zinc_engine_build(zinc_engine *e, zinc_init_fn init, void *ctx) {
   if (!e)
     return zinc_error(ZINC_ERR_INVALID, "zinc_engine_build: engine is NULL");
@@ -325,7 +328,7 @@ zinc_status zinc_engine_build(zinc_engine *e, zinc_init_fn init, void *ctx) {
   zinc_status st = zinc_registry_agree(e);
   if (st != ZINC_OK)
     return st;
-  st = zinc_settings_resolve_model(&e->cfg, hidden_size(e), any16[ZINC_F16],
+  st = zinc_settings_resolve_model(&e->cfg, e->opt.hidden_size, any16[ZINC_F16],
                                                any16[ZINC_BF16]);
   if (st == ZINC_OK && e->cfg.fp16_enabled && any16[ZINC_BF16])
     st = zinc_error(ZINC_ERR_CONFIG, "fp16.enabled is true but parameters are registered "

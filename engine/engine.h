@@ -61,6 +61,8 @@ struct zinc_param {
   int64_t shape[ZINC_MAX_NDIM];
   int64_t numel;
   int decay;              /* weight decay applies */
+  int replicated;         /* the same full tensor on every model-parallel rank
+                             (the norm counts it on mp rank 0 only) */
   int index;              /* registration order, whole model */
   int segment;            /* index into module->segs */
   int64_t seg_offset;     /* first element inside the segment */

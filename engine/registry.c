@@ -152,6 +152,16 @@ zinc_status zinc_param_set_weight_decay(zinc_param *p, int enabled) {
   return ZINC_OK;
 }
 
+zinc_status zinc_param_set_replicated(zinc_param *p, int replicated) {
+  if (!p)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_param_set_replicated: parameter is NULL");
+  if (p->engine->built)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_param_set_replicated(\"%s.%s\"): call it "
+                      "before zinc_engine_build", p->module->name, p->name);
+  p->replicated = replicated ? 1 : 0;
+  return ZINC_OK;
+}
+
 void zinc_registry_free(zinc_engine *e) {
   for (int i = 0; i < e->nmodules; i++) {
     zinc_module *m = e->modules[i];
@@ -218,7 +228,7 @@ zinc_param *zinc_module_param_at(const zinc_module *m, int index) {
 static char *model_text(const zinc_engine *e) {
   size_t cap = 64, len = 0;
   for (int i = 0; i < e->nparams; i++)
-    cap += strlen(e->params[i]->module->name) + strlen(e->params[i]->name) + 32 +
+    cap += strlen(e->params[i]->module->name) + strlen(e->params[i]->name) + 80 +
            (size_t)ZINC_MAX_NDIM * 21;
   char *t = malloc(cap);
   if (!t)
@@ -231,7 +241,8 @@ static char *model_text(const zinc_engine *e) {
     for (int d = 0; d < p->ndim; d++)
       len += (size_t)snprintf(t + len, cap - len, "%s%lld", d ? ", " : "",
                               (long long)p->shape[d]);
-    len += (size_t)snprintf(t + len, cap - len, "]%s\n", p->decay ? "" : " no weight decay");
+    len += (size_t)snprintf(t + len, cap - len, "]%s%s\n", p->decay ? "" : " no weight decay",
+                            p->replicated ? " replicated across model-parallel ranks" : "");
   }
   return t;
 }

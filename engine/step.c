@@ -5,10 +5,14 @@
  *      reduce-scatter + all-gather, so the arithmetic matches stages 1-3);
  *   2. sum of squares of every owned chunk (canonical order, kernels/
  *      zinc_math.h), summed per rank in unit order, then over ranks in rank
- *      order: the same bits at every stage; inf/NaN anywhere means overflow,
- *      seen identically by every rank;
+ *      order: the same bits at every stage; with model parallelism also
+ *      over the model-parallel ranks, a replicated parameter counted once
+ *      (zinc_param_set_replicated); inf/NaN anywhere in the whole model
+ *      means overflow, seen identically by every rank;
  *   3. overflow: skip — no parameter or optimizer state changes, the loss
- *      scale drops;
+ *      scale drops; zinc.max_consecutive_skips skips in a row that the
+ *      scale cannot cure (at min_loss_scale, or no dynamic scale) stop
+ *      the engine with an error on every rank;
  *   4. scale = 1 / (loss_scale * dp_size * gradient_accumulation_steps),
  *      times the clipping coefficient when the norm exceeds
  *      gradient_clipping (DeepSpeed's max_norm / (norm + 1e-6));
@@ -86,44 +90,129 @@ static zinc_status gather_updated_params(zinc_engine *e) {
   return ZINC_OK;
 }
 
-/* Global squared L2 norm of the gradient sum (still scaled), canonical. */
-static zinc_status grad_sumsq(zinc_engine *e, double *total) {
+/* The pieces of chunk `owner` of unit ui that the norm sums: the whole
+ * chunk, or with model parallelism the runs between and inside the
+ * replicated parameters (rep[k] = 1 inside one), in segment order. Returns
+ * the number of pieces written to out (at most 2 x replicated + 1). */
+static int chunk_pieces(const zinc_engine *e, int ui, int owner, zinc_sumsq_chunk *out,
+                        unsigned char *rep) {
+  const zinc_unit *u = &e->units[ui];
+  int dt;
+  const char *base = zinc_grads_chunk(e, ui, owner, &dt);
+  size_t es = zinc_dt_size(dt);
+  int64_t a = u->seg_offset + (int64_t)owner * u->chunk, b = a + u->chunk, pos = a;
+  int n = 0;
+  const zinc_module *m = e->modules[u->module];
+  for (int i = 0; e->mp_size > 1 && i < m->nparams; i++) {
+    const zinc_param *p = m->params[i];
+    int64_t ps = p->seg_offset, pe = p->seg_offset + p->numel;
+    if (!p->replicated || p->segment != u->segment || pe <= a || ps >= b)
+      continue;
+    if (ps < a)
+      ps = a;
+    if (pe > b)
+      pe = b;
+    if (ps > pos) {
+      out[n] = (zinc_sumsq_chunk){base + (size_t)(pos - a) * es, ps - pos, dt};
+      rep[n++] = 0;
+    }
+    out[n] = (zinc_sumsq_chunk){base + (size_t)(ps - a) * es, pe - ps, dt};
+    rep[n++] = 1;
+    pos = pe;
+  }
+  if (pos < b || n == 0) {
+    out[n] = (zinc_sumsq_chunk){base + (size_t)(pos - a) * es, b - pos, dt};
+    rep[n++] = 0;
+  }
+  return n;
+}
+
+/* Squared L2 norm of the whole model's gradient sum (still scaled),
+ * canonical: pieces summed per rank in unit order, then over the
+ * data-parallel ranks in rank order, then over the model-parallel ranks in
+ * rank order, a replicated parameter counted on model-parallel rank 0 only.
+ * *overflow: an inf or NaN anywhere, replicated parameters on every
+ * model-parallel rank included — the same answer on every rank. Without
+ * replicated parameters the pieces are the chunks. Collective over the
+ * data-parallel group (stages 1-3) and the model-parallel group. */
+static zinc_status grad_sumsq(zinc_engine *e, double *total, int *overflow) {
   int r0 = e->cfg.stage == 0 ? 0 : e->dp_rank;
   int nr = e->cfg.stage == 0 ? e->dp_size : 1;
-  int nchunks = e->nunits * nr;
-  zinc_sumsq_chunk *chunks = NULL;
+  int most_rep = 0;
+  for (int mi = 0; e->mp_size > 1 && mi < e->nmodules; mi++) {
+    int k = 0;
+    for (int i = 0; i < e->modules[mi]->nparams; i++)
+      k += e->modules[mi]->params[i]->replicated;
+    if (k > most_rep)
+      most_rep = k;
+  }
+  int cap = e->nunits * nr * (2 * most_rep + 1);
+  zinc_sumsq_chunk *pieces = NULL;
+  unsigned char *rep = NULL;
+  int *first = NULL; /* first piece of (rank, unit) */
   double *partials = NULL, *per_rank = NULL;
   zinc_status st;
-  ZINC_CHECK_GOTO(zinc_calloc((void **)&chunks, (size_t)nchunks + 1, sizeof *chunks, "norm"),
+  ZINC_CHECK_GOTO(zinc_calloc((void **)&pieces, (size_t)cap + 1, sizeof *pieces, "norm"),
                   st, out);
-  ZINC_CHECK_GOTO(zinc_calloc((void **)&partials, (size_t)nchunks + 1, sizeof *partials,
+  ZINC_CHECK_GOTO(zinc_calloc((void **)&rep, (size_t)cap + 1, 1, "norm"), st, out);
+  ZINC_CHECK_GOTO(zinc_calloc((void **)&first, (size_t)(e->nunits * nr) + 1, sizeof *first,
                               "norm"), st, out);
-  ZINC_CHECK_GOTO(zinc_calloc((void **)&per_rank, (size_t)e->dp_size, sizeof *per_rank,
+  ZINC_CHECK_GOTO(zinc_calloc((void **)&partials, (size_t)cap + 1, sizeof *partials, "norm"),
+                  st, out);
+  ZINC_CHECK_GOTO(zinc_calloc((void **)&per_rank, 2 * (size_t)e->dp_size, sizeof *per_rank,
                               "norm"), st, out);
+  int npieces = 0;
   for (int r = 0; r < nr; r++)
     for (int ui = 0; ui < e->nunits; ui++) {
-      zinc_sumsq_chunk *c = &chunks[r * e->nunits + ui];
-      c->data = zinc_grads_chunk(e, ui, r0 + r, &c->dtype);
-      c->n = e->units[ui].chunk;
+      first[r * e->nunits + ui] = npieces;
+      npieces += chunk_pieces(e, ui, r0 + r, pieces + npieces, rep + npieces);
     }
-  ZINC_CHECK_GOTO(e->dev->ops->sumsq(e->dev, e->stream, chunks, nchunks, partials), st, out);
+  first[nr * e->nunits] = npieces;
+  ZINC_CHECK_GOTO(e->dev->ops->sumsq(e->dev, e->stream, pieces, npieces, partials), st, out);
   ZINC_CHECK_GOTO(zinc_engine_sync(e), st, out);
+  /* per rank: [counted in the norm, replicated and counted on mp rank 0] */
   for (int r = 0; r < nr; r++) {
-    double s = 0.0;
-    for (int ui = 0; ui < e->nunits; ui++)
-      s += partials[r * e->nunits + ui];
-    per_rank[r0 + r] = s;
+    double counted = 0.0, elsewhere = 0.0;
+    for (int k = first[r * e->nunits]; k < first[(r + 1) * e->nunits]; k++) {
+      if (rep[k] && e->mp_rank != 0)
+        elsewhere += partials[k];
+      else
+        counted += partials[k];
+    }
+    per_rank[2 * (r0 + r)] = counted;
+    per_rank[2 * (r0 + r) + 1] = elsewhere;
   }
   if (e->cfg.stage != 0 && e->dp_size > 1) {
-    double mine = per_rank[e->dp_rank];
-    ZINC_CHECK_GOTO(zinc_comm_allgather(e->dp_host, &mine, per_rank, 1, ZINC_DT_F64), st, out);
+    double mine[2] = {per_rank[2 * e->dp_rank], per_rank[2 * e->dp_rank + 1]};
+    ZINC_CHECK_GOTO(zinc_comm_allgather(e->dp_host, mine, per_rank, 2, ZINC_DT_F64), st, out);
   }
-  *total = 0.0;
-  for (int r = 0; r < e->dp_size; r++)
-    *total += per_rank[r];
+  double group[2] = {0.0, 0.0};
+  for (int r = 0; r < e->dp_size; r++) {
+    group[0] += per_rank[2 * r];
+    group[1] += per_rank[2 * r + 1];
+  }
+  *total = group[0];
+  double check = group[1];
+  if (e->mp_size > 1) {
+    double *mp_all = NULL;
+    ZINC_CHECK_GOTO(zinc_calloc((void **)&mp_all, 2 * (size_t)e->mp_size, sizeof *mp_all,
+                                "norm"), st, out);
+    st = zinc_comm_allgather(e->mp_host, group, mp_all, 2, ZINC_DT_F64);
+    *total = check = 0.0;
+    for (int r = 0; st == ZINC_OK && r < e->mp_size; r++) {
+      *total += mp_all[2 * r];
+      check += mp_all[2 * r + 1];
+    }
+    free(mp_all);
+    if (st != ZINC_OK)
+      goto out;
+  }
+  *overflow = !isfinite(*total) || !isfinite(check);
   st = ZINC_OK;
 out:
-  free(chunks);
+  free(pieces);
+  free(rep);
+  free(first);
   free(partials);
   free(per_rank);
   return st;
@@ -193,6 +282,31 @@ static zinc_status adam_params_on_disk(zinc_engine *e, const zinc_adam_coef *c,
   return st;
 }
 
+/* After a skipped step: every rank saw the same overflow (the norm is
+ * summed over every rank), so every rank counts the same skips and stops
+ * at the same step without a further collective. */
+static zinc_status skip_limit(zinc_engine *e) {
+  int64_t stuck = e->scaler.stuck_skips, limit = e->cfg.max_consecutive_skips;
+  if (limit <= 0 || stuck < limit)
+    return ZINC_OK;
+  double scale = zinc_loss_scaler_scale(&e->scaler);
+  if (e->scaler.dynamic)
+    return zinc_error(ZINC_ERR_INVALID,
+                      "%lld consecutive steps skipped for inf/NaN gradients with the loss "
+                      "scale at fp16.min_loss_scale (loss scale %g); training cannot go on "
+                      "(zinc.max_consecutive_skips = %lld). Look for inf/NaN in the loss or "
+                      "the data, lower the learning rate, or reload the last checkpoint in a "
+                      "new engine", (long long)stuck, scale, (long long)limit);
+  return zinc_error(ZINC_ERR_INVALID,
+                    "%lld consecutive steps skipped for inf/NaN gradients (%s, loss scale %g "
+                    "cannot be lowered); training cannot go on (zinc.max_consecutive_skips = "
+                    "%lld). Look for inf/NaN in the loss or the data, lower the learning rate, "
+                    "or reload the last checkpoint in a new engine", (long long)stuck,
+                    e->cfg.fp16_enabled == 1 ? "fp16 with a static fp16.loss_scale"
+                    : e->cfg.bf16_enabled == 1 ? "bf16" : "fp32",
+                    scale, (long long)limit);
+}
+
 static void fill_info(zinc_engine *e, zinc_step_info *info, int boundary, double lr) {
   info->step = e->step;
   info->boundary = boundary;
@@ -218,20 +332,20 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
     ZINC_CHECK(gather_units_in_place(e, 1));
 
   double total = 0.0;
-  ZINC_CHECK(grad_sumsq(e, &total));
+  int overflow = 0;
+  ZINC_CHECK(grad_sumsq(e, &total, &overflow));
   double scale = zinc_loss_scaler_scale(&e->scaler);
   double base = 1.0 / (scale * (double)e->dp_size * (double)e->cfg.gradient_accumulation_steps);
-  int overflow = !isfinite(total);
   double norm = overflow ? INFINITY : sqrt(total) * base;
   e->last_grad_norm = (float)norm;
   if (overflow) {
     zinc_loss_scaler_update(&e->scaler, 1);
     e->skipped_steps++;
     info->skipped = 1;
-    zinc_log0(ZINC_LOG_INFO, "step %lld skipped: gradient overflow; loss scale now %g",
-              (long long)e->step, (double)zinc_loss_scaler_scale(&e->scaler));
     fill_info(e, info, 1, lr);
-    return ZINC_OK;
+    zinc_log0(ZINC_LOG_WARN, "step %lld skipped: inf/NaN in the gradients; loss scale now %g",
+              (long long)e->step + 1, (double)zinc_loss_scaler_scale(&e->scaler));
+    return skip_limit(e);
   }
   double coef = 1.0;
   if (e->cfg.gradient_clipping > 0 && norm > e->cfg.gradient_clipping)

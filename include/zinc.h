@@ -137,10 +137,19 @@ typedef struct {                 /* what a JSON file should not carry */
                                     (the legacy default stream); ignored on the CPU */
   int   threads;                 /* optimizer/kernel threads on the CPU;
                                     0 = this rank's share of its cpuset */
+  int64_t hidden_size;           /* the model's hidden size h (d_model), for the
+                                    config's "auto" bucket sizes, as Hugging Face
+                                    computes them: reduce_bucket_size = h*h,
+                                    stage3_prefetch_bucket_size = 0.9*h*h,
+                                    stage3_param_persistence_threshold = 10*h.
+                                    0 = not given: a size written "auto" is then
+                                    ZINC_ERR_CONFIG at zinc_engine_build */
 } zinc_options;
 #define ZINC_DEVICE_AUTO (-2)
 #define ZINC_DEVICE_CPU  (-1)
-#define ZINC_OPTIONS_INIT { ZINC_DEVICE_AUTO, NULL, 1, NULL, 0 }
+/* Fields are only ever added at the end; initialise with this and set the
+ * ones you need, so a trainer compiled later gets the new defaults. */
+#define ZINC_OPTIONS_INIT { ZINC_DEVICE_AUTO, NULL, 1, NULL, 0, 0 }
 
 /* Create an engine. Collective over the communicator: every rank calls it.
  * Under an MPI launcher (mpirun, srun) with MPI not initialised, zinc
@@ -184,6 +193,20 @@ ZINC_API zinc_param *zinc_param_add(zinc_engine *e, zinc_module *m,
  * norm scales usually are). Call before zinc_engine_build. */
 ZINC_API zinc_status zinc_param_set_weight_decay(zinc_param *p, int enabled);
 
+/* With model parallelism (zinc_options.model_parallel_size > 1), each
+ * model-parallel rank registers its own shard of a tensor-parallel layer
+ * under the same name; the gradient norm used for clipping and the inf/NaN
+ * check that skips a step cover the whole model across the model-parallel
+ * group. A parameter is sharded across the group unless marked here:
+ * replicated = 1 means the same full tensor on every model-parallel rank
+ * (layer norms, the bias of a row-parallel layer, anything not split), so
+ * that the norm counts it once (on model-parallel rank 0). The gradients of
+ * a replicated parameter must be the same on every model-parallel rank (the
+ * trainer all-reduces them, as Megatron does). Default 0. No effect with
+ * model_parallel_size 1. Call before zinc_engine_build; every rank must
+ * mark the same parameters. */
+ZINC_API zinc_status zinc_param_set_replicated(zinc_param *p, int replicated);
+
 /* Fill the full tensor of `p` (numel fp32 values in host memory) with the same
  * values on every rank; the engine converts and partitions it. */
 typedef zinc_status (*zinc_init_fn)(const zinc_param *p, float *dst,
@@ -192,7 +215,9 @@ typedef zinc_status (*zinc_init_fn)(const zinc_param *p, float *dst,
 /* Lay the registered parameters out, allocate every buffer, partition, and
  * initialise the parameters through `init` (called once per parameter, in
  * registration order, on every rank). Resolves config values that depend on
- * the model ("auto" bucket sizes from the largest hidden size). Collective. */
+ * the model: "auto" bucket sizes from zinc_options.hidden_size (CONFIG naming
+ * the key when it was not given), "auto" fp16/bf16 from the parameters'
+ * dtypes. Collective. */
 ZINC_API zinc_status zinc_engine_build(zinc_engine *e, zinc_init_fn init,
                                        void *ctx);
 
@@ -267,7 +292,10 @@ typedef struct {
  * checked for inf/nan on every rank (a skipped step changes no parameter and
  * no optimizer state), clipped by the global L2 norm, and Adam/AdamW updates
  * the fp32 master shard; parameters are then gathered as the stage needs.
- * info may be NULL. */
+ * After "zinc": {"max_consecutive_skips": N} (50) skipped steps in a row
+ * that a lower loss scale cannot cure (fp16 at min_loss_scale, any skip
+ * with bf16/fp32), it fails with ZINC_ERR_INVALID on every rank and the
+ * engine stops. info may be NULL. */
 ZINC_API zinc_status zinc_step(zinc_engine *e, zinc_step_info *info);
 
 /* The factor the trainer multiplies its loss gradient by (fp16 dynamic or

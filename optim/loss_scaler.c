@@ -2,14 +2,15 @@
  * loss_scaler.c — DeepSpeed's DynamicLossScaler.update_scale as a plain
  * struct update (see loss_scaler.h for the rules). The sequence of states
  * is the same as DeepSpeed's for the same sequence of overflow flags,
- * except at the minimum scale, where DeepSpeed raises and zinc counts.
+ * except at the minimum scale, where DeepSpeed raises and zinc counts
+ * (stuck_skips; the engine stops at zinc.max_consecutive_skips).
  */
 #include "optim/loss_scaler.h"
 
 #include <math.h>
 #include <string.h>
 
-_Static_assert(sizeof(zinc_loss_scaler) == 72, "zinc_loss_scaler is stored byte for byte");
+_Static_assert(sizeof(zinc_loss_scaler) == 80, "zinc_loss_scaler is stored byte for byte");
 
 void zinc_loss_scaler_init(zinc_loss_scaler *ls, const zinc_settings *s) {
   memset(ls, 0, sizeof *ls);
@@ -31,8 +32,15 @@ void zinc_loss_scaler_init(zinc_loss_scaler *ls, const zinc_settings *s) {
 }
 
 void zinc_loss_scaler_update(zinc_loss_scaler *ls, int overflow) {
-  if (overflow)
+  if (overflow) {
     ls->overflows++;
+    /* checked before this overflow lowers the scale: the skip that brings
+     * the scale down to the minimum still had a remedy */
+    if (!ls->dynamic || ls->cur_scale == ls->min_scale)
+      ls->stuck_skips++;
+  } else {
+    ls->stuck_skips = 0;
+  }
   if (!ls->dynamic)
     return;
   if (overflow) {
@@ -81,4 +89,5 @@ void zinc_loss_scaler_restore(zinc_loss_scaler *ls, double scale, int64_t iter,
   ls->cur_iter = iter;
   ls->last_overflow_iter = last_overflow;
   ls->cur_hysteresis = hysteresis;
+  ls->stuck_skips = 0;
 }

@@ -14,7 +14,8 @@
  *    consecutive_hysteresis refills it on every step without overflow.
  *
  * The struct is plain data with fixed-width fields and no padding, so a
- * checkpoint stores it byte for byte (72 bytes; same-endian machines).
+ * checkpoint could store it byte for byte (80 bytes; same-endian machines);
+ * checkpoints store the evolving state (zinc_loss_scaler_state).
  */
 #ifndef ZINC_LOSS_SCALER_H
 #define ZINC_LOSS_SCALER_H
@@ -34,6 +35,13 @@ typedef struct {
   int64_t cur_iter;               /* updates seen                              */
   int64_t last_overflow_iter;     /* update index of the last overflow, or -1  */
   int64_t overflows;              /* overflows seen (steps skipped)            */
+  int64_t stuck_skips;            /* consecutive skips that lowering the scale
+                                     cannot cure: overflows met at
+                                     min_loss_scale, or any overflow with a
+                                     static scale (fp16 loss_scale > 0, bf16,
+                                     fp32); 0 after a step without overflow
+                                     and after a restore. The engine stops at
+                                     zinc.max_consecutive_skips of them     */
   int32_t dynamic;                /* 1: dynamic; 0: static scale               */
   int32_t scale_window;           /* fp16.loss_scale_window                    */
   int32_t delayed_shift;          /* fp16.hysteresis                           */

@@ -6,7 +6,7 @@
  * the plain engine at one point.
  *
  *   aio_bench [--quick] [--dir DIR] [--size BYTES] [--point-bytes BYTES]
- *             [--repeat N] [--fio-args OPTS] [--no-fio]
+ *             [--repeat N] [--fio-args OPTS] [--fio-plain] [--no-fio]
  *
  *   --quick        3 points, 256 MiB each (well under a minute)
  *   --dir          where the test file goes (default: .); its filesystem
@@ -15,8 +15,13 @@
  *                  free space); sizes take K/M/G suffixes
  *   --point-bytes  bytes moved per measurement (default min(size, 1 GiB))
  *   --repeat       measurements per cell, best kept (default 1)
- *   --fio-args     extra fio options, e.g. "--fixedbufs" to give fio the
- *                  registered buffers zinc uses (fio's default is plain)
+ *   --fio-args     extra fio options
+ *   --fio-plain    run fio without --fixedbufs --registerfiles
+ *
+ * fio runs with --fixedbufs --registerfiles: zinc registers its buffers and
+ * files with the ring, so like is compared with like (fio plain reads
+ * measurably slower than registered on the same disk). The peer line
+ * prints the options fio ran with.
  *
  * The target is zinc >= 90% of fio: the verdict line uses the geometric
  * mean of the zinc/fio ratios, per direction, and lists the cells below
@@ -48,7 +53,8 @@ typedef struct {
   char file[4096];
   uint64_t size, point_bytes;
   int quick, repeat, use_fio;
-  const char *fio_args;  /* extra fio options, e.g. "--fixedbufs"             */
+  int fio_plain;         /* 1: fio without registered buffers and files      */
+  const char *fio_args;  /* extra fio options                               */
   void *buf;
 } bench;
 
@@ -122,6 +128,12 @@ static zinc_status zinc_pass(const bench *b, int64_t bs, int qd, zinc_aio_dir di
   return st;
 }
 
+/* fio's io_uring options matching what zinc's engine does: registered
+ * buffers and registered files (zinc_aio_create registers both). */
+static const char *fio_registered(const bench *b) {
+  return b->fio_plain ? "" : "--fixedbufs --registerfiles ";
+}
+
 /* GB/s of fio doing the same pass; 0 if fio failed (message printed). */
 static double fio_pass(const bench *b, int64_t bs, int qd, zinc_aio_dir dir, uint64_t bytes) {
   const char *rw = dir == ZINC_AIO_WRITE ? "write" : "read";
@@ -129,8 +141,9 @@ static double fio_pass(const bench *b, int64_t bs, int qd, zinc_aio_dir dir, uin
   snprintf(cmd, sizeof cmd,
            "fio --name=zinc_aio_bench --filename='%s' --rw=%s --bs=%lld --iodepth=%d "
            "--ioengine=io_uring --direct=1 --size=%llu --offset=0 --numjobs=1 "
-           "--output-format=json %s 2>&1",
-           b->file, rw, (long long)bs, qd, (unsigned long long)bytes, b->fio_args);
+           "--output-format=json %s%s 2>&1",
+           b->file, rw, (long long)bs, qd, (unsigned long long)bytes, fio_registered(b),
+           b->fio_args);
   FILE *p = popen(cmd, "r");
   if (!p)
     return 0;
@@ -335,6 +348,8 @@ int main(int argc, char **argv) {
       b.quick = 1;
     else if (!strcmp(argv[i], "--no-fio"))
       b.use_fio = 0;
+    else if (!strcmp(argv[i], "--fio-plain"))
+      b.fio_plain = 1;
     else if (!strcmp(argv[i], "--fio-args") && i + 1 < argc)
       b.fio_args = argv[++i];
     else if (!strcmp(argv[i], "--dir") && i + 1 < argc)
@@ -350,7 +365,7 @@ int main(int argc, char **argv) {
     }
     else {
       fprintf(stderr, "usage: %s [--quick] [--dir DIR] [--size BYTES] [--point-bytes BYTES] "
-              "[--repeat N] [--fio-args OPTS] [--no-fio]\n", argv[0]);
+              "[--repeat N] [--fio-args OPTS] [--fio-plain] [--no-fio]\n", argv[0]);
       return 2;
     }
   }
@@ -372,10 +387,10 @@ int main(int argc, char **argv) {
   verdict v = {{0, 0}, {0, 0}, 1e9, "", ""};
   if (st == ZINC_OK) {
     printf("zinc aio_bench: %s (%.2f GiB file, %.2f GiB per measurement, best of %d), 1 ring, "
-           "O_DIRECT, overlap_events on, registered THP buffer; peer: %s io_uring --direct=1 "
-           "%s, same file/bs/depth\n",
+           "O_DIRECT, overlap_events on, registered THP buffer and file; peer: %s io_uring "
+           "--direct=1 %s%s, same file/bs/depth\n",
            b.file, b.size / (double)GiB, b.point_bytes / (double)GiB, b.repeat,
-           b.use_fio ? fio_version : "none", b.fio_args);
+           b.use_fio ? fio_version : "none", fio_registered(&b), b.fio_args);
     st = run_grid(&b, &v);
   }
   if (st == ZINC_OK)

@@ -12,24 +12,7 @@
 
 #include "engine/engine.h"
 
-static int64_t hidden_of(const zinc_est_param *p, int n) {
-  int64_t h = 0, largest = 0;
-  for (int i = 0; i < n; i++) {
-    int64_t numel = 1;
-    for (int d = 0; d < p[i].ndim; d++)
-      numel *= p[i].shape[d];
-    if (p[i].ndim == 1 && numel > h)
-      h = numel;
-    if (numel > largest)
-      largest = numel;
-  }
-  if (h == 0)
-    while ((h + 1) * (h + 1) <= largest)
-      h++;
-  return h > 0 ? h : 1;
-}
-
-zinc_status zinc_estimate_model(const zinc_settings *cfg, int dp_size,
+zinc_status zinc_estimate_model(const zinc_settings *cfg, int dp_size, int64_t hidden_size,
                                 const zinc_est_param *params, int n, zinc_estimate *out) {
   memset(out, 0, sizeof *out);
   if (dp_size < 1 || n < 0 || (n > 0 && !params))
@@ -48,7 +31,7 @@ zinc_status zinc_estimate_model(const zinc_settings *cfg, int dp_size,
   int any16[3] = {0, 0, 0};
   for (int i = 0; i < n; i++)
     any16[params[i].dtype] = 1;
-  st = zinc_settings_resolve_model(&e->cfg, hidden_of(params, n), any16[ZINC_F16],
+  st = zinc_settings_resolve_model(&e->cfg, hidden_size, any16[ZINC_F16],
                                    any16[ZINC_BF16]);
   for (int i = 0; i < n && st == ZINC_OK; i++) {
     zinc_module *m = zinc_module_find(e, params[i].module);

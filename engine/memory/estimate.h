@@ -29,9 +29,11 @@ typedef struct {
   int64_t largest_module;  /* elements */
 } zinc_estimate;
 
-/* cfg: loaded settings (model-dependent "auto" values resolve here); the
- * stage and offload are taken from it. */
-zinc_status zinc_estimate_model(const zinc_settings *cfg, int dp_size,
+/* cfg: loaded settings (model-dependent "auto" values resolve here, the
+ * bucket sizes from hidden_size as zinc_options.hidden_size does at build:
+ * 0 with an "auto" size is ZINC_ERR_CONFIG); the stage and offload are
+ * taken from it. */
+zinc_status zinc_estimate_model(const zinc_settings *cfg, int dp_size, int64_t hidden_size,
                                 const zinc_est_param *params, int n, zinc_estimate *out);
 
 #endif /* ZINC_ESTIMATE_H */

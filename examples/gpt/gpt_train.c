@@ -519,6 +519,7 @@ int main(int argc, char **argv) {
   }
   zinc_options opt = ZINC_OPTIONS_INIT;
   opt.device = ZINC_DEVICE_CPU; /* the model computes on the CPU */
+  opt.hidden_size = r.args.width; /* the configs' "auto" bucket sizes follow it */
   st = zinc_engine_create(cfg, &opt, &r.tr.e);
   zinc_config_free(cfg);
   if (st != ZINC_OK) {

@@ -168,7 +168,9 @@ int main(int argc, char **argv) {
   zinc_config *cfg;
   zinc_engine *e;
   CHECK(zinc_config_load(path, &cfg));
-  CHECK(zinc_engine_create(cfg, NULL, &e)); /* NULL options: GPU if there is one */
+  zinc_options opt = ZINC_OPTIONS_INIT; /* the GPU if there is one */
+  opt.hidden_size = HID;                /* the configs' "auto" bucket sizes follow it */
+  CHECK(zinc_engine_create(cfg, &opt, &e));
   zinc_config_free(cfg);
   int rank = zinc_rank(e), B = zinc_micro_batch_size(e);
   int gas = zinc_gradient_accumulation_steps(e);

@@ -4,10 +4,15 @@
  * activation checkpointing with recomputation in the backward pass.
  *
  * The model: L residual MLP blocks on D-wide vectors,
- *     Y = X + GeLU(X A) B          A: (D, F) split by columns over the
+ *     Y = X + GeLU(X A) B + c      A: (D, F) split by columns over the
  *                                  model-parallel group, B: (F, D) split by
  *                                  rows; each rank computes a partial
- *                                  G_r B_r and the group sums them.
+ *                                  G_r B_r and the group sums them. The
+ *                                  bias c: (D) is added after the sum, so
+ *                                  every rank holds all of it: it is marked
+ *                                  replicated (zinc_param_set_replicated),
+ *                                  and the gradient norm that clipping uses
+ *                                  counts it once across the group.
  * and a mean-squared-error loss against a fixed target function of X.
  *
  *   mpirun -n 4 tp_mlp --mp 2 --stage 2 --steps 30 [--checkpoint]
@@ -34,6 +39,7 @@ typedef struct {
   int fr;               /* F / mp: this rank's share of the hidden width */
   zinc_module **mod;
   zinc_param **A, **B;  /* (D, fr) and (fr, D) per layer */
+  zinc_param **c;       /* (D) per layer, the same on every model-parallel rank */
   float **X;            /* block inputs (batch, D), kept when not checkpointing */
   float **Z;            /* X A_r (batch, fr), kept when not checkpointing */
 } model;
@@ -68,6 +74,11 @@ typedef struct {
 static zinc_status init_fn(const zinc_param *p, float *dst, int64_t numel, void *vctx) {
   const init_ctx *c = vctx;
   int layer = atoi(zinc_module_name(zinc_param_module(p)) + 5);
+  if (zinc_param_name(p)[0] == 'c') { /* replicated: no model-parallel index */
+    for (int64_t i = 0; i < numel; i++)
+      dst[i] = 0.01f * uniform(((uint64_t)layer << 48) ^ (3ull << 40) ^ (uint64_t)i);
+    return ZINC_OK;
+  }
   int d = c->a->d, fr = c->a->f / c->a->mp, col0 = c->mp_rank * fr;
   int is_a = zinc_param_name(p)[0] == 'A';
   for (int64_t i = 0; i < numel; i++) {
@@ -133,6 +144,7 @@ int main(int argc, char **argv) {
   zinc_options opt = ZINC_OPTIONS_INIT;
   opt.device = ZINC_DEVICE_CPU;
   opt.model_parallel_size = a.mp;
+  opt.hidden_size = a.d;
   zinc_engine *e;
   if (zinc_engine_create(cfg, &opt, &e) != ZINC_OK)
     die("engine");
@@ -143,6 +155,7 @@ int main(int argc, char **argv) {
   m.mod = calloc((size_t)a.layers, sizeof *m.mod);
   m.A = calloc((size_t)a.layers, sizeof *m.A);
   m.B = calloc((size_t)a.layers, sizeof *m.B);
+  m.c = calloc((size_t)a.layers, sizeof *m.c);
   m.X = calloc((size_t)a.layers + 1, sizeof *m.X);
   m.Z = calloc((size_t)a.layers, sizeof *m.Z);
   for (int l = 0; l < a.layers; l++) {
@@ -152,8 +165,13 @@ int main(int argc, char **argv) {
     int64_t sa[2] = {a.d, m.fr}, sb[2] = {m.fr, a.d};
     m.A[l] = zinc_param_add(e, m.mod[l], "A", ZINC_F32, 2, sa);
     m.B[l] = zinc_param_add(e, m.mod[l], "B", ZINC_F32, 2, sb);
-    if (!m.A[l] || !m.B[l])
+    int64_t sc[1] = {a.d};
+    m.c[l] = zinc_param_add(e, m.mod[l], "c", ZINC_F32, 1, sc);
+    if (!m.A[l] || !m.B[l] || !m.c[l])
       die("param");
+    if (zinc_param_set_replicated(m.c[l], 1) != ZINC_OK ||
+        zinc_param_set_weight_decay(m.c[l], 0) != ZINC_OK)
+      die("param flags");
   }
   for (int l = 0; l <= a.layers; l++)
     m.X[l] = calloc((size_t)a.batch * a.d, sizeof(float));
@@ -181,13 +199,14 @@ int main(int argc, char **argv) {
       if (zinc_module_fetch(e, m.mod[l]) != ZINC_OK)
         die("fetch");
       const float *A = zinc_param_data(m.A[l]), *B = zinc_param_data(m.B[l]);
+      const float *c = zinc_param_data(m.c[l]);
       if (a.checkpoint && zinc_activation_save(e, l, m.X[l], act * 4) != ZINC_OK)
         die("activation save");
       block_forward(&a, m.fr, m.X[l], A, B, m.Z[l], H);
       if (zinc_mp_allreduce_sum(e, H, (int64_t)act) != ZINC_OK)
         die("mp all-reduce");
       for (size_t i = 0; i < act; i++)
-        m.X[l + 1][i] = m.X[l][i] + H[i];
+        m.X[l + 1][i] = m.X[l][i] + H[i] + c[i % (size_t)a.d];
       if (a.checkpoint && l > 0) { /* only the checkpoint survives */
         memset(m.X[l], 0, act * 4);
         memset(m.Z[l], 0, (size_t)a.batch * m.fr * 4);
@@ -206,8 +225,14 @@ int main(int argc, char **argv) {
         die("fetch");
       const float *A = zinc_param_data(m.A[l]), *B = zinc_param_data(m.B[l]);
       float *gA = zinc_param_grad(m.A[l]), *gB = zinc_param_grad(m.B[l]);
-      if (!gA || !gB)
+      float *gc = zinc_param_grad(m.c[l]);
+      if (!gA || !gB || !gc)
         die("grad");
+      /* dY is whole on every model-parallel rank, so c's gradient is the
+       * same on each: what a replicated parameter needs */
+      for (int b = 0; b < a.batch; b++)
+        for (int k = 0; k < a.d; k++)
+          gc[k] += dY[b * a.d + k];
       if (a.checkpoint) { /* bring the input back and recompute the block */
         if (zinc_activation_restore(e, l, m.X[l], act * 4) != ZINC_OK)
           die("activation restore");
@@ -276,6 +301,7 @@ int main(int argc, char **argv) {
   free(m.mod);
   free(m.A);
   free(m.B);
+  free(m.c);
   free(m.X);
   free(m.Z);
   free(H);

@@ -196,18 +196,31 @@ static void resolve_model_auto(void **state) {
   zinc_settings_free(&s);
 
   assert_int_equal(zinc_settings_copy(&s, &cfg->s), ZINC_OK);
-  assert_int_equal(zinc_settings_resolve_model(&s, 0, 1, 0), ZINC_OK);
-  assert_int_equal(s.reduce_bucket_size, 500000000);
-  assert_int_equal(s.stage3_prefetch_bucket_size, 50000000);
-  assert_int_equal(s.stage3_param_persistence_threshold, 100000);
+  assert_int_equal(zinc_settings_resolve_model(&s, 64, 1, 0), ZINC_OK);
   assert_int_equal(s.fp16_enabled, 1);
   assert_int_equal(s.bf16_enabled, 0);
   zinc_settings_free(&s);
 
   assert_int_equal(zinc_settings_copy(&s, &cfg->s), ZINC_OK);
-  assert_int_equal(zinc_settings_resolve_model(&s, 0, 0, 0), ZINC_OK);
+  assert_int_equal(zinc_settings_resolve_model(&s, 64, 0, 0), ZINC_OK);
   assert_int_equal(s.fp16_enabled, 0);
   assert_int_equal(s.bf16_enabled, 0);
+  zinc_settings_free(&s);
+
+  /* no hidden size: an "auto" size is an error naming the key, never a
+   * guess; at stage 2 the stage-3 sizes have no effect and need none */
+  assert_int_equal(zinc_settings_copy(&s, &cfg->s), ZINC_OK);
+  assert_int_equal(zinc_settings_resolve_model(&s, 0, 1, 0), ZINC_ERR_CONFIG);
+  assert_non_null(strstr(zinc_last_error(), "zero_optimization.reduce_bucket_size"));
+  assert_non_null(strstr(zinc_last_error(), "zinc_options.hidden_size"));
+  s.reduce_bucket_size = 1000;
+  assert_int_equal(zinc_settings_resolve_model(&s, 0, 1, 0), ZINC_ERR_CONFIG);
+  assert_non_null(strstr(zinc_last_error(), "zero_optimization.stage3_prefetch_bucket_size"));
+  s.stage = 2;
+  assert_int_equal(zinc_settings_resolve_model(&s, 0, 1, 0), ZINC_OK);
+  assert_int_equal(s.reduce_bucket_size, 1000);
+  assert_int_equal(s.stage3_prefetch_bucket_size, 50000000);
+  assert_int_equal(s.stage3_param_persistence_threshold, 100000);
   zinc_settings_free(&s);
 
   assert_int_equal(zinc_settings_copy(&s, &cfg->s), ZINC_OK);

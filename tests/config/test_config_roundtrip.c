@@ -149,6 +149,7 @@ static void non_default_values_round_trip(void **state) {
   s.comm_timeout_s = 12.5;
   s.memory_timeline = strdup("timeline.json");
   s.placement_verbose = 1;
+  s.max_consecutive_skips = 7;
   zinc_log_set_level(ZINC_LOG_ERROR); /* use_gds warns on the way back */
   roundtrip_one(&s, "non-default settings");
 

@@ -106,8 +106,6 @@ static void special_cases_warn(void **state) {
   expect_warning("{\"scheduler\":{\"type\":\"WarmupDecayLR\",\"params\":{\"total_num_steps\":10,"
                  "\"warmup_num_steps\":100}}}", 1,
                  (const char *[]){"total_num_steps 10 is less than warmup_num_steps 100", NULL});
-  expect_warning("{\"zero_allow_untested_optimizer\":true,\"optimizer\":{\"type\":\"Lion\"}}", 1,
-                 (const char *[]){"\"Lion\" is not implemented", "runs Adam", NULL});
   /* several at once are counted one by one */
   expect_warning("{\"aio\":{\"use_gds\":true,\"bogus\":1},\"wandb\":{},\"dump_state\":true}", 4,
                  NULL);

@@ -148,6 +148,34 @@ static void static_and_off(void **state) {
   assert_true(zinc_loss_scaler_scale(&ls) == 1.0f);
 }
 
+/* Skips that a lower scale cannot cure, counted until a good step: at the
+ * minimum scale (the one that brings the scale down to it does not count),
+ * and every skip with a static scale. */
+static void stuck_skips(void **state) {
+  (void)state;
+  zinc_settings s = fp16_settings(3, 1000, 1, 0, 2);
+  zinc_loss_scaler ls;
+  zinc_loss_scaler_init(&ls, &s);
+  walk(&ls, "111", (const float[]){4, 2, 2}, "down to min 2");
+  assert_int_equal(ls.stuck_skips, 1);
+  walk(&ls, "11", (const float[]){2, 2}, "at min 2");
+  assert_int_equal(ls.stuck_skips, 3);
+  walk(&ls, "0", (const float[]){2}, "a good step");
+  assert_int_equal(ls.stuck_skips, 0);
+  walk(&ls, "11", (const float[]){2, 2}, "at min again");
+  assert_int_equal(ls.stuck_skips, 2);
+  zinc_loss_scaler_restore(&ls, 2, 10, 9, 1);
+  assert_int_equal(ls.stuck_skips, 0);
+
+  zinc_settings_defaults(&s);
+  s.bf16_enabled = 1;
+  zinc_loss_scaler_init(&ls, &s);
+  walk(&ls, "1101", (const float[]){1, 1, 1, 1}, "bf16");
+  assert_int_equal(ls.stuck_skips, 1);
+  walk(&ls, "11", (const float[]){1, 1}, "bf16 again");
+  assert_int_equal(ls.stuck_skips, 3);
+}
+
 static void state_is_plain_bytes(void **state) {
   (void)state;
   zinc_settings s = fp16_settings(12, 3, 2, 0, 1);
@@ -165,7 +193,7 @@ static void state_is_plain_bytes(void **state) {
     zinc_loss_scaler_update(&b, future[i] == '1');
     assert_memory_equal(&a, &b, sizeof a);
   }
-  assert_int_equal(sizeof a, 72);
+  assert_int_equal(sizeof a, 80);
 }
 
 int main(void) {
@@ -176,6 +204,7 @@ int main(void) {
       cmocka_unit_test(minimum_scale),
       cmocka_unit_test(deepspeed_defaults),
       cmocka_unit_test(static_and_off),
+      cmocka_unit_test(stuck_skips),
       cmocka_unit_test(state_is_plain_bytes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

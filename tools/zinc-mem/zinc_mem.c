@@ -3,12 +3,14 @@
  *
  *   zinc-mem estimate (--params N [--largest-layer M] [--dtype f32|bf16|f16]
  *                      | --model FILE) [--config FILE] [--ranks-per-node G]
- *                      [--nodes K]
+ *                      [--nodes K] [--hidden-size H]
  *       per-GPU and per-node host memory for each stage x offload choice
  *       (DeepSpeed's estimate_zero*_model_states_mem_needs_all_cold), from
  *       zinc's own layout code, including its buffers (gradient buckets,
  *       stage-3 gathered parameters).
  *       FILE: one parameter per line, "module name dtype d0 [d1 ...]".
+ *       H: the model's hidden size, for bucket sizes the config writes
+ *       "auto" (as zinc_options.hidden_size).
  *   zinc-mem timeline IN.json OUT.svg
  *       render a memory timeline ("zinc.memory_timeline") as an SVG chart.
  */
@@ -28,7 +30,8 @@ static int usage(void) {
   fprintf(stderr,
           "usage: zinc-mem estimate (--params N [--largest-layer M] [--dtype f32|bf16|f16] | "
           "--model FILE)\n"
-          "                         [--config FILE] [--ranks-per-node G] [--nodes K]\n"
+          "                         [--config FILE] [--ranks-per-node G] [--nodes K] "
+          "[--hidden-size H]\n"
           "       zinc-mem timeline IN.json OUT.svg\n");
   return 2;
 }
@@ -148,7 +151,7 @@ static zinc_status synth_model(int64_t total, int64_t largest, zinc_dtype dt,
 static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
 static int cmd_estimate(int argc, char **argv) {
-  int64_t params = 0, largest = 0;
+  int64_t params = 0, largest = 0, hidden = 0;
   const char *model = NULL, *cfgpath = NULL;
   int per_node = 1, nodes = 1;
   zinc_dtype dt = ZINC_BF16;
@@ -160,6 +163,8 @@ static int cmd_estimate(int argc, char **argv) {
       params = (int64_t)strtod(v, NULL);
     else if (!strcmp(a, "--largest-layer"))
       largest = (int64_t)strtod(v, NULL);
+    else if (!strcmp(a, "--hidden-size"))
+      hidden = (int64_t)strtod(v, NULL);
     else if (!strcmp(a, "--model"))
       model = v;
     else if (!strcmp(a, "--config"))
@@ -206,8 +211,10 @@ static int cmd_estimate(int argc, char **argv) {
       s.stage = stage;
       s.offload_optimizer.device = (zinc_offload_device)off;
       zinc_estimate est;
-      st = zinc_estimate_model(&s, world, p, n, &est);
+      st = zinc_estimate_model(&s, world, hidden, p, n, &est);
       zinc_settings_free(&s);
+      if (st != ZINC_OK && hidden == 0 && st == ZINC_ERR_CONFIG)
+        fprintf(stderr, "zinc-mem: give the hidden size with --hidden-size H\n");
       if (st != ZINC_OK)
         return fail();
       if (!printed) {

@@ -37,7 +37,7 @@ static void train_and_estimate(zinc_engine *e, et_model *m, const et_run *r, zin
     p[i].dtype = r->dtype;
     p[i].ndim = zinc_param_shape(m->par[i], p[i].shape);
   }
-  ET_OK(zinc_estimate_model(&e->cfg, N, p, TM_NPARAM, est));
+  ET_OK(zinc_estimate_model(&e->cfg, N, 0, p, TM_NPARAM, est));
 }
 
 static char nvme_dir[512];
