@@ -26,7 +26,34 @@
  * Failures come back as ZINC_ERR_COMM with a message naming the operation,
  * the peer where known, and the backend's error string. An operation that
  * has not completed after timeout_s fails the same way (the comm is then
- * unusable: destroy it).
+ * unusable: destroy it). Every later call on a failed comm fails at once
+ * and repeats the first failure's message, so it still names the lost
+ * rank(s).
+ *
+ * Requests: `start` hands the caller a request (NULL when start fails).
+ * `wait` consumes it whatever it returns. `test` consumes it when it sets
+ * *done = 1, and every error return sets *done = 1: after an error from
+ * either, the request is gone (freed, or owned by the backend until its
+ * batch ends) and the caller must forget it, never wait or test it again.
+ * Both backends (mpi, nccl) follow this.
+ *
+ * After a failure (timeout, lost or frozen peer) — what is left of MPI:
+ *  - destroy and free_shared return at once: collective frees (MPI_Win_free
+ *    of the shared windows) are skipped on a failed comm, on this rank or
+ *    a peer, since a lost peer would never join them; the windows stay
+ *    mapped until the process ends. On a healthy comm free_shared and
+ *    destroy first make sure (node barrier, bounded by timeout_s) that all
+ *    peers are there.
+ *  - MPI_Finalize would free those windows collectively and wait for the
+ *    lost rank forever. When zinc initialised MPI, its exit handler
+ *    therefore skips MPI_Finalize once any comm has failed (the launcher
+ *    may report an exit without MPI_Finalize). A trainer that initialised
+ *    MPI itself must not call MPI_Finalize after ZINC_ERR_COMM from a comm
+ *    failure unless every rank is known to be alive: exit with its own
+ *    status, or MPI_Abort(MPI_COMM_WORLD, code) to have the launcher stop
+ *    the job.
+ *  - timeout_s above 1e9 s is waited for without a deadline (the config
+ *    bounds zinc.comm_timeout_s to 1e6 s).
  */
 #ifndef ZINC_COMM_H
 #define ZINC_COMM_H
@@ -81,16 +108,18 @@ typedef struct {
    * be reused once start returns; the buffers must stay valid until done. */
   zinc_status (*start)(zinc_comm *c, const zinc_coll *colls, int n,
                        zinc_comm_req **req);
-  /* Block until done (or timeout_s), then free the request. */
+  /* Block until done (or timeout_s); consumes the request in every case. */
   zinc_status (*wait)(zinc_comm *c, zinc_comm_req *req);
-  /* *done = 1 when complete (the request is then freed, as by wait). */
+  /* *done = 1 when complete or on any error: the request is then consumed,
+   * as by wait (see "Requests" above). */
   zinc_status (*test)(zinc_comm *c, zinc_comm_req *req, int *done);
   /* Collective: ranks with the same color form a new comm, ordered by key. */
   zinc_status (*split)(zinc_comm *c, int color, int key, zinc_comm **out);
   /* Optional (NULL if the backend has none). Collective: memory that peers
    * on the node can read, so that reductions from it need no copy. Every
    * rank passes the same bytes. The comm keeps it until free_shared or
-   * destroy. */
+   * destroy. free_shared is collective too; on a failed comm it returns at
+   * once and leaves the memory mapped (see "After a failure"). */
   zinc_status (*alloc_shared)(zinc_comm *c, size_t bytes, void **out);
   void (*free_shared)(zinc_comm *c, void *p);
   void (*destroy)(zinc_comm *c);

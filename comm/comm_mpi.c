@@ -8,7 +8,9 @@
  * with MPI_THREAD_MULTIPLE and registers one atexit handler that finalises
  * it (unless someone already did). That is the one piece of process-wide
  * state here, guarded by a mutex: comms can be created and destroyed any
- * number of times in one process, MPI stays up until exit.
+ * number of times in one process, MPI stays up until exit. Once any comm
+ * has failed, the handler leaves MPI unfinalised (comm.h, "After a
+ * failure"), so that the process can exit while a peer is lost.
  *
  * Paths: when every rank of the comm shares this node (MPI_COMM_TYPE_SHARED
  * gives the whole comm) collectives read peers' memory directly
@@ -49,12 +51,22 @@
 static pthread_mutex_t mpi_init_lock = PTHREAD_MUTEX_INITIALIZER;
 static int mpi_finalize_registered; /* guarded by mpi_init_lock */
 static atomic_int sync_start_logged;
+/* A comm of this process failed (timeout, lost peer): MPI_Finalize frees
+ * the windows left behind collectively and would wait for the lost rank. */
+static atomic_int mpi_comm_failed;
 
 static void mpi_finalize_at_exit(void) {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized)
-    MPI_Finalize();
+  if (finalized)
+    return;
+  if (atomic_load(&mpi_comm_failed)) {
+    zinc_log(ZINC_LOG_WARN, "comm mpi: MPI is not finalised at exit because a comm failed "
+             "(a rank was lost or stalled): MPI_Finalize would wait for it; the launcher "
+             "may report that this process exited without MPI_Finalize");
+    return;
+  }
+  MPI_Finalize();
 }
 
 zinc_status zinc_mpi_error(int rc, const char *what, int peer) {
@@ -96,6 +108,46 @@ double zinc_mpi_deadline(const zinc_mpi *m) {
   return m->timeout_s > 0 ? zinc_now() + m->timeout_s : INFINITY;
 }
 
+/* ------------------------------------------------------------- failure */
+
+void zinc_mpi_fail(zinc_mpi *m) {
+  int none = 0;
+  if (atomic_compare_exchange_strong(&m->failure_state, &none, 1)) {
+    snprintf(m->failure, sizeof m->failure, "%s", zinc_last_error());
+    atomic_store(&m->failure_state, 2);
+  }
+  atomic_store(&m->abort, 1);
+  atomic_store(&mpi_comm_failed, 1);
+  if (m->ctl && m->ctl[m->rank])
+    atomic_store(&m->ctl[m->rank]->failed, 1);
+}
+
+zinc_status zinc_mpi_failed_earlier(zinc_mpi *m, const char *what) {
+  const char *first = atomic_load(&m->failure_state) == 2 ? m->failure
+                                                          : "timeout or lost peer";
+  return zinc_error(ZINC_ERR_COMM, "comm mpi: %s: the comm failed earlier (%s); destroy it "
+                    "and create a new one", what, first);
+}
+
+int zinc_mpi_is_failed(zinc_mpi *m) {
+  if (atomic_load(&m->abort))
+    return 1;
+  if (m->use_shm && m->ctl)
+    for (int k = 0; k < m->size; k++)
+      if (atomic_load(&m->ctl[k]->failed) || atomic_load(&m->ctl[k]->leaving) == 2)
+        return 1;
+  return 0;
+}
+
+/* A call's outcome: an error that left the comm aborted (a timeout, a lost
+ * peer) is the comm's failure, kept for the calls that follow. Errors that
+ * leave the comm usable (bad arguments, mismatched collectives) are not. */
+static zinc_status settle(zinc_mpi *m, zinc_status st) {
+  if (st != ZINC_OK && atomic_load(&m->abort))
+    zinc_mpi_fail(m);
+  return st;
+}
+
 void zinc_mpi_describe(const zinc_coll *o, char *buf, size_t len) {
   if (o->kind == ZINC_COLL_BARRIER)
     snprintf(buf, len, "barrier");
@@ -122,8 +174,7 @@ static void run_alone(const zinc_coll *colls, int n) {
 
 zinc_status zinc_mpi_execute(zinc_mpi *m, const zinc_coll *colls, int n) {
   if (atomic_load(&m->abort))
-    return zinc_error(ZINC_ERR_COMM, "comm mpi: the comm failed earlier (timeout or lost "
-                      "peer); destroy it and create a new one");
+    return zinc_mpi_failed_earlier(m, n > 0 ? zinc_coll_name(colls[0].kind) : "batch");
   if (n == 0)
     return ZINC_OK;
   if (m->size == 1) {
@@ -144,8 +195,8 @@ static zinc_status worker_exec(void *ctx, const zinc_coll *colls, int n) {
 static zinc_status mpi_run(zinc_comm *c, const zinc_coll *colls, int n) {
   ZINC_CHECK(zinc_coll_validate(c, colls, n));
   zinc_mpi *m = zinc_mpi_of(c);
-  ZINC_CHECK(zinc_mpi_worker_drain(m->worker, "run"));
-  return zinc_mpi_execute(m, colls, n);
+  ZINC_CHECK(settle(m, zinc_mpi_worker_drain(m->worker, "run")));
+  return settle(m, zinc_mpi_execute(m, colls, n));
 }
 
 static zinc_status mpi_start(zinc_comm *c, const zinc_coll *colls, int n, zinc_comm_req **req) {
@@ -155,28 +206,41 @@ static zinc_status mpi_start(zinc_comm *c, const zinc_coll *colls, int n, zinc_c
   ZINC_CHECK(zinc_coll_validate(c, colls, n));
   zinc_mpi *m = zinc_mpi_of(c);
   if (!m->worker)
-    ZINC_CHECK(zinc_mpi_execute(m, colls, n));
+    ZINC_CHECK(settle(m, zinc_mpi_execute(m, colls, n)));
   return zinc_mpi_worker_submit(m->worker, colls, n, m->size, req);
 }
 
 static zinc_status mpi_wait(zinc_comm *c, zinc_comm_req *req) {
   zinc_mpi *m = zinc_mpi_of(c);
   zinc_status st = zinc_mpi_worker_wait(m->worker, req);
-  char who[256];
+  char who[256], msg[1024];
   /* a timed-out wait: name the ranks the node barrier is still waiting for */
   if (st == ZINC_ERR_COMM && m->use_shm && zinc_mpi_shm_laggards(m, who, sizeof who) > 0) {
-    char msg[1024];
     snprintf(msg, sizeof msg, "%s", zinc_last_error());
-    return zinc_error(ZINC_ERR_COMM, "%s; rank(s) %s had not arrived at the node barrier",
-                      msg, who);
+    st = zinc_error(ZINC_ERR_COMM, "%s; rank(s) %s had not arrived at the node barrier",
+                    msg, who);
+  } else if (st == ZINC_ERR_COMM && !m->use_shm && atomic_load(&m->abort) &&
+             atomic_load(&m->failure_state) == 0) {
+    /* p2p: the worker, aborted, gives up within a poll and records which
+     * peer it was waiting for; wait for that and say it */
+    snprintf(msg, sizeof msg, "%s", zinc_last_error());
+    (void)zinc_mpi_worker_drain(m->worker, "wait");
+    if (atomic_load(&m->failure_state) == 2)
+      st = zinc_error(ZINC_ERR_COMM, "%s; the batch: %s", msg, m->failure);
+    else
+      st = zinc_error(ZINC_ERR_COMM, "%s", msg);
   }
-  return st;
+  return settle(m, st);
 }
 
 static zinc_status mpi_test(zinc_comm *c, zinc_comm_req *req, int *done) {
   if (!done)
     return zinc_error(ZINC_ERR_INVALID, "comm mpi: test needs a done pointer");
-  return zinc_mpi_worker_test(zinc_mpi_of(c)->worker, req, done);
+  zinc_mpi *m = zinc_mpi_of(c);
+  zinc_status st = zinc_mpi_worker_test(m->worker, req, done);
+  if (st != ZINC_OK)
+    *done = 1; /* consumed (comm.h) */
+  return settle(m, st);
 }
 
 static zinc_status create_from(MPI_Comm comm, int thread_level, double timeout_s,
@@ -190,7 +254,9 @@ static zinc_status mpi_split(zinc_comm *c, int color, int key, zinc_comm **out) 
     return zinc_error(ZINC_ERR_INVALID, "comm mpi: split color %d is negative; every rank "
                       "must pass a color >= 0", color);
   zinc_mpi *m = zinc_mpi_of(c);
-  ZINC_CHECK(zinc_mpi_worker_drain(m->worker, "split"));
+  ZINC_CHECK(settle(m, zinc_mpi_worker_drain(m->worker, "split")));
+  if (atomic_load(&m->abort))
+    return zinc_mpi_failed_earlier(m, "split");
   MPI_Comm sub;
   int rc = MPI_Comm_split(m->comm, color, key, &sub);
   if (rc != MPI_SUCCESS)
@@ -203,7 +269,9 @@ static zinc_status mpi_alloc_shared(zinc_comm *c, size_t bytes, void **out) {
     return zinc_error(ZINC_ERR_INVALID, "comm mpi: alloc_shared needs an output pointer");
   *out = NULL;
   zinc_mpi *m = zinc_mpi_of(c);
-  ZINC_CHECK(zinc_mpi_worker_drain(m->worker, "alloc_shared"));
+  ZINC_CHECK(settle(m, zinc_mpi_worker_drain(m->worker, "alloc_shared")));
+  if (atomic_load(&m->abort))
+    return zinc_mpi_failed_earlier(m, "alloc_shared");
   return zinc_mpi_shm_alloc_create(m, bytes, out);
 }
 
@@ -211,7 +279,7 @@ static void mpi_free_shared(zinc_comm *c, void *p) {
   zinc_mpi *m = zinc_mpi_of(c);
   if (!p)
     return;
-  if (zinc_mpi_worker_drain(m->worker, "free_shared") != ZINC_OK)
+  if (settle(m, zinc_mpi_worker_drain(m->worker, "free_shared")) != ZINC_OK)
     zinc_log(ZINC_LOG_WARN, "%s", zinc_last_error());
   zinc_mpi_shm_alloc_free(m, p);
 }
@@ -226,7 +294,7 @@ static void mpi_release(zinc_comm *c) {
   MPI_Finalized(&finalized);
   int collective_ok = !finalized && (m->use_shm ? zinc_mpi_shm_agree_teardown(m)
                                                 : !atomic_load(&m->abort));
-  if (!collective_ok && (m->allocs || m->ctl_win != MPI_WIN_NULL))
+  if (!collective_ok && (m->allocs || m->ctl_win != MPI_WIN_NULL || m->windows_left))
     zinc_log(ZINC_LOG_WARN, "comm mpi: destroying a failed comm: its shared windows are "
              "left to MPI_Finalize");
   if (collective_ok) {

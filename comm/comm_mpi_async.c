@@ -191,17 +191,26 @@ zinc_status zinc_mpi_worker_submit(zinc_mpi_worker *w, const zinc_coll *colls, i
   return ZINC_OK;
 }
 
-static struct timespec abs_deadline(double seconds) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  double whole = (double)(time_t)seconds;
-  ts.tv_sec += (time_t)whole;
-  ts.tv_nsec += (long)((seconds - whole) * 1e9);
+struct timespec zinc_mpi_timespec_after(struct timespec from, double seconds) {
+  if (!(seconds > 0)) /* <= 0 or NaN */
+    seconds = seconds < 0 ? 0 : (seconds == 0 ? 0 : ZINC_MPI_MAX_TIMED_WAIT_S);
+  if (seconds > ZINC_MPI_MAX_TIMED_WAIT_S)
+    seconds = ZINC_MPI_MAX_TIMED_WAIT_S; /* no time_t overflow, no garbage tv_nsec */
+  time_t whole = (time_t)seconds;
+  struct timespec ts = from;
+  ts.tv_sec += whole;
+  ts.tv_nsec += (long)((seconds - (double)whole) * 1e9);
   if (ts.tv_nsec >= 1000000000L) {
     ts.tv_sec++;
     ts.tv_nsec -= 1000000000L;
   }
   return ts;
+}
+
+static struct timespec abs_deadline(double seconds) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return zinc_mpi_timespec_after(now, seconds);
 }
 
 /* Has `req` finished (req NULL: has every queued batch)? Mutex held. */
@@ -212,9 +221,10 @@ static int finished(const zinc_mpi_worker *w, const zinc_comm_req *req) {
 /* Wait on `finished` until it holds or timeout_s passes; mutex held.
  * Returns 1 on timeout. */
 static int wait_finished(zinc_mpi_worker *w, const zinc_comm_req *req) {
-  struct timespec deadline = abs_deadline(w->timeout_s > 0 ? w->timeout_s : 0);
+  int timed = w->timeout_s > 0 && w->timeout_s <= ZINC_MPI_MAX_TIMED_WAIT_S;
+  struct timespec deadline = abs_deadline(timed ? w->timeout_s : 0);
   while (!finished(w, req)) {
-    if (w->timeout_s <= 0)
+    if (!timed)
       pthread_cond_wait(&w->finished, &w->mu);
     else if (pthread_cond_timedwait(&w->finished, &w->mu, &deadline) == ETIMEDOUT)
       return !finished(w, req);

@@ -29,6 +29,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "comm/comm.h"
 
@@ -91,6 +92,9 @@ typedef struct {
   int thread_level;        /* MPI's, as provided                              */
   double timeout_s;        /* <= 0: wait forever                              */
   _Atomic int abort;       /* set once the comm failed or is being torn down  */
+  _Atomic int failure_state; /* 0 none, 1 being written, 2 `failure` is set   */
+  char failure[768];       /* the first failure's message (names the rank),
+                              repeated by every later refusal                 */
 
   /* shared memory (use_shm: every rank of comm is on this node) */
   int use_shm;
@@ -103,6 +107,9 @@ typedef struct {
   uint64_t epoch;          /* node barriers passed                            */
 
   zinc_mpi_shm_alloc *allocs; /* alloc_shared allocations, newest first       */
+  int windows_left;        /* windows of allocations freed on a failed comm:
+                              not freed (MPI_Win_free is collective), left to
+                              MPI_Finalize                                    */
   int32_t next_alloc_id;
 
   /* point-to-point path */
@@ -127,6 +134,15 @@ zinc_status zinc_mpi_error(int rc, const char *what, int peer);
 void zinc_mpi_describe(const zinc_coll *o, char *buf, size_t len);
 /* Deadline for a wait that starts now (infinity when timeout_s <= 0). */
 double zinc_mpi_deadline(const zinc_mpi *m);
+/* The comm has failed: set `abort`, tell the node's peers (the control
+ * segment's `failed`), and keep zinc_last_error() as the failure's message
+ * if it is the first. Callable from any thread, any number of times. */
+void zinc_mpi_fail(zinc_mpi *m);
+/* ZINC_ERR_COMM "comm mpi: <what>: the comm failed earlier (<the first
+ * failure's message>); ..." for calls on a failed comm. */
+zinc_status zinc_mpi_failed_earlier(zinc_mpi *m, const char *what);
+/* 1 when this comm or (shared-memory path) a peer's has failed. */
+int zinc_mpi_is_failed(zinc_mpi *m);
 /* Run a validated batch in the calling thread (shm or p2p path). */
 zinc_status zinc_mpi_execute(zinc_mpi *m, const zinc_coll *colls, int n);
 
@@ -188,6 +204,12 @@ zinc_status zinc_mpi_worker_submit(zinc_mpi_worker *w, const zinc_coll *colls, i
                                    int nranks, zinc_comm_req **req);
 zinc_status zinc_mpi_worker_wait(zinc_mpi_worker *w, zinc_comm_req *req);
 zinc_status zinc_mpi_worker_test(zinc_mpi_worker *w, zinc_comm_req *req, int *done);
+/* Longest wait a timespec deadline is computed for; longer timeouts (and
+ * <= 0) wait without one. */
+#define ZINC_MPI_MAX_TIMED_WAIT_S 1e9
+/* `from` + seconds, saturating: seconds <= 0 gives `from`, seconds above
+ * ZINC_MPI_MAX_TIMED_WAIT_S (or NaN) gives from + that bound. */
+struct timespec zinc_mpi_timespec_after(struct timespec from, double seconds);
 /* Block until every queued batch has finished (their requests stay valid). */
 zinc_status zinc_mpi_worker_drain(zinc_mpi_worker *w, const char *why);
 /* Drain (bounded by the timeout), stop and join the thread, free requests

@@ -74,6 +74,7 @@ typedef struct {
   zinc_mpi *m;
   int n;               /* requests posted */
   const char *what;
+  const char *suspects; /* said after the peer on a timeout, or NULL */
 } p2p_batch;
 
 static zinc_status post_tagged(p2p_batch *b, int is_send, void *buf, size_t bytes, int peer,
@@ -125,10 +126,11 @@ static zinc_status complete(p2p_batch *b) {
           break;
         }
       abandon(b);
-      atomic_store(&m->abort, 1);
       char ctx[160];
       snprintf(ctx, sizeof ctx, "%s: message completion", b->what);
-      return zinc_mpi_error(err, ctx, peer);
+      zinc_status st = zinc_mpi_error(err, ctx, peer);
+      zinc_mpi_fail(m);
+      return st;
     }
     if (flag) {
       b->n = 0;
@@ -146,11 +148,13 @@ static zinc_status complete(p2p_batch *b) {
           peer = m->p2p_peer[i];
       int aborted = atomic_load(&m->abort);
       abandon(b);
-      atomic_store(&m->abort, 1);
-      return zinc_error(ZINC_ERR_COMM,
-                        "comm mpi: %s: %s waiting for peer rank %d; the comm is unusable, "
-                        "destroy it",
-                        b->what, aborted ? "abandoned (comm aborted)" : "timed out", peer);
+      zinc_status st = zinc_error(ZINC_ERR_COMM,
+                                  "comm mpi: %s: %s waiting for peer rank %d%s; the comm is "
+                                  "unusable, destroy it",
+                                  b->what, aborted ? "abandoned (comm aborted)" : "timed out",
+                                  peer, b->suspects ? b->suspects : "");
+      zinc_mpi_fail(m);
+      return st;
     }
   }
 }
@@ -171,7 +175,7 @@ static zinc_status reduce_slices(zinc_mpi *m, const char *send, char *out, const
   for (int q = 0; q < n; q++)
     if (start[q + 1] - start[q] > longest)
       longest = start[q + 1] - start[q];
-  p2p_batch b = {m, 0, what};
+  p2p_batch b = {m, 0, what, NULL};
   const void *srcs[n];
   for (size_t a = 0; a < longest; a += cap) {
     size_t mine = piece_len(start[r + 1] - start[r], a, cap);
@@ -201,7 +205,7 @@ static zinc_status gather(zinc_mpi *m, const char *mine, char *recv, const size_
     longest = len_of[k] > longest ? len_of[k] : longest;
   if (len_of[r] && recv + dst_of[r] * es != mine)
     memmove(recv + dst_of[r] * es, mine, len_of[r] * es);
-  p2p_batch b = {m, 0, what};
+  p2p_batch b = {m, 0, what, NULL};
   for (size_t a = 0; a < longest; a += cap) {
     for (int k = 0; k < n; k++)
       if (k != r)
@@ -254,9 +258,25 @@ static zinc_status run_one(zinc_mpi *m, const zinc_coll *o) {
     return gather(m, o->kind == ZINC_COLL_BROADCAST ? o->recv : o->send, o->recv, len_of,
                   dst_of, es, what);
   case ZINC_COLL_BARRIER: {
-    p2p_batch b = {m, 0, "barrier"};
-    char token_out = 0, token_in[1];
+    p2p_batch b = {m, 0, "barrier", NULL};
+    char token_out = 0, token_in[1], suspects[256];
     for (int dist = 1; dist < n; dist *= 2) {
+      /* Round `dist` brings rank r - dist's token, sent once ranks
+       * r-2*dist+1 .. r-dist have all arrived (the rounds before told it);
+       * ranks r-dist+1 .. r are known here. So if the token never comes,
+       * one of those is missing: name them all. */
+      size_t used = (size_t)snprintf(suspects, sizeof suspects, "; rank(s) ");
+      int far = 2 * dist - 1 < n - 1 ? 2 * dist - 1 : n - 1;
+      for (int k = 0, first = 1; k < n && used + 16 < sizeof suspects; k++) {
+        int back = (r - k + n) % n; /* how far behind r rank k is */
+        if (back >= dist && back <= far) {
+          used += (size_t)snprintf(suspects + used, sizeof suspects - used, "%s%d",
+                                   first ? "" : ",", k);
+          first = 0;
+        }
+      }
+      snprintf(suspects + used, sizeof suspects - used, " had not all arrived");
+      b.suspects = suspects;
       ZINC_CHECK(post_tagged(&b, 0, token_in, 1, (r - dist + n) % n, m->p2p_tag + 1));
       ZINC_CHECK(post_tagged(&b, 1, &token_out, 1, (r + dist) % n, m->p2p_tag + 1));
       ZINC_CHECK(complete(&b));
@@ -270,8 +290,7 @@ static zinc_status run_one(zinc_mpi *m, const zinc_coll *o) {
 zinc_status zinc_mpi_p2p_run(zinc_mpi *m, const zinc_coll *colls, int n) {
   for (int j = 0; j < n; j++) {
     if (atomic_load(&m->abort))
-      return zinc_error(ZINC_ERR_COMM, "comm mpi: the comm failed earlier or is being "
-                        "destroyed");
+      return zinc_mpi_failed_earlier(m, zinc_coll_name(colls[j].kind));
     ZINC_CHECK(run_one(m, &colls[j]));
   }
   return ZINC_OK;

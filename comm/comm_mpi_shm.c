@@ -64,10 +64,11 @@ static void futex_wake_all(_Atomic uint32_t *word) {
 
 /* ---------------------------------------------------------------- barrier */
 
-/* Mark this rank's comm failed, for itself and for its peers. */
-static void mark_failed(zinc_mpi *m) {
-  atomic_store(&m->abort, 1);
-  atomic_store(&m->ctl[m->rank]->failed, 1);
+/* Mark this rank's comm failed, for itself and for its peers, keeping the
+ * message just set as the comm's failure. */
+static zinc_status mark_failed(zinc_mpi *m, zinc_status st) {
+  zinc_mpi_fail(m);
+  return st;
 }
 
 static zinc_status barrier_failed(zinc_mpi *m, const char *what, uint64_t epoch,
@@ -78,12 +79,19 @@ static zinc_status barrier_failed(zinc_mpi *m, const char *what, uint64_t epoch,
     if (atomic_load(&m->ctl[k]->arrived) < epoch)
       used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%d",
                                used ? "," : "", k);
-  mark_failed(m);
-  return zinc_error(ZINC_ERR_COMM,
-                    "comm mpi: %s: node barrier %s; rank(s) %s had not arrived (peer "
-                    "died, hung, or ranks issued different collectives); the comm is "
-                    "unusable, destroy it",
-                    what, why, used ? missing : "(none: all arrived late)");
+  return mark_failed(m, zinc_error(ZINC_ERR_COMM,
+                                   "comm mpi: %s: node barrier %s; rank(s) %s had not arrived "
+                                   "(peer died, hung, or ranks issued different collectives); "
+                                   "the comm is unusable, destroy it",
+                                   what, why, used ? missing : "(none: all arrived late)"));
+}
+
+/* A peer whose comm failed, or -1. */
+static int failed_peer(zinc_mpi *m) {
+  for (int k = 0; k < m->size; k++)
+    if (atomic_load(&m->ctl[k]->failed))
+      return k;
+  return -1;
 }
 
 /* Ranks behind the others at the node barrier (arrived at an older epoch
@@ -107,14 +115,12 @@ int zinc_mpi_shm_laggards(zinc_mpi *m, char *buf, size_t n) {
 /* After a barrier: a peer whose comm failed may have left stale arrivals
  * behind, so the barrier proves nothing; fail too. */
 static zinc_status check_peers(zinc_mpi *m, const char *what) {
-  for (int k = 0; k < m->size; k++)
-    if (atomic_load(&m->ctl[k]->failed)) {
-      mark_failed(m);
-      return zinc_error(ZINC_ERR_COMM, "comm mpi: %s: the comm failed on peer rank %d "
-                        "(timeout or abort there); the comm is unusable, destroy it",
-                        what, k);
-    }
-  return ZINC_OK;
+  int k = failed_peer(m);
+  if (k < 0)
+    return ZINC_OK;
+  return mark_failed(m, zinc_error(ZINC_ERR_COMM, "comm mpi: %s: the comm failed on peer "
+                                   "rank %d (timeout or abort there); the comm is unusable, "
+                                   "destroy it", what, k));
 }
 
 static void nap(_Atomic uint32_t *word, uint32_t expected, _Atomic uint32_t *sleepers,
@@ -125,11 +131,8 @@ static void nap(_Atomic uint32_t *word, uint32_t expected, _Atomic uint32_t *sle
 }
 
 zinc_status zinc_mpi_shm_barrier(zinc_mpi *m, const char *what) {
-  if (atomic_load(&m->abort)) {
-    mark_failed(m);
-    return zinc_error(ZINC_ERR_COMM, "comm mpi: %s: the comm failed earlier or is being "
-                      "destroyed", what);
-  }
+  if (atomic_load(&m->abort))
+    return mark_failed(m, zinc_mpi_failed_earlier(m, what));
   zinc_mpi_shm_ctl *b = m->ctl[0];
   uint64_t epoch = ++m->epoch;
   atomic_store(&m->ctl[m->rank]->arrived, epoch);
@@ -160,7 +163,12 @@ zinc_status zinc_mpi_shm_barrier(zinc_mpi *m, const char *what) {
       return barrier_failed(m, what, epoch, "abandoned (comm aborted)");
     if (now > deadline)
       return barrier_failed(m, what, epoch, "timed out");
-    ZINC_CHECK(check_peers(m, what));
+    int k = failed_peer(m);
+    if (k >= 0) { /* name the ranks still missing, not only the peer that gave up */
+      char why[96];
+      snprintf(why, sizeof why, "abandoned (the comm failed on peer rank %d)", k);
+      return barrier_failed(m, what, epoch, why);
+    }
     nap(&b->bar_gen, gen, &b->bar_sleepers,
         deadline - now < BARRIER_SLEEP_S ? deadline - now : BARRIER_SLEEP_S);
   }
@@ -175,18 +183,32 @@ int zinc_mpi_shm_agree_teardown(zinc_mpi *m) {
   futex_wake_all(&m->ctl[m->rank]->leaving);
   if (!healthy)
     return 0; /* everybody will see our 2 and skip the collective frees */
-  /* A healthy rank waits for every peer's verdict, however late: deciding
-   * alone would let a peer enter MPI_Win_free that we skip. A failed or
-   * lost peer says so through `failed`. */
+  /* A healthy rank waits for every peer's verdict: deciding alone would let
+   * a peer enter MPI_Win_free that we skip. A failed peer says so through
+   * `failed`; a peer that never comes (killed or frozen without anybody
+   * noticing) is given up after the comm timeout, and our verdict turns to
+   * 2 so that a peer arriving later skips the frees as well. */
+  double deadline = 0;
   for (int k = 0; k < m->size; k++) {
     uint32_t v;
     for (unsigned spin = 0; (v = atomic_load(&m->ctl[k]->leaving)) == 0; spin++) {
       if (atomic_load(&m->ctl[k]->failed))
         return 0;
-      if (spin < BARRIER_SPIN_SLEEP)
+      if (spin < BARRIER_SPIN_SLEEP) {
         cpu_relax();
-      else
-        futex_wait(&m->ctl[k]->leaving, 0, BARRIER_SLEEP_S); /* woken on its arrival */
+        continue;
+      }
+      if (deadline == 0)
+        deadline = zinc_mpi_deadline(m);
+      if (zinc_now() > deadline) {
+        atomic_store(&m->ctl[m->rank]->leaving, 2u);
+        futex_wake_all(&m->ctl[m->rank]->leaving);
+        zinc_log(ZINC_LOG_WARN, "comm mpi: destroy: rank %d did not reach destroy within the "
+                 "comm timeout of %.1f s; its shared windows are left to MPI_Finalize", k,
+                 m->timeout_s);
+        return 0;
+      }
+      futex_wait(&m->ctl[k]->leaving, 0, BARRIER_SLEEP_S); /* woken on its arrival */
     }
     if (v != 1)
       return 0;
@@ -314,12 +336,31 @@ static void alloc_release(zinc_mpi_shm_alloc *a) {
   free(a);
 }
 
+/* MPI_Win_free is collective: every rank of the node must enter it. On a
+ * failed comm (here or on a peer) some never will, so the window is left to
+ * MPI_Finalize; on a healthy one a node barrier, bounded by the timeout,
+ * first makes sure every peer is there. */
+static void alloc_free_window(zinc_mpi *m, zinc_mpi_shm_alloc *a) {
+  if (!zinc_mpi_is_failed(m) && zinc_mpi_shm_barrier(m, "free_shared") == ZINC_OK) {
+    alloc_release(a);
+    return;
+  }
+  zinc_log(ZINC_LOG_DEBUG, "comm mpi: free_shared on a failed comm: the window of %zu bytes "
+           "is left to MPI_Finalize", a->bytes);
+  m->windows_left++;
+  free(a->peer);
+  free(a);
+}
+
 void zinc_mpi_shm_alloc_free(zinc_mpi *m, void *p) {
   for (zinc_mpi_shm_alloc **pp = &m->allocs; *pp; pp = &(*pp)->next) {
     if ((*pp)->base == p) {
       zinc_mpi_shm_alloc *a = *pp;
       *pp = a->next;
-      alloc_release(a);
+      if (a->win != MPI_WIN_NULL)
+        alloc_free_window(m, a);
+      else
+        alloc_release(a);
       return;
     }
   }

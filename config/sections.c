@@ -485,7 +485,8 @@ static const zinc_key activation_keys[] = {
 
 static const zinc_key zinc_keys[] = {
     ZINC_KCUSTOM("log_level"),
-    ZINC_KF(T, "comm_timeout_s", comm_timeout_s, 0, INF, ZINC_KEY_LO_OPEN, 0),
+    /* at most 1e6 s (11.6 days): a bound a deadline can be computed for */
+    ZINC_KF(T, "comm_timeout_s", comm_timeout_s, 0, 1e6, ZINC_KEY_LO_OPEN, 0),
     ZINC_KCUSTOM("memory_timeline"),
     ZINC_KB(T, "placement_verbose", placement_verbose),
     ZINC_KL(T, "max_consecutive_skips", max_consecutive_skips, 0, 0, 0),

@@ -461,7 +461,8 @@ zinc_status zinc_module_fetch(zinc_engine *e, zinc_module *m) {
   if (st != ZINC_OK)
     return zinc_engine_fail(e, st);
   m->fetched++;
-  return zinc_grads_poll(e);
+  st = zinc_grads_poll(e); /* a reduction that failed in the background */
+  return st == ZINC_OK ? ZINC_OK : zinc_engine_fail(e, st);
 }
 
 zinc_status zinc_module_release(zinc_engine *e, zinc_module *m) {

@@ -245,10 +245,10 @@ zinc_status zinc_grads_poll(zinc_engine *e) {
     int done = 1;
     if (r->req) {
       zinc_status st = e->dp->ops->test(e->dp, r->req, &done);
+      if (st != ZINC_OK || done)
+        r->req = NULL; /* the comm consumed it (comm.h: who owns a request) */
       if (st != ZINC_OK)
         return zinc_error_wrap(st, "reducing gradients");
-      if (done)
-        r->req = NULL;
     }
     if (!done)
       return ZINC_OK;

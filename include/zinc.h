@@ -160,7 +160,13 @@ ZINC_API zinc_status zinc_engine_create(const zinc_config *cfg,
                                         const zinc_options *opt,
                                         zinc_engine **out);
 /* Free everything the engine owns: memory, threads, files (swap files are
- * removed). Accepts NULL. Collective when the engine was built. */
+ * removed). Accepts NULL. Collective when the engine was built, except
+ * after ZINC_ERR_COMM from a lost or frozen peer: then it returns at once,
+ * skipping the collective frees (the node's shared windows stay mapped
+ * until the process ends), and the process can exit with its own status.
+ * MPI_Finalize would wait for the lost rank: when zinc initialised MPI it
+ * does not finalise it at exit after such a failure; a trainer that
+ * initialised MPI should then exit, or MPI_Abort, rather than finalise. */
 ZINC_API void zinc_engine_destroy(zinc_engine *e);
 
 /* Rank and size in the whole world. */

@@ -7,14 +7,25 @@
  *     usable;
  *   - ranks issuing different collectives get ZINC_ERR_COMM on every rank
  *     (shared-memory path), and the comm stays usable;
- *   - a rank that never arrives: the others get ZINC_ERR_COMM naming the
- *     operation and the missing rank after timeout_s, both from run() and
- *     from wait() on a started batch; destroy returns without hanging.
+ *   - a rank that never arrives: every other rank gets ZINC_ERR_COMM naming
+ *     the operation and the missing rank after timeout_s, both from run()
+ *     and from wait() on a started batch; later calls still name it;
+ *     free_shared of a shared buffer and destroy return at once (no
+ *     collective MPI_Win_free on a failed comm);
+ *   - deadlines saturate: a timeout of 1e19 s waits (without burning the
+ *     CPU) instead of overflowing.
+ *
+ * The test initialises and finalises MPI itself: its comms fail, and zinc
+ * then leaves MPI unfinalised at exit (a lost peer would hang
+ * MPI_Finalize); here every rank is alive, so finalising is safe.
  */
 #define _GNU_SOURCE
+#include <math.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "comm/comm_check.h"
+#include "comm/comm_mpi_impl.h"
 
 static void expect_status(zinc_status got, zinc_status want, const char *needle,
                           const char *what) {
@@ -71,6 +82,29 @@ static void test_mismatch(zinc_comm *c) {
   CHECK(sum == c->size, "comm unusable after a mismatch: sum %d", sum);
 }
 
+/* Does `msg` name `rank`: "rank N" or a list "rank(s) A,B,..." holding it? */
+static int names_rank(const char *msg, int rank) {
+  for (const char *p = strstr(msg, "rank"); p; p = strstr(p + 1, "rank")) {
+    const char *q = p + 4;
+    if (!strncmp(q, "(s)", 3))
+      q += 3;
+    if (*q++ != ' ')
+      continue;
+    for (;;) {
+      char *end;
+      long v = strtol(q, &end, 10);
+      if (end == q)
+        break;
+      if (v == rank)
+        return 1;
+      if (*end != ',')
+        break;
+      q = end + 1;
+    }
+  }
+  return 0;
+}
+
 static void sleep_s(double s) {
   struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
   nanosleep(&ts, NULL);
@@ -86,6 +120,8 @@ static void test_timeout(const char *path, int started) {
   char what[96];
   snprintf(what, sizeof what, "%s: %s barrier with rank 0 missing", path,
            started ? "started" : "run");
+  void *shared = NULL; /* freed after the failure: must not wait for peers */
+  CHECK_OK(c->ops->alloc_shared(c, 4096, &shared));
   if (c->rank == 0) {
     sleep_s(0.8);
     zinc_status st = zinc_comm_barrier(c); /* the others gave up: fails or passes */
@@ -99,22 +135,75 @@ static void test_timeout(const char *path, int started) {
       expect_status(c->ops->wait(c, req), ZINC_ERR_COMM, "barrier", what);
   } else {
     expect_status(zinc_comm_barrier(c), ZINC_ERR_COMM, "barrier", what);
-    /* the message names the missing rank, or (when another waiting rank's
-     * timeout fired first and failed the comm for everyone) that rank */
-    CHECK(strstr(zinc_last_error(), !strcmp(path, "shm") ? "rank(s) 0" : "rank 0") ||
-              strstr(zinc_last_error(), "failed on peer rank") ||
-              c->rank > 1, /* p2p names the peer it waits for: rank 1 waits for 0 */
-          "%s: missing rank not named: %s", what, zinc_last_error());
-    /* and the comm stays failed */
-    expect_status(zinc_comm_barrier(c), ZINC_ERR_COMM, NULL, "barrier after a timeout");
+  }
+  if (c->rank != 0) {
+    /* every waiting rank names the missing rank 0, even when another
+     * waiting rank's timeout fired first and failed the comm for all */
+    CHECK(names_rank(zinc_last_error(), 0), "%s: rank %d: missing rank 0 not named: %s",
+          what, c->rank, zinc_last_error());
+    /* the comm stays failed, and later calls still name rank 0 */
+    expect_status(zinc_comm_barrier(c), ZINC_ERR_COMM, "failed earlier", "barrier after a timeout");
+    CHECK(names_rank(zinc_last_error(), 0), "%s: rank %d: a later call does not name rank 0: %s",
+          what, c->rank, zinc_last_error());
   }
   double t = zinc_now();
+  c->ops->free_shared(c, shared);
+  CHECK(zinc_now() - t < 1.0, "%s: rank %d: free_shared after the failure took %.1f s", what,
+        c->rank, zinc_now() - t);
+  t = zinc_now();
   zinc_comm_destroy(c);
-  CHECK(zinc_now() - t < 5.0, "%s: destroy took %.1f s", what, zinc_now() - t);
+  CHECK(zinc_now() - t < 1.0, "%s: rank %d: destroy took %.1f s", what, c->rank,
+        zinc_now() - t);
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+static double cpu_seconds(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec +
+         (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
+}
+
+/* The deadline arithmetic, then a real wait under a huge timeout: rank 0
+ * comes 0.5 s late, the others wait for it in `wait` and must neither fail
+ * nor spin. */
+static void test_huge_timeout(void) {
+  struct timespec from = {1000, 900000000L};
+  struct timespec t = zinc_mpi_timespec_after(from, 1e19);
+  CHECK(t.tv_sec == 1000 + (time_t)ZINC_MPI_MAX_TIMED_WAIT_S && t.tv_nsec == 900000000L,
+        "1e19 s after 1000.9: %lld.%09ld", (long long)t.tv_sec, t.tv_nsec);
+  t = zinc_mpi_timespec_after(from, INFINITY);
+  CHECK(t.tv_sec == 1000 + (time_t)ZINC_MPI_MAX_TIMED_WAIT_S, "inf: %lld", (long long)t.tv_sec);
+  t = zinc_mpi_timespec_after(from, NAN);
+  CHECK(t.tv_sec == 1000 + (time_t)ZINC_MPI_MAX_TIMED_WAIT_S, "NaN: %lld", (long long)t.tv_sec);
+  t = zinc_mpi_timespec_after(from, -5);
+  CHECK(t.tv_sec == 1000 && t.tv_nsec == 900000000L, "-5: %lld.%09ld", (long long)t.tv_sec,
+        t.tv_nsec);
+  t = zinc_mpi_timespec_after(from, 0.25);
+  CHECK(t.tv_sec == 1001 && t.tv_nsec == 150000000L, "0.25: %lld.%09ld", (long long)t.tv_sec,
+        t.tv_nsec);
+
+  zinc_comm *c = NULL;
+  CHECK_OK(zinc_comm_mpi_create(NULL, 1e19, &c));
+  if (!c)
+    return;
+  zinc_coll b = {.kind = ZINC_COLL_BARRIER};
+  zinc_comm_req *req = NULL;
+  if (c->rank == 0)
+    sleep_s(0.5);
+  double cpu0 = cpu_seconds(), t0 = zinc_now();
+  CHECK_OK(c->ops->start(c, &b, 1, &req));
+  if (req)
+    CHECK_OK(c->ops->wait(c, req));
+  double cpu = cpu_seconds() - cpu0, wall = zinc_now() - t0;
+  CHECK(c->rank == 0 || cpu < 0.6 * wall + 0.05,
+        "rank %d: waiting %.2f s under a 1e19 s timeout used %.2f s of CPU", c->rank, wall, cpu);
+  zinc_comm_destroy(c);
+}
+
 int main(void) {
+  int provided = 0;
+  MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
   zinc_comm *c = NULL;
   CHECK_OK(zinc_comm_mpi_create(NULL, 30.0, &c));
   if (c) {
@@ -126,6 +215,7 @@ int main(void) {
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (size > 1) {
+    test_huge_timeout();
     test_timeout("shm", 0);
     test_timeout("shm", 1);
     setenv("ZINC_COMM_MPI_SHM", "0", 1);
@@ -138,5 +228,7 @@ int main(void) {
     test_timeout("p2p", 0);
     test_timeout("p2p", 1);
   }
-  return check_finish("test_comm_mpi_errors");
+  int rc = check_finish("test_comm_mpi_errors");
+  MPI_Finalize();
+  return rc;
 }

@@ -368,6 +368,7 @@ static const invalid_case invalid_cases[] = {
     {"betas_three_values.json", "optimizer.params.betas:", "found [0.9,0.99,0.999]"},
     {"bf16_and_bfloat16.json", "bfloat16:", "found {\"enabled\":true}"},
     {"comm_timeout_zero.json", "zinc.comm_timeout_s:", "found 0"},
+    {"comm_timeout_huge.json", "zinc.comm_timeout_s:", "(0, 1e+06]"},
     {"max_consecutive_skips_negative.json", "zinc.max_consecutive_skips:", "found -1"},
     {"cosine_total_equals_warmup.json", "scheduler.params.total_num_steps:", "found 1000"},
     {"cosine_with_warmup_max_lr.json", "scheduler.params.warmup_max_lr:", "found 0.0003"},
