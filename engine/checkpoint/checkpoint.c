@@ -428,6 +428,47 @@ static zinc_status load_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
   return ZINC_OK;
 }
 
+/* Collective: the ranks read the same checkpoint. Each rank resolved the
+ * tag (or latest) and read the manifest on its own, from its own view of
+ * the filesystem (node-local disks, a stale NFS cache); every rank's tag,
+ * step and manifest crc32c are gathered and compared, so that ranks that
+ * read different saves all refuse, naming each rank and what it read,
+ * instead of training on a mixed state. */
+static zinc_status agree_on_view(zinc_engine *e, const char *dir, const zinc_ckpt_dir *d) {
+  enum { VIEW = 256 };
+  char mine[VIEW] = {0};
+  snprintf(mine, sizeof mine, "tag \"%s\" step %lld manifest crc32c %08x", d->manifest->tag,
+           (long long)d->manifest->step, d->manifest_crc);
+  char *all = calloc((size_t)e->dp_size, VIEW);
+  zinc_status st = all ? ZINC_OK
+                       : zinc_error(ZINC_ERR_NOMEM, "checkpoint load %s: no host memory to "
+                                    "compare the ranks' views (%zu bytes); free host memory",
+                                    dir, (size_t)e->dp_size * VIEW);
+  ZINC_CHECK(zinc_engine_agree(e, e->dp_host, st));
+  st = zinc_comm_allgather(e->dp_host, mine, all, VIEW, ZINC_DT_U8);
+  if (st != ZINC_OK) {
+    free(all);
+    return st;
+  }
+  int differ = 0;
+  for (int r = 1; r < e->dp_size; r++)
+    differ |= memcmp(all, all + (size_t)r * VIEW, VIEW) != 0;
+  if (differ) {
+    char msg[2048];
+    size_t len = (size_t)snprintf(msg, sizeof msg, "rank 0 read %s", all);
+    for (int r = 1; r < e->dp_size && len < sizeof msg; r++)
+      if (memcmp(all, all + (size_t)r * VIEW, VIEW) != 0)
+        len += (size_t)snprintf(msg + len, sizeof msg - len, "; rank %d read %s", r,
+                                all + (size_t)r * VIEW);
+    st = zinc_error(ZINC_ERR_INVALID, "checkpoint load %s: the ranks read different "
+                    "checkpoints (%s): every rank must see the same directory and latest "
+                    "(a shared filesystem with coherent caches, or pass the tag explicitly "
+                    "and the same on every rank)", dir, msg);
+  }
+  free(all);
+  return st;
+}
+
 zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir, const char *tag) {
   ZINC_CHECK(check_call(e, dir, tag, "zinc_load_checkpoint", 0));
   double t0 = zinc_now();
@@ -442,6 +483,8 @@ zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir, const char *ta
   if (st == ZINC_OK)
     st = match_model(e, d, map);
   st = zinc_engine_agree(e, e->dp_host, st);
+  if (st == ZINC_OK)
+    st = agree_on_view(e, dir, d);
   /* 2. the shards' crcs, divided among the ranks */
   if (st == ZINC_OK) {
     for (int f = e->dp_rank; f < d->manifest->nfiles && st == ZINC_OK; f += e->dp_size)

@@ -458,8 +458,10 @@ zinc_status zinc_ckpt_dir_open(const char *dir, const char *tag, zinc_ckpt_dir *
     if (st == ZINC_OK && !d)
       st = zinc_error(ZINC_ERR_NOMEM, "opening checkpoint: no host memory for the state of "
                       "checkpoint %s (%zu bytes); free host memory and retry", path, sizeof *d);
-    if (st == ZINC_OK)
+    if (st == ZINC_OK) {
+      d->manifest_crc = zinc_crc32c(0, text, len);
       st = zinc_manifest_parse(text, len, mpath, &d->manifest);
+    }
     free(mpath);
     if (st != ZINC_OK)
       goto out;

@@ -98,6 +98,7 @@ typedef struct {
   char *path;            /* <dir>/<tag> */
   char *tag;
   zinc_manifest *manifest;
+  uint32_t manifest_crc; /* crc32c of manifest.json: two views of one save share it */
 } zinc_ckpt_dir;
 /* tag NULL: the one <dir>/latest names. */
 zinc_status zinc_ckpt_dir_open(const char *dir, const char *tag, zinc_ckpt_dir **out);
