@@ -509,9 +509,10 @@ zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir, const char *ta
     c.mp = &d->manifest->params[map[i]];
     st = zinc_layout_for_each_piece(e, e->params[i], load_piece, &c);
   }
+  /* the reads are local; agree on them before the parameter gathers */
+  st = zinc_engine_agree(e, e->dp_host, st);
   if (st == ZINC_OK)
     st = zinc_params_from_master(e);
-  st = zinc_engine_agree(e, e->dp_host, st);
   if (st == ZINC_OK) {
     const zinc_manifest *m = d->manifest;
     int64_t gas = e->cfg.gradient_accumulation_steps;

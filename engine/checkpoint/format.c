@@ -30,17 +30,18 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "swapping for this target");
 
 /* Fault injection for tests: ZINC_CKPT_FAULT="ERRNO@N" makes the N-th write
- * call to each shard file fail with ERRNO (ENOSPC, EIO, EDQUOT or a number).
- * Read when a shard is opened; *err 0: no fault. */
-static void injected_fault(int *err, int *call) {
+ * call to each shard file fail with ERRNO (ENOSPC, EIO, EDQUOT or a number),
+ * ZINC_CKPT_READ_FAULT="ERRNO@N" the N-th range read of each shard opened
+ * for a load. Read when a shard is opened; *err 0: no fault. */
+static void injected_fault_named(const char *var, int *err, int *call) {
   *err = *call = 0;
-  const char *spec = zinc_env_str("ZINC_CKPT_FAULT");
+  const char *spec = zinc_env_str(var);
   if (!spec)
     return;
   char name[32];
   int n = 0;
   if (sscanf(spec, "%31[^@]@%d", name, &n) != 2 || n < 1) {
-    zinc_env_reject("ZINC_CKPT_FAULT", spec, "ERRNO@N (ERRNO one of ENOSPC, EIO, EDQUOT or a "
+    zinc_env_reject(var, spec, "ERRNO@N (ERRNO one of ENOSPC, EIO, EDQUOT or a "
                     "number; N >= 1)", "no fault injected");
     return;
   }
@@ -53,6 +54,10 @@ static void injected_fault(int *err, int *call) {
     *err = EDQUOT;
   else
     *err = atoi(name) > 0 ? atoi(name) : EIO;
+}
+
+static void injected_fault(int *err, int *call) {
+  injected_fault_named("ZINC_CKPT_FAULT", err, call);
 }
 
 /* ------------------------------------------------------------ trailer */
@@ -216,6 +221,9 @@ struct zinc_shard_reader {
   char *path;
   int64_t size;
   zinc_shard_trailer t;
+  int reads;              /* range reads so far (fault injection) */
+  int fault_err;          /* ZINC_CKPT_READ_FAULT: read number fault_call */
+  int fault_call;         /* fails with errno fault_err; 0: no fault */
 };
 
 zinc_status zinc_shard_reader_open(const char *path, zinc_shard_reader **out) {
@@ -237,6 +245,7 @@ zinc_status zinc_shard_reader_open(const char *path, zinc_shard_reader **out) {
   }
   r->fd = fd;
   r->size = sb.st_size;
+  injected_fault_named("ZINC_CKPT_READ_FAULT", &r->fault_err, &r->fault_call);
   unsigned char tr[ZINC_SHARD_TRAILER];
   zinc_status st = r->size < ZINC_SHARD_TRAILER
                        ? zinc_shard_trailer_decode(tr, (size_t)r->size, path, &r->t)
@@ -308,8 +317,10 @@ zinc_status zinc_shard_reader_read(zinc_shard_reader *r, int section, uint64_t o
                       "%d is outside the file (%u sections of %llu)", r->path, n,
                       (unsigned long long)offset, section, r->t.nsections,
                       (unsigned long long)r->t.elements);
-  return zinc_fs_pread_all(r->fd, r->path, dst, n * 4,
-                  (int64_t)(((uint64_t)section * r->t.elements + offset) * 4));
+  int64_t at = (int64_t)(((uint64_t)section * r->t.elements + offset) * 4);
+  if (r->fault_err && ++r->reads == r->fault_call)
+    return zinc_fs_error("read", r->path, at, r->fault_err);
+  return zinc_fs_pread_all(r->fd, r->path, dst, n * 4, at);
 }
 
 void zinc_shard_reader_close(zinc_shard_reader *r) {

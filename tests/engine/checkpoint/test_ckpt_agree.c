@@ -186,7 +186,7 @@ static void test_export_nomem(int stage) {
   zinc_engine_inject_alloc_fault(e, 0);
   char last_rank[32];
   snprintf(last_rank, sizeof last_rank, "rank %d", et_world - 1);
-  const char *needles[] = {"state"};
+  const char *needles[] = {"zinc_param_get_full"};
   snprintf(what, sizeof what, "stage %d: export with an allocation failing on rank %d", stage,
            et_world - 1);
   expect_everywhere(st, ZINC_ERR_NOMEM, dt, needles, 1, what);
