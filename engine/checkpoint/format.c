@@ -130,7 +130,7 @@ zinc_status zinc_shard_writer_open(const char *path, int rank, int world, int ns
     free(w);
     return zinc_error(ZINC_ERR_NOMEM, "out of memory opening %s", path);
   }
-  w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  w->fd = zinc_fs_create_new(path, 0600);
   if (w->fd < 0) {
     zinc_status st = zinc_fs_error("create", path, 0, errno);
     free(w->path);
@@ -401,11 +401,72 @@ zinc_status zinc_checksums_parse(const char *text, size_t len, const char *what,
 
 /* -------------------------------------------------- checkpoint dirs */
 
+/* The suffixes of the names zinc gives its own temporaries. */
+static const char *const reserved_suffix[] = {".tmp", ".old", ".partial", ".next", ".link",
+                                              ".lock"};
+
 zinc_status zinc_ckpt_tag_check(const char *tag) {
-  if (!tag || !tag[0] || strchr(tag, '/') || tag[0] == '.' || strlen(tag) > 200)
-    return zinc_error(ZINC_ERR_INVALID, "checkpoint tag \"%s\" must be a non-empty name of at "
-                      "most 200 characters without '/' that does not start with '.'",
-                      tag ? tag : "(null)");
+  const char *rule = NULL;
+  if (!tag || !tag[0])
+    rule = "must not be empty";
+  else if (strlen(tag) > ZINC_TAG_MAX)
+    rule = "must be at most 200 characters";
+  else if (tag[0] == '.' || tag[0] == '-')
+    rule = "must not start with '.' or '-'";
+  else if (!strcmp(tag, ZINC_LATEST_NAME) || !strncmp(tag, ZINC_LATEST_NAME ".", 7))
+    rule = "must not be \"latest\" or start with \"latest.\" (the pointer file's names)";
+  for (const char *c = tag; !rule && *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+          strchr("._-+=@,", *c)))
+      rule = "must hold only letters, digits and . _ - + = @ , (no '/', no spaces or control "
+             "characters)";
+  for (size_t k = 0; !rule && k < sizeof reserved_suffix / sizeof *reserved_suffix; k++) {
+    size_t n = strlen(tag), m = strlen(reserved_suffix[k]);
+    if (n >= m && !strcmp(tag + n - m, reserved_suffix[k]))
+      rule = "must not end in .tmp, .old, .partial, .next, .link or .lock (the names of zinc's "
+             "temporaries)";
+  }
+  if (rule)
+    return zinc_error(ZINC_ERR_INVALID, "checkpoint tag \"%s\": a tag %s; choose another tag",
+                      tag ? tag : "(null)", rule);
+  return ZINC_OK;
+}
+
+int zinc_ckpt_staged_tag(const char *name, char *tag, size_t cap) {
+  size_t n = strlen(name), m = strlen(ZINC_STAGED_SUFFIX);
+  if (n < m + 2 || name[0] != '.' || strcmp(name + n - m, ZINC_STAGED_SUFFIX) != 0 ||
+      n - m - 1 >= cap)
+    return 0;
+  memcpy(tag, name + 1, n - m - 1);
+  tag[n - m - 1] = '\0';
+  return zinc_ckpt_tag_check(tag) == ZINC_OK;
+}
+
+zinc_status zinc_ckpt_latest_read(const char *dir, char **name) {
+  *name = NULL;
+  char *latest = zinc_path_join(dir, ZINC_LATEST_NAME);
+  if (!latest)
+    return zinc_error(ZINC_ERR_NOMEM, "opening checkpoint: no host memory for the path of "
+                      "%s/%s; free host memory and retry", dir, ZINC_LATEST_NAME);
+  char *text = NULL;
+  size_t len = 0;
+  zinc_status st = zinc_fs_read_bounded(latest, ZINC_LATEST_MAX, &text, &len);
+  if (st == ZINC_OK) {
+    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r'))
+      text[--len] = '\0';
+    char staged[ZINC_TAG_MAX + 1];
+    if (strlen(text) != len)
+      st = zinc_error(ZINC_ERR_CORRUPT, "%s holds a NUL byte: not a checkpoint name", latest);
+    else if (!zinc_ckpt_staged_tag(text, staged, sizeof staged) &&
+             zinc_ckpt_tag_check(text) != ZINC_OK)
+      zinc_error_wrap(st = ZINC_ERR_CORRUPT, "%s does not name a checkpoint", latest);
+  }
+  free(latest);
+  if (st != ZINC_OK) {
+    free(text);
+    return st;
+  }
+  *name = text;
   return ZINC_OK;
 }
 
@@ -419,24 +480,23 @@ zinc_status zinc_ckpt_dir_open(const char *dir, const char *tag, zinc_ckpt_dir *
   zinc_checksum_entry *entries = NULL;
   int nentries = 0;
   zinc_ckpt_dir *d = NULL;
+  char staged[ZINC_TAG_MAX + 1];
+  const char *dirname = tag; /* the directory's name under dir */
   if (!tag) {
-    char *latest = zinc_path_join(dir, ZINC_LATEST_NAME);
-    st = latest ? zinc_fs_read_all(latest, &tagbuf, &len)
-                : zinc_error(ZINC_ERR_NOMEM, "opening checkpoint: no host memory for the path of "
-                             "%s/%s (%zu bytes); free host memory and retry", dir,
-                             ZINC_LATEST_NAME, strlen(dir) + strlen(ZINC_LATEST_NAME) + 2);
-    if (st != ZINC_OK)
-      zinc_error_wrap(st, "no tag given and no readable %s", latest ? latest : "latest");
-    free(latest);
-    if (st != ZINC_OK)
+    st = zinc_ckpt_latest_read(dir, &tagbuf);
+    if (st != ZINC_OK) {
+      zinc_error_wrap(st, "no tag given and no readable %s/%s", dir, ZINC_LATEST_NAME);
       goto out;
-    while (len > 0 && (tagbuf[len - 1] == '\n' || tagbuf[len - 1] == ' ' ||
-                       tagbuf[len - 1] == '\r'))
-      tagbuf[--len] = '\0';
-    tag = tagbuf;
+    }
+    dirname = tagbuf;
+    /* ".<tag>.next": a save publishing without RENAME_EXCHANGE */
+    if (zinc_ckpt_staged_tag(tagbuf, staged, sizeof staged))
+      tag = staged;
+    else
+      tag = tagbuf;
   }
   ZINC_CHECK_GOTO(zinc_ckpt_tag_check(tag), st, out);
-  path = zinc_path_join(dir, tag);
+  path = zinc_path_join(dir, dirname);
   if (!path) {
     st = zinc_error(ZINC_ERR_NOMEM, "opening checkpoint: no host memory for the path of %s/%s "
                     "(%zu bytes); free host memory and retry", dir, tag,
@@ -445,7 +505,7 @@ zinc_status zinc_ckpt_dir_open(const char *dir, const char *tag, zinc_ckpt_dir *
   }
   {
     char *cpath = zinc_path_join(path, ZINC_CHECKSUMS_NAME);
-    st = zinc_fs_read_all(cpath, &sums, &sums_len);
+    st = zinc_fs_read_bounded(cpath, ZINC_CHECKSUMS_MAX, &sums, &sums_len);
     if (st == ZINC_OK)
       st = zinc_checksums_parse(sums, sums_len, cpath, &entries, &nentries);
     free(cpath);
@@ -454,7 +514,7 @@ zinc_status zinc_ckpt_dir_open(const char *dir, const char *tag, zinc_ckpt_dir *
   }
   {
     char *mpath = zinc_path_join(path, ZINC_MANIFEST_NAME);
-    st = zinc_fs_read_all(mpath, &text, &len);
+    st = zinc_fs_read_bounded(mpath, ZINC_MANIFEST_MAX, &text, &len);
     int found = 0;
     for (int i = 0; st == ZINC_OK && i < nentries; i++)
       if (!strcmp(entries[i].name, ZINC_MANIFEST_NAME)) {
