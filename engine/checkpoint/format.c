@@ -580,11 +580,12 @@ zinc_status zinc_ckpt_dir_verify_file(const zinc_ckpt_dir *d, int i) {
   if (st == ZINC_OK) {
     const zinc_shard_trailer *t = zinc_shard_reader_trailer(r);
     if (t->elements != (uint64_t)f->elements || (int)t->nsections != d->manifest->nsections ||
-        (int)t->rank != f->rank)
-      st = zinc_error(ZINC_ERR_CORRUPT, "shard %s: trailer (rank %u, %u sections of %llu) "
-                      "does not match the manifest (rank %d, %d sections of %lld)", p, t->rank,
-                      t->nsections, (unsigned long long)t->elements, f->rank,
-                      d->manifest->nsections, (long long)f->elements);
+        (int)t->rank != f->rank || (int)t->world != d->manifest->nfiles)
+      st = zinc_error(ZINC_ERR_CORRUPT, "shard %s: trailer (rank %u of %u, %u sections of "
+                      "%llu) does not match the manifest (rank %d of %d, %d sections of %lld)",
+                      p, t->rank, t->world, t->nsections, (unsigned long long)t->elements,
+                      f->rank, d->manifest->nfiles, d->manifest->nsections,
+                      (long long)f->elements);
     else
       st = zinc_shard_reader_verify(r, &f->crc32c, f->bytes);
   }

@@ -14,6 +14,10 @@
  *    that rank, no rank waits in the parameter gathers, and the engine
  *    stops as include/zinc.h says: a later step and save are refused with
  *    the same status, destroy works, and a new engine loads the checkpoint;
+ *  - crafted: a checkpoint edited so that every checksum still matches
+ *    (step INT64_MAX; two file entries swapped) and files far larger than
+ *    zinc writes (a 1 GiB latest or manifest, sparse) are refused with
+ *    ZINC_ERR_CORRUPT naming the field, the file or the limit;
  *  - export: an allocation fails on the last rank inside
  *    zinc_param_get_full during zinc_export_safetensors: NOMEM on every
  *    rank naming that rank, no file left at the path.
@@ -22,6 +26,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/base.h"
+#include "base/fs.h"
+#include "engine/checkpoint/format.h"
 #include "engine/engine.h"
 #include "engine/engine_test.h"
 
@@ -169,6 +176,104 @@ static void test_read_fault(int stage) {
   zinc_engine_destroy(e);
 }
 
+/* Rank 0 rewrites dir/tag's manifest through `edit` and fixes the checksums
+ * file, so that the checkpoint is self-consistent. */
+static void craft(const char *dir, const char *tag, void (*edit)(zinc_manifest *)) {
+  if (et_rank == 0) {
+    char mpath[900], spath[900];
+    snprintf(mpath, sizeof mpath, "%s/%s/manifest.json", dir, tag);
+    snprintf(spath, sizeof spath, "%s/%s/checksums.crc32c", dir, tag);
+    char *text = NULL, *sums = NULL;
+    size_t len = 0, slen = 0;
+    zinc_manifest *m = NULL;
+    zinc_checksum_entry *ent = NULL;
+    int n = 0;
+    ET_OK(zinc_fs_read_all(mpath, &text, &len));
+    ET_OK(zinc_manifest_parse(text, len, mpath, &m));
+    edit(m);
+    char *json = zinc_manifest_to_json(m);
+    ET_OK(zinc_fs_write_atomic(mpath, json, strlen(json)));
+    ET_OK(zinc_fs_read_all(spath, &sums, &slen));
+    ET_OK(zinc_checksums_parse(sums, slen, spath, &ent, &n));
+    const char *names[64];
+    uint32_t crcs[64];
+    int64_t bytes[64];
+    for (int i = 0; i < n && i < 64; i++) {
+      names[i] = ent[i].name;
+      crcs[i] = ent[i].crc;
+      bytes[i] = ent[i].bytes;
+      if (!strcmp(ent[i].name, "manifest.json")) {
+        crcs[i] = zinc_crc32c(0, json, strlen(json));
+        bytes[i] = (int64_t)strlen(json);
+      }
+      for (int f = 0; f < m->nfiles; f++) /* the files' entries follow the manifest */
+        if (!strcmp(ent[i].name, m->files[f].name)) {
+          crcs[i] = m->files[f].crc32c;
+          bytes[i] = m->files[f].bytes;
+        }
+    }
+    char *out = zinc_checksums_format(names, crcs, bytes, n);
+    ET_OK(zinc_fs_write_atomic(spath, out, strlen(out)));
+    free(out);
+    free(json);
+    free(ent);
+    free(sums);
+    free(text);
+    zinc_manifest_free(m);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+static void edit_step(zinc_manifest *m) { m->step = INT64_MAX; }
+
+static void edit_swap(zinc_manifest *m) {
+  zinc_manifest_file t = m->files[0];
+  m->files[0] = m->files[1];
+  m->files[1] = t;
+}
+
+static void test_crafted(void) {
+  et_run r = run_for(2);
+  char dir[600], cmd[4000];
+  snprintf(dir, sizeof dir, "%s/crafted", root);
+  et_model a;
+  zinc_engine *e = et_open(&r, NULL, &a);
+  ET_OK(et_steps(&a, &r, 0, 2));
+  ET_OK(zinc_save_checkpoint(e, dir, "good"));
+  float *before = snapshot(&a, &r);
+  struct {
+    const char *name, *prepare, *needle;
+    void (*edit)(zinc_manifest *);
+  } cases[] = {
+      {"step INT64_MAX", NULL, "step", edit_step},
+      {"two file entries swapped", NULL, "files[0]", edit_swap},
+      {"a 1 GiB latest", "truncate -s 1G %s/latest", "more than", NULL},
+      {"a 1 GiB manifest", "truncate -s 1G %s/bad/manifest.json", "more than", NULL},
+  };
+  for (int k = 0; k < 4; k++) {
+    snprintf(cmd, sizeof cmd, "rm -rf %s/bad && cp -r %s/good %s/bad && printf 'good\\n' > "
+             "%s/latest", dir, dir, dir, dir);
+    shell(cmd);
+    if (cases[k].edit)
+      craft(dir, "bad", cases[k].edit);
+    if (cases[k].prepare) {
+      char c2[1400];
+      snprintf(c2, sizeof c2, cases[k].prepare, dir);
+      shell(c2);
+    }
+    double t0 = MPI_Wtime();
+    zinc_status st = zinc_load_checkpoint(e, dir, k == 2 ? NULL : "bad");
+    const char *needles[] = {cases[k].needle};
+    expect_everywhere(st, ZINC_ERR_CORRUPT, MPI_Wtime() - t0, needles, 1, cases[k].name);
+    float *after = snapshot(&a, &r);
+    ET_CHECK(same(&r, before, after), "%s: the engine's state changed", cases[k].name);
+    free(after);
+  }
+  free(before);
+  et_model_free(&a);
+  zinc_engine_destroy(e);
+}
+
 /* An allocation fails on the last rank inside zinc_param_get_full while
  * zinc_export_safetensors gathers a parameter. */
 static void test_export_nomem(int stage) {
@@ -216,6 +321,8 @@ int main(int argc, char **argv) {
   snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", root, root);
   shell(cmd);
   const char *only = getenv("CKPT_AGREE_ONLY");
+  if (!only || strchr(only, 'c'))
+    test_crafted();
   for (int stage = 0; stage <= 3; stage++) {
     if (!only || strchr(only, 'v'))
       test_views(stage);
