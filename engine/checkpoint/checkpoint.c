@@ -84,6 +84,7 @@ static zinc_status check_call(zinc_engine *e, const char *dir, const char *tag, 
 typedef struct {
   const char *dir;
   long long crash_at, steps;
+  zinc_ckpt_fault fault; /* ZINC_CKPT_FAULT: counts the save's writes */
 } publisher;
 
 static void crash_point(publisher *p) {
@@ -129,7 +130,9 @@ static zinc_status write_latest(publisher *p, const char *name) {
   char *latest = zinc_path_join(p->dir, ZINC_LATEST_NAME);
   char line[ZINC_TAG_MAX + 16];
   snprintf(line, sizeof line, "%s\n", name);
-  zinc_status st = latest ? zinc_fs_write_atomic(latest, line, strlen(line))
+  zinc_status st = latest ? zinc_ckpt_fault_hit(&p->fault, "write", latest, 0) : ZINC_OK;
+  if (st == ZINC_OK)
+    st = latest ? zinc_fs_write_atomic(latest, line, strlen(line))
                           : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the "
                                        "path of %s/%s; free host memory and retry", p->dir,
                                        ZINC_LATEST_NAME);
@@ -139,6 +142,7 @@ static zinc_status write_latest(publisher *p, const char *name) {
 }
 
 static zinc_status rename_step(publisher *p, const char *from, const char *to) {
+  ZINC_CHECK(zinc_ckpt_fault_hit(&p->fault, "rename to", to, -1));
   if (rename(from, to) != 0)
     return zinc_fs_error("rename to", to, -1, errno);
   crash_point(p);
@@ -281,7 +285,9 @@ static zinc_status publish(publisher *p, const char *tag, const char *final, con
     return st == ZINC_OK ? write_latest(p, tag) : st;
   }
   int exchanged = 0;
-  zinc_status st = zinc_fs_rename_into_place(partial, final, &exchanged);
+  zinc_status st = zinc_ckpt_fault_hit(&p->fault, "exchange into place", final, -1);
+  if (st == ZINC_OK)
+    st = zinc_fs_rename_into_place(partial, final, &exchanged);
   if (st == ZINC_OK) {
     crash_point(p);
     st = zinc_fs_fsync(p->dir, 1);
@@ -310,13 +316,15 @@ static zinc_status publish(publisher *p, const char *tag, const char *final, con
 
 /* ---------------------------------------------------------------- save */
 
-static zinc_status write_shard(zinc_engine *e, const char *path, uint32_t *crc, int64_t *bytes) {
+static zinc_status write_shard(zinc_engine *e, const char *path, zinc_ckpt_fault *fault,
+                               uint32_t *crc, int64_t *bytes) {
   zinc_shard_writer *w = NULL;
   float *staging = NULL;
   zinc_status st = zinc_aligned_alloc((void **)&staging, 64, STAGING_ELEMS * 4, "save staging");
   if (st != ZINC_OK)
     return st;
-  st = zinc_shard_writer_open(path, e->dp_rank, e->dp_size, 3, (uint64_t)e->shard_numel, &w);
+  st = zinc_shard_writer_open(path, e->dp_rank, e->dp_size, 3, (uint64_t)e->shard_numel, fault,
+                              &w);
   for (int s = 0; s < 3 && st == ZINC_OK; s++) {
     /* streamed a bounded piece at a time, wherever the state lives */
     for (int ui = 0; ui < e->nunits && st == ZINC_OK; ui++) {
@@ -357,7 +365,8 @@ static zinc_status collect_piece(zinc_engine *e, const zinc_unit *u, int ui, int
 }
 
 static zinc_status write_manifest(zinc_engine *e, const char *partial, const char *tag,
-                                  const int64_t *file_info, const char *extra) {
+                                  const int64_t *file_info, const char *extra,
+                                  zinc_ckpt_fault *fault) {
   zinc_manifest m = {0};
   zinc_status st = ZINC_OK;
   char **names = calloc((size_t)e->dp_size + 2, sizeof *names);
@@ -425,7 +434,9 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
     goto out;
   }
   char *mpath = zinc_path_join(partial, ZINC_MANIFEST_NAME);
-  st = zinc_fs_write_atomic(mpath, json, strlen(json));
+  st = zinc_ckpt_fault_hit(fault, "write", mpath, 0);
+  if (st == ZINC_OK)
+    st = zinc_fs_write_atomic(mpath, json, strlen(json));
   free(mpath);
   if (st != ZINC_OK)
     goto out;
@@ -445,7 +456,9 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
   }
   sums = zinc_checksums_format((const char *const *)names, crcs, bytes, nsums);
   char *spath = zinc_path_join(partial, ZINC_CHECKSUMS_NAME);
-  st = sums && spath ? zinc_fs_write_atomic(spath, sums, strlen(sums))
+  st = sums && spath ? zinc_ckpt_fault_hit(fault, "write", spath, 0) : ZINC_OK;
+  if (st == ZINC_OK)
+    st = sums && spath ? zinc_fs_write_atomic(spath, sums, strlen(sums))
                      : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the %s "
                                   "of %d files in %s; free host memory and retry",
                                   ZINC_CHECKSUMS_NAME, nsums, partial);
@@ -488,6 +501,7 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
                            2 * (size_t)e->dp_size * sizeof *info);
   /* 1. rank 0: the directory, its lock, leftovers, an empty partial directory */
   publisher pub = {.dir = dir, .crash_at = zinc_env_int("ZINC_CKPT_CRASH_AT", 0, 0, 1 << 30)};
+  zinc_ckpt_fault_init(&pub.fault);
   int lock_fd = -1;
   if (st == ZINC_OK && e->dp_rank == 0) {
     st = zinc_fs_mkdirs(dir);
@@ -518,7 +532,7 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
     shard = zinc_path_join(partial, name);
     uint32_t crc = 0;
     int64_t bytes = 0;
-    st = shard ? write_shard(e, shard, &crc, &bytes)
+    st = shard ? write_shard(e, shard, &pub.fault, &crc, &bytes)
                : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the shard path "
                             "of rank %d (%zu bytes); free host memory and retry", e->dp_rank,
                             strlen(partial) + strlen(name) + 2);
@@ -540,7 +554,7 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
   /* 4. rank 0: manifest, checksums, into place, latest */
   if (st == ZINC_OK && e->dp_rank == 0) {
     crash_point(&pub);
-    st = write_manifest(e, partial, tag, info, extra);
+    st = write_manifest(e, partial, tag, info, extra, &pub.fault);
     if (st == ZINC_OK)
       st = zinc_fs_fsync(partial, 1);
     crash_point(&pub);

@@ -30,9 +30,9 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "swapping for this target");
 
 /* Fault injection for tests: ZINC_CKPT_FAULT="ERRNO@N" makes the N-th write
- * call to each shard file fail with ERRNO (ENOSPC, EIO, EDQUOT or a number),
+ * of a save fail with ERRNO (ENOSPC, EIO, EDQUOT or a number),
  * ZINC_CKPT_READ_FAULT="ERRNO@N" the N-th range read of each shard opened
- * for a load. Read when a shard is opened; *err 0: no fault. */
+ * for a load. *err 0: no fault. */
 static void injected_fault_named(const char *var, int *err, int *call) {
   *err = *call = 0;
   const char *spec = zinc_env_str(var);
@@ -56,8 +56,16 @@ static void injected_fault_named(const char *var, int *err, int *call) {
     *err = atoi(name) > 0 ? atoi(name) : EIO;
 }
 
-static void injected_fault(int *err, int *call) {
-  injected_fault_named("ZINC_CKPT_FAULT", err, call);
+void zinc_ckpt_fault_init(zinc_ckpt_fault *f) {
+  f->count = 0;
+  injected_fault_named("ZINC_CKPT_FAULT", &f->err, &f->at);
+}
+
+zinc_status zinc_ckpt_fault_hit(zinc_ckpt_fault *f, const char *op, const char *path,
+                                int64_t offset) {
+  if (!f || !f->err || ++f->count != f->at)
+    return ZINC_OK;
+  return zinc_fs_error(op, path, offset, f->err);
 }
 
 /* ------------------------------------------------------------ trailer */
@@ -115,15 +123,14 @@ struct zinc_shard_writer {
   int64_t offset;
   uint32_t file_crc;
   zinc_shard_trailer t;
-  int writes;             /* write calls so far (fault injection) */
-  int fault_err;          /* ZINC_CKPT_FAULT: write call number fault_call */
-  int fault_call;         /* fails with errno fault_err; 0: no fault */
+  zinc_ckpt_fault *fault; /* the save's write counter (NULL: none) */
   int section;            /* current section */
   uint64_t in_section;    /* elements written into it */
 };
 
 zinc_status zinc_shard_writer_open(const char *path, int rank, int world, int nsections,
-                                   uint64_t elements, zinc_shard_writer **out) {
+                                   uint64_t elements, zinc_ckpt_fault *fault,
+                                   zinc_shard_writer **out) {
   *out = NULL;
   zinc_shard_writer *w = calloc(1, sizeof *w);
   if (!w || !(w->path = zinc_strdup(path))) {
@@ -142,7 +149,7 @@ zinc_status zinc_shard_writer_open(const char *path, int rank, int world, int ns
   w->t.world = (uint32_t)world;
   w->t.nsections = (uint32_t)nsections;
   w->t.elements = elements;
-  injected_fault(&w->fault_err, &w->fault_call);
+  w->fault = fault;
   *out = w;
   return ZINC_OK;
 }
@@ -151,8 +158,7 @@ zinc_status zinc_shard_writer_open(const char *path, int rank, int world, int ns
 static zinc_status shard_write(zinc_shard_writer *w, const void *data, size_t len) {
   if (len == 0)
     return ZINC_OK;
-  if (w->fault_err && ++w->writes == w->fault_call)
-    return zinc_fs_error("write", w->path, w->offset, w->fault_err);
+  ZINC_CHECK(zinc_ckpt_fault_hit(w->fault, "write", w->path, w->offset));
   ZINC_CHECK(zinc_fs_pwrite_all(w->fd, w->path, data, len, w->offset));
   w->offset += (int64_t)len;
   return ZINC_OK;

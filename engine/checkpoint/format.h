@@ -21,9 +21,9 @@
  * latest atomically: a crash leaves the old checkpoint or the new one
  * (engine/checkpoint/checkpoint.c, "publishing").
  *
- * Tests inject write failures with ZINC_CKPT_FAULT="ERRNO@N": the N-th
- * write call to each shard file fails with ERRNO (ENOSPC, EIO, ...); read
- * when the shard is opened (docs/environment.md).
+ * Tests inject write failures with ZINC_CKPT_FAULT="ERRNO@N" (the N-th
+ * write of a save, zinc_ckpt_fault below) and read failures with
+ * ZINC_CKPT_READ_FAULT (docs/environment.md).
  */
 #ifndef ZINC_CKPT_FILE_H
 #define ZINC_CKPT_FILE_H
@@ -68,12 +68,28 @@ void zinc_shard_trailer_encode(const zinc_shard_trailer *t, unsigned char out[ZI
 zinc_status zinc_shard_trailer_decode(const unsigned char *buf, size_t len, const char *what,
                                       zinc_shard_trailer *out);
 
+/* Test hook ZINC_CKPT_FAULT="ERRNO@N": the N-th write of a save on this
+ * rank fails with ERRNO — counted over the whole save: each write call to
+ * the shard, then (rank 0) the manifest, the checksums file, the rename
+ * into place and latest. Read when a save starts. */
+typedef struct {
+  int err;     /* errno to inject; 0: none */
+  int at;      /* the write that fails */
+  int count;   /* writes so far */
+} zinc_ckpt_fault;
+void zinc_ckpt_fault_init(zinc_ckpt_fault *f);
+/* Count one write of `path` (op: "write", "rename", ...); ZINC_ERR_IO
+ * like the real failure when it is the injected one. f may be NULL. */
+zinc_status zinc_ckpt_fault_hit(zinc_ckpt_fault *f, const char *op, const char *path,
+                                int64_t offset);
+
 /* Streaming shard writer: sections are written in order, `elements` f32
  * values each, in any number of appends; finish writes the trailer, fsyncs
  * and closes. The whole-file crc32c and size come back for the manifest. */
 typedef struct zinc_shard_writer zinc_shard_writer;
 zinc_status zinc_shard_writer_open(const char *path, int rank, int world, int nsections,
-                                   uint64_t elements, zinc_shard_writer **out);
+                                   uint64_t elements, zinc_ckpt_fault *fault,
+                                   zinc_shard_writer **out);
 zinc_status zinc_shard_writer_append(zinc_shard_writer *w, const float *data, size_t n);
 zinc_status zinc_shard_writer_finish(zinc_shard_writer *w, uint32_t *file_crc, int64_t *bytes);
 void zinc_shard_writer_abort(zinc_shard_writer *w); /* close and unlink */
