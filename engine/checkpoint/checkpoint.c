@@ -85,6 +85,7 @@ typedef struct {
   const char *dir;
   long long crash_at, steps;
   zinc_ckpt_fault fault; /* ZINC_CKPT_FAULT: counts the save's writes */
+  int made_partial;      /* this save created .<tag>.partial (a failure removes it) */
 } publisher;
 
 static void crash_point(publisher *p) {
@@ -264,6 +265,7 @@ static zinc_status prepare_dir(publisher *p, const char *tag, const char *final,
   closedir(d);
   if (st == ZINC_OK && mkdir(partial, 0755) != 0)
     st = zinc_fs_error("create directory", partial, -1, errno);
+  p->made_partial = st == ZINC_OK;
   if (st == ZINC_OK) {
     char *marker = zinc_path_join(partial, ZINC_OWN_MARKER);
     int fd = marker ? zinc_fs_create_new(marker, 0644) : -1;
@@ -564,8 +566,8 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
       zinc_error_wrap(st, "saving checkpoint %s", final);
   }
   st = zinc_engine_agree(e, e->dp_host, st);
-  if (st != ZINC_OK && lock_fd >= 0 && partial)
-    zinc_fs_remove_tree(partial); /* ours: the lock is held */
+  if (st != ZINC_OK && pub.made_partial)
+    zinc_fs_remove_tree(partial); /* ours, and the lock is still held */
   zinc_fs_unlock(lock_fd);
   if (st == ZINC_OK) {
     int64_t total = 0;

@@ -215,7 +215,11 @@ static void test_tags_and_paths(const char *root) {
   FILE *f = fopen(p2, "w");
   fputs("keep me\n", f);
   fclose(f);
+  char theirs[900]; /* and a directory of theirs named like the tag's temporary */
+  snprintf(theirs, sizeof theirs, "%s/.mine.partial", dir);
+  mkdir(theirs, 0755);
   zinc_status st = zinc_save_checkpoint(e, dir, "mine");
+  CHECK(exists(theirs), "a refused save removed %s", theirs);
   CHECK(st == ZINC_ERR_INVALID && strstr(zinc_last_error(), p1) &&
         strstr(zinc_last_error(), "not a zinc checkpoint"),
         "save over a user's directory: %s \"%s\"", zinc_status_name(st), zinc_last_error());
