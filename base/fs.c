@@ -14,11 +14,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/env.h"
 
 #ifndef RENAME_EXCHANGE
 #define RENAME_EXCHANGE (1 << 1)
@@ -76,7 +78,7 @@ zinc_status zinc_fs_pread_all(int fd, const char *path, void *data, size_t len, 
 
 /* ------------------------------------------------------ small files */
 
-zinc_status zinc_fs_read_all(const char *path, char **data, size_t *len) {
+zinc_status zinc_fs_read_bounded(const char *path, size_t max, char **data, size_t *len) {
   *data = NULL;
   *len = 0;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -84,14 +86,24 @@ zinc_status zinc_fs_read_all(const char *path, char **data, size_t *len) {
     return errno == ENOENT ? zinc_error(ZINC_ERR_CORRUPT, "%s is missing", path)
                            : zinc_fs_error("open", path, 0, errno);
   struct stat sb;
-  if (fstat(fd, &sb) != 0 || sb.st_size > (1ll << 32)) {
+  if (fstat(fd, &sb) != 0) {
+    int err = errno;
     close(fd);
-    return zinc_error(ZINC_ERR_CORRUPT, "%s: cannot size it or larger than 4 GiB", path);
+    return zinc_fs_error("stat", path, -1, err);
+  }
+  if (!S_ISREG(sb.st_mode) || (uint64_t)sb.st_size > (uint64_t)max) {
+    close(fd);
+    return zinc_error(ZINC_ERR_CORRUPT, "%s is %s%lld bytes, more than the %zu bytes this file "
+                      "may hold: not the file zinc wrote there (damaged, or another file in "
+                      "its place); nothing was read", path,
+                      S_ISREG(sb.st_mode) ? "" : "not a regular file, ",
+                      (long long)sb.st_size, max);
   }
   char *buf = malloc((size_t)sb.st_size + 1);
   if (!buf) {
     close(fd);
-    return zinc_error(ZINC_ERR_NOMEM, "out of memory reading %s", path);
+    return zinc_error(ZINC_ERR_NOMEM, "out of memory reading %s (%lld bytes)", path,
+                      (long long)sb.st_size);
   }
   zinc_status st = zinc_fs_pread_all(fd, path, buf, (size_t)sb.st_size, 0);
   close(fd);
@@ -103,6 +115,10 @@ zinc_status zinc_fs_read_all(const char *path, char **data, size_t *len) {
   *data = buf;
   *len = (size_t)sb.st_size;
   return ZINC_OK;
+}
+
+zinc_status zinc_fs_read_all(const char *path, char **data, size_t *len) {
+  return zinc_fs_read_bounded(path, (size_t)1 << 32, data, len);
 }
 
 zinc_status zinc_fs_fsync(const char *path, int is_dir) {
@@ -145,6 +161,20 @@ zinc_status zinc_fs_publish(int fd, const char *tmp, const char *path) {
   return st;
 }
 
+int zinc_fs_create_new(const char *path, int mode) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+  if (fd < 0 && errno == EEXIST) {
+    /* a temporary left by a crash, or a link someone put there: removed
+     * (a link's target is never touched), then created anew */
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && !S_ISDIR(sb.st_mode) && unlink(path) == 0)
+      fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    else
+      errno = EEXIST;
+  }
+  return fd;
+}
+
 zinc_status zinc_fs_write_atomic(const char *path, const void *data, size_t len) {
   size_t n = strlen(path) + 16;
   char *tmp = malloc(n);
@@ -152,7 +182,7 @@ zinc_status zinc_fs_write_atomic(const char *path, const void *data, size_t len)
     return zinc_error(ZINC_ERR_NOMEM, "out of memory writing %s", path);
   snprintf(tmp, n, "%s.tmp", path);
   zinc_status st = ZINC_OK;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = zinc_fs_create_new(tmp, 0644);
   if (fd < 0) {
     st = zinc_fs_error("create", tmp, 0, errno);
   } else {
@@ -224,35 +254,60 @@ zinc_status zinc_fs_rename_into_place(const char *from, const char *to, int *exc
   *exchanged = 0;
   struct stat sb;
   if (lstat(to, &sb) == 0) {
+    if (zinc_env_flag("ZINC_FS_NO_EXCHANGE", 0))
+      return zinc_error(ZINC_ERR_UNSUPPORTED, "exchange %s with %s: RENAME_EXCHANGE is "
+                        "disabled (ZINC_FS_NO_EXCHANGE)", from, to);
     if (syscall(SYS_renameat2, AT_FDCWD, from, AT_FDCWD, to, RENAME_EXCHANGE) == 0) {
       *exchanged = 1;
       return ZINC_OK;
     }
-    if (errno != EINVAL && errno != ENOSYS)
-      return zinc_fs_error("exchange into place", to, 0, errno);
-    /* no RENAME_EXCHANGE here: move the old one aside first (a crash between
-     * the two renames leaves the old one under from's name and nothing at
-     * to; a checkpoint's latest still names the previous tag then) */
-    size_t n = strlen(to) + 8;
-    char *aside = malloc(n);
-    if (!aside)
-      return zinc_error(ZINC_ERR_NOMEM, "out of memory renaming %s", to);
-    snprintf(aside, n, "%s.old", to);
-    zinc_fs_remove_tree(aside);
-    zinc_status st = ZINC_OK;
-    if (rename(to, aside) != 0)
-      st = zinc_fs_error("move aside", to, 0, errno);
-    else if (rename(from, to) != 0)
-      st = zinc_fs_error("rename into place", to, 0, errno);
-    else if (rename(aside, from) != 0)
-      st = zinc_fs_error("rename", aside, 0, errno);
-    free(aside);
-    *exchanged = st == ZINC_OK;
-    return st;
+    if (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP)
+      return zinc_error(ZINC_ERR_UNSUPPORTED, "exchange %s with %s: this filesystem has no "
+                        "RENAME_EXCHANGE", from, to);
+    return zinc_fs_error("exchange into place", to, 0, errno);
   }
   if (rename(from, to) != 0)
     return zinc_fs_error("rename into place", to, 0, errno);
   return ZINC_OK;
+}
+
+/* ------------------------------------------------------------ locks */
+
+zinc_status zinc_fs_lock(const char *path, const char *who, int *fd_out) {
+  *fd_out = -1;
+  int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return zinc_fs_error("open lock file", path, -1, errno);
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int err = errno;
+    char holder[256] = "";
+    ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+    close(fd);
+    if (err != EWOULDBLOCK)
+      return zinc_fs_error("lock", path, -1, err);
+    holder[n > 0 ? n : 0] = '\0';
+    for (char *c = holder; *c; c++)
+      if (*c == '\n')
+        *c = ' ';
+    return zinc_error(ZINC_ERR_INVALID, "%s is locked by another process (%s)", path,
+                      holder[0] ? holder : "it has not written its name yet");
+  }
+  /* written over the last holder's text, then cut to length: a process
+   * that is refused reads a name at every instant */
+  zinc_status st = zinc_fs_pwrite_all(fd, path, who, strlen(who), 0);
+  if (st == ZINC_OK && ftruncate(fd, (off_t)strlen(who)) != 0)
+    st = zinc_fs_error("truncate lock file", path, -1, errno);
+  if (st != ZINC_OK) {
+    close(fd);
+    return st;
+  }
+  *fd_out = fd;
+  return ZINC_OK;
+}
+
+void zinc_fs_unlock(int fd) {
+  if (fd >= 0)
+    close(fd); /* releases the flock */
 }
 
 /* ------------------------------------------------------------- crc */

@@ -38,6 +38,15 @@ zinc_status zinc_fs_pread_all(int fd, const char *path, void *data, size_t len, 
  * bytes. A missing file is ZINC_ERR_CORRUPT "<path> is missing": the
  * callers read files that must exist (a checkpoint's, a tool's input). */
 zinc_status zinc_fs_read_all(const char *path, char **data, size_t *len);
+/* The same for a file that may hold at most max bytes: a larger one (or
+ * one that is not a regular file) is ZINC_ERR_CORRUPT naming both sizes,
+ * and nothing is read. */
+zinc_status zinc_fs_read_bounded(const char *path, size_t max, char **data, size_t *len);
+
+/* Create path for writing, mode `mode`: a new file, never opened through a
+ * symbolic link (O_EXCL | O_NOFOLLOW); a file or link already there is
+ * removed first (a link's target is left alone). The fd, or -1 with errno. */
+int zinc_fs_create_new(const char *path, int mode);
 
 /* Replace path with data: write <path>.tmp, fsync it, rename it over
  * path, fsync the directory. */
@@ -60,8 +69,19 @@ zinc_status zinc_fs_mkdirs(const char *path);
 
 /* Atomically put `from` at `to`: rename, or exchange with an existing `to`
  * (the old one is then at `from`). *exchanged says which. Where the
- * filesystem has no RENAME_EXCHANGE the old `to` is moved aside first. */
+ * filesystem has no RENAME_EXCHANGE (NFS and other shared filesystems), or
+ * ZINC_FS_NO_EXCHANGE=1 says to act so, an existing `to` is left alone and
+ * the status is ZINC_ERR_UNSUPPORTED: the caller moves things itself in
+ * an order that is safe for what it keeps there. */
 zinc_status zinc_fs_rename_into_place(const char *from, const char *to, int *exchanged);
+
+/* An exclusive advisory lock (flock) on path, created if absent and never
+ * opened through a symbolic link, held until zinc_fs_unlock(*fd). The
+ * holder writes `who` (its pid, host, ...) into the file. When another
+ * process holds it: ZINC_ERR_INVALID naming path and the holder's text,
+ * nothing is changed. */
+zinc_status zinc_fs_lock(const char *path, const char *who, int *fd);
+void zinc_fs_unlock(int fd);
 
 /* crc32c and size of a whole file. A missing file is ZINC_ERR_CORRUPT. */
 zinc_status zinc_fs_crc32c(const char *path, uint32_t *crc, int64_t *bytes);

@@ -42,6 +42,15 @@ zinc_status zinc_engine_buffer_alloc(zinc_engine *e, size_t bytes, int location,
   return ZINC_OK;
 }
 
+zinc_status zinc_engine_host_calloc(zinc_engine *e, void **out, size_t n, size_t size,
+                                    const char *what) {
+  *out = NULL;
+  if (alloc_faulted(e))
+    return zinc_error(ZINC_ERR_NOMEM, "allocating %s (%zu bytes of host memory): out of "
+                      "memory (injected by the test hook)", what, n * size);
+  return zinc_calloc(out, n, size, what);
+}
+
 void zinc_engine_buffer_free(zinc_engine *e, void *p, size_t bytes, int location, int category) {
   if (p)
     e->dev->ops->free(e->dev, p, bytes ? bytes : 64, location, category);

@@ -409,6 +409,10 @@ void zinc_build_free(zinc_engine *e);
 zinc_status zinc_engine_buffer_alloc(zinc_engine *e, size_t bytes, int location, int category,
                                      void **out, const char *what);
 void zinc_engine_buffer_free(zinc_engine *e, void *p, size_t bytes, int location, int category);
+/* Zeroed host memory for a call's own work (not accounted to the profiler;
+ * the test hook below can fail it like any engine allocation). */
+zinc_status zinc_engine_host_calloc(zinc_engine *e, void **out, size_t n, size_t size,
+                                    const char *what);
 /* Tests: make the nth engine allocation from now fail with ZINC_ERR_NOMEM
  * (0: never). */
 void zinc_engine_inject_alloc_fault(zinc_engine *e, int64_t nth);

@@ -92,22 +92,40 @@ zinc_status zinc_param_get_full(zinc_engine *e, zinc_param *p, zinc_state_kind k
   ZINC_CHECK(check_args(e, p, kind, dst, "zinc_param_get_full"));
   int n = e->dp_size;
   state_ctx c = {.kind = kind, .dst = dst};
-  zinc_status st;
-  ZINC_CHECK_GOTO(zinc_calloc((void **)&c.counts, (size_t)n, sizeof(size_t), "state"), st, out);
-  ZINC_CHECK_GOTO(zinc_calloc((void **)&c.cursor, (size_t)n, sizeof(size_t), "state"), st, out);
-  ZINC_CHECK_GOTO(zinc_calloc((void **)&c.displs, (size_t)n, sizeof(size_t), "state"), st, out);
-  ZINC_CHECK_GOTO(zinc_layout_for_each_piece(e, p, read_piece, &c), st, out);
+  /* local: the buffers and this rank's pieces; agreed before the gather so
+   * that a rank that failed leaves no peer inside it */
+  zinc_status st = zinc_engine_host_calloc(e, (void **)&c.counts, (size_t)n, sizeof(size_t),
+                                           "zinc_param_get_full counts");
+  if (st == ZINC_OK)
+    st = zinc_engine_host_calloc(e, (void **)&c.cursor, (size_t)n, sizeof(size_t),
+                                 "zinc_param_get_full cursors");
+  if (st == ZINC_OK)
+    st = zinc_engine_host_calloc(e, (void **)&c.displs, (size_t)n, sizeof(size_t),
+                                 "zinc_param_get_full offsets");
+  if (st == ZINC_OK)
+    st = zinc_layout_for_each_piece(e, p, read_piece, &c);
   size_t total = 0;
-  for (int r = 0; r < n; r++) {
+  for (int r = 0; r < n && st == ZINC_OK; r++) {
     c.displs[r] = total;
     total += c.counts[r];
   }
-  ZINC_CHECK_GOTO(zinc_calloc((void **)&c.local, c.counts[e->dp_rank] + 1, 4, "state"), st, out);
-  ZINC_CHECK_GOTO(zinc_calloc((void **)&c.gathered, total + 1, 4, "state"), st, out);
-  ZINC_CHECK_GOTO(zinc_calloc(&c.scratch, (size_t)p->numel + 1, 4, "state"), st, out);
+  if (st == ZINC_OK)
+    st = zinc_engine_host_calloc(e, (void **)&c.local, c.counts[e->dp_rank] + 1, 4,
+                                 "zinc_param_get_full local values");
+  if (st == ZINC_OK)
+    st = zinc_engine_host_calloc(e, (void **)&c.gathered, total + 1, 4,
+                                 "zinc_param_get_full gathered values");
+  if (st == ZINC_OK)
+    st = zinc_engine_host_calloc(e, &c.scratch, (size_t)p->numel + 1, 4,
+                                 "zinc_param_get_full scratch");
   c.pass = 1;
-  ZINC_CHECK_GOTO(zinc_layout_for_each_piece(e, p, read_piece, &c), st, out);
-  ZINC_CHECK_GOTO(zinc_engine_sync(e), st, out);
+  if (st == ZINC_OK)
+    st = zinc_layout_for_each_piece(e, p, read_piece, &c);
+  if (st == ZINC_OK)
+    st = zinc_engine_sync(e);
+  if (st != ZINC_OK)
+    zinc_error_wrap(st, "zinc_param_get_full(\"%s.%s\")", p->module->name, p->name);
+  ZINC_CHECK_GOTO(zinc_engine_agree(e, e->dp_host, st), st, out);
   ZINC_CHECK_GOTO(zinc_comm_allgatherv(e->dp_host, c.local, c.counts[e->dp_rank], c.gathered,
                                        c.counts, c.displs, ZINC_F32), st, out);
   memset(c.cursor, 0, (size_t)n * sizeof(size_t));

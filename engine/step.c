@@ -385,11 +385,12 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
 
 zinc_status zinc_params_from_master(zinc_engine *e) {
   zinc_adam_seg *segs = NULL;
-  ZINC_CHECK(adam_segments(e, &segs));
   enum { PIECE = 1 << 20 };
   float *master = NULL;
   void *cast = NULL;
-  zinc_status st = zinc_calloc((void **)&master, PIECE, 4, "parameter refresh");
+  zinc_status st = adam_segments(e, &segs);
+  if (st == ZINC_OK)
+    st = zinc_calloc((void **)&master, PIECE, 4, "parameter refresh");
   if (st == ZINC_OK)
     st = zinc_calloc(&cast, PIECE, 4, "parameter refresh");
   /* with the master in the parameter memory the owned chunks are current */
@@ -419,6 +420,9 @@ zinc_status zinc_params_from_master(zinc_engine *e) {
   if (st == ZINC_OK)
     st = zinc_engine_sync(e);
   if (st != ZINC_OK)
-    return zinc_error_wrap(st, "refreshing parameters from the fp32 master");
+    zinc_error_wrap(st, "refreshing parameters from the fp32 master");
+  /* the refresh is local (a device copy, an NVMe write): agree before the
+   * gathers so that a rank that failed leaves no peer inside them */
+  ZINC_CHECK(zinc_engine_agree(e, e->dp_host, st));
   return gather_updated_params(e);
 }

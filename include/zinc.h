@@ -470,8 +470,17 @@ ZINC_API zinc_status zinc_mp_allreduce_sum(zinc_engine *e, float *data, int64_t 
 ZINC_API zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir,
                                           const char *tag);
 /* Load dir/tag (tag NULL: the one dir/latest names) into the engine's
- * current world size, stage and offload, re-partitioning as needed. On
- * failure the engine's state is unchanged. Collective. */
+ * current world size, stage and offload, re-partitioning as needed.
+ * Collective. Each rank resolves the tag and reads the manifest itself; the
+ * ranks then compare the tag, step and manifest checksum they read and
+ * refuse together (ZINC_ERR_INVALID naming each rank and what it read) when
+ * they differ. Every check (checksums, manifest, the registered model, each
+ * shard's crc32c) runs before anything is changed: a failure there leaves
+ * the engine's state unchanged and the engine usable. A failure after the
+ * checks passed (an I/O error reading a shard, out of memory) leaves the
+ * state partial: the call returns that status on every rank, the engine
+ * stops (every later call but destroy returns it), and the way on is
+ * zinc_engine_destroy and a new engine that loads again. */
 ZINC_API zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir,
                                           const char *tag);
 

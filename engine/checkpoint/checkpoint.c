@@ -22,12 +22,16 @@
  * load into M ranks, any stage into any stage. An I/O error after the
  * checks stops the engine (its state would be partial).
  */
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "base/env.h"
 #include "base/fs.h"
 #include "engine/checkpoint/format.h"
 #include "engine/engine.h"
@@ -52,15 +56,277 @@ static zinc_status check_call(zinc_engine *e, const char *dir, const char *tag, 
   return ZINC_OK;
 }
 
+/* ---------------------------------------------------------- publishing
+ *
+ * Rank 0 owns the directory's names while it holds <dir>/.zinc-save.lock
+ * (flock, for the whole save): a second job saving into the same directory
+ * is refused, naming the holder, before it touches anything.
+ *
+ * Invariants: <dir>/latest names a complete checkpoint at every instant
+ * (a crash anywhere leaves one to load); the only complete copy of a
+ * checkpoint is never removed; a directory zinc did not create (no
+ * .zinc-checkpoint marker, no valid checksums file) is never removed.
+ *
+ * A new tag: rename .<tag>.partial to <tag>, then latest. Re-saving a tag:
+ * exchange the two directories (RENAME_EXCHANGE), latest, remove the old
+ * one. Without RENAME_EXCHANGE (NFS and other shared filesystems; forced
+ * by ZINC_FS_NO_EXCHANGE=1) the new copy is staged:
+ *   1. rename .<tag>.partial to .<tag>.next; latest names .<tag>.next
+ *   2. move the old <tag> to .<tag>.old and remove it
+ *   3. .<tag>.link: a directory of hard links to .<tag>.next's files,
+ *      renamed to <tag>; latest names <tag>; remove .<tag>.next
+ * A crash inside 2-3 leaves latest naming .<tag>.next, complete; the next
+ * save into the directory finishes 2-3 before anything else.
+ *
+ * Test hook: ZINC_CKPT_CRASH_AT=N kills the saving process (SIGKILL) at its
+ * N-th step (tests/engine/checkpoint/test_ckpt_fs.c walks every N). */
+
+typedef struct {
+  const char *dir;
+  long long crash_at, steps;
+  zinc_ckpt_fault fault; /* ZINC_CKPT_FAULT: counts the save's writes */
+  int made_partial;      /* this save created .<tag>.partial (a failure removes it) */
+} publisher;
+
+static void crash_point(publisher *p) {
+  if (p->crash_at > 0 && ++p->steps == p->crash_at)
+    raise(SIGKILL);
+}
+
+static char *sibling(const char *dir, const char *prefix, const char *tag, const char *suffix) {
+  size_t n = strlen(prefix) + strlen(tag) + strlen(suffix) + 1;
+  char *name = malloc(n);
+  if (!name)
+    return NULL;
+  snprintf(name, n, "%s%s%s", prefix, tag, suffix);
+  char *path = zinc_path_join(dir, name);
+  free(name);
+  return path;
+}
+
+/* A directory zinc made: not a link, and holding the marker or a valid
+ * checksums file (checkpoints saved before the marker existed). */
+static int is_zinc_dir(const char *path) {
+  struct stat sb;
+  if (lstat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return 0;
+  char *marker = zinc_path_join(path, ZINC_OWN_MARKER);
+  int own = marker && lstat(marker, &sb) == 0 && S_ISREG(sb.st_mode);
+  free(marker);
+  if (own)
+    return 1;
+  char *sums = zinc_path_join(path, ZINC_CHECKSUMS_NAME), *text = NULL;
+  size_t len = 0;
+  zinc_checksum_entry *entries = NULL;
+  int n = 0;
+  own = sums && zinc_fs_read_bounded(sums, ZINC_CHECKSUMS_MAX, &text, &len) == ZINC_OK &&
+        zinc_checksums_parse(text, len, sums, &entries, &n) == ZINC_OK;
+  free(sums);
+  free(text);
+  free(entries);
+  return own;
+}
+
+static zinc_status write_latest(publisher *p, const char *name) {
+  char *latest = zinc_path_join(p->dir, ZINC_LATEST_NAME);
+  char line[ZINC_TAG_MAX + 16];
+  snprintf(line, sizeof line, "%s\n", name);
+  zinc_status st = latest ? zinc_ckpt_fault_hit(&p->fault, "write", latest, 0) : ZINC_OK;
+  if (st == ZINC_OK)
+    st = latest ? zinc_fs_write_atomic(latest, line, strlen(line))
+                          : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the "
+                                       "path of %s/%s; free host memory and retry", p->dir,
+                                       ZINC_LATEST_NAME);
+  free(latest);
+  crash_point(p);
+  return st;
+}
+
+static zinc_status rename_step(publisher *p, const char *from, const char *to) {
+  ZINC_CHECK(zinc_ckpt_fault_hit(&p->fault, "rename to", to, -1));
+  if (rename(from, to) != 0)
+    return zinc_fs_error("rename to", to, -1, errno);
+  crash_point(p);
+  zinc_status st = zinc_fs_fsync(p->dir, 1);
+  crash_point(p);
+  return st;
+}
+
+/* Hard links in a new directory `to` to every file of `from`. */
+static zinc_status link_files(const char *from, const char *to) {
+  if (mkdir(to, 0755) != 0)
+    return zinc_fs_error("create directory", to, -1, errno);
+  DIR *d = opendir(from);
+  if (!d)
+    return zinc_fs_error("open directory", from, -1, errno);
+  zinc_status st = ZINC_OK;
+  struct dirent *ent;
+  while (st == ZINC_OK && (ent = readdir(d))) {
+    if (!strcmp(ent->d_name, ".") || !strcmp(ent->d_name, ".."))
+      continue;
+    char *a = zinc_path_join(from, ent->d_name), *b = zinc_path_join(to, ent->d_name);
+    if (!a || !b)
+      st = zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the paths under %s",
+                      to);
+    else if (link(a, b) != 0)
+      st = zinc_error(ZINC_ERR_IO, "hard link %s to %s: %s (without RENAME_EXCHANGE zinc "
+                      "publishes a re-saved tag through hard links; latest names the complete "
+                      "copy %s meanwhile)", b, a, strerror(errno), from);
+    free(a);
+    free(b);
+  }
+  closedir(d);
+  if (st == ZINC_OK)
+    st = zinc_fs_fsync(to, 1);
+  return st;
+}
+
+/* Steps 2-3 above: latest names .<tag>.next, complete. */
+static zinc_status finish_staged(publisher *p, const char *tag) {
+  char *final = zinc_path_join(p->dir, tag), *next = sibling(p->dir, ".", tag, ZINC_STAGED_SUFFIX),
+       *old = sibling(p->dir, ".", tag, ".old"), *lnk = sibling(p->dir, ".", tag, ".link");
+  zinc_status st = final && next && old && lnk
+                       ? ZINC_OK
+                       : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the "
+                                    "paths of %s/%s; free host memory and retry", p->dir, tag);
+  struct stat sb;
+  if (st == ZINC_OK)
+    st = zinc_fs_remove_tree(old);
+  if (st == ZINC_OK)
+    st = zinc_fs_remove_tree(lnk);
+  if (st == ZINC_OK && lstat(final, &sb) == 0) {
+    st = rename_step(p, final, old);
+    if (st == ZINC_OK)
+      st = zinc_fs_remove_tree(old);
+    crash_point(p);
+  }
+  if (st == ZINC_OK)
+    st = link_files(next, lnk);
+  crash_point(p);
+  if (st == ZINC_OK)
+    st = rename_step(p, lnk, final);
+  if (st == ZINC_OK)
+    st = write_latest(p, tag);
+  if (st == ZINC_OK)
+    st = zinc_fs_remove_tree(next);
+  free(final);
+  free(next);
+  free(old);
+  free(lnk);
+  return st;
+}
+
+/* Rank 0, under the lock: finish a staged publication a crash interrupted,
+ * refuse to replace what is not a zinc checkpoint, remove zinc's own
+ * leftovers of crashed saves (never a user's), make an empty partial. */
+static zinc_status prepare_dir(publisher *p, const char *tag, const char *final,
+                               const char *partial) {
+  char *name = NULL, staged[ZINC_TAG_MAX + 1];
+  if (zinc_ckpt_latest_read(p->dir, &name) == ZINC_OK &&
+      zinc_ckpt_staged_tag(name, staged, sizeof staged)) {
+    zinc_status st = finish_staged(p, staged);
+    free(name);
+    if (st != ZINC_OK)
+      return zinc_error_wrap(st, "finishing the publication of %s/%s that a crash interrupted",
+                             p->dir, staged);
+  } else {
+    free(name);
+  }
+  struct stat sb;
+  if (lstat(final, &sb) == 0 && !is_zinc_dir(final))
+    return zinc_error(ZINC_ERR_INVALID, "%s exists and is not a zinc checkpoint (no %s, no "
+                      "valid %s): zinc does not replace it; choose another tag or move it away",
+                      final, ZINC_OWN_MARKER, ZINC_CHECKSUMS_NAME);
+  DIR *d = opendir(p->dir);
+  if (!d)
+    return zinc_fs_error("open directory", p->dir, -1, errno);
+  zinc_status st = ZINC_OK;
+  struct dirent *ent;
+  while (st == ZINC_OK && (ent = readdir(d))) {
+    const char *n = ent->d_name;
+    size_t len = strlen(n);
+    int leftover = 0;
+    static const char *const kinds[] = {".partial", ".old", ".link", ZINC_STAGED_SUFFIX};
+    for (int k = 0; n[0] == '.' && k < 4; k++)
+      leftover |= len > strlen(kinds[k]) + 1 && !strcmp(n + len - strlen(kinds[k]), kinds[k]);
+    if (!leftover)
+      continue;
+    char *path = zinc_path_join(p->dir, n);
+    if (!path)
+      st = zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for a path under %s",
+                      p->dir);
+    else if (is_zinc_dir(path))
+      st = zinc_fs_remove_tree(path); /* a crashed save's, under the lock: nobody's now */
+    else
+      zinc_log(ZINC_LOG_WARN, "leaving %s alone: named like a checkpoint save's temporary, "
+               "but zinc did not create it", path);
+    free(path);
+  }
+  closedir(d);
+  if (st == ZINC_OK && mkdir(partial, 0755) != 0)
+    st = zinc_fs_error("create directory", partial, -1, errno);
+  p->made_partial = st == ZINC_OK;
+  if (st == ZINC_OK) {
+    char *marker = zinc_path_join(partial, ZINC_OWN_MARKER);
+    int fd = marker ? zinc_fs_create_new(marker, 0644) : -1;
+    if (fd < 0)
+      st = zinc_fs_error("create", marker ? marker : partial, -1, marker ? errno : ENOMEM);
+    else
+      close(fd);
+    free(marker);
+  }
+  crash_point(p);
+  return st;
+}
+
+/* Rank 0: the partial directory is complete and fsynced. */
+static zinc_status publish(publisher *p, const char *tag, const char *final, const char *partial) {
+  struct stat sb;
+  if (lstat(final, &sb) != 0) {
+    zinc_status st = rename_step(p, partial, final);
+    return st == ZINC_OK ? write_latest(p, tag) : st;
+  }
+  int exchanged = 0;
+  zinc_status st = zinc_ckpt_fault_hit(&p->fault, "exchange into place", final, -1);
+  if (st == ZINC_OK)
+    st = zinc_fs_rename_into_place(partial, final, &exchanged);
+  if (st == ZINC_OK) {
+    crash_point(p);
+    st = zinc_fs_fsync(p->dir, 1);
+    crash_point(p);
+    if (st == ZINC_OK)
+      st = write_latest(p, tag);
+    if (st == ZINC_OK)
+      zinc_fs_remove_tree(partial); /* the previous save of this tag */
+    return st;
+  }
+  if (st != ZINC_ERR_UNSUPPORTED)
+    return st;
+  char *next = sibling(p->dir, ".", tag, ZINC_STAGED_SUFFIX);
+  st = next ? zinc_fs_remove_tree(next)
+            : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for a path under %s",
+                         p->dir);
+  if (st == ZINC_OK)
+    st = rename_step(p, partial, next);
+  if (st == ZINC_OK) {
+    const char *base = strrchr(next, '/') ? strrchr(next, '/') + 1 : next;
+    st = write_latest(p, base);
+  }
+  free(next);
+  return st == ZINC_OK ? finish_staged(p, tag) : st;
+}
+
 /* ---------------------------------------------------------------- save */
 
-static zinc_status write_shard(zinc_engine *e, const char *path, uint32_t *crc, int64_t *bytes) {
+static zinc_status write_shard(zinc_engine *e, const char *path, zinc_ckpt_fault *fault,
+                               uint32_t *crc, int64_t *bytes) {
   zinc_shard_writer *w = NULL;
   float *staging = NULL;
   zinc_status st = zinc_aligned_alloc((void **)&staging, 64, STAGING_ELEMS * 4, "save staging");
   if (st != ZINC_OK)
     return st;
-  st = zinc_shard_writer_open(path, e->dp_rank, e->dp_size, 3, (uint64_t)e->shard_numel, &w);
+  st = zinc_shard_writer_open(path, e->dp_rank, e->dp_size, 3, (uint64_t)e->shard_numel, fault,
+                              &w);
   for (int s = 0; s < 3 && st == ZINC_OK; s++) {
     /* streamed a bounded piece at a time, wherever the state lives */
     for (int ui = 0; ui < e->nunits && st == ZINC_OK; ui++) {
@@ -101,7 +367,8 @@ static zinc_status collect_piece(zinc_engine *e, const zinc_unit *u, int ui, int
 }
 
 static zinc_status write_manifest(zinc_engine *e, const char *partial, const char *tag,
-                                  const int64_t *file_info, const char *extra) {
+                                  const int64_t *file_info, const char *extra,
+                                  zinc_ckpt_fault *fault) {
   zinc_manifest m = {0};
   zinc_status st = ZINC_OK;
   char **names = calloc((size_t)e->dp_size + 2, sizeof *names);
@@ -169,7 +436,9 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
     goto out;
   }
   char *mpath = zinc_path_join(partial, ZINC_MANIFEST_NAME);
-  st = zinc_fs_write_atomic(mpath, json, strlen(json));
+  st = zinc_ckpt_fault_hit(fault, "write", mpath, 0);
+  if (st == ZINC_OK)
+    st = zinc_fs_write_atomic(mpath, json, strlen(json));
   free(mpath);
   if (st != ZINC_OK)
     goto out;
@@ -189,7 +458,9 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
   }
   sums = zinc_checksums_format((const char *const *)names, crcs, bytes, nsums);
   char *spath = zinc_path_join(partial, ZINC_CHECKSUMS_NAME);
-  st = sums && spath ? zinc_fs_write_atomic(spath, sums, strlen(sums))
+  st = sums && spath ? zinc_ckpt_fault_hit(fault, "write", spath, 0) : ZINC_OK;
+  if (st == ZINC_OK)
+    st = sums && spath ? zinc_fs_write_atomic(spath, sums, strlen(sums))
                      : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the %s "
                                   "of %d files in %s; free host memory and retry",
                                   ZINC_CHECKSUMS_NAME, nsums, partial);
@@ -230,13 +501,30 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
                        "the table of %d shards (%zu bytes); free host memory and retry", dir, tag,
                        e->dp_size, 2 * strlen(dir) + strlen(tag) + strlen(partial_name) + 4 +
                            2 * (size_t)e->dp_size * sizeof *info);
-  /* 1. rank 0 prepares an empty partial directory */
+  /* 1. rank 0: the directory, its lock, leftovers, an empty partial directory */
+  publisher pub = {.dir = dir, .crash_at = zinc_env_int("ZINC_CKPT_CRASH_AT", 0, 0, 1 << 30)};
+  zinc_ckpt_fault_init(&pub.fault);
+  int lock_fd = -1;
   if (st == ZINC_OK && e->dp_rank == 0) {
     st = zinc_fs_mkdirs(dir);
+    char *lock = st == ZINC_OK ? zinc_path_join(dir, ZINC_LOCK_NAME) : NULL;
+    if (st == ZINC_OK && !lock)
+      st = zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for a path under %s",
+                      dir);
+    if (st == ZINC_OK) {
+      char who[400], host[256] = "?";
+      gethostname(host, sizeof host - 1);
+      snprintf(who, sizeof who, "pid %d on host %s, saving tag \"%s\"\n", (int)getpid(), host,
+               tag);
+      st = zinc_fs_lock(lock, who, &lock_fd);
+      if (st == ZINC_ERR_INVALID)
+        zinc_error_wrap(st, "checkpoint save into %s: another save into this directory is in "
+                        "progress; two jobs must not save into one directory (give each its "
+                        "own, or wait for the other save to end)", dir);
+    }
+    free(lock);
     if (st == ZINC_OK)
-      st = zinc_fs_remove_tree(partial); /* a stale one from a crashed save */
-    if (st == ZINC_OK && mkdir(partial, 0755) != 0)
-      st = zinc_error(ZINC_ERR_IO, "create directory %s: %s", partial, strerror(errno));
+      st = prepare_dir(&pub, tag, final, partial);
   }
   st = zinc_engine_agree(e, e->dp_host, st);
   /* 2. every rank writes and fsyncs its shard */
@@ -246,7 +534,7 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
     shard = zinc_path_join(partial, name);
     uint32_t crc = 0;
     int64_t bytes = 0;
-    st = shard ? write_shard(e, shard, &crc, &bytes)
+    st = shard ? write_shard(e, shard, &pub.fault, &crc, &bytes)
                : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the shard path "
                             "of rank %d (%zu bytes); free host memory and retry", e->dp_rank,
                             strlen(partial) + strlen(name) + 2);
@@ -265,34 +553,22 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
                             strlen(partial) + strlen(extra) + 2);
     free(xpath);
   }
-  /* 4. rank 0: manifest, checksums, rename into place, latest */
+  /* 4. rank 0: manifest, checksums, into place, latest */
   if (st == ZINC_OK && e->dp_rank == 0) {
-    st = write_manifest(e, partial, tag, info, extra);
+    crash_point(&pub);
+    st = write_manifest(e, partial, tag, info, extra, &pub.fault);
     if (st == ZINC_OK)
       st = zinc_fs_fsync(partial, 1);
-    int exchanged = 0;
+    crash_point(&pub);
     if (st == ZINC_OK)
-      st = zinc_fs_rename_into_place(partial, final, &exchanged);
-    if (st == ZINC_OK)
-      st = zinc_fs_fsync(dir, 1);
-    if (st == ZINC_OK && exchanged)
-      zinc_fs_remove_tree(partial); /* the previous save of this tag */
-    if (st == ZINC_OK) {
-      char *latest = zinc_path_join(dir, ZINC_LATEST_NAME);
-      char line[256];
-      snprintf(line, sizeof line, "%s\n", tag);
-      st = latest ? zinc_fs_write_atomic(latest, line, strlen(line))
-                  : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the path of "
-                               "%s/%s (%zu bytes); free host memory and retry", dir,
-                               ZINC_LATEST_NAME, strlen(dir) + strlen(ZINC_LATEST_NAME) + 2);
-      free(latest);
-    }
+      st = publish(&pub, tag, final, partial);
     if (st != ZINC_OK)
       zinc_error_wrap(st, "saving checkpoint %s", final);
   }
   st = zinc_engine_agree(e, e->dp_host, st);
-  if (st != ZINC_OK && e->dp_rank == 0 && partial)
-    zinc_fs_remove_tree(partial);
+  if (st != ZINC_OK && pub.made_partial)
+    zinc_fs_remove_tree(partial); /* ours, and the lock is still held */
+  zinc_fs_unlock(lock_fd);
   if (st == ZINC_OK) {
     int64_t total = 0;
     for (int r = 0; r < e->dp_size; r++)
@@ -428,6 +704,47 @@ static zinc_status load_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
   return ZINC_OK;
 }
 
+/* Collective: the ranks read the same checkpoint. Each rank resolved the
+ * tag (or latest) and read the manifest on its own, from its own view of
+ * the filesystem (node-local disks, a stale NFS cache); every rank's tag,
+ * step and manifest crc32c are gathered and compared, so that ranks that
+ * read different saves all refuse, naming each rank and what it read,
+ * instead of training on a mixed state. */
+static zinc_status agree_on_view(zinc_engine *e, const char *dir, const zinc_ckpt_dir *d) {
+  enum { VIEW = 256 };
+  char mine[VIEW] = {0};
+  snprintf(mine, sizeof mine, "tag \"%s\" step %lld manifest crc32c %08x", d->manifest->tag,
+           (long long)d->manifest->step, d->manifest_crc);
+  char *all = calloc((size_t)e->dp_size, VIEW);
+  zinc_status st = all ? ZINC_OK
+                       : zinc_error(ZINC_ERR_NOMEM, "checkpoint load %s: no host memory to "
+                                    "compare the ranks' views (%zu bytes); free host memory",
+                                    dir, (size_t)e->dp_size * VIEW);
+  ZINC_CHECK(zinc_engine_agree(e, e->dp_host, st));
+  st = zinc_comm_allgather(e->dp_host, mine, all, VIEW, ZINC_DT_U8);
+  if (st != ZINC_OK) {
+    free(all);
+    return st;
+  }
+  int differ = 0;
+  for (int r = 1; r < e->dp_size; r++)
+    differ |= memcmp(all, all + (size_t)r * VIEW, VIEW) != 0;
+  if (differ) {
+    char msg[2048];
+    size_t len = (size_t)snprintf(msg, sizeof msg, "rank 0 read %s", all);
+    for (int r = 1; r < e->dp_size && len < sizeof msg; r++)
+      if (memcmp(all, all + (size_t)r * VIEW, VIEW) != 0)
+        len += (size_t)snprintf(msg + len, sizeof msg - len, "; rank %d read %s", r,
+                                all + (size_t)r * VIEW);
+    st = zinc_error(ZINC_ERR_INVALID, "checkpoint load %s: the ranks read different "
+                    "checkpoints (%s): every rank must see the same directory and latest "
+                    "(a shared filesystem with coherent caches, or pass the tag explicitly "
+                    "and the same on every rank)", dir, msg);
+  }
+  free(all);
+  return st;
+}
+
 zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir, const char *tag) {
   ZINC_CHECK(check_call(e, dir, tag, "zinc_load_checkpoint", 0));
   double t0 = zinc_now();
@@ -442,6 +759,8 @@ zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir, const char *ta
   if (st == ZINC_OK)
     st = match_model(e, d, map);
   st = zinc_engine_agree(e, e->dp_host, st);
+  if (st == ZINC_OK)
+    st = agree_on_view(e, dir, d);
   /* 2. the shards' crcs, divided among the ranks */
   if (st == ZINC_OK) {
     for (int f = e->dp_rank; f < d->manifest->nfiles && st == ZINC_OK; f += e->dp_size)
@@ -466,9 +785,10 @@ zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir, const char *ta
     c.mp = &d->manifest->params[map[i]];
     st = zinc_layout_for_each_piece(e, e->params[i], load_piece, &c);
   }
+  /* the reads are local; agree on them before the parameter gathers */
+  st = zinc_engine_agree(e, e->dp_host, st);
   if (st == ZINC_OK)
     st = zinc_params_from_master(e);
-  st = zinc_engine_agree(e, e->dp_host, st);
   if (st == ZINC_OK) {
     const zinc_manifest *m = d->manifest;
     int64_t gas = e->cfg.gradient_accumulation_steps;

@@ -30,17 +30,18 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "swapping for this target");
 
 /* Fault injection for tests: ZINC_CKPT_FAULT="ERRNO@N" makes the N-th write
- * call to each shard file fail with ERRNO (ENOSPC, EIO, EDQUOT or a number).
- * Read when a shard is opened; *err 0: no fault. */
-static void injected_fault(int *err, int *call) {
+ * of a save fail with ERRNO (ENOSPC, EIO, EDQUOT or a number),
+ * ZINC_CKPT_READ_FAULT="ERRNO@N" the N-th range read of each shard opened
+ * for a load. *err 0: no fault. */
+static void injected_fault_named(const char *var, int *err, int *call) {
   *err = *call = 0;
-  const char *spec = zinc_env_str("ZINC_CKPT_FAULT");
+  const char *spec = zinc_env_str(var);
   if (!spec)
     return;
   char name[32];
   int n = 0;
   if (sscanf(spec, "%31[^@]@%d", name, &n) != 2 || n < 1) {
-    zinc_env_reject("ZINC_CKPT_FAULT", spec, "ERRNO@N (ERRNO one of ENOSPC, EIO, EDQUOT or a "
+    zinc_env_reject(var, spec, "ERRNO@N (ERRNO one of ENOSPC, EIO, EDQUOT or a "
                     "number; N >= 1)", "no fault injected");
     return;
   }
@@ -53,6 +54,18 @@ static void injected_fault(int *err, int *call) {
     *err = EDQUOT;
   else
     *err = atoi(name) > 0 ? atoi(name) : EIO;
+}
+
+void zinc_ckpt_fault_init(zinc_ckpt_fault *f) {
+  f->count = 0;
+  injected_fault_named("ZINC_CKPT_FAULT", &f->err, &f->at);
+}
+
+zinc_status zinc_ckpt_fault_hit(zinc_ckpt_fault *f, const char *op, const char *path,
+                                int64_t offset) {
+  if (!f || !f->err || ++f->count != f->at)
+    return ZINC_OK;
+  return zinc_fs_error(op, path, offset, f->err);
 }
 
 /* ------------------------------------------------------------ trailer */
@@ -110,22 +123,21 @@ struct zinc_shard_writer {
   int64_t offset;
   uint32_t file_crc;
   zinc_shard_trailer t;
-  int writes;             /* write calls so far (fault injection) */
-  int fault_err;          /* ZINC_CKPT_FAULT: write call number fault_call */
-  int fault_call;         /* fails with errno fault_err; 0: no fault */
+  zinc_ckpt_fault *fault; /* the save's write counter (NULL: none) */
   int section;            /* current section */
   uint64_t in_section;    /* elements written into it */
 };
 
 zinc_status zinc_shard_writer_open(const char *path, int rank, int world, int nsections,
-                                   uint64_t elements, zinc_shard_writer **out) {
+                                   uint64_t elements, zinc_ckpt_fault *fault,
+                                   zinc_shard_writer **out) {
   *out = NULL;
   zinc_shard_writer *w = calloc(1, sizeof *w);
   if (!w || !(w->path = zinc_strdup(path))) {
     free(w);
     return zinc_error(ZINC_ERR_NOMEM, "out of memory opening %s", path);
   }
-  w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  w->fd = zinc_fs_create_new(path, 0600);
   if (w->fd < 0) {
     zinc_status st = zinc_fs_error("create", path, 0, errno);
     free(w->path);
@@ -137,7 +149,7 @@ zinc_status zinc_shard_writer_open(const char *path, int rank, int world, int ns
   w->t.world = (uint32_t)world;
   w->t.nsections = (uint32_t)nsections;
   w->t.elements = elements;
-  injected_fault(&w->fault_err, &w->fault_call);
+  w->fault = fault;
   *out = w;
   return ZINC_OK;
 }
@@ -146,8 +158,7 @@ zinc_status zinc_shard_writer_open(const char *path, int rank, int world, int ns
 static zinc_status shard_write(zinc_shard_writer *w, const void *data, size_t len) {
   if (len == 0)
     return ZINC_OK;
-  if (w->fault_err && ++w->writes == w->fault_call)
-    return zinc_fs_error("write", w->path, w->offset, w->fault_err);
+  ZINC_CHECK(zinc_ckpt_fault_hit(w->fault, "write", w->path, w->offset));
   ZINC_CHECK(zinc_fs_pwrite_all(w->fd, w->path, data, len, w->offset));
   w->offset += (int64_t)len;
   return ZINC_OK;
@@ -216,6 +227,9 @@ struct zinc_shard_reader {
   char *path;
   int64_t size;
   zinc_shard_trailer t;
+  int reads;              /* range reads so far (fault injection) */
+  int fault_err;          /* ZINC_CKPT_READ_FAULT: read number fault_call */
+  int fault_call;         /* fails with errno fault_err; 0: no fault */
 };
 
 zinc_status zinc_shard_reader_open(const char *path, zinc_shard_reader **out) {
@@ -237,6 +251,7 @@ zinc_status zinc_shard_reader_open(const char *path, zinc_shard_reader **out) {
   }
   r->fd = fd;
   r->size = sb.st_size;
+  injected_fault_named("ZINC_CKPT_READ_FAULT", &r->fault_err, &r->fault_call);
   unsigned char tr[ZINC_SHARD_TRAILER];
   zinc_status st = r->size < ZINC_SHARD_TRAILER
                        ? zinc_shard_trailer_decode(tr, (size_t)r->size, path, &r->t)
@@ -308,8 +323,10 @@ zinc_status zinc_shard_reader_read(zinc_shard_reader *r, int section, uint64_t o
                       "%d is outside the file (%u sections of %llu)", r->path, n,
                       (unsigned long long)offset, section, r->t.nsections,
                       (unsigned long long)r->t.elements);
-  return zinc_fs_pread_all(r->fd, r->path, dst, n * 4,
-                  (int64_t)(((uint64_t)section * r->t.elements + offset) * 4));
+  int64_t at = (int64_t)(((uint64_t)section * r->t.elements + offset) * 4);
+  if (r->fault_err && ++r->reads == r->fault_call)
+    return zinc_fs_error("read", r->path, at, r->fault_err);
+  return zinc_fs_pread_all(r->fd, r->path, dst, n * 4, at);
 }
 
 void zinc_shard_reader_close(zinc_shard_reader *r) {
@@ -390,11 +407,72 @@ zinc_status zinc_checksums_parse(const char *text, size_t len, const char *what,
 
 /* -------------------------------------------------- checkpoint dirs */
 
+/* The suffixes of the names zinc gives its own temporaries. */
+static const char *const reserved_suffix[] = {".tmp", ".old", ".partial", ".next", ".link",
+                                              ".lock"};
+
 zinc_status zinc_ckpt_tag_check(const char *tag) {
-  if (!tag || !tag[0] || strchr(tag, '/') || tag[0] == '.' || strlen(tag) > 200)
-    return zinc_error(ZINC_ERR_INVALID, "checkpoint tag \"%s\" must be a non-empty name of at "
-                      "most 200 characters without '/' that does not start with '.'",
-                      tag ? tag : "(null)");
+  const char *rule = NULL;
+  if (!tag || !tag[0])
+    rule = "must not be empty";
+  else if (strlen(tag) > ZINC_TAG_MAX)
+    rule = "must be at most 200 characters";
+  else if (tag[0] == '.' || tag[0] == '-')
+    rule = "must not start with '.' or '-'";
+  else if (!strcmp(tag, ZINC_LATEST_NAME) || !strncmp(tag, ZINC_LATEST_NAME ".", 7))
+    rule = "must not be \"latest\" or start with \"latest.\" (the pointer file's names)";
+  for (const char *c = tag; !rule && *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+          strchr("._-+=@,", *c)))
+      rule = "must hold only letters, digits and . _ - + = @ , (no '/', no spaces or control "
+             "characters)";
+  for (size_t k = 0; !rule && k < sizeof reserved_suffix / sizeof *reserved_suffix; k++) {
+    size_t n = strlen(tag), m = strlen(reserved_suffix[k]);
+    if (n >= m && !strcmp(tag + n - m, reserved_suffix[k]))
+      rule = "must not end in .tmp, .old, .partial, .next, .link or .lock (the names of zinc's "
+             "temporaries)";
+  }
+  if (rule)
+    return zinc_error(ZINC_ERR_INVALID, "checkpoint tag \"%s\": a tag %s; choose another tag",
+                      tag ? tag : "(null)", rule);
+  return ZINC_OK;
+}
+
+int zinc_ckpt_staged_tag(const char *name, char *tag, size_t cap) {
+  size_t n = strlen(name), m = strlen(ZINC_STAGED_SUFFIX);
+  if (n < m + 2 || name[0] != '.' || strcmp(name + n - m, ZINC_STAGED_SUFFIX) != 0 ||
+      n - m - 1 >= cap)
+    return 0;
+  memcpy(tag, name + 1, n - m - 1);
+  tag[n - m - 1] = '\0';
+  return zinc_ckpt_tag_check(tag) == ZINC_OK;
+}
+
+zinc_status zinc_ckpt_latest_read(const char *dir, char **name) {
+  *name = NULL;
+  char *latest = zinc_path_join(dir, ZINC_LATEST_NAME);
+  if (!latest)
+    return zinc_error(ZINC_ERR_NOMEM, "opening checkpoint: no host memory for the path of "
+                      "%s/%s; free host memory and retry", dir, ZINC_LATEST_NAME);
+  char *text = NULL;
+  size_t len = 0;
+  zinc_status st = zinc_fs_read_bounded(latest, ZINC_LATEST_MAX, &text, &len);
+  if (st == ZINC_OK) {
+    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r'))
+      text[--len] = '\0';
+    char staged[ZINC_TAG_MAX + 1];
+    if (strlen(text) != len)
+      st = zinc_error(ZINC_ERR_CORRUPT, "%s holds a NUL byte: not a checkpoint name", latest);
+    else if (!zinc_ckpt_staged_tag(text, staged, sizeof staged) &&
+             zinc_ckpt_tag_check(text) != ZINC_OK)
+      zinc_error_wrap(st = ZINC_ERR_CORRUPT, "%s does not name a checkpoint", latest);
+  }
+  free(latest);
+  if (st != ZINC_OK) {
+    free(text);
+    return st;
+  }
+  *name = text;
   return ZINC_OK;
 }
 
@@ -408,24 +486,23 @@ zinc_status zinc_ckpt_dir_open(const char *dir, const char *tag, zinc_ckpt_dir *
   zinc_checksum_entry *entries = NULL;
   int nentries = 0;
   zinc_ckpt_dir *d = NULL;
+  char staged[ZINC_TAG_MAX + 1];
+  const char *dirname = tag; /* the directory's name under dir */
   if (!tag) {
-    char *latest = zinc_path_join(dir, ZINC_LATEST_NAME);
-    st = latest ? zinc_fs_read_all(latest, &tagbuf, &len)
-                : zinc_error(ZINC_ERR_NOMEM, "opening checkpoint: no host memory for the path of "
-                             "%s/%s (%zu bytes); free host memory and retry", dir,
-                             ZINC_LATEST_NAME, strlen(dir) + strlen(ZINC_LATEST_NAME) + 2);
-    if (st != ZINC_OK)
-      zinc_error_wrap(st, "no tag given and no readable %s", latest ? latest : "latest");
-    free(latest);
-    if (st != ZINC_OK)
+    st = zinc_ckpt_latest_read(dir, &tagbuf);
+    if (st != ZINC_OK) {
+      zinc_error_wrap(st, "no tag given and no readable %s/%s", dir, ZINC_LATEST_NAME);
       goto out;
-    while (len > 0 && (tagbuf[len - 1] == '\n' || tagbuf[len - 1] == ' ' ||
-                       tagbuf[len - 1] == '\r'))
-      tagbuf[--len] = '\0';
-    tag = tagbuf;
+    }
+    dirname = tagbuf;
+    /* ".<tag>.next": a save publishing without RENAME_EXCHANGE */
+    if (zinc_ckpt_staged_tag(tagbuf, staged, sizeof staged))
+      tag = staged;
+    else
+      tag = tagbuf;
   }
   ZINC_CHECK_GOTO(zinc_ckpt_tag_check(tag), st, out);
-  path = zinc_path_join(dir, tag);
+  path = zinc_path_join(dir, dirname);
   if (!path) {
     st = zinc_error(ZINC_ERR_NOMEM, "opening checkpoint: no host memory for the path of %s/%s "
                     "(%zu bytes); free host memory and retry", dir, tag,
@@ -434,7 +511,7 @@ zinc_status zinc_ckpt_dir_open(const char *dir, const char *tag, zinc_ckpt_dir *
   }
   {
     char *cpath = zinc_path_join(path, ZINC_CHECKSUMS_NAME);
-    st = zinc_fs_read_all(cpath, &sums, &sums_len);
+    st = zinc_fs_read_bounded(cpath, ZINC_CHECKSUMS_MAX, &sums, &sums_len);
     if (st == ZINC_OK)
       st = zinc_checksums_parse(sums, sums_len, cpath, &entries, &nentries);
     free(cpath);
@@ -443,7 +520,7 @@ zinc_status zinc_ckpt_dir_open(const char *dir, const char *tag, zinc_ckpt_dir *
   }
   {
     char *mpath = zinc_path_join(path, ZINC_MANIFEST_NAME);
-    st = zinc_fs_read_all(mpath, &text, &len);
+    st = zinc_fs_read_bounded(mpath, ZINC_MANIFEST_MAX, &text, &len);
     int found = 0;
     for (int i = 0; st == ZINC_OK && i < nentries; i++)
       if (!strcmp(entries[i].name, ZINC_MANIFEST_NAME)) {
@@ -458,8 +535,10 @@ zinc_status zinc_ckpt_dir_open(const char *dir, const char *tag, zinc_ckpt_dir *
     if (st == ZINC_OK && !d)
       st = zinc_error(ZINC_ERR_NOMEM, "opening checkpoint: no host memory for the state of "
                       "checkpoint %s (%zu bytes); free host memory and retry", path, sizeof *d);
-    if (st == ZINC_OK)
+    if (st == ZINC_OK) {
+      d->manifest_crc = zinc_crc32c(0, text, len);
       st = zinc_manifest_parse(text, len, mpath, &d->manifest);
+    }
     free(mpath);
     if (st != ZINC_OK)
       goto out;
@@ -507,11 +586,12 @@ zinc_status zinc_ckpt_dir_verify_file(const zinc_ckpt_dir *d, int i) {
   if (st == ZINC_OK) {
     const zinc_shard_trailer *t = zinc_shard_reader_trailer(r);
     if (t->elements != (uint64_t)f->elements || (int)t->nsections != d->manifest->nsections ||
-        (int)t->rank != f->rank)
-      st = zinc_error(ZINC_ERR_CORRUPT, "shard %s: trailer (rank %u, %u sections of %llu) "
-                      "does not match the manifest (rank %d, %d sections of %lld)", p, t->rank,
-                      t->nsections, (unsigned long long)t->elements, f->rank,
-                      d->manifest->nsections, (long long)f->elements);
+        (int)t->rank != f->rank || (int)t->world != d->manifest->nfiles)
+      st = zinc_error(ZINC_ERR_CORRUPT, "shard %s: trailer (rank %u of %u, %u sections of "
+                      "%llu) does not match the manifest (rank %d of %d, %d sections of %lld)",
+                      p, t->rank, t->world, t->nsections, (unsigned long long)t->elements,
+                      f->rank, d->manifest->nfiles, d->manifest->nsections,
+                      (long long)f->elements);
     else
       st = zinc_shard_reader_verify(r, &f->crc32c, f->bytes);
   }

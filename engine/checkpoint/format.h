@@ -14,14 +14,16 @@
  *   manifest.json       engine/checkpoint/manifest.h (with every shard's crc32c);
  *   checksums.crc32c    "<crc32c> <bytes> <name>" per file, then
  *                       "self <crc32c of the lines above>".
- * <dir>/latest names the newest complete tag (DeepSpeed's convention).
+ * <dir>/latest names the newest complete tag (DeepSpeed's convention), or
+ * for a moment ".<tag>.next" (a save publishing without RENAME_EXCHANGE).
  * A save writes <dir>/.<tag>.partial/, fsyncs every file and the directory,
  * then renames it into place (exchanging with an older <tag>) and replaces
- * latest atomically: a crash leaves the old checkpoint or the new one.
+ * latest atomically: a crash leaves the old checkpoint or the new one
+ * (engine/checkpoint/checkpoint.c, "publishing").
  *
- * Tests inject write failures with ZINC_CKPT_FAULT="ERRNO@N": the N-th
- * write call to each shard file fails with ERRNO (ENOSPC, EIO, ...); read
- * when the shard is opened (docs/environment.md).
+ * Tests inject write failures with ZINC_CKPT_FAULT="ERRNO@N" (the N-th
+ * write of a save, zinc_ckpt_fault below) and read failures with
+ * ZINC_CKPT_READ_FAULT (docs/environment.md).
  */
 #ifndef ZINC_CKPT_FILE_H
 #define ZINC_CKPT_FILE_H
@@ -43,6 +45,14 @@ extern "C" {
 #define ZINC_MANIFEST_NAME "manifest.json"
 #define ZINC_CHECKSUMS_NAME "checksums.crc32c"
 #define ZINC_LATEST_NAME "latest"
+#define ZINC_STAGED_SUFFIX ".next"   /* .<tag>.next: see checkpoint.c, publishing */
+#define ZINC_OWN_MARKER ".zinc-checkpoint" /* in every directory a save creates */
+#define ZINC_LOCK_NAME ".zinc-save.lock"
+#define ZINC_TAG_MAX 200
+/* Largest files a reader accepts (every rank reads them whole). */
+#define ZINC_LATEST_MAX 4096
+#define ZINC_CHECKSUMS_MAX ((size_t)64 << 20)
+#define ZINC_MANIFEST_MAX ((size_t)256 << 20)
 
 typedef struct {
   uint32_t version;
@@ -58,12 +68,28 @@ void zinc_shard_trailer_encode(const zinc_shard_trailer *t, unsigned char out[ZI
 zinc_status zinc_shard_trailer_decode(const unsigned char *buf, size_t len, const char *what,
                                       zinc_shard_trailer *out);
 
+/* Test hook ZINC_CKPT_FAULT="ERRNO@N": the N-th write of a save on this
+ * rank fails with ERRNO — counted over the whole save: each write call to
+ * the shard, then (rank 0) the manifest, the checksums file, the rename
+ * into place and latest. Read when a save starts. */
+typedef struct {
+  int err;     /* errno to inject; 0: none */
+  int at;      /* the write that fails */
+  int count;   /* writes so far */
+} zinc_ckpt_fault;
+void zinc_ckpt_fault_init(zinc_ckpt_fault *f);
+/* Count one write of `path` (op: "write", "rename", ...); ZINC_ERR_IO
+ * like the real failure when it is the injected one. f may be NULL. */
+zinc_status zinc_ckpt_fault_hit(zinc_ckpt_fault *f, const char *op, const char *path,
+                                int64_t offset);
+
 /* Streaming shard writer: sections are written in order, `elements` f32
  * values each, in any number of appends; finish writes the trailer, fsyncs
  * and closes. The whole-file crc32c and size come back for the manifest. */
 typedef struct zinc_shard_writer zinc_shard_writer;
 zinc_status zinc_shard_writer_open(const char *path, int rank, int world, int nsections,
-                                   uint64_t elements, zinc_shard_writer **out);
+                                   uint64_t elements, zinc_ckpt_fault *fault,
+                                   zinc_shard_writer **out);
 zinc_status zinc_shard_writer_append(zinc_shard_writer *w, const float *data, size_t n);
 zinc_status zinc_shard_writer_finish(zinc_shard_writer *w, uint32_t *file_crc, int64_t *bytes);
 void zinc_shard_writer_abort(zinc_shard_writer *w); /* close and unlink */
@@ -98,14 +124,24 @@ typedef struct {
   char *path;            /* <dir>/<tag> */
   char *tag;
   zinc_manifest *manifest;
+  uint32_t manifest_crc; /* crc32c of manifest.json: two views of one save share it */
 } zinc_ckpt_dir;
 /* tag NULL: the one <dir>/latest names. */
 zinc_status zinc_ckpt_dir_open(const char *dir, const char *tag, zinc_ckpt_dir **out);
 /* Verify shard file i completely (crc, trailer against the manifest). */
 zinc_status zinc_ckpt_dir_verify_file(const zinc_ckpt_dir *d, int i);
 void zinc_ckpt_dir_close(zinc_ckpt_dir *d);
-/* Validate a tag name: non-empty, no '/', not starting with '.'. */
+/* Validate a tag: 1..200 of the characters A-Z a-z 0-9 . _ - + = @ , ,
+ * not starting with '.' or '-', not "latest" or "latest.*", not ending in
+ * one of the suffixes of zinc's temporaries (.tmp .old .partial .next
+ * .link .lock). ZINC_ERR_INVALID naming the tag and the rule it breaks. */
 zinc_status zinc_ckpt_tag_check(const char *tag);
+/* 1 when name is ".<tag>.next" for a valid tag (copied to tag). */
+int zinc_ckpt_staged_tag(const char *name, char *tag, size_t cap);
+/* What <dir>/latest names (malloc'ed, newline removed): a tag, or
+ * ".<tag>.next" while a save publishes without RENAME_EXCHANGE. At most
+ * ZINC_LATEST_MAX bytes are read. */
+zinc_status zinc_ckpt_latest_read(const char *dir, char **name);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,7 @@
 #include "engine/checkpoint/manifest.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -288,9 +289,12 @@ zinc_status zinc_manifest_parse(const char *text, size_t len, const char *what,
   if (!get_int(&r, root, "stage", "$", 0, 3, &v))
     goto done;
   m->stage = (int)v;
-  if (!get_int(&r, root, "step", "$", 0, INT64_MAX, &m->step) ||
-      !get_int(&r, root, "micro_step", "$", 0, INT64_MAX, &m->micro_step) ||
-      !get_int(&r, root, "skipped_steps", "$", 0, INT64_MAX, &m->skipped_steps))
+  /* counters a run can reach (2^53: exact as a double, far from overflow
+   * when training goes on) */
+  const int64_t counter_max = (int64_t)1 << 53;
+  if (!get_int(&r, root, "step", "$", 0, counter_max, &m->step) ||
+      !get_int(&r, root, "micro_step", "$", 0, counter_max, &m->micro_step) ||
+      !get_int(&r, root, "skipped_steps", "$", 0, m->step, &m->skipped_steps))
     goto done;
   json_t *ls = json_object_get(root, "loss_scaler");
   json_t *scale = ls ? json_object_get(ls, "scale") : NULL;
@@ -299,8 +303,12 @@ zinc_status zinc_manifest_parse(const char *text, size_t len, const char *what,
     goto done;
   }
   m->scaler_scale = json_number_value(scale);
-  if (!get_int(&r, ls, "iteration", "loss_scaler", 0, INT64_MAX, &m->scaler_iter) ||
-      !get_int(&r, ls, "last_overflow_iteration", "loss_scaler", -1, INT64_MAX,
+  if (!isfinite(m->scaler_scale) || m->scaler_scale > 1e38) {
+    fail(&r, "loss_scaler.scale", "%g is not a finite f32 loss scale", m->scaler_scale);
+    goto done;
+  }
+  if (!get_int(&r, ls, "iteration", "loss_scaler", 0, counter_max, &m->scaler_iter) ||
+      !get_int(&r, ls, "last_overflow_iteration", "loss_scaler", -1, counter_max,
                &m->scaler_last_overflow) ||
       !get_int(&r, ls, "hysteresis", "loss_scaler", 0, 1 << 30, &v))
     goto done;
@@ -328,6 +336,11 @@ zinc_status zinc_manifest_parse(const char *text, size_t len, const char *what,
     goto done;
   }
   m->nfiles = (int)json_array_size(files);
+  if (m->nfiles != m->dp_size) {
+    fail(&r, "files", "%d entries for dp_size %d (one shard per saving rank)", m->nfiles,
+         m->dp_size);
+    goto done;
+  }
   m->files = calloc((size_t)m->nfiles, sizeof *m->files);
   if (!m->files) {
     fail(&r, "files", "out of memory");
@@ -359,8 +372,13 @@ zinc_status zinc_manifest_parse(const char *text, size_t len, const char *what,
       goto done;
     }
     mf->crc32c = (uint32_t)c;
-    if (strchr(mf->name, '/') || strcmp(mf->name, "..") == 0 || mf->name[0] == '.') {
-      fail(&r, path, "\"name\" \"%s\" is not a plain file name", mf->name);
+    /* entry i is rank i's shard, by name: entries swapped or renamed would
+     * otherwise read one rank's values as another's */
+    char want[32];
+    snprintf(want, sizeof want, "rank_%05d.zshard", i);
+    if (mf->rank != i || strcmp(mf->name, want) != 0) {
+      fail(&r, path, "names \"%s\" of rank %d; entry %d must be %s of rank %d", mf->name,
+           mf->rank, i, want, i);
       goto done;
     }
   }

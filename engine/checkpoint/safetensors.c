@@ -99,7 +99,7 @@ zinc_status zinc_safetensors_open(const char *path, const zinc_safetensors_tenso
   while (len % 8)
     hdr[len++] = ' '; /* the data area starts 8-byte aligned */
   w->data_start = 8 + (int64_t)len;
-  w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  w->fd = zinc_fs_create_new(w->tmp, 0644); /* never through a link */
   zinc_status st = ZINC_OK;
   if (w->fd < 0)
     st = zinc_error(ZINC_ERR_IO, "create %s: %s", w->tmp, strerror(errno));

@@ -2,9 +2,13 @@
  * test_checkpoint.c — checkpoints, under mpirun:
  *  - resume: 10 steps straight vs 5 steps, save, a fresh engine loads and
  *    runs 5 more: bitwise identical parameters, exp_avg and exp_avg_sq, at
- *    every stage, offload none and cpu, fp32 and fp16 (loss scaler state);
+ *    every stage, offload none and cpu, fp32 and fp16 (the loss scale
+ *    changes before the save and must come back with the load);
  *  - resharding: saved by every rank at stage 3, loaded by 1..N ranks at
+ *    stages 0-3; saved by 1..N ranks at stages 0-3, loaded by N ranks at
  *    stages 0-3: every state identical element by element;
+ *  - save faults: the N-th write of a save (shard, manifest, checksums,
+ *    rename, latest) fails on rank 0 or the last rank, for every N;
  *  - damage: truncated shard, flipped byte, missing shard, damaged
  *    manifest, another model's checkpoint, bad tag — each rejected with its
  *    own message and the engine's state unchanged;
@@ -74,9 +78,18 @@ static void test_resume(int stage, const char *offload, zinc_dtype dt) {
   char dir[600], what[128];
   snprintf(dir, sizeof dir, "%s/resume_s%d_%s_%s", ckpt_root, stage, offload, zinc_dtype_name(dt));
   snprintf(what, sizeof what, "resume stage %d offload %s %s", stage, offload, zinc_dtype_name(dt));
+  if (dt == ZINC_F16)
+    r.fp16_window = 2; /* the loss scale doubles every 2 steps: it differs at the save */
   et_model a, b, c;
   zinc_engine *e = et_open(&r, NULL, &a);
-  train(&a, &r, 0, 10);
+  float scale0 = zinc_loss_scale(e);
+  train(&a, &r, 0, 5);
+  float scale5 = zinc_loss_scale(e);
+  train(&a, &r, 5, 10);
+  float scale10 = zinc_loss_scale(e);
+  if (dt == ZINC_F16)
+    ET_CHECK(scale5 != scale0, "%s: the loss scale did not change before the save (%g)", what,
+             scale0);
   state straight;
   capture(&a, &r, &straight);
   et_model_free(&a);
@@ -90,7 +103,11 @@ static void test_resume(int stage, const char *offload, zinc_dtype dt) {
 
   e = et_open(&r, NULL, &c);
   ET_OK(zinc_load_checkpoint(e, dir, NULL));
+  ET_CHECK(zinc_loss_scale(e) == scale5, "%s: loss scale %g after the load, %g when saved", what,
+           zinc_loss_scale(e), scale5);
   train(&c, &r, 5, 10);
+  ET_CHECK(zinc_loss_scale(e) == scale10, "%s: loss scale %g at step 10 after resuming, %g "
+           "straight", what, zinc_loss_scale(e), scale10);
   state resumed;
   capture(&c, &r, &resumed);
   ET_CHECK(same_state(&r, &resumed, &straight, what), "%s: not bitwise identical", what);
@@ -151,6 +168,64 @@ static void test_reshard(void) {
     printf("resharding: saved at %d ranks stage 3, loaded at 1..%d ranks, stages 0-3 and "
            "stage 3 on NVMe: identical\n", et_world, et_world);
   state_free(&saved);
+}
+
+/* Saved by k = 1..N ranks at each stage 0-3 (a sub-group of the world),
+ * loaded by all N ranks at every stage: resharding to more ranks than
+ * saved, and saves at every stage. */
+static void test_reshard_up(void) {
+  for (int save_stage = 0; save_stage <= 3; save_stage++) {
+    for (int k = 1; k <= et_world; k++) {
+      et_run r = et_defaults();
+      r.stage = save_stage;
+      char dir[600], tag[32];
+      snprintf(dir, sizeof dir, "%s/reshard_up", ckpt_root);
+      snprintf(tag, sizeof tag, "s%d_k%d", save_stage, k);
+      state saved;
+      for (int kind = 0; kind < 3; kind++)
+        saved.s[kind] = et_alloc_params(&r.shape);
+      MPI_Comm sub;
+      MPI_Comm_split(MPI_COMM_WORLD, et_rank < k ? 0 : MPI_UNDEFINED, et_rank, &sub);
+      if (sub != MPI_COMM_NULL) {
+        et_model a;
+        zinc_engine *e = et_open(&r, &sub, &a);
+        train(&a, &r, 0, 3);
+        state got;
+        capture(&a, &r, &got);
+        for (int kind = 0; kind < 3; kind++)
+          for (int i = 0; i < TM_NPARAM; i++)
+            memcpy(saved.s[kind][i], got.s[kind][i], (size_t)tm_numel(&r.shape, i) * 4);
+        state_free(&got);
+        ET_OK(zinc_save_checkpoint(e, dir, tag));
+        et_model_free(&a);
+        zinc_engine_destroy(e);
+        MPI_Comm_free(&sub);
+      }
+      for (int kind = 0; kind < 3; kind++) /* rank 0 saved: everyone compares with it */
+        for (int i = 0; i < TM_NPARAM; i++)
+          MPI_Bcast(saved.s[kind][i], (int)tm_numel(&r.shape, i), MPI_FLOAT, 0, MPI_COMM_WORLD);
+      for (int stage = 0; stage <= 3; stage++) {
+        et_run r2 = r;
+        r2.stage = stage;
+        et_model b;
+        zinc_engine *e2 = et_open(&r2, NULL, &b);
+        ET_OK(zinc_load_checkpoint(e2, dir, tag));
+        state got;
+        capture(&b, &r2, &got);
+        char what[128];
+        snprintf(what, sizeof what, "saved by %d ranks at stage %d, loaded by %d at stage %d", k,
+                 save_stage, et_world, stage);
+        ET_CHECK(same_state(&r2, &got, &saved, what), "%s: states differ", what);
+        state_free(&got);
+        et_model_free(&b);
+        zinc_engine_destroy(e2);
+      }
+      state_free(&saved);
+    }
+  }
+  if (et_rank == 0 && et_failures == 0)
+    printf("resharding: saved by 1..%d ranks at stages 0-3, loaded by %d at stages 0-3: "
+           "identical\n", et_world, et_world);
 }
 
 /* rank 0 edits files; everyone waits */
@@ -271,13 +346,17 @@ static void test_export(zinc_dtype dt) {
   zinc_engine_destroy(e);
 }
 
-/* A save that fails (disk full or an I/O error, injected on one rank's
- * shard or on the manifest) reports it on every rank, leaves the previous
- * checkpoint as latest and no partial directory, and training goes on. */
+/* A save that fails (disk full or an I/O error) at any of its writes —
+ * ZINC_CKPT_FAULT counts every write of the save on the rank: its shard,
+ * and on rank 0 the manifest, the checksums file, the rename into place
+ * and latest — reports it on every rank, leaves the previous checkpoint as
+ * latest and no partial directory (a "bad" that was renamed in before the
+ * fault is complete), and training goes on. Injected on rank 0, then on
+ * the last rank, at write N = 1, 2, ... until the save gets past them all. */
 static void test_save_faults(void) {
   et_run r = et_defaults();
   r.stage = 2;
-  char dir[600], cmd[2400];
+  char dir[600], cmd[4000];
   snprintf(dir, sizeof dir, "%s/savefault", ckpt_root);
   et_model m;
   zinc_engine *e = et_open(&r, NULL, &m);
@@ -285,22 +364,49 @@ static void test_save_faults(void) {
   ET_OK(zinc_save_checkpoint(e, dir, "good"));
   state saved;
   capture(&m, &r, &saved);
-  const char *faults[] = {"ENOSPC@1", "EIO@2", "ENOSPC@4"};
-  for (int k = 0; k < 3; k++) {
-    /* the last rank's files fail (with one rank: its shard, then the manifest) */
-    if (et_rank == et_world - 1)
-      setenv("ZINC_CKPT_FAULT", faults[k], 1);
-    zinc_status st = zinc_save_checkpoint(e, dir, "bad");
-    unsetenv("ZINC_CKPT_FAULT");
-    ET_CHECK(st == ZINC_ERR_IO && strstr(zinc_last_error(), k == 1 ? "Input/output" : "No space"),
-             "save with %s: %s \"%s\"", faults[k], zinc_status_name(st), zinc_last_error());
-    snprintf(cmd, sizeof cmd, "test \"$(cat %s/latest)\" = good && ! test -e %s/bad && "
-             "! test -e %s/.bad.partial", dir, dir, dir);
-    if (et_rank == 0)
-      ET_CHECK(system(cmd) == 0, "save with %s left latest changed or a partial directory",
-               faults[k]);
-    MPI_Barrier(MPI_COMM_WORLD);
+  int reached_latest = 0, total = 0;
+  for (int who = 0; who < 2; who++) {
+    int target = who == 0 ? 0 : et_world - 1;
+    if (who == 1 && target == 0)
+      break;
+    for (int n = 1; n < 10000; n++) {
+      char spec[32];
+      snprintf(spec, sizeof spec, "%s@%d", n % 2 ? "ENOSPC" : "EIO", n);
+      if (et_rank == target)
+        setenv("ZINC_CKPT_FAULT", spec, 1);
+      zinc_status st = zinc_save_checkpoint(e, dir, "bad");
+      unsetenv("ZINC_CKPT_FAULT");
+      int ok = st == ZINC_OK, all = ok;
+      MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+      ET_CHECK(ok == all, "save with %s on rank %d: rank %d returned %s while another did not",
+               spec, target, et_rank, zinc_status_name(st));
+      if (all) { /* past every write: the fault was never reached */
+        snprintf(cmd, sizeof cmd, "rm -rf %s/bad && printf 'good\\n' > %s/latest", dir, dir);
+        shell(cmd);
+        break;
+      }
+      total++;
+      reached_latest |= strstr(zinc_last_error(), "latest") != NULL;
+      ET_CHECK(st == ZINC_ERR_IO && strstr(zinc_last_error(), n % 2 ? "No space" : "Input/output"),
+               "save with %s on rank %d: %s \"%s\"", spec, target, zinc_status_name(st),
+               zinc_last_error());
+      snprintf(cmd, sizeof cmd, "test \"$(cat %s/latest)\" = good && ! test -e %s/.bad.partial "
+               "&& ! test -e %s/.bad.next", dir, dir, dir);
+      if (et_rank == 0)
+        ET_CHECK(system(cmd) == 0, "save with %s on rank %d left latest changed or a partial "
+                 "directory", spec, target);
+      MPI_Barrier(MPI_COMM_WORLD);
+      state back; /* "good" is whole */
+      ET_OK(zinc_load_checkpoint(e, dir, NULL));
+      capture(&m, &r, &back);
+      ET_CHECK(same_state(&r, &back, &saved, "reload after a failed save"), "latest is not "
+               "'good' after %s on rank %d", spec, target);
+      state_free(&back);
+      snprintf(cmd, sizeof cmd, "rm -rf %s/bad", dir);
+      shell(cmd);
+    }
   }
+  ET_CHECK(reached_latest, "no injected fault reached the write of latest (%d faults)", total);
   train(&m, &r, 2, 3); /* the engine goes on */
   ET_OK(zinc_load_checkpoint(e, dir, NULL));
   state back;
@@ -364,6 +470,7 @@ int main(int argc, char **argv) {
   if (et_rank == 0 && et_failures == 0)
     printf("resume: bitwise identical at stages 0-3, offload none/cpu/nvme, f32/f16/bf16\n");
   test_reshard();
+  test_reshard_up();
   test_damage();
   test_export(ZINC_F32);
   test_export(ZINC_BF16);
