@@ -150,26 +150,40 @@ static zinc_status grad_sumsq(zinc_engine *e, double *total, int *overflow) {
   zinc_sumsq_chunk *pieces = NULL;
   unsigned char *rep = NULL;
   int *first = NULL; /* first piece of (rank, unit) */
-  double *partials = NULL, *per_rank = NULL;
-  zinc_status st;
-  ZINC_CHECK_GOTO(zinc_calloc((void **)&pieces, (size_t)cap + 1, sizeof *pieces, "norm"),
-                  st, out);
-  ZINC_CHECK_GOTO(zinc_calloc((void **)&rep, (size_t)cap + 1, 1, "norm"), st, out);
-  ZINC_CHECK_GOTO(zinc_calloc((void **)&first, (size_t)(e->nunits * nr) + 1, sizeof *first,
-                              "norm"), st, out);
-  ZINC_CHECK_GOTO(zinc_calloc((void **)&partials, (size_t)cap + 1, sizeof *partials, "norm"),
-                  st, out);
-  ZINC_CHECK_GOTO(zinc_calloc((void **)&per_rank, 2 * (size_t)e->dp_size, sizeof *per_rank,
-                              "norm"), st, out);
+  double *partials = NULL, *per_rank = NULL, *mp_all = NULL;
+  /* local: the pieces and their sums of squares (allocations, the device's
+   * kernel); then every rank learns whether any failed before the gathers */
+  zinc_status st = zinc_engine_host_calloc(e, (void **)&pieces, (size_t)cap + 1, sizeof *pieces,
+                                           "norm pieces");
+  if (st == ZINC_OK)
+    st = zinc_engine_host_calloc(e, (void **)&rep, (size_t)cap + 1, 1, "norm pieces");
+  if (st == ZINC_OK)
+    st = zinc_engine_host_calloc(e, (void **)&first, (size_t)(e->nunits * nr) + 1,
+                                 sizeof *first, "norm pieces");
+  if (st == ZINC_OK)
+    st = zinc_engine_host_calloc(e, (void **)&partials, (size_t)cap + 1, sizeof *partials,
+                                 "norm partial sums");
+  if (st == ZINC_OK)
+    st = zinc_engine_host_calloc(e, (void **)&per_rank, 2 * (size_t)e->dp_size,
+                                 sizeof *per_rank, "norm partial sums");
+  if (st == ZINC_OK && e->mp_size > 1)
+    st = zinc_engine_host_calloc(e, (void **)&mp_all, 2 * (size_t)e->mp_size, sizeof *mp_all,
+                                 "norm partial sums");
   int npieces = 0;
-  for (int r = 0; r < nr; r++)
-    for (int ui = 0; ui < e->nunits; ui++) {
-      first[r * e->nunits + ui] = npieces;
-      npieces += chunk_pieces(e, ui, r0 + r, pieces + npieces, rep + npieces);
-    }
-  first[nr * e->nunits] = npieces;
-  ZINC_CHECK_GOTO(e->dev->ops->sumsq(e->dev, e->stream, pieces, npieces, partials), st, out);
-  ZINC_CHECK_GOTO(zinc_engine_sync(e), st, out);
+  if (st == ZINC_OK) {
+    for (int r = 0; r < nr; r++)
+      for (int ui = 0; ui < e->nunits; ui++) {
+        first[r * e->nunits + ui] = npieces;
+        npieces += chunk_pieces(e, ui, r0 + r, pieces + npieces, rep + npieces);
+      }
+    first[nr * e->nunits] = npieces;
+    st = e->dev->ops->sumsq(e->dev, e->stream, pieces, npieces, partials);
+  }
+  if (st == ZINC_OK)
+    st = zinc_engine_sync(e);
+  if (st != ZINC_OK)
+    zinc_error_wrap(st, "gradient norm");
+  ZINC_CHECK_GOTO(zinc_engine_agree(e, e->world, st), st, out);
   /* per rank: [counted in the norm, replicated and counted on mp rank 0] */
   for (int r = 0; r < nr; r++) {
     double counted = 0.0, elsewhere = 0.0;
@@ -194,16 +208,12 @@ static zinc_status grad_sumsq(zinc_engine *e, double *total, int *overflow) {
   *total = group[0];
   double check = group[1];
   if (e->mp_size > 1) {
-    double *mp_all = NULL;
-    ZINC_CHECK_GOTO(zinc_calloc((void **)&mp_all, 2 * (size_t)e->mp_size, sizeof *mp_all,
-                                "norm"), st, out);
     st = zinc_comm_allgather(e->mp_host, group, mp_all, 2, ZINC_DT_F64);
     *total = check = 0.0;
     for (int r = 0; st == ZINC_OK && r < e->mp_size; r++) {
       *total += mp_all[2 * r];
       check += mp_all[2 * r + 1];
     }
-    free(mp_all);
     if (st != ZINC_OK)
       goto out;
   }
@@ -215,12 +225,14 @@ out:
   free(first);
   free(partials);
   free(per_rank);
+  free(mp_all);
   return st;
 }
 
 static zinc_status adam_segments(zinc_engine *e, zinc_adam_seg **out) {
   zinc_adam_seg *segs = NULL;
-  ZINC_CHECK(zinc_calloc((void **)&segs, (size_t)e->nruns + 1, sizeof *segs, "optimizer runs"));
+  ZINC_CHECK(zinc_engine_host_calloc(e, (void **)&segs, (size_t)e->nruns + 1, sizeof *segs,
+                                     "optimizer runs"));
   for (int i = 0; i < e->nruns; i++) {
     const zinc_opt_run *run = &e->runs[i];
     const zinc_unit *u = &e->units[run->unit];
@@ -357,9 +369,10 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
                                  e->cfg.weight_decay, adamw, e->cfg.bias_correction, e->step + 1,
                                  base * coef));
   zinc_adam_seg *segs = NULL;
-  ZINC_CHECK(adam_segments(e, &segs));
-  zinc_status st;
-  if (zinc_nvme_opt_on_disk(e))
+  zinc_status st = adam_segments(e, &segs);
+  if (st != ZINC_OK)
+    ; /* agreed below, with the update's own failures */
+  else if (zinc_nvme_opt_on_disk(e))
     st = zinc_nvme_step(e, &c, segs, e->nruns);
   else if (zinc_nvme_param_on_disk(e))
     st = adam_params_on_disk(e, &c, segs);
