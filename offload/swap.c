@@ -255,6 +255,12 @@ static zinc_status check_space(zinc_swap *sw) {
       if (stat(sw->stripes[j].dir, &sj) == 0 && sj.st_dev == si.st_dev)
         need += sw->stripes[j].slots * sw->slot_bytes;
     }
+    if (vs.f_blocks == 0) { /* ramfs and some FUSE filesystems report no size */
+      zinc_log0(ZINC_LOG_WARN, "swap area on %s: its filesystem reports no size (ramfs?), "
+                "so the %s swap area's %llu bytes cannot be checked against free space",
+                sw->stripes[i].dir, sw->name, (unsigned long long)need);
+      continue;
+    }
     uint64_t avail = (uint64_t)vs.f_bavail * vs.f_frsize;
     if (need > avail)
       return zinc_error(ZINC_ERR_NOMEM,
