@@ -437,6 +437,15 @@ zinc_status zinc_grads_replay_ready(zinc_engine *e, zinc_module *m) {
 }
 
 zinc_status zinc_grads_flush(zinc_engine *e) {
+  /* Stages 0/1 reduce at the window's last micro-batch the modules that
+   * report ready in it; a module that took gradients earlier in the window
+   * and sat this one out (a dropped layer, an unused expert) is reduced
+   * too, in module order on every rank, or the step would use this rank's
+   * own unreduced sum. */
+  if (e->cfg.stage <= 1 && zinc_grads_is_boundary_micro(e))
+    for (int mi = 0; mi < e->nmodules; mi++)
+      if (e->modules[mi]->grad_window == window_of(e) && !e->ready_now[mi])
+        ZINC_CHECK(enqueue(e, e->modules[mi]));
   ZINC_CHECK(launch(e));
   ZINC_CHECK(retire_all(e));
   /* Modules that produced no gradient this window hold zeros. */
