@@ -8,7 +8,7 @@
  * Sections are read in a fixed order whatever the file's order: "zinc"
  * first, so that its log_level governs the warnings of the rest; top-level
  * flags before the optimizer (zero_allow_untested_optimizer); the optimizer
- * before the scheduler ("auto" warmup_max_lr is the optimizer's lr).
+ * before the scheduler.
  *
  * "auto" (Hugging Face's placeholder) is accepted where HF writes it and
  * kept: the field holds a placeholder until the trainer's value or the
