@@ -187,8 +187,10 @@ static zinc_status config_from_text(const char *text, size_t len, const char *so
 
   zinc_cfg_reader reader = {.source = source};
   st = zinc_cfg_read_document(&reader, root, &cfg->s);
-  if (st == ZINC_OK)
+  if (st == ZINC_OK) {
+    zinc_cfg_note_auto(root, &cfg->s, &cfg->file_mask);
     st = zinc_cfg_validate(&reader, root, &cfg->s);
+  }
   if (st != ZINC_OK) {
     zinc_error_wrap(st, "config %s", source);
     goto fail;

@@ -6,17 +6,24 @@
  * (engine/memory/timeline.c); no jansson type appears in a header but
  * config/config_internal.h.
  *
- * Every field has its DeepSpeed default unless it says otherwise. Integer
- * fields that a file may write as "auto" hold ZINC_AUTO until they are
- * resolved: batch sizes at engine creation (from the data-parallel size),
- * bucket sizes and precision at engine build (from the registered model).
- * After zinc_settings_resolve_model() no field is ZINC_AUTO.
+ * Every field has its DeepSpeed default unless it says otherwise. A key a
+ * file writes as "auto" (Hugging Face's placeholder for the trainer's
+ * value) is kept as "auto": its bit in auto_mask is set and its field holds
+ * a placeholder (ZINC_AUTO for integers and flags, ZINC_AUTO_F64 = NaN for
+ * numbers, so that a use before resolution shows) until the trainer gives
+ * the value (zinc_config_fill_auto, config/auto.c) or the engine resolves
+ * it: at creation from DeepSpeed's default where one is safe, else an error
+ * naming the key (zinc_settings_resolve_auto); bucket sizes and precision
+ * at build from the model (zinc_settings_resolve_model). The batch triad
+ * keeps its own bits in batch_given_mask. After both resolutions nothing is
+ * "auto".
  *
  * Every size is in elements (DeepSpeed's convention) unless it says bytes.
  */
 #ifndef ZINC_CONFIG_H
 #define ZINC_CONFIG_H
 
+#include <math.h>
 #include <stdint.h>
 
 #include "zinc.h"
@@ -26,6 +33,37 @@ extern "C" {
 #endif
 
 #define ZINC_AUTO (-1)
+#define ZINC_AUTO_F64 ((double)NAN)
+
+/* The keys other than the batch triad that a file may write as "auto": one
+ * bit each in zinc_settings.auto_mask (config/auto.c holds their table:
+ * JSON path, field, and where the value comes from). */
+typedef enum {
+  ZINC_AUTO_GRADIENT_CLIPPING = 0,
+  ZINC_AUTO_FP16_ENABLED,
+  ZINC_AUTO_BF16_ENABLED,
+  ZINC_AUTO_LR,
+  ZINC_AUTO_BETA1,
+  ZINC_AUTO_BETA2,
+  ZINC_AUTO_EPS,
+  ZINC_AUTO_WEIGHT_DECAY,
+  ZINC_AUTO_WARMUP_MIN_LR,
+  ZINC_AUTO_WARMUP_MAX_LR,
+  ZINC_AUTO_WARMUP_NUM_STEPS,
+  ZINC_AUTO_TOTAL_NUM_STEPS,
+  ZINC_AUTO_REDUCE_BUCKET_SIZE,
+  ZINC_AUTO_PREFETCH_BUCKET_SIZE,
+  ZINC_AUTO_PARAM_PERSISTENCE_THRESHOLD,
+  ZINC_AUTO_MAX_LIVE_PARAMETERS,
+  ZINC_AUTO_MAX_REUSE_DISTANCE,
+  ZINC_AUTO_GATHER_16BIT_WEIGHTS,
+  ZINC_AUTO_OPTIMIZER_PIN_MEMORY,
+  ZINC_AUTO_PARAM_PIN_MEMORY,
+  ZINC_AUTO_OPTIMIZER_BUFFER_COUNT,
+  ZINC_AUTO_PARAM_BUFFER_COUNT,
+  ZINC_AUTO_KEY_COUNT
+} zinc_auto_key;
+#define ZINC_AUTO_BIT(k) (1u << (k))
 
 typedef enum { ZINC_OFFLOAD_NONE = 0, ZINC_OFFLOAD_CPU, ZINC_OFFLOAD_NVME } zinc_offload_device;
 typedef enum { ZINC_OPTIM_ADAM = 0, ZINC_OPTIM_ADAMW } zinc_optim_type;
@@ -59,9 +97,12 @@ typedef struct {
   int64_t train_micro_batch_size_per_gpu; /* ZINC_AUTO until resolved */
   int64_t gradient_accumulation_steps;    /* ZINC_AUTO until resolved */
   int batch_given_mask;                   /* bit 0: train_batch_size, 1: micro, 2: gas
-                                             were given as numbers in the file */
+                                             were given as numbers in the file;
+                                             bits 3-5: written "auto" */
+  uint32_t auto_mask;                     /* ZINC_AUTO_BIT(zinc_auto_key): the key
+                                             is "auto" and not resolved yet */
 
-  double gradient_clipping;               /* 0 = off; "auto" -> 1.0       */
+  double gradient_clipping;               /* 0 = off                      */
   int steps_per_print;                    /* 10                           */
   int wall_clock_breakdown;               /* false                        */
   int zero_allow_untested_optimizer;      /* false                        */
@@ -81,7 +122,7 @@ typedef struct {
 
   /* ---- optimizer */
   zinc_optim_type optimizer;              /* Adam                          */
-  double lr;                              /* 1e-3 (also for "auto")        */
+  double lr;                              /* 1e-3                          */
   double beta1, beta2;                    /* 0.9, 0.999                    */
   double eps;                             /* 1e-8                          */
   double weight_decay;                    /* 0                             */
@@ -162,6 +203,11 @@ typedef struct {
 
 struct zinc_config {
   zinc_settings s;
+  uint32_t file_mask;   /* ZINC_AUTO_BIT(zinc_auto_key): the file wrote a
+                           number there (a fact that differs is a mismatch) */
+  uint32_t filled_mask; /* ZINC_AUTO_BIT(zinc_auto_key): the trainer gave the
+                           value (zinc_config_fill_auto) */
+  int batch_filled_mask;/* ZINC_BATCH_GIVEN bits the trainer gave            */
   int warnings;         /* warnings the load produced */
   char *source;         /* where it came from: a path or "<string>" */
 };
@@ -175,6 +221,17 @@ void zinc_settings_free(zinc_settings *s);
 /* Resolve the batch triad against the data-parallel size exactly as
  * DeepSpeed does; errors name the keys and values. */
 zinc_status zinc_settings_resolve_batch(zinc_settings *s, int dp_size);
+
+/* Resolve every "auto" left that does not depend on the model, at engine
+ * creation: warmup_max_lr from the optimizer's lr when the file or the
+ * trainer gave it, the rest from DeepSpeed's default where it is safe, each
+ * with a log line; ZINC_ERR_CONFIG naming the key and zinc_config_fill_auto
+ * where no default is safe (lr, weight_decay, warmup_num_steps,
+ * total_num_steps). Then the cross-key checks that values filled since the
+ * load could break. `file_mask` and `filled_mask` are the config's.
+ * docs/config.md lists the rule of every key. */
+zinc_status zinc_settings_resolve_auto(zinc_settings *s, uint32_t file_mask,
+                                       uint32_t filled_mask);
 
 /* Resolve what depends on the model: "auto" bucket sizes from the hidden
  * size (reduce_bucket_size = h*h, stage3_prefetch_bucket_size = 0.9*h*h,

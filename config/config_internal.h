@@ -136,7 +136,9 @@ typedef struct {
   size_t offset;      /* field in the struct the section fills             */
   double lo, hi;      /* accepted range of numbers (inclusive by default)  */
   unsigned flags;
-  double auto_value;  /* what "auto" stores (ZINC_AUTO for sizes/flags)    */
+  double auto_value;  /* the placeholder "auto" stores until it resolves:
+                         ZINC_AUTO, or ZINC_AUTO_F64 for numbers
+                         (config/auto.c keeps the auto_mask bit)           */
   const char *note;   /* INERT: DeepSpeed's default as JSON text (no
                          warning when the file has it) or NULL (always
                          warn); NO_EFFECT: why it has no effect            */
@@ -180,6 +182,10 @@ zinc_status zinc_cfg_read_zero(zinc_cfg_reader *r, const json_t *v,
                                zinc_settings *s);
 zinc_status zinc_cfg_read_aio(zinc_cfg_reader *r, const json_t *v,
                               zinc_settings *s);
+/* config/auto.c: after every section, the keys written "auto" get their
+ * bit in s->auto_mask and a placeholder in their field; those written as
+ * numbers their bit in *file_mask. */
+void zinc_cfg_note_auto(const json_t *root, zinc_settings *s, uint32_t *file_mask);
 /* config/validate.c: contradictions between keys, after every section. */
 zinc_status zinc_cfg_validate(zinc_cfg_reader *r, const json_t *root,
                               zinc_settings *s);

@@ -4,8 +4,8 @@
  * as the start-up listing DeepSpeed prints, one "key ..... value" line per
  * setting through the logger.
  *
- * Values still "auto" (resolved at engine creation or build) are written
- * as "auto"; batch keys the file did not give are left out, so that the
+ * Values still "auto" (auto_mask; resolved at engine creation or build)
+ * are written as "auto"; batch keys the file did not give are left out, so that the
  * text loads back to the same batch_given_mask.
  */
 #include <stdio.h>
@@ -20,6 +20,11 @@ static json_t *int_or_auto(int64_t v) {
 
 static json_t *bool_or_auto(int v) {
   return v == ZINC_AUTO ? json_string("auto") : json_boolean(v);
+}
+
+/* A number, or "auto" while its key's bit is set. */
+static json_t *real_or_auto(const zinc_settings *s, zinc_auto_key key, double v) {
+  return (s->auto_mask & ZINC_AUTO_BIT(key)) ? json_string("auto") : json_real(v);
 }
 
 static void put(json_t *obj, const char *key, json_t *value) {
@@ -47,8 +52,8 @@ static json_t *offload_json(const zinc_offload_settings *o, int is_param) {
       json_array_append_new(list, json_string(o->nvme_paths[i]));
     put(obj, "nvme_path", list);
   }
-  put(obj, "pin_memory", json_boolean(o->pin_memory));
-  put(obj, "buffer_count", json_integer(o->buffer_count));
+  put(obj, "pin_memory", bool_or_auto(o->pin_memory));
+  put(obj, "buffer_count", int_or_auto(o->buffer_count));
   if (is_param) {
     put(obj, "buffer_size", json_integer(o->buffer_size));
     put(obj, "max_in_cpu", json_integer(o->max_in_cpu));
@@ -77,10 +82,10 @@ static json_t *zero_json(const zinc_settings *s) {
   put(z, "stage3_prefetch_bucket_size", int_or_auto(s->stage3_prefetch_bucket_size));
   put(z, "stage3_param_persistence_threshold",
       int_or_auto(s->stage3_param_persistence_threshold));
-  put(z, "stage3_max_live_parameters", json_integer(s->stage3_max_live_parameters));
-  put(z, "stage3_max_reuse_distance", json_integer(s->stage3_max_reuse_distance));
+  put(z, "stage3_max_live_parameters", int_or_auto(s->stage3_max_live_parameters));
+  put(z, "stage3_max_reuse_distance", int_or_auto(s->stage3_max_reuse_distance));
   put(z, "stage3_gather_16bit_weights_on_model_save",
-      json_boolean(s->stage3_gather_16bit_weights_on_model_save));
+      bool_or_auto(s->stage3_gather_16bit_weights_on_model_save));
   return z;
 }
 
@@ -88,16 +93,16 @@ static json_t *scheduler_json(const zinc_settings *s) {
   json_t *sched = json_object(), *p = json_object();
   put(sched, "type", json_string(zinc_sched_type_name(s->scheduler)));
   if (s->scheduler == ZINC_SCHED_WARMUP_COSINE) {
-    put(p, "total_num_steps", json_integer(s->total_num_steps));
+    put(p, "total_num_steps", int_or_auto(s->total_num_steps));
     put(p, "warmup_min_ratio", json_real(s->warmup_min_ratio));
     put(p, "cos_min_ratio", json_real(s->cos_min_ratio));
   } else {
-    put(p, "warmup_min_lr", json_real(s->warmup_min_lr));
-    put(p, "warmup_max_lr", json_real(s->warmup_max_lr));
+    put(p, "warmup_min_lr", real_or_auto(s, ZINC_AUTO_WARMUP_MIN_LR, s->warmup_min_lr));
+    put(p, "warmup_max_lr", real_or_auto(s, ZINC_AUTO_WARMUP_MAX_LR, s->warmup_max_lr));
     if (s->scheduler == ZINC_SCHED_WARMUP_DECAY)
-      put(p, "total_num_steps", json_integer(s->total_num_steps));
+      put(p, "total_num_steps", int_or_auto(s->total_num_steps));
   }
-  put(p, "warmup_num_steps", json_integer(s->warmup_num_steps));
+  put(p, "warmup_num_steps", int_or_auto(s->warmup_num_steps));
   put(p, "warmup_type", json_string(s->warmup_type == ZINC_WARMUP_LINEAR ? "linear" : "log"));
   put(sched, "params", p);
   return sched;
@@ -110,7 +115,8 @@ static json_t *settings_json(const zinc_settings *s) {
             s->train_micro_batch_size_per_gpu);
   put_batch(root, s, "gradient_accumulation_steps", ZINC_BATCH_GAS,
             s->gradient_accumulation_steps);
-  put(root, "gradient_clipping", json_real(s->gradient_clipping));
+  put(root, "gradient_clipping",
+      real_or_auto(s, ZINC_AUTO_GRADIENT_CLIPPING, s->gradient_clipping));
   put(root, "steps_per_print", json_integer(s->steps_per_print));
   put(root, "wall_clock_breakdown", json_boolean(s->wall_clock_breakdown));
   put(root, "zero_allow_untested_optimizer", json_boolean(s->zero_allow_untested_optimizer));
@@ -132,12 +138,18 @@ static json_t *settings_json(const zinc_settings *s) {
 
   json_t *opt = json_object(), *params = json_object(), *betas = json_array();
   put(opt, "type", json_string(zinc_optim_type_name(s->optimizer)));
-  put(params, "lr", json_real(s->lr));
-  json_array_append_new(betas, json_real(s->beta1));
-  json_array_append_new(betas, json_real(s->beta2));
+  put(params, "lr", real_or_auto(s, ZINC_AUTO_LR, s->lr));
+  uint32_t both = ZINC_AUTO_BIT(ZINC_AUTO_BETA1) | ZINC_AUTO_BIT(ZINC_AUTO_BETA2);
+  if ((s->auto_mask & both) == both) {
+    json_decref(betas);
+    betas = json_string("auto");
+  } else { /* one filled, the other "auto": zinc's own form, it loads back */
+    json_array_append_new(betas, real_or_auto(s, ZINC_AUTO_BETA1, s->beta1));
+    json_array_append_new(betas, real_or_auto(s, ZINC_AUTO_BETA2, s->beta2));
+  }
   put(params, "betas", betas);
-  put(params, "eps", json_real(s->eps));
-  put(params, "weight_decay", json_real(s->weight_decay));
+  put(params, "eps", real_or_auto(s, ZINC_AUTO_EPS, s->eps));
+  put(params, "weight_decay", real_or_auto(s, ZINC_AUTO_WEIGHT_DECAY, s->weight_decay));
   put(params, "adam_w_mode", json_boolean(s->adam_w_mode));
   put(params, "bias_correction", json_boolean(s->bias_correction));
   put(opt, "params", params);

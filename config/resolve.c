@@ -16,9 +16,9 @@
  *   M                 -> G = 1, T = M * W
  *   G or nothing      -> error
  * then T, M, G > 0 and T == M * G * W, else an error naming the values.
- * A key written "auto" counts as not given, except that when neither T nor
- * M is a number but one of them is "auto" (Hugging Face style files, where
- * the trainer would fill them in), M is taken as 1.
+ * A key written "auto" counts as not given (a value the trainer gave with
+ * zinc_config_fill_auto counts as given), except that when neither T nor M
+ * is a number but one of them is "auto", M is taken as 1, with a warning.
  *
  * Resolution is idempotent: it starts again from the keys the file gave,
  * so an engine may resolve the same settings for another world size.
@@ -54,10 +54,10 @@ zinc_status zinc_settings_resolve_batch(zinc_settings *s, int dp_size) {
       return zinc_error(ZINC_ERR_CONFIG,
                         "train_batch_size and train_micro_batch_size_per_gpu: neither is "
                         "given; give at least one of them (DeepSpeed requires it too)");
-    m = 1; /* "auto" with no trainer to fill it in */
+    m = 1; /* "auto" and the trainer gave no batch size */
     has_m = 1;
-    zinc_log0(ZINC_LOG_INFO, "config: batch sizes are \"auto\"; using "
-              "train_micro_batch_size_per_gpu 1");
+    zinc_log0(ZINC_LOG_WARN, "config: train_micro_batch_size_per_gpu is \"auto\" and the "
+              "trainer gave no batch size: using 1 (give it with zinc_config_fill_auto)");
   }
 
   int overflow = 0;
@@ -126,6 +126,9 @@ zinc_status zinc_settings_resolve_model(zinc_settings *s, int64_t hidden_size,
     s->stage3_prefetch_bucket_size = h > 0 ? (int64_t)(0.9 * (double)hh) : 50000000;
   if (s->stage3_param_persistence_threshold == ZINC_AUTO)
     s->stage3_param_persistence_threshold = h > 0 ? 10 * h : 100000;
+  s->auto_mask &= ~(ZINC_AUTO_BIT(ZINC_AUTO_REDUCE_BUCKET_SIZE) |
+                    ZINC_AUTO_BIT(ZINC_AUTO_PREFETCH_BUCKET_SIZE) |
+                    ZINC_AUTO_BIT(ZINC_AUTO_PARAM_PERSISTENCE_THRESHOLD));
 
   if (any_f16 && any_bf16 && (s->fp16_enabled == ZINC_AUTO || s->bf16_enabled == ZINC_AUTO))
     return zinc_error(ZINC_ERR_CONFIG, "fp16.enabled / bf16.enabled are \"auto\" but the model "
@@ -135,6 +138,7 @@ zinc_status zinc_settings_resolve_model(zinc_settings *s, int64_t hidden_size,
     s->fp16_enabled = any_f16 && s->bf16_enabled != 1;
   if (s->bf16_enabled == ZINC_AUTO)
     s->bf16_enabled = any_bf16 && !s->fp16_enabled;
+  s->auto_mask &= ~(ZINC_AUTO_BIT(ZINC_AUTO_FP16_ENABLED) | ZINC_AUTO_BIT(ZINC_AUTO_BF16_ENABLED));
   if (s->fp16_enabled && any_bf16)
     return zinc_error(ZINC_ERR_CONFIG, "fp16.enabled is true but the model registers bf16 "
                       "parameters; use bf16.enabled or register f16 parameters");

@@ -8,12 +8,11 @@
  * Sections are read in a fixed order whatever the file's order: "zinc"
  * first, so that its log_level governs the warnings of the rest; top-level
  * flags before the optimizer (zero_allow_untested_optimizer); the optimizer
- * before the scheduler ("auto" warmup_max_lr is the optimizer's lr).
+ * before the scheduler.
  *
- * "auto" (Hugging Face's placeholder) is accepted where HF writes it. zinc
- * has no trainer arguments to fill it from, so it resolves to DeepSpeed's
- * default, to the world size (batch) or to the model (bucket sizes,
- * precision); docs/config.md lists each rule.
+ * "auto" (Hugging Face's placeholder) is accepted where HF writes it and
+ * kept: the field holds a placeholder until the trainer's value or the
+ * engine resolves it (config/auto.c; docs/config.md lists each rule).
  */
 #include <limits.h>
 #include <math.h>
@@ -56,7 +55,7 @@ static const zinc_key top_keys[] = {
     ZINC_KCUSTOM("train_batch_size"),
     ZINC_KCUSTOM("train_micro_batch_size_per_gpu"),
     ZINC_KCUSTOM("gradient_accumulation_steps"),
-    ZINC_KF(T, "gradient_clipping", gradient_clipping, 0, INF, ZINC_KEY_AUTO, 1.0),
+    ZINC_KF(T, "gradient_clipping", gradient_clipping, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
     ZINC_KI(T, "steps_per_print", steps_per_print, 1, INT_MAX),
     ZINC_KB(T, "wall_clock_breakdown", wall_clock_breakdown),
     ZINC_KB(T, "zero_allow_untested_optimizer", zero_allow_untested_optimizer),
@@ -206,10 +205,10 @@ static const zinc_key optimizer_keys[] = {
 };
 
 static const zinc_key adam_keys[] = {
-    ZINC_KF(T, "lr", lr, 0, INF, ZINC_KEY_AUTO, 1e-3),
+    ZINC_KF(T, "lr", lr, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
     ZINC_KCUSTOM("betas"),
-    ZINC_KF(T, "eps", eps, 0, INF, ZINC_KEY_AUTO | ZINC_KEY_LO_OPEN, 1e-8),
-    ZINC_KF(T, "weight_decay", weight_decay, 0, INF, ZINC_KEY_AUTO, 0.0),
+    ZINC_KF(T, "eps", eps, 0, INF, ZINC_KEY_AUTO | ZINC_KEY_LO_OPEN, ZINC_AUTO_F64),
+    ZINC_KF(T, "weight_decay", weight_decay, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
     ZINC_KB(T, "adam_w_mode", adam_w_mode),
     ZINC_KB(T, "bias_correction", bias_correction),
     ZINC_KCUSTOM("amsgrad"),
@@ -222,15 +221,23 @@ static const char *const deepspeed_optimizers[] = {
     "muadam", "muadamw", "musgd", "lion",
 };
 
+/* [b1, b2] or "auto" (both kept "auto"); an element may be "auto" too, as
+ * zinc writes a config whose betas the trainer filled one at a time. */
 static zinc_status read_betas(zinc_cfg_reader *r, const json_t *v, zinc_settings *s) {
-  if (zinc_cfg_is_auto(v))
-    return ZINC_OK; /* DeepSpeed's (0.9, 0.999), as left by the defaults */
-  const char *expect = "a list of two numbers in [0, 1), e.g. [0.9, 0.999]";
+  if (zinc_cfg_is_auto(v)) {
+    s->beta1 = s->beta2 = ZINC_AUTO_F64;
+    return ZINC_OK;
+  }
+  const char *expect = "a list of two numbers in [0, 1), e.g. [0.9, 0.999], or \"auto\"";
   if (!json_is_array(v) || json_array_size(v) != 2)
     return zinc_cfg_bad(r, v, "%s", expect);
   double b[2];
   for (size_t i = 0; i < 2; i++) {
     const json_t *e = json_array_get(v, i);
+    if (zinc_cfg_is_auto(e)) {
+      b[i] = ZINC_AUTO_F64;
+      continue;
+    }
     if (!json_is_number(e) || json_number_value(e) < 0 || json_number_value(e) >= 1) {
       zinc_cfg_push_index(r, i);
       return zinc_cfg_bad(r, e, "a number in [0, 1)");
@@ -320,17 +327,17 @@ done:
 /* ------------------------------------------------------------- scheduler */
 
 static const zinc_key warmup_lr_keys[] = {
-    ZINC_KF(T, "warmup_min_lr", warmup_min_lr, 0, INF, ZINC_KEY_AUTO, 0.0),
+    ZINC_KF(T, "warmup_min_lr", warmup_min_lr, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
     ZINC_KCUSTOM("warmup_max_lr"),
-    ZINC_KL(T, "warmup_num_steps", warmup_num_steps, 0, ZINC_KEY_AUTO, 1000),
+    ZINC_KL(T, "warmup_num_steps", warmup_num_steps, 0, ZINC_KEY_AUTO, ZINC_AUTO),
     ZINC_KCUSTOM("warmup_type"),
     ZINC_KINERT("last_batch_iteration", "-1"),
 };
 
 static const zinc_key warmup_decay_keys[] = {
-    ZINC_KF(T, "warmup_min_lr", warmup_min_lr, 0, INF, ZINC_KEY_AUTO, 0.0),
+    ZINC_KF(T, "warmup_min_lr", warmup_min_lr, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
     ZINC_KCUSTOM("warmup_max_lr"),
-    ZINC_KL(T, "warmup_num_steps", warmup_num_steps, 0, ZINC_KEY_AUTO, 1000),
+    ZINC_KL(T, "warmup_num_steps", warmup_num_steps, 0, ZINC_KEY_AUTO, ZINC_AUTO),
     ZINC_KCUSTOM("warmup_type"),
     ZINC_KCUSTOM("total_num_steps"),
     ZINC_KINERT("last_batch_iteration", "-1"),
@@ -339,7 +346,7 @@ static const zinc_key warmup_decay_keys[] = {
 static const zinc_key warmup_cosine_keys[] = {
     ZINC_KCUSTOM("total_num_steps"),
     ZINC_KF(T, "warmup_min_ratio", warmup_min_ratio, 0, 1, 0, 0),
-    ZINC_KL(T, "warmup_num_steps", warmup_num_steps, 0, ZINC_KEY_AUTO, 1000),
+    ZINC_KL(T, "warmup_num_steps", warmup_num_steps, 0, ZINC_KEY_AUTO, ZINC_AUTO),
     ZINC_KF(T, "cos_min_ratio", cos_min_ratio, 0, 1, 0, 0),
     ZINC_KCUSTOM("warmup_type"),
     ZINC_KINERT("last_batch_iteration", "-1"),
@@ -399,7 +406,7 @@ static zinc_status read_schedule_params(zinc_cfg_reader *r, const json_t *params
   size_t m;
   if ((v = zinc_cfg_enter(r, params, "warmup_max_lr", &m))) {
     if (zinc_cfg_is_auto(v))
-      s->warmup_max_lr = s->lr; /* HF: the optimizer's learning rate */
+      s->warmup_max_lr = ZINC_AUTO_F64; /* HF: the optimizer's lr (config/auto.c) */
     else if (json_is_number(v) && json_number_value(v) >= 0)
       s->warmup_max_lr = json_number_value(v);
     else
@@ -423,9 +430,9 @@ static zinc_status read_schedule_params(zinc_cfg_reader *r, const json_t *params
       return zinc_cfg_bad(r, v, "a positive integer: %s decays over total_num_steps",
                           spec->name);
     if (zinc_cfg_is_auto(v))
-      return zinc_cfg_bad(r, v, "a positive integer: zinc has no trainer arguments to take "
-                          "the number of training steps from; write the number");
-    ZINC_CHECK(zinc_cfg_int64(r, v, 1, INT64_MAX, &s->total_num_steps));
+      s->total_num_steps = ZINC_AUTO; /* the trainer's (config/auto.c) */
+    else if (!json_is_number(v) || zinc_cfg_int64(r, v, 1, INT64_MAX, &s->total_num_steps) != ZINC_OK)
+      return zinc_cfg_bad(r, v, "a positive integer or \"auto\"");
     zinc_cfg_pop(r, m);
   }
   return ZINC_OK;

@@ -65,7 +65,7 @@ static zinc_status check_offload(zinc_cfg_reader *r, const json_t *root,
                         "a directory path (or a list of up to %d) because %s.device is "
                         "\"nvme\"", ZINC_MAX_NVME_PATHS, name);
   }
-  if (o->device == ZINC_OFFLOAD_NVME && o->buffer_count < 1) {
+  if (o->device == ZINC_OFFLOAD_NVME && o->buffer_count < 1 && o->buffer_count != ZINC_AUTO) {
     snprintf(at, sizeof at, "zero_optimization.%s.buffer_count", name);
     point_at(r, at);
     return zinc_cfg_bad(r, json_at(root, at), "at least 1 buffer for NVMe offload");
@@ -112,6 +112,10 @@ static zinc_status check_batch(zinc_cfg_reader *r, const json_t *root, const zin
 static zinc_status check_scheduler(zinc_cfg_reader *r, const json_t *root,
                                    const zinc_settings *s) {
   if (s->scheduler != ZINC_SCHED_WARMUP_DECAY && s->scheduler != ZINC_SCHED_WARMUP_COSINE)
+    return ZINC_OK;
+  /* "auto" steps: checked once known, at engine creation (config/auto.c) */
+  if (s->auto_mask & (ZINC_AUTO_BIT(ZINC_AUTO_WARMUP_NUM_STEPS) |
+                      ZINC_AUTO_BIT(ZINC_AUTO_TOTAL_NUM_STEPS)))
     return ZINC_OK;
   /* DeepSpeed warms up over max(2, warmup_num_steps) steps. */
   int64_t warmup = s->warmup_num_steps < 2 ? 2 : s->warmup_num_steps;

@@ -41,15 +41,18 @@ static const zinc_key zero_keys[] = {
             ZINC_KEY_AUTO, ZINC_AUTO),
     ZINC_KL(T, "param_persistence_threshold", stage3_param_persistence_threshold, 0,
             ZINC_KEY_AUTO, ZINC_AUTO),
-    ZINC_KL(T, "stage3_max_live_parameters", stage3_max_live_parameters, 0, 0, 0),
-    ZINC_KL(T, "max_live_parameters", stage3_max_live_parameters, 0, 0, 0),
-    ZINC_KL(T, "stage3_max_reuse_distance", stage3_max_reuse_distance, 0, 0, 0),
-    ZINC_KL(T, "max_reuse_distance", stage3_max_reuse_distance, 0, 0, 0),
-    ZINC_KB(T, "stage3_gather_16bit_weights_on_model_save",
-            stage3_gather_16bit_weights_on_model_save),
-    ZINC_KB(T, "gather_16bit_weights_on_model_save", stage3_gather_16bit_weights_on_model_save),
-    ZINC_KB(T, "stage3_gather_fp16_weights_on_model_save",
-            stage3_gather_16bit_weights_on_model_save),
+    ZINC_KL(T, "stage3_max_live_parameters", stage3_max_live_parameters, 0, ZINC_KEY_AUTO,
+            ZINC_AUTO),
+    ZINC_KL(T, "max_live_parameters", stage3_max_live_parameters, 0, ZINC_KEY_AUTO, ZINC_AUTO),
+    ZINC_KL(T, "stage3_max_reuse_distance", stage3_max_reuse_distance, 0, ZINC_KEY_AUTO,
+            ZINC_AUTO),
+    ZINC_KL(T, "max_reuse_distance", stage3_max_reuse_distance, 0, ZINC_KEY_AUTO, ZINC_AUTO),
+    ZINC_KB_AUTO(T, "stage3_gather_16bit_weights_on_model_save",
+                 stage3_gather_16bit_weights_on_model_save),
+    ZINC_KB_AUTO(T, "gather_16bit_weights_on_model_save",
+                 stage3_gather_16bit_weights_on_model_save),
+    ZINC_KB_AUTO(T, "stage3_gather_fp16_weights_on_model_save",
+                 stage3_gather_16bit_weights_on_model_save),
     ZINC_KCUSTOM("cpu_offload"),
     ZINC_KCUSTOM("cpu_offload_param"),
     /* DeepSpeed options with no effect in zinc (silent at their default) */
@@ -81,8 +84,8 @@ static const zinc_key zero_keys[] = {
 static const zinc_key offload_optimizer_keys[] = {
     ZINC_KCUSTOM("device"),
     ZINC_KCUSTOM("nvme_path"),
-    ZINC_KB(O, "pin_memory", pin_memory),
-    ZINC_KL(O, "buffer_count", buffer_count, 0, 0, 0),
+    ZINC_KB_AUTO(O, "pin_memory", pin_memory),
+    ZINC_KL(O, "buffer_count", buffer_count, 0, ZINC_KEY_AUTO, ZINC_AUTO),
     /* the NVMe step always overlaps read(k+1) | update(k) | write(k-1) and
      * writes the initial swap area in large pieces: these change nothing */
     ZINC_KB(O, "pipeline_read", pipeline_read),
@@ -97,10 +100,10 @@ static const zinc_key offload_optimizer_keys[] = {
 static const zinc_key offload_param_keys[] = {
     ZINC_KCUSTOM("device"),
     ZINC_KCUSTOM("nvme_path"),
-    ZINC_KB(O, "pin_memory", pin_memory),
+    ZINC_KB_AUTO(O, "pin_memory", pin_memory),
     /* NVMe parameter reads: buffer_count buffers, each at most buffer_size
      * elements (engine/offload_nvme.c) */
-    ZINC_KL(O, "buffer_count", buffer_count, 0, 0, 0),
+    ZINC_KL(O, "buffer_count", buffer_count, 0, ZINC_KEY_AUTO, ZINC_AUTO),
     ZINC_KL(O, "buffer_size", buffer_size, 1, 0, 0),
     {"max_in_cpu", ZINC_KEY_I64, offsetof(O, max_in_cpu), 0, HUGE_VAL, ZINC_KEY_NO_EFFECT, 0,
      "no parameter cache is kept in host memory beside the NVMe partition"},

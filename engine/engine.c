@@ -240,6 +240,8 @@ zinc_status zinc_engine_create(const zinc_config *cfg, const zinc_options *opt,
   ZINC_CHECK_GOTO(create_comms(e), st, fail);
   /* the first local checks after the comm exists: every rank learns them */
   st = zinc_settings_resolve_batch(&e->cfg, e->dp_size);
+  if (st == ZINC_OK) /* "auto" the trainer did not fill: defaults or an error */
+    st = zinc_settings_resolve_auto(&e->cfg, cfg->file_mask, cfg->filled_mask);
   if (st == ZINC_OK && e->opt.threads < 0)
     st = zinc_error(ZINC_ERR_INVALID, "zinc_options.threads is %d: give a thread count >= 1, "
                     "or 0 for this rank's share of its cores", e->opt.threads);
@@ -310,6 +312,15 @@ int64_t zinc_train_batch_size(const zinc_engine *e) { return e ? e->cfg.train_ba
 int zinc_steps_per_print(const zinc_engine *e) { return e ? e->cfg.steps_per_print : 0; }
 int zinc_wall_clock_breakdown(const zinc_engine *e) {
   return e ? e->cfg.wall_clock_breakdown : 0;
+}
+zinc_status zinc_engine_config_to_json(const zinc_engine *e, char **json_out) {
+  if (!e || !json_out)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_engine_config_to_json: %s is NULL",
+                      e ? "json_out" : "engine");
+  *json_out = zinc_settings_to_json(&e->cfg);
+  if (!*json_out)
+    return zinc_error(ZINC_ERR_NOMEM, "out of memory writing the engine's settings as JSON");
+  return ZINC_OK;
 }
 
 /* ---------------------------------------------------------- the build */

@@ -119,6 +119,51 @@ ZINC_API void zinc_config_print(const zinc_config *cfg);
 /* Number of warnings the load produced (unknown keys, ignored sections). */
 ZINC_API int zinc_config_warning_count(const zinc_config *cfg);
 
+/* Give the trainer's value for a key that configs write as "auto" (as
+ * Hugging Face's Trainer fills them from its arguments before DeepSpeed
+ * reads the file). `path` is the key's dotted JSON path in DeepSpeed's
+ * spelling (either spelling where DeepSpeed has two):
+ *   "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+ *   "train_batch_size" (HF: micro x accumulation x world size; or leave it
+ *   to be derived at zinc_engine_create), "gradient_clipping",
+ *   "fp16.enabled", "bf16.enabled" (0 or 1), "optimizer.params.lr",
+ *   "optimizer.params.betas[0]", "optimizer.params.betas[1]",
+ *   "optimizer.params.eps", "optimizer.params.weight_decay",
+ *   "scheduler.params.warmup_min_lr", "scheduler.params.warmup_max_lr",
+ *   "scheduler.params.warmup_num_steps", "scheduler.params.total_num_steps",
+ *   "zero_optimization.reduce_bucket_size",
+ *   "zero_optimization.stage3_prefetch_bucket_size",
+ *   "zero_optimization.stage3_param_persistence_threshold",
+ *   "zero_optimization.stage3_max_live_parameters",
+ *   "zero_optimization.stage3_max_reuse_distance",
+ *   "zero_optimization.stage3_gather_16bit_weights_on_model_save",
+ *   "zero_optimization.offload_optimizer.pin_memory" / ".buffer_count",
+ *   "zero_optimization.offload_param.pin_memory" / ".buffer_count".
+ * What happens, by what the file has at `path`:
+ *   "auto"          -> the key takes `value`: ZINC_OK.
+ *   the same number -> nothing changes: ZINC_OK.
+ *   another number  -> ZINC_ERR_CONFIG naming the path and both values (the
+ *                      trainer and the file disagree; write "auto" in the
+ *                      file or the same value in both). The settings are
+ *                      unchanged.
+ *   nothing         -> the key takes `value` (where DeepSpeed would take
+ *                      its default: the trainer's value is the one its
+ *                      user asked for), logged at info: ZINC_OK. Except a
+ *                      scheduler parameter the file's schedule does not
+ *                      have (no scheduler section, or total_num_steps with
+ *                      WarmupLR): not used, logged at info, ZINC_OK.
+ * ZINC_ERR_INVALID for a path zinc does not know (the message suggests the
+ * nearest), a value that is not finite, out of the key's range, not an
+ * integer for an integer key or not 0/1 for a flag; nothing changes then.
+ * Call it before zinc_engine_create, with the same values on every rank
+ * (create checks that the settings agree); the engine copies the config
+ * and later calls change nothing in it. Values left "auto" resolve at
+ * zinc_engine_create (DeepSpeed's default where one is safe, with a log
+ * line; otherwise ZINC_ERR_CONFIG naming the key and this call) and at
+ * zinc_engine_build (bucket sizes, fp16/bf16); docs/config.md lists each. */
+ZINC_API zinc_status zinc_config_fill_auto(zinc_config *cfg, const char *path,
+                                           double value);
+
 /* ------------------------------------------------------------------ engine */
 
 typedef struct zinc_engine zinc_engine;
@@ -333,6 +378,11 @@ ZINC_API int64_t zinc_train_batch_size(const zinc_engine *e);
 /* Configured steps_per_print and wall_clock_breakdown. */
 ZINC_API int zinc_steps_per_print(const zinc_engine *e);
 ZINC_API int zinc_wall_clock_breakdown(const zinc_engine *e);
+/* The settings the engine runs with, as zinc_config_to_json writes them
+ * (caller frees with free()): after zinc_engine_create every "auto" is
+ * resolved but the bucket sizes and fp16/bf16, which resolve at
+ * zinc_engine_build. */
+ZINC_API zinc_status zinc_engine_config_to_json(const zinc_engine *e, char **json_out);
 
 typedef enum { ZINC_REDUCE_SUM, ZINC_REDUCE_MAX, ZINC_REDUCE_MIN,
                ZINC_REDUCE_MEAN } zinc_reduce_op;

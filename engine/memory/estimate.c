@@ -31,6 +31,11 @@ zinc_status zinc_estimate_model(const zinc_settings *cfg, int dp_size, int64_t h
   int any16[3] = {0, 0, 0};
   for (int i = 0; i < n; i++)
     any16[params[i].dtype] = 1;
+  /* "auto" memory keys (max_live_parameters, buffer counts) take their
+   * defaults; a training fact still "auto" (lr, steps) fails the call but
+   * changes no byte of the estimate, so its error is not the estimate's */
+  if (zinc_settings_resolve_auto(&e->cfg, 0, 0) != ZINC_OK)
+    zinc_log0(ZINC_LOG_DEBUG, "estimate: %s (no effect on memory)", zinc_last_error());
   st = zinc_settings_resolve_model(&e->cfg, hidden_size, any16[ZINC_F16],
                                    any16[ZINC_BF16]);
   for (int i = 0; i < n && st == ZINC_OK; i++) {

@@ -5,6 +5,7 @@
  * JSON path and the value found. Both tables must cover their folder
  * exactly, so that a file added without an assertion fails the test.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,6 +21,15 @@
 
 typedef void (*check_fn)(const zinc_settings *s);
 
+#define BIT(k) ZINC_AUTO_BIT(ZINC_AUTO_##k)
+/* HF's optimizer and WarmupLR/WarmupDecayLR params, all "auto" */
+#define HF_OPTIM_SCHED_AUTO                                                              \
+  (BIT(LR) | BIT(BETA1) | BIT(BETA2) | BIT(EPS) | BIT(WEIGHT_DECAY) | BIT(WARMUP_MIN_LR) | \
+   BIT(WARMUP_MAX_LR) | BIT(WARMUP_NUM_STEPS))
+#define ZERO3_SIZES_AUTO \
+  (BIT(REDUCE_BUCKET_SIZE) | BIT(PREFETCH_BUCKET_SIZE) | BIT(PARAM_PERSISTENCE_THRESHOLD))
+#define PRECISION_AUTO (BIT(FP16_ENABLED) | BIT(BF16_ENABLED))
+
 static void hf_zero3_auto(const zinc_settings *s) {
   assert_int_equal(s->stage, 3);
   assert_int_equal(s->fp16_enabled, ZINC_AUTO);
@@ -28,13 +38,17 @@ static void hf_zero3_auto(const zinc_settings *s) {
   assert_int_equal(s->train_micro_batch_size_per_gpu, ZINC_AUTO);
   assert_int_equal(s->gradient_accumulation_steps, ZINC_AUTO);
   assert_int_equal(s->batch_given_mask, 070); /* all three "auto" */
-  assert_true(s->gradient_clipping == 1.0);   /* "auto" */
+  /* "auto" is kept (the trainer fills it, or the engine resolves it) */
+  assert_true(isnan(s->gradient_clipping));
   assert_int_equal(s->optimizer, ZINC_OPTIM_ADAMW);
-  assert_true(s->lr == 1e-3 && s->beta1 == 0.9 && s->beta2 == 0.999 && s->eps == 1e-8);
-  assert_true(s->weight_decay == 0.0);
+  assert_true(isnan(s->lr) && isnan(s->beta1) && isnan(s->beta2) && isnan(s->eps));
+  assert_true(isnan(s->weight_decay));
   assert_int_equal(s->scheduler, ZINC_SCHED_WARMUP_LR);
-  assert_true(s->warmup_min_lr == 0.0 && s->warmup_max_lr == s->lr);
-  assert_int_equal(s->warmup_num_steps, 1000);
+  assert_true(isnan(s->warmup_min_lr) && isnan(s->warmup_max_lr));
+  assert_int_equal(s->warmup_num_steps, ZINC_AUTO);
+  assert_int_equal(s->auto_mask, HF_OPTIM_SCHED_AUTO | ZINC_AUTO_BIT(ZINC_AUTO_GRADIENT_CLIPPING) |
+                                     ZINC_AUTO_BIT(ZINC_AUTO_FP16_ENABLED) |
+                                     ZINC_AUTO_BIT(ZINC_AUTO_BF16_ENABLED) | ZERO3_SIZES_AUTO);
   assert_int_equal(s->offload_optimizer.device, ZINC_OFFLOAD_CPU);
   assert_int_equal(s->offload_optimizer.pin_memory, 1);
   assert_int_equal(s->offload_param.device, ZINC_OFFLOAD_CPU);
@@ -76,6 +90,57 @@ static void hf_zero3_bf16_nvme(const zinc_settings *s) {
   assert_int_equal(s->gradient_accumulation_steps, 4);
   assert_int_equal(s->train_micro_batch_size_per_gpu, 2);
   assert_int_equal(s->batch_given_mask, 006 | 010);
+}
+
+static void hf_zero3_warmup_decay_auto(const zinc_settings *s) {
+  assert_int_equal(s->scheduler, ZINC_SCHED_WARMUP_DECAY);
+  assert_int_equal(s->total_num_steps, ZINC_AUTO); /* DeepSpeed rejects it; HF fills it */
+  assert_int_equal(s->auto_mask, HF_OPTIM_SCHED_AUTO | BIT(TOTAL_NUM_STEPS) |
+                                     BIT(GRADIENT_CLIPPING) | PRECISION_AUTO | ZERO3_SIZES_AUTO);
+  assert_int_equal(s->offload_optimizer.pin_memory, 1);
+  assert_int_equal(s->batch_given_mask, 070);
+}
+
+static void hf_zero2_warmup_decay_auto(const zinc_settings *s) {
+  assert_int_equal(s->stage, 2);
+  assert_int_equal(s->reduce_bucket_size, 200000000);
+  assert_int_equal(s->auto_mask, HF_OPTIM_SCHED_AUTO | BIT(TOTAL_NUM_STEPS) |
+                                     BIT(GRADIENT_CLIPPING) | PRECISION_AUTO);
+}
+
+static void accelerate_zero3_offload_template(const zinc_settings *s) {
+  assert_int_equal(s->fp16_enabled, 1);
+  assert_int_equal(s->gradient_accumulation_steps, 1);
+  assert_int_equal(s->batch_given_mask, 004 | 030);
+  assert_true(s->beta1 == 0.9 && s->beta2 == 0.999 && s->eps == 1e-8); /* not in the file */
+  assert_int_equal(s->stage3_gather_16bit_weights_on_model_save, ZINC_AUTO);
+  assert_int_equal(s->auto_mask, BIT(LR) | BIT(WEIGHT_DECAY) | BIT(WARMUP_MIN_LR) |
+                                     BIT(WARMUP_MAX_LR) | BIT(WARMUP_NUM_STEPS) |
+                                     BIT(TOTAL_NUM_STEPS) | BIT(GRADIENT_CLIPPING) |
+                                     ZERO3_SIZES_AUTO | BIT(GATHER_16BIT_WEIGHTS));
+}
+
+static void lora_zero3_offload_no_optimizer(const zinc_settings *s) {
+  assert_int_equal(s->zero_allow_untested_optimizer, 1);
+  assert_int_equal(s->overlap_comm, 0);
+  assert_true(s->lr == 1e-3); /* DeepSpeed's default until the trainer gives its own */
+  assert_int_equal(s->auto_mask, BIT(GRADIENT_CLIPPING) | PRECISION_AUTO | ZERO3_SIZES_AUTO);
+}
+
+static void every_key_auto(const zinc_settings *s) {
+  assert_int_equal(s->scheduler, ZINC_SCHED_WARMUP_COSINE);
+  assert_int_equal(s->auto_mask, (1u << ZINC_AUTO_KEY_COUNT) - 1 - BIT(WARMUP_MIN_LR) -
+                                     BIT(WARMUP_MAX_LR)); /* not WarmupCosineLR keys */
+  assert_int_equal(s->offload_optimizer.buffer_count, ZINC_AUTO);
+  assert_int_equal(s->offload_param.pin_memory, ZINC_AUTO);
+  assert_int_equal(s->stage3_max_live_parameters, ZINC_AUTO);
+  assert_int_equal(s->stage3_max_reuse_distance, ZINC_AUTO);
+}
+
+static void total_steps_auto(const zinc_settings *s) {
+  assert_int_equal(s->total_num_steps, ZINC_AUTO);
+  assert_int_equal(s->auto_mask, BIT(WARMUP_MIN_LR) | BIT(WARMUP_MAX_LR) |
+                                     BIT(WARMUP_NUM_STEPS) | BIT(TOTAL_NUM_STEPS));
 }
 
 static void megatron_ds_gpt_fp16(const zinc_settings *s) {
@@ -287,19 +352,24 @@ typedef struct {
 #define VALID(name, warnings) {#name ".json", warnings, name}
 static const valid_case valid_cases[] = {
     VALID(accelerate_generated, 0),
+    VALID(accelerate_zero3_offload_template, 0),
     VALID(activation_checkpointing, 0),
     VALID(bert_warmup_decay, 0),
     VALID(bloom_style_fp16, 0),
     VALID(deepspeed_cifar_tutorial, 0),
     VALID(deprecated_cpu_offload, 1),
     VALID(empty_object, 0),
+    VALID(every_key_auto, 0),
     VALID(gpt_neox_style, 1),     /* fp16.fp16 is not a key */
     VALID(hf_zero2_auto, 0),
     VALID(hf_zero3_auto, 0),
+    VALID(hf_zero2_warmup_decay_auto, 0),
     VALID(hf_zero3_bf16_nvme, 0),
+    VALID(hf_zero3_warmup_decay_auto, 0),
     VALID(inert_deepspeed_keys, 2), /* communication_data_type, round_robin_gradients */
     VALID(integers_as_reals, 0),
     VALID(llama_warmup_cosine_bf16, 0),
+    VALID(lora_zero3_offload_no_optimizer, 0),
     VALID(megatron_ds_bf16_stage1, 1), /* data_types */
     VALID(megatron_ds_gpt_fp16, 0),
     VALID(minimal_micro_batch, 0),
@@ -307,6 +377,7 @@ static const valid_case valid_cases[] = {
     VALID(monitoring_sections, 1), /* one warning names all five sections */
     VALID(older_spellings, 0),
     VALID(opt_style_fp16_static, 0),
+    VALID(total_steps_auto, 0),
     VALID(zero_infinity_nvme, 1), /* offload_param.max_in_cpu: no host cache */
     VALID(zero_infinity_striped_nvme, 1), /* ratio 0.3: partial offload not implemented */
     VALID(zinc_section, 0),
@@ -434,7 +505,6 @@ static const invalid_case invalid_cases[] = {
     {"steps_per_print_zero.json", "steps_per_print:", "found 0"},
     {"sub_group_size_zero.json", "zero_optimization.sub_group_size:", "found 0"},
     {"top_level_array.json", "(top level):", "found [{\"train_batch_size\":8}]"},
-    {"total_steps_auto.json", "scheduler.params.total_num_steps:", "found \"auto\""},
     {"untested_optimizer_lamb.json", "optimizer.type:", "found \"Lamb\""},
     {"untested_optimizer_sgd.json", "optimizer.type:", "found \"SGD\""},
     {"unterminated_string.json", "(in optimizer.type)", "near '\"Adam,'"},

@@ -4,7 +4,8 @@
  * message (and no object), or loads, and then:
  *   - its JSON form loads back to the same settings and the same JSON;
  *   - batch resolution at world sizes 1-3 either fails or multiplies out;
- *   - model resolution leaves no "auto" behind;
+ *   - "auto" resolution at create fails with a message or leaves only
+ *     the model's keys, and model resolution leaves no "auto" behind;
  *   - the LR schedule is finite and >= 0, the loss scale > 0.
  * A broken invariant traps, so that libFuzzer keeps the input.
  */
@@ -36,7 +37,17 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   return 0;
 }
 
-static void check_resolution(const zinc_settings *loaded) {
+static void check_resolution(const zinc_config *cfg) {
+  /* "auto" without a safe default fails with a message; else only what the
+   * model decides is left */
+  zinc_settings resolved;
+  REQUIRE(zinc_settings_copy(&resolved, &cfg->s) == ZINC_OK);
+  if (zinc_settings_resolve_auto(&resolved, cfg->file_mask, cfg->filled_mask) != ZINC_OK) {
+    REQUIRE(zinc_last_error()[0] != '\0');
+    zinc_settings_free(&resolved);
+    return;
+  }
+  const zinc_settings *loaded = &resolved;
   for (int dp = 1; dp <= 3; dp++) {
     zinc_settings s;
     REQUIRE(zinc_settings_copy(&s, loaded) == ZINC_OK);
@@ -51,6 +62,7 @@ static void check_resolution(const zinc_settings *loaded) {
       REQUIRE(s.reduce_bucket_size != ZINC_AUTO && s.stage3_prefetch_bucket_size != ZINC_AUTO &&
               s.stage3_param_persistence_threshold != ZINC_AUTO);
       REQUIRE(s.fp16_enabled != ZINC_AUTO && s.bf16_enabled != ZINC_AUTO);
+      REQUIRE(s.auto_mask == 0);
       zinc_loss_scaler ls;
       zinc_loss_scaler_init(&ls, &s);
       for (int i = 0; i < 8; i++) {
@@ -65,6 +77,7 @@ static void check_resolution(const zinc_settings *loaded) {
     double lr = zinc_lr_at(loaded, its[i]);
     REQUIRE(isfinite(lr) && lr >= 0);
   }
+  zinc_settings_free(&resolved);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -89,7 +102,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   REQUIRE(settings_same(&cfg->s, &back->s));
   char *again = zinc_settings_to_json(&back->s);
   REQUIRE(again && strcmp(json, again) == 0);
-  check_resolution(&cfg->s);
+  check_resolution(cfg);
 
   free(again);
   free(json);
