@@ -61,8 +61,10 @@ typedef struct {
   int batch_given_mask;                   /* bit 0: train_batch_size, 1: micro, 2: gas
                                              were given as numbers in the file */
 
-  double gradient_clipping;               /* 0 = off; "auto" -> 1.0       */
-  int steps_per_print;                    /* 10                           */
+  double gradient_clipping;               /* 0 = off; "auto" -> 1.0; a
+                                             negative value reads as 0 */
+  int64_t steps_per_print;                /* 10; 0 = never (DeepSpeed
+                                             would divide by it)          */
   int wall_clock_breakdown;               /* false                        */
   int zero_allow_untested_optimizer;      /* false                        */
   int prescale_gradients;                 /* false                        */
@@ -72,11 +74,14 @@ typedef struct {
    *      the registered parameters' dtype (resolved at build) */
   int fp16_enabled;                       /* false                        */
   double fp16_loss_scale;                 /* 0 = dynamic                  */
-  int fp16_initial_scale_power;           /* 16                           */
+  double fp16_initial_scale_power;        /* 16; the scale starts at 2^this,
+                                             a number (DeepSpeed computes
+                                             2**power) in [-126, 127]: the
+                                             fp32 range (clamped at load) */
   int fp16_loss_scale_window;             /* 1000                         */
   int fp16_hysteresis;                    /* 2                            */
   int fp16_consecutive_hysteresis;        /* false                        */
-  double fp16_min_loss_scale;             /* 1                            */
+  double fp16_min_loss_scale;             /* 1; 0 = no floor              */
   int bf16_enabled;                       /* false                        */
 
   /* ---- optimizer */

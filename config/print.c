@@ -120,7 +120,10 @@ static json_t *settings_json(const zinc_settings *s) {
   json_t *fp16 = json_object();
   put(fp16, "enabled", bool_or_auto(s->fp16_enabled));
   put(fp16, "loss_scale", json_real(s->fp16_loss_scale));
-  put(fp16, "initial_scale_power", json_integer(s->fp16_initial_scale_power));
+  put(fp16, "initial_scale_power",
+      s->fp16_initial_scale_power == floor(s->fp16_initial_scale_power)
+          ? json_integer((json_int_t)s->fp16_initial_scale_power)
+          : json_real(s->fp16_initial_scale_power));
   put(fp16, "loss_scale_window", json_integer(s->fp16_loss_scale_window));
   put(fp16, "hysteresis", json_integer(s->fp16_hysteresis));
   put(fp16, "consecutive_hysteresis", json_boolean(s->fp16_consecutive_hysteresis));

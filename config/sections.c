@@ -56,8 +56,8 @@ static const zinc_key top_keys[] = {
     ZINC_KCUSTOM("train_batch_size"),
     ZINC_KCUSTOM("train_micro_batch_size_per_gpu"),
     ZINC_KCUSTOM("gradient_accumulation_steps"),
-    ZINC_KF(T, "gradient_clipping", gradient_clipping, 0, INF, ZINC_KEY_AUTO, 1.0),
-    ZINC_KI(T, "steps_per_print", steps_per_print, 1, INT_MAX),
+    ZINC_KF(T, "gradient_clipping", gradient_clipping, -INF, INF, ZINC_KEY_AUTO, 1.0),
+    ZINC_KL(T, "steps_per_print", steps_per_print, 0, 0, 0),
     ZINC_KB(T, "wall_clock_breakdown", wall_clock_breakdown),
     ZINC_KB(T, "zero_allow_untested_optimizer", zero_allow_untested_optimizer),
     ZINC_KB(T, "prescale_gradients", prescale_gradients),
@@ -150,16 +150,30 @@ static zinc_status read_batch(zinc_cfg_reader *r, const json_t *root, zinc_setti
   return ZINC_OK;
 }
 
+/* Values DeepSpeed accepts and reads in a way worth saying: a negative
+ * gradient_clipping (DeepSpeed clips only when it is > 0) and a
+ * steps_per_print of 0 (DeepSpeed divides the step count by it). */
+static void read_top_level_notes(zinc_cfg_reader *r, const json_t *root, zinc_settings *s) {
+  if (s->gradient_clipping < 0) {
+    zinc_cfg_warn(r, "gradient_clipping = %g: negative, read as 0 (no clipping), as DeepSpeed "
+                  "clips only when it is > 0", s->gradient_clipping);
+    s->gradient_clipping = 0;
+  }
+  if (s->steps_per_print == 0 && json_object_get(root, "steps_per_print"))
+    zinc_cfg_warn(r, "steps_per_print = 0: read as never (zinc_steps_per_print returns "
+                  "INT_MAX; DeepSpeed would divide by 0 at its first step)");
+}
+
 /* ------------------------------------------------------------- precision */
 
 static const zinc_key fp16_keys[] = {
     ZINC_KB_AUTO(T, "enabled", fp16_enabled),
     ZINC_KF(T, "loss_scale", fp16_loss_scale, 0, INF, 0, 0),
-    ZINC_KI(T, "initial_scale_power", fp16_initial_scale_power, 0, 63),
+    ZINC_KF(T, "initial_scale_power", fp16_initial_scale_power, -INF, INF, 0, 0),
     ZINC_KI(T, "loss_scale_window", fp16_loss_scale_window, 1, INT_MAX),
     ZINC_KI(T, "hysteresis", fp16_hysteresis, 1, INT_MAX),
     ZINC_KB(T, "consecutive_hysteresis", fp16_consecutive_hysteresis),
-    ZINC_KF(T, "min_loss_scale", fp16_min_loss_scale, 0, INF, ZINC_KEY_LO_OPEN, 0),
+    ZINC_KF(T, "min_loss_scale", fp16_min_loss_scale, 0, INF, 0, 0),
     ZINC_KINERT("auto_cast", "false"),
     ZINC_KINERT("fp16_master_weights_and_grads", "false"),
 };
@@ -176,8 +190,19 @@ static zinc_status read_precision(zinc_cfg_reader *r, const json_t *root, zinc_s
   const json_t *obj;
   size_t mark;
   ZINC_CHECK(section(r, root, "fp16", &obj, &mark));
-  if (obj)
+  if (obj) {
     ZINC_CHECK(zinc_cfg_walk(r, obj, fp16_keys, ZINC_KEY_COUNT(fp16_keys), s, sizeof *s));
+    /* DeepSpeed starts at 2**power, a Python number of any size; zinc
+     * multiplies in fp32, whose powers of two run from 2^-126 to 2^127. */
+    double p = s->fp16_initial_scale_power, lo = -126, hi = 127;
+    if (p < lo || p > hi) {
+      s->fp16_initial_scale_power = p < lo ? lo : hi;
+      zinc_cfg_warn(r, "fp16.initial_scale_power = %g: 2^%g is outside fp32, where zinc "
+                    "applies the loss scale; starting at 2^%g instead (DeepSpeed would skip "
+                    "steps for overflow until the scale is in range)", p, p,
+                    s->fp16_initial_scale_power);
+    }
+  }
   zinc_cfg_pop(r, mark);
 
   /* "bfloat16" is DeepSpeed's older spelling of "bf16". */
@@ -533,6 +558,7 @@ zinc_status zinc_cfg_read_document(zinc_cfg_reader *r, const json_t *root,
     return zinc_cfg_bad(r, root, "a JSON object {...} at the top level");
   ZINC_CHECK(read_zinc(r, root, s));
   ZINC_CHECK(zinc_cfg_walk(r, root, top_keys, ZINC_KEY_COUNT(top_keys), s, sizeof *s));
+  read_top_level_notes(r, root, s);
   ZINC_CHECK(read_batch(r, root, s));
   ZINC_CHECK(read_precision(r, root, s));
   ZINC_CHECK(read_optimizer(r, root, s));

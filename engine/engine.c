@@ -307,7 +307,12 @@ int zinc_gradient_accumulation_steps(const zinc_engine *e) {
   return e ? (int)e->cfg.gradient_accumulation_steps : 0;
 }
 int64_t zinc_train_batch_size(const zinc_engine *e) { return e ? e->cfg.train_batch_size : 0; }
-int zinc_steps_per_print(const zinc_engine *e) { return e ? e->cfg.steps_per_print : 0; }
+int zinc_steps_per_print(const zinc_engine *e) {
+  if (!e)
+    return 0;
+  int64_t n = e->cfg.steps_per_print;
+  return n == 0 || n > INT_MAX ? INT_MAX : (int)n; /* 0 in the file: never */
+}
 int zinc_wall_clock_breakdown(const zinc_engine *e) {
   return e ? e->cfg.wall_clock_breakdown : 0;
 }
