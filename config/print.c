@@ -87,14 +87,44 @@ static json_t *zero_json(const zinc_settings *s) {
 static json_t *scheduler_json(const zinc_settings *s) {
   json_t *sched = json_object(), *p = json_object();
   put(sched, "type", json_string(zinc_sched_type_name(s->scheduler)));
+  if (s->scheduler == ZINC_SCHED_ONE_CYCLE) {
+    /* not given (NAN, -1) stays absent, to load back the same */
+    if (!isnan(s->cycle_min_lr))
+      put(p, "cycle_min_lr", json_real(s->cycle_min_lr));
+    if (!isnan(s->cycle_max_lr))
+      put(p, "cycle_max_lr", json_real(s->cycle_max_lr));
+    put(p, "decay_lr_rate", json_real(s->decay_lr_rate));
+    put(p, "cycle_first_step_size", json_real(s->cycle_first_step_size));
+    if (!isnan(s->cycle_second_step_size))
+      put(p, "cycle_second_step_size", json_real(s->cycle_second_step_size));
+    put(p, "cycle_first_stair_count", json_integer(s->cycle_first_stair_count));
+    if (s->cycle_second_stair_count >= 0)
+      put(p, "cycle_second_stair_count", json_integer(s->cycle_second_stair_count));
+    put(p, "decay_step_size", json_real(s->decay_step_size));
+    put(p, "cycle_momentum", json_boolean(s->cycle_momentum));
+    put(p, "cycle_min_mom", json_real(s->cycle_min_mom));
+    put(p, "cycle_max_mom", json_real(s->cycle_max_mom));
+    put(p, "decay_mom_rate", json_real(s->decay_mom_rate));
+    put(sched, "params", p);
+    return sched;
+  }
+  if (s->scheduler == ZINC_SCHED_LR_RANGE_TEST) {
+    put(p, "lr_range_test_min_lr", json_real(s->lr_range_test_min_lr));
+    put(p, "lr_range_test_step_size", json_real(s->lr_range_test_step_size));
+    put(p, "lr_range_test_step_rate", json_real(s->lr_range_test_step_rate));
+    put(p, "lr_range_test_staircase", json_boolean(s->lr_range_test_staircase));
+    put(sched, "params", p);
+    return sched;
+  }
   if (s->scheduler == ZINC_SCHED_WARMUP_COSINE) {
-    put(p, "total_num_steps", json_integer(s->total_num_steps));
+    if (s->total_num_steps > 0) /* 0: not given, absent again */
+      put(p, "total_num_steps", json_integer(s->total_num_steps));
     put(p, "warmup_min_ratio", json_real(s->warmup_min_ratio));
     put(p, "cos_min_ratio", json_real(s->cos_min_ratio));
   } else {
     put(p, "warmup_min_lr", json_real(s->warmup_min_lr));
     put(p, "warmup_max_lr", json_real(s->warmup_max_lr));
-    if (s->scheduler == ZINC_SCHED_WARMUP_DECAY)
+    if (s->scheduler == ZINC_SCHED_WARMUP_DECAY && s->total_num_steps > 0)
       put(p, "total_num_steps", json_integer(s->total_num_steps));
   }
   put(p, "warmup_num_steps", json_integer(s->warmup_num_steps));

@@ -34,6 +34,8 @@ const char *zinc_sched_type_name(zinc_sched_type t) {
   case ZINC_SCHED_WARMUP_LR: return "WarmupLR";
   case ZINC_SCHED_WARMUP_DECAY: return "WarmupDecayLR";
   case ZINC_SCHED_WARMUP_COSINE: return "WarmupCosineLR";
+  case ZINC_SCHED_ONE_CYCLE: return "OneCycle";
+  case ZINC_SCHED_LR_RANGE_TEST: return "LRRangeTest";
   }
   return "unknown";
 }
@@ -370,6 +372,34 @@ static const zinc_key warmup_cosine_keys[] = {
     ZINC_KINERT("last_batch_iteration", "-1"),
 };
 
+/* DeepSpeed checks none of these values; zinc refuses the ones its
+ * formulas divide by when zero (a step size) and betas outside [0, 1). */
+static const zinc_key one_cycle_keys[] = {
+    ZINC_KF(T, "cycle_min_lr", cycle_min_lr, 0, INF, 0, 0),
+    ZINC_KF(T, "cycle_max_lr", cycle_max_lr, 0, INF, 0, 0),
+    ZINC_KF(T, "decay_lr_rate", decay_lr_rate, -INF, INF, 0, 0),
+    ZINC_KF(T, "cycle_first_step_size", cycle_first_step_size, 0, INF, ZINC_KEY_LO_OPEN, 0),
+    {"cycle_second_step_size", ZINC_KEY_F64, offsetof(T, cycle_second_step_size), 0, INF,
+     ZINC_KEY_NULL_OK, 0, NULL},
+    ZINC_KL(T, "cycle_first_stair_count", cycle_first_stair_count, 0, 0, 0),
+    {"cycle_second_stair_count", ZINC_KEY_I64, offsetof(T, cycle_second_stair_count), 0, INF,
+     ZINC_KEY_NULL_OK, 0, NULL},
+    ZINC_KF(T, "decay_step_size", decay_step_size, 0, INF, 0, 0),
+    ZINC_KB(T, "cycle_momentum", cycle_momentum),
+    ZINC_KF(T, "cycle_min_mom", cycle_min_mom, 0, 1, ZINC_KEY_HI_OPEN, 0),
+    ZINC_KF(T, "cycle_max_mom", cycle_max_mom, 0, 1, ZINC_KEY_HI_OPEN, 0),
+    ZINC_KF(T, "decay_mom_rate", decay_mom_rate, -INF, INF, 0, 0),
+    ZINC_KINERT("last_batch_iteration", "-1"),
+};
+
+static const zinc_key lr_range_test_keys[] = {
+    ZINC_KF(T, "lr_range_test_min_lr", lr_range_test_min_lr, 0, INF, 0, 0),
+    ZINC_KF(T, "lr_range_test_step_size", lr_range_test_step_size, 0, INF, ZINC_KEY_LO_OPEN, 0),
+    ZINC_KF(T, "lr_range_test_step_rate", lr_range_test_step_rate, -INF, INF, 0, 0),
+    ZINC_KB(T, "lr_range_test_staircase", lr_range_test_staircase),
+    ZINC_KINERT("last_batch_iteration", "-1"),
+};
+
 typedef struct {
   const char *name;
   zinc_sched_type type;
@@ -383,6 +413,9 @@ static const sched_spec schedules[] = {
      ZINC_KEY_COUNT(warmup_decay_keys)},
     {"WarmupCosineLR", ZINC_SCHED_WARMUP_COSINE, warmup_cosine_keys,
      ZINC_KEY_COUNT(warmup_cosine_keys)},
+    {"OneCycle", ZINC_SCHED_ONE_CYCLE, one_cycle_keys, ZINC_KEY_COUNT(one_cycle_keys)},
+    {"LRRangeTest", ZINC_SCHED_LR_RANGE_TEST, lr_range_test_keys,
+     ZINC_KEY_COUNT(lr_range_test_keys)},
 };
 
 static int table_has(const zinc_key *keys, size_t n, const char *name) {
@@ -444,9 +477,13 @@ static zinc_status read_schedule_params(zinc_cfg_reader *r, const json_t *params
   v = json_object_get(params, "total_num_steps");
   if (table_has(spec->keys, spec->nkeys, "total_num_steps")) {
     m = zinc_cfg_push(r, "total_num_steps");
-    if (!v || json_is_null(v))
-      return zinc_cfg_bad(r, v, "a positive integer: %s decays over total_num_steps",
-                          spec->name);
+    if (!v || json_is_null(v)) {
+      /* checked at engine creation (zinc_settings_check_scheduler), where
+       * DeepSpeed constructs the schedule and a trainer may supply it */
+      s->total_num_steps = 0;
+      zinc_cfg_pop(r, m);
+      return ZINC_OK;
+    }
     if (zinc_cfg_is_auto(v))
       return zinc_cfg_bad(r, v, "a positive integer: zinc has no trainer arguments to take "
                           "the number of training steps from; write the number");
@@ -472,12 +509,11 @@ static zinc_status read_scheduler(zinc_cfg_reader *r, const json_t *root, zinc_s
     if (strcmp(name, schedules[i].name) == 0)
       spec = &schedules[i];
   if (!spec) {
-    static const char *const known[] = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};
-    const char *guess = name ? zinc_cfg_suggest(name, known, 3) : NULL;
-    if (name && (strcmp(name, "OneCycle") == 0 || strcmp(name, "LRRangeTest") == 0))
-      return zinc_cfg_bad(r, v, "\"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\" "
-                          "(zinc does not implement DeepSpeed's %s)", name);
-    return zinc_cfg_bad(r, v, "\"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\"%s%s%s",
+    static const char *const known[] = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR",
+                                        "OneCycle", "LRRangeTest"};
+    const char *guess = name ? zinc_cfg_suggest(name, known, 5) : NULL;
+    return zinc_cfg_bad(r, v, "\"WarmupLR\", \"WarmupDecayLR\", \"WarmupCosineLR\", "
+                        "\"OneCycle\" or \"LRRangeTest\"%s%s%s",
                         guess ? " (did you mean \"" : "", guess ? guess : "",
                         guess ? "\"?)" : "");
   }

@@ -114,6 +114,8 @@ static zinc_status check_scheduler(zinc_cfg_reader *r, const json_t *root,
                                    const zinc_settings *s) {
   if (s->scheduler != ZINC_SCHED_WARMUP_DECAY && s->scheduler != ZINC_SCHED_WARMUP_COSINE)
     return ZINC_OK;
+  if (s->total_num_steps == 0)
+    return ZINC_OK; /* not given: zinc_settings_check_scheduler at engine creation */
   /* DeepSpeed warms up over max(2, warmup_num_steps) steps. */
   int64_t warmup = s->warmup_num_steps < 2 ? 2 : s->warmup_num_steps;
   if (s->scheduler == ZINC_SCHED_WARMUP_COSINE && s->total_num_steps == warmup) {

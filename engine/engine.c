@@ -240,6 +240,8 @@ zinc_status zinc_engine_create(const zinc_config *cfg, const zinc_options *opt,
   ZINC_CHECK_GOTO(create_comms(e), st, fail);
   /* the first local checks after the comm exists: every rank learns them */
   st = zinc_settings_resolve_batch(&e->cfg, e->dp_size);
+  if (st == ZINC_OK) /* what DeepSpeed checks when it constructs the schedule */
+    st = zinc_settings_check_scheduler(&e->cfg);
   if (st == ZINC_OK && e->opt.threads < 0)
     st = zinc_error(ZINC_ERR_INVALID, "zinc_options.threads is %d: give a thread count >= 1, "
                     "or 0 for this rank's share of its cores", e->opt.threads);

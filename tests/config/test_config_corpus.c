@@ -5,6 +5,7 @@
  * JSON path and the value found. Both tables must cover their folder
  * exactly, so that a file added without an assertion fails the test.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -349,6 +350,42 @@ static void partial_offload_stage2(const zinc_settings *s) {
   assert_true(s->offload_optimizer.ratio == 0.5); /* no effect: the whole state is offloaded */
 }
 
+static void scheduler_onecycle(const zinc_settings *s) {
+  assert_int_equal(s->scheduler, ZINC_SCHED_ONE_CYCLE);
+  assert_true(s->cycle_min_lr == 1e-4 && s->cycle_max_lr == 1e-3);
+  assert_true(s->decay_lr_rate == 0.001 && s->decay_step_size == 1000);
+  assert_true(s->cycle_first_step_size == 1000 && s->cycle_second_step_size == 1500);
+  assert_int_equal(s->cycle_first_stair_count, 0);
+  assert_int_equal(s->cycle_second_stair_count, 0);
+  assert_int_equal(s->cycle_momentum, 1);
+  assert_true(s->cycle_min_mom == 0.85 && s->cycle_max_mom == 0.99 && s->decay_mom_rate == 0);
+}
+
+static void scheduler_lr_range_test(const zinc_settings *s) {
+  assert_int_equal(s->scheduler, ZINC_SCHED_LR_RANGE_TEST);
+  assert_true(s->lr_range_test_min_lr == 1e-5 && s->lr_range_test_step_size == 200);
+  assert_true(s->lr_range_test_step_rate == 5);
+  assert_int_equal(s->lr_range_test_staircase, 1);
+}
+
+/* Files DeepSpeed's config accepts and its engine refuses when it
+ * constructs the schedule: they load, and zinc_settings_check_scheduler
+ * (run by zinc_engine_create) refuses them naming the key. */
+static void decay_without_total(const zinc_settings *s) {
+  assert_int_equal(s->scheduler, ZINC_SCHED_WARMUP_DECAY);
+  assert_int_equal(s->total_num_steps, 0);
+}
+
+static void cosine_without_params(const zinc_settings *s) {
+  assert_int_equal(s->scheduler, ZINC_SCHED_WARMUP_COSINE);
+  assert_int_equal(s->total_num_steps, 0);
+}
+
+static void scheduler_onecycle_without_max_lr(const zinc_settings *s) {
+  assert_int_equal(s->scheduler, ZINC_SCHED_ONE_CYCLE);
+  assert_true(s->cycle_min_lr == 1e-4 && isnan(s->cycle_max_lr));
+}
+
 static void bucket_size_fraction(const zinc_settings *s) {
   assert_int_equal(s->reduce_bucket_size, 15099494); /* truncated, as pydantic's int() */
   assert_int_equal(s->allgather_bucket_size, 200000000);
@@ -368,7 +405,9 @@ static const valid_case valid_cases[] = {
     VALID(bert_warmup_decay, 0),
     VALID(bloom_style_fp16, 0),
     VALID(bucket_size_fraction, 1), /* reduce_bucket_size truncated */
+    VALID(cosine_without_params, 0),
     VALID(deepspeed_cifar_tutorial, 0),
+    VALID(decay_without_total, 0),
     VALID(deprecated_cpu_offload, 1),
     VALID(deprecated_cpu_offload_param_stage2, 3), /* two deprecated, offload_param ignored */
     VALID(empty_object, 0),
@@ -395,6 +434,9 @@ static const valid_case valid_cases[] = {
     VALID(older_spellings, 0),
     VALID(opt_style_fp16_static, 0),
     VALID(partial_offload_stage2, 1), /* ratio: partial offload not implemented */
+    VALID(scheduler_lr_range_test, 0),
+    VALID(scheduler_onecycle, 0),
+    VALID(scheduler_onecycle_without_max_lr, 0),
     VALID(steps_per_print_huge, 0),
     VALID(steps_per_print_zero, 1), /* read as never */
     VALID(zero_optimization_false, 1), /* the deprecated form */
@@ -463,9 +505,7 @@ static const invalid_case invalid_cases[] = {
     {"max_consecutive_skips_negative.json", "zinc.max_consecutive_skips:", "found -1"},
     {"cosine_total_equals_warmup.json", "scheduler.params.total_num_steps:", "found 1000"},
     {"cosine_with_warmup_max_lr.json", "scheduler.params.warmup_max_lr:", "found 0.0003"},
-    {"cosine_without_params.json", "scheduler.params.total_num_steps:", "found nothing"},
     {"cpu_offload_and_offload_optimizer.json", "zero_optimization.cpu_offload:", "found true"},
-    {"decay_without_total.json", "scheduler.params.total_num_steps:", "found nothing"},
     {"duplicate_offload_device.json", "zero_optimization.offload_optimizer.device:",
      "\"device\""},
     {"duplicate_stage.json", "zero_optimization.stage:", "\"stage\""},
@@ -479,6 +519,8 @@ static const invalid_case invalid_cases[] = {
     {"log_level_unknown.json", "zinc.log_level:", "found \"verbose\""},
     {"loss_scale_negative.json", "fp16.loss_scale:", "found -1"},
     {"loss_scale_window_fraction.json", "fp16.loss_scale_window:", "found 100.5"},
+    {"lr_range_test_step_size_zero.json", "scheduler.params.lr_range_test_step_size:",
+     "found 0"},
     {"lr_negative.json", "optimizer.params.lr:", "found -0.001"},
     {"memory_timeline_empty.json", "zinc.memory_timeline:", "found \"\""},
     {"micro_batch_zero.json", "train_micro_batch_size_per_gpu:", "found 0"},
@@ -508,7 +550,7 @@ static const invalid_case invalid_cases[] = {
     {"reduce_bucket_size_negative.json", "zero_optimization.reduce_bucket_size:", "found -1"},
     {"reduce_bucket_size_string.json", "zero_optimization.reduce_bucket_size:",
      "found \"5e8\""},
-    {"scheduler_onecycle.json", "scheduler.type:", "found \"OneCycle\""},
+    {"scheduler_onecycle_warmup_key.json", "scheduler.params.warmup_num_steps:", "found 100"},
     {"scheduler_unknown.json", "scheduler.type:", "found \"CosineAnnealingLR\""},
     {"scheduler_without_type.json", "scheduler.type:", "found nothing"},
     {"stage_as_string.json", "zero_optimization.stage:", "found \"3\""},
@@ -599,6 +641,43 @@ static void untested_optimizer_never_runs_adam(void **state) {
   }
 }
 
+static void scheduler_checked_at_engine_create(void **state) {
+  (void)state;
+  static const struct {
+    const char *file, *message;
+  } cases[] = {
+      {"decay_without_total.json", "scheduler.params.total_num_steps: found nothing"},
+      {"cosine_without_params.json", "scheduler.params.total_num_steps: found nothing"},
+      {"scheduler_onecycle_without_max_lr.json", "scheduler.params.cycle_max_lr: found nothing"},
+      {"scheduler_onecycle.json", NULL},
+      {"llama_warmup_cosine_bf16.json", NULL},
+  };
+  char dir[1024], path[1400];
+  corpus_dir("valid", dir, sizeof dir);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, cases[i].file);
+    zinc_config *cfg = NULL;
+    if (zinc_config_load(path, &cfg) != ZINC_OK)
+      fail_msg("%s: %s", cases[i].file, zinc_last_error());
+    zinc_status st = zinc_settings_check_scheduler(&cfg->s);
+    if (!cases[i].message && st != ZINC_OK)
+      fail_msg("%s: %s", cases[i].file, zinc_last_error());
+    if (cases[i].message && (st != ZINC_ERR_CONFIG || !strstr(zinc_last_error(), cases[i].message)))
+      fail_msg("%s: %s: %s, expected ZINC_ERR_CONFIG with \"%s\"", cases[i].file,
+               zinc_status_name(st), zinc_last_error(), cases[i].message);
+    zinc_config_free(cfg);
+  }
+  /* a trainer-supplied total makes the same settings pass */
+  zinc_config *cfg = NULL;
+  snprintf(path, sizeof path, "%s/cosine_without_params.json", dir);
+  assert_int_equal(zinc_config_load(path, &cfg), ZINC_OK);
+  cfg->s.total_num_steps = 5000;
+  assert_int_equal(zinc_settings_check_scheduler(&cfg->s), ZINC_OK);
+  cfg->s.total_num_steps = 1000; /* == the warmup: DeepSpeed divides by 0 */
+  assert_int_equal(zinc_settings_check_scheduler(&cfg->s), ZINC_ERR_CONFIG);
+  zinc_config_free(cfg);
+}
+
 int main(void) {
   /* The corpus is about values; its warnings are counted, not shown. */
   zinc_log_set_level(ZINC_LOG_ERROR);
@@ -606,6 +685,7 @@ int main(void) {
       cmocka_unit_test(valid_corpus_loads),
       cmocka_unit_test(invalid_corpus_fails_with_path),
       cmocka_unit_test(untested_optimizer_never_runs_adam),
+      cmocka_unit_test(scheduler_checked_at_engine_create),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
