@@ -373,11 +373,12 @@ static const zinc_key warmup_cosine_keys[] = {
 };
 
 /* DeepSpeed checks none of these values; zinc refuses the ones its
- * formulas divide by when zero (a step size) and betas outside [0, 1). */
+ * formulas divide by when zero (a step size), betas outside [0, 1) and
+ * negative rates (the lr would turn negative or infinite). */
 static const zinc_key one_cycle_keys[] = {
     ZINC_KF(T, "cycle_min_lr", cycle_min_lr, 0, INF, 0, 0),
     ZINC_KF(T, "cycle_max_lr", cycle_max_lr, 0, INF, 0, 0),
-    ZINC_KF(T, "decay_lr_rate", decay_lr_rate, -INF, INF, 0, 0),
+    ZINC_KF(T, "decay_lr_rate", decay_lr_rate, 0, INF, 0, 0),
     ZINC_KF(T, "cycle_first_step_size", cycle_first_step_size, 0, INF, ZINC_KEY_LO_OPEN, 0),
     {"cycle_second_step_size", ZINC_KEY_F64, offsetof(T, cycle_second_step_size), 0, INF,
      ZINC_KEY_NULL_OK, 0, NULL},
@@ -388,14 +389,14 @@ static const zinc_key one_cycle_keys[] = {
     ZINC_KB(T, "cycle_momentum", cycle_momentum),
     ZINC_KF(T, "cycle_min_mom", cycle_min_mom, 0, 1, ZINC_KEY_HI_OPEN, 0),
     ZINC_KF(T, "cycle_max_mom", cycle_max_mom, 0, 1, ZINC_KEY_HI_OPEN, 0),
-    ZINC_KF(T, "decay_mom_rate", decay_mom_rate, -INF, INF, 0, 0),
+    ZINC_KF(T, "decay_mom_rate", decay_mom_rate, 0, INF, 0, 0),
     ZINC_KINERT("last_batch_iteration", "-1"),
 };
 
 static const zinc_key lr_range_test_keys[] = {
     ZINC_KF(T, "lr_range_test_min_lr", lr_range_test_min_lr, 0, INF, 0, 0),
     ZINC_KF(T, "lr_range_test_step_size", lr_range_test_step_size, 0, INF, ZINC_KEY_LO_OPEN, 0),
-    ZINC_KF(T, "lr_range_test_step_rate", lr_range_test_step_rate, -INF, INF, 0, 0),
+    ZINC_KF(T, "lr_range_test_step_rate", lr_range_test_step_rate, 0, INF, 0, 0),
     ZINC_KB(T, "lr_range_test_staircase", lr_range_test_staircase),
     ZINC_KINERT("last_batch_iteration", "-1"),
 };
