@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,17 @@ void zinc_settings_defaults(zinc_settings *s) {
   s->warmup_num_steps = 1000;
   s->warmup_type = ZINC_WARMUP_LOG;
   s->cos_min_ratio = 1e-4;
+  s->cycle_min_lr = NAN;
+  s->cycle_max_lr = NAN;
+  s->cycle_first_step_size = 2000;
+  s->cycle_second_step_size = NAN;
+  s->cycle_second_stair_count = -1;
+  s->cycle_momentum = 1;
+  s->cycle_min_mom = 0.8;
+  s->cycle_max_mom = 0.9;
+  s->lr_range_test_min_lr = 1e-3;
+  s->lr_range_test_step_size = 2000;
+  s->lr_range_test_step_rate = 1.0;
 
   s->contiguous_gradients = 1;
   s->reduce_scatter = 1;

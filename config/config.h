@@ -71,7 +71,9 @@ typedef enum {
   ZINC_SCHED_NONE = 0,     /* constant lr */
   ZINC_SCHED_WARMUP_LR,    /* WarmupLR */
   ZINC_SCHED_WARMUP_DECAY, /* WarmupDecayLR */
-  ZINC_SCHED_WARMUP_COSINE /* WarmupCosineLR */
+  ZINC_SCHED_WARMUP_COSINE, /* WarmupCosineLR */
+  ZINC_SCHED_ONE_CYCLE,    /* OneCycle (lr and Adam's beta1) */
+  ZINC_SCHED_LR_RANGE_TEST /* LRRangeTest */
 } zinc_sched_type;
 typedef enum { ZINC_WARMUP_LOG = 0, ZINC_WARMUP_LINEAR } zinc_warmup_type;
 
@@ -102,8 +104,10 @@ typedef struct {
   uint32_t auto_mask;                     /* ZINC_AUTO_BIT(zinc_auto_key): the key
                                              is "auto" and not resolved yet */
 
-  double gradient_clipping;               /* 0 = off                      */
-  int steps_per_print;                    /* 10                           */
+  double gradient_clipping;               /* 0 = off; "auto" -> 1.0 at create; a
+                                             negative value reads as 0 */
+  int64_t steps_per_print;                /* 10; 0 = never (DeepSpeed
+                                             would divide by it)          */
   int wall_clock_breakdown;               /* false                        */
   int zero_allow_untested_optimizer;      /* false                        */
   int prescale_gradients;                 /* false                        */
@@ -113,11 +117,14 @@ typedef struct {
    *      the registered parameters' dtype (resolved at build) */
   int fp16_enabled;                       /* false                        */
   double fp16_loss_scale;                 /* 0 = dynamic                  */
-  int fp16_initial_scale_power;           /* 16                           */
+  double fp16_initial_scale_power;        /* 16; the scale starts at 2^this,
+                                             a number (DeepSpeed computes
+                                             2**power) in [-126, 127]: the
+                                             fp32 range (clamped at load) */
   int fp16_loss_scale_window;             /* 1000                         */
   int fp16_hysteresis;                    /* 2                            */
   int fp16_consecutive_hysteresis;        /* false                        */
-  double fp16_min_loss_scale;             /* 1                            */
+  double fp16_min_loss_scale;             /* 1; 0 = no floor              */
   int bf16_enabled;                       /* false                        */
 
   /* ---- optimizer */
@@ -140,6 +147,24 @@ typedef struct {
   int64_t total_num_steps;                /* WarmupDecay/Cosine: required  */
   double warmup_min_ratio;                /* cosine: 0                     */
   double cos_min_ratio;                   /* cosine: 1e-4                  */
+  /* OneCycle (DeepSpeed's defaults; cycle_min_lr / cycle_max_lr have none:
+   * NAN until given, checked at engine creation) */
+  double cycle_min_lr, cycle_max_lr;      /* required                      */
+  double decay_lr_rate;                   /* 0                             */
+  double cycle_first_step_size;           /* 2000 (DeepSpeed floats it)    */
+  double cycle_second_step_size;          /* NAN: as the first             */
+  int64_t cycle_first_stair_count;        /* 0: stored, DeepSpeed never
+                                             reads it in its formulas     */
+  int64_t cycle_second_stair_count;       /* -1: as the first; likewise    */
+  double decay_step_size;                 /* 0: no decay after the cycle   */
+  int cycle_momentum;                     /* true: beta1 cycles            */
+  double cycle_min_mom, cycle_max_mom;    /* 0.8, 0.9                      */
+  double decay_mom_rate;                  /* 0                             */
+  /* LRRangeTest */
+  double lr_range_test_min_lr;            /* 1e-3                          */
+  double lr_range_test_step_size;         /* 2000                          */
+  double lr_range_test_step_rate;         /* 1.0                           */
+  int lr_range_test_staircase;            /* false                         */
 
   /* ---- zero_optimization */
   int stage;                              /* 0                             */
@@ -232,6 +257,15 @@ zinc_status zinc_settings_resolve_batch(zinc_settings *s, int dp_size);
  * docs/config.md lists the rule of every key. */
 zinc_status zinc_settings_resolve_auto(zinc_settings *s, uint32_t file_mask,
                                        uint32_t filled_mask);
+
+/* The checks DeepSpeed makes when its engine constructs the scheduler, made
+ * at zinc_engine_create, once the trainer could have supplied what the file
+ * leaves open: WarmupDecayLR / WarmupCosineLR need total_num_steps (0 = not
+ * given), WarmupCosineLR's total must differ from the effective warmup
+ * max(2, warmup_num_steps) (DeepSpeed divides by their difference), and
+ * OneCycle needs cycle_min_lr and cycle_max_lr (NAN = not given; the
+ * constructor has no default). ZINC_ERR_CONFIG naming the JSON path. */
+zinc_status zinc_settings_check_scheduler(const zinc_settings *s);
 
 /* Resolve what depends on the model: "auto" bucket sizes from the hidden
  * size (reduce_bucket_size = h*h, stage3_prefetch_bucket_size = 0.9*h*h,

@@ -128,6 +128,10 @@ enum {
   ZINC_KEY_NULL_OK = 1 << 3,   /* JSON null keeps the default                */
   ZINC_KEY_NO_EFFECT = 1 << 4, /* stored, but zinc does not act on it: warn
                                   when the value differs from the default    */
+  ZINC_KEY_TRUNC = 1 << 5,     /* integer key of DeepSpeed's pydantic models:
+                                  a real with a fraction (15099494.4) is
+                                  truncated toward zero as pydantic's int()
+                                  does, with a warning naming both values    */
 };
 
 typedef struct {

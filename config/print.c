@@ -92,14 +92,44 @@ static json_t *zero_json(const zinc_settings *s) {
 static json_t *scheduler_json(const zinc_settings *s) {
   json_t *sched = json_object(), *p = json_object();
   put(sched, "type", json_string(zinc_sched_type_name(s->scheduler)));
+  if (s->scheduler == ZINC_SCHED_ONE_CYCLE) {
+    /* not given (NAN, -1) stays absent, to load back the same */
+    if (!isnan(s->cycle_min_lr))
+      put(p, "cycle_min_lr", json_real(s->cycle_min_lr));
+    if (!isnan(s->cycle_max_lr))
+      put(p, "cycle_max_lr", json_real(s->cycle_max_lr));
+    put(p, "decay_lr_rate", json_real(s->decay_lr_rate));
+    put(p, "cycle_first_step_size", json_real(s->cycle_first_step_size));
+    if (!isnan(s->cycle_second_step_size))
+      put(p, "cycle_second_step_size", json_real(s->cycle_second_step_size));
+    put(p, "cycle_first_stair_count", json_integer(s->cycle_first_stair_count));
+    if (s->cycle_second_stair_count >= 0)
+      put(p, "cycle_second_stair_count", json_integer(s->cycle_second_stair_count));
+    put(p, "decay_step_size", json_real(s->decay_step_size));
+    put(p, "cycle_momentum", json_boolean(s->cycle_momentum));
+    put(p, "cycle_min_mom", json_real(s->cycle_min_mom));
+    put(p, "cycle_max_mom", json_real(s->cycle_max_mom));
+    put(p, "decay_mom_rate", json_real(s->decay_mom_rate));
+    put(sched, "params", p);
+    return sched;
+  }
+  if (s->scheduler == ZINC_SCHED_LR_RANGE_TEST) {
+    put(p, "lr_range_test_min_lr", json_real(s->lr_range_test_min_lr));
+    put(p, "lr_range_test_step_size", json_real(s->lr_range_test_step_size));
+    put(p, "lr_range_test_step_rate", json_real(s->lr_range_test_step_rate));
+    put(p, "lr_range_test_staircase", json_boolean(s->lr_range_test_staircase));
+    put(sched, "params", p);
+    return sched;
+  }
   if (s->scheduler == ZINC_SCHED_WARMUP_COSINE) {
-    put(p, "total_num_steps", int_or_auto(s->total_num_steps));
+    if (s->total_num_steps != 0) /* 0: not given, absent again */
+      put(p, "total_num_steps", int_or_auto(s->total_num_steps));
     put(p, "warmup_min_ratio", json_real(s->warmup_min_ratio));
     put(p, "cos_min_ratio", json_real(s->cos_min_ratio));
   } else {
     put(p, "warmup_min_lr", real_or_auto(s, ZINC_AUTO_WARMUP_MIN_LR, s->warmup_min_lr));
     put(p, "warmup_max_lr", real_or_auto(s, ZINC_AUTO_WARMUP_MAX_LR, s->warmup_max_lr));
-    if (s->scheduler == ZINC_SCHED_WARMUP_DECAY)
+    if (s->scheduler == ZINC_SCHED_WARMUP_DECAY && s->total_num_steps != 0)
       put(p, "total_num_steps", int_or_auto(s->total_num_steps));
   }
   put(p, "warmup_num_steps", int_or_auto(s->warmup_num_steps));
@@ -126,7 +156,10 @@ static json_t *settings_json(const zinc_settings *s) {
   json_t *fp16 = json_object();
   put(fp16, "enabled", bool_or_auto(s->fp16_enabled));
   put(fp16, "loss_scale", json_real(s->fp16_loss_scale));
-  put(fp16, "initial_scale_power", json_integer(s->fp16_initial_scale_power));
+  put(fp16, "initial_scale_power",
+      s->fp16_initial_scale_power == floor(s->fp16_initial_scale_power)
+          ? json_integer((json_int_t)s->fp16_initial_scale_power)
+          : json_real(s->fp16_initial_scale_power));
   put(fp16, "loss_scale_window", json_integer(s->fp16_loss_scale_window));
   put(fp16, "hysteresis", json_integer(s->fp16_hysteresis));
   put(fp16, "consecutive_hysteresis", json_boolean(s->fp16_consecutive_hysteresis));

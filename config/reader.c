@@ -294,8 +294,22 @@ static zinc_status read_key(zinc_cfg_reader *r, const zinc_key *k,
     return ZINC_OK;
   }
   int64_t x;
-  if (!integral_value(v, &x) || !in_range(k, (double)x))
+  int truncated = 0;
+  if (!integral_value(v, &x) && (k->flags & ZINC_KEY_TRUNC) && json_is_real(v) &&
+      isfinite(json_real_value(v)) && fabs(json_real_value(v)) < 9.2e18) {
+    x = (int64_t)json_real_value(v); /* C's conversion truncates toward zero, as int() */
+    truncated = 1;
+  } else if (!integral_value(v, &x)) {
     return zinc_cfg_bad(r, v, "%s", what);
+  }
+  if (!in_range(k, (double)x))
+    return zinc_cfg_bad(r, v, "%s", what);
+  if (truncated) {
+    char value[96];
+    zinc_cfg_render(v, value, sizeof value);
+    zinc_cfg_warn(r, "%s = %s is not an integer; read as %lld (DeepSpeed truncates it the "
+                  "same way); write the integer you mean", r->path, value, (long long)x);
+  }
   if (k->kind == ZINC_KEY_INT)
     *(int *)field = (int)x;
   else

@@ -23,6 +23,7 @@
  * Resolution is idempotent: it starts again from the keys the file gave,
  * so an engine may resolve the same settings for another world size.
  */
+#include <math.h>
 #include <stdio.h>
 
 #include "config/config_internal.h"
@@ -34,6 +35,31 @@ static zinc_status batch_error(const char *what, int64_t t, int64_t m, int64_t g
                     "rule is train_batch_size = train_micro_batch_size_per_gpu x "
                     "gradient_accumulation_steps x data-parallel size",
                     what, (long long)t, (long long)m, (long long)g, w);
+}
+
+zinc_status zinc_settings_check_scheduler(const zinc_settings *s) {
+  if (s->scheduler == ZINC_SCHED_ONE_CYCLE) {
+    const char *missing = isnan(s->cycle_min_lr) ? "cycle_min_lr"
+                          : isnan(s->cycle_max_lr) ? "cycle_max_lr" : NULL;
+    if (missing)
+      return zinc_error(ZINC_ERR_CONFIG, "scheduler.params.%s: found nothing, expected a number "
+                        ">= 0: OneCycle has no default for it (DeepSpeed's constructor requires "
+                        "it too); give it in the scheduler's params", missing);
+  }
+  if (s->scheduler != ZINC_SCHED_WARMUP_DECAY && s->scheduler != ZINC_SCHED_WARMUP_COSINE)
+    return ZINC_OK;
+  const char *name = zinc_sched_type_name(s->scheduler);
+  if (s->total_num_steps < 1)
+    return zinc_error(ZINC_ERR_CONFIG, "scheduler.params.total_num_steps: found nothing, "
+                      "expected a positive integer: %s decays over total_num_steps (DeepSpeed's "
+                      "constructor requires it); give it in the scheduler's params", name);
+  int64_t warmup = s->warmup_num_steps < 2 ? 2 : s->warmup_num_steps;
+  if (s->scheduler == ZINC_SCHED_WARMUP_COSINE && s->total_num_steps == warmup)
+    return zinc_error(ZINC_ERR_CONFIG, "scheduler.params.total_num_steps: found %lld, expected "
+                      "more than the %lld warmup steps: WarmupCosineLR divides by "
+                      "total_num_steps - warmup_num_steps", (long long)s->total_num_steps,
+                      (long long)warmup);
+  return ZINC_OK;
 }
 
 zinc_status zinc_settings_resolve_batch(zinc_settings *s, int dp_size) {

@@ -33,6 +33,8 @@ const char *zinc_sched_type_name(zinc_sched_type t) {
   case ZINC_SCHED_WARMUP_LR: return "WarmupLR";
   case ZINC_SCHED_WARMUP_DECAY: return "WarmupDecayLR";
   case ZINC_SCHED_WARMUP_COSINE: return "WarmupCosineLR";
+  case ZINC_SCHED_ONE_CYCLE: return "OneCycle";
+  case ZINC_SCHED_LR_RANGE_TEST: return "LRRangeTest";
   }
   return "unknown";
 }
@@ -55,8 +57,8 @@ static const zinc_key top_keys[] = {
     ZINC_KCUSTOM("train_batch_size"),
     ZINC_KCUSTOM("train_micro_batch_size_per_gpu"),
     ZINC_KCUSTOM("gradient_accumulation_steps"),
-    ZINC_KF(T, "gradient_clipping", gradient_clipping, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
-    ZINC_KI(T, "steps_per_print", steps_per_print, 1, INT_MAX),
+    ZINC_KF(T, "gradient_clipping", gradient_clipping, -INF, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
+    ZINC_KL(T, "steps_per_print", steps_per_print, 0, 0, 0),
     ZINC_KB(T, "wall_clock_breakdown", wall_clock_breakdown),
     ZINC_KB(T, "zero_allow_untested_optimizer", zero_allow_untested_optimizer),
     ZINC_KB(T, "prescale_gradients", prescale_gradients),
@@ -149,16 +151,30 @@ static zinc_status read_batch(zinc_cfg_reader *r, const json_t *root, zinc_setti
   return ZINC_OK;
 }
 
+/* Values DeepSpeed accepts and reads in a way worth saying: a negative
+ * gradient_clipping (DeepSpeed clips only when it is > 0) and a
+ * steps_per_print of 0 (DeepSpeed divides the step count by it). */
+static void read_top_level_notes(zinc_cfg_reader *r, const json_t *root, zinc_settings *s) {
+  if (s->gradient_clipping < 0) {
+    zinc_cfg_warn(r, "gradient_clipping = %g: negative, read as 0 (no clipping), as DeepSpeed "
+                  "clips only when it is > 0", s->gradient_clipping);
+    s->gradient_clipping = 0;
+  }
+  if (s->steps_per_print == 0 && json_object_get(root, "steps_per_print"))
+    zinc_cfg_warn(r, "steps_per_print = 0: read as never (zinc_steps_per_print returns "
+                  "INT_MAX; DeepSpeed would divide by 0 at its first step)");
+}
+
 /* ------------------------------------------------------------- precision */
 
 static const zinc_key fp16_keys[] = {
     ZINC_KB_AUTO(T, "enabled", fp16_enabled),
     ZINC_KF(T, "loss_scale", fp16_loss_scale, 0, INF, 0, 0),
-    ZINC_KI(T, "initial_scale_power", fp16_initial_scale_power, 0, 63),
+    ZINC_KF(T, "initial_scale_power", fp16_initial_scale_power, -INF, INF, 0, 0),
     ZINC_KI(T, "loss_scale_window", fp16_loss_scale_window, 1, INT_MAX),
     ZINC_KI(T, "hysteresis", fp16_hysteresis, 1, INT_MAX),
     ZINC_KB(T, "consecutive_hysteresis", fp16_consecutive_hysteresis),
-    ZINC_KF(T, "min_loss_scale", fp16_min_loss_scale, 0, INF, ZINC_KEY_LO_OPEN, 0),
+    ZINC_KF(T, "min_loss_scale", fp16_min_loss_scale, 0, INF, 0, 0),
     ZINC_KINERT("auto_cast", "false"),
     ZINC_KINERT("fp16_master_weights_and_grads", "false"),
 };
@@ -175,8 +191,19 @@ static zinc_status read_precision(zinc_cfg_reader *r, const json_t *root, zinc_s
   const json_t *obj;
   size_t mark;
   ZINC_CHECK(section(r, root, "fp16", &obj, &mark));
-  if (obj)
+  if (obj) {
     ZINC_CHECK(zinc_cfg_walk(r, obj, fp16_keys, ZINC_KEY_COUNT(fp16_keys), s, sizeof *s));
+    /* DeepSpeed starts at 2**power, a Python number of any size; zinc
+     * multiplies in fp32, whose powers of two run from 2^-126 to 2^127. */
+    double p = s->fp16_initial_scale_power, lo = -126, hi = 127;
+    if (p < lo || p > hi) {
+      s->fp16_initial_scale_power = p < lo ? lo : hi;
+      zinc_cfg_warn(r, "fp16.initial_scale_power = %g: 2^%g is outside fp32, where zinc "
+                    "applies the loss scale; starting at 2^%g instead (DeepSpeed would skip "
+                    "steps for overflow until the scale is in range)", p, p,
+                    s->fp16_initial_scale_power);
+    }
+  }
   zinc_cfg_pop(r, mark);
 
   /* "bfloat16" is DeepSpeed's older spelling of "bf16". */
@@ -352,6 +379,35 @@ static const zinc_key warmup_cosine_keys[] = {
     ZINC_KINERT("last_batch_iteration", "-1"),
 };
 
+/* DeepSpeed checks none of these values; zinc refuses the ones its
+ * formulas divide by when zero (a step size), betas outside [0, 1) and
+ * negative rates (the lr would turn negative or infinite). */
+static const zinc_key one_cycle_keys[] = {
+    ZINC_KF(T, "cycle_min_lr", cycle_min_lr, 0, INF, 0, 0),
+    ZINC_KF(T, "cycle_max_lr", cycle_max_lr, 0, INF, 0, 0),
+    ZINC_KF(T, "decay_lr_rate", decay_lr_rate, 0, INF, 0, 0),
+    ZINC_KF(T, "cycle_first_step_size", cycle_first_step_size, 0, INF, ZINC_KEY_LO_OPEN, 0),
+    {"cycle_second_step_size", ZINC_KEY_F64, offsetof(T, cycle_second_step_size), 0, INF,
+     ZINC_KEY_NULL_OK, 0, NULL},
+    ZINC_KL(T, "cycle_first_stair_count", cycle_first_stair_count, 0, 0, 0),
+    {"cycle_second_stair_count", ZINC_KEY_I64, offsetof(T, cycle_second_stair_count), 0, INF,
+     ZINC_KEY_NULL_OK, 0, NULL},
+    ZINC_KF(T, "decay_step_size", decay_step_size, 0, INF, 0, 0),
+    ZINC_KB(T, "cycle_momentum", cycle_momentum),
+    ZINC_KF(T, "cycle_min_mom", cycle_min_mom, 0, 1, ZINC_KEY_HI_OPEN, 0),
+    ZINC_KF(T, "cycle_max_mom", cycle_max_mom, 0, 1, ZINC_KEY_HI_OPEN, 0),
+    ZINC_KF(T, "decay_mom_rate", decay_mom_rate, 0, INF, 0, 0),
+    ZINC_KINERT("last_batch_iteration", "-1"),
+};
+
+static const zinc_key lr_range_test_keys[] = {
+    ZINC_KF(T, "lr_range_test_min_lr", lr_range_test_min_lr, 0, INF, 0, 0),
+    ZINC_KF(T, "lr_range_test_step_size", lr_range_test_step_size, 0, INF, ZINC_KEY_LO_OPEN, 0),
+    ZINC_KF(T, "lr_range_test_step_rate", lr_range_test_step_rate, 0, INF, 0, 0),
+    ZINC_KB(T, "lr_range_test_staircase", lr_range_test_staircase),
+    ZINC_KINERT("last_batch_iteration", "-1"),
+};
+
 typedef struct {
   const char *name;
   zinc_sched_type type;
@@ -365,6 +421,9 @@ static const sched_spec schedules[] = {
      ZINC_KEY_COUNT(warmup_decay_keys)},
     {"WarmupCosineLR", ZINC_SCHED_WARMUP_COSINE, warmup_cosine_keys,
      ZINC_KEY_COUNT(warmup_cosine_keys)},
+    {"OneCycle", ZINC_SCHED_ONE_CYCLE, one_cycle_keys, ZINC_KEY_COUNT(one_cycle_keys)},
+    {"LRRangeTest", ZINC_SCHED_LR_RANGE_TEST, lr_range_test_keys,
+     ZINC_KEY_COUNT(lr_range_test_keys)},
 };
 
 static int table_has(const zinc_key *keys, size_t n, const char *name) {
@@ -426,9 +485,13 @@ static zinc_status read_schedule_params(zinc_cfg_reader *r, const json_t *params
   v = json_object_get(params, "total_num_steps");
   if (table_has(spec->keys, spec->nkeys, "total_num_steps")) {
     m = zinc_cfg_push(r, "total_num_steps");
-    if (!v || json_is_null(v))
-      return zinc_cfg_bad(r, v, "a positive integer: %s decays over total_num_steps",
-                          spec->name);
+    if (!v || json_is_null(v)) {
+      /* checked at engine creation (zinc_settings_check_scheduler), where
+       * DeepSpeed constructs the schedule and a trainer may supply it */
+      s->total_num_steps = 0;
+      zinc_cfg_pop(r, m);
+      return ZINC_OK;
+    }
     if (zinc_cfg_is_auto(v))
       s->total_num_steps = ZINC_AUTO; /* the trainer's (config/auto.c) */
     else if (!json_is_number(v) || zinc_cfg_int64(r, v, 1, INT64_MAX, &s->total_num_steps) != ZINC_OK)
@@ -454,12 +517,11 @@ static zinc_status read_scheduler(zinc_cfg_reader *r, const json_t *root, zinc_s
     if (strcmp(name, schedules[i].name) == 0)
       spec = &schedules[i];
   if (!spec) {
-    static const char *const known[] = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};
-    const char *guess = name ? zinc_cfg_suggest(name, known, 3) : NULL;
-    if (name && (strcmp(name, "OneCycle") == 0 || strcmp(name, "LRRangeTest") == 0))
-      return zinc_cfg_bad(r, v, "\"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\" "
-                          "(zinc does not implement DeepSpeed's %s)", name);
-    return zinc_cfg_bad(r, v, "\"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\"%s%s%s",
+    static const char *const known[] = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR",
+                                        "OneCycle", "LRRangeTest"};
+    const char *guess = name ? zinc_cfg_suggest(name, known, 5) : NULL;
+    return zinc_cfg_bad(r, v, "\"WarmupLR\", \"WarmupDecayLR\", \"WarmupCosineLR\", "
+                        "\"OneCycle\" or \"LRRangeTest\"%s%s%s",
                         guess ? " (did you mean \"" : "", guess ? guess : "",
                         guess ? "\"?)" : "");
   }
@@ -541,6 +603,7 @@ zinc_status zinc_cfg_read_document(zinc_cfg_reader *r, const json_t *root,
     return zinc_cfg_bad(r, root, "a JSON object {...} at the top level");
   ZINC_CHECK(read_zinc(r, root, s));
   ZINC_CHECK(zinc_cfg_walk(r, root, top_keys, ZINC_KEY_COUNT(top_keys), s, sizeof *s));
+  read_top_level_notes(r, root, s);
   ZINC_CHECK(read_batch(r, root, s));
   ZINC_CHECK(read_precision(r, root, s));
   ZINC_CHECK(read_optimizer(r, root, s));

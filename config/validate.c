@@ -46,17 +46,20 @@ static zinc_status check_precision(zinc_cfg_reader *r, const json_t *root,
   return ZINC_OK;
 }
 
+/* An offload section below the stage that uses it (offload_param below 3,
+ * offload_optimizer at 0) is ignored with a warning, as DeepSpeed ignores
+ * it; zinc resets its device to none so that nothing acts on it. */
 static zinc_status check_offload(zinc_cfg_reader *r, const json_t *root,
                                  const zinc_settings *s, const char *name,
-                                 const zinc_offload_settings *o, int min_stage) {
+                                 zinc_offload_settings *o, int min_stage) {
   char at[96];
-  snprintf(at, sizeof at, "zero_optimization.%s.device", name);
-  const json_t *device = json_at(root, at);
   if (o->device != ZINC_OFFLOAD_NONE && s->stage < min_stage) {
-    point_at(r, at);
-    return zinc_cfg_bad(r, device,
-                        "\"none\" with zero_optimization.stage %d: %s needs stage %s",
-                        s->stage, name, min_stage == 3 ? "3" : "1, 2 or 3");
+    zinc_cfg_warn(r, "zero_optimization.%s.device = \"%s\" is ignored at "
+                  "zero_optimization.stage %d (as DeepSpeed does): %s needs stage %s",
+                  name, zinc_offload_device_name(o->device), s->stage, name,
+                  min_stage == 3 ? "3" : "1, 2 or 3");
+    o->device = ZINC_OFFLOAD_NONE;
+    return ZINC_OK;
   }
   if (o->device == ZINC_OFFLOAD_NVME && o->nvme_path_count == 0) {
     snprintf(at, sizeof at, "zero_optimization.%s.nvme_path", name);
@@ -76,15 +79,13 @@ static zinc_status check_offload(zinc_cfg_reader *r, const json_t *root,
   return ZINC_OK;
 }
 
-static zinc_status check_zero(zinc_cfg_reader *r, const json_t *root, const zinc_settings *s) {
+static zinc_status check_zero(zinc_cfg_reader *r, const json_t *root, zinc_settings *s) {
   ZINC_CHECK(check_offload(r, root, s, "offload_optimizer", &s->offload_optimizer, 1));
   ZINC_CHECK(check_offload(r, root, s, "offload_param", &s->offload_param, 3));
-  if (s->offload_optimizer.ratio < 1.0 && s->stage != 3) {
-    point_at(r, "zero_optimization.offload_optimizer.ratio");
-    return zinc_cfg_bad(r, json_at(root, "zero_optimization.offload_optimizer.ratio"),
-                        "1.0 with zero_optimization.stage %d: partial optimizer offload "
-                        "needs stage 3 (as in DeepSpeed)", s->stage);
-  }
+  /* DeepSpeed 0.14.4 means to reject a ratio < 1 below stage 3, but its
+   * check never fires (it looks the section up with getattr on a dict), so
+   * such files load there; zinc offloads the whole state at any ratio and
+   * already warns that ratio has no effect. */
   return ZINC_OK;
 }
 
@@ -113,8 +114,10 @@ static zinc_status check_scheduler(zinc_cfg_reader *r, const json_t *root,
                                    const zinc_settings *s) {
   if (s->scheduler != ZINC_SCHED_WARMUP_DECAY && s->scheduler != ZINC_SCHED_WARMUP_COSINE)
     return ZINC_OK;
-  /* "auto" steps: checked once known, at engine creation (config/auto.c) */
-  if (s->auto_mask & (ZINC_AUTO_BIT(ZINC_AUTO_WARMUP_NUM_STEPS) |
+  /* "auto" steps: checked once known, at engine creation (config/auto.c);
+   * not given: zinc_settings_check_scheduler at engine creation */
+  if (s->total_num_steps == 0 ||
+      s->auto_mask & (ZINC_AUTO_BIT(ZINC_AUTO_WARMUP_NUM_STEPS) |
                       ZINC_AUTO_BIT(ZINC_AUTO_TOTAL_NUM_STEPS)))
     return ZINC_OK;
   /* DeepSpeed warms up over max(2, warmup_num_steps) steps. */

@@ -18,35 +18,37 @@
 #define T zinc_settings
 #define O zinc_offload_settings
 #define INF HUGE_VAL
+/* DeepSpeed's pydantic int fields: 15099494.4 reads as 15099494, with a warning */
+#define TR ZINC_KEY_TRUNC
 
 static const zinc_key zero_keys[] = {
     ZINC_KI(T, "stage", stage, 0, 3),
     ZINC_KB(T, "contiguous_gradients", contiguous_gradients),
     ZINC_KCUSTOM("overlap_comm"),
     ZINC_KB(T, "reduce_scatter", reduce_scatter),
-    ZINC_KL(T, "reduce_bucket_size", reduce_bucket_size, 1, ZINC_KEY_AUTO, ZINC_AUTO),
+    ZINC_KL(T, "reduce_bucket_size", reduce_bucket_size, 0, ZINC_KEY_AUTO | TR, ZINC_AUTO),
     ZINC_KB(T, "allgather_partitions", allgather_partitions),
-    ZINC_KL(T, "allgather_bucket_size", allgather_bucket_size, 1, 0, 0),
+    ZINC_KL(T, "allgather_bucket_size", allgather_bucket_size, 0, TR, 0),
     ZINC_KB_NOOP(T, "round_robin_gradients", round_robin_gradients,
                  "a DeepSpeed CPU-offload copy schedule; zinc's partitions are already "
                  "contiguous per rank"),
-    ZINC_KL(T, "sub_group_size", sub_group_size, 1, 0, 0),
+    ZINC_KL(T, "sub_group_size", sub_group_size, 0, TR, 0),
     ZINC_KCUSTOM("offload_optimizer"),
     ZINC_KCUSTOM("offload_param"),
-    ZINC_KL(T, "stage3_prefetch_bucket_size", stage3_prefetch_bucket_size, 0, ZINC_KEY_AUTO,
+    ZINC_KL(T, "stage3_prefetch_bucket_size", stage3_prefetch_bucket_size, 0, ZINC_KEY_AUTO | TR,
             ZINC_AUTO),
-    ZINC_KL(T, "prefetch_bucket_size", stage3_prefetch_bucket_size, 0, ZINC_KEY_AUTO,
+    ZINC_KL(T, "prefetch_bucket_size", stage3_prefetch_bucket_size, 0, ZINC_KEY_AUTO | TR,
             ZINC_AUTO),
     ZINC_KL(T, "stage3_param_persistence_threshold", stage3_param_persistence_threshold, 0,
-            ZINC_KEY_AUTO, ZINC_AUTO),
+            ZINC_KEY_AUTO | TR, ZINC_AUTO),
     ZINC_KL(T, "param_persistence_threshold", stage3_param_persistence_threshold, 0,
-            ZINC_KEY_AUTO, ZINC_AUTO),
-    ZINC_KL(T, "stage3_max_live_parameters", stage3_max_live_parameters, 0, ZINC_KEY_AUTO,
+            ZINC_KEY_AUTO | TR, ZINC_AUTO),
+    ZINC_KL(T, "stage3_max_live_parameters", stage3_max_live_parameters, 0, ZINC_KEY_AUTO | TR,
             ZINC_AUTO),
-    ZINC_KL(T, "max_live_parameters", stage3_max_live_parameters, 0, ZINC_KEY_AUTO, ZINC_AUTO),
-    ZINC_KL(T, "stage3_max_reuse_distance", stage3_max_reuse_distance, 0, ZINC_KEY_AUTO,
+    ZINC_KL(T, "max_live_parameters", stage3_max_live_parameters, 0, ZINC_KEY_AUTO | TR, ZINC_AUTO),
+    ZINC_KL(T, "stage3_max_reuse_distance", stage3_max_reuse_distance, 0, ZINC_KEY_AUTO | TR,
             ZINC_AUTO),
-    ZINC_KL(T, "max_reuse_distance", stage3_max_reuse_distance, 0, ZINC_KEY_AUTO, ZINC_AUTO),
+    ZINC_KL(T, "max_reuse_distance", stage3_max_reuse_distance, 0, ZINC_KEY_AUTO | TR, ZINC_AUTO),
     ZINC_KB_AUTO(T, "stage3_gather_16bit_weights_on_model_save",
                  stage3_gather_16bit_weights_on_model_save),
     ZINC_KB_AUTO(T, "gather_16bit_weights_on_model_save",
@@ -85,7 +87,7 @@ static const zinc_key offload_optimizer_keys[] = {
     ZINC_KCUSTOM("device"),
     ZINC_KCUSTOM("nvme_path"),
     ZINC_KB_AUTO(O, "pin_memory", pin_memory),
-    ZINC_KL(O, "buffer_count", buffer_count, 0, ZINC_KEY_AUTO, ZINC_AUTO),
+    ZINC_KL(O, "buffer_count", buffer_count, 0, ZINC_KEY_AUTO | TR, ZINC_AUTO),
     /* the NVMe step always overlaps read(k+1) | update(k) | write(k-1) and
      * writes the initial swap area in large pieces: these change nothing */
     ZINC_KB(O, "pipeline_read", pipeline_read),
@@ -103,9 +105,9 @@ static const zinc_key offload_param_keys[] = {
     ZINC_KB_AUTO(O, "pin_memory", pin_memory),
     /* NVMe parameter reads: buffer_count buffers, each at most buffer_size
      * elements (engine/offload_nvme.c) */
-    ZINC_KL(O, "buffer_count", buffer_count, 0, ZINC_KEY_AUTO, ZINC_AUTO),
-    ZINC_KL(O, "buffer_size", buffer_size, 1, 0, 0),
-    {"max_in_cpu", ZINC_KEY_I64, offsetof(O, max_in_cpu), 0, HUGE_VAL, ZINC_KEY_NO_EFFECT, 0,
+    ZINC_KL(O, "buffer_count", buffer_count, 0, ZINC_KEY_AUTO | TR, ZINC_AUTO),
+    ZINC_KL(O, "buffer_size", buffer_size, 1, TR, 0),
+    {"max_in_cpu", ZINC_KEY_I64, offsetof(O, max_in_cpu), 0, HUGE_VAL, ZINC_KEY_NO_EFFECT | TR, 0,
      "no parameter cache is kept in host memory beside the NVMe partition"},
 };
 

@@ -242,6 +242,8 @@ zinc_status zinc_engine_create(const zinc_config *cfg, const zinc_options *opt,
   st = zinc_settings_resolve_batch(&e->cfg, e->dp_size);
   if (st == ZINC_OK) /* "auto" the trainer did not fill: defaults or an error */
     st = zinc_settings_resolve_auto(&e->cfg, cfg->file_mask, cfg->filled_mask);
+  if (st == ZINC_OK) /* what DeepSpeed checks when it constructs the schedule */
+    st = zinc_settings_check_scheduler(&e->cfg);
   if (st == ZINC_OK && e->opt.threads < 0)
     st = zinc_error(ZINC_ERR_INVALID, "zinc_options.threads is %d: give a thread count >= 1, "
                     "or 0 for this rank's share of its cores", e->opt.threads);
@@ -309,7 +311,12 @@ int zinc_gradient_accumulation_steps(const zinc_engine *e) {
   return e ? (int)e->cfg.gradient_accumulation_steps : 0;
 }
 int64_t zinc_train_batch_size(const zinc_engine *e) { return e ? e->cfg.train_batch_size : 0; }
-int zinc_steps_per_print(const zinc_engine *e) { return e ? e->cfg.steps_per_print : 0; }
+int zinc_steps_per_print(const zinc_engine *e) {
+  if (!e)
+    return 0;
+  int64_t n = e->cfg.steps_per_print;
+  return n == 0 || n > INT_MAX ? INT_MAX : (int)n; /* 0 in the file: never */
+}
 int zinc_wall_clock_breakdown(const zinc_engine *e) {
   return e ? e->cfg.wall_clock_breakdown : 0;
 }

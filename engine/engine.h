@@ -512,6 +512,14 @@ zinc_status zinc_params_from_master(zinc_engine *e);
 /* 1 when the offloaded optimizer goes through staging copies: offload cpu
  * on the cuda device (or on the cpu device with ZINC_OFFLOAD_STAGING=1). */
 int zinc_offload_staged(const zinc_engine *e);
+/* Elements per sub-group of the offloaded step (cpu and NVMe):
+ * zero_optimization.sub_group_size, at most the optimizer partition, at
+ * least 1. DeepSpeed's 0 makes every parameter its own sub-group; zinc's
+ * sub-groups are element ranges of the partition, and 0 takes
+ * ZINC_SUB_GROUP_FOR_ZERO elements (the staging slot's size) instead of
+ * ranges of one element. */
+#define ZINC_SUB_GROUP_FOR_ZERO ((int64_t)16 << 20)
+int64_t zinc_offload_sub_group(const zinc_engine *e);
 /* Pinned staging the build allocates for it (0 when not staged). */
 size_t zinc_offload_staging_bytes(const zinc_engine *e);
 zinc_status zinc_offload_init(zinc_engine *e);

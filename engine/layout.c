@@ -135,7 +135,9 @@ static zinc_status layout_runs(zinc_engine *e) {
 
 zinc_status zinc_layout_build(zinc_engine *e) {
   int64_t group = (int64_t)e->dp_size * ZINC_ALIGN_ELEMS;
-  int64_t bucket = e->cfg.reduce_bucket_size;
+  /* reduce_bucket_size 0 (DeepSpeed: every gradient reduced on its own)
+   * leaves segments uncut: one unit per segment */
+  int64_t bucket = e->cfg.reduce_bucket_size > 0 ? e->cfg.reduce_bucket_size : INT64_MAX / 2;
   e->unit_max = bucket / group * group;
   if (e->unit_max < group)
     e->unit_max = group;

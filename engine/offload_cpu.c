@@ -32,6 +32,13 @@
 
 enum { ZINC_STAGING_MAX = 16 << 20 }; /* elements per staging slot */
 
+int64_t zinc_offload_sub_group(const zinc_engine *e) {
+  int64_t g = e->cfg.sub_group_size > 0 ? e->cfg.sub_group_size : ZINC_SUB_GROUP_FOR_ZERO;
+  if (g > e->opt_numel)
+    g = e->opt_numel;
+  return g > 0 ? g : 1;
+}
+
 /* One contiguous piece of an Adam segment inside a sub-group. */
 typedef struct {
   int seg;
@@ -57,12 +64,8 @@ static int params_on_device(const zinc_engine *e) {
 }
 
 static int64_t group_elems(const zinc_engine *e) {
-  int64_t g = e->cfg.sub_group_size;
-  if (g > ZINC_STAGING_MAX || g < 1)
-    g = ZINC_STAGING_MAX;
-  if (g > e->opt_numel)
-    g = e->opt_numel > 0 ? e->opt_numel : 1;
-  return g;
+  int64_t g = zinc_offload_sub_group(e);
+  return g < ZINC_STAGING_MAX ? g : ZINC_STAGING_MAX;
 }
 
 /* Bytes of one staging slot's gradient and parameter halves. */

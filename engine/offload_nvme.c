@@ -81,9 +81,7 @@ static zinc_status area_zero(zinc_swap *sw, void *zeros, size_t zbytes) {
 
 /* Sub-group size and count of the optimizer's swap area. */
 static void opt_groups(const zinc_engine *e, int64_t *group, int *ngroups) {
-  int64_t g = e->cfg.sub_group_size < e->opt_numel ? e->cfg.sub_group_size : e->opt_numel;
-  if (g < 1)
-    g = 1;
+  int64_t g = zinc_offload_sub_group(e);
   int64_t n = (e->opt_numel + g - 1) / g;
   *group = g;
   *ngroups = n > 0 ? (int)n : 1;

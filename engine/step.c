@@ -365,7 +365,9 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
 
   zinc_adam_coef c;
   int adamw = e->cfg.optimizer == ZINC_OPTIM_ADAMW ? 1 : e->cfg.adam_w_mode;
-  ZINC_CHECK(zinc_adam_coef_init(&c, lr, e->cfg.beta1, e->cfg.beta2, e->cfg.eps,
+  double beta1, beta2; /* OneCycle cycles beta1 (and sets beta2 0.99) */
+  zinc_betas_at(&e->cfg, e->step, &beta1, &beta2);
+  ZINC_CHECK(zinc_adam_coef_init(&c, lr, beta1, beta2, e->cfg.eps,
                                  e->cfg.weight_decay, adamw, e->cfg.bias_correction, e->step + 1,
                                  base * coef));
   zinc_adam_seg *segs = NULL;

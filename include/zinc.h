@@ -375,7 +375,8 @@ ZINC_API float zinc_lr(const zinc_engine *e);
 ZINC_API int zinc_micro_batch_size(const zinc_engine *e);
 ZINC_API int zinc_gradient_accumulation_steps(const zinc_engine *e);
 ZINC_API int64_t zinc_train_batch_size(const zinc_engine *e);
-/* Configured steps_per_print and wall_clock_breakdown. */
+/* Configured steps_per_print (a file's 0, "never", and anything above
+ * INT_MAX come back as INT_MAX) and wall_clock_breakdown. */
 ZINC_API int zinc_steps_per_print(const zinc_engine *e);
 ZINC_API int zinc_wall_clock_breakdown(const zinc_engine *e);
 /* The settings the engine runs with, as zinc_config_to_json writes them

@@ -27,7 +27,7 @@ void zinc_loss_scaler_init(zinc_loss_scaler *ls, const zinc_settings *s) {
     ls->cur_scale = s->fp16_loss_scale;
   } else {
     ls->dynamic = 1;
-    ls->cur_scale = ldexp(1.0, s->fp16_initial_scale_power);
+    ls->cur_scale = pow(2.0, s->fp16_initial_scale_power); /* 2**power, as DeepSpeed */
   }
 }
 

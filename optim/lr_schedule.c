@@ -41,6 +41,72 @@ static double cosine_ratio(const zinc_settings *s, int64_t it, int64_t n) {
   return ratio > 0.0 ? ratio : 0.0;
 }
 
+/* OneCycle's cycle length T = first + second step size (second: as the
+ * first when not given) and the position in the cycle, in [0, 1]. */
+static double one_cycle_total(const zinc_settings *s) {
+  double first = s->cycle_first_step_size;
+  double second = isnan(s->cycle_second_step_size) ? first : s->cycle_second_step_size;
+  return first + second;
+}
+
+static double one_cycle_scale(const zinc_settings *s, int64_t it) {
+  double total_size = one_cycle_total(s);
+  double step_ratio = s->cycle_first_step_size / total_size;
+  double batch_iteration = (double)(it + 1);
+  double cycle = floor(1 + batch_iteration / total_size);
+  double x = 1. + batch_iteration / total_size - cycle;
+  if (x <= step_ratio)
+    return x / step_ratio;
+  return (x - 1) / (step_ratio - 1);
+}
+
+static double one_cycle_lr(const zinc_settings *s, int64_t it) {
+  double total_size = one_cycle_total(s);
+  if ((double)it < total_size) {
+    double base_height = (s->cycle_max_lr - s->cycle_min_lr) * one_cycle_scale(s, it);
+    return s->cycle_min_lr + base_height;
+  }
+  if (s->decay_step_size == 0 || s->decay_lr_rate == 0)
+    return s->cycle_min_lr;
+  double decay_batch_iteration = (double)it - total_size + 1;
+  double decay_interval = decay_batch_iteration / s->decay_step_size;
+  double lr_decay_factor = (1 + s->decay_lr_rate * decay_interval);
+  return s->cycle_min_lr / lr_decay_factor;
+}
+
+static double one_cycle_momentum(const zinc_settings *s, int64_t it) {
+  double total_size = one_cycle_total(s);
+  if ((double)it < total_size) {
+    double base_height = (s->cycle_max_mom - s->cycle_min_mom) * one_cycle_scale(s, it);
+    return s->cycle_max_mom - base_height;
+  }
+  if (s->decay_step_size == 0 || s->decay_mom_rate == 0)
+    return s->cycle_max_mom;
+  double decay_batch_iteration = (double)it - total_size + 1;
+  double decay_interval = decay_batch_iteration / s->decay_step_size;
+  double mom_decay_factor = (1 + s->decay_mom_rate * decay_interval);
+  return s->cycle_max_mom * mom_decay_factor;
+}
+
+static double lr_range_test_lr(const zinc_settings *s, int64_t it) {
+  double interval = (double)(it + 1) / s->lr_range_test_step_size;
+  if (s->lr_range_test_staircase)
+    interval = floor(interval);
+  double lr_increase = (1 + s->lr_range_test_step_rate * interval);
+  return s->lr_range_test_min_lr * lr_increase;
+}
+
+void zinc_betas_at(const zinc_settings *s, int64_t iteration, double *beta1, double *beta2) {
+  int64_t it = iteration < 0 ? 0 : iteration;
+  if (s->scheduler == ZINC_SCHED_ONE_CYCLE && s->cycle_momentum) {
+    *beta1 = one_cycle_momentum(s, it);
+    *beta2 = 0.99;
+    return;
+  }
+  *beta1 = s->beta1;
+  *beta2 = s->beta2;
+}
+
 double zinc_lr_at(const zinc_settings *s, int64_t iteration) {
   int64_t it = iteration < 0 ? 0 : iteration;
   int64_t n = s->warmup_num_steps < 2 ? 2 : s->warmup_num_steps;
@@ -58,6 +124,10 @@ double zinc_lr_at(const zinc_settings *s, int64_t iteration) {
   }
   case ZINC_SCHED_WARMUP_COSINE:
     return s->lr * cosine_ratio(s, it, n);
+  case ZINC_SCHED_ONE_CYCLE:
+    return one_cycle_lr(s, it);
+  case ZINC_SCHED_LR_RANGE_TEST:
+    return lr_range_test_lr(s, it);
   }
   return s->lr;
 }

@@ -1,7 +1,8 @@
 /*
  * lr_schedule.h — the learning rate of DeepSpeed's schedules WarmupLR,
- * WarmupDecayLR and WarmupCosineLR (deepspeed/runtime/lr_schedules.py) as a
- * pure function of the settings and an iteration count.
+ * WarmupDecayLR, WarmupCosineLR, OneCycle and LRRangeTest
+ * (deepspeed/runtime/lr_schedules.py), and OneCycle's Adam betas, as pure
+ * functions of the settings and an iteration count.
  *
  * `iteration` is DeepSpeed's last_batch_iteration: the number of optimizer
  * steps already taken when the learning rate is needed. Steps skipped for
@@ -40,6 +41,22 @@ extern "C" {
  * The arithmetic follows DeepSpeed's Python operation for operation, so the
  * values agree to the last bit on the same libm. */
 double zinc_lr_at(const zinc_settings *s, int64_t iteration);
+/* Also (t = it + 1, T = first + second step size, r = first / T):
+ *   OneCycle        scale = x / r if x <= r else (x - 1) / (r - 1), with
+ *                   x = 1 + t/T - floor(1 + t/T); while it < T:
+ *                   min_lr + (max_lr - min_lr) * scale; after, with
+ *                   d = it - T + 1: min_lr / (1 + decay_lr_rate *
+ *                   d / decay_step_size), or min_lr when either is 0
+ *   LRRangeTest     min_lr * (1 + step_rate * (t / step_size)), the
+ *                   quotient floored with lr_range_test_staircase */
+
+/* Adam's (beta1, beta2) at `iteration`: the optimizer's betas, except
+ * under OneCycle with cycle_momentum, where DeepSpeed sets the betas to
+ * (momentum, 0.99) each step: while it < T, momentum = max_mom -
+ * (max_mom - min_mom) * scale; after, max_mom * (1 + decay_mom_rate *
+ * d / decay_step_size), or max_mom when either is 0. beta2 is 0.99 then,
+ * whatever optimizer.params.betas says, as in DeepSpeed. */
+void zinc_betas_at(const zinc_settings *s, int64_t iteration, double *beta1, double *beta2);
 
 #ifdef __cplusplus
 }

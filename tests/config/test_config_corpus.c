@@ -343,6 +343,119 @@ static void gpt_neox_style(const zinc_settings *s) {
   assert_int_equal(s->reduce_scatter, 1);
 }
 
+static void gradient_clipping_negative(const zinc_settings *s) {
+  assert_true(s->gradient_clipping == 0.0); /* DeepSpeed clips only when > 0 */
+}
+
+static void min_loss_scale_zero(const zinc_settings *s) {
+  assert_int_equal(s->fp16_enabled, 1);
+  assert_true(s->fp16_min_loss_scale == 0.0);
+}
+
+static void steps_per_print_zero(const zinc_settings *s) {
+  assert_int_equal(s->steps_per_print, 0);
+}
+
+static void steps_per_print_huge(const zinc_settings *s) {
+  assert_int_equal(s->steps_per_print, 20000000000000000LL);
+}
+
+static void zero_sizes_zero(const zinc_settings *s) {
+  assert_int_equal(s->stage, 3);
+  assert_int_equal(s->reduce_bucket_size, 0);
+  assert_int_equal(s->allgather_bucket_size, 0);
+  assert_int_equal(s->sub_group_size, 0);
+  assert_int_equal(s->stage3_prefetch_bucket_size, 0);
+  assert_int_equal(s->stage3_param_persistence_threshold, 0);
+  assert_int_equal(s->stage3_max_live_parameters, 0);
+  assert_int_equal(s->stage3_max_reuse_distance, 0);
+}
+
+static void offload_param_below_stage3(const zinc_settings *s) {
+  assert_int_equal(s->stage, 2);
+  assert_int_equal(s->offload_param.device, ZINC_OFFLOAD_NONE); /* ignored, as DeepSpeed */
+}
+
+static void offload_optimizer_at_stage0(const zinc_settings *s) {
+  assert_int_equal(s->stage, 0);
+  assert_int_equal(s->offload_optimizer.device, ZINC_OFFLOAD_NONE);
+}
+
+static void deprecated_cpu_offload_param_stage2(const zinc_settings *s) {
+  assert_int_equal(s->stage, 2);
+  assert_int_equal(s->offload_optimizer.device, ZINC_OFFLOAD_CPU);
+  assert_int_equal(s->offload_param.device, ZINC_OFFLOAD_NONE);
+}
+
+static void zero_optimization_false(const zinc_settings *s) {
+  assert_int_equal(s->stage, 0);
+  assert_int_equal(s->train_batch_size, 16);
+}
+
+static void initial_scale_power_100(const zinc_settings *s) {
+  assert_true(s->fp16_initial_scale_power == 100.0);
+  assert_true(s->fp16_min_loss_scale == 0.25);
+}
+
+static void initial_scale_power_beyond_fp32(const zinc_settings *s) {
+  assert_true(s->fp16_initial_scale_power == 127.0); /* clamped: 2^200 is no fp32 */
+}
+
+static void initial_scale_power_negative(const zinc_settings *s) {
+  assert_true(s->fp16_initial_scale_power == -3.0);
+}
+
+static void initial_scale_power_fraction(const zinc_settings *s) {
+  assert_true(s->fp16_initial_scale_power == 16.5);
+}
+
+static void partial_offload_stage2(const zinc_settings *s) {
+  assert_int_equal(s->offload_optimizer.device, ZINC_OFFLOAD_CPU);
+  assert_true(s->offload_optimizer.ratio == 0.5); /* no effect: the whole state is offloaded */
+}
+
+static void scheduler_onecycle(const zinc_settings *s) {
+  assert_int_equal(s->scheduler, ZINC_SCHED_ONE_CYCLE);
+  assert_true(s->cycle_min_lr == 1e-4 && s->cycle_max_lr == 1e-3);
+  assert_true(s->decay_lr_rate == 0.001 && s->decay_step_size == 1000);
+  assert_true(s->cycle_first_step_size == 1000 && s->cycle_second_step_size == 1500);
+  assert_int_equal(s->cycle_first_stair_count, 0);
+  assert_int_equal(s->cycle_second_stair_count, 0);
+  assert_int_equal(s->cycle_momentum, 1);
+  assert_true(s->cycle_min_mom == 0.85 && s->cycle_max_mom == 0.99 && s->decay_mom_rate == 0);
+}
+
+static void scheduler_lr_range_test(const zinc_settings *s) {
+  assert_int_equal(s->scheduler, ZINC_SCHED_LR_RANGE_TEST);
+  assert_true(s->lr_range_test_min_lr == 1e-5 && s->lr_range_test_step_size == 200);
+  assert_true(s->lr_range_test_step_rate == 5);
+  assert_int_equal(s->lr_range_test_staircase, 1);
+}
+
+/* Files DeepSpeed's config accepts and its engine refuses when it
+ * constructs the schedule: they load, and zinc_settings_check_scheduler
+ * (run by zinc_engine_create) refuses them naming the key. */
+static void decay_without_total(const zinc_settings *s) {
+  assert_int_equal(s->scheduler, ZINC_SCHED_WARMUP_DECAY);
+  assert_int_equal(s->total_num_steps, 0);
+}
+
+static void cosine_without_params(const zinc_settings *s) {
+  assert_int_equal(s->scheduler, ZINC_SCHED_WARMUP_COSINE);
+  assert_int_equal(s->total_num_steps, 0);
+}
+
+static void scheduler_onecycle_without_max_lr(const zinc_settings *s) {
+  assert_int_equal(s->scheduler, ZINC_SCHED_ONE_CYCLE);
+  assert_true(s->cycle_min_lr == 1e-4 && isnan(s->cycle_max_lr));
+}
+
+static void bucket_size_fraction(const zinc_settings *s) {
+  assert_int_equal(s->reduce_bucket_size, 15099494); /* truncated, as pydantic's int() */
+  assert_int_equal(s->allgather_bucket_size, 200000000);
+  assert_int_equal(s->sub_group_size, 1500);
+}
+
 typedef struct {
   const char *file;
   int warnings;
@@ -356,28 +469,48 @@ static const valid_case valid_cases[] = {
     VALID(activation_checkpointing, 0),
     VALID(bert_warmup_decay, 0),
     VALID(bloom_style_fp16, 0),
+    VALID(bucket_size_fraction, 1), /* reduce_bucket_size truncated */
+    VALID(cosine_without_params, 0),
     VALID(deepspeed_cifar_tutorial, 0),
+    VALID(decay_without_total, 0),
     VALID(deprecated_cpu_offload, 1),
+    VALID(deprecated_cpu_offload_param_stage2, 3), /* two deprecated, offload_param ignored */
     VALID(empty_object, 0),
     VALID(every_key_auto, 0),
     VALID(gpt_neox_style, 1),     /* fp16.fp16 is not a key */
+    VALID(gradient_clipping_negative, 1), /* read as no clipping */
     VALID(hf_zero2_auto, 0),
     VALID(hf_zero3_auto, 0),
     VALID(hf_zero2_warmup_decay_auto, 0),
     VALID(hf_zero3_bf16_nvme, 0),
     VALID(hf_zero3_warmup_decay_auto, 0),
     VALID(inert_deepspeed_keys, 2), /* communication_data_type, round_robin_gradients */
+    VALID(initial_scale_power_100, 0),
+    VALID(initial_scale_power_beyond_fp32, 1), /* clamped to 127 */
+    VALID(initial_scale_power_fraction, 0),
+    VALID(initial_scale_power_negative, 0),
     VALID(integers_as_reals, 0),
     VALID(llama_warmup_cosine_bf16, 0),
     VALID(lora_zero3_offload_no_optimizer, 0),
     VALID(megatron_ds_bf16_stage1, 1), /* data_types */
     VALID(megatron_ds_gpt_fp16, 0),
     VALID(minimal_micro_batch, 0),
+    VALID(min_loss_scale_zero, 0),
     VALID(minimal_train_batch, 0),
     VALID(monitoring_sections, 1), /* one warning names all five sections */
+    VALID(offload_optimizer_at_stage0, 1), /* ignored at stage 0, as DeepSpeed */
+    VALID(offload_param_below_stage3, 1),  /* ignored below stage 3, as DeepSpeed */
     VALID(older_spellings, 0),
     VALID(opt_style_fp16_static, 0),
     VALID(total_steps_auto, 0),
+    VALID(partial_offload_stage2, 1), /* ratio: partial offload not implemented */
+    VALID(scheduler_lr_range_test, 0),
+    VALID(scheduler_onecycle, 0),
+    VALID(scheduler_onecycle_without_max_lr, 0),
+    VALID(steps_per_print_huge, 0),
+    VALID(steps_per_print_zero, 1), /* read as never */
+    VALID(zero_optimization_false, 1), /* the deprecated form */
+    VALID(zero_sizes_zero, 0),
     VALID(zero_infinity_nvme, 1), /* offload_param.max_in_cpu: no host cache */
     VALID(zero_infinity_striped_nvme, 1), /* ratio 0.3: partial offload not implemented */
     VALID(zinc_section, 0),
@@ -443,9 +576,7 @@ static const invalid_case invalid_cases[] = {
     {"max_consecutive_skips_negative.json", "zinc.max_consecutive_skips:", "found -1"},
     {"cosine_total_equals_warmup.json", "scheduler.params.total_num_steps:", "found 1000"},
     {"cosine_with_warmup_max_lr.json", "scheduler.params.warmup_max_lr:", "found 0.0003"},
-    {"cosine_without_params.json", "scheduler.params.total_num_steps:", "found nothing"},
     {"cpu_offload_and_offload_optimizer.json", "zero_optimization.cpu_offload:", "found true"},
-    {"decay_without_total.json", "scheduler.params.total_num_steps:", "found nothing"},
     {"duplicate_offload_device.json", "zero_optimization.offload_optimizer.device:",
      "\"device\""},
     {"duplicate_stage.json", "zero_optimization.stage:", "\"stage\""},
@@ -454,17 +585,16 @@ static const invalid_case invalid_cases[] = {
     {"fp16_and_bf16.json", "bf16.enabled:", "found true"},
     {"fp16_as_bool.json", "fp16:", "found true"},
     {"fp16_enabled_yes.json", "fp16.enabled:", "found \"yes\""},
-    {"gradient_clipping_negative.json", "gradient_clipping:", "found -1.0"},
     {"gradient_predivide_factor_zero.json", "gradient_predivide_factor:", "found 0"},
     {"hysteresis_zero.json", "fp16.hysteresis:", "found 0"},
-    {"initial_scale_power_too_big.json", "fp16.initial_scale_power:", "found 100"},
     {"log_level_unknown.json", "zinc.log_level:", "found \"verbose\""},
     {"loss_scale_negative.json", "fp16.loss_scale:", "found -1"},
     {"loss_scale_window_fraction.json", "fp16.loss_scale_window:", "found 100.5"},
+    {"lr_range_test_step_size_zero.json", "scheduler.params.lr_range_test_step_size:",
+     "found 0"},
     {"lr_negative.json", "optimizer.params.lr:", "found -0.001"},
     {"memory_timeline_empty.json", "zinc.memory_timeline:", "found \"\""},
     {"micro_batch_zero.json", "train_micro_batch_size_per_gpu:", "found 0"},
-    {"min_loss_scale_zero.json", "fp16.min_loss_scale:", "found 0"},
     {"number_checkpoints_negative.json", "activation_checkpointing.number_checkpoints:",
      "found -1"},
     {"nvme_buffer_count_zero.json", "zero_optimization.offload_optimizer.buffer_count:",
@@ -477,10 +607,6 @@ static const invalid_case invalid_cases[] = {
     {"nvme_without_path.json", "zero_optimization.offload_optimizer.nvme_path:",
      "found nothing"},
     {"offload_device_gpu.json", "zero_optimization.offload_optimizer.device:", "found \"gpu\""},
-    {"offload_optimizer_at_stage0.json", "zero_optimization.offload_optimizer.device:",
-     "found \"cpu\""},
-    {"offload_param_at_stage2.json", "zero_optimization.offload_param.device:",
-     "found \"cpu\""},
     {"offload_ratio_above_one.json", "zero_optimization.offload_optimizer.ratio:",
      "found 1.5"},
     {"optimizer_lamb.json", "optimizer.type:", "found \"Lamb\""},
@@ -490,20 +616,17 @@ static const invalid_case invalid_cases[] = {
     {"overlap_comm_two.json", "zero_optimization.overlap_comm:", "found 2"},
     {"param_nvme_without_path.json", "zero_optimization.offload_param.nvme_path:",
      "found null"},
-    {"partial_offload_stage2.json", "zero_optimization.offload_optimizer.ratio:",
-     "found 0.5"},
     {"prefetch_two_spellings.json", "zero_optimization.prefetch_bucket_size:",
      "found 20000000"},
+    {"reduce_bucket_size_negative.json", "zero_optimization.reduce_bucket_size:", "found -1"},
     {"reduce_bucket_size_string.json", "zero_optimization.reduce_bucket_size:",
      "found \"5e8\""},
-    {"scheduler_onecycle.json", "scheduler.type:", "found \"OneCycle\""},
+    {"scheduler_onecycle_warmup_key.json", "scheduler.params.warmup_num_steps:", "found 100"},
     {"scheduler_unknown.json", "scheduler.type:", "found \"CosineAnnealingLR\""},
     {"scheduler_without_type.json", "scheduler.type:", "found nothing"},
     {"stage_as_string.json", "zero_optimization.stage:", "found \"3\""},
     {"stage_fraction.json", "zero_optimization.stage:", "found 2.5"},
     {"stage_out_of_range.json", "zero_optimization.stage:", "found 4"},
-    {"steps_per_print_zero.json", "steps_per_print:", "found 0"},
-    {"sub_group_size_zero.json", "zero_optimization.sub_group_size:", "found 0"},
     {"top_level_array.json", "(top level):", "found [{\"train_batch_size\":8}]"},
     {"untested_optimizer_lamb.json", "optimizer.type:", "found \"Lamb\""},
     {"untested_optimizer_sgd.json", "optimizer.type:", "found \"SGD\""},
@@ -588,6 +711,43 @@ static void untested_optimizer_never_runs_adam(void **state) {
   }
 }
 
+static void scheduler_checked_at_engine_create(void **state) {
+  (void)state;
+  static const struct {
+    const char *file, *message;
+  } cases[] = {
+      {"decay_without_total.json", "scheduler.params.total_num_steps: found nothing"},
+      {"cosine_without_params.json", "scheduler.params.total_num_steps: found nothing"},
+      {"scheduler_onecycle_without_max_lr.json", "scheduler.params.cycle_max_lr: found nothing"},
+      {"scheduler_onecycle.json", NULL},
+      {"llama_warmup_cosine_bf16.json", NULL},
+  };
+  char dir[1024], path[1400];
+  corpus_dir("valid", dir, sizeof dir);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, cases[i].file);
+    zinc_config *cfg = NULL;
+    if (zinc_config_load(path, &cfg) != ZINC_OK)
+      fail_msg("%s: %s", cases[i].file, zinc_last_error());
+    zinc_status st = zinc_settings_check_scheduler(&cfg->s);
+    if (!cases[i].message && st != ZINC_OK)
+      fail_msg("%s: %s", cases[i].file, zinc_last_error());
+    if (cases[i].message && (st != ZINC_ERR_CONFIG || !strstr(zinc_last_error(), cases[i].message)))
+      fail_msg("%s: %s: %s, expected ZINC_ERR_CONFIG with \"%s\"", cases[i].file,
+               zinc_status_name(st), zinc_last_error(), cases[i].message);
+    zinc_config_free(cfg);
+  }
+  /* a trainer-supplied total makes the same settings pass */
+  zinc_config *cfg = NULL;
+  snprintf(path, sizeof path, "%s/cosine_without_params.json", dir);
+  assert_int_equal(zinc_config_load(path, &cfg), ZINC_OK);
+  cfg->s.total_num_steps = 5000;
+  assert_int_equal(zinc_settings_check_scheduler(&cfg->s), ZINC_OK);
+  cfg->s.total_num_steps = 1000; /* == the warmup: DeepSpeed divides by 0 */
+  assert_int_equal(zinc_settings_check_scheduler(&cfg->s), ZINC_ERR_CONFIG);
+  zinc_config_free(cfg);
+}
+
 int main(void) {
   /* The corpus is about values; its warnings are counted, not shown. */
   zinc_log_set_level(ZINC_LOG_ERROR);
@@ -595,6 +755,7 @@ int main(void) {
       cmocka_unit_test(valid_corpus_loads),
       cmocka_unit_test(invalid_corpus_fails_with_path),
       cmocka_unit_test(untested_optimizer_never_runs_adam),
+      cmocka_unit_test(scheduler_checked_at_engine_create),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -63,6 +63,9 @@ typedef struct {
   int fp16_window;         /* loss_scale_window */
   const char *extra;       /* extra top-level JSON members, or NULL */
   int64_t sub_group;       /* sub_group_size (0: default) */
+  int sub_group_zero;      /* write sub_group_size 0 (DeepSpeed accepts it) */
+  int64_t allgather_bucket; /* allgather_bucket_size (et_defaults: 700) */
+  int64_t reuse;           /* stage3_max_reuse_distance (et_defaults: 1000) */
   int buffer_count;        /* offload_optimizer.buffer_count (0: default) */
   int param_buffer_count;  /* offload_param.buffer_count (0: default) */
   int64_t param_buffer_size; /* offload_param.buffer_size (0: default) */
@@ -79,6 +82,7 @@ static inline et_run et_defaults(void) {
   et_run r = {.stage = 0, .gas = 1, .micro = 3, .steps = 20, .dtype = ZINC_F32,
               .reduce_bucket = 1000, .overlap = 0, .offload = "none", .clip = 1.0,
               .max_live = 1000000000, .prefetch = 1500, .persist = 100, .fp16_window = 1000,
+              .allgather_bucket = 700, .reuse = 1000,
               .shape = {{TM_D0, TM_D1, TM_D2, TM_D3}, ZINC_F32}};
   return r;
 }
@@ -94,8 +98,9 @@ static inline char *et_config_json(const et_run *r) {
              (long long)(r->param_buffer_size > 0 ? r->param_buffer_size : 100000000));
   int opt_nvme = r->nvme_path && r->stage > 0 && !strcmp(r->offload, "nvme");
   char sub_group[64] = "", buffers[64] = "";
-  if (r->sub_group > 0)
-    snprintf(sub_group, sizeof sub_group, " \"sub_group_size\": %lld,", (long long)r->sub_group);
+  if (r->sub_group > 0 || r->sub_group_zero)
+    snprintf(sub_group, sizeof sub_group, " \"sub_group_size\": %lld,",
+             (long long)(r->sub_group_zero ? 0 : r->sub_group));
   if (r->buffer_count > 0 && opt_nvme)
     snprintf(buffers, sizeof buffers, ", \"buffer_count\": %d", r->buffer_count);
   char *buf = malloc(8192);
@@ -111,17 +116,17 @@ static inline char *et_config_json(const et_run *r) {
       " \"hysteresis\": 1, \"min_loss_scale\": 1},\n"
       "  \"bf16\": {\"enabled\": %s},\n"
       "  \"zero_optimization\": {\n"
-      "    \"stage\": %d, \"reduce_bucket_size\": %lld, \"allgather_bucket_size\": 700,\n"
+      "    \"stage\": %d, \"reduce_bucket_size\": %lld, \"allgather_bucket_size\": %lld,\n"
       "    \"overlap_comm\": %s, \"stage3_param_persistence_threshold\": %lld,\n"
       "    \"stage3_prefetch_bucket_size\": %lld, \"stage3_max_live_parameters\": %lld,\n"
-      "    \"stage3_max_reuse_distance\": 1000,%s\n"
+      "    \"stage3_max_reuse_distance\": %lld,%s\n"
       "    \"offload_optimizer\": {\"device\": \"%s\"%s%s%s%s}%s\n"
       "  }%s%s\n"
       "}\n",
       r->micro, r->gas, r->clip, r->dtype == ZINC_F16 ? "true" : "false", r->fp16_window,
       r->dtype == ZINC_BF16 ? "true" : "false", r->stage, (long long)r->reduce_bucket,
-      r->overlap ? "true" : "false", (long long)r->persist, (long long)r->prefetch,
-      (long long)r->max_live, sub_group, r->stage == 0 ? "none" : r->offload,
+      (long long)r->allgather_bucket, r->overlap ? "true" : "false", (long long)r->persist, (long long)r->prefetch,
+      (long long)r->max_live, (long long)r->reuse, sub_group, r->stage == 0 ? "none" : r->offload,
       opt_nvme ? ", \"nvme_path\": \"" : "", opt_nvme ? r->nvme_path : "",
       opt_nvme ? "\"" : "", buffers, param_offload, r->extra ? ",\n" : "",
       r->extra ? r->extra : "");
