@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,6 +228,66 @@ zinc_status zinc_config_parse(const char *json_text, zinc_config **out) {
   return config_from_text(json_text, strlen(json_text), "<string>", out);
 }
 
+/* URL-safe (or standard) base64, strictly: every character in the
+ * alphabet, '=' only as padding, a whole number of quanta. The decoded
+ * bytes (NUL-terminated, caller frees) or NULL. */
+static char *base64_decode(const char *in, size_t *len_out) {
+  size_t n = strlen(in);
+  if (n == 0 || n % 4 != 0)
+    return NULL;
+  char *out = malloc(n / 4 * 3 + 1);
+  if (!out)
+    return NULL;
+  size_t len = 0;
+  for (size_t i = 0; i < n; i += 4) {
+    uint32_t q = 0;
+    int pad = 0;
+    for (int k = 0; k < 4; k++) {
+      char c = in[i + k];
+      int v = c >= 'A' && c <= 'Z' ? c - 'A' : c >= 'a' && c <= 'z' ? c - 'a' + 26
+              : c >= '0' && c <= '9' ? c - '0' + 52 : c == '-' || c == '+' ? 62
+              : c == '_' || c == '/' ? 63 : -1;
+      if (c == '=' && i + 4 == n && k >= 2) {
+        pad++;
+        v = 0;
+      } else if (v < 0 || pad) {
+        free(out);
+        return NULL;
+      }
+      q = q << 6 | (uint32_t)v;
+    }
+    out[len++] = (char)(q >> 16);
+    if (pad < 2)
+      out[len++] = (char)(q >> 8 & 0xff);
+    if (pad < 1)
+      out[len++] = (char)(q & 0xff);
+  }
+  out[len] = '\0';
+  *len_out = len;
+  return out;
+}
+
+/* Decoded base64 that is a config, not an accident of a short file name
+ * made of base64 letters: UTF-8 text without control characters other than
+ * tab and line breaks. */
+static int looks_like_text(const char *t, size_t len) {
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)t[i];
+    if (c < 0x20 && c != '\t' && c != '\n' && c != '\r')
+      return 0;
+    if (c < 0x80)
+      continue;
+    int more = (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2 : (c & 0xF8) == 0xF0 ? 3 : -1;
+    if (more < 0 || i + (size_t)more >= len)
+      return 0;
+    for (int k = 1; k <= more; k++)
+      if (((unsigned char)t[i + k] & 0xC0) != 0x80)
+        return 0;
+    i += (size_t)more;
+  }
+  return len > 0;
+}
+
 zinc_status zinc_config_load(const char *path, zinc_config **out) {
   if (!out)
     return zinc_error(ZINC_ERR_INVALID, "zinc_config_load: out is NULL");
@@ -234,6 +295,20 @@ zinc_status zinc_config_load(const char *path, zinc_config **out) {
   if (!path)
     return zinc_error(ZINC_ERR_INVALID, "zinc_config_load: path is NULL");
   FILE *f = fopen(path, "rb");
+  if (!f && errno == ENOENT) {
+    /* as DeepSpeed: a string that names no file may be the config itself,
+     * base64-encoded (launchers pass it on the command line that way) */
+    size_t len = 0;
+    char *text = base64_decode(path, &len);
+    if (text && looks_like_text(text, len)) {
+      zinc_status st = config_from_text(text, len, "<base64 config>", out);
+      free(text);
+      return st;
+    }
+    free(text);
+    return zinc_error(ZINC_ERR_IO, "config %s: cannot open: %s (nor is the string a "
+                      "base64-encoded config)", path, strerror(ENOENT));
+  }
   if (!f)
     return zinc_error(ZINC_ERR_IO, "config %s: cannot open: %s", path, strerror(errno));
   char *text = NULL;

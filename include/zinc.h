@@ -102,8 +102,11 @@ ZINC_API zinc_status zinc_convert(void *dst, zinc_dtype dst_dtype, const void *s
 
 typedef struct zinc_config zinc_config;
 
-/* Load and validate a DeepSpeed-style JSON file. On failure *out is NULL and
- * the message gives the JSON path, the value found and what is expected.
+/* Load and validate a DeepSpeed config file: JSON, or Hjson as DeepSpeed
+ * reads it (comments, optional commas and quotes). As with DeepSpeed, a
+ * `path` that names no file may be the config itself, URL-safe base64.
+ * On failure *out is NULL and the message gives the JSON path, the value
+ * found and what is expected.
  * Warnings (unknown keys, sections zinc does not implement) go to the logger. */
 ZINC_API zinc_status zinc_config_load(const char *path, zinc_config **out);
 /* Same, from a string. */

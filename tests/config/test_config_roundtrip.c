@@ -262,6 +262,26 @@ static void load_errors_name_the_file(void **state) {
   zinc_config_free(cfg);
   unlink(path);
 
+  /* as DeepSpeed: a string that names no file may be the config itself,
+   * URL-safe base64 of JSON or Hjson */
+  assert_int_equal(zinc_config_load("eyJ0cmFpbl9taWNyb19iYXRjaF9zaXplX3Blcl9ncHUiOiAyLCAiemVyb19vc"
+                                    "HRpbWl6YXRpb24iOiB7InN0YWdlIjogMn19", &cfg), ZINC_OK);
+  assert_int_equal(cfg->s.train_micro_batch_size_per_gpu, 2);
+  assert_int_equal(cfg->s.stage, 2);
+  zinc_config_free(cfg);
+  assert_int_equal(zinc_config_load("IyBoanNvbgp0cmFpbl9iYXRjaF9zaXplOiAxNgpiZjE2OiB7CiAgZW5hYmxlZ"
+                                    "DogdHJ1ZQp9Cg==", &cfg), ZINC_OK);
+  assert_int_equal(cfg->s.train_batch_size, 16);
+  assert_int_equal(cfg->s.bf16_enabled, 1);
+  zinc_config_free(cfg);
+  /* neither a file nor base64 text: the file's error, and the other reading */
+  assert_int_equal(zinc_config_load("conf", &cfg), ZINC_ERR_IO); /* base64 letters, binary */
+  assert_non_null(strstr(zinc_last_error(), "No such file"));
+  assert_int_equal(zinc_config_load("ds_config_missing.json", &cfg), ZINC_ERR_IO);
+  assert_non_null(strstr(zinc_last_error(), "No such file"));
+  assert_non_null(strstr(zinc_last_error(), "base64"));
+  assert_null(cfg);
+
   assert_int_equal(zinc_config_load(NULL, &cfg), ZINC_ERR_INVALID);
   assert_int_equal(zinc_config_parse(NULL, &cfg), ZINC_ERR_INVALID);
   assert_int_equal(zinc_config_parse("{}", NULL), ZINC_ERR_INVALID);
