@@ -209,22 +209,54 @@ static inline void et_model_free(et_model *m) {
       return et_try_st_;                                                       \
   } while (0)
 
+/* Module k's parameters (fetched by the caller) into m->P. */
+static inline zinc_status et_load_module(et_model *m, const tm_shape *sh, zinc_dtype dt, int k) {
+  for (int i = 0; i < TM_NPARAM; i++) {
+    if (et_param_module[i] != k)
+      continue;
+    const void *d = zinc_param_data(m->par[i]);
+    if (!d)
+      return ZINC_ERR_INVALID;
+    for (int64_t j = 0; j < tm_numel(sh, i); j++)
+      m->P[i][j] = zinc_load_as_f32(d, j, dt);
+  }
+  return ZINC_OK;
+}
+
+/* m->G of module k's parameters added into zinc's gradients (fetched by
+ * the caller), as a trainer accumulates. */
+static inline zinc_status et_add_module_grads(et_model *m, const tm_shape *sh, zinc_dtype dt,
+                                              int k) {
+  for (int i = 0; i < TM_NPARAM; i++) {
+    if (et_param_module[i] != k)
+      continue;
+    void *g = zinc_param_grad(m->par[i]);
+    if (!g)
+      return ZINC_ERR_INVALID;
+    for (int64_t j = 0; j < tm_numel(sh, i); j++)
+      zinc_store_from_f32(g, j, dt, zinc_load_as_f32(g, j, dt) + m->G[i][j]);
+  }
+  return ZINC_OK;
+}
+
+/* m->G zeroed, and module `ones`'s parameters (-1: none) set to 1. */
+static inline void et_clear_grads(et_model *m, const tm_shape *sh, int ones) {
+  for (int i = 0; i < TM_NPARAM; i++) {
+    memset(m->G[i], 0, (size_t)tm_numel(sh, i) * sizeof(float));
+    if (et_param_module[i] == ones)
+      for (int64_t j = 0; j < tm_numel(sh, i); j++)
+        m->P[i][j] = 1.0f;
+  }
+}
+
 static inline zinc_status et_micro_batch_status(et_model *m, const tm_shape *sh, zinc_dtype dt,
                                                 int64_t first, int batch, const float *inject,
                                                 double *loss) {
   zinc_engine *e = m->e;
+  et_clear_grads(m, sh, -1);
   for (int k = 0; k < 4; k++) {
     ET_TRY(zinc_module_fetch(e, m->mod[k]));
-    for (int i = 0; i < TM_NPARAM; i++) {
-      if (et_param_module[i] != k)
-        continue;
-      const void *d = zinc_param_data(m->par[i]);
-      if (!d)
-        return ZINC_ERR_INVALID;
-      for (int64_t j = 0; j < tm_numel(sh, i); j++)
-        m->P[i][j] = zinc_load_as_f32(d, j, dt);
-      memset(m->G[i], 0, (size_t)tm_numel(sh, i) * sizeof(float));
-    }
+    ET_TRY(et_load_module(m, sh, dt, k));
     ET_TRY(zinc_module_release(e, m->mod[k]));
   }
   *loss = tm_forward_backward(sh, m->P, m->G, first, batch, zinc_loss_scale(e));
@@ -232,15 +264,7 @@ static inline zinc_status et_micro_batch_status(et_model *m, const tm_shape *sh,
     m->G[0][0] = *inject;
   for (int k = 3; k >= 0; k--) {
     ET_TRY(zinc_module_fetch(e, m->mod[k]));
-    for (int i = 0; i < TM_NPARAM; i++) {
-      if (et_param_module[i] != k)
-        continue;
-      void *g = zinc_param_grad(m->par[i]);
-      if (!g)
-        return ZINC_ERR_INVALID;
-      for (int64_t j = 0; j < tm_numel(sh, i); j++)
-        zinc_store_from_f32(g, j, dt, zinc_load_as_f32(g, j, dt) + m->G[i][j]);
-    }
+    ET_TRY(et_add_module_grads(m, sh, dt, k));
     ET_TRY(zinc_module_grads_ready(e, m->mod[k]));
     ET_TRY(zinc_module_release(e, m->mod[k]));
   }
@@ -253,26 +277,12 @@ static inline zinc_status et_micro_batch_status(et_model *m, const tm_shape *sh,
 static inline zinc_status et_micro_batch_skip(et_model *m, const tm_shape *sh, zinc_dtype dt,
                                               int64_t first, int batch, int skip) {
   zinc_engine *e = m->e;
+  et_clear_grads(m, sh, skip);
   for (int k = 0; k < 4; k++) {
-    for (int i = 0; i < TM_NPARAM; i++)
-      if (et_param_module[i] == k) {
-        memset(m->G[i], 0, (size_t)tm_numel(sh, i) * sizeof(float));
-        if (k == skip)
-          for (int64_t j = 0; j < tm_numel(sh, i); j++)
-            m->P[i][j] = 1.0f;
-      }
     if (k == skip)
       continue;
     ET_TRY(zinc_module_fetch(e, m->mod[k]));
-    for (int i = 0; i < TM_NPARAM; i++) {
-      if (et_param_module[i] != k)
-        continue;
-      const void *d = zinc_param_data(m->par[i]);
-      if (!d)
-        return ZINC_ERR_INVALID;
-      for (int64_t j = 0; j < tm_numel(sh, i); j++)
-        m->P[i][j] = zinc_load_as_f32(d, j, dt);
-    }
+    ET_TRY(et_load_module(m, sh, dt, k));
     ET_TRY(zinc_module_release(e, m->mod[k]));
   }
   tm_forward_backward(sh, m->P, m->G, first, batch, zinc_loss_scale(e));
@@ -280,15 +290,7 @@ static inline zinc_status et_micro_batch_skip(et_model *m, const tm_shape *sh, z
     if (k == skip)
       continue;
     ET_TRY(zinc_module_fetch(e, m->mod[k]));
-    for (int i = 0; i < TM_NPARAM; i++) {
-      if (et_param_module[i] != k)
-        continue;
-      void *g = zinc_param_grad(m->par[i]);
-      if (!g)
-        return ZINC_ERR_INVALID;
-      for (int64_t j = 0; j < tm_numel(sh, i); j++)
-        zinc_store_from_f32(g, j, dt, zinc_load_as_f32(g, j, dt) + m->G[i][j]);
-    }
+    ET_TRY(et_add_module_grads(m, sh, dt, k));
     ET_TRY(zinc_module_grads_ready(e, m->mod[k]));
     ET_TRY(zinc_module_release(e, m->mod[k]));
   }

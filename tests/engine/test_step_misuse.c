@@ -21,31 +21,17 @@ static zinc_status micro(et_model *m, const et_run *r, int s, int forget_release
   int N = zinc_dp_size(m->e), me = zinc_dp_rank(m->e);
   const tm_shape *sh = &r->shape;
   zinc_engine *e = m->e;
+  et_clear_grads(m, sh, -1);
   for (int k = 0; k < 4; k++) {
     ET_TRY(zinc_module_fetch(e, m->mod[k]));
-    for (int i = 0; i < TM_NPARAM; i++)
-      if (et_param_module[i] == k) {
-        const void *d = zinc_param_data(m->par[i]);
-        if (!d)
-          return ZINC_ERR_INVALID;
-        for (int64_t j = 0; j < tm_numel(sh, i); j++)
-          m->P[i][j] = zinc_load_as_f32(d, j, r->dtype);
-        memset(m->G[i], 0, (size_t)tm_numel(sh, i) * sizeof(float));
-      }
+    ET_TRY(et_load_module(m, sh, r->dtype, k));
     ET_TRY(zinc_module_release(e, m->mod[k]));
   }
   tm_forward_backward(sh, m->P, m->G, ((int64_t)s * N + me) * r->micro, r->micro,
                       zinc_loss_scale(e));
   for (int k = 3; k >= 0; k--) {
     ET_TRY(zinc_module_fetch(e, m->mod[k]));
-    for (int i = 0; i < TM_NPARAM; i++)
-      if (et_param_module[i] == k) {
-        void *g = zinc_param_grad(m->par[i]);
-        if (!g)
-          return ZINC_ERR_INVALID;
-        for (int64_t j = 0; j < tm_numel(sh, i); j++)
-          zinc_store_from_f32(g, j, r->dtype, zinc_load_as_f32(g, j, r->dtype) + m->G[i][j]);
-      }
+    ET_TRY(et_add_module_grads(m, sh, r->dtype, k));
     ET_TRY(zinc_module_grads_ready(e, m->mod[k]));
     if (!(forget_release && k == OUT))
       ET_TRY(zinc_module_release(e, m->mod[k]));
