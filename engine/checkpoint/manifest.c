@@ -416,7 +416,7 @@ void zinc_manifest_free(zinc_manifest *m) {
   free(m->config_json);
   for (int i = 0; i < 3; i++)
     free(m->sections[i]);
-  for (int i = 0; i < m->nfiles; i++)
+  for (int i = 0; m->files && i < m->nfiles; i++)
     free(m->files[i].name);
   free(m->files);
   for (int i = 0; m->params && i < m->nparams; i++) {
