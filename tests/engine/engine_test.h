@@ -297,6 +297,32 @@ static inline zinc_status et_micro_batch_skip(et_model *m, const tm_shape *sh, z
   return zinc_backward_end(e);
 }
 
+/* How fast a failure on one rank must reach every rank: a peer left
+ * waiting in a collective shows as a slow call (or as the comm timeout). */
+#define ET_AGREE_SECONDS 10.0
+
+/* A failure every rank must report alike: status `want`, each of the
+ * NULL-terminated `needles` in the message, on ranks other than
+ * `failing_rank` (-1: not checked) the words "rank <failing_rank>", and
+ * returned within ET_AGREE_SECONDS (`seconds`, measured by the caller). */
+static inline void et_expect_everywhere(zinc_status st, zinc_status want, double seconds,
+                                        const char *what, const char *const *needles,
+                                        int failing_rank) {
+  const char *msg = zinc_last_error();
+  ET_CHECK(st == want, "%s: %s (want %s): %s", what, zinc_status_name(st),
+           zinc_status_name(want), msg);
+  for (int i = 0; needles && needles[i]; i++)
+    ET_CHECK(strstr(msg, needles[i]) != NULL, "%s: the message does not say \"%s\": %s",
+             what, needles[i], msg);
+  if (failing_rank >= 0 && et_rank != failing_rank) {
+    char who[32];
+    snprintf(who, sizeof who, "rank %d", failing_rank);
+    ET_CHECK(strstr(msg, who) != NULL, "%s: the message does not name %s: %s", what, who, msg);
+  }
+  ET_CHECK(seconds < ET_AGREE_SECONDS, "%s: took %.1f s on rank %d (limit %.0f s; a peer "
+           "waited in a collective?)", what, seconds, et_rank, ET_AGREE_SECONDS);
+}
+
 /* Every parameter's full value (fp32) into out[i]. */
 static inline void et_get_params(et_model *m, float **out) {
   for (int i = 0; i < TM_NPARAM; i++)

@@ -20,28 +20,9 @@
 
 #include "engine_test.h"
 
-#define AGREE_SECONDS 10.0
 #define TIMEOUT_JSON "\"zinc\": {\"comm_timeout_s\": 60}"
 
 static int odd_one(void) { return et_world - 1; }
-
-/* The status and message every rank must see, and how fast. */
-static void expect_everywhere(zinc_status st, zinc_status want, double seconds,
-                              const char *what, const char *const *needles) {
-  const char *msg = zinc_last_error();
-  ET_CHECK(st == want, "%s: %s (want %s): %s", what, zinc_status_name(st),
-           zinc_status_name(want), msg);
-  for (int i = 0; needles[i]; i++)
-    ET_CHECK(strstr(msg, needles[i]) != NULL, "%s: the message does not say \"%s\": %s",
-             what, needles[i], msg);
-  if (et_rank != odd_one()) {
-    char who[32];
-    snprintf(who, sizeof who, "rank %d", odd_one());
-    ET_CHECK(strstr(msg, who) != NULL, "%s: the message does not name %s: %s", what, who, msg);
-  }
-  ET_CHECK(seconds < AGREE_SECONDS, "%s: took %.1f s on rank %d (limit %.0f s)", what, seconds,
-           et_rank, AGREE_SECONDS);
-}
 
 /* ---------------------------------------------------------- init fails */
 
@@ -65,8 +46,9 @@ static void test_init_fails_on_one_rank(void) {
     double dt = MPI_Wtime() - t0;
     char what[64];
     snprintf(what, sizeof what, "stage %d, init fails on rank %d", stage, odd_one());
-    expect_everywhere(st, ZINC_ERR_IO, dt, what,
-                      (const char *const[]){"\"mid.b1\"", "pretrained.bin", NULL});
+    et_expect_everywhere(st, ZINC_ERR_IO, dt, what,
+                      (const char *const[]){"\"mid.b1\"", "pretrained.bin", NULL},
+                     odd_one());
     et_model_free(&m);
     zinc_engine_destroy(e);
   }
@@ -102,7 +84,8 @@ static void test_config_differs(const char *key, const char *from, const char *t
   double dt = MPI_Wtime() - t0;
   char what[96];
   snprintf(what, sizeof what, "%s differs on rank %d", key, odd_one());
-  expect_everywhere(st, ZINC_ERR_CONFIG, dt, what, (const char *const[]){key, NULL});
+  et_expect_everywhere(st, ZINC_ERR_CONFIG, dt, what, (const char *const[]){key, NULL},
+                     odd_one());
   ET_CHECK(e == NULL, "%s: an engine came back with the error", what);
   zinc_engine_destroy(e);
   zinc_config_free(cfg);
@@ -122,8 +105,9 @@ static void test_shape_differs(void) {
   double t0 = MPI_Wtime();
   zinc_status st = zinc_engine_build(e, NULL, NULL);
   double dt = MPI_Wtime() - t0;
-  expect_everywhere(st, ZINC_ERR_INVALID, dt, "a shape differs",
-                    (const char *const[]){"\"only.w\"", "shape", NULL});
+  et_expect_everywhere(st, ZINC_ERR_INVALID, dt, "a shape differs",
+                    (const char *const[]){"\"only.w\"", "shape", NULL},
+                     odd_one());
   zinc_engine_destroy(e);
 }
 

@@ -15,7 +15,6 @@
 
 #include "engine_test.h"
 
-#define AGREE_SECONDS 10.0
 
 /* Run up to `steps` steps with `bad` injected on the last rank in the steps
  * `pattern` marks '1' (the last character repeats). Returns the index of
@@ -40,7 +39,7 @@ static int run_skips(zinc_dtype dt, const char *zinc_section, const char *patter
     double t0 = MPI_Wtime();
     zinc_status st = zinc_step(e, &info);
     double dt_s = MPI_Wtime() - t0;
-    ET_CHECK(dt_s < AGREE_SECONDS, "step %d took %.1f s on rank %d", s, dt_s, et_rank);
+    ET_CHECK(dt_s < ET_AGREE_SECONDS, "step %d took %.1f s on rank %d", s, dt_s, et_rank);
     if (st != ZINC_OK) {
       failed_at = s;
       *st_out = st;

@@ -32,7 +32,6 @@
 #include "engine/engine.h"
 #include "engine/engine_test.h"
 
-#define AGREE_SECONDS 10.0
 
 static char root[512];
 
@@ -68,21 +67,6 @@ static int same(const et_run *r, const float *a, const float *b) {
   return memcmp(a, b, (size_t)total * 4) == 0;
 }
 
-/* Every rank got status `want` with a message containing each needle,
- * and the slowest rank returned within AGREE_SECONDS of the fastest. */
-static void expect_everywhere(zinc_status st, zinc_status want, double seconds,
-                              const char *const *needles, int nneedles, const char *what) {
-  ET_CHECK(st == want, "%s: status %s (expected %s): %s", what, zinc_status_name(st),
-           zinc_status_name(want), zinc_last_error());
-  for (int k = 0; k < nneedles; k++)
-    ET_CHECK(strstr(zinc_last_error(), needles[k]), "%s: the message does not name \"%s\": %s",
-             what, needles[k], zinc_last_error());
-  double worst = seconds;
-  MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  ET_CHECK(worst < AGREE_SECONDS, "%s: a rank took %.1f s (a peer waited in a collective)", what,
-           worst);
-}
-
 /* Ranks that read different checkpoints refuse together. */
 static void test_views(int stage) {
   et_run r = run_for(stage);
@@ -103,12 +87,12 @@ static void test_views(int stage) {
   snprintf(mine, sizeof mine, "%s_r%d", dir, et_rank);
   char last_rank[32];
   snprintf(last_rank, sizeof last_rank, "rank %d", et_world - 1);
-  const char *needles[] = {"rank 0", last_rank, "step5", "step8"};
+  const char *needles[] = {"rank 0", last_rank, "step5", "step8", NULL};
   double t0 = MPI_Wtime();
   zinc_status st = zinc_load_checkpoint(e, mine, NULL);
   snprintf(what, sizeof what, "stage %d: rank %d's latest names an older save", stage,
            et_world - 1);
-  expect_everywhere(st, ZINC_ERR_INVALID, MPI_Wtime() - t0, needles, 4, what);
+  et_expect_everywhere(st, ZINC_ERR_INVALID, MPI_Wtime() - t0, what, needles, -1);
   float *after = snapshot(&a, &r);
   ET_CHECK(same(&r, before, after), "%s: the engine's state changed", what);
   free(after);
@@ -116,7 +100,7 @@ static void test_views(int stage) {
   t0 = MPI_Wtime();
   st = zinc_load_checkpoint(e, dir, et_rank == et_world - 1 ? "step5" : "step8");
   snprintf(what, sizeof what, "stage %d: rank %d passes another tag", stage, et_world - 1);
-  expect_everywhere(st, ZINC_ERR_INVALID, MPI_Wtime() - t0, needles, 4, what);
+  et_expect_everywhere(st, ZINC_ERR_INVALID, MPI_Wtime() - t0, what, needles, -1);
   /* the engine goes on and a consistent view loads */
   ET_OK(et_steps(&a, &r, 8, 9));
   ET_OK(zinc_load_checkpoint(e, dir, NULL));
@@ -151,9 +135,9 @@ static void test_read_fault(int stage) {
   unsetenv("ZINC_CKPT_READ_FAULT");
   char last_rank[32];
   snprintf(last_rank, sizeof last_rank, "rank %d", et_world - 1);
-  const char *needles[] = {"Input/output error", "rank_0000"};
+  const char *needles[] = {"Input/output error", "rank_0000", NULL};
   snprintf(what, sizeof what, "stage %d: a shard read fails on rank %d", stage, et_world - 1);
-  expect_everywhere(st, ZINC_ERR_IO, dt, needles, 2, what);
+  et_expect_everywhere(st, ZINC_ERR_IO, dt, what, needles, -1);
   if (et_rank != et_world - 1)
     ET_CHECK(strstr(zinc_last_error(), last_rank), "%s: the message does not name %s: %s", what,
              last_rank, zinc_last_error());
@@ -263,8 +247,8 @@ static void test_crafted(void) {
     }
     double t0 = MPI_Wtime();
     zinc_status st = zinc_load_checkpoint(e, dir, k == 2 ? NULL : "bad");
-    const char *needles[] = {cases[k].needle};
-    expect_everywhere(st, ZINC_ERR_CORRUPT, MPI_Wtime() - t0, needles, 1, cases[k].name);
+    const char *needles[] = {cases[k].needle, NULL};
+    et_expect_everywhere(st, ZINC_ERR_CORRUPT, MPI_Wtime() - t0, cases[k].name, needles, -1);
     float *after = snapshot(&a, &r);
     ET_CHECK(same(&r, before, after), "%s: the engine's state changed", cases[k].name);
     free(after);
@@ -291,10 +275,10 @@ static void test_export_nomem(int stage) {
   zinc_engine_inject_alloc_fault(e, 0);
   char last_rank[32];
   snprintf(last_rank, sizeof last_rank, "rank %d", et_world - 1);
-  const char *needles[] = {"zinc_param_get_full"};
+  const char *needles[] = {"zinc_param_get_full", NULL};
   snprintf(what, sizeof what, "stage %d: export with an allocation failing on rank %d", stage,
            et_world - 1);
-  expect_everywhere(st, ZINC_ERR_NOMEM, dt, needles, 1, what);
+  et_expect_everywhere(st, ZINC_ERR_NOMEM, dt, what, needles, -1);
   if (et_rank != et_world - 1)
     ET_CHECK(strstr(zinc_last_error(), last_rank), "%s: the message does not name %s: %s", what,
              last_rank, zinc_last_error());
