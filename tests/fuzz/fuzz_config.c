@@ -74,8 +74,10 @@ static void check_resolution(const zinc_config *cfg) {
   }
   /* the rate is defined once the engine's scheduler checks pass (OneCycle
    * without cycle_max_lr loads, and fails at zinc_engine_create) */
-  if (zinc_settings_check_scheduler(loaded) != ZINC_OK)
+  if (zinc_settings_check_scheduler(loaded) != ZINC_OK) {
+    zinc_settings_free(&resolved);
     return;
+  }
   static const int64_t its[] = {0, 1, 2, 999, 1000, 1001, 1 << 20};
   for (size_t i = 0; i < sizeof its / sizeof its[0]; i++) {
     double lr = zinc_lr_at(loaded, its[i]);
