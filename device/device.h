@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #include "zinc.h"
-#include "kernels/zinc_math.h" /* zinc_adam_seg, zinc_sumsq_chunk, zinc_adam_coef */
+#include "kernels/zinc_math.h" /* zinc_opt_seg, zinc_sumsq_chunk, zinc_opt_coef */
 
 #ifdef __cplusplus
 extern "C" {
@@ -63,10 +63,12 @@ typedef struct {
   zinc_status (*event_sync)(zinc_device *d, zinc_event *e);
 
   /* ---- kernels (queued on s) */
-  /* Fused Adam/AdamW over nseg segments with one set of coefficients. */
-  zinc_status (*adam)(zinc_device *d, zinc_stream *s,
-                      const struct zinc_adam_coef *coef,
-                      const zinc_adam_seg *segs, int nseg);
+  /* One pass of the fused optimizer over nseg segments, segment i with
+   * coefs[segs[i].coef] (see zinc_cpu_optim in kernels/cpu_kernels.h for
+   * pass and norms; norms is host memory, valid after the stream syncs). */
+  zinc_status (*optim)(zinc_device *d, zinc_stream *s, const struct zinc_opt_coef *coefs,
+                       int ncoef, const zinc_opt_seg *segs, int nseg, int pass,
+                       double *norms);
   /* partials[i] = sum of squares of chunks[i] in double, computed in the
    * fixed order of zinc_sumsq_chunk_f64 (kernels/zinc_math.h) on the cpu
    * backend so that the result depends only on the chunk's values.

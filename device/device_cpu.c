@@ -168,10 +168,11 @@ static zinc_status cpu_event_sync(zinc_device *d, zinc_event *e) {
 
 /* --------------------------------------------------------------- kernels */
 
-static zinc_status cpu_adam(zinc_device *d, zinc_stream *s, const struct zinc_adam_coef *coef,
-                            const zinc_adam_seg *segs, int nseg) {
+static zinc_status cpu_optim(zinc_device *d, zinc_stream *s, const struct zinc_opt_coef *coefs,
+                             int ncoef, const zinc_opt_seg *segs, int nseg, int pass,
+                             double *norms) {
   cpu_impl *c = impl_of(d);
-  return zinc_cpu_adam(c->pool, c->isa, coef, segs, nseg);
+  return zinc_cpu_optim(c->pool, c->isa, coefs, ncoef, segs, nseg, pass, norms);
 }
 
 static zinc_status cpu_sumsq(zinc_device *d, zinc_stream *s, const zinc_sumsq_chunk *chunks,
@@ -237,7 +238,7 @@ static const zinc_device_ops cpu_ops = {
     .event_record = cpu_event_record,
     .stream_wait_event = cpu_stream_wait_event,
     .event_sync = cpu_event_sync,
-    .adam = cpu_adam,
+    .optim = cpu_optim,
     .sumsq = cpu_sumsq,
     .accumulate_f32 = cpu_accumulate_f32,
     .cast = cpu_cast,

@@ -321,20 +321,38 @@ static int dtype_ok(int dtype) {
   return dtype == ZINC_F32 || dtype == ZINC_BF16 || dtype == ZINC_F16;
 }
 
-static zinc_status cuda_adam(zinc_device *d, zinc_stream *s, const struct zinc_adam_coef *coef,
-                             const zinc_adam_seg *segs, int nseg) {
+static zinc_status cuda_optim(zinc_device *d, zinc_stream *s, const struct zinc_opt_coef *coefs,
+                              int ncoef, const zinc_opt_seg *segs, int nseg, int pass,
+                              double *norms) {
   cuda_impl *ci = impl_of(d);
+  (void)norms;
+  if (!coefs || ncoef < 1 || nseg < 0 || (nseg > 0 && !segs))
+    return zinc_error(ZINC_ERR_INVALID, "cuda device %d: optimizer with %d coefficients, %d "
+                      "segments", ci->ordinal, ncoef, nseg);
+  if (coefs[0].kind != ZINC_OPT_ADAM || pass != ZINC_OPT_PASS_UPDATE)
+    return zinc_error(ZINC_ERR_UNSUPPORTED, "cuda device %d: optimizer kind %d pass %d is not "
+                      "built yet", ci->ordinal, coefs[0].kind, pass);
   for (int i = 0; i < nseg; i++) {
-    const zinc_adam_seg *g = &segs[i];
+    const zinc_opt_seg *g = &segs[i];
     if (g->n < 0 || !dtype_ok(g->grad_dtype) || (g->param_out && !dtype_ok(g->param_dtype)) ||
+        g->coef < 0 || g->coef >= ncoef || coefs[g->coef].kind != coefs[0].kind ||
         (g->n > 0 && (!g->master || !g->exp_avg || !g->exp_avg_sq || !g->grad)))
       return zinc_error(ZINC_ERR_INVALID, "cuda device %d: adam segment %d of %d is malformed "
                         "(n=%lld, grad dtype %d, param dtype %d, or a NULL array)", ci->ordinal,
                         i, nseg, (long long)g->n, g->grad_dtype, g->param_dtype);
   }
   ZINC_CHECK(bind(ci));
-  cudaError_t err = zinc_cuda_adam(coef, segs, nseg, raw_stream(ci, s));
-  return err == cudaSuccess ? ZINC_OK : cuda_fail(ci, err, "fused adam over %d segments", nseg);
+  /* one launch series per run of segments with the same coefficients */
+  for (int i = 0; i < nseg;) {
+    int j = i + 1;
+    while (j < nseg && segs[j].coef == segs[i].coef)
+      j++;
+    cudaError_t err = zinc_cuda_adam(&coefs[segs[i].coef], segs + i, j - i, raw_stream(ci, s));
+    if (err != cudaSuccess)
+      return cuda_fail(ci, err, "fused adam over %d segments", j - i);
+    i = j;
+  }
+  return ZINC_OK;
 }
 
 static zinc_status cuda_sumsq(zinc_device *d, zinc_stream *s, const zinc_sumsq_chunk *chunks,
@@ -436,7 +454,7 @@ static const zinc_device_ops cuda_ops = {
     .event_record = cuda_event_record,
     .stream_wait_event = cuda_stream_wait_event,
     .event_sync = cuda_event_sync,
-    .adam = cuda_adam,
+    .optim = cuda_optim,
     .sumsq = cuda_sumsq,
     .accumulate_f32 = cuda_accumulate_f32,
     .cast = cuda_cast,

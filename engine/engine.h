@@ -526,7 +526,7 @@ zinc_status zinc_offload_init(zinc_engine *e);
 void zinc_offload_free(zinc_engine *e);
 /* CPU Adam in sub-groups with gradient copies in and parameter copies out
  * overlapping it (segs: one per run, as step.c builds them). */
-zinc_status zinc_offload_step(zinc_engine *e, const zinc_adam_coef *c, const zinc_adam_seg *segs,
+zinc_status zinc_offload_step(zinc_engine *e, const zinc_opt_coef *c, const zinc_opt_seg *segs,
                               int nseg);
 
 /* --------------------------------------------------------- nvme.c */
@@ -556,7 +556,7 @@ zinc_status zinc_pshard_write(zinc_engine *e, size_t off, size_t bytes, const vo
 float *zinc_master_in_params(const zinc_engine *e, int64_t x, int64_t *chunk_left);
 /* Adam over NVMe-resident state in sub-groups (segs: one per run, with
  * gradient and in-memory parameter pointers). */
-zinc_status zinc_nvme_step(zinc_engine *e, const zinc_adam_coef *c, const zinc_adam_seg *segs,
+zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, const zinc_opt_seg *segs,
                            int nseg);
 
 /* --------------------------------------------------------- activations.c */

@@ -146,7 +146,7 @@ void zinc_offload_free(zinc_engine *e) {
 
 /* Cut segs into sub-groups of at most `g` elements: pieces[first[k] ..
  * first[k+1]) make group k. */
-static zinc_status cut_groups(const zinc_adam_seg *segs, int nseg, int64_t g, piece **pieces,
+static zinc_status cut_groups(const zinc_opt_seg *segs, int nseg, int64_t g, piece **pieces,
                               int **first, int *ngroups) {
   int64_t total = 0;
   for (int i = 0; i < nseg; i++)
@@ -174,13 +174,13 @@ static zinc_status cut_groups(const zinc_adam_seg *segs, int nseg, int64_t g, pi
 }
 
 /* Queue the gradient copies of group k into slot k & 1. */
-static zinc_status copy_in(zinc_engine *e, const zinc_adam_seg *segs, const piece *p, int np,
+static zinc_status copy_in(zinc_engine *e, const zinc_opt_seg *segs, const piece *p, int np,
                            int slot) {
   zinc_offload *o = &e->off;
   if (grads_on_device(e)) {
     size_t at = 0;
     for (int i = 0; i < np; i++) {
-      const zinc_adam_seg *s = &segs[p[i].seg];
+      const zinc_opt_seg *s = &segs[p[i].seg];
       size_t es = zinc_dt_size(s->grad_dtype);
       ZINC_CHECK(e->dev->ops->copy(e->dev, (char *)o->grad[slot] + at,
                                    (const char *)s->grad + (size_t)p[i].off * es,
@@ -192,13 +192,13 @@ static zinc_status copy_in(zinc_engine *e, const zinc_adam_seg *segs, const piec
 }
 
 /* CPU Adam of one group: staged gradients in, parameters to staging. */
-static zinc_status update(zinc_engine *e, const zinc_adam_coef *c, const zinc_adam_seg *segs,
-                          const piece *p, int np, int slot, zinc_adam_seg *work) {
+static zinc_status update(zinc_engine *e, const zinc_opt_coef *c, const zinc_opt_seg *segs,
+                          const piece *p, int np, int slot, zinc_opt_seg *work) {
   zinc_offload *o = &e->off;
   size_t gat = 0, pat = 0;
   for (int i = 0; i < np; i++) {
-    const zinc_adam_seg *s = &segs[p[i].seg];
-    zinc_adam_seg *w = &work[i];
+    const zinc_opt_seg *s = &segs[p[i].seg];
+    zinc_opt_seg *w = &work[i];
     *w = *s;
     w->n = p[i].n;
     w->master = s->master + p[i].off;
@@ -220,17 +220,17 @@ static zinc_status update(zinc_engine *e, const zinc_adam_coef *c, const zinc_ad
       w->param_out = (char *)s->param_out + (size_t)p[i].off * pes;
     }
   }
-  return o->host->ops->adam(o->host, NULL, c, work, np);
+  return o->host->ops->optim(o->host, NULL, c, 1, work, np, ZINC_OPT_PASS_UPDATE, NULL);
 }
 
 /* Queue the parameter copies of group k out of slot k & 1. */
-static zinc_status copy_out(zinc_engine *e, const zinc_adam_seg *segs, const piece *p, int np,
+static zinc_status copy_out(zinc_engine *e, const zinc_opt_seg *segs, const piece *p, int np,
                             int slot) {
   zinc_offload *o = &e->off;
   if (params_on_device(e)) {
     size_t at = 0;
     for (int i = 0; i < np; i++) {
-      const zinc_adam_seg *s = &segs[p[i].seg];
+      const zinc_opt_seg *s = &segs[p[i].seg];
       if (!s->param_out)
         continue;
       size_t es = zinc_dtype_size(s->param_dtype);
@@ -243,7 +243,7 @@ static zinc_status copy_out(zinc_engine *e, const zinc_adam_seg *segs, const pie
   return e->dev->ops->event_record(e->dev, o->out_done[slot], o->copy[1]);
 }
 
-zinc_status zinc_offload_step(zinc_engine *e, const zinc_adam_coef *c, const zinc_adam_seg *segs,
+zinc_status zinc_offload_step(zinc_engine *e, const zinc_opt_coef *c, const zinc_opt_seg *segs,
                               int nseg) {
   zinc_offload *o = &e->off;
   const zinc_device_ops *d = e->dev->ops;
@@ -252,7 +252,7 @@ zinc_status zinc_offload_step(zinc_engine *e, const zinc_adam_coef *c, const zin
   ZINC_CHECK(d->stream_wait_event(e->dev, o->copy[0], o->grads_done));
   piece *pieces = NULL;
   int *first = NULL, ng = 0;
-  zinc_adam_seg *work = NULL;
+  zinc_opt_seg *work = NULL;
   zinc_status st = cut_groups(segs, nseg, group_elems(e), &pieces, &first, &ng);
   int most = 0;
   for (int k = 0; st == ZINC_OK && k < ng; k++)

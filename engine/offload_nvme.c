@@ -459,12 +459,12 @@ static size_t shard_byte_of(const zinc_engine *e, int64_t x) {
 
 /* Adam over the sub-group pipeline. segs[i] describe runs[i] with their
  * gradient and (in-memory) parameter pointers; master/m/v are ignored. */
-zinc_status zinc_nvme_step(zinc_engine *e, const zinc_adam_coef *c, const zinc_adam_seg *segs,
+zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, const zinc_opt_seg *segs,
                            int nseg) {
   zinc_nvme *n = e->nvme;
   int K = n->ngroups, B = n->nbuf;
   zinc_status st = ZINC_OK;
-  zinc_adam_seg *piece = NULL;
+  zinc_opt_seg *piece = NULL;
   void *pstage = NULL;
   size_t pstage_bytes = (size_t)n->group * 4;
   ZINC_CHECK(zinc_calloc((void **)&piece, (size_t)nseg + 1, sizeof *piece, "sub-group runs"));
@@ -527,7 +527,7 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_adam_coef *c, const zinc_a
       int64_t x1 = r->opt_offset + r->n < a0 + g ? r->opt_offset + r->n : a0 + g;
       if (x0 >= x1)
         continue;
-      zinc_adam_seg s = segs[j];
+      zinc_opt_seg s = segs[j];
       s.master = M + (x0 - a0);
       s.exp_avg = Mm + (x0 - a0);
       s.exp_avg_sq = Mv + (x0 - a0);
@@ -538,7 +538,7 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_adam_coef *c, const zinc_a
       s.n = x1 - x0;
       piece[np++] = s;
     }
-    st = e->dev->ops->adam(e->dev, e->stream, c, piece, np);
+    st = e->dev->ops->optim(e->dev, e->stream, c, 1, piece, np, ZINC_OPT_PASS_UPDATE, NULL);
     if (st == ZINC_OK && pstage)
       st = zinc_pshard_write(e, p0, shard_byte_of(e, a0 + g) - p0, pstage);
     if (st == ZINC_OK)

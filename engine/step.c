@@ -229,8 +229,8 @@ out:
   return st;
 }
 
-static zinc_status adam_segments(zinc_engine *e, zinc_adam_seg **out) {
-  zinc_adam_seg *segs = NULL;
+static zinc_status adam_segments(zinc_engine *e, zinc_opt_seg **out) {
+  zinc_opt_seg *segs = NULL;
   ZINC_CHECK(zinc_engine_host_calloc(e, (void **)&segs, (size_t)e->nruns + 1, sizeof *segs,
                                      "optimizer runs"));
   for (int i = 0; i < e->nruns; i++) {
@@ -240,7 +240,7 @@ static zinc_status adam_segments(zinc_engine *e, zinc_adam_seg **out) {
     int64_t in_chunk = run->unit_offset - (int64_t)run->owner * u->chunk;
     int gdt;
     const char *g = zinc_grads_chunk(e, run->unit, run->owner, &gdt);
-    zinc_adam_seg *s = &segs[i];
+    zinc_opt_seg *s = &segs[i];
     if (e->exp_avg) { /* in memory; with NVMe offload nvme.c points into its buffers */
       s->master = e->master ? e->master + run->opt_offset : NULL; /* NULL: below */
       s->exp_avg = e->exp_avg + run->opt_offset;
@@ -269,8 +269,8 @@ static zinc_status adam_segments(zinc_engine *e, zinc_adam_seg **out) {
 
 /* Optimizer state in memory, parameter partition on NVMe: each run's
  * updated parameters go through a staging buffer to the swap area. */
-static zinc_status adam_params_on_disk(zinc_engine *e, const zinc_adam_coef *c,
-                                       zinc_adam_seg *segs) {
+static zinc_status adam_params_on_disk(zinc_engine *e, const zinc_opt_coef *c,
+                                       zinc_opt_seg *segs) {
   size_t most = 0;
   for (int i = 0; i < e->nruns; i++)
     if ((size_t)segs[i].n * 4 > most)
@@ -282,9 +282,9 @@ static zinc_status adam_params_on_disk(zinc_engine *e, const zinc_adam_coef *c,
   for (int i = 0; i < e->nruns && st == ZINC_OK; i++) {
     const zinc_opt_run *run = &e->runs[i];
     const zinc_unit *u = &e->units[run->unit];
-    zinc_adam_seg s = segs[i];
+    zinc_opt_seg s = segs[i];
     s.param_out = staging;
-    st = e->dev->ops->adam(e->dev, e->stream, c, &s, 1);
+    st = e->dev->ops->optim(e->dev, e->stream, c, 1, &s, 1, ZINC_OPT_PASS_UPDATE, NULL);
     size_t es = zinc_dtype_size(u->dtype);
     if (st == ZINC_OK)
       st = zinc_pshard_write(e, u->shard_byte + (size_t)(run->unit_offset - (int64_t)run->owner * u->chunk) * es,
@@ -363,14 +363,14 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
   if (e->cfg.gradient_clipping > 0 && norm > e->cfg.gradient_clipping)
     coef = e->cfg.gradient_clipping / (norm + 1e-6);
 
-  zinc_adam_coef c;
+  zinc_opt_coef c;
   int adamw = e->cfg.optimizer == ZINC_OPTIM_ADAMW ? 1 : e->cfg.adam_w_mode;
   double beta1, beta2; /* OneCycle cycles beta1 (and sets beta2 0.99) */
   zinc_betas_at(&e->cfg, e->step, &beta1, &beta2);
   ZINC_CHECK(zinc_adam_coef_init(&c, lr, beta1, beta2, e->cfg.eps,
                                  e->cfg.weight_decay, adamw, e->cfg.bias_correction, e->step + 1,
                                  base * coef));
-  zinc_adam_seg *segs = NULL;
+  zinc_opt_seg *segs = NULL;
   zinc_status st = adam_segments(e, &segs);
   if (st != ZINC_OK)
     ; /* agreed below, with the update's own failures */
@@ -381,7 +381,7 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
   else if (e->off.ready) /* zinc_offload_init decided: staged copies */
     st = zinc_offload_step(e, &c, segs, e->nruns);
   else
-    st = e->dev->ops->adam(e->dev, e->stream, &c, segs, e->nruns);
+    st = e->dev->ops->optim(e->dev, e->stream, &c, 1, segs, e->nruns, ZINC_OPT_PASS_UPDATE, NULL);
   free(segs);
   if (st == ZINC_OK)
     st = zinc_engine_sync(e);
@@ -399,7 +399,7 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
 }
 
 zinc_status zinc_params_from_master(zinc_engine *e) {
-  zinc_adam_seg *segs = NULL;
+  zinc_opt_seg *segs = NULL;
   enum { PIECE = 1 << 20 };
   float *master = NULL;
   void *cast = NULL;

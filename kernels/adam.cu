@@ -44,7 +44,7 @@ struct adam_seg_desc {
 };
 
 struct adam_launch {
-  zinc_adam_coef coef;
+  zinc_opt_coef coef;
   int nseg;
   adam_seg_desc seg[ZINC_CUDA_ADAM_SEGS_PER_LAUNCH];
 };
@@ -113,7 +113,7 @@ __device__ __forceinline__ void store_any_x8(void *base, int dtype, int64_t i,
 
 /* ------------------------------------------------------------- the tiles */
 
-__device__ __forceinline__ void adam_one(const zinc_adam_coef &c, const adam_seg_desc &s,
+__device__ __forceinline__ void adam_one(const zinc_opt_coef &c, const adam_seg_desc &s,
                                          int64_t i) {
   float p = s.master[i], m = s.exp_avg[i], v = s.exp_avg_sq[i];
   float g = zinc_load_as_f32(s.grad, i, s.grad_dtype);
@@ -127,7 +127,7 @@ __device__ __forceinline__ void adam_one(const zinc_adam_coef &c, const adam_seg
 
 /* Aligned segment: thread t owns elements base + (u*kThreads + t)*kVec + k;
  * kVec = 8 keeps every element group 16-byte aligned for each dtype. */
-__device__ __forceinline__ void adam_tile_vec(const zinc_adam_coef &c, const adam_seg_desc &s,
+__device__ __forceinline__ void adam_tile_vec(const zinc_opt_coef &c, const adam_seg_desc &s,
                                               int64_t base) {
   float p[kUnroll][kVec], m[kUnroll][kVec], v[kUnroll][kVec], g[kUnroll][kVec];
   int64_t first[kUnroll];
@@ -161,7 +161,7 @@ __device__ __forceinline__ void adam_tile_vec(const zinc_adam_coef &c, const ada
 
 /* Unaligned segment: thread t owns elements base + j*kThreads + t, so that
  * each access of a warp is contiguous. */
-__device__ __forceinline__ void adam_tile_scalar(const zinc_adam_coef &c,
+__device__ __forceinline__ void adam_tile_scalar(const zinc_opt_coef &c,
                                                  const adam_seg_desc &s, int64_t base) {
 #pragma unroll 4
   for (int j = 0; j < kVec * kUnroll; j++) {
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(kThreads)
       hi = mid - 1;
   }
   const adam_seg_desc &s = launch.seg[lo];
-  const zinc_adam_coef c = launch.coef;
+  const zinc_opt_coef c = launch.coef;
   int64_t base = ((int64_t)blockIdx.x - s.tile0) * kTile;
   if (s.vec)
     adam_tile_vec(c, s, base);
@@ -209,7 +209,7 @@ cudaError_t adam_launch_now(const adam_launch &launch, int64_t tiles, cudaStream
 
 } // namespace
 
-extern "C" cudaError_t zinc_cuda_adam(const zinc_adam_coef *coef, const zinc_adam_seg *segs,
+extern "C" cudaError_t zinc_cuda_adam(const zinc_opt_coef *coef, const zinc_opt_seg *segs,
                                       int nseg, cudaStream_t stream) {
   if (!coef || nseg < 0 || (nseg > 0 && !segs))
     return cudaErrorInvalidValue;
@@ -218,7 +218,7 @@ extern "C" cudaError_t zinc_cuda_adam(const zinc_adam_coef *coef, const zinc_ada
   launch.nseg = 0;
   int64_t tiles = 0;
   for (int i = 0; i < nseg; i++) {
-    const zinc_adam_seg *s = &segs[i];
+    const zinc_opt_seg *s = &segs[i];
     if (s->n <= 0)
       continue;
     if (!s->master || !s->exp_avg || !s->exp_avg_sq || !s->grad || !dtype_ok(s->grad_dtype) ||

@@ -112,8 +112,8 @@ static size_t dtype_bytes(int dt) { return dt == ZINC_F32 ? 4 : 2; }
 
 typedef struct {
   const zinc_cpu_isa_ops *ops;
-  const zinc_adam_coef *coef;
-  const zinc_adam_seg *segs;
+  const zinc_opt_coef *coefs;
+  const zinc_opt_seg *segs;
   int nseg;
 } adam_job;
 
@@ -122,7 +122,7 @@ static void adam_part(void *ctx, int64_t begin, int64_t end, int tid) {
   const adam_job *j = ctx;
   int64_t base = 0;
   for (int s = 0; s < j->nseg && base < end; s++) {
-    const zinc_adam_seg *g = &j->segs[s];
+    const zinc_opt_seg *g = &j->segs[s];
     int64_t lo = begin > base ? begin - base : 0;
     int64_t hi = end - base < g->n ? end - base : g->n;
     base += g->n;
@@ -131,33 +131,43 @@ static void adam_part(void *ctx, int64_t begin, int64_t end, int tid) {
     void *out = g->param_out
                     ? (char *)g->param_out + (size_t)lo * dtype_bytes(g->param_dtype)
                     : NULL;
-    j->ops->adam(j->coef, g->decay, g->master + lo, g->exp_avg + lo, g->exp_avg_sq + lo,
+    j->ops->adam(&j->coefs[g->coef], g->decay, g->master + lo, g->exp_avg + lo, g->exp_avg_sq + lo,
                  (const char *)g->grad + (size_t)lo * dtype_bytes(g->grad_dtype),
                  g->grad_dtype, out, g->param_dtype, hi - lo);
   }
 }
 
-zinc_status zinc_cpu_adam(zinc_threadpool *pool, zinc_cpu_isa isa,
-                          const zinc_adam_coef *coef, const zinc_adam_seg *segs,
-                          int nseg) {
-  if (!coef || nseg < 0 || (nseg > 0 && !segs))
-    return zinc_error(ZINC_ERR_INVALID, "cpu adam: coefficients %p, %d segments at %p",
-                      (const void *)coef, nseg, (const void *)segs);
+zinc_status zinc_cpu_optim(zinc_threadpool *pool, zinc_cpu_isa isa,
+                           const zinc_opt_coef *coefs, int ncoef, const zinc_opt_seg *segs,
+                           int nseg, int pass, double *norms) {
+  if (!coefs || ncoef < 1 || nseg < 0 || (nseg > 0 && !segs))
+    return zinc_error(ZINC_ERR_INVALID, "cpu optimizer: %d coefficients at %p, %d segments at %p",
+                      ncoef, (const void *)coefs, nseg, (const void *)segs);
+  for (int k = 0; k < ncoef; k++)
+    if (coefs[k].kind != coefs[0].kind)
+      return zinc_error(ZINC_ERR_INVALID, "cpu optimizer: coefficient %d is for %s, "
+                        "coefficient 0 for %s; one pass runs one optimizer", k,
+                        zinc_opt_kind_str(coefs[k].kind), zinc_opt_kind_str(coefs[0].kind));
+  if (coefs[0].kind != ZINC_OPT_ADAM || pass != ZINC_OPT_PASS_UPDATE)
+    return zinc_error(ZINC_ERR_UNSUPPORTED, "cpu optimizer: %s pass %d is not built yet",
+                      zinc_opt_kind_str(coefs[0].kind), pass);
+  (void)norms;
   int64_t total = 0;
   for (int s = 0; s < nseg; s++) {
-    const zinc_adam_seg *g = &segs[s];
-    if (g->n < 0 || !dtype_ok(g->grad_dtype) || (g->param_out && !dtype_ok(g->param_dtype)))
+    const zinc_opt_seg *g = &segs[s];
+    if (g->n < 0 || !dtype_ok(g->grad_dtype) || (g->param_out && !dtype_ok(g->param_dtype)) ||
+        g->coef < 0 || g->coef >= ncoef)
       return zinc_error(ZINC_ERR_INVALID,
-                        "cpu adam: segment %d has n %lld, grad dtype %d, param dtype %d; "
-                        "n must be >= 0 and dtypes f32, bf16 or f16",
-                        s, (long long)g->n, g->grad_dtype, g->param_dtype);
+                        "cpu optimizer: segment %d has n %lld, grad dtype %d, param dtype %d, "
+                        "coefficient %d of %d; n must be >= 0, dtypes f32, bf16 or f16",
+                        s, (long long)g->n, g->grad_dtype, g->param_dtype, g->coef, ncoef);
     if (g->n > 0 && (!g->master || !g->exp_avg || !g->exp_avg_sq || !g->grad))
       return zinc_error(ZINC_ERR_INVALID,
                         "cpu adam: segment %d (%lld elements) lacks master, exp_avg, "
                         "exp_avg_sq or grad", s, (long long)g->n);
     total += g->n;
   }
-  adam_job job = {.coef = coef, .segs = segs, .nseg = nseg};
+  adam_job job = {.coefs = coefs, .segs = segs, .nseg = nseg};
   ZINC_CHECK(isa_ops(isa, "adam", &job.ops));
   zinc_threadpool_for(pool, total, KERNEL_GRAIN, adam_part, &job);
   return ZINC_OK;

@@ -52,14 +52,19 @@ zinc_cpu_isa zinc_cpu_isa_select(void);
 int zinc_cpu_isa_supported(zinc_cpu_isa isa);
 const char *zinc_cpu_isa_name(zinc_cpu_isa isa); /* "scalar" "avx2" "avx512" */
 
-/* Fused Adam/AdamW over nseg segments (device/device.h) with one set of
- * coefficients: per element zinc_adam_elem on (master, exp_avg, exp_avg_sq)
- * with grad loaded from grad_dtype, and the new master value stored to
- * param_out in param_dtype when param_out is not NULL. Segments must not
- * overlap each other. */
-zinc_status zinc_cpu_adam(zinc_threadpool *pool, zinc_cpu_isa isa,
-                          const zinc_adam_coef *coef, const zinc_adam_seg *segs,
-                          int nseg);
+/* One pass of the fused optimizer over nseg segments: segment i uses
+ * coefs[segs[i].coef] (every coefficient of one call is for the same
+ * zinc_opt_kind); per element the optimizer's function of zinc_math.h on
+ * (master, exp_avg, exp_avg_sq) with grad loaded from grad_dtype, and the
+ * new master value stored to param_out in param_dtype when param_out is not
+ * NULL. pass is ZINC_OPT_PASS_UPDATE, or for Lamb also
+ * ZINC_OPT_PASS_APPLY; Lamb's UPDATE writes norms[2 i] and norms[2 i + 1],
+ * the sums of squares of segment i's weights and update in the canonical
+ * order of zinc_sumsq_chunk_ref (norms may be NULL otherwise). Segments
+ * must not overlap each other. */
+zinc_status zinc_cpu_optim(zinc_threadpool *pool, zinc_cpu_isa isa,
+                           const zinc_opt_coef *coefs, int ncoef, const zinc_opt_seg *segs,
+                           int nseg, int pass, double *norms);
 
 /* partials[i] = zinc_sumsq_chunk_ref(chunks[i]) bit for bit. */
 zinc_status zinc_cpu_sumsq(zinc_threadpool *pool, zinc_cpu_isa isa,

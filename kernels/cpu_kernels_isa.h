@@ -16,7 +16,7 @@
 typedef struct {
   /* Adam over n elements: master p, exp_avg m, exp_avg_sq v (fp32), grad g
    * (gdt); out (odt) receives the new p unless NULL. */
-  void (*adam)(const zinc_adam_coef *c, int decay, float *p, float *m, float *v,
+  void (*adam)(const zinc_opt_coef *c, int decay, float *p, float *m, float *v,
                const void *g, int gdt, void *out, int odt, int64_t n);
   /* zinc_sumsq_block_ref of the n <= ZINC_SUMSQ_BLOCK elements at data. */
   double (*sumsq_block)(const void *data, int dtype, int64_t n);
@@ -33,7 +33,7 @@ extern const zinc_cpu_isa_ops zinc_cpu_ops_avx512;
 
 /* The scalar per-element loops, also used for the SIMD tails (inlined into
  * each caller so that they compile with the caller's instruction set). */
-static ZINC_HD void zinc_cpu_adam_tail(const zinc_adam_coef *c, int decay, float *p,
+static ZINC_HD void zinc_cpu_adam_tail(const zinc_opt_coef *c, int decay, float *p,
                                        float *m, float *v, const void *g, int gdt,
                                        void *out, int odt, int64_t i, int64_t n) {
   for (; i < n; i++) {

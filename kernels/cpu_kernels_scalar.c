@@ -5,7 +5,7 @@
  */
 #include "kernels/cpu_kernels_isa.h"
 
-static void scalar_adam(const zinc_adam_coef *c, int decay, float *p, float *m, float *v,
+static void scalar_adam(const zinc_opt_coef *c, int decay, float *p, float *m, float *v,
                         const void *g, int gdt, void *out, int odt, int64_t n) {
   zinc_cpu_adam_tail(c, decay, p, m, v, g, gdt, out, odt, 0, n);
 }

@@ -71,7 +71,7 @@ SIMD_INLINE int64_t simd_stream_peel(const void *out, int odt, int64_t n) {
 /* ------------------------------------------------------------------ Adam */
 
 /* gdt, odt are compile-time constants at every call (odt < 0: no copy). */
-SIMD_INLINE void simd_adam_span(const zinc_adam_coef *c, int decay, float *p, float *m,
+SIMD_INLINE void simd_adam_span(const zinc_opt_coef *c, int decay, float *p, float *m,
                                 float *v, const void *g, int gdt, void *out, int odt,
                                 int64_t n) {
   const vf grad_scale = vf_set1(c->grad_scale);
@@ -110,7 +110,7 @@ SIMD_INLINE void simd_adam_span(const zinc_adam_coef *c, int decay, float *p, fl
   zinc_cpu_adam_tail(c, decay, p, m, v, g, gdt, out, odt, i, n);
 }
 
-static SIMD_FN void simd_adam(const zinc_adam_coef *c, int decay, float *p, float *m,
+static SIMD_FN void simd_adam(const zinc_opt_coef *c, int decay, float *p, float *m,
                               float *v, const void *g, int gdt, void *out, int odt,
                               int64_t n) {
   if (!out)

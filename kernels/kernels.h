@@ -46,7 +46,7 @@ extern "C" {
  * load and store 16 bytes wide (two per group for fp32 arrays, one for
  * 16-bit ones); any other segment takes the scalar path. Segments must not
  * overlap one another. */
-cudaError_t zinc_cuda_adam(const zinc_adam_coef *coef, const zinc_adam_seg *segs,
+cudaError_t zinc_cuda_adam(const zinc_opt_coef *coef, const zinc_opt_seg *segs,
                            int nseg, cudaStream_t stream);
 
 /* In place: data (n, dtype) = data * scale, rounded back to dtype. If any

@@ -138,21 +138,57 @@ static ZINC_HD void zinc_store_from_f32(void *base, int64_t i, int dtype, float 
 
 /* ------------------------------------------------ kernel arguments */
 
-/* One contiguous piece of a fused Adam/AdamW pass: master, m, v are fp32
- * shard slices of n elements; grad holds n elements of grad_dtype; if
- * param_out is not NULL the updated value is also written there in
- * param_dtype (the compute copy), in the same pass. */
+/* The optimizers (optimizer.type): every one is a per-element update over
+ * the fp32 master and up to two fp32 state slots of the same length.
+ *   kind      state slot 1 (exp_avg)    state slot 2 (exp_avg_sq)
+ *   ADAM      first moment              second moment
+ *   LAMB      first moment              second moment   (+ per-parameter norms)
+ *   LION      momentum                  -
+ *   ADAGRAD   -                         sum of squared gradients
+ *   SGD       momentum buffer (when momentum > 0)  -
+ */
+typedef enum {
+  ZINC_OPT_ADAM = 0,
+  ZINC_OPT_LAMB,
+  ZINC_OPT_LION,
+  ZINC_OPT_ADAGRAD,
+  ZINC_OPT_SGD,
+  ZINC_OPT_KINDS
+} zinc_opt_kind;
+
+/* optimizer.type's name of a kind: "Adam" "Lamb" "Lion" "Adagrad" "SGD". */
+static inline const char *zinc_opt_kind_str(int kind) {
+  static const char *const names[ZINC_OPT_KINDS] = {"Adam", "Lamb", "Lion", "Adagrad", "SGD"};
+  return kind >= 0 && kind < ZINC_OPT_KINDS ? names[kind] : "unknown";
+}
+
+/* The passes of one step. Every optimizer but Lamb is one UPDATE pass. Lamb
+ * is two: UPDATE moves the moments and returns, per segment, the sums of
+ * squares of the weights and of the update (the trust ratio's norms), and
+ * APPLY moves the weights by step_size * lamb_ratio * update, recomputing
+ * the update from the moments. */
+enum { ZINC_OPT_PASS_UPDATE = 0, ZINC_OPT_PASS_APPLY = 1 };
+
+/* One contiguous piece of a fused optimizer pass: master and the state
+ * slots are fp32 shard slices of n elements (a slot the optimizer does not
+ * use may be NULL); grad holds n elements of grad_dtype; if param_out is not
+ * NULL the updated value is also written there in param_dtype (the compute
+ * copy), in the same pass. */
 typedef struct {
   float *master;            /* (n) fp32, read and written      */
-  float *exp_avg;           /* (n) fp32, read and written      */
-  float *exp_avg_sq;        /* (n) fp32, read and written      */
+  float *exp_avg;           /* (n) fp32 state slot 1, or NULL  */
+  float *exp_avg_sq;        /* (n) fp32 state slot 2, or NULL  */
   const void *grad;         /* (n) grad_dtype, read            */
   void *param_out;          /* (n) param_dtype, written, or NULL */
   int64_t n;
   int grad_dtype;           /* zinc_dtype */
   int param_dtype;          /* zinc_dtype */
   int decay;                /* 1: weight decay applies here    */
-} zinc_adam_seg;
+  int coef;                 /* index into the pass's coefficient table
+                               (a parameter group)             */
+  float lamb_ratio;         /* Lamb APPLY: the clamped trust ratio of the
+                               parameter this segment belongs to */
+} zinc_opt_seg;
 
 /* A chunk whose sum of squares is wanted (gradient norm, overflow check). */
 typedef struct {
@@ -161,19 +197,30 @@ typedef struct {
   int dtype;                /* zinc_dtype */
 } zinc_sumsq_chunk;
 
-/* Coefficients of one optimizer step, computed once on the host in double
- * and rounded to float (zinc_adam_coef_init in optim/adam.c). */
-typedef struct zinc_adam_coef {
-  float grad_scale;       /* 1 / (loss_scale * dp_size * accumulation) * clip */
+/* Coefficients of one optimizer step for one parameter group, computed
+ * once on the host in double and rounded to float (zinc_opt_coef_init in
+ * optim/optimizer.c). Which fields an optimizer reads is stated beside it. */
+typedef struct zinc_opt_coef {
+  int kind;               /* zinc_opt_kind                                       */
+  float grad_scale;       /* 1 / (loss_scale * dp_size * accumulation) * clip   */
   float beta1, one_minus_beta1;
   float beta2, one_minus_beta2;
   float eps;
-  float step_size;        /* lr / (1 - beta1^t)    (lr when no bias correction) */
-  float inv_sqrt_bc2;     /* 1 / sqrt(1 - beta2^t) (1 when no bias correction)  */
-  float weight_decay;     /* L2 coefficient (Adam, adam_w_mode false)           */
-  float decay_factor;     /* 1 - lr * weight_decay (AdamW)                      */
-  int adamw;              /* 1: decoupled weight decay                          */
-} zinc_adam_coef;
+  float step_size;        /* Adam: lr / (1 - beta1^t)    (lr when no bias correction);
+                             Lamb: lr * sqrt(1 - beta2^t) / (1 - beta1^t); others: lr */
+  float inv_sqrt_bc2;     /* Adam: 1 / sqrt(1 - beta2^t) (1 when no bias correction)  */
+  float weight_decay;     /* L2 coefficient added to the gradient (Adam with
+                             adam_w_mode false, Adagrad, SGD); Lamb's decay term */
+  float decay_factor;     /* 1 - lr * weight_decay (AdamW, Lion)                */
+  int adamw;              /* Adam: 1 decoupled weight decay                     */
+  /* SGD */
+  float momentum;         /* 0: no momentum buffer                              */
+  float one_minus_dampening;
+  int nesterov;
+  int first_step;         /* 1: the momentum buffer starts as the gradient      */
+  /* Lamb */
+  float min_coeff, max_coeff;
+} zinc_opt_coef;
 
 /* One element of Adam/AdamW. The order below is the contract every path
  * follows:
@@ -185,7 +232,7 @@ typedef struct zinc_adam_coef {
  *   p  = p * decay_factor                        (AdamW, decay on)
  *   p  = fma(-step_size, m / d, p)
  */
-static ZINC_HD void zinc_adam_elem(const zinc_adam_coef *c, int decay, float *p,
+static ZINC_HD void zinc_adam_elem(const zinc_opt_coef *c, int decay, float *p,
                                    float *m, float *v, float g) {
   float pv = *p;
   g = g * c->grad_scale;

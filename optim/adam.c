@@ -7,7 +7,7 @@
 #include "base/base.h"
 #include "optim/adam.h"
 
-zinc_status zinc_adam_coef_init(zinc_adam_coef *c, double lr, double beta1, double beta2,
+zinc_status zinc_adam_coef_init(zinc_opt_coef *c, double lr, double beta1, double beta2,
                                 double eps, double weight_decay, int adamw,
                                 int bias_correction, int64_t step, double grad_scale) {
   if (!c)
@@ -23,6 +23,8 @@ zinc_status zinc_adam_coef_init(zinc_adam_coef *c, double lr, double beta1, doub
     return zinc_error(ZINC_ERR_INVALID,
                       "adam coefficients: lr %g, eps %g, weight_decay %g must be finite and "
                       ">= 0, grad_scale %g finite", lr, eps, weight_decay, grad_scale);
+  *c = (zinc_opt_coef){0};
+  c->kind = ZINC_OPT_ADAM;
   double t = (double)step;
   double bc1 = bias_correction ? 1.0 - pow(beta1, t) : 1.0;
   double bc2 = bias_correction ? 1.0 - pow(beta2, t) : 1.0;

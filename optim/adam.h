@@ -1,5 +1,5 @@
 /*
- * adam.h — the coefficients of one Adam/AdamW step (zinc_adam_coef, in
+ * adam.h — the coefficients of one Adam/AdamW step (zinc_opt_coef, in
  * kernels/zinc_math.h), computed once per step on the host in double and
  * rounded to float, so that every path (scalar, SIMD, CUDA) starts from the
  * same bits.
@@ -29,7 +29,7 @@ extern "C" {
  * 0 L2 added to the gradient. ZINC_ERR_INVALID (and *c untouched) when
  * step < 1, a beta is outside [0, 1), eps or lr or weight_decay is negative
  * or any value is not finite. */
-zinc_status zinc_adam_coef_init(zinc_adam_coef *c, double lr, double beta1, double beta2,
+zinc_status zinc_adam_coef_init(zinc_opt_coef *c, double lr, double beta1, double beta2,
                                 double eps, double weight_decay, int adamw,
                                 int bias_correction, int64_t step, double grad_scale);
 

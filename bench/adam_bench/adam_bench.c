@@ -109,8 +109,8 @@ static int time_ms(bench_fn fn, void *ctx, int iters, double *ms) {
 
 typedef struct {
   zinc_device *d;
-  zinc_adam_coef coef;
-  zinc_adam_seg *segs;
+  zinc_opt_coef coef;
+  zinc_opt_seg *segs;
   int nseg;
   void *copy_dst, *copy_src;
   size_t copy_bytes;
@@ -118,7 +118,7 @@ typedef struct {
 
 static zinc_status run_adam(void *ctx) {
   bench_state *b = ctx;
-  return b->d->ops->adam(b->d, NULL, &b->coef, b->segs, b->nseg);
+  return b->d->ops->optim(b->d, NULL, &b->coef, 1, b->segs, b->nseg, ZINC_OPT_PASS_UPDATE, NULL);
 }
 
 static zinc_status run_copy(void *ctx) {
@@ -163,7 +163,7 @@ int main(int argc, char **argv) {
   void *copy = a.param_dtype >= 0 ? must_alloc(d, n * dt_bytes(a.param_dtype), 0) : NULL;
 
   bench_state b = {.d = d, .nseg = a.segments};
-  b.coef = (zinc_adam_coef){.grad_scale = 1.0f, .beta1 = 0.9f, .one_minus_beta1 = 0.1f,
+  b.coef = (zinc_opt_coef){.grad_scale = 1.0f, .beta1 = 0.9f, .one_minus_beta1 = 0.1f,
                             .beta2 = 0.999f, .one_minus_beta2 = 0.001f, .eps = 1e-8f,
                             .step_size = 1e-3f, .inv_sqrt_bc2 = 1.0f, .weight_decay = 0.01f,
                             .decay_factor = 1.0f - 1e-5f, .adamw = 1};
@@ -171,7 +171,7 @@ int main(int argc, char **argv) {
   size_t per = (n / (size_t)a.segments) & ~(size_t)3;
   for (int s = 0; s < a.segments; s++) {
     size_t first = (size_t)s * per, len = s == a.segments - 1 ? n - first : per;
-    b.segs[s] = (zinc_adam_seg){
+    b.segs[s] = (zinc_opt_seg){
         .master = master + first, .exp_avg = m + first, .exp_avg_sq = v + first,
         .grad = (char *)grad + first * dt_bytes(a.grad_dtype),
         .param_out = copy ? (char *)copy + first * dt_bytes(a.param_dtype) : NULL,

@@ -74,7 +74,7 @@ static void same_traffic_part(void *ctx, int64_t b, int64_t e, int tid) {
 
 /* The naive loop: the compiler decides what to vectorise. */
 typedef struct {
-  const zinc_adam_coef *coef;
+  const zinc_opt_coef *coef;
   arrays *a;
 } naive_job;
 
@@ -108,12 +108,12 @@ static const double kernel_bytes[K_N] = {12, 28, 28, 30, 28, 28};
 typedef struct {
   zinc_threadpool *pool; /* NULL: one thread */
   zinc_cpu_isa isa;
-  zinc_adam_coef coef;
+  zinc_opt_coef coef;
   arrays a;
 } bench;
 
 static double run_once(bench *b, int k) {
-  zinc_adam_seg seg = {b->a.p, b->a.m, b->a.v, b->a.g, NULL, b->a.n, ZINC_F32, ZINC_BF16, 1};
+  zinc_opt_seg seg = {b->a.p, b->a.m, b->a.v, b->a.g, NULL, b->a.n, ZINC_F32, ZINC_BF16, 1, 0, 0.0f};
   double t0 = zinc_now();
   zinc_status st = ZINC_OK;
   switch (k) {
@@ -127,7 +127,7 @@ static double run_once(bench *b, int k) {
     seg.param_out = b->a.out;
     /* fall through */
   case K_ADAM:
-    st = zinc_cpu_adam(b->pool, b->isa, &b->coef, &seg, 1);
+    st = zinc_cpu_optim(b->pool, b->isa, &b->coef, 1, &seg, 1, ZINC_OPT_PASS_UPDATE, NULL);
     break;
   case K_NAIVE: {
     naive_job j = {&b->coef, &b->a};
@@ -135,7 +135,7 @@ static double run_once(bench *b, int k) {
     break;
   }
   case K_SCALAR:
-    st = zinc_cpu_adam(b->pool, ZINC_CPU_ISA_SCALAR, &b->coef, &seg, 1);
+    st = zinc_cpu_optim(b->pool, ZINC_CPU_ISA_SCALAR, &b->coef, 1, &seg, 1, ZINC_OPT_PASS_UPDATE, NULL);
     break;
   }
   if (st != ZINC_OK) {

@@ -199,11 +199,11 @@ static overhead run_overhead(const bench_args *a, int threads) {
   zinc_device *dev;
   if (zinc_device_cpu_create(threads, 0, &dev) != ZINC_OK)
     die("cpu device");
-  zinc_adam_coef c = {.grad_scale = 1, .beta1 = 0.9f, .one_minus_beta1 = 0.1f, .beta2 = 0.999f,
+  zinc_opt_coef c = {.grad_scale = 1, .beta1 = 0.9f, .one_minus_beta1 = 0.1f, .beta2 = 0.999f,
                       .one_minus_beta2 = 0.001f, .eps = 1e-8f, .step_size = 1e-3f,
                       .inv_sqrt_bc2 = 1, .weight_decay = 0.01f, .decay_factor = 1 - 1e-5f,
                       .adamw = 1};
-  zinc_adam_seg seg = {.master = p, .exp_avg = m, .exp_avg_sq = v, .grad = g,
+  zinc_opt_seg seg = {.master = p, .exp_avg = m, .exp_avg_sq = v, .grad = g,
                        .param_out = a->dtype == ZINC_F32 ? NULL : p16, .n = n,
                        .grad_dtype = a->dtype, .param_dtype = a->dtype, .decay = 1};
   int rounds = 2 * a->steps + 3;
@@ -230,7 +230,7 @@ static overhead run_overhead(const bench_args *a, int threads) {
     zinc_sumsq_chunk chunk = {.data = g, .n = n, .dtype = a->dtype};
     double sq;
     if (dev->ops->sumsq(dev, NULL, &chunk, 1, &sq) != ZINC_OK ||
-        dev->ops->adam(dev, NULL, &c, &seg, 1) != ZINC_OK)
+        dev->ops->optim(dev, NULL, &c, 1, &seg, 1, ZINC_OPT_PASS_UPDATE, NULL) != ZINC_OK)
       die("adam");
     double t2 = zinc_now();
     memset(g, 0, (size_t)n * es);

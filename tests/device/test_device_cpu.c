@@ -210,10 +210,10 @@ static void kernels_through_the_table(void **state) {
     v[i] = vr[i] = (float)(i % 7) * 1e-5f;
     g[i] = (float)(i % 29) * 0.1f - 1.2f;
   }
-  zinc_adam_coef c;
+  zinc_opt_coef c;
   assert_int_equal(zinc_adam_coef_init(&c, 1e-2, 0.9, 0.999, 1e-8, 0.1, 0, 1, 2, 0.5), ZINC_OK);
-  zinc_adam_seg seg = {p, m, v, g, out, N, ZINC_F32, ZINC_F16, 1};
-  assert_int_equal(o->adam(d, NULL, &c, &seg, 1), ZINC_OK);
+  zinc_opt_seg seg = {p, m, v, g, out, N, ZINC_F32, ZINC_F16, 1, 0, 0.0f};
+  assert_int_equal(o->optim(d, NULL, &c, 1, &seg, 1, ZINC_OPT_PASS_UPDATE, NULL), ZINC_OK);
   uint16_t *outr = malloc(N * 2);
   for (int i = 0; i < N; i++) {
     zinc_adam_elem(&c, 1, &pr[i], &mr[i], &vr[i], g[i]);

@@ -23,12 +23,12 @@ typedef struct {
   guarded_buf d_master, d_m, d_v, d_grad, d_param;
 } seg_case;
 
-static zinc_adam_coef coef_for(int step, int adamw) {
+static zinc_opt_coef coef_for(int step, int adamw) {
   /* as zinc_adam_coef_init would make them for lr 1e-3, betas (0.9, 0.999),
    * eps 1e-8, weight decay 0.01, loss scale 1/1024 * 1/2 ranks */
   double lr = 1e-3, b1 = 0.9, b2 = 0.999, wd = 0.01;
   int t = step + 1;
-  zinc_adam_coef c;
+  zinc_opt_coef c;
   c.grad_scale = (float)(1.0 / 2048.0);
   c.beta1 = (float)b1;
   c.one_minus_beta1 = (float)(1.0 - b1);
@@ -99,11 +99,11 @@ static void run_segments(zinc_device *d, const int64_t *sizes, int nseg, int gra
                          int param_dtype, int adamw, uint64_t seed) {
   test_rng rng = {seed};
   seg_case *s = calloc((size_t)nseg, sizeof *s);
-  zinc_adam_seg *segs = calloc((size_t)nseg, sizeof *segs);
+  zinc_opt_seg *segs = calloc((size_t)nseg, sizeof *segs);
   assert_true(s && segs);
   for (int k = 0; k < nseg; k++) {
     seg_init(d, &s[k], sizes[k], (size_t)(k % 4), k % 3 != 1, grad_dtype, param_dtype, &rng);
-    segs[k] = (zinc_adam_seg){
+    segs[k] = (zinc_opt_seg){
         .master = (float *)s[k].d_master.at, .exp_avg = (float *)s[k].d_m.at,
         .exp_avg_sq = (float *)s[k].d_v.at, .grad = s[k].d_grad.at,
         .param_out = param_dtype >= 0 ? (void *)s[k].d_param.at : NULL, .n = sizes[k],
@@ -112,11 +112,11 @@ static void run_segments(zinc_device *d, const int64_t *sizes, int nseg, int gra
   }
   size_t bad = 0;
   for (int step = 0; step < STEPS && !bad; step++) {
-    zinc_adam_coef c = coef_for(step, adamw);
+    zinc_opt_coef c = coef_for(step, adamw);
     for (int k = 0; k < nseg; k++)
       if (s[k].d_param.base)
         guarded_poison(&s[k].d_param);
-    ZOK(d->ops->adam(d, NULL, &c, segs, nseg));
+    ZOK(d->ops->optim(d, NULL, &c, 1, segs, nseg, ZINC_OPT_PASS_UPDATE, NULL));
     ZOK(d->ops->stream_sync(d, NULL));
     for (int k = 0; k < nseg && !bad; k++) {
       seg_case *g = &s[k];
@@ -192,9 +192,9 @@ static void large_segment(void **state) {
 
 static void rejects_bad_segments(void **state) {
   zinc_device *d = *state;
-  zinc_adam_coef c = coef_for(0, 1);
-  zinc_adam_seg bad = {.n = 10, .grad_dtype = 7};
-  assert_int_equal(d->ops->adam(d, NULL, &c, &bad, 1), ZINC_ERR_INVALID);
+  zinc_opt_coef c = coef_for(0, 1);
+  zinc_opt_seg bad = {.n = 10, .grad_dtype = 7};
+  assert_int_equal(d->ops->optim(d, NULL, &c, 1, &bad, 1, ZINC_OPT_PASS_UPDATE, NULL), ZINC_ERR_INVALID);
   assert_non_null(strstr(zinc_last_error(), "adam segment 0"));
 }
 

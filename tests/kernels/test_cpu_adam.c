@@ -68,15 +68,15 @@ static void fill_state(test_rng *r, adam_bufs *b, int gdt, int64_t n) {
 }
 
 /* Run the kernel on isa over copies of the same inputs; copies land in *dst. */
-static void run_isa(zinc_cpu_isa isa, const zinc_adam_coef *c, const adam_bufs *src,
+static void run_isa(zinc_cpu_isa isa, const zinc_opt_coef *c, const adam_bufs *src,
                     adam_bufs *dst, int64_t n, int gdt, int odt, int decay) {
   memcpy(dst->p.p, src->p.p, (size_t)n * 4);
   memcpy(dst->m.p, src->m.p, (size_t)n * 4);
   memcpy(dst->v.p, src->v.p, (size_t)n * 4);
   memcpy(dst->g.p, src->g.p, (size_t)n * dt_bytes(gdt));
-  zinc_adam_seg seg = {dst->p.p, dst->m.p, dst->v.p, dst->g.p, odt < 0 ? NULL : dst->out.p,
-                       n, gdt, odt < 0 ? ZINC_F32 : odt, decay};
-  assert_int_equal(zinc_cpu_adam(NULL, isa, c, &seg, 1), ZINC_OK);
+  zinc_opt_seg seg = {dst->p.p, dst->m.p, dst->v.p, dst->g.p, odt < 0 ? NULL : dst->out.p,
+                       n, gdt, odt < 0 ? ZINC_F32 : odt, decay, 0, 0.0f};
+  assert_int_equal(zinc_cpu_optim(NULL, isa, c, 1, &seg, 1, ZINC_OPT_PASS_UPDATE, NULL), ZINC_OK);
 }
 
 static int64_t compare(const adam_bufs *want, const adam_bufs *got, int64_t n, int odt) {
@@ -94,7 +94,7 @@ static void simd_matches_scalar(zinc_cpu_isa isa) {
     skip();
   }
   test_rng r = {0x243F6A8885A308D3ull + (uint64_t)isa};
-  zinc_adam_coef coef[2];
+  zinc_opt_coef coef[2];
   /* a mid-training step with unscaling, and a first step without bias correction */
   assert_int_equal(zinc_adam_coef_init(&coef[0], 1e-3, 0.9, 0.999, 1e-8, 0.05, 0, 1, 7, 0.5),
                    ZINC_OK);
@@ -111,7 +111,7 @@ static void simd_matches_scalar(zinc_cpu_isa isa) {
         fill_state(&r, &in, gdt, n);
         for (int adamw = 0; adamw < 2; adamw++)
           for (int decay = 0; decay < 2; decay++) {
-            zinc_adam_coef c = coef[(li + adamw) & 1];
+            zinc_opt_coef c = coef[(li + adamw) & 1];
             c.adamw = adamw;
             run_isa(ZINC_CPU_ISA_SCALAR, &c, &in, &want, n, gdt, odt, decay);
             run_isa(isa, &c, &in, &got, n, gdt, odt, decay);
@@ -146,8 +146,8 @@ static void segments_are_independent(void **state) {
   const int gdt[NSEG] = {ZINC_BF16, ZINC_F32, ZINC_F16, ZINC_F32};
   const int odt[NSEG] = {ZINC_BF16, -1, ZINC_F16, ZINC_F32};
   adam_bufs in[NSEG], one[NSEG], all[NSEG];
-  zinc_adam_seg segs[NSEG];
-  zinc_adam_coef c;
+  zinc_opt_seg segs[NSEG];
+  zinc_opt_coef c;
   assert_int_equal(zinc_adam_coef_init(&c, 1e-3, 0.9, 0.999, 1e-8, 0.01, 1, 1, 3, 1.0), ZINC_OK);
   for (int s = 0; s < NSEG; s++) {
     in[s] = bufs_alloc(n[s], gdt[s], odt[s], s);
@@ -159,11 +159,11 @@ static void segments_are_independent(void **state) {
     memcpy(all[s].m.p, in[s].m.p, (size_t)n[s] * 4);
     memcpy(all[s].v.p, in[s].v.p, (size_t)n[s] * 4);
     memcpy(all[s].g.p, in[s].g.p, (size_t)n[s] * dt_bytes(gdt[s]));
-    segs[s] = (zinc_adam_seg){all[s].p.p, all[s].m.p, all[s].v.p, all[s].g.p,
+    segs[s] = (zinc_opt_seg){all[s].p.p, all[s].m.p, all[s].v.p, all[s].g.p,
                               odt[s] < 0 ? NULL : all[s].out.p, n[s], gdt[s],
-                              odt[s] < 0 ? 0 : odt[s], s & 1};
+                              odt[s] < 0 ? 0 : odt[s], s & 1, 0, 0.0f};
   }
-  assert_int_equal(zinc_cpu_adam(NULL, isa, &c, segs, NSEG), ZINC_OK);
+  assert_int_equal(zinc_cpu_optim(NULL, isa, &c, 1, segs, NSEG, ZINC_OPT_PASS_UPDATE, NULL), ZINC_OK);
   int64_t bad = 0;
   for (int s = 0; s < NSEG; s++) {
     bad += compare(&one[s], &all[s], n[s], odt[s]);
@@ -175,21 +175,21 @@ static void segments_are_independent(void **state) {
 }
 
 static void bad_arguments(void **state) {
-  zinc_adam_coef c;
+  zinc_opt_coef c;
   assert_int_equal(zinc_adam_coef_init(&c, 1e-3, 0.9, 0.999, 1e-8, 0.0, 1, 1, 1, 1.0), ZINC_OK);
   float x = 1.0f;
-  zinc_adam_seg seg = {&x, &x, &x, &x, NULL, 1, 7, 0, 0};
-  assert_int_equal(zinc_cpu_adam(NULL, ZINC_CPU_ISA_SCALAR, &c, &seg, 1), ZINC_ERR_INVALID);
+  zinc_opt_seg seg = {&x, &x, &x, &x, NULL, 1, 7, 0, 0, 0, 0.0f};
+  assert_int_equal(zinc_cpu_optim(NULL, ZINC_CPU_ISA_SCALAR, &c, 1, &seg, 1, ZINC_OPT_PASS_UPDATE, NULL), ZINC_ERR_INVALID);
   fprintf(stderr, "message: %s\n", zinc_last_error());
   seg.grad_dtype = ZINC_F32;
   seg.n = -1;
-  assert_int_equal(zinc_cpu_adam(NULL, ZINC_CPU_ISA_SCALAR, &c, &seg, 1), ZINC_ERR_INVALID);
+  assert_int_equal(zinc_cpu_optim(NULL, ZINC_CPU_ISA_SCALAR, &c, 1, &seg, 1, ZINC_OPT_PASS_UPDATE, NULL), ZINC_ERR_INVALID);
   seg.n = 1;
   seg.grad = NULL;
-  assert_int_equal(zinc_cpu_adam(NULL, ZINC_CPU_ISA_SCALAR, &c, &seg, 1), ZINC_ERR_INVALID);
-  assert_int_equal(zinc_cpu_adam(NULL, ZINC_CPU_ISA_SCALAR, NULL, &seg, 1), ZINC_ERR_INVALID);
+  assert_int_equal(zinc_cpu_optim(NULL, ZINC_CPU_ISA_SCALAR, &c, 1, &seg, 1, ZINC_OPT_PASS_UPDATE, NULL), ZINC_ERR_INVALID);
+  assert_int_equal(zinc_cpu_optim(NULL, ZINC_CPU_ISA_SCALAR, NULL, 1, &seg, 1, ZINC_OPT_PASS_UPDATE, NULL), ZINC_ERR_INVALID);
   assert_true(x == 1.0f); /* nothing touched */
-  assert_int_equal(zinc_cpu_adam(NULL, (zinc_cpu_isa)9, &c, NULL, 0), ZINC_ERR_UNSUPPORTED);
+  assert_int_equal(zinc_cpu_optim(NULL, (zinc_cpu_isa)9, &c, 1, NULL, 0, ZINC_OPT_PASS_UPDATE, NULL), ZINC_ERR_UNSUPPORTED);
 }
 
 int main(void) {

@@ -30,7 +30,7 @@ typedef struct {
 static void run_all(zinc_threadpool *pool, zinc_cpu_isa isa, float *const grads[NSEG],
                     const uint16_t *chunk_data[NCHUNK], results *res) {
   test_rng r = {99};
-  zinc_adam_seg segs[NSEG];
+  zinc_opt_seg segs[NSEG];
   for (int s = 0; s < NSEG; s++) {
     int64_t n = seg_n[s];
     res->p[s] = malloc((size_t)n * 4);
@@ -41,13 +41,13 @@ static void run_all(zinc_threadpool *pool, zinc_cpu_isa isa, float *const grads[
     fill_decades(&r, res->m[s], ZINC_F32, n, -6.0f, -1.0f);
     for (int64_t i = 0; i < n; i++)
       res->v[s][i] = fabsf(rng_decades(&r, -9.0f, -2.0f));
-    segs[s] = (zinc_adam_seg){res->p[s], res->m[s], res->v[s], grads[s], res->out[s], n,
-                              ZINC_F32, ZINC_BF16, s != 1};
+    segs[s] = (zinc_opt_seg){res->p[s], res->m[s], res->v[s], grads[s], res->out[s], n,
+                              ZINC_F32, ZINC_BF16, s != 1, 0, 0.0f};
   }
-  zinc_adam_coef c;
+  zinc_opt_coef c;
   assert_int_equal(zinc_adam_coef_init(&c, 1e-3, 0.9, 0.999, 1e-8, 0.01, 1, 1, 5, 0.25), ZINC_OK);
   for (int step = 0; step < 3; step++)
-    assert_int_equal(zinc_cpu_adam(pool, isa, &c, segs, NSEG), ZINC_OK);
+    assert_int_equal(zinc_cpu_optim(pool, isa, &c, 1, segs, NSEG, ZINC_OPT_PASS_UPDATE, NULL), ZINC_OK);
 
   zinc_sumsq_chunk chunks[NCHUNK];
   for (int k = 0; k < NCHUNK; k++)

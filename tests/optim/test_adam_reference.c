@@ -96,12 +96,12 @@ static void replay_on(zinc_cpu_isa isa) {
     memset(v, 0, n * 4);
     double q = 0.0, max_abs = 0.0;
     for (uint32_t t = 0; t < ref.steps; t++) {
-      zinc_adam_coef c;
+      zinc_opt_coef c;
       assert_int_equal(zinc_adam_coef_init(&c, hp[0], hp[1], hp[2], hp[3], hp[4], adamw, 1,
                                            t + 1, 1.0), ZINC_OK);
-      zinc_adam_seg seg = {p, m, v, grads + (size_t)t * n, NULL, n, ZINC_F32, ZINC_F32,
-                           hp[4] > 0.0};
-      assert_int_equal(zinc_cpu_adam(NULL, isa, &c, &seg, 1), ZINC_OK);
+      zinc_opt_seg seg = {p, m, v, grads + (size_t)t * n, NULL, n, ZINC_F32, ZINC_F32,
+                           hp[4] > 0.0, 0, 0.0f};
+      assert_int_equal(zinc_cpu_optim(NULL, isa, &c, 1, &seg, 1, ZINC_OPT_PASS_UPDATE, NULL), ZINC_OK);
       q = fmax(q, worst("param", params + (size_t)t * n, p, n, &max_abs));
     }
     q = fmax(q, worst("exp_avg", m_final, m, n, &max_abs));
@@ -125,7 +125,7 @@ static void avx2_vs_torch(void **state) { replay_on(ZINC_CPU_ISA_AVX2); }
 static void avx512_vs_torch(void **state) { replay_on(ZINC_CPU_ISA_AVX512); }
 
 static void coefficients(void **state) {
-  zinc_adam_coef c;
+  zinc_opt_coef c;
   /* step 3, bias correction: computed in double, rounded once */
   assert_int_equal(zinc_adam_coef_init(&c, 1e-3, 0.9, 0.999, 1e-8, 0.1, 1, 1, 3, 0.5), ZINC_OK);
   assert_true(c.step_size == (float)(1e-3 / (1.0 - 0.9 * 0.9 * 0.9)));
@@ -139,7 +139,7 @@ static void coefficients(void **state) {
   assert_int_equal(zinc_adam_coef_init(&c, 2e-3, 0.9, 0.999, 1e-8, 0.0, 0, 0, 50, 1.0), ZINC_OK);
   assert_true(c.step_size == 2e-3f && c.inv_sqrt_bc2 == 1.0f && c.adamw == 0);
   /* bad arguments leave the output alone */
-  zinc_adam_coef before = c;
+  zinc_opt_coef before = c;
   assert_int_equal(zinc_adam_coef_init(&c, 1e-3, 0.9, 0.999, 1e-8, 0.0, 0, 1, 0, 1.0),
                    ZINC_ERR_INVALID);
   fprintf(stderr, "message: %s\n", zinc_last_error());
