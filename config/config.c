@@ -58,6 +58,8 @@ void zinc_settings_defaults(zinc_settings *s) {
   s->beta2 = 0.999;
   s->eps = 1e-8;
   s->adam_w_mode = 1;
+  s->max_coeff = 10.0;
+  s->min_coeff = 0.01;
   s->bias_correction = 1;
 
   s->scheduler = ZINC_SCHED_NONE;

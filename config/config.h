@@ -66,7 +66,10 @@ typedef enum {
 #define ZINC_AUTO_BIT(k) (1u << (k))
 
 typedef enum { ZINC_OFFLOAD_NONE = 0, ZINC_OFFLOAD_CPU, ZINC_OFFLOAD_NVME } zinc_offload_device;
-typedef enum { ZINC_OPTIM_ADAM = 0, ZINC_OPTIM_ADAMW } zinc_optim_type;
+/* optimizer.type; the optimizer's own kind (kernels/zinc_math.h) follows
+ * from it (Adam and AdamW are one kind). */
+typedef enum { ZINC_OPTIM_ADAM = 0, ZINC_OPTIM_ADAMW, ZINC_OPTIM_LAMB, ZINC_OPTIM_LION,
+               ZINC_OPTIM_ADAGRAD, ZINC_OPTIM_SGD } zinc_optim_type;
 typedef enum {
   ZINC_SCHED_NONE = 0,     /* constant lr */
   ZINC_SCHED_WARMUP_LR,    /* WarmupLR */
@@ -137,6 +140,12 @@ typedef struct {
                                              type Adam is decoupled unless
                                              adam_w_mode is false)         */
   int bias_correction;                    /* true                          */
+  /* Defaults of lr, betas, eps follow the type (docs/config.md): Lamb
+   * 1e-3, (0.9, 0.999), 1e-8; Lion 1e-3, (0.9, 0.999); Adagrad 1e-2, eps
+   * 1e-10; SGD 1e-3. */
+  double max_coeff, min_coeff;            /* Lamb: 10, 0.01                */
+  double momentum, dampening;             /* SGD: 0, 0                     */
+  int nesterov;                           /* SGD: false                    */
 
   /* ---- scheduler */
   zinc_sched_type scheduler;

@@ -170,7 +170,9 @@ static json_t *settings_json(const zinc_settings *s) {
   put(root, "bf16", bf16);
 
   json_t *opt = json_object(), *params = json_object(), *betas = json_array();
-  put(opt, "type", json_string(zinc_optim_type_name(s->optimizer)));
+  zinc_optim_type t = s->optimizer;
+  int adam = t == ZINC_OPTIM_ADAM || t == ZINC_OPTIM_ADAMW;
+  put(opt, "type", json_string(zinc_optim_type_name(t)));
   put(params, "lr", real_or_auto(s, ZINC_AUTO_LR, s->lr));
   uint32_t both = ZINC_AUTO_BIT(ZINC_AUTO_BETA1) | ZINC_AUTO_BIT(ZINC_AUTO_BETA2);
   if ((s->auto_mask & both) == both) {
@@ -180,11 +182,26 @@ static json_t *settings_json(const zinc_settings *s) {
     json_array_append_new(betas, real_or_auto(s, ZINC_AUTO_BETA1, s->beta1));
     json_array_append_new(betas, real_or_auto(s, ZINC_AUTO_BETA2, s->beta2));
   }
-  put(params, "betas", betas);
-  put(params, "eps", real_or_auto(s, ZINC_AUTO_EPS, s->eps));
+  if (adam || t == ZINC_OPTIM_LAMB || t == ZINC_OPTIM_LION)
+    put(params, "betas", betas);
+  else
+    json_decref(betas);
+  if (t != ZINC_OPTIM_LION && t != ZINC_OPTIM_SGD)
+    put(params, "eps", real_or_auto(s, ZINC_AUTO_EPS, s->eps));
   put(params, "weight_decay", real_or_auto(s, ZINC_AUTO_WEIGHT_DECAY, s->weight_decay));
-  put(params, "adam_w_mode", json_boolean(s->adam_w_mode));
-  put(params, "bias_correction", json_boolean(s->bias_correction));
+  if (adam)
+    put(params, "adam_w_mode", json_boolean(s->adam_w_mode));
+  if (adam || t == ZINC_OPTIM_LAMB)
+    put(params, "bias_correction", json_boolean(s->bias_correction));
+  if (t == ZINC_OPTIM_LAMB) {
+    put(params, "max_coeff", json_real(s->max_coeff));
+    put(params, "min_coeff", json_real(s->min_coeff));
+  }
+  if (t == ZINC_OPTIM_SGD) {
+    put(params, "momentum", json_real(s->momentum));
+    put(params, "dampening", json_real(s->dampening));
+    put(params, "nesterov", json_boolean(s->nesterov));
+  }
   put(opt, "params", params);
   put(root, "optimizer", opt);
 

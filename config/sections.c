@@ -40,7 +40,15 @@ const char *zinc_sched_type_name(zinc_sched_type t) {
 }
 
 const char *zinc_optim_type_name(zinc_optim_type t) {
-  return t == ZINC_OPTIM_ADAMW ? "AdamW" : "Adam";
+  switch (t) {
+  case ZINC_OPTIM_ADAM: return "Adam";
+  case ZINC_OPTIM_ADAMW: return "AdamW";
+  case ZINC_OPTIM_LAMB: return "Lamb";
+  case ZINC_OPTIM_LION: return "Lion";
+  case ZINC_OPTIM_ADAGRAD: return "Adagrad";
+  case ZINC_OPTIM_SGD: return "SGD";
+  }
+  return "unknown";
 }
 
 /* The section `name` of obj as an object (NULL when absent or null), with
@@ -242,10 +250,122 @@ static const zinc_key adam_keys[] = {
     ZINC_KINERT("torch_adam", "false"),
 };
 
-/* DeepSpeed's own optimizer names (lower case), for a precise message. */
+/* DeepSpeed's FusedLamb. max_grad_norm is its own clipping (zinc clips
+ * with gradient_clipping) and eps_inside_sqrt another formula: only their
+ * defaults are accepted. */
+static const zinc_key lamb_keys[] = {
+    ZINC_KF(T, "lr", lr, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
+    ZINC_KCUSTOM("betas"),
+    ZINC_KF(T, "eps", eps, 0, INF, ZINC_KEY_AUTO | ZINC_KEY_LO_OPEN, ZINC_AUTO_F64),
+    ZINC_KF(T, "weight_decay", weight_decay, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
+    ZINC_KB(T, "bias_correction", bias_correction),
+    ZINC_KF(T, "max_coeff", max_coeff, 0, INF, 0, 0),
+    ZINC_KF(T, "min_coeff", min_coeff, 0, INF, 0, 0),
+    ZINC_KCUSTOM("amsgrad"),
+    ZINC_KCUSTOM("max_grad_norm"),
+    ZINC_KCUSTOM("eps_inside_sqrt"),
+};
+
+/* DeepSpeed's FusedLion / DeepSpeedCPULion. */
+static const zinc_key lion_keys[] = {
+    ZINC_KF(T, "lr", lr, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
+    ZINC_KCUSTOM("betas"),
+    ZINC_KF(T, "weight_decay", weight_decay, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
+};
+
+/* torch.optim.Adagrad (what DeepSpeed builds on the GPU; its CPU Adagrad
+ * takes the same keys). lr_decay and a non-zero initial accumulator are
+ * not implemented: only their defaults are accepted. */
+static const zinc_key adagrad_keys[] = {
+    ZINC_KF(T, "lr", lr, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
+    ZINC_KF(T, "eps", eps, 0, INF, ZINC_KEY_AUTO | ZINC_KEY_LO_OPEN, ZINC_AUTO_F64),
+    ZINC_KF(T, "weight_decay", weight_decay, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
+    ZINC_KCUSTOM("amsgrad"),
+    ZINC_KCUSTOM("lr_decay"),
+    ZINC_KCUSTOM("initial_accumulator_value"),
+    ZINC_KCUSTOM("maximize"),
+    ZINC_KIGNORED("foreach"),
+};
+
+/* torch.optim.SGD, which DeepSpeed builds from optimizer.type "SGD". */
+static const zinc_key sgd_keys[] = {
+    ZINC_KF(T, "lr", lr, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
+    ZINC_KF(T, "momentum", momentum, 0, INF, 0, 0),
+    ZINC_KF(T, "dampening", dampening, 0, 1, 0, 0),
+    ZINC_KB(T, "nesterov", nesterov),
+    ZINC_KF(T, "weight_decay", weight_decay, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
+    ZINC_KCUSTOM("maximize"),
+    ZINC_KIGNORED("foreach"),
+    ZINC_KIGNORED("differentiable"),
+};
+
+typedef struct {
+  const char *name;         /* optimizer.type, as written out */
+  zinc_optim_type type;
+  const zinc_key *keys;
+  size_t nkeys;
+  int has_betas, has_amsgrad;
+} optim_spec;
+
+static const optim_spec optim_specs[] = {
+    {"Adam", ZINC_OPTIM_ADAM, adam_keys, ZINC_KEY_COUNT(adam_keys), 1, 1},
+    {"AdamW", ZINC_OPTIM_ADAMW, adam_keys, ZINC_KEY_COUNT(adam_keys), 1, 1},
+    {"Lamb", ZINC_OPTIM_LAMB, lamb_keys, ZINC_KEY_COUNT(lamb_keys), 1, 1},
+    {"Lion", ZINC_OPTIM_LION, lion_keys, ZINC_KEY_COUNT(lion_keys), 1, 0},
+    {"Adagrad", ZINC_OPTIM_ADAGRAD, adagrad_keys, ZINC_KEY_COUNT(adagrad_keys), 0, 1},
+    {"SGD", ZINC_OPTIM_SGD, sgd_keys, ZINC_KEY_COUNT(sgd_keys), 0, 0},
+};
+
+/* The defaults that depend on the type (DeepSpeed's and torch's
+ * constructors); the shared ones are zinc_settings_defaults'. */
+static void optim_defaults(zinc_settings *s) {
+  s->max_coeff = 10.0;
+  s->min_coeff = 0.01;
+  switch (s->optimizer) {
+  case ZINC_OPTIM_ADAGRAD:
+    s->lr = 1e-2;
+    s->eps = 1e-10;
+    break;
+  default:
+    break;
+  }
+}
+
+/* Keys of the optimizers' constructors whose other values change the
+ * formula: only the default is accepted (any other would train on with
+ * a different optimizer than the one asked for). */
+static const struct {
+  const char *key, *value, *why;
+} fixed_params[] = {
+    {"max_grad_norm", "0", "Lamb's own clipping; clip with gradient_clipping instead"},
+    {"eps_inside_sqrt", "false", "zinc's Lamb adds eps outside the square root"},
+    {"lr_decay", "0", "zinc's Adagrad has no learning-rate decay; use a scheduler"},
+    {"initial_accumulator_value", "0", "zinc's Adagrad starts its sum of squares at 0"},
+    {"maximize", "false", "zinc minimises the loss"},
+};
+
+static zinc_status check_fixed_params(zinc_cfg_reader *r, const json_t *params) {
+  for (size_t i = 0; i < ZINC_KEY_COUNT(fixed_params); i++) {
+    const json_t *v = json_object_get(params, fixed_params[i].key);
+    if (!v)
+      continue;
+    json_t *def = json_loads(fixed_params[i].value, JSON_DECODE_ANY, NULL);
+    int same = def && (json_equal(def, (json_t *)v) ||
+                       (json_is_number(def) && json_is_number(v) &&
+                        json_number_value(def) == json_number_value(v)));
+    json_decref(def);
+    if (!same) {
+      zinc_cfg_push(r, fixed_params[i].key);
+      return zinc_cfg_bad(r, v, "%s (%s)", fixed_params[i].value, fixed_params[i].why);
+    }
+  }
+  return ZINC_OK;
+}
+
+/* DeepSpeed's optimizer names zinc does not implement (lower case), for a
+ * precise message. */
 static const char *const deepspeed_optimizers[] = {
-    "adagrad", "lamb", "onebitadam", "onebitlamb", "zerooneadam",
-    "muadam", "muadamw", "musgd", "lion",
+    "onebitadam", "onebitlamb", "zerooneadam", "muadam", "muadamw", "musgd", "muon",
 };
 
 /* [b1, b2] or "auto" (both kept "auto"); an element may be "auto" too, as
@@ -277,36 +397,41 @@ static zinc_status read_betas(zinc_cfg_reader *r, const json_t *v, zinc_settings
 }
 
 static zinc_status read_optimizer_type(zinc_cfg_reader *r, const json_t *obj,
-                                       zinc_settings *s) {
+                                       zinc_settings *s, const optim_spec **spec) {
   const json_t *v = json_object_get(obj, "type");
   size_t mark = zinc_cfg_push(r, "type");
   const char *type;
+  const char *expect = "\"Adam\", \"AdamW\", \"Lamb\", \"Lion\", \"Adagrad\" or \"SGD\"";
   if (!v)
-    return zinc_cfg_bad(r, NULL, "\"Adam\" or \"AdamW\"");
+    return zinc_cfg_bad(r, NULL, "%s", expect);
   ZINC_CHECK(zinc_cfg_string(r, v, &type));
-  if (strcasecmp(type, "adam") == 0) {
-    s->optimizer = ZINC_OPTIM_ADAM;
-  } else if (strcasecmp(type, "adamw") == 0) {
-    s->optimizer = ZINC_OPTIM_ADAMW;
-  } else {
-    /* Never Adam in another optimizer's place (with its lr and params):
+  *spec = NULL;
+  for (size_t i = 0; i < ZINC_KEY_COUNT(optim_specs); i++)
+    if (strcasecmp(type, optim_specs[i].name) == 0)
+      *spec = &optim_specs[i];
+  if (!*spec) {
+    /* Never another optimizer in the place of the one asked for:
      * zero_allow_untested_optimizer lets DeepSpeed run a client optimizer,
      * and zinc has none to run. */
     int deepspeed_has = 0;
     for (size_t i = 0; i < ZINC_KEY_COUNT(deepspeed_optimizers); i++)
       deepspeed_has |= strcasecmp(type, deepspeed_optimizers[i]) == 0;
-    static const char *const ours[] = {"Adam", "AdamW"};
-    const char *guess = deepspeed_has ? NULL : zinc_cfg_suggest(type, ours, 2);
+    const char *ours[ZINC_KEY_COUNT(optim_specs)];
+    for (size_t i = 0; i < ZINC_KEY_COUNT(optim_specs); i++)
+      ours[i] = optim_specs[i].name;
+    const char *guess =
+        deepspeed_has ? NULL : zinc_cfg_suggest(type, ours, (int)ZINC_KEY_COUNT(optim_specs));
     char hint[64] = "";
     if (guess)
       snprintf(hint, sizeof hint, " (did you mean \"%s\"?)", guess);
-    return zinc_cfg_bad(r, v, "\"Adam\" or \"AdamW\"%s: zinc does not implement \"%s\" yet "
-                        "(implemented: Adam, AdamW)%s", hint, type,
+    return zinc_cfg_bad(r, v, "%s%s: zinc does not implement \"%s\"%s", expect, hint, type,
                         s->zero_allow_untested_optimizer
                             ? "; zero_allow_untested_optimizer does not change that, zinc "
                               "never runs another optimizer in its place"
                             : "");
   }
+  s->optimizer = (*spec)->type;
+  optim_defaults(s);
   zinc_cfg_pop(r, mark);
   return ZINC_OK;
 }
@@ -314,27 +439,29 @@ static zinc_status read_optimizer_type(zinc_cfg_reader *r, const json_t *obj,
 static zinc_status read_optimizer(zinc_cfg_reader *r, const json_t *root, zinc_settings *s) {
   const json_t *obj, *params;
   size_t mark, pmark;
+  const optim_spec *spec = NULL;
   ZINC_CHECK(section(r, root, "optimizer", &obj, &mark));
   if (!obj)
     goto done;
   ZINC_CHECK(zinc_cfg_walk(r, obj, optimizer_keys, ZINC_KEY_COUNT(optimizer_keys), s,
                            sizeof *s));
-  ZINC_CHECK(read_optimizer_type(r, obj, s));
+  ZINC_CHECK(read_optimizer_type(r, obj, s, &spec));
   ZINC_CHECK(section(r, obj, "params", &params, &pmark));
   if (params) {
-    ZINC_CHECK(zinc_cfg_walk(r, params, adam_keys, ZINC_KEY_COUNT(adam_keys), s, sizeof *s));
+    ZINC_CHECK(zinc_cfg_walk(r, params, spec->keys, spec->nkeys, s, sizeof *s));
+    ZINC_CHECK(check_fixed_params(r, params));
     const json_t *v;
     size_t m;
-    if ((v = zinc_cfg_enter(r, params, "betas", &m))) {
+    if (spec->has_betas && (v = zinc_cfg_enter(r, params, "betas", &m))) {
       ZINC_CHECK(read_betas(r, v, s));
       zinc_cfg_pop(r, m);
     }
-    if ((v = zinc_cfg_enter(r, params, "amsgrad", &m))) {
+    if (spec->has_amsgrad && (v = zinc_cfg_enter(r, params, "amsgrad", &m))) {
       int amsgrad;
       ZINC_CHECK(zinc_cfg_bool(r, v, &amsgrad));
       if (amsgrad)
-        return zinc_cfg_bad(r, v, "false (zinc's Adam, like DeepSpeed's FusedAdam, has no "
-                            "AMSGrad variant)");
+        return zinc_cfg_bad(r, v, "false (zinc's %s, like DeepSpeed's fused optimizers, has "
+                            "no AMSGrad variant)", spec->name);
       zinc_cfg_pop(r, m);
     }
     /* DeepSpeed: type AdamW is decoupled whatever adam_w_mode says. */
@@ -342,6 +469,19 @@ static zinc_status read_optimizer(zinc_cfg_reader *r, const json_t *root, zinc_s
     if (s->optimizer == ZINC_OPTIM_ADAMW && v && !s->adam_w_mode)
       zinc_cfg_warn(r, "%s.adam_w_mode = false has no effect with type \"AdamW\" (decoupled "
                     "weight decay is used, as DeepSpeed does)", r->path);
+    if (s->optimizer == ZINC_OPTIM_LAMB && s->min_coeff > s->max_coeff) {
+      v = json_object_get(params, "min_coeff");
+      zinc_cfg_push(r, "min_coeff");
+      return zinc_cfg_bad(r, v, "a number <= max_coeff (%g)", s->max_coeff);
+    }
+    if (s->optimizer == ZINC_OPTIM_SGD && s->nesterov &&
+        (s->momentum <= 0.0 || s->dampening != 0.0)) {
+      v = json_object_get(params, "nesterov");
+      zinc_cfg_push(r, "nesterov");
+      return zinc_cfg_bad(r, v, "false: Nesterov momentum needs momentum > 0 and dampening 0 "
+                          "(momentum %g, dampening %g), as torch.optim.SGD requires",
+                          s->momentum, s->dampening);
+    }
   }
   zinc_cfg_pop(r, pmark);
   if (s->optimizer == ZINC_OPTIM_ADAMW)

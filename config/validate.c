@@ -80,6 +80,17 @@ static zinc_status check_offload(zinc_cfg_reader *r, const json_t *root,
 }
 
 static zinc_status check_zero(zinc_cfg_reader *r, const json_t *root, zinc_settings *s) {
+  /* DeepSpeed builds torch.optim.SGD from optimizer.type "SGD" and runs it
+   * under ZeRO only with zero_allow_untested_optimizer; zinc asks the same
+   * so that a file moves between the two unchanged. */
+  if (s->optimizer == ZINC_OPTIM_SGD && s->stage >= 1 && !s->zero_allow_untested_optimizer) {
+    point_at(r, "optimizer.type");
+    return zinc_cfg_bad(r, json_at(root, "optimizer.type"),
+                        "an optimizer DeepSpeed supports under ZeRO, or set "
+                        "\"zero_allow_untested_optimizer\": true: \"SGD\" is a torch "
+                        "optimizer, which DeepSpeed runs with ZeRO stage %d only with that "
+                        "flag (zinc implements it as torch.optim.SGD)", s->stage);
+  }
   ZINC_CHECK(check_offload(r, root, s, "offload_optimizer", &s->offload_optimizer, 1));
   ZINC_CHECK(check_offload(r, root, s, "offload_param", &s->offload_param, 3));
   /* DeepSpeed 0.14.4 means to reject a ratio < 1 below stage 3, but its

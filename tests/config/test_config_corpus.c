@@ -454,6 +454,25 @@ static void scheduler_onecycle_without_max_lr(const zinc_settings *s) {
   assert_string_equal(s->offload_optimizer.nvme_paths[0], "/local_nvme");
 }
 
+static void optimizer_lamb(const zinc_settings *s) {
+  assert_int_equal(s->optimizer, ZINC_OPTIM_LAMB);
+  assert_true(s->lr == 0.011 && s->max_coeff == 0.3 && s->min_coeff == 0.01);
+  assert_true(s->beta1 == 0.9 && s->beta2 == 0.999 && s->eps == 1e-8 && s->bias_correction);
+}
+
+/* DeepSpeed asks zero_allow_untested_optimizer for FusedLamb under ZeRO;
+ * zinc implements and tests Lamb, so the flag is accepted and not needed. */
+static void untested_optimizer_lamb(const zinc_settings *s) {
+  assert_int_equal(s->optimizer, ZINC_OPTIM_LAMB);
+  assert_true(s->lr == 0.002 && s->weight_decay == 0.01 && s->zero_allow_untested_optimizer);
+}
+
+/* torch.optim.SGD under ZeRO with the flag DeepSpeed asks for it. */
+static void untested_optimizer_sgd(const zinc_settings *s) {
+  assert_int_equal(s->optimizer, ZINC_OPTIM_SGD);
+  assert_true(s->lr == 0.1 && s->momentum == 0.9 && s->dampening == 0.0 && !s->nesterov);
+}
+
 static void bucket_size_fraction(const zinc_settings *s) {
   assert_int_equal(s->reduce_bucket_size, 15099494); /* truncated, as pydantic's int() */
   assert_int_equal(s->allgather_bucket_size, 200000000);
@@ -508,6 +527,9 @@ static const valid_case valid_cases[] = {
     VALID(opt_style_fp16_static, 0),
     VALID(total_steps_auto, 0),
     VALID(partial_offload_stage2, 1), /* ratio: partial offload not implemented */
+    VALID(optimizer_lamb, 0),
+    VALID(untested_optimizer_lamb, 0),
+    VALID(untested_optimizer_sgd, 0),
     VALID(scheduler_lr_range_test, 0),
     VALID(scheduler_onecycle, 0),
     VALID(scheduler_onecycle_without_max_lr, 0),
@@ -613,7 +635,6 @@ static const invalid_case invalid_cases[] = {
     {"offload_device_gpu.json", "zero_optimization.offload_optimizer.device:", "found \"gpu\""},
     {"offload_ratio_above_one.json", "zero_optimization.offload_optimizer.ratio:",
      "found 1.5"},
-    {"optimizer_lamb.json", "optimizer.type:", "found \"Lamb\""},
     {"optimizer_params_list.json", "optimizer.params:", "found [0.001,0.9]"},
     {"optimizer_typo.json", "optimizer.type:", "found \"AdamX\""},
     {"optimizer_without_type.json", "optimizer.type:", "found nothing"},
@@ -632,8 +653,9 @@ static const invalid_case invalid_cases[] = {
     {"stage_fraction.json", "zero_optimization.stage:", "found 2.5"},
     {"stage_out_of_range.json", "zero_optimization.stage:", "found 4"},
     {"top_level_array.json", "(top level):", "found [{\"train_batch_size\":8}]"},
-    {"untested_optimizer_lamb.json", "optimizer.type:", "found \"Lamb\""},
-    {"untested_optimizer_sgd.json", "optimizer.type:", "found \"SGD\""},
+    {"sgd_zero_without_untested_flag.json", "optimizer.type:", "zero_allow_untested_optimizer"},
+    {"lamb_max_grad_norm.json", "optimizer.params.max_grad_norm:", "gradient_clipping"},
+    {"sgd_nesterov_without_momentum.json", "optimizer.params.nesterov:", "momentum > 0"},
     {"unterminated_string.json", "(in optimizer.type)", "near '\"Adam,'"},
     {"warmup_type_unknown.json", "scheduler.params.warmup_type:", "found \"exp\""},
     {"weight_decay_auto_string.json", "optimizer.params.weight_decay:", "found \"0.01\""},
@@ -680,7 +702,7 @@ static void invalid_corpus_fails_with_path(void **state) {
  * training). The flag with Adam or AdamW loads without a warning. */
 static void untested_optimizer_never_runs_adam(void **state) {
   (void)state;
-  static const char *const types[] = {"SGD", "Lamb", "Lion", "Adagrad", "OneBitAdam"};
+  static const char *const types[] = {"OneBitAdam", "ZeroOneAdam", "OneBitLamb", "MuAdam"};
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
     for (int allow = 0; allow < 2; allow++) {
       char json[256], quoted[64];
@@ -694,14 +716,14 @@ static void untested_optimizer_never_runs_adam(void **state) {
       if (st != ZINC_ERR_CONFIG || cfg)
         fail_msg("%s: status %s, expected ZINC_ERR_CONFIG", json, zinc_status_name(st));
       static const char *const words[] = {"optimizer.type", "does not implement",
-                                          "Adam, AdamW"};
+                                          "\"Lamb\", \"Lion\", \"Adagrad\" or \"SGD\""};
       if (!strstr(msg, quoted))
         fail_msg("%s: message does not name %s: %s", json, quoted, msg);
       for (size_t w = 0; w < sizeof words / sizeof words[0]; w++)
         if (!strstr(msg, words[w]))
           fail_msg("%s: message lacks \"%s\": %s", json, words[w], msg);
     }
-  static const char *const ours[] = {"Adam", "AdamW", "adamw"};
+  static const char *const ours[] = {"Adam", "AdamW", "adamw", "Lamb", "Lion", "Adagrad", "SGD"};
   for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++) {
     char json[256];
     snprintf(json, sizeof json, "{\"train_batch_size\": 8, \"zero_allow_untested_optimizer\": "
