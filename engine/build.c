@@ -140,8 +140,10 @@ void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_
   }
   int64_t opt_numel = stage == 0 ? e->total_numel : e->shard_numel;
   if (e->cfg.offload_optimizer.device != ZINC_OFFLOAD_NVME)
-    bytes[opt_loc][ZINC_MEM_OPTIM] += (zinc_master_aliases_params(e) ? 2 : 3) *
-                                      (uint64_t)opt_numel * 4;
+    bytes[opt_loc][ZINC_MEM_OPTIM] += (uint64_t)(zinc_master_aliases_params(e) ? 0 : 4) *
+                                          (uint64_t)opt_numel +
+                                      (uint64_t)zinc_opt_state_bytes(&e->optim) *
+                                          (uint64_t)opt_numel;
   bytes[ZINC_LOC_HOST][ZINC_MEM_BUFFERS] += zinc_offload_staging_bytes(e);
   zinc_nvme_sizes(e, bytes);
 }
@@ -203,10 +205,13 @@ static zinc_status alloc_states(zinc_engine *e) {
     if (!e->master_in_params)
       ZINC_CHECK(zinc_engine_buffer_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM,
                                           (void **)&e->master, "fp32 master parameters"));
-    ZINC_CHECK(zinc_engine_buffer_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM,
-                                        (void **)&e->exp_avg, "Adam exp_avg"));
-    ZINC_CHECK(zinc_engine_buffer_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM,
-                                        (void **)&e->exp_avg_sq, "Adam exp_avg_sq"));
+    /* only the slots this optimizer keeps (optim/optimizer.h) */
+    if (e->opt_slots & ZINC_OPT_SLOT_EXP_AVG)
+      ZINC_CHECK(zinc_engine_buffer_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM,
+                                          (void **)&e->exp_avg, "optimizer exp_avg"));
+    if (e->opt_slots & ZINC_OPT_SLOT_EXP_AVG_SQ)
+      ZINC_CHECK(zinc_engine_buffer_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM,
+                                          (void **)&e->exp_avg_sq, "optimizer exp_avg_sq"));
   }
   ZINC_CHECK(zinc_offload_init(e));
   return zinc_nvme_init(e);

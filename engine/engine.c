@@ -355,6 +355,23 @@ zinc_status zinc_engine_build(zinc_engine *e, zinc_init_fn init, void *ctx) {
     st = zinc_error(ZINC_ERR_CONFIG, "bf16.enabled is true but parameters are registered "
                     "as f16; register them as ZINC_BF16 or enable fp16 instead");
   if (st == ZINC_OK) {
+    zinc_opt_from_config(e);
+    if (e->optim.kind == ZINC_OPT_LAMB && e->mp_size > 1)
+      st = zinc_error(ZINC_ERR_UNSUPPORTED, "optimizer.type \"Lamb\" with model parallelism "
+                      "(model_parallel_size %d): Lamb's trust ratio needs each parameter's "
+                      "norm over its model-parallel shards, which zinc does not compute yet; "
+                      "use Adam or Lion, or model_parallel_size 1", e->mp_size);
+    else if (e->optim.kind == ZINC_OPT_LAMB &&
+             (e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NVME || zinc_offload_staged(e)))
+      st = zinc_error(ZINC_ERR_UNSUPPORTED, "optimizer.type \"Lamb\" with offload_optimizer "
+                      "device \"%s\"%s: Lamb's two passes over the state are built for state "
+                      "in memory only; use offload_optimizer \"cpu\" on the CPU build, no "
+                      "offload, or another optimizer",
+                      zinc_offload_device_name(e->cfg.offload_optimizer.device),
+                      e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NVME
+                          ? "" : " through the staged copy pipeline (a GPU run)");
+  }
+  if (st == ZINC_OK) {
     zinc_loss_scaler_init(&e->scaler, &e->cfg);
     st = zinc_layout_build(e);
   }

@@ -41,6 +41,7 @@
 #include "comm/comm.h"
 #include "device/device.h"
 #include "optim/loss_scaler.h"
+#include "optim/optimizer.h"
 #include "zinc.h"
 #include "kernels/zinc_math.h"
 
@@ -145,6 +146,10 @@ typedef struct {
   int64_t unit_offset;    /* first element inside the unit */
   int64_t n;
   int decay;
+  int param;              /* Lamb: the parameter (zinc_param.index) every
+                             element belongs to (padding: the one before);
+                             -1 for the other optimizers, whose runs may
+                             span parameters */
 } zinc_opt_run;
 
 /* ------------------------------------------------------------- gradients */
@@ -260,6 +265,8 @@ struct zinc_engine {
   float *grad_part;       /* stage 2/3: (S) f32 reduced gradient partition */
   float *master, *exp_avg, *exp_avg_sq; /* (opt_numel) f32 */
   int64_t opt_numel;      /* S, or N*S at stage 0 */
+  zinc_opt_hparams optim;  /* the optimizer (optimizer.type and params) */
+  int opt_slots;          /* its state slots (ZINC_OPT_SLOT_* bits)     */
   int opt_location;       /* ZINC_LOC_DEVICE or ZINC_LOC_HOST (offload); with
                              NVMe offload master/m/v are NULL and live in
                              nvme's swap area, the gradient partition on the
@@ -520,6 +527,13 @@ int zinc_offload_staged(const zinc_engine *e);
  * ranges of one element. */
 #define ZINC_SUB_GROUP_FOR_ZERO ((int64_t)16 << 20)
 int64_t zinc_offload_sub_group(const zinc_engine *e);
+/* Lamb: its runs are also cut every zinc_lamb_grid elements of the shard
+ * (the same cut on every rank and at stage 0), and its sub-groups have
+ * that size, so that no offload path cuts a run further: each run's norms
+ * are then the same bits whatever the stage or offload target. */
+int64_t zinc_lamb_grid(const zinc_engine *e);
+/* The optimizer's hyperparameters from the resolved config. */
+void zinc_opt_from_config(zinc_engine *e);
 /* Pinned staging the build allocates for it (0 when not staged). */
 size_t zinc_offload_staging_bytes(const zinc_engine *e);
 zinc_status zinc_offload_init(zinc_engine *e);

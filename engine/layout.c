@@ -69,8 +69,8 @@ static zinc_status layout_segments(zinc_engine *e, zinc_module *m) {
 /* Decay flag of element x of a segment: the flag of the last parameter that
  * starts at or before x (padding after a parameter inherits its flag; it is
  * zero either way). Returns the end of the run of that flag. */
-static int64_t decay_run(const zinc_module *m, int seg, int64_t x, int *decay) {
-  int flag = 1;
+static int64_t decay_run(const zinc_module *m, int seg, int64_t x, int *decay, int *param) {
+  int flag = 1, at = -1;
   int64_t end = m->segs[seg].numel;
   for (int i = 0; i < m->nparams; i++) {
     const zinc_param *p = m->params[i];
@@ -78,19 +78,21 @@ static int64_t decay_run(const zinc_module *m, int seg, int64_t x, int *decay) {
       continue;
     if (p->seg_offset <= x) {
       flag = p->decay;
+      at = p->index;
     } else {
       end = p->seg_offset;
       break;
     }
   }
   *decay = flag;
+  *param = at;
   return end;
 }
 
 static zinc_status runs_add(zinc_engine *e, int *cap, zinc_opt_run run) {
   if (e->nruns > 0) {
     zinc_opt_run *last = &e->runs[e->nruns - 1];
-    if (last->unit == run.unit && last->owner == run.owner && last->decay == run.decay &&
+    if (run.param < 0 && last->unit == run.unit && last->owner == run.owner && last->decay == run.decay &&
         last->unit_offset + last->n == run.unit_offset &&
         last->opt_offset + last->n == run.opt_offset) {
       last->n += run.n;
@@ -103,9 +105,13 @@ static zinc_status runs_add(zinc_engine *e, int *cap, zinc_opt_run run) {
   return ZINC_OK;
 }
 
-/* The optimizer's runs: every owned chunk, cut where the decay flag changes. */
+/* The optimizer's runs: every owned chunk, cut where the decay flag
+ * changes; for Lamb also at every parameter and every zinc_lamb_grid
+ * elements of the shard (see engine.h). */
 static zinc_status layout_runs(zinc_engine *e) {
   int cap = 0;
+  int lamb = e->optim.kind == ZINC_OPT_LAMB;
+  int64_t grid = lamb ? zinc_lamb_grid(e) : 0;
   e->nruns = 0;
   for (int ui = 0; ui < e->nunits; ui++) {
     const zinc_unit *u = &e->units[ui];
@@ -115,16 +121,25 @@ static zinc_status layout_runs(zinc_engine *e) {
     for (int r = r0; r < r1; r++) {
       int64_t a = (int64_t)r * u->chunk, b = a + u->chunk;
       while (a < b) {
-        int decay;
-        int64_t end = decay_run(m, u->segment, u->seg_offset + a, &decay) - u->seg_offset;
+        int decay, param;
+        int64_t end = decay_run(m, u->segment, u->seg_offset + a, &decay, &param) - u->seg_offset;
         if (end > b)
           end = b;
+        if (lamb) { /* the next grid point in shard coordinates */
+          int64_t sx = u->shard_offset + (a - (int64_t)r * u->chunk);
+          int64_t next = (sx / grid + 1) * grid - sx + a;
+          if (end > next)
+            end = next;
+        } else {
+          param = -1;
+        }
         zinc_opt_run run = {.unit = ui,
                             .owner = r,
                             .opt_offset = zinc_layout_opt_offset(e, u, r) + (a - (int64_t)r * u->chunk),
                             .unit_offset = a,
                             .n = end - a,
-                            .decay = decay};
+                            .decay = decay,
+                            .param = param};
         ZINC_CHECK(runs_add(e, &cap, run));
         a = end;
       }

@@ -32,7 +32,18 @@
 
 enum { ZINC_STAGING_MAX = 16 << 20 }; /* elements per staging slot */
 
+int64_t zinc_lamb_grid(const zinc_engine *e) {
+  int64_t g = e->cfg.sub_group_size > 0 ? e->cfg.sub_group_size : ZINC_SUB_GROUP_FOR_ZERO;
+  if (g > ZINC_STAGING_MAX)
+    g = ZINC_STAGING_MAX;
+  if (g > e->shard_numel)
+    g = e->shard_numel;
+  return g > 0 ? g : 1;
+}
+
 int64_t zinc_offload_sub_group(const zinc_engine *e) {
+  if (e->optim.kind == ZINC_OPT_LAMB)
+    return zinc_lamb_grid(e);
   int64_t g = e->cfg.sub_group_size > 0 ? e->cfg.sub_group_size : ZINC_SUB_GROUP_FOR_ZERO;
   if (g > e->opt_numel)
     g = e->opt_numel;

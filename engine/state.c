@@ -84,6 +84,13 @@ static zinc_status check_args(zinc_engine *e, zinc_param *p, zinc_state_kind kin
                       p->module->name, p->name);
   if ((unsigned)kind > ZINC_STATE_EXP_AVG_SQ)
     return zinc_error(ZINC_ERR_INVALID, "%s: unknown state kind %d", what, (int)kind);
+  int slot = kind == ZINC_STATE_EXP_AVG ? ZINC_OPT_SLOT_EXP_AVG
+             : kind == ZINC_STATE_EXP_AVG_SQ ? ZINC_OPT_SLOT_EXP_AVG_SQ : 0;
+  if (slot && !(e->opt_slots & slot))
+    return zinc_error(ZINC_ERR_INVALID, "%s(\"%s.%s\"): optimizer \"%s\" keeps no %s (its "
+                      "state: optim/optimizer.h)", what, p->module->name, p->name,
+                      zinc_opt_kind_str(e->optim.kind),
+                      kind == ZINC_STATE_EXP_AVG ? "exp_avg" : "exp_avg_sq");
   return ZINC_OK;
 }
 

@@ -241,11 +241,10 @@ static zinc_status adam_segments(zinc_engine *e, zinc_opt_seg **out) {
     int gdt;
     const char *g = zinc_grads_chunk(e, run->unit, run->owner, &gdt);
     zinc_opt_seg *s = &segs[i];
-    if (e->exp_avg) { /* in memory; with NVMe offload nvme.c points into its buffers */
-      s->master = e->master ? e->master + run->opt_offset : NULL; /* NULL: below */
-      s->exp_avg = e->exp_avg + run->opt_offset;
-      s->exp_avg_sq = e->exp_avg_sq + run->opt_offset;
-    }
+    /* in memory; with NVMe offload nvme.c points into its buffers */
+    s->master = e->master ? e->master + run->opt_offset : NULL; /* NULL: below */
+    s->exp_avg = e->exp_avg ? e->exp_avg + run->opt_offset : NULL;
+    s->exp_avg_sq = e->exp_avg_sq ? e->exp_avg_sq + run->opt_offset : NULL;
     s->grad = g + (size_t)in_chunk * zinc_dt_size(gdt);
     s->grad_dtype = gdt;
     s->n = run->n;
@@ -267,6 +266,113 @@ static zinc_status adam_segments(zinc_engine *e, zinc_opt_seg **out) {
   return ZINC_OK;
 }
 
+void zinc_opt_from_config(zinc_engine *e) {
+  const zinc_settings *s = &e->cfg;
+  zinc_opt_hparams h = {0};
+  switch (s->optimizer) {
+  case ZINC_OPTIM_LAMB: h.kind = ZINC_OPT_LAMB; break;
+  case ZINC_OPTIM_LION: h.kind = ZINC_OPT_LION; break;
+  case ZINC_OPTIM_ADAGRAD: h.kind = ZINC_OPT_ADAGRAD; break;
+  case ZINC_OPTIM_SGD: h.kind = ZINC_OPT_SGD; break;
+  default: h.kind = ZINC_OPT_ADAM; break;
+  }
+  h.lr = s->lr;
+  h.beta1 = s->beta1;
+  h.beta2 = s->beta2;
+  h.eps = s->eps;
+  h.weight_decay = s->weight_decay;
+  h.adamw = s->optimizer == ZINC_OPTIM_ADAMW ? 1 : s->adam_w_mode;
+  h.bias_correction = s->bias_correction;
+  h.momentum = s->momentum;
+  h.dampening = s->dampening;
+  h.nesterov = s->nesterov;
+  h.min_coeff = s->min_coeff;
+  h.max_coeff = s->max_coeff;
+  e->optim = h;
+  e->opt_slots = zinc_opt_state_slots(&h);
+}
+
+/* Lamb between its passes: every parameter's squared weight and update
+ * norms, from the UPDATE pass's per-run sums (norms[2i], norms[2i+1]), in
+ * one order at every stage: per owner rank the runs of a parameter in
+ * shard order, then the owners in rank order (at stage 0 every rank holds
+ * every owner's runs; at stages 1-3 one all-gather over the data-parallel
+ * group brings them). Sets each segment's clamped trust ratio. Collective
+ * over the data-parallel group at stages 1-3. */
+static zinc_status lamb_ratios(zinc_engine *e, const zinc_opt_coef *c, zinc_opt_seg *segs,
+                               const double *norms) {
+  int np = e->nparams, owners = e->dp_size;
+  int local_owners = e->cfg.stage == 0 ? owners : 1;
+  double *all = NULL, *mine = NULL;
+  float *ratio = NULL;
+  size_t per = 2 * (size_t)np;
+  zinc_status st = zinc_engine_host_calloc(e, (void **)&all, per * (size_t)owners + 1,
+                                           sizeof *all, "Lamb norms");
+  if (st == ZINC_OK)
+    st = zinc_engine_host_calloc(e, (void **)&mine, per * (size_t)local_owners + 1,
+                                 sizeof *mine, "Lamb norms");
+  if (st == ZINC_OK)
+    st = zinc_engine_host_calloc(e, (void **)&ratio, (size_t)np + 1, sizeof *ratio,
+                                 "Lamb trust ratios");
+  ZINC_CHECK_GOTO(zinc_engine_agree(e, e->dp_host, st), st, out);
+  for (int i = 0; i < e->nruns; i++) {
+    const zinc_opt_run *r = &e->runs[i];
+    double *at = mine + per * (size_t)(e->cfg.stage == 0 ? r->owner : 0) + 2 * (size_t)r->param;
+    at[0] += norms[2 * i];
+    at[1] += norms[2 * i + 1];
+  }
+  if (e->cfg.stage == 0 || e->dp_size == 1)
+    memcpy(all, mine, per * (size_t)local_owners * sizeof *all);
+  else
+    ZINC_CHECK_GOTO(zinc_comm_allgather(e->dp_host, mine, all, per, ZINC_DT_F64), st, out);
+  for (int p = 0; p < np; p++) {
+    double w = 0.0, u = 0.0;
+    for (int r = 0; r < owners; r++) {
+      w += all[per * (size_t)r + 2 * (size_t)p];
+      u += all[per * (size_t)r + 2 * (size_t)p + 1];
+    }
+    ratio[p] = zinc_lamb_ratio(w, u, c->min_coeff, c->max_coeff);
+  }
+  for (int i = 0; i < e->nruns; i++)
+    segs[i].lamb_ratio = ratio[e->runs[i].param];
+out:
+  free(all);
+  free(mine);
+  free(ratio);
+  return st;
+}
+
+/* Lamb's UPDATE pass over the runs in memory, then the trust ratios (a
+ * collective); the caller runs the APPLY pass. Failures are agreed over
+ * the data-parallel group before the collective. */
+static zinc_status lamb_update(zinc_engine *e, const zinc_opt_coef *c, int ncoef,
+                               zinc_opt_seg *segs) {
+  double *norms = NULL;
+  zinc_opt_seg *upd = NULL;
+  zinc_status st = zinc_engine_host_calloc(e, (void **)&norms, 2 * (size_t)e->nruns + 1,
+                                           sizeof *norms, "Lamb norms");
+  if (st == ZINC_OK)
+    st = zinc_engine_host_calloc(e, (void **)&upd, (size_t)e->nruns + 1, sizeof *upd,
+                                 "optimizer runs");
+  if (st == ZINC_OK) {
+    memcpy(upd, segs, (size_t)e->nruns * sizeof *upd);
+    for (int i = 0; i < e->nruns; i++)
+      upd[i].param_out = NULL; /* the weights move in APPLY */
+    st = e->dev->ops->optim(e->dev, e->stream, c, ncoef, upd, e->nruns, ZINC_OPT_PASS_UPDATE,
+                            norms);
+  }
+  if (st == ZINC_OK)
+    st = zinc_engine_sync(e);
+  if (st != ZINC_OK)
+    zinc_error_wrap(st, "Lamb moments (step %lld)", (long long)e->step + 1);
+  st = zinc_engine_agree(e, e->dp_host, st);
+  if (st == ZINC_OK)
+    st = lamb_ratios(e, c, segs, norms);
+  free(norms);
+  free(upd);
+  return st;
+}
+
 /* Optimizer state in memory, parameter partition on NVMe: each run's
  * updated parameters go through a staging buffer to the swap area. */
 static zinc_status adam_params_on_disk(zinc_engine *e, const zinc_opt_coef *c,
@@ -284,7 +390,9 @@ static zinc_status adam_params_on_disk(zinc_engine *e, const zinc_opt_coef *c,
     const zinc_unit *u = &e->units[run->unit];
     zinc_opt_seg s = segs[i];
     s.param_out = staging;
-    st = e->dev->ops->optim(e->dev, e->stream, c, 1, &s, 1, ZINC_OPT_PASS_UPDATE, NULL);
+    st = e->dev->ops->optim(e->dev, e->stream, c, 1, &s, 1,
+                            zinc_opt_two_pass(c->kind) ? ZINC_OPT_PASS_APPLY
+                                                       : ZINC_OPT_PASS_UPDATE, NULL);
     size_t es = zinc_dtype_size(u->dtype);
     if (st == ZINC_OK)
       st = zinc_pshard_write(e, u->shard_byte + (size_t)(run->unit_offset - (int64_t)run->owner * u->chunk) * es,
@@ -364,14 +472,23 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
     coef = e->cfg.gradient_clipping / (norm + 1e-6);
 
   zinc_opt_coef c;
-  int adamw = e->cfg.optimizer == ZINC_OPTIM_ADAMW ? 1 : e->cfg.adam_w_mode;
-  double beta1, beta2; /* OneCycle cycles beta1 (and sets beta2 0.99) */
-  zinc_betas_at(&e->cfg, e->step, &beta1, &beta2);
-  ZINC_CHECK(zinc_adam_coef_init(&c, lr, beta1, beta2, e->cfg.eps,
-                                 e->cfg.weight_decay, adamw, e->cfg.bias_correction, e->step + 1,
-                                 base * coef));
+  zinc_opt_hparams h = e->optim;
+  h.lr = lr;
+  /* OneCycle cycles beta1 (and sets beta2 0.99) */
+  zinc_betas_at(&e->cfg, e->step, &h.beta1, &h.beta2);
+  ZINC_CHECK(zinc_opt_coef_init(&c, &h, e->step + 1, base * coef));
   zinc_opt_seg *segs = NULL;
   zinc_status st = adam_segments(e, &segs);
+  if (st == ZINC_OK && zinc_opt_two_pass(c.kind)) {
+    /* Lamb: moments and norms, trust ratios; APPLY below */
+    st = zinc_engine_agree(e, e->dp_host, st);
+    if (st == ZINC_OK)
+      st = lamb_update(e, &c, 1, segs);
+    if (st != ZINC_OK) {
+      free(segs);
+      return st; /* agreed: every rank has it */
+    }
+  }
   if (st != ZINC_OK)
     ; /* agreed below, with the update's own failures */
   else if (zinc_nvme_opt_on_disk(e))
@@ -381,7 +498,9 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
   else if (e->off.ready) /* zinc_offload_init decided: staged copies */
     st = zinc_offload_step(e, &c, segs, e->nruns);
   else
-    st = e->dev->ops->optim(e->dev, e->stream, &c, 1, segs, e->nruns, ZINC_OPT_PASS_UPDATE, NULL);
+    st = e->dev->ops->optim(e->dev, e->stream, &c, 1, segs, e->nruns,
+                            zinc_opt_two_pass(c.kind) ? ZINC_OPT_PASS_APPLY
+                                                      : ZINC_OPT_PASS_UPDATE, NULL);
   free(segs);
   if (st == ZINC_OK)
     st = zinc_engine_sync(e);

@@ -412,13 +412,14 @@ typedef enum {
   ZINC_STATE_PARAM,      /* fp32 master value of the parameter           */
   ZINC_STATE_GRAD,       /* reduced, averaged gradient (valid after the
                             last backward_end of a window, before step)  */
-  ZINC_STATE_EXP_AVG,    /* Adam m                                        */
-  ZINC_STATE_EXP_AVG_SQ  /* Adam v                                        */
+  ZINC_STATE_EXP_AVG,    /* Adam and Lamb m; Lion m; SGD's momentum buffer */
+  ZINC_STATE_EXP_AVG_SQ  /* Adam and Lamb v; Adagrad's sum of squares      */
 } zinc_state_kind;
 
 /* Read the full fp32 tensor of p's state into dst (numel floats, host
  * memory), gathering from every rank. Collective: every rank calls it with
- * the same p and kind. (DeepSpeed's safe_get_full_*.) */
+ * the same p and kind. (DeepSpeed's safe_get_full_*.) A state slot the
+ * optimizer does not keep (EXP_AVG_SQ with Lion) is ZINC_ERR_INVALID. */
 ZINC_API zinc_status zinc_param_get_full(zinc_engine *e, zinc_param *p,
                                          zinc_state_kind kind, float *dst);
 /* Overwrite the full fp32 state of p from src (numel floats, identical on

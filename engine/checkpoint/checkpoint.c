@@ -40,6 +40,19 @@
 
 static const char *section_names[3] = {"fp32_master", "exp_avg", "exp_avg_sq"};
 
+/* The state arrays this engine's optimizer keeps, in section order: the
+ * master (0), then exp_avg (1) and exp_avg_sq (2) where the optimizer has
+ * them (optim/optimizer.h). Returns their count. */
+static int state_arrays(const zinc_engine *e, int *arrays) {
+  int n = 0;
+  arrays[n++] = 0;
+  if (e->opt_slots & ZINC_OPT_SLOT_EXP_AVG)
+    arrays[n++] = 1;
+  if (e->opt_slots & ZINC_OPT_SLOT_EXP_AVG_SQ)
+    arrays[n++] = 2;
+  return n;
+}
+
 static zinc_status check_call(zinc_engine *e, const char *dir, const char *tag, const char *what,
                               int need_tag) {
   ZINC_CHECK(zinc_engine_usable(e, what));
@@ -325,9 +338,11 @@ static zinc_status write_shard(zinc_engine *e, const char *path, zinc_ckpt_fault
   zinc_status st = zinc_aligned_alloc((void **)&staging, 64, STAGING_ELEMS * 4, "save staging");
   if (st != ZINC_OK)
     return st;
-  st = zinc_shard_writer_open(path, e->dp_rank, e->dp_size, 3, (uint64_t)e->shard_numel, fault,
-                              &w);
-  for (int s = 0; s < 3 && st == ZINC_OK; s++) {
+  int arrays[3], narrays = state_arrays(e, arrays);
+  st = zinc_shard_writer_open(path, e->dp_rank, e->dp_size, narrays, (uint64_t)e->shard_numel,
+                              fault, &w);
+  for (int k = 0; k < narrays && st == ZINC_OK; k++) {
+    int s = arrays[k];
     /* streamed a bounded piece at a time, wherever the state lives */
     for (int ui = 0; ui < e->nunits && st == ZINC_OK; ui++) {
       const zinc_unit *u = &e->units[ui];
@@ -395,9 +410,11 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
   zinc_loss_scaler_state(&e->scaler, &m.scaler_scale, &m.scaler_iter, &m.scaler_last_overflow,
                          &m.scaler_hysteresis);
   m.config_json = zinc_settings_to_json(&e->cfg);
-  m.nsections = 3;
-  for (int s = 0; s < 3; s++)
-    m.sections[s] = (char *)section_names[s];
+  int arrays[3];
+  m.nsections = state_arrays(e, arrays);
+  for (int k = 0; k < m.nsections; k++)
+    m.sections[k] = (char *)section_names[arrays[k]];
+  m.optimizer = (char *)zinc_opt_kind_str(e->optim.kind);
   m.nfiles = e->dp_size;
   for (int r = 0; r < e->dp_size; r++) {
     char name[32];
@@ -607,6 +624,18 @@ static void shape_text(char *buf, size_t n, int ndim, const int64_t *shape) {
  * manifest index of engine parameter i. */
 static zinc_status match_model(zinc_engine *e, const zinc_ckpt_dir *d, int *map) {
   const zinc_manifest *m = d->manifest;
+  /* the optimizer state is only meaningful to the optimizer that wrote it */
+  const char *ours = zinc_opt_kind_str(e->optim.kind);
+  int arrays[3], narrays = state_arrays(e, arrays), same = m->nsections == narrays;
+  for (int k = 0; same && k < narrays; k++)
+    same = strcmp(m->sections[k], section_names[arrays[k]]) == 0;
+  if (strcmp(m->optimizer, ours) != 0 || !same)
+    return zinc_error(ZINC_ERR_INVALID, "checkpoint %s holds the state of optimizer \"%s\" "
+                      "(%d state sections) and this engine runs \"%s\" (%d): switching "
+                      "optimizer type on load is not supported; load it with optimizer.type "
+                      "\"%s\", or start the new optimizer from the weights (zinc-ckpt exports "
+                      "them as safetensors)", d->path, m->optimizer, m->nsections, ours, narrays,
+                      m->optimizer);
   for (int i = 0; i < e->nparams; i++) {
     const zinc_param *p = e->params[i];
     char full[520];
@@ -694,10 +723,11 @@ static zinc_status load_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
     ZINC_CHECK(reader_for(c, pc->file, &rd));
     for (int64_t x = a; x < b; x += STAGING_ELEMS) {
       int64_t n = b - x < STAGING_ELEMS ? b - x : STAGING_ELEMS;
-      for (int s = 0; s < 3; s++) {
-        ZINC_CHECK(zinc_shard_reader_read(rd, s, (uint64_t)(pc->file_offset + (x - pc->param_offset)),
+      int arrays[3], narrays = state_arrays(e, arrays);
+      for (int sec = 0; sec < narrays; sec++) {
+        ZINC_CHECK(zinc_shard_reader_read(rd, sec, (uint64_t)(pc->file_offset + (x - pc->param_offset)),
                                           c->staging, (size_t)n));
-        ZINC_CHECK(zinc_opt_write(e, s, dst0 + (x - param_off), n, c->staging));
+        ZINC_CHECK(zinc_opt_write(e, arrays[sec], dst0 + (x - param_off), n, c->staging));
       }
     }
   }

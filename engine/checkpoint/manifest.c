@@ -29,6 +29,7 @@ char *zinc_manifest_to_json(const zinc_manifest *m) {
   json_object_set_new(root, "dp_size", json_integer(m->dp_size));
   json_object_set_new(root, "stage", json_integer(m->stage));
   json_object_set_new(root, "offload_optimizer", str_or_null(m->offload_optimizer));
+  json_object_set_new(root, "optimizer", str_or_null(m->optimizer));
   json_object_set_new(root, "step", json_integer(m->step));
   json_object_set_new(root, "micro_step", json_integer(m->micro_step));
   json_object_set_new(root, "skipped_steps", json_integer(m->skipped_steps));
@@ -280,6 +281,10 @@ zinc_status zinc_manifest_parse(const char *text, size_t len, const char *what,
       !get_str(&r, root, "tag", "$", &m->tag) ||
       !get_str(&r, root, "offload_optimizer", "$", &m->offload_optimizer))
     goto done;
+  if (!json_object_get(root, "optimizer")) /* written since the optimizer family */
+    m->optimizer = zinc_strdup("Adam");
+  else if (!get_str(&r, root, "optimizer", "$", &m->optimizer))
+    goto done;
   if (!get_int(&r, root, "world_size", "$", 1, 1 << 24, &v))
     goto done;
   m->world_size = (int)v;
@@ -413,6 +418,7 @@ void zinc_manifest_free(zinc_manifest *m) {
   free(m->zinc_version);
   free(m->tag);
   free(m->offload_optimizer);
+  free(m->optimizer);
   free(m->config_json);
   for (int i = 0; i < 3; i++)
     free(m->sections[i]);

@@ -56,6 +56,8 @@ typedef struct {
   char *tag;
   int world_size, dp_size, stage;
   char *offload_optimizer; /* "none" | "cpu" | "nvme" */
+  char *optimizer;         /* zinc_opt_kind_str: "Adam" "Lamb" "Lion" "Adagrad"
+                              "SGD"; "Adam" when absent (older manifests) */
   int64_t step, micro_step, skipped_steps;
   /* loss scaler (fp16) */
   double scaler_scale;

@@ -47,8 +47,10 @@ zinc_status zinc_estimate_model(const zinc_settings *cfg, int dp_size, int64_t h
       st = zinc_error_wrap(ZINC_ERR_INVALID, "estimate: parameter %s.%s", params[i].module,
                            params[i].name);
   }
-  if (st == ZINC_OK)
+  if (st == ZINC_OK) {
+    zinc_opt_from_config(e);
     st = zinc_layout_build(e);
+  }
   if (st == ZINC_OK) {
     zinc_build_sizes(e, out->bytes);
     out->formula = zinc_formula_model_states(e);

@@ -165,13 +165,17 @@ zinc_status zinc_prof_timeline_write(const zinc_prof *p, const char *path, int r
 
 /* The ZeRO paper's model-state bytes per rank for the configured stage,
  * with zinc's choices spelled out: P = parameter bytes in their dtypes,
- * Psi = parameter count, N = data-parallel size, K = 12 (fp32 master, m, v).
+ * Psi = parameter count, N = data-parallel size, K = 4 (fp32 master) + the
+ * optimizer's state bytes (optim/optimizer.h): Adam and Lamb 8 (m, v; Lamb's
+ * per-parameter norms are host scratch of the step, not state), Lion 4
+ * (m), Adagrad 4 (the sum of squares), SGD 4 with momentum and 0 without:
+ * K = 12 for Adam.
  *   stage 0: P + P + 12 Psi          stage 2: P + 4 Psi/N + 12 Psi/N
  *   stage 1: P + P + 12 Psi/N        stage 3: P/N + 4 Psi/N + 12 Psi/N
  * Stages 2-3 keep the reduced gradient partition in fp32 (4 Psi/N). An
  * all-f32 model with its optimizer state on the device keeps no separate
- * master (the parameters are the master): K = 8 there, DeepSpeed's fp32
- * figure. In
+ * master (the parameters are the master): K loses its 4 there (Adam's 8,
+ * DeepSpeed's fp32 figure). In
  * stage 3, segments under stage3_param_persistence_threshold stay whole on
  * every rank, which adds their bytes x (1 - 1/N). Offload moves bytes to
  * another location but not out of the total. */
@@ -179,7 +183,8 @@ uint64_t zinc_formula_model_states(const zinc_engine *e) {
   double n = e->dp_size;
   double psi = (double)(e->psi[0] + e->psi[1] + e->psi[2]);
   double pbytes = 4.0 * e->psi[ZINC_F32] + 2.0 * (e->psi[ZINC_BF16] + e->psi[ZINC_F16]);
-  double v = 0, k = zinc_master_aliases_params(e) ? 8.0 : 12.0;
+  double v = 0, k = (zinc_master_aliases_params(e) ? 0.0 : 4.0) +
+                    (double)zinc_opt_state_bytes(&e->optim);
   switch (e->cfg.stage) {
   case 0: v = pbytes + pbytes + k * psi; break;
   case 1: v = pbytes + pbytes + k * psi / n; break;
