@@ -269,8 +269,8 @@ zinc_status zinc_cpu_optim(zinc_threadpool *pool, zinc_cpu_isa isa,
     if (g->n > 0 && (!g->master || (need_g && !g->grad) || (need_m && !g->exp_avg) ||
                      (need_v && !g->exp_avg_sq)))
       return zinc_error(ZINC_ERR_INVALID,
-                        "cpu %s: segment %d (%lld elements) lacks master%s%s%s (NULL)", name, s,
-                        (long long)g->n, need_g ? ", grad" : "", need_m ? ", exp_avg" : "",
+                        "cpu %s: segment %d (%lld elements) needs master%s%s%s; one is NULL",
+                        name, s, (long long)g->n, need_g ? ", grad" : "", need_m ? ", exp_avg" : "",
                         need_v ? ", exp_avg_sq" : "");
     total += g->n;
   }
