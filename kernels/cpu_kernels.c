@@ -3,9 +3,10 @@
  * each kernel over the thread pool; the inner loops live in
  * cpu_kernels_{scalar,avx2,avx512}.c.
  *
- * Splits are static (zinc_threadpool_split): Adam, casts and accumulation
- * are elementwise, so any split gives the same bits. The sum of squares is
- * split over whole ZINC_SUMSQ_BLOCK blocks: each block's sum is computed
+ * Splits are static (zinc_threadpool_split): the optimizers, casts and
+ * accumulation are elementwise, so any split gives the same bits. The sum
+ * of squares and Lamb's UPDATE (which returns sums of squares) are split
+ * over whole ZINC_SUMSQ_BLOCK blocks: each block's sum is computed
  * once into a table, then every chunk adds its blocks in order on the
  * calling thread — the canonical order, whatever the thread count.
  */
@@ -108,33 +109,125 @@ static zinc_status isa_ops(zinc_cpu_isa isa, const char *kernel,
 static int dtype_ok(int dt) { return dt == ZINC_F32 || dt == ZINC_BF16 || dt == ZINC_F16; }
 static size_t dtype_bytes(int dt) { return dt == ZINC_F32 ? 4 : 2; }
 
-/* ------------------------------------------------------------------ Adam */
+/* ------------------------------------------------------------ optimizers */
 
 typedef struct {
   const zinc_cpu_isa_ops *ops;
   const zinc_opt_coef *coefs;
   const zinc_opt_seg *segs;
   int nseg;
-} adam_job;
+  int kind, pass;
+  double *block_sums;       /* Lamb UPDATE: (2 * total blocks), (weights, update)
+                               per block, segment order then block order */
+} optim_job;
+
+static float *offset_f32(float *p, int64_t lo) { return p ? p + lo : NULL; }
+
+/* Elements [lo, hi) of segment g, every pass but Lamb's UPDATE. */
+static void optim_span(const optim_job *j, const zinc_opt_seg *g, int64_t lo, int64_t hi) {
+  const zinc_opt_coef *c = &j->coefs[g->coef];
+  float *p = g->master + lo, *m = offset_f32(g->exp_avg, lo), *v = offset_f32(g->exp_avg_sq, lo);
+  const void *grad =
+      g->grad ? (const char *)g->grad + (size_t)lo * dtype_bytes(g->grad_dtype) : NULL;
+  void *out =
+      g->param_out ? (char *)g->param_out + (size_t)lo * dtype_bytes(g->param_dtype) : NULL;
+  int64_t n = hi - lo;
+  switch (j->kind) {
+  case ZINC_OPT_ADAM:
+    j->ops->adam(c, g->decay, p, m, v, grad, g->grad_dtype, out, g->param_dtype, n);
+    break;
+  case ZINC_OPT_LAMB: /* APPLY */
+    j->ops->lamb_apply(c, g->decay, g->lamb_ratio, p, m, v, out, g->param_dtype, n);
+    break;
+  case ZINC_OPT_LION:
+    j->ops->lion(c, g->decay, p, m, grad, g->grad_dtype, out, g->param_dtype, n);
+    break;
+  case ZINC_OPT_ADAGRAD:
+    j->ops->adagrad(c, g->decay, p, v, grad, g->grad_dtype, out, g->param_dtype, n);
+    break;
+  case ZINC_OPT_SGD:
+    j->ops->sgd(c, g->decay, p, c->momentum != 0.0f ? m : NULL, grad, g->grad_dtype, out,
+                g->param_dtype, n);
+    break;
+  }
+}
 
 /* Elements [begin, end) of the concatenation of the segments. */
-static void adam_part(void *ctx, int64_t begin, int64_t end, int tid) {
-  const adam_job *j = ctx;
+static void optim_part(void *ctx, int64_t begin, int64_t end, int tid) {
+  const optim_job *j = ctx;
   int64_t base = 0;
   for (int s = 0; s < j->nseg && base < end; s++) {
     const zinc_opt_seg *g = &j->segs[s];
     int64_t lo = begin > base ? begin - base : 0;
     int64_t hi = end - base < g->n ? end - base : g->n;
     base += g->n;
-    if (lo >= hi)
-      continue;
-    void *out = g->param_out
-                    ? (char *)g->param_out + (size_t)lo * dtype_bytes(g->param_dtype)
-                    : NULL;
-    j->ops->adam(&j->coefs[g->coef], g->decay, g->master + lo, g->exp_avg + lo, g->exp_avg_sq + lo,
-                 (const char *)g->grad + (size_t)lo * dtype_bytes(g->grad_dtype),
-                 g->grad_dtype, out, g->param_dtype, hi - lo);
+    if (lo < hi)
+      optim_span(j, g, lo, hi);
   }
+}
+
+static int64_t blocks_of(int64_t n) { return (n + ZINC_SUMSQ_BLOCK - 1) / ZINC_SUMSQ_BLOCK; }
+
+/* Lamb UPDATE over blocks [begin, end) of the concatenation of every
+ * segment's ZINC_SUMSQ_BLOCK blocks: the moments move, the block's update
+ * lands in a scratch block in cache, and the block sums of squares of the
+ * weights and of the update are taken from it by the sumsq kernel itself,
+ * so that each is zinc_sumsq_block_ref's value. */
+static void lamb_update_part(void *ctx, int64_t begin, int64_t end, int tid) {
+  const optim_job *j = ctx;
+  float update[ZINC_SUMSQ_BLOCK];
+  int64_t base = 0;
+  for (int s = 0; s < j->nseg && base < end; s++) {
+    const zinc_opt_seg *g = &j->segs[s];
+    int64_t nb = blocks_of(g->n);
+    int64_t lo = begin > base ? begin - base : 0;
+    int64_t hi = end - base < nb ? end - base : nb;
+    for (int64_t b = lo; b < hi; b++) {
+      int64_t first = b * ZINC_SUMSQ_BLOCK;
+      int64_t len = g->n - first < ZINC_SUMSQ_BLOCK ? g->n - first : ZINC_SUMSQ_BLOCK;
+      const float *p = g->master + first;
+      j->ops->lamb_update(&j->coefs[g->coef], g->decay, p, g->exp_avg + first,
+                          g->exp_avg_sq + first,
+                          (const char *)g->grad + (size_t)first * dtype_bytes(g->grad_dtype),
+                          g->grad_dtype, update, len);
+      j->block_sums[2 * (base + b)] = j->ops->sumsq_block(p, ZINC_F32, len);
+      j->block_sums[2 * (base + b) + 1] = j->ops->sumsq_block(update, ZINC_F32, len);
+    }
+    base += nb;
+  }
+}
+
+/* Which arrays a segment of this kind and pass needs (n > 0). */
+static int optim_needs(int kind, int pass, const zinc_opt_coef *c, int *m, int *v) {
+  *m = kind == ZINC_OPT_ADAM || kind == ZINC_OPT_LAMB || kind == ZINC_OPT_LION ||
+       (kind == ZINC_OPT_SGD && c->momentum != 0.0f);
+  *v = kind == ZINC_OPT_ADAM || kind == ZINC_OPT_LAMB || kind == ZINC_OPT_ADAGRAD;
+  return !(kind == ZINC_OPT_LAMB && pass == ZINC_OPT_PASS_APPLY); /* the gradient */
+}
+
+static zinc_status lamb_update_run(zinc_threadpool *pool, optim_job *job, double *norms) {
+  int64_t total = 0;
+  for (int s = 0; s < job->nseg; s++)
+    total += blocks_of(job->segs[s].n);
+  double stack_sums[2 * SUMSQ_STACK_BLOCKS];
+  job->block_sums = stack_sums;
+  if (total > SUMSQ_STACK_BLOCKS)
+    ZINC_CHECK(zinc_calloc((void **)&job->block_sums, (size_t)(2 * total), sizeof(double),
+                           "Lamb norm block sums"));
+  zinc_threadpool_for(pool, total, SUMSQ_GRAIN_BLOCKS, lamb_update_part, job);
+  int64_t b = 0;
+  for (int s = 0; s < job->nseg; s++) { /* block order, from 0.0: the canonical sum */
+    double w = 0.0, u = 0.0;
+    for (int64_t k = blocks_of(job->segs[s].n); k > 0; k--, b++) {
+      w += job->block_sums[2 * b];
+      u += job->block_sums[2 * b + 1];
+    }
+    norms[2 * s] = w;
+    norms[2 * s + 1] = u;
+  }
+  if (job->block_sums != stack_sums)
+    free(job->block_sums);
+  return ZINC_OK;
 }
 
 zinc_status zinc_cpu_optim(zinc_threadpool *pool, zinc_cpu_isa isa,
@@ -143,33 +236,49 @@ zinc_status zinc_cpu_optim(zinc_threadpool *pool, zinc_cpu_isa isa,
   if (!coefs || ncoef < 1 || nseg < 0 || (nseg > 0 && !segs))
     return zinc_error(ZINC_ERR_INVALID, "cpu optimizer: %d coefficients at %p, %d segments at %p",
                       ncoef, (const void *)coefs, nseg, (const void *)segs);
+  const int kind = coefs[0].kind;
+  const char *name = zinc_opt_kind_str(kind);
+  if (kind < 0 || kind >= ZINC_OPT_KINDS)
+    return zinc_error(ZINC_ERR_INVALID, "cpu optimizer: unknown optimizer kind %d", kind);
   for (int k = 0; k < ncoef; k++)
-    if (coefs[k].kind != coefs[0].kind)
+    if (coefs[k].kind != kind)
       return zinc_error(ZINC_ERR_INVALID, "cpu optimizer: coefficient %d is for %s, "
                         "coefficient 0 for %s; one pass runs one optimizer", k,
-                        zinc_opt_kind_str(coefs[k].kind), zinc_opt_kind_str(coefs[0].kind));
-  if (coefs[0].kind != ZINC_OPT_ADAM || pass != ZINC_OPT_PASS_UPDATE)
-    return zinc_error(ZINC_ERR_UNSUPPORTED, "cpu optimizer: %s pass %d is not built yet",
-                      zinc_opt_kind_str(coefs[0].kind), pass);
-  (void)norms;
+                        zinc_opt_kind_str(coefs[k].kind), name);
+  if (pass != ZINC_OPT_PASS_UPDATE && !(pass == ZINC_OPT_PASS_APPLY && kind == ZINC_OPT_LAMB))
+    return zinc_error(ZINC_ERR_INVALID, "cpu %s: pass %d; %s", name, pass,
+                      kind == ZINC_OPT_LAMB ? "UPDATE (0) or APPLY (1)" : "one UPDATE pass (0)");
+  const int lamb_update = kind == ZINC_OPT_LAMB && pass == ZINC_OPT_PASS_UPDATE;
+  if (lamb_update && nseg > 0 && !norms)
+    return zinc_error(ZINC_ERR_INVALID, "cpu Lamb UPDATE: norms is NULL; it receives two sums "
+                      "of squares per segment");
   int64_t total = 0;
   for (int s = 0; s < nseg; s++) {
     const zinc_opt_seg *g = &segs[s];
-    if (g->n < 0 || !dtype_ok(g->grad_dtype) || (g->param_out && !dtype_ok(g->param_dtype)) ||
-        g->coef < 0 || g->coef >= ncoef)
+    if (g->coef < 0 || g->coef >= ncoef)
+      return zinc_error(ZINC_ERR_INVALID, "cpu %s: segment %d uses coefficient %d of %d", name,
+                        s, g->coef, ncoef);
+    int need_m, need_v;
+    int need_g = optim_needs(kind, pass, &coefs[g->coef], &need_m, &need_v);
+    if (g->n < 0 || (need_g && !dtype_ok(g->grad_dtype)) ||
+        (g->param_out && !dtype_ok(g->param_dtype)))
       return zinc_error(ZINC_ERR_INVALID,
-                        "cpu optimizer: segment %d has n %lld, grad dtype %d, param dtype %d, "
-                        "coefficient %d of %d; n must be >= 0, dtypes f32, bf16 or f16",
-                        s, (long long)g->n, g->grad_dtype, g->param_dtype, g->coef, ncoef);
-    if (g->n > 0 && (!g->master || !g->exp_avg || !g->exp_avg_sq || !g->grad))
+                        "cpu %s: segment %d has n %lld, grad dtype %d, param dtype %d; n must "
+                        "be >= 0, dtypes f32, bf16 or f16", name, s, (long long)g->n,
+                        g->grad_dtype, g->param_dtype);
+    if (g->n > 0 && (!g->master || (need_g && !g->grad) || (need_m && !g->exp_avg) ||
+                     (need_v && !g->exp_avg_sq)))
       return zinc_error(ZINC_ERR_INVALID,
-                        "cpu adam: segment %d (%lld elements) lacks master, exp_avg, "
-                        "exp_avg_sq or grad", s, (long long)g->n);
+                        "cpu %s: segment %d (%lld elements) needs master%s%s%s; one is NULL",
+                        name, s, (long long)g->n, need_g ? ", grad" : "", need_m ? ", exp_avg" : "",
+                        need_v ? ", exp_avg_sq" : "");
     total += g->n;
   }
-  adam_job job = {.coefs = coefs, .segs = segs, .nseg = nseg};
-  ZINC_CHECK(isa_ops(isa, "adam", &job.ops));
-  zinc_threadpool_for(pool, total, KERNEL_GRAIN, adam_part, &job);
+  optim_job job = {.coefs = coefs, .segs = segs, .nseg = nseg, .kind = kind, .pass = pass};
+  ZINC_CHECK(isa_ops(isa, name, &job.ops));
+  if (lamb_update)
+    return lamb_update_run(pool, &job, norms);
+  zinc_threadpool_for(pool, total, KERNEL_GRAIN, optim_part, &job);
   return ZINC_OK;
 }
 
@@ -182,9 +291,7 @@ typedef struct {
   double *block_sums;       /* (total blocks) in chunk order, block order */
 } sumsq_job;
 
-static int64_t chunk_blocks(const zinc_sumsq_chunk *c) {
-  return (c->n + ZINC_SUMSQ_BLOCK - 1) / ZINC_SUMSQ_BLOCK;
-}
+static int64_t chunk_blocks(const zinc_sumsq_chunk *c) { return blocks_of(c->n); }
 
 /* Blocks [begin, end) of the concatenation of every chunk's blocks. */
 static void sumsq_part(void *ctx, int64_t begin, int64_t end, int tid) {

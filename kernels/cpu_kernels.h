@@ -1,13 +1,16 @@
 /*
  * cpu_kernels.h — the elementwise passes of the optimizer step on the CPU:
- * fused Adam/AdamW, sum of squares, fp32 accumulation and dtype casts.
+ * the fused optimizers (Adam/AdamW, Lamb's two passes, Lion, Adagrad, SGD),
+ * sum of squares, fp32 accumulation and dtype casts.
  * The cpu device (device/device_cpu.c) runs them as its kernels; the engine
  * may call them directly for the offloaded optimizer on the CUDA build.
  *
  * Every kernel has three paths chosen at run time: AVX-512F, AVX2+FMA+F16C
  * and scalar. They give bitwise identical results, the scalar path being
  * the shared per-element math of kernels/zinc_math.h itself:
- *  - Adam: zinc_adam_elem's operation order and fused multiply-adds, the
+ *  - optimizers: the element function's operation order and fused
+ *    multiply-adds (zinc_adam_elem, zinc_lion_elem, zinc_adagrad_elem,
+ *    zinc_sgd_elem, zinc_lamb_update_elem, zinc_lamb_apply_elem), the
  *    16-bit copy rounded as zinc_f32_to_bf16 / zinc_f32_to_f16;
  *  - sum of squares: the canonical block/lane order (zinc_sumsq_chunk_ref),
  *    so a chunk's partial depends only on its values, never on the path or
@@ -58,10 +61,20 @@ const char *zinc_cpu_isa_name(zinc_cpu_isa isa); /* "scalar" "avx2" "avx512" */
  * (master, exp_avg, exp_avg_sq) with grad loaded from grad_dtype, and the
  * new master value stored to param_out in param_dtype when param_out is not
  * NULL. pass is ZINC_OPT_PASS_UPDATE, or for Lamb also
- * ZINC_OPT_PASS_APPLY; Lamb's UPDATE writes norms[2 i] and norms[2 i + 1],
- * the sums of squares of segment i's weights and update in the canonical
- * order of zinc_sumsq_chunk_ref (norms may be NULL otherwise). Segments
- * must not overlap each other. */
+ * ZINC_OPT_PASS_APPLY.
+ *
+ * Lamb UPDATE moves exp_avg and exp_avg_sq only (master and param_out are
+ * left alone) and writes norms[2 i] and norms[2 i + 1], the sums of squares
+ * of segment i's weights (before the step) and of its update u, each
+ * bitwise zinc_sumsq_chunk_ref over the segment whatever the path and the
+ * thread count. Lamb APPLY moves master by segs[i].lamb_ratio (grad is not
+ * read and may be NULL) and writes param_out. norms may be NULL otherwise.
+ *
+ * Arrays a segment of n > 0 elements must have (ZINC_ERR_INVALID, nothing
+ * touched, otherwise): master always; grad except in Lamb APPLY; exp_avg
+ * for Adam, Lamb, Lion and SGD with momentum != 0; exp_avg_sq for Adam,
+ * Lamb and Adagrad. Every coefficient must be of one kind, every segment's
+ * coef in [0, ncoef). Segments must not overlap each other. */
 zinc_status zinc_cpu_optim(zinc_threadpool *pool, zinc_cpu_isa isa,
                            const zinc_opt_coef *coefs, int ncoef, const zinc_opt_seg *segs,
                            int nseg, int pass, double *norms);

@@ -23,6 +23,11 @@ typedef __m256 vf;
 #define vf_sqrt(a) _mm256_sqrt_ps(a)
 #define vf_fmadd(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #define vf_fnmadd(a, b, c) _mm256_fnmadd_ps((a), (b), (c))
+#define vf_sub(a, b) _mm256_sub_ps((a), (b))
+/* |mag| with the sign bit of sgn, as copysignf */
+#define vf_copysign(mag, sgn)                                                          \
+  _mm256_or_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), (mag)),                       \
+               _mm256_and_ps(_mm256_set1_ps(-0.0f), (sgn)))
 
 static inline SIMD_FN __attribute__((always_inline)) vf vf_load_bf16(const uint16_t *p) {
   __m256i e = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
@@ -99,6 +104,11 @@ static SIMD_FN double avx2_sumsq_block(const void *data, int dtype, int64_t n) {
 
 const zinc_cpu_isa_ops zinc_cpu_ops_avx2 = {
     .adam = simd_adam,
+    .lion = simd_lion,
+    .adagrad = simd_adagrad,
+    .sgd = simd_sgd,
+    .lamb_update = simd_lamb_update,
+    .lamb_apply = simd_lamb_apply,
     .sumsq_block = avx2_sumsq_block,
     .convert = simd_convert,
 };

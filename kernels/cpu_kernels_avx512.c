@@ -29,6 +29,13 @@ typedef __m512 vf;
 #define vf_sqrt(a) _mm512_sqrt_ps(a)
 #define vf_fmadd(a, b, c) _mm512_fmadd_ps((a), (b), (c))
 #define vf_fnmadd(a, b, c) _mm512_fnmadd_ps((a), (b), (c))
+#define vf_sub(a, b) _mm512_sub_ps((a), (b))
+/* |mag| with the sign bit of sgn, as copysignf (integer ops: AVX-512F has
+ * no float and/or without DQ; 0xca is the bitwise select a ? b : c) */
+#define vf_copysign(mag, sgn)                                                          \
+  _mm512_castsi512_ps(_mm512_ternarylogic_epi32(_mm512_set1_epi32((int)0x80000000u),   \
+                                                _mm512_castps_si512(sgn),               \
+                                                _mm512_castps_si512(mag), 0xca))
 
 static inline SIMD_FN __attribute__((always_inline)) __m512i
 widen_u16(const uint16_t *p) {
@@ -103,6 +110,11 @@ static SIMD_FN double avx512_sumsq_block(const void *data, int dtype, int64_t n)
 
 const zinc_cpu_isa_ops zinc_cpu_ops_avx512 = {
     .adam = simd_adam,
+    .lion = simd_lion,
+    .adagrad = simd_adagrad,
+    .sgd = simd_sgd,
+    .lamb_update = simd_lamb_update,
+    .lamb_apply = simd_lamb_apply,
     .sumsq_block = avx512_sumsq_block,
     .convert = simd_convert,
 };

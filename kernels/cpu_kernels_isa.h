@@ -18,6 +18,21 @@ typedef struct {
    * (gdt); out (odt) receives the new p unless NULL. */
   void (*adam)(const zinc_opt_coef *c, int decay, float *p, float *m, float *v,
                const void *g, int gdt, void *out, int odt, int64_t n);
+  /* Lion over n elements: p, momentum m (fp32), grad g (gdt), out (odt) or NULL. */
+  void (*lion)(const zinc_opt_coef *c, int decay, float *p, float *m, const void *g, int gdt,
+               void *out, int odt, int64_t n);
+  /* Adagrad: p, sum of squared gradients s (fp32), grad g, out. */
+  void (*adagrad)(const zinc_opt_coef *c, int decay, float *p, float *s, const void *g,
+                  int gdt, void *out, int odt, int64_t n);
+  /* SGD: p, momentum buffer buf (fp32; NULL when c->momentum is 0), grad g, out. */
+  void (*sgd)(const zinc_opt_coef *c, int decay, float *p, float *buf, const void *g, int gdt,
+              void *out, int odt, int64_t n);
+  /* Lamb UPDATE: moves m, v; u (n fp32, written) receives the update; p is read. */
+  void (*lamb_update)(const zinc_opt_coef *c, int decay, const float *p, float *m, float *v,
+                      const void *g, int gdt, float *u, int64_t n);
+  /* Lamb APPLY with the segment's trust ratio: p moves, m and v are read. */
+  void (*lamb_apply)(const zinc_opt_coef *c, int decay, float ratio, float *p, const float *m,
+                     const float *v, void *out, int odt, int64_t n);
   /* zinc_sumsq_block_ref of the n <= ZINC_SUMSQ_BLOCK elements at data. */
   double (*sumsq_block)(const void *data, int dtype, int64_t n);
   /* dst (f32) += src when accumulate, else dst (ddt) = src (sdt); n elements. */
@@ -38,6 +53,54 @@ static ZINC_HD void zinc_cpu_adam_tail(const zinc_opt_coef *c, int decay, float 
                                        void *out, int odt, int64_t i, int64_t n) {
   for (; i < n; i++) {
     zinc_adam_elem(c, decay, &p[i], &m[i], &v[i], zinc_load_as_f32(g, i, gdt));
+    if (out)
+      zinc_store_from_f32(out, i, odt, p[i]);
+  }
+}
+
+static ZINC_HD void zinc_cpu_lion_tail(const zinc_opt_coef *c, int decay, float *p, float *m,
+                                       const void *g, int gdt, void *out, int odt, int64_t i,
+                                       int64_t n) {
+  for (; i < n; i++) {
+    zinc_lion_elem(c, decay, &p[i], &m[i], zinc_load_as_f32(g, i, gdt));
+    if (out)
+      zinc_store_from_f32(out, i, odt, p[i]);
+  }
+}
+
+static ZINC_HD void zinc_cpu_adagrad_tail(const zinc_opt_coef *c, int decay, float *p,
+                                          float *s, const void *g, int gdt, void *out, int odt,
+                                          int64_t i, int64_t n) {
+  for (; i < n; i++) {
+    zinc_adagrad_elem(c, decay, &p[i], &s[i], zinc_load_as_f32(g, i, gdt));
+    if (out)
+      zinc_store_from_f32(out, i, odt, p[i]);
+  }
+}
+
+static ZINC_HD void zinc_cpu_sgd_tail(const zinc_opt_coef *c, int decay, float *p, float *buf,
+                                      const void *g, int gdt, void *out, int odt, int64_t i,
+                                      int64_t n) {
+  for (; i < n; i++) {
+    zinc_sgd_elem(c, decay, &p[i], buf ? &buf[i] : NULL, zinc_load_as_f32(g, i, gdt));
+    if (out)
+      zinc_store_from_f32(out, i, odt, p[i]);
+  }
+}
+
+static ZINC_HD void zinc_cpu_lamb_update_tail(const zinc_opt_coef *c, int decay,
+                                              const float *p, float *m, float *v,
+                                              const void *g, int gdt, float *u, int64_t i,
+                                              int64_t n) {
+  for (; i < n; i++)
+    u[i] = zinc_lamb_update_elem(c, decay, p[i], &m[i], &v[i], zinc_load_as_f32(g, i, gdt));
+}
+
+static ZINC_HD void zinc_cpu_lamb_apply_tail(const zinc_opt_coef *c, int decay, float ratio,
+                                             float *p, const float *m, const float *v,
+                                             void *out, int odt, int64_t i, int64_t n) {
+  for (; i < n; i++) {
+    zinc_lamb_apply_elem(c, decay, ratio, &p[i], m[i], v[i]);
     if (out)
       zinc_store_from_f32(out, i, odt, p[i]);
   }

@@ -10,6 +10,31 @@ static void scalar_adam(const zinc_opt_coef *c, int decay, float *p, float *m, f
   zinc_cpu_adam_tail(c, decay, p, m, v, g, gdt, out, odt, 0, n);
 }
 
+static void scalar_lion(const zinc_opt_coef *c, int decay, float *p, float *m, const void *g,
+                        int gdt, void *out, int odt, int64_t n) {
+  zinc_cpu_lion_tail(c, decay, p, m, g, gdt, out, odt, 0, n);
+}
+
+static void scalar_adagrad(const zinc_opt_coef *c, int decay, float *p, float *s,
+                           const void *g, int gdt, void *out, int odt, int64_t n) {
+  zinc_cpu_adagrad_tail(c, decay, p, s, g, gdt, out, odt, 0, n);
+}
+
+static void scalar_sgd(const zinc_opt_coef *c, int decay, float *p, float *buf, const void *g,
+                       int gdt, void *out, int odt, int64_t n) {
+  zinc_cpu_sgd_tail(c, decay, p, buf, g, gdt, out, odt, 0, n);
+}
+
+static void scalar_lamb_update(const zinc_opt_coef *c, int decay, const float *p, float *m,
+                               float *v, const void *g, int gdt, float *u, int64_t n) {
+  zinc_cpu_lamb_update_tail(c, decay, p, m, v, g, gdt, u, 0, n);
+}
+
+static void scalar_lamb_apply(const zinc_opt_coef *c, int decay, float ratio, float *p,
+                              const float *m, const float *v, void *out, int odt, int64_t n) {
+  zinc_cpu_lamb_apply_tail(c, decay, ratio, p, m, v, out, odt, 0, n);
+}
+
 static double scalar_sumsq_block(const void *data, int dtype, int64_t n) {
   return zinc_sumsq_block_ref(data, 0, n, dtype);
 }
@@ -21,6 +46,11 @@ static void scalar_convert(void *dst, int ddt, const void *src, int sdt, int64_t
 
 const zinc_cpu_isa_ops zinc_cpu_ops_scalar = {
     .adam = scalar_adam,
+    .lion = scalar_lion,
+    .adagrad = scalar_adagrad,
+    .sgd = scalar_sgd,
+    .lamb_update = scalar_lamb_update,
+    .lamb_apply = scalar_lamb_apply,
     .sumsq_block = scalar_sumsq_block,
     .convert = scalar_convert,
 };

@@ -14,8 +14,10 @@
  *   vf_to_bf16 vf_to_f16    rounding with zinc_math.h's bits
  *   vh_storeu vh_stream vf_stream   plain and non-temporal stores
  *
- * The Adam loop is zinc_adam_elem written with vectors, operation for
- * operation, so it gives the scalar path's bits. Each loop is specialised
+ * Each optimizer loop is its zinc_math.h element function (zinc_adam_elem,
+ * zinc_lion_elem, zinc_adagrad_elem, zinc_sgd_elem, zinc_lamb_update_elem,
+ * zinc_lamb_apply_elem) written with vectors, operation for operation, so it
+ * gives the scalar path's bits (vf_sub, vf_copysign as well for Lion). Each loop is specialised
  * for its dtypes (the switch in the entry points), so nothing but the
  * arithmetic is left inside it.
  */
@@ -130,6 +132,253 @@ static SIMD_FN void simd_adam(const zinc_opt_coef *c, int decay, float *p, float
     zinc_cpu_adam_tail(c, decay, p, m, v, g, gdt, out, odt, 0, n);
   }
 #undef ADAM_CASE
+}
+
+/* The twelve (grad dtype, copy dtype) pairs a loop is specialised for:
+ * CASE(G, O) for every G in f32, bf16, f16 and O in none (-1), f32, bf16,
+ * f16; the switch key is G * 4 + O + 1. */
+#define SIMD_EVERY_DTYPE_PAIR(CASE)                                        \
+  CASE(ZINC_F32, -1) CASE(ZINC_F32, ZINC_F32)                              \
+  CASE(ZINC_F32, ZINC_BF16) CASE(ZINC_F32, ZINC_F16)                       \
+  CASE(ZINC_BF16, -1) CASE(ZINC_BF16, ZINC_F32)                            \
+  CASE(ZINC_BF16, ZINC_BF16) CASE(ZINC_BF16, ZINC_F16)                     \
+  CASE(ZINC_F16, -1) CASE(ZINC_F16, ZINC_F32)                              \
+  CASE(ZINC_F16, ZINC_BF16) CASE(ZINC_F16, ZINC_F16)
+
+/* ------------------------------------------------------------------ Lion */
+
+SIMD_INLINE void simd_lion_span(const zinc_opt_coef *c, int decay, float *p, float *m,
+                                const void *g, int gdt, void *out, int odt, int64_t n) {
+  const vf grad_scale = vf_set1(c->grad_scale);
+  const vf beta1 = vf_set1(c->beta1), one_minus_beta1 = vf_set1(c->one_minus_beta1);
+  const vf beta2 = vf_set1(c->beta2), one_minus_beta2 = vf_set1(c->one_minus_beta2);
+  const vf step_size = vf_set1(c->step_size), decay_factor = vf_set1(c->decay_factor);
+  int64_t i = simd_stream_peel(out, odt, n); /* as in simd_adam_span */
+  const int stream = i >= 0;
+  if (stream)
+    zinc_cpu_lion_tail(c, decay, p, m, g, gdt, out, odt, 0, i);
+  else
+    i = 0;
+  for (; i + SIMD_W <= n; i += SIMD_W) {
+    vf gv = vf_mul(simd_load(g, i, gdt), grad_scale);
+    vf pv = vf_loadu(p + i), mv = vf_loadu(m + i);
+    vf cv = vf_fmadd(beta1, mv, vf_mul(one_minus_beta1, gv));
+    if (decay)
+      pv = vf_mul(pv, decay_factor);
+    pv = vf_sub(pv, vf_copysign(step_size, cv));
+    mv = vf_fmadd(beta2, mv, vf_mul(one_minus_beta2, gv));
+    vf_storeu(p + i, pv);
+    vf_storeu(m + i, mv);
+    if (odt >= 0)
+      simd_store(out, i, odt, pv, stream);
+  }
+  if (stream)
+    _mm_sfence();
+  zinc_cpu_lion_tail(c, decay, p, m, g, gdt, out, odt, i, n);
+}
+
+static SIMD_FN void simd_lion(const zinc_opt_coef *c, int decay, float *p, float *m,
+                              const void *g, int gdt, void *out, int odt, int64_t n) {
+  if (!out)
+    odt = -1;
+#define LION_CASE(G, O)                                                    \
+  case (G) * 4 + (O) + 1:                                                  \
+    simd_lion_span(c, decay, p, m, g, (G), out, (O), n);                   \
+    return;
+  switch (gdt * 4 + odt + 1) {
+    SIMD_EVERY_DTYPE_PAIR(LION_CASE)
+  default:
+    zinc_cpu_lion_tail(c, decay, p, m, g, gdt, out, odt, 0, n);
+  }
+#undef LION_CASE
+}
+
+/* --------------------------------------------------------------- Adagrad */
+
+SIMD_INLINE void simd_adagrad_span(const zinc_opt_coef *c, int decay, float *p, float *s,
+                                   const void *g, int gdt, void *out, int odt, int64_t n) {
+  const vf grad_scale = vf_set1(c->grad_scale), weight_decay = vf_set1(c->weight_decay);
+  const vf eps = vf_set1(c->eps), step_size = vf_set1(c->step_size);
+  int64_t i = simd_stream_peel(out, odt, n); /* as in simd_adam_span */
+  const int stream = i >= 0;
+  if (stream)
+    zinc_cpu_adagrad_tail(c, decay, p, s, g, gdt, out, odt, 0, i);
+  else
+    i = 0;
+  for (; i + SIMD_W <= n; i += SIMD_W) {
+    vf gv = vf_mul(simd_load(g, i, gdt), grad_scale);
+    vf pv = vf_loadu(p + i);
+    if (decay)
+      gv = vf_fmadd(weight_decay, pv, gv);
+    vf sv = vf_fmadd(gv, gv, vf_loadu(s + i));
+    pv = vf_fnmadd(step_size, vf_div(gv, vf_add(vf_sqrt(sv), eps)), pv);
+    vf_storeu(p + i, pv);
+    vf_storeu(s + i, sv);
+    if (odt >= 0)
+      simd_store(out, i, odt, pv, stream);
+  }
+  if (stream)
+    _mm_sfence();
+  zinc_cpu_adagrad_tail(c, decay, p, s, g, gdt, out, odt, i, n);
+}
+
+static SIMD_FN void simd_adagrad(const zinc_opt_coef *c, int decay, float *p, float *s,
+                                 const void *g, int gdt, void *out, int odt, int64_t n) {
+  if (!out)
+    odt = -1;
+#define ADAGRAD_CASE(G, O)                                                 \
+  case (G) * 4 + (O) + 1:                                                  \
+    simd_adagrad_span(c, decay, p, s, g, (G), out, (O), n);                \
+    return;
+  switch (gdt * 4 + odt + 1) {
+    SIMD_EVERY_DTYPE_PAIR(ADAGRAD_CASE)
+  default:
+    zinc_cpu_adagrad_tail(c, decay, p, s, g, gdt, out, odt, 0, n);
+  }
+#undef ADAGRAD_CASE
+}
+
+/* ------------------------------------------------------------------- SGD */
+
+SIMD_INLINE void simd_sgd_span(const zinc_opt_coef *c, int decay, float *p, float *buf,
+                               const void *g, int gdt, void *out, int odt, int64_t n) {
+  const vf grad_scale = vf_set1(c->grad_scale), weight_decay = vf_set1(c->weight_decay);
+  const vf momentum = vf_set1(c->momentum), step_size = vf_set1(c->step_size);
+  const vf one_minus_dampening = vf_set1(c->one_minus_dampening);
+  const int has_buf = c->momentum != 0.0f, first = c->first_step, nesterov = c->nesterov;
+  int64_t i = simd_stream_peel(out, odt, n); /* as in simd_adam_span */
+  const int stream = i >= 0;
+  if (stream)
+    zinc_cpu_sgd_tail(c, decay, p, buf, g, gdt, out, odt, 0, i);
+  else
+    i = 0;
+  for (; i + SIMD_W <= n; i += SIMD_W) {
+    vf d = vf_mul(simd_load(g, i, gdt), grad_scale);
+    vf pv = vf_loadu(p + i);
+    if (decay)
+      d = vf_fmadd(weight_decay, pv, d);
+    if (has_buf) {
+      vf b = first ? d : vf_fmadd(momentum, vf_loadu(buf + i), vf_mul(one_minus_dampening, d));
+      vf_storeu(buf + i, b);
+      d = nesterov ? vf_fmadd(momentum, b, d) : b;
+    }
+    pv = vf_fnmadd(step_size, d, pv);
+    vf_storeu(p + i, pv);
+    if (odt >= 0)
+      simd_store(out, i, odt, pv, stream);
+  }
+  if (stream)
+    _mm_sfence();
+  zinc_cpu_sgd_tail(c, decay, p, buf, g, gdt, out, odt, i, n);
+}
+
+static SIMD_FN void simd_sgd(const zinc_opt_coef *c, int decay, float *p, float *buf,
+                             const void *g, int gdt, void *out, int odt, int64_t n) {
+  if (!out)
+    odt = -1;
+#define SGD_CASE(G, O)                                                     \
+  case (G) * 4 + (O) + 1:                                                  \
+    simd_sgd_span(c, decay, p, buf, g, (G), out, (O), n);                  \
+    return;
+  switch (gdt * 4 + odt + 1) {
+    SIMD_EVERY_DTYPE_PAIR(SGD_CASE)
+  default:
+    zinc_cpu_sgd_tail(c, decay, p, buf, g, gdt, out, odt, 0, n);
+  }
+#undef SGD_CASE
+}
+
+/* ------------------------------------------------------------------ Lamb */
+
+/* zinc_lamb_dir with vectors */
+SIMD_INLINE vf simd_lamb_dir(vf pv, vf mv, vf vv, vf eps, vf weight_decay, int decay) {
+  vf u = vf_div(mv, vf_add(vf_sqrt(vv), eps));
+  return decay ? vf_fmadd(weight_decay, pv, u) : u;
+}
+
+/* u is a block-sized scratch in cache (cpu_kernels.c): plain stores. */
+SIMD_INLINE void simd_lamb_update_span(const zinc_opt_coef *c, int decay, const float *p,
+                                       float *m, float *v, const void *g, int gdt, float *u,
+                                       int64_t n) {
+  const vf grad_scale = vf_set1(c->grad_scale);
+  const vf beta1 = vf_set1(c->beta1), one_minus_beta1 = vf_set1(c->one_minus_beta1);
+  const vf beta2 = vf_set1(c->beta2), one_minus_beta2 = vf_set1(c->one_minus_beta2);
+  const vf eps = vf_set1(c->eps), weight_decay = vf_set1(c->weight_decay);
+  int64_t i = 0;
+  for (; i + SIMD_W <= n; i += SIMD_W) {
+    vf gv = vf_mul(simd_load(g, i, gdt), grad_scale);
+    vf mv = vf_fmadd(beta1, vf_loadu(m + i), vf_mul(one_minus_beta1, gv));
+    vf vv = vf_fmadd(beta2, vf_loadu(v + i), vf_mul(vf_mul(one_minus_beta2, gv), gv));
+    vf_storeu(m + i, mv);
+    vf_storeu(v + i, vv);
+    vf_storeu(u + i, simd_lamb_dir(vf_loadu(p + i), mv, vv, eps, weight_decay, decay));
+  }
+  zinc_cpu_lamb_update_tail(c, decay, p, m, v, g, gdt, u, i, n);
+}
+
+static SIMD_FN void simd_lamb_update(const zinc_opt_coef *c, int decay, const float *p,
+                                     float *m, float *v, const void *g, int gdt, float *u,
+                                     int64_t n) {
+  switch (gdt) {
+  case ZINC_F32:
+    simd_lamb_update_span(c, decay, p, m, v, g, ZINC_F32, u, n);
+    return;
+  case ZINC_BF16:
+    simd_lamb_update_span(c, decay, p, m, v, g, ZINC_BF16, u, n);
+    return;
+  case ZINC_F16:
+    simd_lamb_update_span(c, decay, p, m, v, g, ZINC_F16, u, n);
+    return;
+  default:
+    zinc_cpu_lamb_update_tail(c, decay, p, m, v, g, gdt, u, 0, n);
+  }
+}
+
+SIMD_INLINE void simd_lamb_apply_span(const zinc_opt_coef *c, int decay, float ratio, float *p,
+                                      const float *m, const float *v, void *out, int odt,
+                                      int64_t n) {
+  const vf step = vf_set1(c->step_size * ratio); /* as zinc_lamb_apply_elem */
+  const vf eps = vf_set1(c->eps), weight_decay = vf_set1(c->weight_decay);
+  int64_t i = simd_stream_peel(out, odt, n); /* as in simd_adam_span */
+  const int stream = i >= 0;
+  if (stream)
+    zinc_cpu_lamb_apply_tail(c, decay, ratio, p, m, v, out, odt, 0, i);
+  else
+    i = 0;
+  for (; i + SIMD_W <= n; i += SIMD_W) {
+    vf pv = vf_loadu(p + i);
+    vf u = simd_lamb_dir(pv, vf_loadu(m + i), vf_loadu(v + i), eps, weight_decay, decay);
+    pv = vf_fnmadd(step, u, pv);
+    vf_storeu(p + i, pv);
+    if (odt >= 0)
+      simd_store(out, i, odt, pv, stream);
+  }
+  if (stream)
+    _mm_sfence();
+  zinc_cpu_lamb_apply_tail(c, decay, ratio, p, m, v, out, odt, i, n);
+}
+
+static SIMD_FN void simd_lamb_apply(const zinc_opt_coef *c, int decay, float ratio, float *p,
+                                    const float *m, const float *v, void *out, int odt,
+                                    int64_t n) {
+  if (!out)
+    odt = -1;
+  switch (odt) {
+  case -1:
+    simd_lamb_apply_span(c, decay, ratio, p, m, v, out, -1, n);
+    return;
+  case ZINC_F32:
+    simd_lamb_apply_span(c, decay, ratio, p, m, v, out, ZINC_F32, n);
+    return;
+  case ZINC_BF16:
+    simd_lamb_apply_span(c, decay, ratio, p, m, v, out, ZINC_BF16, n);
+    return;
+  case ZINC_F16:
+    simd_lamb_apply_span(c, decay, ratio, p, m, v, out, ZINC_F16, n);
+    return;
+  default:
+    zinc_cpu_lamb_apply_tail(c, decay, ratio, p, m, v, out, odt, 0, n);
+  }
 }
 
 /* ----------------------------------------------------- casts, accumulate */

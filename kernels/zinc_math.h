@@ -249,6 +249,111 @@ static ZINC_HD void zinc_adam_elem(const zinc_opt_coef *c, int decay, float *p,
   *v = vv;
 }
 
+/* One element of Lion (DeepSpeed's CPU Lion). The order:
+ *   g  = g * grad_scale
+ *   c  = fma(beta1, m, one_minus_beta1 * g)
+ *   p  = p * decay_factor                        (decay on)
+ *   p  = p - copysign(step_size, c)              (+-lr also when c is 0)
+ *   m  = fma(beta2, m, one_minus_beta2 * g)
+ */
+static ZINC_HD void zinc_lion_elem(const zinc_opt_coef *c, int decay, float *p, float *m,
+                                   float g) {
+  float pv = *p;
+  g = g * c->grad_scale;
+  float cv = fmaf(c->beta1, *m, c->one_minus_beta1 * g);
+  if (decay)
+    pv = pv * c->decay_factor;
+  pv = pv - copysignf(c->step_size, cv);
+  *m = fmaf(c->beta2, *m, c->one_minus_beta2 * g);
+  *p = pv;
+}
+
+/* One element of Adagrad (torch.optim.Adagrad, lr_decay 0). The order:
+ *   g  = g * grad_scale
+ *   g  = fma(weight_decay, p, g)                 (decay on)
+ *   s  = fma(g, g, s)
+ *   p  = fma(-step_size, g / (sqrt(s) + eps), p)
+ */
+static ZINC_HD void zinc_adagrad_elem(const zinc_opt_coef *c, int decay, float *p, float *s,
+                                      float g) {
+  float pv = *p;
+  g = g * c->grad_scale;
+  if (decay)
+    g = fmaf(c->weight_decay, pv, g);
+  float sv = fmaf(g, g, *s);
+  *p = fmaf(-c->step_size, g / (sqrtf(sv) + c->eps), pv);
+  *s = sv;
+}
+
+/* One element of SGD (torch.optim.SGD). buf is read and written only when
+ * momentum is not 0 (it may be NULL otherwise). The order:
+ *   d   = g * grad_scale
+ *   d   = fma(weight_decay, p, d)                (decay on)
+ *   buf = d                                      (momentum, first step)
+ *   buf = fma(momentum, buf, one_minus_dampening * d)  (momentum, later steps)
+ *   d   = fma(momentum, buf, d)                  (momentum, nesterov)
+ *   d   = buf                                    (momentum, not nesterov)
+ *   p   = fma(-step_size, d, p)
+ */
+static ZINC_HD void zinc_sgd_elem(const zinc_opt_coef *c, int decay, float *p, float *buf,
+                                  float g) {
+  float pv = *p;
+  float d = g * c->grad_scale;
+  if (decay)
+    d = fmaf(c->weight_decay, pv, d);
+  if (c->momentum != 0.0f) {
+    float b = c->first_step ? d : fmaf(c->momentum, *buf, c->one_minus_dampening * d);
+    *buf = b;
+    d = c->nesterov ? fmaf(c->momentum, b, d) : b;
+  }
+  *p = fmaf(-c->step_size, d, pv);
+}
+
+/* Lamb's update direction from the moved moments (DeepSpeed's FusedLamb:
+ * eps outside the square root, no bias correction here; it is in
+ * step_size). The order:
+ *   u  = m / (sqrt(v) + eps)
+ *   u  = fma(weight_decay, p, u)                 (decay on)
+ */
+static ZINC_HD float zinc_lamb_dir(const zinc_opt_coef *c, int decay, float p, float m,
+                                   float v) {
+  float u = m / (sqrtf(v) + c->eps);
+  if (decay)
+    u = fmaf(c->weight_decay, p, u);
+  return u;
+}
+
+/* One element of Lamb's UPDATE pass: moves the moments, leaves p, and
+ * returns the update u (zinc_lamb_dir), whose sum of squares over the
+ * parameter feeds the trust ratio. The order:
+ *   g  = g * grad_scale
+ *   m  = fma(beta1, m, one_minus_beta1 * g)
+ *   v  = fma(beta2, v, (one_minus_beta2 * g) * g)
+ *   u  = zinc_lamb_dir(p, m, v)
+ */
+static ZINC_HD float zinc_lamb_update_elem(const zinc_opt_coef *c, int decay, float p,
+                                           float *m, float *v, float g) {
+  g = g * c->grad_scale;
+  float mv = fmaf(c->beta1, *m, c->one_minus_beta1 * g);
+  float vv = fmaf(c->beta2, *v, (c->one_minus_beta2 * g) * g);
+  *m = mv;
+  *v = vv;
+  return zinc_lamb_dir(c, decay, p, mv, vv);
+}
+
+/* One element of Lamb's APPLY pass, with ratio the parameter's clamped
+ * trust ratio (zinc_opt_seg.lamb_ratio): the update is recomputed from the
+ * moments the UPDATE pass left (the same bits), then
+ *   s  = step_size * ratio                       (once per segment)
+ *   p  = fma(-s, zinc_lamb_dir(p, m, v), p)
+ */
+static ZINC_HD void zinc_lamb_apply_elem(const zinc_opt_coef *c, int decay, float ratio,
+                                         float *p, float m, float v) {
+  float pv = *p;
+  float step = c->step_size * ratio;
+  *p = fmaf(-step, zinc_lamb_dir(c, decay, pv, m, v), pv);
+}
+
 /* --------------------------------------------------------- sum of squares */
 
 /* The canonical order of a chunk's sum of squares (used for the gradient
