@@ -45,6 +45,17 @@ static int et_failures = 0;
     }                                                                          \
   } while (0)
 
+/* An optimizer section (optimizer.type and the params that type reads),
+ * for the config and for et_reference. */
+typedef struct {
+  const char *type;        /* "Adam" "AdamW" "Lamb" "Lion" "Adagrad" "SGD" */
+  double lr, beta1, beta2, eps, weight_decay;
+  int adam_w_mode;         /* Adam: 1 decoupled decay (AdamW always is) */
+  double momentum, dampening; /* SGD */
+  int nesterov;            /* SGD */
+  double min_coeff, max_coeff; /* Lamb */
+} et_optim;
+
 typedef struct {
   int stage;
   int gas;                 /* gradient_accumulation_steps */
@@ -70,7 +81,49 @@ typedef struct {
   int param_buffer_count;  /* offload_param.buffer_count (0: default) */
   int64_t param_buffer_size; /* offload_param.buffer_size (0: default) */
   tm_shape shape;
+  const et_optim *optim;   /* NULL: AdamW, lr 0.01, betas (0.9, 0.999), eps 1e-8,
+                              weight_decay 0.01 (et_adamw_default) */
 } et_run;
+
+static inline et_optim et_adamw_default(void) {
+  et_optim o = {.type = "AdamW", .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+                .weight_decay = 0.01, .adam_w_mode = 1};
+  return o;
+}
+
+static inline int et_optim_is(const et_optim *o, const char *type) {
+  return !strcmp(o->type, type);
+}
+
+static inline int et_optim_is_adam(const et_optim *o) {
+  return et_optim_is(o, "Adam") || et_optim_is(o, "AdamW");
+}
+
+/* The "optimizer" member of the config for o: the type and the params its
+ * type reads, with DeepSpeed's names. */
+static inline void et_optim_json(const et_optim *o, char *buf, size_t size) {
+  char params[512];
+  if (et_optim_is_adam(o))
+    snprintf(params, sizeof params, "\"lr\": %.17g, \"betas\": [%.17g, %.17g], \"eps\": %.17g, "
+             "\"weight_decay\": %.17g%s", o->lr, o->beta1, o->beta2, o->eps, o->weight_decay,
+             et_optim_is(o, "AdamW") ? "" : o->adam_w_mode ? ", \"adam_w_mode\": true"
+                                                           : ", \"adam_w_mode\": false");
+  else if (et_optim_is(o, "Lamb"))
+    snprintf(params, sizeof params, "\"lr\": %.17g, \"betas\": [%.17g, %.17g], \"eps\": %.17g, "
+             "\"weight_decay\": %.17g, \"min_coeff\": %.17g, \"max_coeff\": %.17g", o->lr,
+             o->beta1, o->beta2, o->eps, o->weight_decay, o->min_coeff, o->max_coeff);
+  else if (et_optim_is(o, "Lion"))
+    snprintf(params, sizeof params, "\"lr\": %.17g, \"betas\": [%.17g, %.17g], "
+             "\"weight_decay\": %.17g", o->lr, o->beta1, o->beta2, o->weight_decay);
+  else if (et_optim_is(o, "Adagrad"))
+    snprintf(params, sizeof params, "\"lr\": %.17g, \"eps\": %.17g, \"weight_decay\": %.17g",
+             o->lr, o->eps, o->weight_decay);
+  else /* SGD */
+    snprintf(params, sizeof params, "\"lr\": %.17g, \"momentum\": %.17g, \"dampening\": %.17g, "
+             "\"weight_decay\": %.17g, \"nesterov\": %s", o->lr, o->momentum, o->dampening,
+             o->weight_decay, o->nesterov ? "true" : "false");
+  snprintf(buf, size, "{\"type\": \"%s\", \"params\": {%s}}", o->type, params);
+}
 
 /* Where tests write their files (ctest sets ZINC_TEST_BINARY_DIR). */
 static inline const char *et_binary_dir(void) {
@@ -103,6 +156,10 @@ static inline char *et_config_json(const et_run *r) {
              (long long)(r->sub_group_zero ? 0 : r->sub_group));
   if (r->buffer_count > 0 && opt_nvme)
     snprintf(buffers, sizeof buffers, ", \"buffer_count\": %d", r->buffer_count);
+  char optimizer[700] = "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"betas\": [0.9, 0.999],"
+                        " \"eps\": 1e-8, \"weight_decay\": 0.01}}";
+  if (r->optim)
+    et_optim_json(r->optim, optimizer, sizeof optimizer);
   char *buf = malloc(8192);
   int n = snprintf(buf, 8192,
       "{\n"
@@ -110,8 +167,7 @@ static inline char *et_config_json(const et_run *r) {
       "  \"gradient_accumulation_steps\": %d,\n"
       "  \"gradient_clipping\": %g,\n"
       "  \"steps_per_print\": 1000,\n"
-      "  \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"betas\": [0.9, 0.999],"
-      " \"eps\": 1e-8, \"weight_decay\": 0.01}},\n"
+      "  \"optimizer\": %s,\n"
       "  \"fp16\": {\"enabled\": %s, \"initial_scale_power\": 12, \"loss_scale_window\": %d,"
       " \"hysteresis\": 1, \"min_loss_scale\": 1},\n"
       "  \"bf16\": {\"enabled\": %s},\n"
@@ -123,7 +179,7 @@ static inline char *et_config_json(const et_run *r) {
       "    \"offload_optimizer\": {\"device\": \"%s\"%s%s%s%s}%s\n"
       "  }%s%s\n"
       "}\n",
-      r->micro, r->gas, r->clip, r->dtype == ZINC_F16 ? "true" : "false", r->fp16_window,
+      r->micro, r->gas, r->clip, optimizer, r->dtype == ZINC_F16 ? "true" : "false", r->fp16_window,
       r->dtype == ZINC_BF16 ? "true" : "false", r->stage, (long long)r->reduce_bucket,
       (long long)r->allgather_bucket, r->overlap ? "true" : "false", (long long)r->persist, (long long)r->prefetch,
       (long long)r->max_live, (long long)r->reuse, sub_group, r->stage == 0 ? "none" : r->offload,
@@ -424,11 +480,101 @@ static inline void et_train(const et_run *r, float **final, double *losses,
   zinc_engine_destroy(e);
 }
 
+/* The reference trainer's gradient of step s: the global batch of every
+ * micro-batch (all ranks' samples) accumulated into G (fp32, as a trainer
+ * adds); returns the factor that averages it and *coef the clipping
+ * factor (DeepSpeed's clip / (norm + 1e-6) when the norm of the mean
+ * gradient exceeds clip, else 1): the step's gradient is G * avg * coef. */
+static inline double et_reference_grads(const et_run *r, int world, int s, float **P, float **G,
+                                        float **Gl, double *coef) {
+  const tm_shape *sh = &r->shape;
+  for (int i = 0; i < TM_NPARAM; i++)
+    memset(G[i], 0, (size_t)tm_numel(sh, i) * 4);
+  for (int k = 0; k < r->gas; k++)
+    for (int rank = 0; rank < world; rank++) {
+      int64_t first = (((int64_t)s * r->gas + k) * world + rank) * r->micro;
+      for (int i = 0; i < TM_NPARAM; i++)
+        memset(Gl[i], 0, (size_t)tm_numel(sh, i) * 4);
+      tm_forward_backward(sh, P, Gl, first, r->micro, 1.0f);
+      for (int i = 0; i < TM_NPARAM; i++)
+        for (int64_t j = 0; j < tm_numel(sh, i); j++)
+          G[i][j] += Gl[i][j];
+    }
+  double sq = 0, avg = 1.0 / ((double)world * r->gas);
+  for (int i = 0; i < TM_NPARAM; i++)
+    for (int64_t j = 0; j < tm_numel(sh, i); j++)
+      sq += (double)G[i][j] * G[i][j];
+  double norm = sqrt(sq) * avg;
+  *coef = 1.0;
+  if (r->clip > 0 && norm > r->clip)
+    *coef = r->clip / (norm + 1e-6);
+  return avg;
+}
+
+/* Biases and the scale take no weight decay (et_model_register). */
+static inline int et_param_decays(int i) { return !(i == 1 || i == 3 || i == 4 || i == 6); }
+
+/* One step of a non-Adam optimizer in double over parameter i (n elements):
+ * Pd the double master, M/V the double state, g the mean clipped gradient;
+ * the formulas of optim/optimizer.h written again here. Lamb's trust ratio
+ * is over the whole parameter. */
+static inline void et_reference_update(const et_optim *o, int64_t step, int decay, int64_t n,
+                                       double *Pd, double *M, double *V, const double *g) {
+  double t = (double)step, lr = o->lr, b1 = o->beta1, b2 = o->beta2, eps = o->eps;
+  double wd = decay ? o->weight_decay : 0.0;
+  if (et_optim_is(o, "Lamb")) {
+    double w2 = 0, u2 = 0;
+    for (int64_t j = 0; j < n; j++) {
+      M[j] = b1 * M[j] + (1 - b1) * g[j];
+      V[j] = b2 * V[j] + (1 - b2) * g[j] * g[j];
+      double u = M[j] / (sqrt(V[j]) + eps) + wd * Pd[j];
+      w2 += Pd[j] * Pd[j];
+      u2 += u * u;
+    }
+    double ratio = 1.0;
+    if (w2 > 0 && u2 > 0)
+      ratio = fmin(fmax(sqrt(w2) / sqrt(u2), o->min_coeff), o->max_coeff);
+    double step_size = lr * sqrt(1 - pow(b2, t)) / (1 - pow(b1, t));
+    for (int64_t j = 0; j < n; j++)
+      Pd[j] -= step_size * ratio * (M[j] / (sqrt(V[j]) + eps) + wd * Pd[j]);
+  } else if (et_optim_is(o, "Lion")) {
+    for (int64_t j = 0; j < n; j++) {
+      double c = b1 * M[j] + (1 - b1) * g[j];
+      Pd[j] = Pd[j] * (1 - lr * wd) - lr * copysign(1.0, c);
+      M[j] = b2 * M[j] + (1 - b2) * g[j];
+    }
+  } else if (et_optim_is(o, "Adagrad")) {
+    for (int64_t j = 0; j < n; j++) {
+      double d = g[j] + wd * Pd[j];
+      V[j] += d * d;
+      Pd[j] -= lr * d / (sqrt(V[j]) + eps);
+    }
+  } else { /* SGD */
+    for (int64_t j = 0; j < n; j++) {
+      double d = g[j] + wd * Pd[j];
+      if (o->momentum != 0) {
+        M[j] = step == 1 ? d : o->momentum * M[j] + (1 - o->dampening) * d;
+        d = o->nesterov ? d + o->momentum * M[j] : M[j];
+      }
+      Pd[j] -= lr * d;
+    }
+  }
+}
+
 /* The same training without zinc: one process, the global batch of every
- * micro-batch (all ranks' samples), mean gradients, clipping, AdamW. */
+ * micro-batch (all ranks' samples), mean gradients, clipping, and the
+ * optimizer of r->optim (NULL: AdamW as et_adamw_default). Adam keeps its
+ * parameters and moments in fp32 between steps (each step in double); the
+ * other optimizers run in double throughout, the forward reading the
+ * parameters rounded to fp32. */
 static inline void et_reference(const et_run *r, int world, float **final) {
   const tm_shape *sh = &r->shape;
+  et_optim adamw = et_adamw_default();
+  const et_optim *o = r->optim ? r->optim : &adamw;
+  int adam = et_optim_is_adam(o);
+  int decoupled = et_optim_is(o, "AdamW") || o->adam_w_mode;
   float *P[TM_NPARAM], *G[TM_NPARAM], *M[TM_NPARAM], *V[TM_NPARAM], *Gl[TM_NPARAM];
+  double *Pd[TM_NPARAM], *Md[TM_NPARAM], *Vd[TM_NPARAM], *gd[TM_NPARAM];
   for (int i = 0; i < TM_NPARAM; i++) {
     int64_t n = tm_numel(sh, i);
     P[i] = calloc((size_t)n, 4);
@@ -436,39 +582,37 @@ static inline void et_reference(const et_run *r, int world, float **final) {
     Gl[i] = calloc((size_t)n, 4);
     M[i] = calloc((size_t)n, 4);
     V[i] = calloc((size_t)n, 4);
-    for (int64_t j = 0; j < n; j++)
+    Pd[i] = calloc((size_t)n, 8);
+    Md[i] = calloc((size_t)n, 8);
+    Vd[i] = calloc((size_t)n, 8);
+    gd[i] = calloc((size_t)n, 8);
+    for (int64_t j = 0; j < n; j++) {
       P[i][j] = tm_init_value(sh, i, j);
+      Pd[i][j] = P[i][j];
+    }
   }
-  double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.01;
+  double lr = o->lr, b1 = o->beta1, b2 = o->beta2, eps = o->eps, wd = o->weight_decay;
   for (int s = 0; s < r->steps; s++) {
-    for (int i = 0; i < TM_NPARAM; i++)
-      memset(G[i], 0, (size_t)tm_numel(sh, i) * 4);
-    for (int k = 0; k < r->gas; k++)
-      for (int rank = 0; rank < world; rank++) {
-        int64_t first = (((int64_t)s * r->gas + k) * world + rank) * r->micro;
-        for (int i = 0; i < TM_NPARAM; i++)
-          memset(Gl[i], 0, (size_t)tm_numel(sh, i) * 4);
-        tm_forward_backward(sh, P, Gl, first, r->micro, 1.0f);
-        for (int i = 0; i < TM_NPARAM; i++)
-          for (int64_t j = 0; j < tm_numel(sh, i); j++)
-            G[i][j] += Gl[i][j];
-      }
-    double sq = 0, avg = 1.0 / ((double)world * r->gas);
-    for (int i = 0; i < TM_NPARAM; i++)
-      for (int64_t j = 0; j < tm_numel(sh, i); j++)
-        sq += (double)G[i][j] * G[i][j];
-    double norm = sqrt(sq) * avg, coef = 1.0;
-    if (r->clip > 0 && norm > r->clip)
-      coef = r->clip / (norm + 1e-6);
+    double coef, avg = et_reference_grads(r, world, s, P, G, Gl, &coef);
     double t = s + 1, bc1 = 1 - pow(b1, t), bc2 = 1 - pow(b2, t);
     for (int i = 0; i < TM_NPARAM; i++) {
-      int decay = !(i == 1 || i == 3 || i == 4 || i == 6);
+      int decay = et_param_decays(i);
+      if (!adam) {
+        for (int64_t j = 0; j < tm_numel(sh, i); j++)
+          gd[i][j] = G[i][j] * avg * coef;
+        et_reference_update(o, s + 1, decay, tm_numel(sh, i), Pd[i], Md[i], Vd[i], gd[i]);
+        for (int64_t j = 0; j < tm_numel(sh, i); j++)
+          P[i][j] = (float)Pd[i][j];
+        continue;
+      }
       for (int64_t j = 0; j < tm_numel(sh, i); j++) {
         double g = G[i][j] * avg * coef;
+        if (decay && !decoupled)
+          g += wd * P[i][j];
         M[i][j] = (float)(b1 * M[i][j] + (1 - b1) * g);
         V[i][j] = (float)(b2 * V[i][j] + (1 - b2) * g * g);
         double p = P[i][j];
-        if (decay)
+        if (decay && decoupled)
           p *= 1 - lr * wd;
         p -= lr / bc1 * M[i][j] / (sqrt(V[i][j]) / sqrt(bc2) + eps);
         P[i][j] = (float)p;
@@ -482,6 +626,10 @@ static inline void et_reference(const et_run *r, int world, float **final) {
     free(Gl[i]);
     free(M[i]);
     free(V[i]);
+    free(Pd[i]);
+    free(Md[i]);
+    free(Vd[i]);
+    free(gd[i]);
   }
 }
 
