@@ -406,6 +406,8 @@ static zinc_status opt_copy(zinc_engine *e, int array, int64_t off, int64_t coun
 zinc_status zinc_opt_read(zinc_engine *e, int array, int64_t off, int64_t count, float *dst) {
   if (count <= 0)
     return ZINC_OK;
+  if (off >= e->opt_numel) /* a frozen parameter's: its parameter memory */
+    return zinc_frozen_io(e, array, off, count, dst, 0);
   if (zinc_nvme_opt_on_disk(e))
     return opt_io(e, array, off, count, dst, 0);
   return opt_copy(e, array, off, count, dst, 0);
@@ -415,6 +417,8 @@ zinc_status zinc_opt_write(zinc_engine *e, int array, int64_t off, int64_t count
                            const float *src) {
   if (count <= 0)
     return ZINC_OK;
+  if (off >= e->opt_numel) /* a frozen parameter's: its parameter memory */
+    return zinc_frozen_io(e, array, off, count, (float *)src, 1);
   if (zinc_nvme_opt_on_disk(e))
     return opt_io(e, array, off, count, (float *)src, 1);
   return opt_copy(e, array, off, count, (float *)src, 1);
