@@ -133,12 +133,12 @@ void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_
     bytes[ZINC_LOC_DEVICE][ZINC_MEM_PARAMS] += persistent_bytes(e);
   }
   if (stage <= 1) {
-    bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += e->full_bytes;
+    bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += e->train_bytes; /* frozen: none */
   } else {
-    bytes[opt_loc][ZINC_MEM_GRADS] += (uint64_t)e->shard_numel * 4;
+    bytes[opt_loc][ZINC_MEM_GRADS] += (uint64_t)e->train_shard_numel * 4;
     bytes[ZINC_LOC_DEVICE][ZINC_MEM_BUFFERS] += zinc_grads_ring_bytes(e);
   }
-  int64_t opt_numel = stage == 0 ? e->total_numel : e->shard_numel;
+  int64_t opt_numel = e->opt_numel; /* trained units only */
   if (e->cfg.offload_optimizer.device != ZINC_OFFLOAD_NVME)
     bytes[opt_loc][ZINC_MEM_OPTIM] += (uint64_t)(zinc_master_aliases_params(e) ? 0 : 4) *
                                           (uint64_t)opt_numel +
@@ -195,7 +195,7 @@ static zinc_status alloc_states(zinc_engine *e) {
   }
   /* gradients (at stages 0-1 comm memory: alloc_comm_buffers) */
   if (stage >= 2)
-    ZINC_CHECK(zinc_engine_buffer_alloc(e, (size_t)e->shard_numel * 4, e->opt_location,
+    ZINC_CHECK(zinc_engine_buffer_alloc(e, (size_t)e->train_shard_numel * 4, e->opt_location,
                                         ZINC_MEM_GRADS, (void **)&e->grad_part,
                                         "gradient partition"));
   /* optimizer state (with NVMe offload: in nvme.c's swap area; for an
@@ -234,9 +234,9 @@ void zinc_build_free(zinc_engine *e) {
     zinc_engine_buffer_free(e, e->master, ob, e->opt_location, ZINC_MEM_OPTIM);
   zinc_engine_buffer_free(e, e->exp_avg, ob, e->opt_location, ZINC_MEM_OPTIM);
   zinc_engine_buffer_free(e, e->exp_avg_sq, ob, e->opt_location, ZINC_MEM_OPTIM);
-  zinc_engine_buffer_free(e, e->grad_part, (size_t)e->shard_numel * 4, e->opt_location,
+  zinc_engine_buffer_free(e, e->grad_part, (size_t)e->train_shard_numel * 4, e->opt_location,
                           ZINC_MEM_GRADS);
-  zinc_engine_comm_buffer_free(e, e->grad_full, e->full_bytes, ZINC_MEM_GRADS, e->grad_full_shared);
+  zinc_engine_comm_buffer_free(e, e->grad_full, e->train_bytes, ZINC_MEM_GRADS, e->grad_full_shared);
   zinc_engine_buffer_free(e, e->param_full, e->full_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS);
   if (e->param_location != ZINC_LOC_NVME)
     zinc_engine_buffer_free(e, e->param_shard, e->shard_bytes, e->param_location, ZINC_MEM_PARAMS);
@@ -267,6 +267,60 @@ zinc_status zinc_engine_put(zinc_engine *e, void *dst, int dtype, const float *s
     from = scratch;
   }
   return e->dev->ops->copy(e->dev, dst, from, (size_t)n * zinc_dt_size(dtype), e->stream);
+}
+
+zinc_status zinc_frozen_io(zinc_engine *e, int array, int64_t off, int64_t count, float *data,
+                           int write) {
+  if (array != 0) { /* a frozen parameter has no moments */
+    if (!write)
+      memset(data, 0, (size_t)count * sizeof *data);
+    return ZINC_OK;
+  }
+  /* the frozen unit holding optimizer element off (offsets grow with units) */
+  int lo = e->ntrain_units, hi = e->nunits - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (zinc_layout_opt_offset(e, &e->units[mid], 0) <= off)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  if (lo >= e->nunits || off < zinc_layout_opt_offset(e, &e->units[lo], 0))
+    return zinc_error(ZINC_ERR_INVALID, "optimizer element %lld is past the model's %lld",
+                      (long long)off, (long long)e->opt_numel);
+  const zinc_unit *u = &e->units[lo];
+  int64_t in_unit = off - zinc_layout_opt_offset(e, u, 0); /* stage 0: r*chunk + i */
+  if (e->cfg.stage != 0)
+    in_unit += (int64_t)e->dp_rank * u->chunk;
+  if (in_unit % u->chunk + count > u->chunk)
+    return zinc_error(ZINC_ERR_INVALID, "optimizer elements %lld..%lld cross a chunk of a "
+                      "frozen unit", (long long)off, (long long)(off + count));
+  size_t es = zinc_dtype_size(u->dtype), bytes = (size_t)count * es;
+  void *host = NULL;
+  ZINC_CHECK(zinc_calloc(&host, (size_t)count, es, "frozen parameter staging"));
+  zinc_status st = ZINC_OK;
+  const zinc_segment *seg = &e->modules[u->module]->segs[u->segment];
+  /* stage 3 keeps the parameter in the partition (and, for a persistent
+   * segment, whole: gathered again from the partition after a write) */
+  size_t pbyte = u->shard_byte + (size_t)(in_unit - (int64_t)e->dp_rank * u->chunk) * es;
+  char *full = e->cfg.stage == 3 ? NULL : zinc_unit_ptr(seg->full, u) + (size_t)in_unit * es;
+  if (write) {
+    for (int64_t i = 0; i < count; i++)
+      zinc_store_from_f32(host, i, u->dtype, data[i]);
+    st = full ? e->dev->ops->copy(e->dev, full, host, bytes, e->stream)
+              : zinc_pshard_write(e, pbyte, bytes, host);
+    if (st == ZINC_OK)
+      st = zinc_engine_sync(e);
+  } else {
+    st = full ? e->dev->ops->copy(e->dev, host, full, bytes, e->stream)
+              : zinc_pshard_read(e, pbyte, bytes, host);
+    if (st == ZINC_OK)
+      st = zinc_engine_sync(e);
+    for (int64_t i = 0; st == ZINC_OK && i < count; i++)
+      data[i] = zinc_load_as_f32(host, i, u->dtype);
+  }
+  free(host);
+  return st;
 }
 
 /* The piece's part of the optimizer state and (stage 3) the partition. */
@@ -355,7 +409,7 @@ out:
  * bucket ring at stages 2-3. */
 static zinc_status alloc_comm_buffers(zinc_engine *e) {
   if (e->cfg.stage <= 1)
-    return zinc_engine_comm_buffer_alloc(e, e->full_bytes, ZINC_MEM_GRADS, &e->grad_full,
+    return zinc_engine_comm_buffer_alloc(e, e->train_bytes, ZINC_MEM_GRADS, &e->grad_full,
                                          &e->grad_full_shared, "gradients");
   e->arena_bytes = zinc_grads_ring_bytes(e);
   return zinc_engine_comm_buffer_alloc(e, e->arena_bytes, ZINC_MEM_BUFFERS, &e->arena_base,

@@ -12,6 +12,7 @@
  */
 #define _GNU_SOURCE
 #include <limits.h>
+#include <math.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -235,6 +236,7 @@ zinc_status zinc_engine_create(const zinc_config *cfg, const zinc_options *opt,
   zinc_status st;
   zinc_options defaults = ZINC_OPTIONS_INIT;
   e->opt = opt ? *opt : defaults;
+  e->lr_override = -1.0; /* the config's scheduler */
   ZINC_CHECK_GOTO(zinc_settings_copy(&e->cfg, &cfg->s), st, fail);
   ZINC_CHECK_GOTO(zinc_prof_create(&e->prof), st, fail);
   ZINC_CHECK_GOTO(create_comms(e), st, fail);
@@ -555,6 +557,11 @@ void *zinc_param_grad(zinc_param *p) {
   zinc_module *m = p->module;
   if (zinc_engine_usable(e, "zinc_param_grad") != ZINC_OK)
     return NULL;
+  if (p->frozen) {
+    zinc_error(ZINC_ERR_INVALID, "zinc_param_grad(\"%s.%s\"): the parameter is frozen "
+               "(zinc_param_set_frozen): it takes no gradient", m->name, p->name);
+    return NULL;
+  }
   if (e->eval) {
     zinc_error(ZINC_ERR_INVALID, "zinc_param_grad(\"%s.%s\"): no gradients between "
                "zinc_eval_begin and zinc_eval_end", m->name, p->name);
@@ -647,6 +654,15 @@ zinc_status zinc_backward_end(zinc_engine *e) {
   e->mb_open = 0;
   e->mb_ended = 1;
   zinc_engine_phase(e, ZINC_PHASE_IDLE);
+  return ZINC_OK;
+}
+
+zinc_status zinc_engine_set_lr(zinc_engine *e, double lr) {
+  ZINC_CHECK(zinc_engine_usable(e, "zinc_engine_set_lr"));
+  if (!isfinite(lr))
+    return zinc_error(ZINC_ERR_INVALID, "zinc_engine_set_lr: lr %g is not finite (a negative "
+                      "lr goes back to the config's scheduler)", lr);
+  e->lr_override = lr < 0 ? -1.0 : lr;
   return ZINC_OK;
 }
 

@@ -62,6 +62,10 @@ struct zinc_param {
   int64_t shape[ZINC_MAX_NDIM];
   int64_t numel;
   int decay;              /* weight decay applies */
+  double wd;              /* its value; < 0: the config's weight_decay */
+  double lr_scale;        /* lr multiplier (zinc_param_set_lr_scale) */
+  int frozen;             /* not trained: no gradient, no optimizer state */
+  int group;              /* index into engine->groups (-1: frozen) */
   int replicated;         /* the same full tensor on every model-parallel rank
                              (the norm counts it on mp rank 0 only) */
   int index;              /* registration order, whole model */
@@ -75,6 +79,8 @@ typedef struct {
   int64_t numel;          /* padded: a multiple of N * ZINC_ALIGN_ELEMS */
   int first_unit, nunits; /* into engine->units */
   int persistent;         /* stage 3: kept whole on every rank */
+  int frozen;             /* holds frozen parameters: no gradient area, no
+                             optimizer runs, no reduction, not in the norm */
   void *full;             /* (numel) dtype on the device: where the full
                              segment is now (param_full, persistent copy, or
                              the module's gathered buffer); NULL when absent */
@@ -135,10 +141,21 @@ typedef struct {
   size_t shard_byte;      /* same, in bytes of a param_shard (stage 3) */
   int64_t full_offset;    /* N * shard_offset: the unit in a whole-model
                              f32 index space (stage 0 optimizer) */
+  int frozen;             /* of a frozen segment: units [ntrain_units,
+                             nunits), after every trained unit */
 } zinc_unit;
 
+/* A parameter group: parameters that share an lr scale and a weight decay
+ * value (the run's decay flag still says whether decay applies). The step
+ * builds one optimizer coefficient per group; runs name theirs. */
+typedef struct {
+  double lr_scale;
+  double weight_decay;
+} zinc_param_group;
+
 /* One contiguous run of optimizer work: a chunk (or the part of one with a
- * single weight-decay flag). Offsets are into the optimizer arrays. */
+ * single weight-decay flag and parameter group). Offsets are into the
+ * optimizer arrays. */
 typedef struct {
   int unit;
   int owner;              /* rank whose chunk this is */
@@ -150,6 +167,7 @@ typedef struct {
                              element belongs to (padding: the one before);
                              -1 for the other optimizers, whose runs may
                              span parameters */
+  int group;              /* index into engine->groups */
 } zinc_opt_run;
 
 /* ------------------------------------------------------------- gradients */
@@ -252,6 +270,19 @@ struct zinc_engine {
   int64_t psi[3];         /* unpadded parameter count per zinc_dtype */
   zinc_opt_run *runs;
   int nruns;
+  /* Frozen parameters (zinc_param_set_frozen) are laid out in segments of
+   * their own whose units come after every trained unit: the trained units
+   * fill shard offsets [0, train_shard_numel), so the optimizer arrays,
+   * the gradient partition and the full gradient buffer cover only those,
+   * and an optimizer index >= opt_numel is a frozen unit's (read and
+   * written as parameter memory by zinc_frozen_io). */
+  int ntrain_units;       /* units [0, ntrain_units) are trained */
+  int64_t train_shard_numel; /* S of the trained units */
+  size_t train_bytes;     /* padded bytes of the trained segments */
+  int64_t psi_frozen[3];  /* frozen parameter count per zinc_dtype */
+  zinc_param_group groups[ZINC_MAX_PARAM_GROUPS];
+  int ngroups;
+  double lr_override;     /* zinc_engine_set_lr; < 0: the scheduler */
 
   /* ---- model states (device unless offloaded) */
   void *param_full;       /* stage 0-2: (P bytes) every segment whole */
@@ -264,7 +295,7 @@ struct zinc_engine {
   int grad_full_shared;   /* allocated with comm alloc_shared */
   float *grad_part;       /* stage 2/3: (S) f32 reduced gradient partition */
   float *master, *exp_avg, *exp_avg_sq; /* (opt_numel) f32 */
-  int64_t opt_numel;      /* S, or N*S at stage 0 */
+  int64_t opt_numel;      /* S, or N*S at stage 0 (trained units only) */
   zinc_opt_hparams optim;  /* the optimizer (optimizer.type and params) */
   int opt_slots;          /* its state slots (ZINC_OPT_SLOT_* bits)     */
   int opt_location;       /* ZINC_LOC_DEVICE or ZINC_LOC_HOST (offload); with
@@ -383,7 +414,8 @@ zinc_status zinc_engine_agree_rank0_text(zinc_engine *e, zinc_comm *c, const cha
 void zinc_registry_free(zinc_engine *e);
 /* Collective over the world: INVALID on every rank, naming the first
  * parameter that differs, unless every rank registered the same names,
- * dtypes, shapes and weight-decay flags in the same order. */
+ * dtypes, shapes, weight-decay flags and values, lr scales and frozen
+ * flags in the same order. */
 zinc_status zinc_registry_agree(zinc_engine *e);
 
 /* --------------------------------------------------------- layout.c */
@@ -435,6 +467,11 @@ zinc_status zinc_engine_put(zinc_engine *e, void *dst, int dtype, const float *s
  * parameter partition in its dtype (scratch: len x 4 bytes). */
 zinc_status zinc_put_owned_piece(zinc_engine *e, const zinc_unit *u, int r, int64_t chunk_off,
                                  const float *src, int64_t len, int master, void *scratch);
+/* Optimizer elements [off, off + count) of a frozen unit (off >=
+ * opt_numel, inside one chunk): array 0 (the master) reads/writes the
+ * parameter memory as f32, arrays 1-2 read zeros and drop writes. */
+zinc_status zinc_frozen_io(zinc_engine *e, int array, int64_t off, int64_t count, float *data,
+                           int write);
 /* Wait for a comm request, timing the wait. */
 zinc_status zinc_engine_wait(zinc_engine *e, zinc_comm *c, zinc_comm_req *req);
 
@@ -540,7 +577,7 @@ zinc_status zinc_offload_init(zinc_engine *e);
 void zinc_offload_free(zinc_engine *e);
 /* CPU Adam in sub-groups with gradient copies in and parameter copies out
  * overlapping it (segs: one per run, as step.c builds them). */
-zinc_status zinc_offload_step(zinc_engine *e, const zinc_opt_coef *c, const zinc_opt_seg *segs,
+zinc_status zinc_offload_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, const zinc_opt_seg *segs,
                               int nseg);
 
 /* --------------------------------------------------------- nvme.c */
@@ -570,7 +607,7 @@ zinc_status zinc_pshard_write(zinc_engine *e, size_t off, size_t bytes, const vo
 float *zinc_master_in_params(const zinc_engine *e, int64_t x, int64_t *chunk_left);
 /* Adam over NVMe-resident state in sub-groups (segs: one per run, with
  * gradient and in-memory parameter pointers). */
-zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, const zinc_opt_seg *segs,
+zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, const zinc_opt_seg *segs,
                            int nseg);
 
 /* --------------------------------------------------------- activations.c */

@@ -14,6 +14,9 @@
  * reduced chunks are added, in fp32, into the gradient partition; then the
  * area goes back to the ring.
  *
+ * Frozen parameters (zinc_param_set_frozen) sit in segments of their own
+ * that get no gradient memory (seg->grad stays NULL) and no reduction.
+ *
  * Determinism across ranks: every decision that issues a collective depends
  * only on the trainer's calls (identical on every rank, see trace.c), never
  * on when a reduction happens to complete. Reductions retire strictly in
@@ -123,6 +126,8 @@ zinc_status zinc_grads_init(zinc_engine *e) {
     for (int mi = 0; mi < e->nmodules; mi++)
       for (int s = 0; s < e->modules[mi]->nsegs; s++) {
         zinc_segment *seg = &e->modules[mi]->segs[s];
+        if (seg->frozen)
+          continue;
         seg->grad = (char *)e->grad_full + off;
         off += (size_t)seg->numel * zinc_dtype_size(seg->dtype);
       }
@@ -174,7 +179,7 @@ static zinc_status absorb(zinc_engine *e, zinc_module *m) {
   int overwrite = m->reduced_window != window_of(e);
   for (int s = 0; s < m->nsegs; s++) {
     const zinc_segment *seg = &m->segs[s];
-    for (int ui = seg->first_unit; ui < seg->first_unit + seg->nunits; ui++) {
+    for (int ui = seg->first_unit; !seg->frozen && ui < seg->first_unit + seg->nunits; ui++) {
       const zinc_unit *u = &e->units[ui];
       const char *src = zinc_unit_ptr(seg->grad, u) +
                         (size_t)e->dp_rank * (size_t)u->chunk * zinc_dtype_size(u->dtype);
@@ -272,12 +277,12 @@ static zinc_status launch(zinc_engine *e) {
   for (int i = 0; i < e->npending; i++) {
     zinc_module *m = e->modules[e->pending[i]];
     for (int s = 0; s < m->nsegs; s++)
-      ncoll += m->segs[s].nunits;
+      ncoll += m->segs[s].frozen ? 0 : m->segs[s].nunits;
   }
   zinc_coll *colls = NULL;
   /* a collective point: a peer that left the module order meets it here
    * (trace.c) instead of in the reduction */
-  zinc_status ast = zinc_calloc((void **)&colls, (size_t)ncoll, sizeof *colls,
+  zinc_status ast = zinc_calloc((void **)&colls, (size_t)ncoll + 1, sizeof *colls,
                                 "reduction batch");
   ast = zinc_engine_agree_at(e, e->dp_host, ast, zinc_trace_key(ZINC_KEY_REDUCE, 0, 0), NULL);
   if (ast != ZINC_OK) {
@@ -289,7 +294,7 @@ static zinc_status launch(zinc_engine *e) {
     zinc_module *m = e->modules[e->pending[i]];
     for (int s = 0; s < m->nsegs; s++) {
       const zinc_segment *seg = &m->segs[s];
-      for (int ui = seg->first_unit; ui < seg->first_unit + seg->nunits; ui++) {
+      for (int ui = seg->first_unit; !seg->frozen && ui < seg->first_unit + seg->nunits; ui++) {
         const zinc_unit *u = &e->units[ui];
         char *send = zinc_unit_ptr(seg->grad, u);
         colls[k++] = (zinc_coll){
@@ -376,7 +381,8 @@ static zinc_status area_get(zinc_engine *e, zinc_module *m) {
 /* Stage 0/1: zero m's gradients for the accumulation window now open. */
 static zinc_status zero_window_grads(zinc_engine *e, zinc_module *m) {
   for (int s = 0; s < m->nsegs; s++)
-    ZINC_CHECK(e->dev->ops->fill_zero(e->dev, m->segs[s].grad,
+    if (!m->segs[s].frozen)
+      ZINC_CHECK(e->dev->ops->fill_zero(e->dev, m->segs[s].grad,
                                       (size_t)m->segs[s].numel * zinc_dtype_size(m->segs[s].dtype),
                                       e->stream));
   m->grad_window = window_of(e);
@@ -392,6 +398,8 @@ zinc_status zinc_grads_open(zinc_engine *e, zinc_module *m) {
     ZINC_CHECK(area_get(e, m));
     size_t off = 0;
     for (int s = 0; s < m->nsegs; s++) {
+      if (m->segs[s].frozen)
+        continue;
       m->segs[s].grad = (char *)m->grad_area + off;
       off += (size_t)m->segs[s].numel * zinc_dtype_size(m->segs[s].dtype);
     }
@@ -455,7 +463,8 @@ zinc_status zinc_grads_flush(zinc_engine *e) {
       if (m->reduced_window != window_of(e))
         for (int s = 0; s < m->nsegs; s++) {
           const zinc_segment *seg = &m->segs[s];
-          for (int ui = seg->first_unit; ui < seg->first_unit + seg->nunits; ui++)
+          for (int ui = seg->first_unit; !seg->frozen && ui < seg->first_unit + seg->nunits;
+               ui++)
             ZINC_CHECK(e->dev->ops->fill_zero(e->dev, e->grad_part + e->units[ui].shard_offset,
                                               (size_t)e->units[ui].chunk * 4, e->stream));
         }

@@ -203,7 +203,7 @@ static zinc_status copy_in(zinc_engine *e, const zinc_opt_seg *segs, const piece
 }
 
 /* CPU Adam of one group: staged gradients in, parameters to staging. */
-static zinc_status update(zinc_engine *e, const zinc_opt_coef *c, const zinc_opt_seg *segs,
+static zinc_status update(zinc_engine *e, const zinc_opt_coef *c, int ncoef, const zinc_opt_seg *segs,
                           const piece *p, int np, int slot, zinc_opt_seg *work) {
   zinc_offload *o = &e->off;
   size_t gat = 0, pat = 0;
@@ -231,7 +231,7 @@ static zinc_status update(zinc_engine *e, const zinc_opt_coef *c, const zinc_opt
       w->param_out = (char *)s->param_out + (size_t)p[i].off * pes;
     }
   }
-  return o->host->ops->optim(o->host, NULL, c, 1, work, np, ZINC_OPT_PASS_UPDATE, NULL);
+  return o->host->ops->optim(o->host, NULL, c, ncoef, work, np, ZINC_OPT_PASS_UPDATE, NULL);
 }
 
 /* Queue the parameter copies of group k out of slot k & 1. */
@@ -254,7 +254,7 @@ static zinc_status copy_out(zinc_engine *e, const zinc_opt_seg *segs, const piec
   return e->dev->ops->event_record(e->dev, o->out_done[slot], o->copy[1]);
 }
 
-zinc_status zinc_offload_step(zinc_engine *e, const zinc_opt_coef *c, const zinc_opt_seg *segs,
+zinc_status zinc_offload_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, const zinc_opt_seg *segs,
                               int nseg) {
   zinc_offload *o = &e->off;
   const zinc_device_ops *d = e->dev->ops;
@@ -282,7 +282,7 @@ zinc_status zinc_offload_step(zinc_engine *e, const zinc_opt_coef *c, const zinc
     if (st == ZINC_OK && k >= 2) /* group k-2's parameters have left the slot */
       st = d->event_sync(e->dev, o->out_done[slot]);
     if (st == ZINC_OK)
-      st = update(e, c, segs, pieces + first[k], np, slot, work);
+      st = update(e, c, ncoef, segs, pieces + first[k], np, slot, work);
     if (st == ZINC_OK)
       st = copy_out(e, segs, pieces + first[k], np, slot);
   }

@@ -406,6 +406,8 @@ static zinc_status opt_copy(zinc_engine *e, int array, int64_t off, int64_t coun
 zinc_status zinc_opt_read(zinc_engine *e, int array, int64_t off, int64_t count, float *dst) {
   if (count <= 0)
     return ZINC_OK;
+  if (off >= e->opt_numel) /* a frozen parameter's: its parameter memory */
+    return zinc_frozen_io(e, array, off, count, dst, 0);
   if (zinc_nvme_opt_on_disk(e))
     return opt_io(e, array, off, count, dst, 0);
   return opt_copy(e, array, off, count, dst, 0);
@@ -415,6 +417,8 @@ zinc_status zinc_opt_write(zinc_engine *e, int array, int64_t off, int64_t count
                            const float *src) {
   if (count <= 0)
     return ZINC_OK;
+  if (off >= e->opt_numel) /* a frozen parameter's: its parameter memory */
+    return zinc_frozen_io(e, array, off, count, (float *)src, 1);
   if (zinc_nvme_opt_on_disk(e))
     return opt_io(e, array, off, count, (float *)src, 1);
   return opt_copy(e, array, off, count, (float *)src, 1);
@@ -459,7 +463,7 @@ static size_t shard_byte_of(const zinc_engine *e, int64_t x) {
 
 /* Adam over the sub-group pipeline. segs[i] describe runs[i] with their
  * gradient and (in-memory) parameter pointers; master/m/v are ignored. */
-zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, const zinc_opt_seg *segs,
+zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, const zinc_opt_seg *segs,
                            int nseg) {
   zinc_nvme *n = e->nvme;
   int K = n->ngroups, B = n->nbuf;
@@ -538,7 +542,7 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, const zinc_op
       s.n = x1 - x0;
       piece[np++] = s;
     }
-    st = e->dev->ops->optim(e->dev, e->stream, c, 1, piece, np, ZINC_OPT_PASS_UPDATE, NULL);
+    st = e->dev->ops->optim(e->dev, e->stream, c, ncoef, piece, np, ZINC_OPT_PASS_UPDATE, NULL);
     if (st == ZINC_OK && pstage)
       st = zinc_pshard_write(e, p0, shard_byte_of(e, a0 + g) - p0, pstage);
     if (st == ZINC_OK)

@@ -6,6 +6,7 @@
  * its module; "module.param" names a parameter in messages and checkpoints.
  * Nothing can be registered once the engine is built.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,6 +137,9 @@ zinc_param *zinc_param_add(zinc_engine *e, zinc_module *m, const char *name,
   memcpy(p->shape, shape, (size_t)ndim * sizeof *shape);
   p->numel = numel;
   p->decay = 1;
+  p->wd = -1.0;
+  p->lr_scale = 1.0;
+  p->group = -1;
   p->index = e->nparams;
   m->params[m->nparams++] = p;
   e->params[e->nparams++] = p;
@@ -149,6 +153,39 @@ zinc_status zinc_param_set_weight_decay(zinc_param *p, int enabled) {
     return zinc_error(ZINC_ERR_INVALID, "zinc_param_set_weight_decay(\"%s.%s\"): call it "
                       "before zinc_engine_build", p->module->name, p->name);
   p->decay = enabled ? 1 : 0;
+  p->wd = -1.0;
+  return ZINC_OK;
+}
+
+/* Shared checks of the group setters: p usable, not built, v >= 0 finite. */
+static zinc_status group_setter_check(const zinc_param *p, const char *what, double v) {
+  if (!p)
+    return zinc_error(ZINC_ERR_INVALID, "%s: parameter is NULL", what);
+  if (p->engine->built)
+    return zinc_error(ZINC_ERR_INVALID, "%s(\"%s.%s\"): call it before zinc_engine_build", what,
+                      p->module->name, p->name);
+  if (!isfinite(v) || v < 0)
+    return zinc_error(ZINC_ERR_INVALID, "%s(\"%s.%s\"): %g must be >= 0 and finite", what,
+                      p->module->name, p->name, v);
+  return ZINC_OK;
+}
+
+zinc_status zinc_param_set_weight_decay_value(zinc_param *p, double wd) {
+  ZINC_CHECK(group_setter_check(p, "zinc_param_set_weight_decay_value", wd));
+  p->decay = 1;
+  p->wd = wd;
+  return ZINC_OK;
+}
+
+zinc_status zinc_param_set_lr_scale(zinc_param *p, double scale) {
+  ZINC_CHECK(group_setter_check(p, "zinc_param_set_lr_scale", scale));
+  p->lr_scale = scale;
+  return ZINC_OK;
+}
+
+zinc_status zinc_param_set_frozen(zinc_param *p, int frozen) {
+  ZINC_CHECK(group_setter_check(p, "zinc_param_set_frozen", 0.0));
+  p->frozen = frozen ? 1 : 0;
   return ZINC_OK;
 }
 
@@ -228,7 +265,7 @@ zinc_param *zinc_module_param_at(const zinc_module *m, int index) {
 static char *model_text(const zinc_engine *e) {
   size_t cap = 64, len = 0;
   for (int i = 0; i < e->nparams; i++)
-    cap += strlen(e->params[i]->module->name) + strlen(e->params[i]->name) + 80 +
+    cap += strlen(e->params[i]->module->name) + strlen(e->params[i]->name) + 160 +
            (size_t)ZINC_MAX_NDIM * 21;
   char *t = malloc(cap);
   if (!t)
@@ -241,8 +278,13 @@ static char *model_text(const zinc_engine *e) {
     for (int d = 0; d < p->ndim; d++)
       len += (size_t)snprintf(t + len, cap - len, "%s%lld", d ? ", " : "",
                               (long long)p->shape[d]);
-    len += (size_t)snprintf(t + len, cap - len, "]%s%s\n", p->decay ? "" : " no weight decay",
+    len += (size_t)snprintf(t + len, cap - len, "]%s%s", p->decay ? "" : " no weight decay",
                             p->replicated ? " replicated across model-parallel ranks" : "");
+    if (p->decay && p->wd >= 0)
+      len += (size_t)snprintf(t + len, cap - len, " weight decay %.17g", p->wd);
+    if (p->lr_scale != 1.0)
+      len += (size_t)snprintf(t + len, cap - len, " lr scale %.17g", p->lr_scale);
+    len += (size_t)snprintf(t + len, cap - len, "%s\n", p->frozen ? " frozen" : "");
   }
   return t;
 }
@@ -274,8 +316,9 @@ zinc_status zinc_registry_agree(zinc_engine *e) {
     line_at(ref, line, theirs, sizeof theirs);
     line_at(mine, line, ours, sizeof ours);
     st = zinc_error(ZINC_ERR_INVALID, "the registered model differs between ranks: %s %s on "
-                    "rank 0 but %s on rank %d (name, dtype, shape); every rank must register "
-                    "the same modules and parameters, with the same shapes, in the same order",
+                    "rank 0 but %s on rank %d (name, dtype, shape, weight decay, lr scale, frozen); "
+                    "every rank must register the same modules and parameters, with the same "
+                    "shapes and settings, in the same order",
                     line ? "a parameter is" : "the model has", theirs, ours, e->world_rank);
   }
   st = zinc_engine_agree(e, e->world, st);

@@ -51,14 +51,15 @@ static zinc_status gather_batches(zinc_engine *e, zinc_coll *colls, int n) {
   return ZINC_OK;
 }
 
-/* In-place all-gather of every unit of the segments' buffers selected by
- * `grads` (gradient buffers at stage 0, parameter buffers at 1-2). */
-static zinc_status gather_units_in_place(zinc_engine *e, int grads) {
-  if (e->dp_size == 1 || e->nunits == 0)
+/* In-place all-gather of the units [0, nunits) of the segments' buffers
+ * selected by `grads` (gradient buffers at stage 0, parameter buffers at
+ * 1-2). */
+static zinc_status gather_units_in_place(zinc_engine *e, int grads, int nunits) {
+  if (e->dp_size == 1 || nunits == 0)
     return ZINC_OK;
   zinc_coll *colls = NULL;
-  ZINC_CHECK(zinc_calloc((void **)&colls, (size_t)e->nunits, sizeof *colls, "gather batch"));
-  for (int ui = 0; ui < e->nunits; ui++) {
+  ZINC_CHECK(zinc_calloc((void **)&colls, (size_t)nunits, sizeof *colls, "gather batch"));
+  for (int ui = 0; ui < nunits; ui++) {
     const zinc_unit *u = &e->units[ui];
     const zinc_segment *seg = &e->modules[u->module]->segs[u->segment];
     char *base = zinc_unit_ptr(grads ? seg->grad : seg->full, u);
@@ -69,7 +70,7 @@ static zinc_status gather_units_in_place(zinc_engine *e, int grads) {
         .count = (size_t)u->chunk,
         .dtype = u->dtype};
   }
-  zinc_status st = gather_batches(e, colls, e->nunits);
+  zinc_status st = gather_batches(e, colls, nunits);
   free(colls);
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "gathering %s", grads ? "gradients" : "updated parameters");
@@ -77,12 +78,12 @@ static zinc_status gather_units_in_place(zinc_engine *e, int grads) {
 }
 
 /* After the owned chunks of the parameters changed: all-gather them into
- * every rank's full copy (stages 1-2), or drop stage 3's gathered copies and
- * gather its persistent segments again. Collective over the data-parallel
- * group. */
-static zinc_status gather_updated_params(zinc_engine *e) {
+ * every rank's full copy (stages 1-2; the frozen units too when `frozen`),
+ * or drop stage 3's gathered copies and gather its persistent segments
+ * again. Collective over the data-parallel group. */
+static zinc_status gather_updated_params(zinc_engine *e, int frozen) {
   if (e->cfg.stage == 1 || e->cfg.stage == 2)
-    ZINC_CHECK(gather_units_in_place(e, 0));
+    ZINC_CHECK(gather_units_in_place(e, 0, frozen ? e->nunits : e->ntrain_units));
   if (e->cfg.stage == 3) {
     ZINC_CHECK(zinc_stage3_invalidate(e));
     ZINC_CHECK(zinc_stage3_gather_persistent(e));
@@ -146,7 +147,8 @@ static zinc_status grad_sumsq(zinc_engine *e, double *total, int *overflow) {
     if (k > most_rep)
       most_rep = k;
   }
-  int cap = e->nunits * nr * (2 * most_rep + 1);
+  int nu = e->ntrain_units; /* frozen units take no gradient */
+  int cap = nu * nr * (2 * most_rep + 1);
   zinc_sumsq_chunk *pieces = NULL;
   unsigned char *rep = NULL;
   int *first = NULL; /* first piece of (rank, unit) */
@@ -158,7 +160,7 @@ static zinc_status grad_sumsq(zinc_engine *e, double *total, int *overflow) {
   if (st == ZINC_OK)
     st = zinc_engine_host_calloc(e, (void **)&rep, (size_t)cap + 1, 1, "norm pieces");
   if (st == ZINC_OK)
-    st = zinc_engine_host_calloc(e, (void **)&first, (size_t)(e->nunits * nr) + 1,
+    st = zinc_engine_host_calloc(e, (void **)&first, (size_t)(nu * nr) + 1,
                                  sizeof *first, "norm pieces");
   if (st == ZINC_OK)
     st = zinc_engine_host_calloc(e, (void **)&partials, (size_t)cap + 1, sizeof *partials,
@@ -172,11 +174,11 @@ static zinc_status grad_sumsq(zinc_engine *e, double *total, int *overflow) {
   int npieces = 0;
   if (st == ZINC_OK) {
     for (int r = 0; r < nr; r++)
-      for (int ui = 0; ui < e->nunits; ui++) {
-        first[r * e->nunits + ui] = npieces;
+      for (int ui = 0; ui < nu; ui++) {
+        first[r * nu + ui] = npieces;
         npieces += chunk_pieces(e, ui, r0 + r, pieces + npieces, rep + npieces);
       }
-    first[nr * e->nunits] = npieces;
+    first[nr * nu] = npieces;
     st = e->dev->ops->sumsq(e->dev, e->stream, pieces, npieces, partials);
   }
   if (st == ZINC_OK)
@@ -187,7 +189,7 @@ static zinc_status grad_sumsq(zinc_engine *e, double *total, int *overflow) {
   /* per rank: [counted in the norm, replicated and counted on mp rank 0] */
   for (int r = 0; r < nr; r++) {
     double counted = 0.0, elsewhere = 0.0;
-    for (int k = first[r * e->nunits]; k < first[(r + 1) * e->nunits]; k++) {
+    for (int k = first[r * nu]; k < first[(r + 1) * nu]; k++) {
       if (rep[k] && e->mp_rank != 0)
         elsewhere += partials[k];
       else
@@ -249,6 +251,7 @@ static zinc_status adam_segments(zinc_engine *e, zinc_opt_seg **out) {
     s->grad_dtype = gdt;
     s->n = run->n;
     s->decay = run->decay;
+    s->coef = run->group;
     s->param_dtype = u->dtype;
     if (e->cfg.stage == 3)
       s->param_out = e->param_shard ? (char *)e->param_shard + u->shard_byte +
@@ -375,7 +378,7 @@ static zinc_status lamb_update(zinc_engine *e, const zinc_opt_coef *c, int ncoef
 
 /* Optimizer state in memory, parameter partition on NVMe: each run's
  * updated parameters go through a staging buffer to the swap area. */
-static zinc_status adam_params_on_disk(zinc_engine *e, const zinc_opt_coef *c,
+static zinc_status adam_params_on_disk(zinc_engine *e, const zinc_opt_coef *c, int ncoef,
                                        zinc_opt_seg *segs) {
   size_t most = 0;
   for (int i = 0; i < e->nruns; i++)
@@ -390,7 +393,7 @@ static zinc_status adam_params_on_disk(zinc_engine *e, const zinc_opt_coef *c,
     const zinc_unit *u = &e->units[run->unit];
     zinc_opt_seg s = segs[i];
     s.param_out = staging;
-    st = e->dev->ops->optim(e->dev, e->stream, c, 1, &s, 1,
+    st = e->dev->ops->optim(e->dev, e->stream, c, ncoef, &s, 1,
                             zinc_opt_two_pass(c->kind) ? ZINC_OPT_PASS_APPLY
                                                        : ZINC_OPT_PASS_UPDATE, NULL);
     size_t es = zinc_dtype_size(u->dtype);
@@ -442,14 +445,14 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
       return zinc_error(ZINC_ERR_INVALID, "zinc_step: module \"%s\" is still fetched; release "
                         "every module before the step", e->modules[mi]->name);
   int boundary = zinc_grads_is_boundary_micro(e);
-  double lr = zinc_lr_at(&e->cfg, e->step);
+  double lr = e->lr_override >= 0 ? e->lr_override : zinc_lr_at(&e->cfg, e->step);
   e->micro_step++;
   if (!boundary) {
     fill_info(e, info, 0, lr);
     return ZINC_OK;
   }
   if (e->cfg.stage == 0)
-    ZINC_CHECK(gather_units_in_place(e, 1));
+    ZINC_CHECK(gather_units_in_place(e, 1, e->ntrain_units));
 
   double total = 0.0;
   int overflow = 0;
@@ -471,19 +474,24 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
   if (e->cfg.gradient_clipping > 0 && norm > e->cfg.gradient_clipping)
     coef = e->cfg.gradient_clipping / (norm + 1e-6);
 
-  zinc_opt_coef c;
-  zinc_opt_hparams h = e->optim;
-  h.lr = lr;
-  /* OneCycle cycles beta1 (and sets beta2 0.99) */
-  zinc_betas_at(&e->cfg, e->step, &h.beta1, &h.beta2);
-  ZINC_CHECK(zinc_opt_coef_init(&c, &h, e->step + 1, base * coef));
+  zinc_opt_coef c[ZINC_MAX_PARAM_GROUPS]; /* one per parameter group */
+  int ncoef = e->ngroups > 0 ? e->ngroups : 1; /* 0: every parameter frozen */
+  for (int g = 0; g < ncoef; g++) {
+    zinc_opt_hparams h = e->optim;
+    h.lr = e->ngroups > 0 ? lr * e->groups[g].lr_scale : lr;
+    if (e->ngroups > 0)
+      h.weight_decay = e->groups[g].weight_decay;
+    /* OneCycle cycles beta1 (and sets beta2 0.99) */
+    zinc_betas_at(&e->cfg, e->step, &h.beta1, &h.beta2);
+    ZINC_CHECK(zinc_opt_coef_init(&c[g], &h, e->step + 1, base * coef));
+  }
   zinc_opt_seg *segs = NULL;
   zinc_status st = adam_segments(e, &segs);
-  if (st == ZINC_OK && zinc_opt_two_pass(c.kind)) {
+  if (st == ZINC_OK && zinc_opt_two_pass(c[0].kind)) {
     /* Lamb: moments and norms, trust ratios; APPLY below */
     st = zinc_engine_agree(e, e->dp_host, st);
     if (st == ZINC_OK)
-      st = lamb_update(e, &c, 1, segs);
+      st = lamb_update(e, c, ncoef, segs);
     if (st != ZINC_OK) {
       free(segs);
       return st; /* agreed: every rank has it */
@@ -492,15 +500,15 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
   if (st != ZINC_OK)
     ; /* agreed below, with the update's own failures */
   else if (zinc_nvme_opt_on_disk(e))
-    st = zinc_nvme_step(e, &c, segs, e->nruns);
+    st = zinc_nvme_step(e, c, ncoef, segs, e->nruns);
   else if (zinc_nvme_param_on_disk(e))
-    st = adam_params_on_disk(e, &c, segs);
+    st = adam_params_on_disk(e, c, ncoef, segs);
   else if (e->off.ready) /* zinc_offload_init decided: staged copies */
-    st = zinc_offload_step(e, &c, segs, e->nruns);
+    st = zinc_offload_step(e, c, ncoef, segs, e->nruns);
   else
-    st = e->dev->ops->optim(e->dev, e->stream, &c, 1, segs, e->nruns,
-                            zinc_opt_two_pass(c.kind) ? ZINC_OPT_PASS_APPLY
-                                                      : ZINC_OPT_PASS_UPDATE, NULL);
+    st = e->dev->ops->optim(e->dev, e->stream, c, ncoef, segs, e->nruns,
+                            zinc_opt_two_pass(c[0].kind) ? ZINC_OPT_PASS_APPLY
+                                                         : ZINC_OPT_PASS_UPDATE, NULL);
   free(segs);
   if (st == ZINC_OK)
     st = zinc_engine_sync(e);
@@ -510,7 +518,7 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
    * rank before anyone enters the gathers below, or they would wait for it. */
   ZINC_CHECK(zinc_engine_agree(e, e->dp_host, st));
 
-  ZINC_CHECK(gather_updated_params(e));
+  ZINC_CHECK(gather_updated_params(e, 0));
   zinc_loss_scaler_update(&e->scaler, 0);
   e->step++;
   fill_info(e, info, 1, lr);
@@ -558,5 +566,5 @@ zinc_status zinc_params_from_master(zinc_engine *e) {
   /* the refresh is local (a device copy, an NVMe write): agree before the
    * gathers so that a rank that failed leaves no peer inside them */
   ZINC_CHECK(zinc_engine_agree(e, e->dp_host, st));
-  return gather_updated_params(e);
+  return gather_updated_params(e, 1);
 }

@@ -244,8 +244,35 @@ ZINC_API zinc_param *zinc_param_add(zinc_engine *e, zinc_module *m,
                                     int ndim, const int64_t *shape);
 
 /* Weight decay applies to a parameter unless turned off here (biases and
- * norm scales usually are). Call before zinc_engine_build. */
+ * norm scales usually are). enabled = 1 restores the config's
+ * weight_decay (dropping a value set below). Call before
+ * zinc_engine_build. */
 ZINC_API zinc_status zinc_param_set_weight_decay(zinc_param *p, int enabled);
+/* Parameter groups. The weight decay of p is `wd` instead of the config's
+ * weight_decay (and decay is enabled for p; wd 0 is the same as
+ * zinc_param_set_weight_decay(p, 0)). wd must be >= 0 and finite.
+ * The learning rate of p is `scale` x the schedule's lr (or x the lr of
+ * zinc_engine_set_lr); scale must be >= 0 and finite, default 1; 0 leaves
+ * p unchanged by the step (its optimizer state still advances: freeze it
+ * with zinc_param_set_frozen to save that memory too).
+ * The distinct (lr scale, weight decay) pairs of the model form its
+ * parameter groups, at most ZINC_MAX_PARAM_GROUPS (zinc_engine_build fails
+ * with ZINC_ERR_INVALID naming the parameter beyond it). Call before
+ * zinc_engine_build; every rank must make the same calls (the build fails
+ * on every rank otherwise, naming the parameter and the rank). */
+#define ZINC_MAX_PARAM_GROUPS 64
+ZINC_API zinc_status zinc_param_set_weight_decay_value(zinc_param *p, double wd);
+ZINC_API zinc_status zinc_param_set_lr_scale(zinc_param *p, double scale);
+/* A frozen parameter (frozen = 1) is not trained: zinc_param_grad returns
+ * NULL for it (zinc_last_error says why) and the engine holds no gradient
+ * memory, no optimizer state and no reduction for it; it is left out of
+ * the gradient norm and never changed by the step. It stays a parameter:
+ * partitioned (stage 3 gathers it with its module), readable, exported,
+ * and saved in checkpoints as parameter values (its exp_avg/exp_avg_sq
+ * read and save as zeros; loaded values of those are ignored). Default 0.
+ * Call before zinc_engine_build; every rank
+ * must freeze the same parameters. */
+ZINC_API zinc_status zinc_param_set_frozen(zinc_param *p, int frozen);
 
 /* With model parallelism (zinc_options.model_parallel_size > 1), each
  * model-parallel rank registers its own shard of a tensor-parallel layer
@@ -306,7 +333,8 @@ ZINC_API void *zinc_param_data(zinc_param *p);
  * backward pass accumulates into (+=). It is zeroed by the engine when it is
  * first handed out in an accumulation window (stages 0-1) or micro-batch
  * (stages 2-3); the trainer never zeroes it. Valid until grads_ready(m).
- * NULL (and zinc_last_error) when p's module is not fetched. */
+ * NULL (and zinc_last_error) when p's module is not fetched or p is
+ * frozen (zinc_param_set_frozen). */
 ZINC_API void *zinc_param_grad(zinc_param *p);
 /* m's gradients for this micro-batch are complete: the engine may start
  * reducing them (stage 2/3: reduce-scatter, overlapped with the trainer's
@@ -336,7 +364,8 @@ typedef struct {
   int     skipped;     /* 1 if the step was skipped for overflow */
   float   grad_norm;   /* global L2 norm before clipping */
   float   loss_scale;  /* scale in force after this call */
-  float   lr;          /* learning rate used */
+  float   lr;          /* learning rate used (before each parameter's lr scale):
+                          the scheduler's, or zinc_engine_set_lr's */
   int64_t micro_step;  /* micro-batches seen so far */
 } zinc_step_info;
 
@@ -351,6 +380,16 @@ typedef struct {
  * with bf16/fp32), it fails with ZINC_ERR_INVALID on every rank and the
  * engine stops. info may be NULL. */
 ZINC_API zinc_status zinc_step(zinc_engine *e, zinc_step_info *info);
+
+/* Drive the learning rate from the trainer: from the next zinc_step on,
+ * the optimizer uses `lr` (times each parameter's lr scale) instead of the
+ * config's scheduler, until called again; a negative lr goes back to the
+ * scheduler (at the engine's step count). lr must be finite. Call after
+ * zinc_engine_build, between steps; every rank must pass the same value
+ * (not checked: it involves no collective). zinc_step_info.lr reports the
+ * lr used. The setting is not saved in checkpoints: a trainer that drives
+ * its own schedule sets it again after zinc_load_checkpoint. */
+ZINC_API zinc_status zinc_engine_set_lr(zinc_engine *e, double lr);
 
 /* The factor the trainer multiplies its loss gradient by (fp16 dynamic or
  * static loss scaling); 1 for fp32/bf16. */
