@@ -363,15 +363,11 @@ zinc_status zinc_engine_build(zinc_engine *e, zinc_init_fn init, void *ctx) {
                       "(model_parallel_size %d): Lamb's trust ratio needs each parameter's "
                       "norm over its model-parallel shards, which zinc does not compute yet; "
                       "use Adam or Lion, or model_parallel_size 1", e->mp_size);
-    else if (e->optim.kind == ZINC_OPT_LAMB &&
-             (e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NVME || zinc_offload_staged(e)))
+    else if (e->optim.kind == ZINC_OPT_LAMB && zinc_offload_staged(e))
       st = zinc_error(ZINC_ERR_UNSUPPORTED, "optimizer.type \"Lamb\" with offload_optimizer "
-                      "device \"%s\"%s: Lamb's two passes over the state are built for state "
-                      "in memory only; use offload_optimizer \"cpu\" on the CPU build, no "
-                      "offload, or another optimizer",
-                      zinc_offload_device_name(e->cfg.offload_optimizer.device),
-                      e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NVME
-                          ? "" : " through the staged copy pipeline (a GPU run)");
+                      "device \"cpu\" through the staged copy pipeline (a GPU run, or "
+                      "ZINC_OFFLOAD_STAGING=1): Lamb's two passes are not built for that "
+                      "pipeline yet; use no offload, NVMe offload, or another optimizer");
   }
   if (st == ZINC_OK) {
     zinc_loss_scaler_init(&e->scaler, &e->cfg);

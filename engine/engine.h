@@ -605,10 +605,12 @@ zinc_status zinc_pshard_write(zinc_engine *e, size_t off, size_t bytes, const vo
 /* The f32 master of optimizer element x..x+n (n within one chunk) when it
  * lives in the parameter memory (master_in_params). */
 float *zinc_master_in_params(const zinc_engine *e, int64_t x, int64_t *chunk_left);
-/* Adam over NVMe-resident state in sub-groups (segs: one per run, with
- * gradient and in-memory parameter pointers). */
+/* One optimizer pass over NVMe-resident state in sub-groups (segs: one per
+ * run, with gradient and in-memory parameter pointers). Lamb's UPDATE pass
+ * writes no parameters and fills norms[2 j], norms[2 j + 1] for run j (its
+ * runs never cross a sub-group: zinc_lamb_grid); norms is NULL otherwise. */
 zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, const zinc_opt_seg *segs,
-                           int nseg);
+                           int nseg, int pass, double *norms);
 
 /* --------------------------------------------------------- activations.c */
 /* Free the engine's whole activation-checkpoint store (every checkpoint

@@ -464,7 +464,9 @@ static size_t shard_byte_of(const zinc_engine *e, int64_t x) {
 /* Adam over the sub-group pipeline. segs[i] describe runs[i] with their
  * gradient and (in-memory) parameter pointers; master/m/v are ignored. */
 zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, const zinc_opt_seg *segs,
-                           int nseg) {
+                           int nseg, int pass, double *norms) {
+  /* Lamb's UPDATE moves the moments only: no parameter is written */
+  int moments_only = zinc_opt_two_pass(c->kind) && pass == ZINC_OPT_PASS_UPDATE;
   zinc_nvme *n = e->nvme;
   int K = n->ngroups, B = n->nbuf;
   zinc_status st = ZINC_OK;
@@ -472,7 +474,7 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, co
   void *pstage = NULL;
   size_t pstage_bytes = (size_t)n->group * 4;
   ZINC_CHECK(zinc_calloc((void **)&piece, (size_t)nseg + 1, sizeof *piece, "sub-group runs"));
-  if (zinc_nvme_param_on_disk(e)) {
+  if (zinc_nvme_param_on_disk(e) && !moments_only) {
     st = zinc_engine_buffer_alloc(e, pstage_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS, &pstage,
                                   "parameter staging");
     if (st != ZINC_OK) {
@@ -525,6 +527,7 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, co
     int np = 0;
     while (first < e->nruns && e->runs[first].opt_offset + e->runs[first].n <= a0)
       first++;
+    int first_run = first;
     for (int j = first; j < e->nruns && e->runs[j].opt_offset < a0 + g; j++) {
       const zinc_opt_run *r = &e->runs[j];
       int64_t x0 = r->opt_offset > a0 ? r->opt_offset : a0;
@@ -540,9 +543,12 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, co
                            : (char *)segs[j].param_out +
                                  (size_t)(x0 - r->opt_offset) * zinc_dtype_size(s.param_dtype);
       s.n = x1 - x0;
+      if (moments_only)
+        s.param_out = NULL;
       piece[np++] = s;
     }
-    st = e->dev->ops->optim(e->dev, e->stream, c, ncoef, piece, np, ZINC_OPT_PASS_UPDATE, NULL);
+    st = e->dev->ops->optim(e->dev, e->stream, c, ncoef, piece, np, pass,
+                            norms ? norms + 2 * (size_t)first_run : NULL);
     if (st == ZINC_OK && pstage)
       st = zinc_pshard_write(e, p0, shard_byte_of(e, a0 + g) - p0, pstage);
     if (st == ZINC_OK)

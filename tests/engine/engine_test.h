@@ -167,7 +167,7 @@ static inline char *et_config_json(const et_run *r) {
       "  \"gradient_accumulation_steps\": %d,\n"
       "  \"gradient_clipping\": %g,\n"
       "  \"steps_per_print\": 1000,\n"
-      "  \"optimizer\": %s,\n"
+      "  \"optimizer\": %s,%s\n"
       "  \"fp16\": {\"enabled\": %s, \"initial_scale_power\": 12, \"loss_scale_window\": %d,"
       " \"hysteresis\": 1, \"min_loss_scale\": 1},\n"
       "  \"bf16\": {\"enabled\": %s},\n"
@@ -179,7 +179,10 @@ static inline char *et_config_json(const et_run *r) {
       "    \"offload_optimizer\": {\"device\": \"%s\"%s%s%s%s}%s\n"
       "  }%s%s\n"
       "}\n",
-      r->micro, r->gas, r->clip, optimizer, r->dtype == ZINC_F16 ? "true" : "false", r->fp16_window,
+      r->micro, r->gas, r->clip, optimizer,
+      /* torch.optim.SGD under ZeRO: the flag DeepSpeed asks for it */
+      r->optim && et_optim_is(r->optim, "SGD") ? " \"zero_allow_untested_optimizer\": true," : "",
+      r->dtype == ZINC_F16 ? "true" : "false", r->fp16_window,
       r->dtype == ZINC_BF16 ? "true" : "false", r->stage, (long long)r->reduce_bucket,
       (long long)r->allgather_bucket, r->overlap ? "true" : "false", (long long)r->persist, (long long)r->prefetch,
       (long long)r->max_live, (long long)r->reuse, sub_group, r->stage == 0 ? "none" : r->offload,
