@@ -321,35 +321,65 @@ static int dtype_ok(int dtype) {
   return dtype == ZINC_F32 || dtype == ZINC_BF16 || dtype == ZINC_F16;
 }
 
+/* The arrays a segment of n > 0 elements needs, as zinc_cpu_optim. */
+static int optim_seg_complete(const zinc_opt_coef *c, int pass, const zinc_opt_seg *g) {
+  int kind = c->kind;
+  int need_g = !(kind == ZINC_OPT_LAMB && pass == ZINC_OPT_PASS_APPLY);
+  int need_m = kind == ZINC_OPT_ADAM || kind == ZINC_OPT_LAMB || kind == ZINC_OPT_LION ||
+               (kind == ZINC_OPT_SGD && c->momentum != 0.0f);
+  int need_v = kind == ZINC_OPT_ADAM || kind == ZINC_OPT_LAMB || kind == ZINC_OPT_ADAGRAD;
+  return g->master && (!need_g || (g->grad && dtype_ok(g->grad_dtype))) &&
+         (!need_m || g->exp_avg) && (!need_v || g->exp_avg_sq);
+}
+
 static zinc_status cuda_optim(zinc_device *d, zinc_stream *s, const struct zinc_opt_coef *coefs,
                               int ncoef, const zinc_opt_seg *segs, int nseg, int pass,
                               double *norms) {
   cuda_impl *ci = impl_of(d);
-  (void)norms;
   if (!coefs || ncoef < 1 || nseg < 0 || (nseg > 0 && !segs))
     return zinc_error(ZINC_ERR_INVALID, "cuda device %d: optimizer with %d coefficients, %d "
                       "segments", ci->ordinal, ncoef, nseg);
-  if (coefs[0].kind != ZINC_OPT_ADAM || pass != ZINC_OPT_PASS_UPDATE)
-    return zinc_error(ZINC_ERR_UNSUPPORTED, "cuda device %d: optimizer kind %d pass %d is not "
-                      "built yet", ci->ordinal, coefs[0].kind, pass);
+  const int kind = coefs[0].kind;
+  const char *name = zinc_opt_kind_str(kind);
+  if (kind < 0 || kind >= ZINC_OPT_KINDS ||
+      (pass != ZINC_OPT_PASS_UPDATE && !(pass == ZINC_OPT_PASS_APPLY && kind == ZINC_OPT_LAMB)))
+    return zinc_error(ZINC_ERR_INVALID, "cuda device %d: optimizer kind %d (%s) pass %d; every "
+                      "optimizer has pass UPDATE (0), Lamb also APPLY (1)", ci->ordinal, kind,
+                      name, pass);
+  const int lamb_update = kind == ZINC_OPT_LAMB && pass == ZINC_OPT_PASS_UPDATE;
+  if (lamb_update && nseg > 0 && !norms)
+    return zinc_error(ZINC_ERR_INVALID, "cuda device %d: Lamb UPDATE without norms",
+                      ci->ordinal);
   for (int i = 0; i < nseg; i++) {
     const zinc_opt_seg *g = &segs[i];
-    if (g->n < 0 || !dtype_ok(g->grad_dtype) || (g->param_out && !dtype_ok(g->param_dtype)) ||
-        g->coef < 0 || g->coef >= ncoef || coefs[g->coef].kind != coefs[0].kind ||
-        (g->n > 0 && (!g->master || !g->exp_avg || !g->exp_avg_sq || !g->grad)))
-      return zinc_error(ZINC_ERR_INVALID, "cuda device %d: adam segment %d of %d is malformed "
-                        "(n=%lld, grad dtype %d, param dtype %d, or a NULL array)", ci->ordinal,
-                        i, nseg, (long long)g->n, g->grad_dtype, g->param_dtype);
+    if (g->n < 0 || (g->param_out && !dtype_ok(g->param_dtype)) || g->coef < 0 ||
+        g->coef >= ncoef || coefs[g->coef].kind != kind ||
+        (g->n > 0 && !optim_seg_complete(&coefs[g->coef], pass, g)))
+      return zinc_error(ZINC_ERR_INVALID, "cuda device %d: %s segment %d of %d is malformed "
+                        "(n=%lld, grad dtype %d, param dtype %d, coefficient %d of %d, or an "
+                        "array it needs is NULL)", ci->ordinal, name, i, nseg, (long long)g->n,
+                        g->grad_dtype, g->param_dtype, g->coef, ncoef);
   }
+  if (nseg == 0)
+    return ZINC_OK;
   ZINC_CHECK(bind(ci));
+  if (lamb_update) {
+    zinc_stream *on = s ? s : &ci->compute;
+    ZINC_CHECK(scratch_reserve(d, on, zinc_cuda_lamb_workspace(segs, nseg)));
+    cudaError_t err = zinc_cuda_lamb_update(coefs, ncoef, segs, nseg, on->scratch,
+                                            on->scratch_bytes, norms, on->s);
+    return err == cudaSuccess ? ZINC_OK
+                              : cuda_fail(ci, err, "Lamb UPDATE over %d segments", nseg);
+  }
   /* one launch series per run of segments with the same coefficients */
   for (int i = 0; i < nseg;) {
     int j = i + 1;
     while (j < nseg && segs[j].coef == segs[i].coef)
       j++;
-    cudaError_t err = zinc_cuda_adam(&coefs[segs[i].coef], segs + i, j - i, raw_stream(ci, s));
+    cudaError_t err =
+        zinc_cuda_optim(&coefs[segs[i].coef], segs + i, j - i, pass, raw_stream(ci, s));
     if (err != cudaSuccess)
-      return cuda_fail(ci, err, "fused adam over %d segments", j - i);
+      return cuda_fail(ci, err, "fused %s over %d segments", name, j - i);
     i = j;
   }
   return ZINC_OK;

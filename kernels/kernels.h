@@ -11,10 +11,10 @@
  *
  * The per-element arithmetic of every kernel comes from kernels/zinc_math.h
  * (ZINC_HD functions shared with the CPU code); with nvcc --fmad=false the
- * GPU gives the same bits as the CPU for Adam, casts, accumulation and
- * unscaling. Only the last step of the sum of squares (adding the per-block
- * sums of a chunk) follows CUB's order instead of the CPU's; see
- * zinc_cuda_sumsq.
+ * GPU gives the same bits as the CPU for every optimizer (Lamb's norms
+ * included), casts, accumulation and unscaling. Only the last step of
+ * zinc_cuda_sumsq (adding the per-block sums of a chunk) follows CUB's
+ * order instead of the CPU's; see there.
  *
  * dtypes are zinc_dtype values (0 f32, 1 bf16, 2 f16).
  */
@@ -37,6 +37,7 @@ extern "C" {
  * parameter block; longer lists are cut into several launches. */
 #define ZINC_CUDA_ADAM_SEGS_PER_LAUNCH 48
 #define ZINC_CUDA_SUMSQ_CHUNKS_PER_LAUNCH 96
+#define ZINC_CUDA_OPTIM_SEGS_PER_LAUNCH 40
 
 /* Fused Adam/AdamW over nseg segments with one set of coefficients: for
  * every element zinc_adam_elem updates master, exp_avg and exp_avg_sq in
@@ -48,6 +49,37 @@ extern "C" {
  * overlap one another. */
 cudaError_t zinc_cuda_adam(const zinc_opt_coef *coef, const zinc_opt_seg *segs,
                            int nseg, cudaStream_t stream);
+
+/* One pass of an optimizer other than Lamb's UPDATE over nseg segments with
+ * one set of coefficients: Adam (zinc_cuda_adam), Lion, Adagrad, SGD
+ * (UPDATE) or Lamb APPLY, element by element with zinc_math.h's function
+ * (bitwise the CPU's zinc_cpu_optim), the new master also stored to
+ * param_out when not NULL. The arrays each kind needs are those of
+ * zinc_cpu_optim; cudaErrorInvalidValue when one is missing, for a bad
+ * dtype, a kind/pass pair this does not run, or a negative length. The
+ * optimizers other than Adam take the scalar path (coalesced
+ * single-element accesses). */
+cudaError_t zinc_cuda_optim(const zinc_opt_coef *coef, const zinc_opt_seg *segs, int nseg,
+                            int pass, cudaStream_t stream);
+
+/* Device workspace bytes zinc_cuda_lamb_update needs for these segments
+ * (host arithmetic only). */
+size_t zinc_cuda_lamb_workspace(const zinc_opt_seg *segs, int nseg);
+
+/* Lamb's UPDATE pass over nseg segments, segment i with coefs[segs[i].coef]:
+ * moves exp_avg and exp_avg_sq (master and param_out untouched) and writes
+ * norms[2 i], norms[2 i + 1], the sums of squares of segment i's weights and
+ * of its update. Order: every ZINC_SUMSQ_BLOCK block sum is
+ * zinc_sumsq_block_ref's, and each segment's block sums are added in block
+ * order from 0.0 on the GPU, so the norms are bitwise the CPU's
+ * zinc_cpu_optim (unlike zinc_cuda_sumsq, no CUB order here).
+ * workspace: >= zinc_cuda_lamb_workspace bytes of device memory, not used
+ * by other streams until this work is done. norms: 2 * nseg doubles
+ * anywhere (device, pinned or pageable host memory), valid once the stream
+ * reaches this point. */
+cudaError_t zinc_cuda_lamb_update(const zinc_opt_coef *coefs, int ncoef,
+                                  const zinc_opt_seg *segs, int nseg, void *workspace,
+                                  size_t workspace_bytes, double *norms, cudaStream_t stream);
 
 /* In place: data (n, dtype) = data * scale, rounded back to dtype. If any
  * element is inf/NaN before or after scaling (including an fp16 overflow),

@@ -28,7 +28,8 @@ static zinc_opt_coef coef_for(int step, int adamw) {
    * eps 1e-8, weight decay 0.01, loss scale 1/1024 * 1/2 ranks */
   double lr = 1e-3, b1 = 0.9, b2 = 0.999, wd = 0.01;
   int t = step + 1;
-  zinc_opt_coef c;
+  zinc_opt_coef c = {0};
+  c.kind = ZINC_OPT_ADAM;
   c.grad_scale = (float)(1.0 / 2048.0);
   c.beta1 = (float)b1;
   c.one_minus_beta1 = (float)(1.0 - b1);
@@ -195,7 +196,7 @@ static void rejects_bad_segments(void **state) {
   zinc_opt_coef c = coef_for(0, 1);
   zinc_opt_seg bad = {.n = 10, .grad_dtype = 7};
   assert_int_equal(d->ops->optim(d, NULL, &c, 1, &bad, 1, ZINC_OPT_PASS_UPDATE, NULL), ZINC_ERR_INVALID);
-  assert_non_null(strstr(zinc_last_error(), "adam segment 0"));
+  assert_non_null(strstr(zinc_last_error(), "Adam segment 0"));
 }
 
 int main(void) {
