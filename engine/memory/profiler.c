@@ -183,12 +183,17 @@ uint64_t zinc_formula_model_states(const zinc_engine *e) {
   double n = e->dp_size;
   double psi = (double)(e->psi[0] + e->psi[1] + e->psi[2]);
   double pbytes = 4.0 * e->psi[ZINC_F32] + 2.0 * (e->psi[ZINC_BF16] + e->psi[ZINC_F16]);
+  /* frozen parameters (zinc_param_set_frozen) have no gradient and no
+   * optimizer state: t counts the trained ones */
+  double tpsi = psi - (double)(e->psi_frozen[0] + e->psi_frozen[1] + e->psi_frozen[2]);
+  double tbytes = pbytes - 4.0 * e->psi_frozen[ZINC_F32] -
+                  2.0 * (e->psi_frozen[ZINC_BF16] + e->psi_frozen[ZINC_F16]);
   double v = 0, k = (zinc_master_aliases_params(e) ? 0.0 : 4.0) +
                     (double)zinc_opt_state_bytes(&e->optim);
   switch (e->cfg.stage) {
-  case 0: v = pbytes + pbytes + k * psi; break;
-  case 1: v = pbytes + pbytes + k * psi / n; break;
-  case 2: v = pbytes + 4.0 * psi / n + k * psi / n; break;
+  case 0: v = pbytes + tbytes + k * tpsi; break;
+  case 1: v = pbytes + tbytes + k * tpsi / n; break;
+  case 2: v = pbytes + 4.0 * tpsi / n + k * tpsi / n; break;
   default: {
     double persist = 0;
     for (int mi = 0; mi < e->nmodules; mi++) {
@@ -197,7 +202,7 @@ uint64_t zinc_formula_model_states(const zinc_engine *e) {
         if (m->segs[s].persistent)
           persist += (double)m->segs[s].used * (double)zinc_dtype_size(m->segs[s].dtype);
     }
-    v = pbytes / n + persist * (1.0 - 1.0 / n) + 4.0 * psi / n + k * psi / n;
+    v = pbytes / n + persist * (1.0 - 1.0 / n) + 4.0 * tpsi / n + k * tpsi / n;
   }
   }
   return (uint64_t)(v + 0.5);

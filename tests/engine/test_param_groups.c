@@ -160,6 +160,7 @@ static void check_stage(int stage, float **frozen_prev) {
    * exactly its own */
   r.shape.d[0] = 4;
   r.shape.d[1] = 64;
+  r.persist = 0; /* stage 3: no segment kept whole (freezing would move b0 under the threshold) */
   const tm_shape *sh = &r.shape;
   float **init = et_alloc_params(sh), **base = et_alloc_params(sh), **a = et_alloc_params(sh),
         **b = et_alloc_params(sh);
@@ -235,6 +236,13 @@ static void check_stage(int stage, float **frozen_prev) {
            gf = st_frozen.current[ZINC_LOC_DEVICE][ZINC_MEM_GRADS];
   ET_CHECK(ob - of == opt_less, "stage %d: optimizer state %llu -> %llu bytes, want %llu less",
            stage, (unsigned long long)ob, (unsigned long long)of, (unsigned long long)opt_less);
+  /* the ZeRO formula (an unpadded count) drops the same bytes */
+  ET_CHECK(st_base.theoretical_model_states - st_frozen.theoretical_model_states ==
+               opt_less + grad_less,
+           "stage %d: formula %llu -> %llu bytes, want %llu less", stage,
+           (unsigned long long)st_base.theoretical_model_states,
+           (unsigned long long)st_frozen.theoretical_model_states,
+           (unsigned long long)(opt_less + grad_less));
   ET_CHECK(gb - gf == grad_less, "stage %d: gradients %llu -> %llu bytes, want %llu less",
            stage, (unsigned long long)gb, (unsigned long long)gf, (unsigned long long)grad_less);
   et_free_params(init);
