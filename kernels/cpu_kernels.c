@@ -169,13 +169,11 @@ static void optim_part(void *ctx, int64_t begin, int64_t end, int tid) {
 static int64_t blocks_of(int64_t n) { return (n + ZINC_SUMSQ_BLOCK - 1) / ZINC_SUMSQ_BLOCK; }
 
 /* Lamb UPDATE over blocks [begin, end) of the concatenation of every
- * segment's ZINC_SUMSQ_BLOCK blocks: the moments move, the block's update
- * lands in a scratch block in cache, and the block sums of squares of the
- * weights and of the update are taken from it by the sumsq kernel itself,
- * so that each is zinc_sumsq_block_ref's value. */
+ * segment's ZINC_SUMSQ_BLOCK blocks: the moments move and each block's sums
+ * of squares of the weights and of the update come back as
+ * zinc_sumsq_block_ref would give them. */
 static void lamb_update_part(void *ctx, int64_t begin, int64_t end, int tid) {
   const optim_job *j = ctx;
-  float update[ZINC_SUMSQ_BLOCK];
   int64_t base = 0;
   for (int s = 0; s < j->nseg && base < end; s++) {
     const zinc_opt_seg *g = &j->segs[s];
@@ -185,13 +183,10 @@ static void lamb_update_part(void *ctx, int64_t begin, int64_t end, int tid) {
     for (int64_t b = lo; b < hi; b++) {
       int64_t first = b * ZINC_SUMSQ_BLOCK;
       int64_t len = g->n - first < ZINC_SUMSQ_BLOCK ? g->n - first : ZINC_SUMSQ_BLOCK;
-      const float *p = g->master + first;
-      j->ops->lamb_update(&j->coefs[g->coef], g->decay, p, g->exp_avg + first,
+      j->ops->lamb_update(&j->coefs[g->coef], g->decay, g->master + first, g->exp_avg + first,
                           g->exp_avg_sq + first,
                           (const char *)g->grad + (size_t)first * dtype_bytes(g->grad_dtype),
-                          g->grad_dtype, update, len);
-      j->block_sums[2 * (base + b)] = j->ops->sumsq_block(p, ZINC_F32, len);
-      j->block_sums[2 * (base + b) + 1] = j->ops->sumsq_block(update, ZINC_F32, len);
+                          g->grad_dtype, len, &j->block_sums[2 * (base + b)]);
     }
     base += nb;
   }

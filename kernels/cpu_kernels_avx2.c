@@ -76,6 +76,31 @@ static inline SIMD_FN __attribute__((always_inline)) vh vf_to_f16(vf x) {
   return _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
 }
 
+/* The canonical lanes, four per register: l[0] lanes 0-3 ... l[3] lanes
+ * 12-15; a vector of 8 at element i fills lanes i % 16 .. i % 16 + 7. x*x
+ * is exact in double, so fusing gives the reference's bits. */
+typedef struct {
+  __m256d l[4];
+} sq_lanes;
+
+static inline SIMD_FN __attribute__((always_inline)) void sq_zero(sq_lanes *a) {
+  a->l[0] = a->l[1] = a->l[2] = a->l[3] = _mm256_setzero_pd();
+}
+
+static inline SIMD_FN __attribute__((always_inline)) void sq_add(sq_lanes *a, vf x, int64_t i) {
+  __m256d x0 = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+  __m256d x1 = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+  int h = (i & 8) ? 2 : 0;
+  a->l[h] = _mm256_fmadd_pd(x0, x0, a->l[h]);
+  a->l[h + 1] = _mm256_fmadd_pd(x1, x1, a->l[h + 1]);
+}
+
+static inline SIMD_FN __attribute__((always_inline)) void sq_store(const sq_lanes *a,
+                                                                   double *lanes) {
+  for (int k = 0; k < 4; k++)
+    _mm256_storeu_pd(lanes + 4 * k, a->l[k]);
+}
+
 #include "kernels/cpu_kernels_simd.h"
 
 /* Lanes 0-3, 4-7, 8-11, 12-15 of the canonical order in l0, l1, l2, l3. */

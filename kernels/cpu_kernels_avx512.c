@@ -87,6 +87,31 @@ static inline SIMD_FN __attribute__((always_inline)) vh vf_to_f16(vf x) {
   return _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
 }
 
+/* The canonical lanes: lane j in lo (j < 8) or hi (j >= 8); a vector of 16
+ * always starts at a lane-0 element. x*x is exact in double, so fusing
+ * gives the reference's bits. */
+typedef struct {
+  __m512d lo, hi;
+} sq_lanes;
+
+static inline SIMD_FN __attribute__((always_inline)) void sq_zero(sq_lanes *a) {
+  a->lo = a->hi = _mm512_setzero_pd();
+}
+
+static inline SIMD_FN __attribute__((always_inline)) void sq_add(sq_lanes *a, vf x, int64_t i) {
+  (void)i;
+  __m512d xl = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+  __m512d xh = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+  a->lo = _mm512_fmadd_pd(xl, xl, a->lo);
+  a->hi = _mm512_fmadd_pd(xh, xh, a->hi);
+}
+
+static inline SIMD_FN __attribute__((always_inline)) void sq_store(const sq_lanes *a,
+                                                                   double *lanes) {
+  _mm512_storeu_pd(lanes, a->lo);
+  _mm512_storeu_pd(lanes + 8, a->hi);
+}
+
 #include "kernels/cpu_kernels_simd.h"
 
 /* Lane j of the canonical order is lane j of lo (j < 8) or of hi (j >= 8). */

@@ -27,9 +27,11 @@ typedef struct {
   /* SGD: p, momentum buffer buf (fp32; NULL when c->momentum is 0), grad g, out. */
   void (*sgd)(const zinc_opt_coef *c, int decay, float *p, float *buf, const void *g, int gdt,
               void *out, int odt, int64_t n);
-  /* Lamb UPDATE: moves m, v; u (n fp32, written) receives the update; p is read. */
+  /* Lamb UPDATE over one sum-of-squares block (n <= ZINC_SUMSQ_BLOCK, p at
+   * the block's start): moves m, v; p is read; sums[0], sums[1] receive
+   * zinc_sumsq_block_ref of the weights and of the update u. */
   void (*lamb_update)(const zinc_opt_coef *c, int decay, const float *p, float *m, float *v,
-                      const void *g, int gdt, float *u, int64_t n);
+                      const void *g, int gdt, int64_t n, double sums[2]);
   /* Lamb APPLY with the segment's trust ratio: p moves, m and v are read. */
   void (*lamb_apply)(const zinc_opt_coef *c, int decay, float ratio, float *p, const float *m,
                      const float *v, void *out, int odt, int64_t n);
@@ -88,12 +90,20 @@ static ZINC_HD void zinc_cpu_sgd_tail(const zinc_opt_coef *c, int decay, float *
   }
 }
 
+/* Elements [i, n) of a block: the update, and the squares of the weights
+ * and of u added to lanes w and u in the canonical lane order (element i
+ * of the block into lane i % ZINC_SUMSQ_LANES). */
 static ZINC_HD void zinc_cpu_lamb_update_tail(const zinc_opt_coef *c, int decay,
                                               const float *p, float *m, float *v,
-                                              const void *g, int gdt, float *u, int64_t i,
-                                              int64_t n) {
-  for (; i < n; i++)
-    u[i] = zinc_lamb_update_elem(c, decay, p[i], &m[i], &v[i], zinc_load_as_f32(g, i, gdt));
+                                              const void *g, int gdt, double *w_lanes,
+                                              double *u_lanes, int64_t i, int64_t n) {
+  for (; i < n; i++) {
+    double x = (double)p[i];
+    double u = (double)zinc_lamb_update_elem(c, decay, p[i], &m[i], &v[i],
+                                             zinc_load_as_f32(g, i, gdt));
+    w_lanes[i % ZINC_SUMSQ_LANES] += x * x;
+    u_lanes[i % ZINC_SUMSQ_LANES] += u * u;
+  }
 }
 
 static ZINC_HD void zinc_cpu_lamb_apply_tail(const zinc_opt_coef *c, int decay, float ratio,

@@ -26,8 +26,11 @@ static void scalar_sgd(const zinc_opt_coef *c, int decay, float *p, float *buf, 
 }
 
 static void scalar_lamb_update(const zinc_opt_coef *c, int decay, const float *p, float *m,
-                               float *v, const void *g, int gdt, float *u, int64_t n) {
-  zinc_cpu_lamb_update_tail(c, decay, p, m, v, g, gdt, u, 0, n);
+                               float *v, const void *g, int gdt, int64_t n, double sums[2]) {
+  double w_lanes[ZINC_SUMSQ_LANES] = {0}, u_lanes[ZINC_SUMSQ_LANES] = {0};
+  zinc_cpu_lamb_update_tail(c, decay, p, m, v, g, gdt, w_lanes, u_lanes, 0, n);
+  sums[0] = zinc_sumsq_lanes_combine(w_lanes);
+  sums[1] = zinc_sumsq_lanes_combine(u_lanes);
 }
 
 static void scalar_lamb_apply(const zinc_opt_coef *c, int decay, float ratio, float *p,

@@ -13,6 +13,9 @@
  *   vh                      a vector of SIMD_W 16-bit values
  *   vf_to_bf16 vf_to_f16    rounding with zinc_math.h's bits
  *   vh_storeu vh_stream vf_stream   plain and non-temporal stores
+ *   sq_lanes sq_zero sq_add sq_store  the 16 double lanes of the canonical
+ *                           sum of squares (sq_add(acc, x, i): the squares
+ *                           of x, elements i .. i + SIMD_W - 1 of a block)
  *
  * Each optimizer loop is its zinc_math.h element function (zinc_adam_elem,
  * zinc_lion_elem, zinc_adagrad_elem, zinc_sgd_elem, zinc_lamb_update_elem,
@@ -296,41 +299,51 @@ SIMD_INLINE vf simd_lamb_dir(vf pv, vf mv, vf vv, vf eps, vf weight_decay, int d
   return decay ? vf_fmadd(weight_decay, pv, u) : u;
 }
 
-/* u is a block-sized scratch in cache (cpu_kernels.c): plain stores. */
+/* One block: the moments move and the squares of the weights and of the
+ * update go straight into the canonical lanes (sq_lanes, sq_add: element
+ * i of the block into lane i % 16), so the update is never stored. */
 SIMD_INLINE void simd_lamb_update_span(const zinc_opt_coef *c, int decay, const float *p,
-                                       float *m, float *v, const void *g, int gdt, float *u,
-                                       int64_t n) {
+                                       float *m, float *v, const void *g, int gdt, int64_t n,
+                                       double sums[2]) {
   const vf grad_scale = vf_set1(c->grad_scale);
   const vf beta1 = vf_set1(c->beta1), one_minus_beta1 = vf_set1(c->one_minus_beta1);
   const vf beta2 = vf_set1(c->beta2), one_minus_beta2 = vf_set1(c->one_minus_beta2);
   const vf eps = vf_set1(c->eps), weight_decay = vf_set1(c->weight_decay);
+  sq_lanes w_acc, u_acc;
+  sq_zero(&w_acc);
+  sq_zero(&u_acc);
   int64_t i = 0;
   for (; i + SIMD_W <= n; i += SIMD_W) {
     vf gv = vf_mul(simd_load(g, i, gdt), grad_scale);
+    vf pv = vf_loadu(p + i);
     vf mv = vf_fmadd(beta1, vf_loadu(m + i), vf_mul(one_minus_beta1, gv));
     vf vv = vf_fmadd(beta2, vf_loadu(v + i), vf_mul(vf_mul(one_minus_beta2, gv), gv));
     vf_storeu(m + i, mv);
     vf_storeu(v + i, vv);
-    vf_storeu(u + i, simd_lamb_dir(vf_loadu(p + i), mv, vv, eps, weight_decay, decay));
+    sq_add(&w_acc, pv, i);
+    sq_add(&u_acc, simd_lamb_dir(pv, mv, vv, eps, weight_decay, decay), i);
   }
-  zinc_cpu_lamb_update_tail(c, decay, p, m, v, g, gdt, u, i, n);
+  double w_lanes[ZINC_SUMSQ_LANES], u_lanes[ZINC_SUMSQ_LANES];
+  sq_store(&w_acc, w_lanes);
+  sq_store(&u_acc, u_lanes);
+  zinc_cpu_lamb_update_tail(c, decay, p, m, v, g, gdt, w_lanes, u_lanes, i, n);
+  sums[0] = zinc_sumsq_lanes_combine(w_lanes);
+  sums[1] = zinc_sumsq_lanes_combine(u_lanes);
 }
 
 static SIMD_FN void simd_lamb_update(const zinc_opt_coef *c, int decay, const float *p,
-                                     float *m, float *v, const void *g, int gdt, float *u,
-                                     int64_t n) {
+                                     float *m, float *v, const void *g, int gdt, int64_t n,
+                                     double sums[2]) {
   switch (gdt) {
   case ZINC_F32:
-    simd_lamb_update_span(c, decay, p, m, v, g, ZINC_F32, u, n);
+    simd_lamb_update_span(c, decay, p, m, v, g, ZINC_F32, n, sums);
     return;
   case ZINC_BF16:
-    simd_lamb_update_span(c, decay, p, m, v, g, ZINC_BF16, u, n);
-    return;
-  case ZINC_F16:
-    simd_lamb_update_span(c, decay, p, m, v, g, ZINC_F16, u, n);
+    simd_lamb_update_span(c, decay, p, m, v, g, ZINC_BF16, n, sums);
     return;
   default:
-    zinc_cpu_lamb_update_tail(c, decay, p, m, v, g, gdt, u, 0, n);
+    simd_lamb_update_span(c, decay, p, m, v, g, ZINC_F16, n, sums);
+    return;
   }
 }
 
