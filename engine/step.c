@@ -18,9 +18,8 @@
  *      gradient_clipping (DeepSpeed's max_norm / (norm + 1e-6));
  *   5. the fused optimizer (optimizer.type; Lamb in two passes with its
  *      per-parameter trust ratios between) over the owned runs, writing the
- *      compute copy, one
- *      coefficient per parameter group (lr x lr scale, its weight decay;
- *      lr: zinc_engine_set_lr's, or the scheduler's);
+ *      compute copy, one coefficient per parameter group (lr x lr scale,
+ *      its weight decay; lr: zinc_engine_set_lr's, or the scheduler's);
  *   6. all-gather updated parameters (stages 1-2; stage 3's persistent
  *      segments) and drop stage 3's gathered copies.
  *
