@@ -21,7 +21,9 @@
  * zinc_sumsq_lanes_combine: each block sum is zinc_sumsq_block_ref's value.
  * A second kernel adds each segment's block sums in block order from 0.0,
  * one thread per segment, so the norms are bitwise the CPU's
- * (zinc_sumsq_chunk_ref), unlike zinc_cuda_sumsq's CUB order.
+ * (zinc_sumsq_chunk_ref), unlike zinc_cuda_sumsq's CUB order. That sum is
+ * serial (one dependent addition per 4096 elements of a segment): small
+ * beside the pass itself, but not free for a segment of billions.
  *
  * The arithmetic is zinc_math.h's element functions; with --fmad=false
  * nothing else is fused, so every result is bitwise the CPU's.

@@ -1,7 +1,8 @@
 /*
  * zinc_math.h — per-element arithmetic written once and shared by the CPU
  * CPU kernels (cpu_kernels*.c) and the CUDA kernels (*.cu) beside it:
- * 16-bit conversions, the Adam/AdamW update, the canonical order of the sum
+ * 16-bit conversions, the element updates of every optimizer (Adam/AdamW,
+ * Lamb's two passes, Lion, Adagrad, SGD), the canonical order of the sum
  * of squares, and the argument structs the kernels take.
  *
  * Bitwise agreement rules:
@@ -134,8 +135,6 @@ static ZINC_HD void zinc_store_from_f32(void *base, int64_t i, int dtype, float 
     ((uint16_t *)base)[i] = zinc_f32_to_f16(v);
 }
 
-/* ---------------------------------------------------------------- Adam */
-
 /* ------------------------------------------------ kernel arguments */
 
 /* The optimizers (optimizer.type): every one is a per-element update over
@@ -221,6 +220,11 @@ typedef struct zinc_opt_coef {
   /* Lamb */
   float min_coeff, max_coeff;
 } zinc_opt_coef;
+
+/* ---------------------------------------------------------- optimizers */
+
+/* Weight decay applies only where the segment's decay flag is 1, for every
+ * optimizer (the `decay` argument below). */
 
 /* One element of Adam/AdamW. The order below is the contract every path
  * follows:
