@@ -358,6 +358,13 @@ zinc_status zinc_engine_build(zinc_engine *e, zinc_init_fn init, void *ctx) {
                     "as f16; register them as ZINC_BF16 or enable fp16 instead");
   if (st == ZINC_OK) {
     zinc_opt_from_config(e);
+    /* DeepSpeed's OneCycle cycles betas[0]; an optimizer without betas
+     * keeps its momentum, with a warning (as DeepSpeed) */
+    if (e->cfg.scheduler == ZINC_SCHED_ONE_CYCLE && e->cfg.cycle_momentum &&
+        (e->optim.kind == ZINC_OPT_SGD || e->optim.kind == ZINC_OPT_ADAGRAD))
+      zinc_log0(ZINC_LOG_WARN, "scheduler OneCycle: cycle_momentum has no effect with "
+                "optimizer.type \"%s\" (it has no betas), as in DeepSpeed",
+                zinc_opt_kind_str(e->optim.kind));
     if (e->optim.kind == ZINC_OPT_LAMB && e->mp_size > 1)
       st = zinc_error(ZINC_ERR_UNSUPPORTED, "optimizer.type \"Lamb\" with model parallelism "
                       "(model_parallel_size %d): Lamb's trust ratio needs each parameter's "
