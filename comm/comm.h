@@ -26,7 +26,9 @@
  * Failures come back as ZINC_ERR_COMM with a message naming the operation,
  * the peer where known, and the backend's error string. An operation that
  * has not completed after timeout_s fails the same way (the comm is then
- * unusable: destroy it). Every later call on a failed comm fails at once
+ * unusable: destroy it); a started one waited for may take up to
+ * min(timeout_s, 2 s) longer, so that the failure names the ranks that did
+ * not arrive. Every later call on a failed comm fails at once
  * and repeats the first failure's message, so it still names the lost
  * rank(s).
  *

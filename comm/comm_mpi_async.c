@@ -218,11 +218,12 @@ static int finished(const zinc_mpi_worker *w, const zinc_comm_req *req) {
   return req ? req->done : !w->head;
 }
 
-/* Wait on `finished` until it holds or timeout_s passes; mutex held.
+/* Wait on `finished` until it holds or `seconds` pass (the comm timeout,
+ * untimed when that is 0 or beyond ZINC_MPI_MAX_TIMED_WAIT_S); mutex held.
  * Returns 1 on timeout. */
-static int wait_finished(zinc_mpi_worker *w, const zinc_comm_req *req) {
+static int wait_finished_for(zinc_mpi_worker *w, const zinc_comm_req *req, double seconds) {
   int timed = w->timeout_s > 0 && w->timeout_s <= ZINC_MPI_MAX_TIMED_WAIT_S;
-  struct timespec deadline = abs_deadline(timed ? w->timeout_s : 0);
+  struct timespec deadline = abs_deadline(timed ? seconds : 0);
   while (!finished(w, req)) {
     if (!timed)
       pthread_cond_wait(&w->finished, &w->mu);
@@ -230,6 +231,10 @@ static int wait_finished(zinc_mpi_worker *w, const zinc_comm_req *req) {
       return !finished(w, req);
   }
   return 0;
+}
+
+static int wait_finished(zinc_mpi_worker *w, const zinc_comm_req *req) {
+  return wait_finished_for(w, req, w->timeout_s);
 }
 
 static zinc_status req_finish(zinc_comm_req *r) {
@@ -246,7 +251,15 @@ zinc_status zinc_mpi_worker_wait(zinc_mpi_worker *w, zinc_comm_req *req) {
   if (!w)
     return req_finish(req);
   pthread_mutex_lock(&w->mu);
-  if (wait_finished(w, req)) {
+  /* The worker runs the collective under the same timeout, from when it
+   * took the batch up (later than the start under load); its own failure
+   * names the ranks that did not arrive, which this side cannot know. So
+   * past the timeout, give it a grace of up to one more timeout (at most
+   * 2 s) to report before failing with the generic message. */
+  int timed_out = wait_finished(w, req);
+  if (timed_out)
+    timed_out = wait_finished_for(w, req, w->timeout_s < 2.0 ? w->timeout_s : 2.0);
+  if (timed_out) {
     /* From here the worker owns (and frees) the request: copy what the
      * message needs before letting go of the lock. */
     req->abandoned = 1;
