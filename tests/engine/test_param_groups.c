@@ -325,6 +325,7 @@ int main(void) {
     }
     check_stage(stage, prev);
   }
+  et_free_params(prev);
   check_set_lr();
   check_mismatch(0);
   check_mismatch(1);
