@@ -370,11 +370,6 @@ zinc_status zinc_engine_build(zinc_engine *e, zinc_init_fn init, void *ctx) {
                       "(model_parallel_size %d): Lamb's trust ratio needs each parameter's "
                       "norm over its model-parallel shards, which zinc does not compute yet; "
                       "use Adam or Lion, or model_parallel_size 1", e->mp_size);
-    else if (e->optim.kind == ZINC_OPT_LAMB && zinc_offload_staged(e))
-      st = zinc_error(ZINC_ERR_UNSUPPORTED, "optimizer.type \"Lamb\" with offload_optimizer "
-                      "device \"cpu\" through the staged copy pipeline (a GPU run, or "
-                      "ZINC_OFFLOAD_STAGING=1): Lamb's two passes are not built for that "
-                      "pipeline yet; use no offload, NVMe offload, or another optimizer");
   }
   if (st == ZINC_OK) {
     zinc_loss_scaler_init(&e->scaler, &e->cfg);

@@ -575,10 +575,13 @@ void zinc_opt_from_config(zinc_engine *e);
 size_t zinc_offload_staging_bytes(const zinc_engine *e);
 zinc_status zinc_offload_init(zinc_engine *e);
 void zinc_offload_free(zinc_engine *e);
-/* CPU Adam in sub-groups with gradient copies in and parameter copies out
- * overlapping it (segs: one per run, as step.c builds them). */
+/* One pass of the CPU optimizer in sub-groups with gradient copies in and
+ * parameter copies out overlapping it (segs: one per run, as step.c builds
+ * them). Lamb's UPDATE pass (segs without param_out) copies gradients in,
+ * writes no parameter and fills norms[2 j], norms[2 j + 1] for run j; its
+ * APPLY pass copies no gradient. norms is NULL otherwise. */
 zinc_status zinc_offload_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, const zinc_opt_seg *segs,
-                              int nseg);
+                              int nseg, int pass, double *norms);
 
 /* --------------------------------------------------------- nvme.c */
 zinc_status zinc_nvme_init(zinc_engine *e);

@@ -18,6 +18,13 @@
  * (the reduction wrote it there), and with offload_param cpu the stage-3
  * parameter partition does too.
  *
+ * Lamb runs the pipeline twice (step.c): UPDATE copies the gradients in,
+ * moves the moments and returns each run's two sums of squares, writing no
+ * parameter; after the trust ratios, APPLY copies no gradient and copies
+ * the parameters out. Its sub-groups are made of whole runs (each at most
+ * zinc_lamb_grid elements, the sub-group's size), so a run's sums are
+ * computed in one piece, the same bits as without offload.
+ *
  * On the cpu device nothing needs copying and step.c runs the CPU Adam over
  * the buffers directly. ZINC_OFFLOAD_STAGING=1 (tests) makes the cpu device
  * take this path, copies included, so the CPU build exercises the same
@@ -156,13 +163,19 @@ void zinc_offload_free(zinc_engine *e) {
 }
 
 /* Cut segs into sub-groups of at most `g` elements: pieces[first[k] ..
- * first[k+1]) make group k. */
-static zinc_status cut_groups(const zinc_opt_seg *segs, int nseg, int64_t g, piece **pieces,
-                              int **first, int *ngroups) {
+ * first[k+1]) make group k. whole: never cut a segment (a group ends early
+ * instead); a segment longer than g is then an error. */
+static zinc_status cut_groups(const zinc_opt_seg *segs, int nseg, int64_t g, int whole,
+                              piece **pieces, int **first, int *ngroups) {
+  for (int i = 0; whole && i < nseg; i++)
+    if (segs[i].n > g)
+      return zinc_error(ZINC_ERR_INVALID, "offloaded Lamb step: optimizer run %d has %lld "
+                        "elements, more than the staging sub-group's %lld; its norms would be "
+                        "summed in pieces", i, (long long)segs[i].n, (long long)g);
   int64_t total = 0;
   for (int i = 0; i < nseg; i++)
     total += segs[i].n;
-  int maxg = (int)((total + g - 1) / g) + 1;
+  int maxg = (int)((total + g - 1) / g) + 1 + (whole ? nseg : 0);
   int maxp = nseg + maxg;
   ZINC_CHECK(zinc_calloc((void **)pieces, (size_t)maxp, sizeof **pieces, "sub-groups"));
   ZINC_CHECK(zinc_calloc((void **)first, (size_t)maxg + 1, sizeof **first, "sub-groups"));
@@ -170,6 +183,8 @@ static zinc_status cut_groups(const zinc_opt_seg *segs, int nseg, int64_t g, pie
   int64_t room = 0;
   for (int i = 0; i < nseg; i++)
     for (int64_t off = 0; off < segs[i].n;) {
+      if (whole && room < segs[i].n)
+        room = 0;
       if (room == 0) {
         (*first)[ng++] = np;
         room = g;
@@ -184,11 +199,12 @@ static zinc_status cut_groups(const zinc_opt_seg *segs, int nseg, int64_t g, pie
   return ZINC_OK;
 }
 
-/* Queue the gradient copies of group k into slot k & 1. */
+/* Queue the gradient copies of group k into slot k & 1 (none for a pass
+ * that reads no gradient). */
 static zinc_status copy_in(zinc_engine *e, const zinc_opt_seg *segs, const piece *p, int np,
-                           int slot) {
+                           int slot, int pass) {
   zinc_offload *o = &e->off;
-  if (grads_on_device(e)) {
+  if (grads_on_device(e) && pass == ZINC_OPT_PASS_UPDATE) {
     size_t at = 0;
     for (int i = 0; i < np; i++) {
       const zinc_opt_seg *s = &segs[p[i].seg];
@@ -202,9 +218,12 @@ static zinc_status copy_in(zinc_engine *e, const zinc_opt_seg *segs, const piece
   return e->dev->ops->event_record(e->dev, o->in_done[slot], o->copy[0]);
 }
 
-/* CPU Adam of one group: staged gradients in, parameters to staging. */
+/* One pass of the CPU optimizer over one group: staged gradients in,
+ * parameters to staging. Lamb's UPDATE: norms[2 i], norms[2 i + 1] for
+ * piece i (a whole run). */
 static zinc_status update(zinc_engine *e, const zinc_opt_coef *c, int ncoef, const zinc_opt_seg *segs,
-                          const piece *p, int np, int slot, zinc_opt_seg *work) {
+                          const piece *p, int np, int slot, zinc_opt_seg *work, int pass,
+                          double *norms) {
   zinc_offload *o = &e->off;
   size_t gat = 0, pat = 0;
   for (int i = 0; i < np; i++) {
@@ -213,10 +232,12 @@ static zinc_status update(zinc_engine *e, const zinc_opt_coef *c, int ncoef, con
     *w = *s;
     w->n = p[i].n;
     w->master = s->master + p[i].off;
-    w->exp_avg = s->exp_avg + p[i].off;
-    w->exp_avg_sq = s->exp_avg_sq + p[i].off;
+    w->exp_avg = s->exp_avg ? s->exp_avg + p[i].off : NULL; /* NULL: a slot not kept */
+    w->exp_avg_sq = s->exp_avg_sq ? s->exp_avg_sq + p[i].off : NULL;
     size_t ges = zinc_dt_size(s->grad_dtype), pes = zinc_dtype_size(s->param_dtype);
-    if (grads_on_device(e)) {
+    if (pass != ZINC_OPT_PASS_UPDATE) { /* Lamb's APPLY reads no gradient */
+      w->grad = NULL;
+    } else if (grads_on_device(e)) {
       w->grad = (char *)o->grad[slot] + gat;
       gat += (size_t)p[i].n * ges;
     } else {
@@ -231,7 +252,7 @@ static zinc_status update(zinc_engine *e, const zinc_opt_coef *c, int ncoef, con
       w->param_out = (char *)s->param_out + (size_t)p[i].off * pes;
     }
   }
-  return o->host->ops->optim(o->host, NULL, c, ncoef, work, np, ZINC_OPT_PASS_UPDATE, NULL);
+  return o->host->ops->optim(o->host, NULL, c, ncoef, work, np, pass, norms);
 }
 
 /* Queue the parameter copies of group k out of slot k & 1. */
@@ -255,7 +276,7 @@ static zinc_status copy_out(zinc_engine *e, const zinc_opt_seg *segs, const piec
 }
 
 zinc_status zinc_offload_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, const zinc_opt_seg *segs,
-                              int nseg) {
+                              int nseg, int pass, double *norms) {
   zinc_offload *o = &e->off;
   const zinc_device_ops *d = e->dev->ops;
   /* the gradients are final once the engine's queued work is */
@@ -264,25 +285,36 @@ zinc_status zinc_offload_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef,
   piece *pieces = NULL;
   int *first = NULL, ng = 0;
   zinc_opt_seg *work = NULL;
-  zinc_status st = cut_groups(segs, nseg, group_elems(e), &pieces, &first, &ng);
+  double *piece_norms = NULL; /* Lamb UPDATE: two sums per piece of a group */
+  zinc_status st = cut_groups(segs, nseg, group_elems(e), zinc_opt_two_pass(c->kind), &pieces,
+                              &first, &ng);
   int most = 0;
   for (int k = 0; st == ZINC_OK && k < ng; k++)
     if (first[k + 1] - first[k] > most)
       most = first[k + 1] - first[k];
   if (st == ZINC_OK)
     st = zinc_calloc((void **)&work, (size_t)most + 1, sizeof *work, "sub-group");
+  if (st == ZINC_OK && norms)
+    st = zinc_calloc((void **)&piece_norms, 2 * (size_t)most + 2, sizeof *piece_norms,
+                     "Lamb norms");
   if (st == ZINC_OK && ng > 0)
-    st = copy_in(e, segs, pieces + first[0], first[1] - first[0], 0);
+    st = copy_in(e, segs, pieces + first[0], first[1] - first[0], 0, pass);
   for (int k = 0; st == ZINC_OK && k < ng; k++) {
     int slot = k & 1, np = first[k + 1] - first[k];
     if (k + 1 < ng) /* slot !slot's gradients were consumed by group k-1 */
-      st = copy_in(e, segs, pieces + first[k + 1], first[k + 2] - first[k + 1], !slot);
+      st = copy_in(e, segs, pieces + first[k + 1], first[k + 2] - first[k + 1], !slot, pass);
     if (st == ZINC_OK)
       st = d->event_sync(e->dev, o->in_done[slot]);
     if (st == ZINC_OK && k >= 2) /* group k-2's parameters have left the slot */
       st = d->event_sync(e->dev, o->out_done[slot]);
     if (st == ZINC_OK)
-      st = update(e, c, ncoef, segs, pieces + first[k], np, slot, work);
+      st = update(e, c, ncoef, segs, pieces + first[k], np, slot, work, pass, piece_norms);
+    /* each piece is a whole run (cut_groups' whole): its sums are the run's */
+    for (int i = 0; st == ZINC_OK && norms && i < np; i++) {
+      const piece *pc = &pieces[first[k] + i];
+      norms[2 * (size_t)pc->seg] = piece_norms[2 * i];
+      norms[2 * (size_t)pc->seg + 1] = piece_norms[2 * i + 1];
+    }
     if (st == ZINC_OK)
       st = copy_out(e, segs, pieces + first[k], np, slot);
   }
@@ -296,6 +328,7 @@ zinc_status zinc_offload_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef,
   free(pieces);
   free(first);
   free(work);
+  free(piece_norms);
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "offloaded optimizer step (%d sub-groups)", ng);
   return ZINC_OK;

@@ -7,11 +7,18 @@
  *
  * Optimizer swap area (offload_optimizer.device nvme): the rank's optimizer
  * index space [0, opt_numel) is cut into sub-groups of G elements
- * (sub_group_size, at most the shard); region k holds sub-group k as
- * [master (G_k) | exp_avg (G_k) | exp_avg_sq (G_k)] f32. The step keeps
- * buffer_count host buffers of one sub-group each and overlaps
+ * (sub_group_size, at most the shard); region k holds sub-group k as the
+ * master and the state slots the optimizer keeps (optim/optimizer.h), in
+ * this order, each G_k f32:
+ *   Adam, AdamW, Lamb         [master | exp_avg | exp_avg_sq]   12 B/element
+ *   Lion, SGD with momentum   [master | exp_avg]                 8 B/element
+ *   Adagrad                   [master | exp_avg_sq]              8 B/element
+ *   SGD without momentum      [master]                           4 B/element
+ * A region takes whole aio.block_size blocks on disk, each carrying
+ * block_size - max(alignment, 4096) payload bytes (offload/swap.h). The step
+ * keeps buffer_count host buffers of one sub-group each and overlaps
  * read(k+1) | update(k) | write(k-1): host memory for the optimizer is
- * buffer_count x 12 x G bytes, whatever the model size.
+ * buffer_count x 4 (1 + slots) x G bytes, whatever the model size.
  *
  * Parameter swap area (offload_param.device nvme, stage 3): one region of
  * shard_bytes holding this rank's chunks in shard order; a fetch (or a
@@ -45,8 +52,11 @@ struct zinc_nvme {
   zinc_swap *opt;              /* regions: sub-groups                       */
   int64_t group;               /* G, elements per sub-group                 */
   int ngroups;
+  int arrays;                  /* A: master + kept slots, arrays per region */
+  int at[3];                   /* array (0 master, 1 exp_avg, 2 exp_avg_sq)
+                                  -> position in a region, -1: not kept     */
   int nbuf;
-  float *buf[NVME_MAX_BUFFERS];      /* (3 G) f32 host, registered          */
+  float *buf[NVME_MAX_BUFFERS];      /* (A G) f32 host, registered          */
   size_t buf_bytes;
   zinc_aio_handle *rd[NVME_MAX_BUFFERS], *wr[NVME_MAX_BUFFERS];
   zinc_swap *param;            /* one region: the parameter partition       */
@@ -85,6 +95,22 @@ static void opt_groups(const zinc_engine *e, int64_t *group, int *ngroups) {
   int64_t n = (e->opt_numel + g - 1) / g;
   *group = g;
   *ngroups = n > 0 ? (int)n : 1;
+}
+
+/* The arrays a region holds: the master, then each kept slot. at[a] is
+ * array a's position (-1 when the optimizer does not keep it); returns
+ * their count. */
+static int opt_arrays(const zinc_engine *e, int at[3]) {
+  int n = 0;
+  at[0] = n++;
+  at[1] = e->opt_slots & ZINC_OPT_SLOT_EXP_AVG ? n++ : -1;
+  at[2] = e->opt_slots & ZINC_OPT_SLOT_EXP_AVG_SQ ? n++ : -1;
+  return n;
+}
+
+/* Bytes of a region of `len` elements (an empty rank keeps one element). */
+static uint64_t region_bytes(int arrays, int64_t len) {
+  return (uint64_t)(len > 0 ? len : 1) * 4 * (uint64_t)arrays;
 }
 
 static int opt_buffers(const zinc_engine *e, int ngroups) {
@@ -138,16 +164,17 @@ void zinc_nvme_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_N
   size_t align = e->nvme && e->nvme->aio ? zinc_aio_alignment(e->nvme->aio) : 4096;
   if (opt_nvme) {
     int64_t g;
-    int ng;
+    int ng, at[3];
+    int arrays = opt_arrays(e, at);
     opt_groups(e, &g, &ng);
     uint64_t disk = 0;
     for (int k = 0; k < ng; k++) {
       int64_t len = e->opt_numel - (int64_t)k * g < g ? e->opt_numel - (int64_t)k * g : g;
-      disk += swap_disk_bytes(e, (uint64_t)(len > 0 ? len : 1) * 12, align);
+      disk += swap_disk_bytes(e, region_bytes(arrays, len), align);
     }
     bytes[ZINC_LOC_NVME][ZINC_MEM_OPTIM] += disk;
     bytes[ZINC_LOC_HOST][ZINC_MEM_OPTIM] +=
-        (uint64_t)opt_buffers(e, ng) * zinc_round_up((uint64_t)g * 12, align);
+        (uint64_t)opt_buffers(e, ng) * zinc_round_up(region_bytes(arrays, g), align);
   }
   if (param_nvme) {
     bytes[ZINC_LOC_NVME][ZINC_MEM_PARAMS] +=
@@ -182,11 +209,10 @@ zinc_status zinc_nvme_init(zinc_engine *e) {
   uint64_t *regions = NULL;
   if (opt_nvme) {
     opt_groups(e, &n->group, &n->ngroups);
+    n->arrays = opt_arrays(e, n->at);
     ZINC_CHECK(zinc_calloc((void **)&regions, (size_t)n->ngroups, sizeof *regions, "regions"));
-    for (int k = 0; k < n->ngroups; k++) {
-      int64_t g = group_len(n, e->opt_numel, k);
-      regions[k] = (uint64_t)(g > 0 ? g : 1) * 12;
-    }
+    for (int k = 0; k < n->ngroups; k++)
+      regions[k] = region_bytes(n->arrays, group_len(n, e->opt_numel, k));
     zinc_swap_params sp = {.paths = (const char *const *)os->nvme_paths,
                            .path_count = os->nvme_path_count,
                            .rank = e->world_rank,
@@ -201,7 +227,7 @@ zinc_status zinc_nvme_init(zinc_engine *e) {
     zinc_prof_account(e->prof, ZINC_LOC_NVME, ZINC_MEM_OPTIM,
                       (int64_t)zinc_swap_disk_bytes(n->opt));
     n->nbuf = opt_buffers(e, n->ngroups);
-    n->buf_bytes = zinc_swap_buffer_bytes(n->opt, (uint64_t)n->group * 12);
+    n->buf_bytes = zinc_swap_buffer_bytes(n->opt, region_bytes(n->arrays, n->group));
     for (int b = 0; b < n->nbuf; b++) {
       ZINC_CHECK(zinc_aio_buffer_alloc(n->aio, n->buf_bytes, (void **)&n->buf[b]));
       n->host_bytes += n->buf_bytes;
@@ -240,10 +266,10 @@ zinc_status zinc_nvme_init(zinc_engine *e) {
     ZINC_CHECK(area_zero(n->opt, n->bounce, n->bounce_bytes));
   if (n->param)
     ZINC_CHECK(area_zero(n->param, n->bounce, n->bounce_bytes));
-  zinc_log0(ZINC_LOG_INFO, "NVMe offload: %s%s%s, %d sub-groups of %lld elements, %d host "
-            "buffers of %.1f MiB", n->opt ? "optimizer state" : "", n->opt && n->param ? " and " : "",
-            n->param ? "parameters" : "", n->ngroups, (long long)n->group, n->nbuf,
-            (double)n->buf_bytes / (1 << 20));
+  zinc_log0(ZINC_LOG_INFO, "NVMe offload: %s%s%s, %d sub-groups of %lld elements (%d fp32 "
+            "arrays each), %d host buffers of %.1f MiB", n->opt ? "optimizer state" : "",
+            n->opt && n->param ? " and " : "", n->param ? "parameters" : "", n->ngroups,
+            (long long)n->group, n->arrays, n->nbuf, (double)n->buf_bytes / (1 << 20));
   return ZINC_OK;
 }
 
@@ -338,14 +364,32 @@ static zinc_status region_io(zinc_nvme *n, zinc_swap *sw, int region, uint64_t o
   return ZINC_OK;
 }
 
+static const char *array_name(int array) {
+  return array == 0 ? "master" : array == 1 ? "exp_avg" : array == 2 ? "exp_avg_sq" : "?";
+}
+
+/* ZINC_ERR_INVALID unless the engine keeps optimizer array `array`. */
+static zinc_status array_kept(const zinc_engine *e, int array, int write) {
+  if (array < 0 || array > 2)
+    return zinc_error(ZINC_ERR_INVALID, "optimizer state array %d: 0 (master), 1 (exp_avg) "
+                      "or 2 (exp_avg_sq)", array);
+  int slot = array == 1 ? ZINC_OPT_SLOT_EXP_AVG : array == 2 ? ZINC_OPT_SLOT_EXP_AVG_SQ : 0;
+  if (slot && !(e->opt_slots & slot))
+    return zinc_error(ZINC_ERR_INVALID, "%s optimizer state \"%s\": optimizer %s keeps no %s",
+                      write ? "writing" : "reading", array_name(array),
+                      zinc_opt_kind_name(e->optim.kind), array_name(array));
+  return ZINC_OK;
+}
+
 static zinc_status opt_io(zinc_engine *e, int array, int64_t off, int64_t count, float *data,
                           int write) {
   zinc_nvme *n = e->nvme;
+  int pos = n->at[array]; /* kept: array_kept */
   while (count > 0) {
     int k = (int)(off / n->group);
     int64_t g = group_len(n, e->opt_numel, k), i = off - (int64_t)k * n->group;
     int64_t take = count < g - i ? count : g - i;
-    ZINC_CHECK(region_io(n, n->opt, k, (uint64_t)((int64_t)array * g + i) * 4, data,
+    ZINC_CHECK(region_io(n, n->opt, k, (uint64_t)((int64_t)pos * g + i) * 4, data,
                          (uint64_t)take * 4, write));
     data += take;
     off += take;
@@ -408,6 +452,7 @@ zinc_status zinc_opt_read(zinc_engine *e, int array, int64_t off, int64_t count,
     return ZINC_OK;
   if (off >= e->opt_numel) /* a frozen parameter's: its parameter memory */
     return zinc_frozen_io(e, array, off, count, dst, 0);
+  ZINC_CHECK(array_kept(e, array, 0));
   if (zinc_nvme_opt_on_disk(e))
     return opt_io(e, array, off, count, dst, 0);
   return opt_copy(e, array, off, count, dst, 0);
@@ -419,6 +464,7 @@ zinc_status zinc_opt_write(zinc_engine *e, int array, int64_t off, int64_t count
     return ZINC_OK;
   if (off >= e->opt_numel) /* a frozen parameter's: its parameter memory */
     return zinc_frozen_io(e, array, off, count, (float *)src, 1);
+  ZINC_CHECK(array_kept(e, array, 1));
   if (zinc_nvme_opt_on_disk(e))
     return opt_io(e, array, off, count, (float *)src, 1);
   return opt_copy(e, array, off, count, (float *)src, 1);
@@ -486,8 +532,8 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, co
   for (int b = 0; b < B; b++)
     holds[b] = -1;
   if (K > 0) {
-    st = zinc_swap_read(n->opt, 0, 0, n->buf[0], (uint64_t)group_len(n, e->opt_numel, 0) * 12,
-                        &n->rd[0]);
+    st = zinc_swap_read(n->opt, 0, 0, n->buf[0],
+                        region_bytes(n->arrays, group_len(n, e->opt_numel, 0)), &n->rd[0]);
     holds[0] = 0;
   }
   int first = 0; /* first run that may touch sub-group k */
@@ -503,7 +549,8 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, co
       }
       if (st == ZINC_OK)
         st = zinc_swap_read(n->opt, k + 1, 0, n->buf[nb],
-                            (uint64_t)group_len(n, e->opt_numel, k + 1) * 12, &n->rd[nb]);
+                            region_bytes(n->arrays, group_len(n, e->opt_numel, k + 1)),
+                            &n->rd[nb]);
       holds[nb] = k + 1;
     }
     if (st == ZINC_OK && holds[b] != k) { /* one buffer: read after its write */
@@ -512,7 +559,7 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, co
         n->wr[b] = NULL;
       }
       if (st == ZINC_OK)
-        st = zinc_swap_read(n->opt, k, 0, n->buf[b], (uint64_t)g * 12, &n->rd[b]);
+        st = zinc_swap_read(n->opt, k, 0, n->buf[b], region_bytes(n->arrays, g), &n->rd[b]);
       holds[b] = k;
     }
     if (st == ZINC_OK && n->rd[b]) {
@@ -521,8 +568,10 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, co
     }
     if (st != ZINC_OK)
       break;
-    /* the runs' pieces inside [a0, a0 + g) */
-    float *M = n->buf[b], *Mm = M + g, *Mv = M + 2 * g;
+    /* the runs' pieces inside [a0, a0 + g); NULL for a slot not kept */
+    float *M = n->buf[b];
+    float *Mm = n->at[1] >= 0 ? M + n->at[1] * g : NULL;
+    float *Mv = n->at[2] >= 0 ? M + n->at[2] * g : NULL;
     size_t p0 = pstage ? shard_byte_of(e, a0) : 0;
     int np = 0;
     while (first < e->nruns && e->runs[first].opt_offset + e->runs[first].n <= a0)
@@ -536,8 +585,8 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, co
         continue;
       zinc_opt_seg s = segs[j];
       s.master = M + (x0 - a0);
-      s.exp_avg = Mm + (x0 - a0);
-      s.exp_avg_sq = Mv + (x0 - a0);
+      s.exp_avg = Mm ? Mm + (x0 - a0) : NULL;
+      s.exp_avg_sq = Mv ? Mv + (x0 - a0) : NULL;
       s.grad = (const char *)segs[j].grad + (size_t)(x0 - r->opt_offset) * zinc_dt_size(s.grad_dtype);
       s.param_out = pstage ? (char *)pstage + (shard_byte_of(e, x0) - p0)
                            : (char *)segs[j].param_out +
@@ -552,7 +601,7 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, co
     if (st == ZINC_OK && pstage)
       st = zinc_pshard_write(e, p0, shard_byte_of(e, a0 + g) - p0, pstage);
     if (st == ZINC_OK)
-      st = zinc_swap_write(n->opt, k, 0, M, (uint64_t)g * 12, &n->wr[b]);
+      st = zinc_swap_write(n->opt, k, 0, M, region_bytes(n->arrays, g), &n->wr[b]);
   }
   for (int b = 0; b < B; b++) {
     zinc_status w = ZINC_OK;

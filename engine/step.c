@@ -364,10 +364,13 @@ static zinc_status lamb_update(zinc_engine *e, const zinc_opt_coef *c, int ncoef
     memcpy(upd, segs, (size_t)e->nruns * sizeof *upd);
     for (int i = 0; i < e->nruns; i++)
       upd[i].param_out = NULL; /* the weights move in APPLY */
-    st = zinc_nvme_opt_on_disk(e)
-             ? zinc_nvme_step(e, c, ncoef, upd, e->nruns, ZINC_OPT_PASS_UPDATE, norms)
-             : e->dev->ops->optim(e->dev, e->stream, c, ncoef, upd, e->nruns,
-                                  ZINC_OPT_PASS_UPDATE, norms);
+    if (zinc_nvme_opt_on_disk(e))
+      st = zinc_nvme_step(e, c, ncoef, upd, e->nruns, ZINC_OPT_PASS_UPDATE, norms);
+    else if (e->off.ready) /* staged copies: gradients in, no parameter out */
+      st = zinc_offload_step(e, c, ncoef, upd, e->nruns, ZINC_OPT_PASS_UPDATE, norms);
+    else
+      st = e->dev->ops->optim(e->dev, e->stream, c, ncoef, upd, e->nruns,
+                              ZINC_OPT_PASS_UPDATE, norms);
   }
   if (st == ZINC_OK)
     st = zinc_engine_sync(e);
@@ -511,7 +514,9 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
   else if (zinc_nvme_param_on_disk(e))
     st = adam_params_on_disk(e, c, ncoef, segs);
   else if (e->off.ready) /* zinc_offload_init decided: staged copies */
-    st = zinc_offload_step(e, c, ncoef, segs, e->nruns);
+    st = zinc_offload_step(e, c, ncoef, segs, e->nruns,
+                           zinc_opt_two_pass(c[0].kind) ? ZINC_OPT_PASS_APPLY
+                                                        : ZINC_OPT_PASS_UPDATE, NULL);
   else
     st = e->dev->ops->optim(e->dev, e->stream, c, ncoef, segs, e->nruns,
                             zinc_opt_two_pass(c[0].kind) ? ZINC_OPT_PASS_APPLY

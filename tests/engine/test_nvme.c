@@ -2,6 +2,11 @@
  * test_nvme.c — NVMe offload through the engine, under mpirun:
  *  - host memory of the optimizer stays at buffer_count x sub-group bytes
  *    (profiler, host/optim) while its state on disk is >= 8x larger;
+ *  - the swap area holds the master and only the state slots the optimizer
+ *    keeps: for each optimizer the swap file, the profiler's NVMe and host
+ *    optimizer bytes and the build's size table equal 4 x (1 + slots)
+ *    bytes per element in whole aio blocks, and reading a slot it does not
+ *    keep is an error naming it;
  *  - injected I/O faults during a step (EIO, ENOSPC, a short transfer that
  *    recovers) give the documented status and a message naming the file;
  *    after a failure the engine refuses further steps; destroying it leaves
@@ -21,6 +26,7 @@
  * offload/aio.h), counted from just before the faulty steps.
  */
 #include <dirent.h>
+#include <glob.h>
 #include <mpi.h>
 #include <sys/stat.h>
 
@@ -78,6 +84,114 @@ static void test_memory_bound(void) {
            (double)disk / (double)host);
   et_model_free(&m);
   zinc_engine_destroy(e);
+  ET_CHECK(count_files(dir) == 0, "swap files left in %s", dir);
+}
+
+/* Swap file and memory figures per optimizer. The arrays per element are
+ * written here from the optimizers' definitions (optim/optimizer.h), and
+ * the block format from offload/swap.h: a region of B bytes takes
+ * ceil(B / (block_size - 4096)) blocks of block_size bytes. */
+static void test_state_bytes(void) {
+  enum { BLOCK = 8192, PAYLOAD = BLOCK - 4096, GROUP = 1000, BUFFERS = 2 };
+  const struct {
+    et_optim o;
+    int arrays; /* master + kept slots */
+    int missing; /* an array it does not keep (0: none) */
+  } cases[] = {
+      {{.type = "AdamW", .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+        .weight_decay = 0.01}, 3, 0},
+      {{.type = "Lamb", .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-6,
+        .weight_decay = 0.01, .min_coeff = 0.05, .max_coeff = 5.0}, 3, 0},
+      {{.type = "Lion", .lr = 1e-4, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1}, 2, 2},
+      {{.type = "Adagrad", .lr = 0.01, .eps = 1e-8, .weight_decay = 0.01}, 2, 1},
+      {{.type = "SGD", .lr = 0.05, .momentum = 0.9}, 2, 2},
+      {{.type = "SGD", .lr = 0.05}, 1, 1},
+  };
+  char dir[600];
+  snprintf(dir, sizeof dir, "%s/slots", root);
+  mkdir(dir, 0755);
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    et_run r = et_defaults();
+    r.stage = 2;
+    r.offload = "nvme";
+    r.nvme_path = dir;
+    r.sub_group = GROUP;
+    r.buffer_count = BUFFERS;
+    r.optim = &cases[c].o;
+    r.extra = "  \"aio\": {\"block_size\": 8192}";
+    et_model m;
+    zinc_engine *e = et_open(&r, NULL, &m);
+    ET_OK(et_steps(&m, &r, 0, 2));
+    char what[96];
+    snprintf(what, sizeof what, "%s%s", cases[c].o.type,
+             et_optim_is(&cases[c].o, "SGD") && cases[c].o.momentum == 0 ? " (no momentum)" : "");
+    /* elements of this rank's optimizer partition: at least its share of
+     * the model */
+    int64_t n = e->opt_numel, model = 0;
+    for (int i = 0; i < TM_NPARAM; i++)
+      model += zinc_param_numel(m.par[i]);
+    ET_CHECK(n * et_world >= model, "%s: optimizer partition of %lld elements x %d ranks < "
+             "the model's %lld", what, (long long)n, et_world, (long long)model);
+    /* sub-groups of sub_group_size elements, at most the partition */
+    int64_t g = n < GROUP ? n : GROUP;
+    uint64_t disk = 0, groups = 0;
+    for (int64_t a = 0; a < n; a += g, groups++) {
+      uint64_t len = (uint64_t)(n - a < g ? n - a : g);
+      disk += (len * 4 * (uint64_t)cases[c].arrays + PAYLOAD - 1) / PAYLOAD * BLOCK;
+    }
+    /* buffer_count buffers (at most one per sub-group) of one sub-group,
+     * each rounded up to the probed I/O alignment (at most 4096) */
+    uint64_t bufs = groups < BUFFERS ? groups : BUFFERS;
+    uint64_t host = bufs * (uint64_t)g * 4 * (uint64_t)cases[c].arrays;
+    uint64_t host_most = bufs * ((uint64_t)g * 4 * (uint64_t)cases[c].arrays + 4095) / 4096 * 4096;
+    zinc_mem_stats st;
+    ET_OK(zinc_memory_stats(e, &st));
+    ET_CHECK(st.current[ZINC_LOC_NVME][ZINC_MEM_OPTIM] == disk,
+             "%s: optimizer bytes on NVMe %llu, expected %llu (%d arrays of %lld elements in "
+             "%llu sub-groups)", what, (unsigned long long)st.current[ZINC_LOC_NVME][ZINC_MEM_OPTIM],
+             (unsigned long long)disk, cases[c].arrays, (long long)n, (unsigned long long)groups);
+    uint64_t host_now = st.current[ZINC_LOC_HOST][ZINC_MEM_OPTIM];
+    ET_CHECK(host_now >= host && host_now <= host_most,
+             "%s: host optimizer buffers %llu bytes, expected %llu rounded up to the I/O "
+             "alignment (at most %llu)", what, (unsigned long long)host_now,
+             (unsigned long long)host, (unsigned long long)host_most);
+    uint64_t table[ZINC_LOC_N][ZINC_MEM_NCAT];
+    zinc_build_sizes(e, table);
+    ET_CHECK(table[ZINC_LOC_NVME][ZINC_MEM_OPTIM] == disk,
+             "%s: the build's size table (the estimator's) says %llu NVMe bytes, expected %llu",
+             what, (unsigned long long)table[ZINC_LOC_NVME][ZINC_MEM_OPTIM],
+             (unsigned long long)disk);
+    char pattern[800];
+    snprintf(pattern, sizeof pattern, "%s/zinc-swap-*-optimizer-rank%d/stripe0.swap", dir,
+             et_rank);
+    glob_t gl;
+    struct stat sb;
+    int found = glob(pattern, 0, NULL, &gl) == 0 && gl.gl_pathc == 1 &&
+                stat(gl.gl_pathv[0], &sb) == 0;
+    ET_CHECK(found && (uint64_t)sb.st_size == disk, "%s: swap file %s is %lld bytes, "
+             "expected %llu", what, found ? gl.gl_pathv[0] : pattern,
+             found ? (long long)sb.st_size : -1LL, (unsigned long long)disk);
+    if (found && et_rank == 0)
+      printf("nvme: %-18s %lld elements, %d arrays: swap file %lld bytes (%llu blocks of "
+             "%d), host buffers %llu bytes\n", what, (long long)n, cases[c].arrays,
+             (long long)sb.st_size, (unsigned long long)disk / BLOCK, BLOCK,
+             (unsigned long long)host_now);
+    globfree(&gl);
+    if (cases[c].missing) {
+      float x;
+      const char *name = cases[c].missing == 1 ? "exp_avg" : "exp_avg_sq";
+      zinc_status rs = zinc_opt_read(e, cases[c].missing, 0, 1, &x);
+      ET_CHECK(rs == ZINC_ERR_INVALID && strstr(zinc_last_error(), name),
+               "%s: reading %s it does not keep: %s \"%s\"", what, name, zinc_status_name(rs),
+               zinc_last_error());
+      rs = zinc_opt_write(e, cases[c].missing, 0, 1, &x);
+      ET_CHECK(rs == ZINC_ERR_INVALID && strstr(zinc_last_error(), name),
+               "%s: writing %s it does not keep: %s \"%s\"", what, name, zinc_status_name(rs),
+               zinc_last_error());
+    }
+    et_model_free(&m);
+    zinc_engine_destroy(e);
+  }
   ET_CHECK(count_files(dir) == 0, "swap files left in %s", dir);
 }
 
@@ -255,6 +369,7 @@ int main(int argc, char **argv) {
     return 1;
   MPI_Barrier(MPI_COMM_WORLD);
   test_memory_bound();
+  test_state_bytes();
   test_fault("error@40=EIO", ZINC_ERR_IO, ".swap");
   test_fault("enospc@40", ZINC_ERR_IO, "No space"); /* request 60 is past 3 steps at 3 ranks */
   test_fault("short@45", ZINC_OK, "");

@@ -5,13 +5,16 @@
  * 0-3 with offload_optimizer none, cpu and nvme (sub-groups of 300 elements,
  * so that W0 and W1 span several and Lamb's per-parameter norms gather
  * pieces from several sub-groups and ranks; stage 3 with parameters on cpu
- * and nvme too):
+ * and nvme too), and with offload cpu through the staged copy pipeline a
+ * GPU run takes (ZINC_OFFLOAD_STAGING=1, sub-groups of 300 elements: Lamb
+ * in two passes, gradients copied in, norms out, then parameters out):
  *  - fp32: every run bitwise identical to stage 0, and stage 0 within
  *    relative L2 1e-5 of et_reference's double-precision implementation of
  *    that optimizer (Lion 1e-4: its update is lr sign(c), and an element
  *    whose c is within rounding of 0 may take the other sign: one such
  *    element moves the whole model by 2 lr / |params| ~ 3e-5 at lr 1e-4);
- *  - bf16 parameters: stages 0 and 3 bitwise identical, within relative L2
+ *  - bf16 parameters: stage 0, stage 3 (nvme) and stage 1 (cpu staged:
+ *    the gradients copied in as bf16) bitwise identical, within relative L2
  *    2e-2 of the fp32 reference (the forward reads bf16 parameters).
  * An optimizer whose config the engine refuses fails with the engine's
  * message (and the others still run); nothing is skipped.
@@ -56,12 +59,15 @@ static void check_member(const family_member *f, zinc_dtype dtype, double tol_re
   const struct {
     int stage, overlap;
     const char *offload, *offload_param;
-  } all[] = {{0, 0, "none", NULL},   {1, 0, "none", NULL},  {2, 1, "none", NULL},
-             {3, 1, "none", NULL},   {1, 0, "cpu", NULL},   {2, 1, "cpu", NULL},
-             {3, 1, "cpu", "cpu"},   {1, 0, "nvme", NULL},  {2, 1, "nvme", NULL},
-             {3, 0, "nvme", "nvme"}},
-    bf16[] = {{0, 0, "none", NULL}, {3, 1, "nvme", "nvme"}};
-  int nruns = dtype == ZINC_F32 ? (int)(sizeof all / sizeof all[0]) : 2;
+    int staged; /* ZINC_OFFLOAD_STAGING=1 */
+  } all[] = {{0, 0, "none", NULL, 0},  {1, 0, "none", NULL, 0},  {2, 1, "none", NULL, 0},
+             {3, 1, "none", NULL, 0},  {1, 0, "cpu", NULL, 0},   {2, 1, "cpu", NULL, 0},
+             {3, 1, "cpu", "cpu", 0},  {1, 0, "nvme", NULL, 0},  {2, 1, "nvme", NULL, 0},
+             {3, 0, "nvme", "nvme", 0}, {1, 0, "cpu", NULL, 1},  {2, 1, "cpu", NULL, 1},
+             {3, 1, "cpu", "cpu", 1},  {3, 0, "cpu", NULL, 1}},
+    bf16[] = {{0, 0, "none", NULL, 0}, {3, 1, "nvme", "nvme", 0}, {1, 0, "cpu", NULL, 1}};
+  int nruns = dtype == ZINC_F32 ? (int)(sizeof all / sizeof all[0])
+                                : (int)(sizeof bf16 / sizeof bf16[0]);
   float **first = et_alloc_params(&base.shape), **ref = et_alloc_params(&base.shape);
   for (int k = 0; k < nruns; k++) {
     et_run r = base;
@@ -69,16 +75,23 @@ static void check_member(const family_member *f, zinc_dtype dtype, double tol_re
     r.overlap = dtype == ZINC_F32 ? all[k].overlap : bf16[k].overlap;
     r.offload = dtype == ZINC_F32 ? all[k].offload : bf16[k].offload;
     r.offload_param = dtype == ZINC_F32 ? all[k].offload_param : bf16[k].offload_param;
+    int staged = dtype == ZINC_F32 ? all[k].staged : bf16[k].staged;
     if (!strcmp(r.offload, "nvme") || (r.offload_param && !strcmp(r.offload_param, "nvme"))) {
       r.nvme_path = nvme_dir;
       r.sub_group = 300; /* W0 (481) spans 2 sub-groups, W1 (1073) 4 */
       r.buffer_count = 3;
     }
+    if (staged) {
+      r.sub_group = 300; /* W0 and W1 span several staging sub-groups */
+      setenv("ZINC_OFFLOAD_STAGING", "1", 1);
+    }
     float **out = k == 0 ? first : et_alloc_params(&r.shape);
     et_train(&r, out, NULL, NULL);
+    unsetenv("ZINC_OFFLOAD_STAGING");
     char what[200];
-    snprintf(what, sizeof what, "%s: stage %d%s offload %s/%s", label, r.stage,
-             r.overlap ? " overlap" : "", r.offload, r.offload_param ? r.offload_param : "none");
+    snprintf(what, sizeof what, "%s: stage %d%s offload %s/%s%s", label, r.stage,
+             r.overlap ? " overlap" : "", r.offload, r.offload_param ? r.offload_param : "none",
+             staged ? " (staged copies)" : "");
     if (k == 0) {
       et_reference(&r, et_world, ref);
       double rel = et_rel_l2(&r.shape, first, ref);
@@ -95,7 +108,8 @@ static void check_member(const family_member *f, zinc_dtype dtype, double tol_re
   }
   if (et_rank == 0 && et_failures == 0)
     printf("%s, %d ranks: %s bitwise identical\n", label, et_world,
-           dtype == ZINC_F32 ? "stages 0-3, offload none/cpu/nvme" : "stages 0 and 3 (nvme)");
+           dtype == ZINC_F32 ? "stages 0-3, offload none/cpu/cpu-staged/nvme"
+                             : "stages 0, 3 (nvme) and 1 (cpu staged)");
   et_free_params(first);
   et_free_params(ref);
 }
