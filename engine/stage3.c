@@ -31,30 +31,47 @@
 
 #include "engine/engine.h"
 
-/* The module's non-persistent units [*first, *last] (-1: none). */
-static void read_range(const zinc_module *m, int *first, int *last) {
-  *first = *last = -1;
-  for (int s = 0; s < m->nsegs; s++)
-    if (!m->segs[s].persistent) {
-      if (*first < 0)
-        *first = m->segs[s].first_unit;
-      *last = m->segs[s].first_unit + m->segs[s].nunits - 1;
-    }
+/* What a fetch reads of this rank's partition: the module's
+ * non-persistent units form at most two runs of consecutive units, its
+ * trained units and its frozen ones (laid out after every trained unit,
+ * engine.h), each [first[k], last[k]] (-1: none). */
+typedef struct {
+  int first[2], last[2]; /* [0] trained units, [1] frozen units */
+} read_runs;
+
+static void read_range(const zinc_engine *e, const zinc_module *m, read_runs *r) {
+  for (int k = 0; k < 2; k++)
+    r->first[k] = r->last[k] = -1;
+  for (int s = 0; s < m->nsegs; s++) {
+    const zinc_segment *seg = &m->segs[s];
+    if (seg->persistent || seg->nunits == 0)
+      continue;
+    int k = seg->first_unit >= e->ntrain_units;
+    int a = seg->first_unit, b = seg->first_unit + seg->nunits - 1;
+    if (r->first[k] < 0 || a < r->first[k])
+      r->first[k] = a;
+    if (b > r->last[k])
+      r->last[k] = b;
+  }
 }
 
-static size_t range_bytes(const zinc_engine *e, int first, int last) {
-  if (first < 0)
+static size_t run_bytes(const zinc_engine *e, const read_runs *r, int k) {
+  if (r->first[k] < 0)
     return 0;
-  const zinc_unit *a = &e->units[first], *b = &e->units[last];
+  const zinc_unit *a = &e->units[r->first[k]], *b = &e->units[r->last[k]];
   return b->shard_byte + (size_t)b->chunk * zinc_dtype_size(b->dtype) - a->shard_byte;
+}
+
+static size_t range_bytes(const zinc_engine *e, const read_runs *r) {
+  return run_bytes(e, r, 0) + run_bytes(e, r, 1);
 }
 
 size_t zinc_stage3_largest_read(const zinc_engine *e, const char **name) {
   size_t most = 0;
   for (int mi = 0; mi < e->nmodules; mi++) {
-    int first, last;
-    read_range(e->modules[mi], &first, &last);
-    size_t b = range_bytes(e, first, last);
+    read_runs r;
+    read_range(e, e->modules[mi], &r);
+    size_t b = range_bytes(e, &r);
     if (b > most) {
       most = b;
       if (name)
@@ -85,21 +102,33 @@ static zinc_status read_buffer(zinc_engine *e, size_t bytes, void **out) {
   }
 }
 
-/* This rank's chunks of units [first, last] as a send buffer: the partition
- * itself, or (on NVMe) a host copy read into a parameter read buffer. */
-static zinc_status shard_source(zinc_engine *e, zinc_module *m, int first, int last,
-                                const char **base) {
+/* This rank's chunks of the module's units as send buffers: the partition
+ * itself, or (on NVMe) a host copy of each run read into one parameter
+ * read buffer, run 0 then run 1. base[k] + u->shard_byte is unit u's chunk
+ * for a unit of run k. */
+static zinc_status shard_source(zinc_engine *e, zinc_module *m, const read_runs *r,
+                                const char *base[2]) {
   m->read_staging = NULL;
   m->read_staging_bytes = 0;
   if (!zinc_nvme_param_on_disk(e)) {
-    *base = (const char *)e->param_shard;
+    base[0] = base[1] = (const char *)e->param_shard;
     return ZINC_OK;
   }
-  const zinc_unit *a = &e->units[first];
-  size_t bytes = range_bytes(e, first, last);
+  size_t bytes = range_bytes(e, r);
   void *buf = NULL;
   ZINC_CHECK(read_buffer(e, bytes, &buf));
-  zinc_status st = zinc_pshard_read(e, a->shard_byte, bytes, buf);
+  zinc_status st = ZINC_OK;
+  size_t at = 0;
+  for (int k = 0; k < 2; k++) {
+    base[k] = NULL;
+    if (r->first[k] < 0)
+      continue;
+    size_t from = e->units[r->first[k]].shard_byte, n = run_bytes(e, r, k);
+    if (st == ZINC_OK)
+      st = zinc_pshard_read(e, from, n, (char *)buf + at);
+    base[k] = (const char *)buf + at - from; /* so that base + shard_byte lands in it */
+    at += n;
+  }
   if (st != ZINC_OK && e->dp_size > 1) {
     /* the peers gather from this rank too: send zeros so that none waits
      * on a collective this rank never joins, and report the failure where
@@ -117,7 +146,6 @@ static zinc_status shard_source(zinc_engine *e, zinc_module *m, int first, int l
   m->read_staging = buf;
   m->read_staging_bytes = bytes;
   m->read_seq = ++e->read_seq;
-  *base = (const char *)buf - a->shard_byte; /* so that base + shard_byte lands in it */
   return ZINC_OK;
 }
 
@@ -129,10 +157,10 @@ static void source_free(zinc_engine *e, zinc_module *m) {
 }
 
 static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
-  int first, last;
-  read_range(m, &first, &last);
-  const char *src = NULL;
-  zinc_status st = shard_source(e, m, first, last, &src);
+  read_runs runs;
+  read_range(e, m, &runs);
+  const char *src[2] = {NULL, NULL};
+  zinc_status st = shard_source(e, m, &runs, src);
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "fetching module \"%s\"", m->name);
   int ncoll = 0;
@@ -169,7 +197,7 @@ static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
     for (int ui = seg->first_unit; ui < seg->first_unit + seg->nunits; ui++) {
       const zinc_unit *u = &e->units[ui];
       colls[k++] = (zinc_coll){.kind = ZINC_COLL_ALLGATHER,
-                               .send = src + u->shard_byte,
+                               .send = src[ui >= e->ntrain_units] + u->shard_byte,
                                .recv = zinc_unit_ptr(base, u),
                                .count = (size_t)u->chunk,
                                .dtype = u->dtype};

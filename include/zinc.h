@@ -269,7 +269,11 @@ ZINC_API zinc_status zinc_param_set_lr_scale(zinc_param *p, double scale);
  * the gradient norm and never changed by the step. It stays a parameter:
  * partitioned (stage 3 gathers it with its module), readable, exported,
  * and saved in checkpoints as parameter values (its exp_avg/exp_avg_sq
- * read and save as zeros; loaded values of those are ignored). Default 0.
+ * read and save as zeros; loaded values of those are ignored). A
+ * checkpoint saved with p frozen loads where p is trainable (p takes the
+ * saved value and starts from zero moments, as a parameter DeepSpeed
+ * unfreezes does) and the reverse (p keeps the saved value, its saved
+ * moments are dropped). Default 0.
  * Call before zinc_engine_build; every rank
  * must freeze the same parameters. */
 ZINC_API zinc_status zinc_param_set_frozen(zinc_param *p, int frozen);

@@ -1,7 +1,9 @@
 /*
  * estimate.c — the memory estimator: registers a model description in a
  * bare engine (no device, no comm), runs the real layout, and reads the
- * sizes the build would allocate (zinc_build_sizes). Stage 3 adds the
+ * sizes the build would allocate (zinc_build_sizes); a frozen parameter
+ * (zinc_est_param.frozen) counts as the build lays it out: parameter
+ * memory only. Stage 3 adds the
  * gathered parameters at their peak: the largest module plus what the
  * prefetch window holds ahead of it, within stage3_max_live_parameters.
  */
@@ -42,8 +44,10 @@ zinc_status zinc_estimate_model(const zinc_settings *cfg, int dp_size, int64_t h
     zinc_module *m = zinc_module_find(e, params[i].module);
     if (!m)
       m = zinc_module_add(e, params[i].module);
-    if (!m || !zinc_param_add(e, m, params[i].name, params[i].dtype, params[i].ndim,
-                              params[i].shape))
+    zinc_param *p = m ? zinc_param_add(e, m, params[i].name, params[i].dtype, params[i].ndim,
+                                       params[i].shape)
+                      : NULL;
+    if (!p || (params[i].frozen && zinc_param_set_frozen(p, 1) != ZINC_OK))
       st = zinc_error_wrap(ZINC_ERR_INVALID, "estimate: parameter %s.%s", params[i].module,
                            params[i].name);
   }

@@ -18,6 +18,8 @@ typedef struct {
   zinc_dtype dtype;
   int ndim;
   int64_t shape[8];
+  int frozen;            /* 1: not trained (zinc_param_set_frozen): no gradient,
+                            no optimizer state; 0 (the default) trained */
 } zinc_est_param;
 
 typedef struct {

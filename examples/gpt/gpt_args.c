@@ -19,6 +19,10 @@ static const char usage[] =
     "  --heads N         attention heads (default 4)\n"
     "  --seq T           sequence length (default 64)\n"
     "  --bf16            bf16 parameters (fp32 compute)\n"
+    "  --freeze-embedding\n"
+    "                    do not train the token embedding wte (gpt_train only);\n"
+    "                    it is tied to the output projection, so that is frozen\n"
+    "                    too, as requires_grad=False on a tied weight in PyTorch\n"
     "training:\n"
     "  --config FILE     DeepSpeed JSON (default examples/configs/zero3.json)\n"
     "  --batch B         micro-batch per rank; must match the config's\n"
@@ -115,6 +119,8 @@ int gpt_args_parse(gpt_args *a, int argc, char **argv, char *err, size_t errlen)
       a->resume = 1;
     } else if (!strcmp(f, "--bf16")) {
       a->bf16 = 1;
+    } else if (!strcmp(f, "--freeze-embedding")) {
+      a->freeze_embedding = 1;
     } else if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
       a->help = 1;
     } else {

@@ -19,6 +19,7 @@ typedef struct {
   int save_every;                // 0: only at the end (with --ckpt-dir)
   int resume;                    // load ckpt_dir/latest first
   int bf16;                      // register bf16 parameters
+  int freeze_embedding;          // gpt_train only: wte frozen (so is the tied output projection)
   const char *data;              // NULL: the generated corpus
   int64_t corpus_bytes;          // size of the generated corpus
   const char *log_csv;           // rank 0 writes step,loss,... here

@@ -529,7 +529,8 @@ void gpt_embed_backward(const gpt_config *c, const gpt_embed_params *grad,
   /* Rows of wte repeat across positions: one pass in row order. */
   for (int n = 0; n < B * T; n++) {
     const real *d = a->dres + (size_t)n * C;
-    axpy(grad->wte + (size_t)tokens[n] * C, 1, d, C);
+    if (grad->wte) /* NULL: wte frozen */
+      axpy(grad->wte + (size_t)tokens[n] * C, 1, d, C);
     axpy(grad->wpe + (size_t)(n % T) * C, 1, d, C);
   }
 }

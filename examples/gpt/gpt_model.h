@@ -210,7 +210,7 @@ void gpt_gelu_backward(real *dinp, const real *inp, const real *dout, int64_t n)
 /* encoded (B, T, C) = wte[tokens] + wpe[0..T). tokens: (B, T) in [0, V). */
 void gpt_embed_forward(const gpt_config *c, const gpt_embed_params *p,
                        gpt_acts *a, const int32_t *tokens, int B, int T);
-/* dres (B, T, C) -> dwte, dwpe (accumulated). */
+/* dres (B, T, C) -> dwte, dwpe (accumulated; grad->wte NULL: wte frozen, skipped). */
 void gpt_embed_backward(const gpt_config *c, const gpt_embed_params *grad,
                         const gpt_acts *a, const int32_t *tokens, int B, int T);
 
@@ -230,7 +230,8 @@ real gpt_head_forward(const gpt_config *c, const gpt_head_params *p,
                       const real *wte, gpt_acts *a, const real *inp,
                       const int32_t *targets, int B, int T);
 /* Backward of dloss * (mean loss): sets a->dres = d(inp) (overwritten, not
- * accumulated), accumulates into grad (lnf) and dwte. dloss is 1 for plain
+ * accumulated), accumulates into grad (lnf) and dwte (NULL: wte frozen,
+ * skipped). dloss is 1 for plain
  * training, the loss scale with fp16. */
 void gpt_head_backward(const gpt_config *c, const gpt_head_params *p,
                        const gpt_head_params *grad, const real *wte,

@@ -30,6 +30,13 @@
  * a module's gradient buffer survives release() until grads_ready(), and a
  * second zinc_param_grad in the same micro-batch returns it unzeroed.
  *
+ * --freeze-embedding freezes wte (zinc_param_set_frozen): the engine keeps
+ * no gradient or optimizer state for it, and since the output projection is
+ * the same tensor it is frozen too (PyTorch's requires_grad=False on a tied
+ * weight). The backward pass then computes neither share of wte's gradient
+ * (the model's backward skips a NULL gradient) and asks zinc for none; the
+ * protocol above is unchanged for wpe.
+ *
  * Precision: the parameters are registered as fp32, or bf16 with --bf16. The
  * model computes in fp32; with bf16 the fetched tensors are converted into
  * this trainer's fp32 copies and the fp32 gradients are added into zinc's
@@ -89,6 +96,7 @@ typedef struct {
   gpt_config cfg;
   zinc_engine *e;
   int bf16;
+  int freeze_wte;  // --freeze-embedding
   uint64_t seed;
   gpt_zmodule embed, head;
   gpt_zmodule *blocks; // [L]
@@ -128,6 +136,8 @@ static zinc_status model_register(gpt_trainer *tr) {
   gpt_block_specs(c, bs);
   gpt_head_specs(c, hs);
   TRY(module_register(tr, &tr->embed, "embed", es, GPT_EMBED_NPARAMS, 0));
+  if (tr->freeze_wte)
+    TRY(zinc_param_set_frozen(tr->embed.params[GPT_EMBED_WTE], 1));
   for (int l = 0; l < c->num_layers; l++) {
     char name[32];
     snprintf(name, sizeof(name), "block.%d", l);
@@ -174,11 +184,21 @@ static zinc_status bind_params(gpt_trainer *tr, gpt_zmodule *m, int slot, real *
   return ZINC_OK;
 }
 
+/* Tensor i of m is frozen: it takes no gradient. */
+static int frozen(const gpt_trainer *tr, const gpt_zmodule *m, int i) {
+  return tr->freeze_wte && m == &tr->embed && i == GPT_EMBED_WTE;
+}
+
 /* Point view[i] where tensor i's gradient is accumulated: zinc's buffer
- * (fp32), or a zeroed fp32 buffer that grads_flush adds into zinc's (bf16). */
+ * (fp32), or a zeroed fp32 buffer that grads_flush adds into zinc's (bf16);
+ * NULL for a frozen tensor (the model's backward skips it). */
 static zinc_status bind_grads(gpt_trainer *tr, gpt_zmodule *m, int slot, real **view) {
   float *acc = tr->slots[slot].grads;
   for (int i = 0; i < m->count; i++) {
+    if (frozen(tr, m, i)) {
+      view[i] = NULL;
+      continue;
+    }
     void *grad = zinc_param_grad(m->params[i]);
     if (!grad)
       return ZINC_ERR_INVALID;
@@ -202,6 +222,8 @@ static void grads_flush(gpt_trainer *tr, gpt_zmodule *m, int slot) {
   const float *acc = tr->slots[slot].grads;
   float sum[256];
   for (int i = 0; i < m->count; i++) {
+    if (frozen(tr, m, i))
+      continue;
     uint16_t *g = zinc_param_grad(m->params[i]);
     int64_t n = gpt_spec_numel(&m->specs[i]);
     for (int64_t j = 0; j < n; j += 256) {
@@ -441,6 +463,7 @@ static zinc_status setup(gpt_run *r, int64_t *start_step) {
     return trainer_error(r, ZINC_ERR_INVALID, "%s", err);
   tr->cfg = (gpt_config){r->corpus.vocab_size, T, a->layers, a->heads, a->width};
   tr->bf16 = a->bf16;
+  tr->freeze_wte = a->freeze_embedding;
   tr->seed = a->seed;
   tr->blocks = calloc((size_t)a->layers, sizeof(gpt_zmodule));
   if (!tr->blocks)

@@ -214,6 +214,7 @@ typedef struct {
   zinc_param *par[TM_NPARAM];
   float *P[TM_NPARAM], *G[TM_NPARAM]; /* f32 working copies */
   et_init_ctx ictx;
+  int frozen[TM_NPARAM];  /* 1: frozen (et_freeze): its gradient is not asked for */
 } et_model;
 
 static const int et_param_module[TM_NPARAM] = {0, 0, 1, 1, 2, 3, 3};
@@ -222,6 +223,7 @@ static inline void et_model_register(et_model *m, zinc_engine *e, const tm_shape
                                      zinc_dtype dt) {
   static const char *mods[4] = {"in", "mid", "scale", "out"};
   m->e = e;
+  memset(m->frozen, 0, sizeof m->frozen);
   for (int i = 0; i < 4; i++) {
     m->mod[i] = zinc_module_add(e, mods[i]);
     if (!m->mod[i]) {
@@ -249,6 +251,13 @@ static inline void et_model_register(et_model *m, zinc_engine *e, const tm_shape
     m->P[i] = calloc((size_t)tm_numel(sh, i), sizeof(float));
     m->G[i] = calloc((size_t)tm_numel(sh, i), sizeof(float));
   }
+}
+
+/* Freeze parameter i (before the build): the micro-batches of the helpers
+ * below then leave its gradient out, as a trainer does. */
+static inline void et_freeze(et_model *m, int i) {
+  ET_OK(zinc_param_set_frozen(m->par[i], 1));
+  m->frozen[i] = 1;
 }
 
 static inline void et_model_free(et_model *m) {
@@ -287,7 +296,7 @@ static inline zinc_status et_load_module(et_model *m, const tm_shape *sh, zinc_d
 static inline zinc_status et_add_module_grads(et_model *m, const tm_shape *sh, zinc_dtype dt,
                                               int k) {
   for (int i = 0; i < TM_NPARAM; i++) {
-    if (et_param_module[i] != k)
+    if (et_param_module[i] != k || m->frozen[i])
       continue;
     void *g = zinc_param_grad(m->par[i]);
     if (!g)

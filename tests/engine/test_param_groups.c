@@ -16,12 +16,20 @@
  *    coupling, is off); the same bits at every stage; the profiler's
  *    gradient and optimizer-state bytes smaller by exactly W0's elements x
  *    their bytes per element (the shape puts W0 on whole chunks);
+ *  - frozen in.W0 with the optimizer state offloaded to cpu and to nvme
+ *    (stage 2), and with the parameters offloaded too (stage 3, cpu and
+ *    nvme): the same bits as the frozen run without offload; the host (or
+ *    disk) optimizer state smaller by W0's share, 12 bytes (master and two
+ *    moments) per element of this rank's chunk (on disk to the I/O
+ *    alignment), the host gradient partition by 4;
  *  - zinc_engine_set_lr(0.01) under a warmup scheduler equals the config's
  *    constant 0.01; a negative lr gives the scheduler back;
  *  - a rank that freezes or scales a different parameter fails the build
  *    on every rank, naming the parameter and the rank.
  */
+#include <errno.h>
 #include <mpi.h>
+#include <sys/stat.h>
 
 #include "engine_test.h"
 
@@ -251,6 +259,60 @@ static void check_stage(int stage, float **frozen_prev) {
   et_free_params(b);
 }
 
+/* Frozen in.W0 with offload: `offload` for the optimizer state (and the
+ * parameters at stage 3). */
+static void check_offload(int stage, const char *offload) {
+  et_run r = et_defaults();
+  r.stage = stage;
+  r.steps = STEPS;
+  r.shape.d[0] = 4;
+  r.shape.d[1] = 64;
+  r.persist = 0;
+  char dir[600];
+  snprintf(dir, sizeof dir, "%s/param_groups_nvme_np%d", et_binary_dir(), et_world);
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    ET_CHECK(0, "mkdir %s failed", dir);
+    return;
+  }
+  const tm_shape *sh = &r.shape;
+  float **plain = et_alloc_params(sh), **off = et_alloc_params(sh);
+  knobs k = NONE;
+  k.param = W0;
+  k.frozen = 1;
+  run(&r, &k, plain, NULL, NULL);
+  et_run o = r;
+  o.offload = offload;
+  if (stage == 3)
+    o.offload_param = offload;
+  if (!strcmp(offload, "nvme"))
+    o.nvme_path = dir;
+  zinc_mem_stats st_frozen, st_base;
+  run(&o, &k, off, NULL, &st_frozen);
+  char what[120];
+  snprintf(what, sizeof what, "stage %d offload %s, frozen in.W0", stage, offload);
+  ET_CHECK(et_same_bits(sh, off, plain, what), "%s: not the frozen run without offload", what);
+  run(&o, &NONE, plain, NULL, &st_base); /* the trained W0's memory */
+  for (int64_t j = 0; j < tm_numel(sh, W0); j++)
+    if (off[W0][j] != tm_init_value(sh, W0, j)) {
+      ET_CHECK(0, "%s: in.W0[%lld] changed", what, (long long)j);
+      break;
+    }
+  uint64_t w0 = (uint64_t)tm_numel(sh, W0) / (uint64_t)et_world; /* this rank's chunk */
+  int loc = !strcmp(offload, "nvme") ? ZINC_LOC_NVME : ZINC_LOC_HOST;
+  uint64_t ob = st_base.current[loc][ZINC_MEM_OPTIM], of = st_frozen.current[loc][ZINC_MEM_OPTIM];
+  uint64_t want = 12 * w0, slack = loc == ZINC_LOC_NVME ? 4096 : 0;
+  ET_CHECK(ob >= of && ob - of + slack >= want && ob - of <= want + slack,
+           "%s: %s optimizer state %llu -> %llu bytes, want %llu less (to %llu)", what,
+           loc == ZINC_LOC_NVME ? "disk" : "host", (unsigned long long)ob,
+           (unsigned long long)of, (unsigned long long)want, (unsigned long long)slack);
+  uint64_t gb = st_base.current[ZINC_LOC_HOST][ZINC_MEM_GRADS],
+           gf = st_frozen.current[ZINC_LOC_HOST][ZINC_MEM_GRADS];
+  ET_CHECK(gb - gf == 4 * w0, "%s: host gradients %llu -> %llu bytes, want %llu less", what,
+           (unsigned long long)gb, (unsigned long long)gf, (unsigned long long)(4 * w0));
+  et_free_params(plain);
+  et_free_params(off);
+}
+
 /* zinc_engine_set_lr(0.01) before every step under a warmup scheduler
  * equals the config's constant 0.01, bitwise; a negative lr gives the
  * scheduler back (zinc_step_info.lr says which was used). */
@@ -325,6 +387,10 @@ int main(void) {
     }
     check_stage(stage, prev);
   }
+  check_offload(2, "cpu");
+  check_offload(2, "nvme");
+  check_offload(3, "cpu");
+  check_offload(3, "nvme");
   et_free_params(prev);
   check_set_lr();
   check_mismatch(0);

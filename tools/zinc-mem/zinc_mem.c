@@ -8,7 +8,9 @@
  *       (DeepSpeed's estimate_zero*_model_states_mem_needs_all_cold), from
  *       zinc's own layout code, including its buffers (gradient buckets,
  *       stage-3 gathered parameters).
- *       FILE: one parameter per line, "module name dtype d0 [d1 ...]".
+ *       FILE: one parameter per line, "module name dtype d0 [d1 ...] [frozen]"
+ *       ("frozen": not trained, zinc_param_set_frozen: no gradient, no
+ *       optimizer state).
  *       H: the model's hidden size, for bucket sizes the config writes
  *       "auto" (as zinc_options.hidden_size).
  *   zinc-mem timeline IN.json OUT.svg
@@ -89,6 +91,15 @@ static zinc_status read_model(const char *path, zinc_est_param **out, int *n) {
     if (q.ndim == 0) {
       st = zinc_error(ZINC_ERR_INVALID, "%s:%d: no shape after the dtype", path, line);
       break;
+    }
+    char word[32];
+    if (sscanf(rest, " %31s", word) == 1) {
+      if (strcmp(word, "frozen") != 0) {
+        st = zinc_error(ZINC_ERR_INVALID, "%s:%d: \"%s\" after the shape (expected nothing "
+                        "or \"frozen\")", path, line, word);
+        break;
+      }
+      q.frozen = 1;
     }
     if (k == cap) {
       cap *= 2;
