@@ -592,6 +592,70 @@ ZINC_API zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir,
  * stage3_gather_16bit_weights_on_model_save equivalent. Collective. */
 ZINC_API zinc_status zinc_export_safetensors(zinc_engine *e, const char *path, int dtype);
 
+/* ------------------------------------------------ pretrained weights in */
+
+/* How zinc_load_safetensors matches the file to the model. */
+typedef struct {
+  /* Nonzero: a parameter the file lacks or a tensor of the file no
+   * parameter takes is an error (PyTorch's load_state_dict(strict=True));
+   * zero: they are counted in the report and logged (strict=False). */
+  int strict;
+  /* The name map, for a file whose names are not zinc's "module.param":
+   * called once per registered parameter with its zinc name; write the
+   * file's name for it into buf (cap bytes, NUL-terminated) and return 1,
+   * or return 0 to leave the parameter alone (neither loaded nor missing).
+   * NULL: the file uses zinc's names. A table of pairs is a map whose ctx
+   * is the table. Called on every rank, in registration order; it must
+   * answer alike on every rank. */
+  int (*map)(void *ctx, const char *name, char *buf, size_t cap);
+  void *map_ctx;
+} zinc_load_weights_options;
+#define ZINC_LOAD_WEIGHTS_OPTIONS_INIT {0, NULL, NULL}
+
+/* What zinc_load_safetensors did (the same on every rank). */
+typedef struct {
+  int loaded;             /* parameters loaded */
+  int skipped;            /* parameters the map left alone */
+  int missing;            /* parameters whose tensor the file lacks */
+  int unexpected;         /* tensors of the file that no parameter took */
+  /* Their names, one per line (missing: zinc's names; unexpected: the
+   * file's), or NULL when there are none; free with
+   * zinc_load_weights_report_free. */
+  char *missing_names, *unexpected_names;
+} zinc_load_weights_report;
+ZINC_API void zinc_load_weights_report_free(zinc_load_weights_report *r);
+
+/* Set the weights of a built engine from a .safetensors file, by name:
+ * fine-tuning from a pretrained model (after zinc_engine_build, or to
+ * overwrite the weights later, between steps). Every parameter the map
+ * names is read from its tensor (F32, BF16 or F16 in the file) and rounded
+ * to the parameter's own dtype; the fp32 master is that rounded value (as
+ * when DeepSpeed loads a state dict into a 16-bit module and copies it to
+ * the master), so a file that zinc_export_safetensors wrote with dtype -1
+ * loads back bitwise at any stage and world size. The optimizer state, the
+ * step and the schedule are not changed (fresh after a build).
+ *
+ * Checks before anything changes: the file's header (a damaged file is
+ * ZINC_ERR_CORRUPT naming the tensor and field), each mapped tensor's shape
+ * against the parameter (ZINC_ERR_INVALID naming the parameter, the tensor
+ * and both shapes, strict or not, as PyTorch does) and dtype (another
+ * dtype, e.g. I64, is ZINC_ERR_INVALID only when a parameter maps to it),
+ * and with opt->strict the missing and unexpected tensors (ZINC_ERR_INVALID
+ * naming them). opt NULL: ZINC_LOAD_WEIGHTS_OPTIONS_INIT. report may be
+ * NULL; on failure it holds zeros.
+ *
+ * Reads one tensor at a time, and of it only the pieces this rank owns
+ * (stage 3: its partition; stage 0: the whole tensor): no rank holds the
+ * file. Collective over the world: every rank reads the file itself (the
+ * same path; with model parallelism each model-parallel rank gives the
+ * file of its own shard of the model, as zinc_export_safetensors wrote it)
+ * and every rank gets the same status and message. A read error after the
+ * checks leaves the weights partial and stops the engine, as
+ * zinc_load_checkpoint does. */
+ZINC_API zinc_status zinc_load_safetensors(zinc_engine *e, const char *path,
+                                           const zinc_load_weights_options *opt,
+                                           zinc_load_weights_report *report);
+
 #ifdef __cplusplus
 }
 #endif
