@@ -44,6 +44,17 @@ if [ ! -x "$root/.venv/bin/python3" ] || ! "$root/.venv/bin/python3" -c "import 
   fi
 fi
 
+# Python's safetensors (PyPI, pinned) for tests/engine/checkpoint/
+# make_pretrained.py, which writes the committed fixtures that
+# test_load_weights reads (the test itself needs no PyPI package).
+if [ -x "$root/.venv/bin/python3" ] && ! "$root/.venv/bin/python3" -c "import safetensors" 2>/dev/null; then
+  if "$root/.venv/bin/pip" install -q safetensors==0.8.0; then
+    echo "setup: safetensors 0.8.0 installed in .venv (the pretrained-weights fixtures' writer)"
+  else
+    echo "setup: could not install safetensors from PyPI: make_pretrained.py cannot regenerate the fixtures"
+  fi
+fi
+
 if [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "setup: CUDA toolkit found: $(/usr/local/cuda/bin/nvcc --version | tail -1)"
 else
