@@ -7,6 +7,8 @@
  *   'T' a shard file's 64-byte trailer
  *   'C' the checksums file (its self line, then the entries)
  *   'L' the memory timeline JSON
+ *   'S' a .safetensors header (the JSON after the 8-byte length), for a
+ *       file with a data area of 1 MiB
  * Whatever the input, a parser returns a status; when it accepts, the
  * result must hold the invariants the loader relies on (checked here), and
  * writing it out and reading it back must give the same thing.
@@ -27,6 +29,7 @@
 #include "engine/memory/timeline.h"
 #include "base/endian.h"
 #include "engine/checkpoint/format.h"
+#include "engine/checkpoint/safetensors.h"
 
 static void check_manifest(const zinc_manifest *m) {
   for (int i = 0; i < m->nparams; i++) {
@@ -157,6 +160,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (t->samples[i].bytes[l][c] < 0)
               abort();
     zinc_timeline_free(t);
+    break;
+  }
+  case 'S': {
+    const int64_t data_bytes = 1 << 20;
+    zinc_safetensors_entry *t = NULL;
+    int n = 0;
+    if (zinc_safetensors_parse_header(text, len, data_bytes, "fuzz", &t, &n) == ZINC_OK)
+      for (int i = 0; i < n; i++) {
+        /* what a read trusts: the byte range inside the data area, and
+         * for a dtype zinc reads, exactly the shape's elements */
+        int64_t numel = 1;
+        for (int d = 0; d < t[i].ndim; d++)
+          numel *= t[i].shape[d];
+        if (!t[i].name || t[i].ndim < 0 || t[i].ndim > ZINC_SAFETENSORS_MAX_DIMS ||
+            numel != t[i].numel || t[i].begin < 0 || t[i].end < t[i].begin ||
+            t[i].end > data_bytes ||
+            (t[i].zdtype >= 0 &&
+             t[i].end - t[i].begin != numel * (int64_t)zinc_dtype_size((zinc_dtype)t[i].zdtype)))
+          abort();
+      }
+    zinc_safetensors_entries_free(t, n);
     break;
   }
   default:
