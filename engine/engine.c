@@ -290,6 +290,7 @@ void zinc_engine_destroy(zinc_engine *e) {
   zinc_comm_destroy(e->world);
   zinc_prof_destroy(e->prof);
   zinc_settings_free(&e->cfg);
+  free(e->client_state);
   free(e);
 }
 

@@ -358,6 +358,10 @@ struct zinc_engine {
   zinc_loss_scaler scaler;
   float last_grad_norm;
 
+  /* ---- the trainer's blob saved with checkpoints (checkpoint.c) */
+  void *client_state;
+  int64_t client_state_bytes; /* 0: none set or loaded */
+
   /* ---- timers */
   zinc_phase phase;
   double phase_start;

@@ -582,6 +582,37 @@ ZINC_API zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir,
 ZINC_API zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir,
                                           const char *tag);
 
+/* The trainer's own state (data-loader position, RNG state, anything in
+ * bytes), saved with the checkpoint — DeepSpeed's client_state. The engine
+ * keeps a copy of the `bytes` bytes at data (bytes 0: none; data may then
+ * be NULL) and every later zinc_save_checkpoint writes it beside the
+ * shards, published with them: a crash leaves the old checkpoint with its
+ * blob or the new one with its own, never a mix. Data-parallel rank 0's
+ * blob is the one saved (a trainer whose ranks differ puts every rank's
+ * part in it). Not collective. */
+ZINC_API zinc_status zinc_checkpoint_set_client_state(zinc_engine *e, const void *data,
+                                                      size_t bytes);
+/* The blob the last zinc_load_checkpoint brought back (the same on every
+ * rank), or the one last set: *data (owned by the engine, valid until the
+ * next set, load or destroy) and *bytes; 0 bytes and NULL when there is
+ * none (a checkpoint saved without one). The blob is verified (size and
+ * crc32c in the manifest) with everything else before a load changes
+ * anything. */
+ZINC_API zinc_status zinc_checkpoint_client_state(const zinc_engine *e, const void **data,
+                                                  size_t *bytes);
+
+/* zinc_load_checkpoint with flags (0: the same). ZINC_LOAD_WEIGHTS_ONLY
+ * (DeepSpeed's load_module_only): only the weights (the fp32 master, and
+ * the compute copy from it) and the client state are loaded; the optimizer
+ * moments start fresh (zero), and the step counters, the schedule's
+ * position and the loss scaler stay the engine's own (0 and the config's
+ * initial values on a new engine): fine-tuning from a checkpoint, also with
+ * another optimizer type than the one that saved it. The checks and the
+ * all-or-nothing contract are zinc_load_checkpoint's. */
+#define ZINC_LOAD_WEIGHTS_ONLY 1u
+ZINC_API zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char *tag,
+                                             unsigned flags);
+
 /* Write the consolidated weights — every parameter whole, from the fp32
  * master, converted to `dtype` (ZINC_F32/BF16/F16) or to each parameter's
  * own dtype when dtype is -1 — to a .safetensors file at path, one

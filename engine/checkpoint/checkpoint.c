@@ -386,9 +386,9 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
                                   zinc_ckpt_fault *fault) {
   zinc_manifest m = {0};
   zinc_status st = ZINC_OK;
-  char **names = calloc((size_t)e->dp_size + 2, sizeof *names);
-  uint32_t *crcs = calloc((size_t)e->dp_size + 2, sizeof *crcs);
-  int64_t *bytes = calloc((size_t)e->dp_size + 2, sizeof *bytes);
+  char **names = calloc((size_t)e->dp_size + 3, sizeof *names);
+  uint32_t *crcs = calloc((size_t)e->dp_size + 3, sizeof *crcs);
+  int64_t *bytes = calloc((size_t)e->dp_size + 3, sizeof *bytes);
   int nsums = e->dp_size + 1;
   m.files = calloc((size_t)e->dp_size, sizeof *m.files);
   m.params = calloc((size_t)e->nparams + 1, sizeof *m.params);
@@ -407,6 +407,9 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
   m.step = e->step;
   m.micro_step = e->micro_step;
   m.skipped_steps = e->skipped_steps;
+  m.mp_size = e->mp_size;
+  m.mp_rank = e->mp_rank;
+  m.client_state_bytes = -1;
   zinc_loss_scaler_state(&e->scaler, &m.scaler_scale, &m.scaler_iter, &m.scaler_last_overflow,
                          &m.scaler_hysteresis);
   m.config_json = zinc_settings_to_json(&e->cfg);
@@ -444,6 +447,23 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
     st = zinc_layout_for_each_piece(e, p, collect_piece, &l);
     mp->pieces = l.pieces;
     mp->npieces = l.n;
+  }
+  if (st == ZINC_OK && e->client_state_bytes > 0) {
+    /* the trainer's blob, before the manifest that names its crc */
+    char *cpath = zinc_path_join(partial, ZINC_CLIENT_STATE_NAME);
+    st = cpath ? zinc_ckpt_fault_hit(fault, "write", cpath, 0)
+               : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the path of "
+                            "%s/%s; free host memory and retry", partial, ZINC_CLIENT_STATE_NAME);
+    if (st == ZINC_OK)
+      st = zinc_fs_write_atomic(cpath, e->client_state, (size_t)e->client_state_bytes);
+    free(cpath);
+    m.client_state_bytes = e->client_state_bytes;
+    m.client_state_crc32c = zinc_crc32c(0, e->client_state, (size_t)e->client_state_bytes);
+    if (st == ZINC_OK) {
+      names[nsums] = zinc_strdup(ZINC_CLIENT_STATE_NAME);
+      crcs[nsums] = m.client_state_crc32c;
+      bytes[nsums++] = e->client_state_bytes;
+    }
   }
   if (st != ZINC_OK)
     goto out;
@@ -483,7 +503,7 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
                                   ZINC_CHECKSUMS_NAME, nsums, partial);
   free(spath);
 out:
-  for (int r = 0; names && r <= e->dp_size + 1; r++)
+  for (int r = 0; names && r <= e->dp_size + 2; r++)
     free(names[r]);
   for (int i = 0; m.params && i < e->nparams; i++) {
     free(m.params[i].name);
@@ -622,14 +642,20 @@ static void shape_text(char *buf, size_t n, int ndim, const int64_t *shape) {
 
 /* Match the manifest's parameters to the registered ones; map[i] is the
  * manifest index of engine parameter i. */
-static zinc_status match_model(zinc_engine *e, const zinc_ckpt_dir *d, int *map) {
+static zinc_status match_model(zinc_engine *e, const zinc_ckpt_dir *d, int *map,
+                               int weights_only) {
   const zinc_manifest *m = d->manifest;
-  /* the optimizer state is only meaningful to the optimizer that wrote it */
+  /* the optimizer state is only meaningful to the optimizer that wrote it
+   * (a weights-only load reads section 0, the master, which every
+   * optimizer saves first) */
   const char *ours = zinc_opt_kind_str(e->optim.kind);
   int arrays[3], narrays = state_arrays(e, arrays), same = m->nsections == narrays;
   for (int k = 0; same && k < narrays; k++)
     same = strcmp(m->sections[k], section_names[arrays[k]]) == 0;
-  if (strcmp(m->optimizer, ours) != 0 || !same)
+  if (weights_only && strcmp(m->sections[0], section_names[0]) != 0)
+    return zinc_error(ZINC_ERR_CORRUPT, "checkpoint %s: its first section is \"%s\", not %s",
+                      d->path, m->sections[0], section_names[0]);
+  if (!weights_only && (strcmp(m->optimizer, ours) != 0 || !same))
     return zinc_error(ZINC_ERR_INVALID, "checkpoint %s holds the state of optimizer \"%s\" "
                       "(%d state sections) and this engine runs \"%s\" (%d): switching "
                       "optimizer type on load is not supported; load it with optimizer.type "
@@ -678,6 +704,7 @@ typedef struct {
   const zinc_manifest_param *mp;
   zinc_shard_reader **readers;   /* per manifest file, opened on demand */
   float *staging;                /* STAGING_ELEMS host f32 */
+  float *zeros;                  /* weights only: STAGING_ELEMS zeros for the moments */
 } load_ctx;
 
 static zinc_status reader_for(load_ctx *c, int file, zinc_shard_reader **out) {
@@ -725,6 +752,10 @@ static zinc_status load_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
       int64_t n = b - x < STAGING_ELEMS ? b - x : STAGING_ELEMS;
       int arrays[3], narrays = state_arrays(e, arrays);
       for (int sec = 0; sec < narrays; sec++) {
+        if (c->zeros && sec > 0) { /* weights only: fresh moments */
+          ZINC_CHECK(zinc_opt_write(e, arrays[sec], dst0 + (x - param_off), n, c->zeros));
+          continue;
+        }
         ZINC_CHECK(zinc_shard_reader_read(rd, sec, (uint64_t)(pc->file_offset + (x - pc->param_offset)),
                                           c->staging, (size_t)n));
         ZINC_CHECK(zinc_opt_write(e, arrays[sec], dst0 + (x - param_off), n, c->staging));
@@ -775,9 +806,79 @@ static zinc_status agree_on_view(zinc_engine *e, const char *dir, const zinc_ckp
   return st;
 }
 
+/* The trainer's blob of checkpoint d (*out NULL, *bytes 0 when it has
+ * none), checked against the manifest's size and crc32c. */
+static zinc_status read_client_state(const zinc_ckpt_dir *d, void **out, int64_t *bytes) {
+  *out = NULL;
+  *bytes = 0;
+  const zinc_manifest *m = d->manifest;
+  if (m->client_state_bytes < 0)
+    return ZINC_OK;
+  char *path = zinc_path_join(d->path, ZINC_CLIENT_STATE_NAME), *data = NULL;
+  size_t len = 0;
+  zinc_status st = path ? zinc_fs_read_bounded(path, (size_t)m->client_state_bytes + 1, &data,
+                                               &len)
+                        : zinc_error(ZINC_ERR_NOMEM, "checkpoint load: no host memory for the "
+                                     "path of %s/%s", d->path, ZINC_CLIENT_STATE_NAME);
+  if (st == ZINC_OK && ((int64_t)len != m->client_state_bytes ||
+                        zinc_crc32c(0, data, len) != m->client_state_crc32c))
+    st = zinc_error(ZINC_ERR_CORRUPT, "checkpoint %s: %s holds %zu bytes with crc32c %08x; the "
+                    "manifest says %lld bytes with crc32c %08x (damaged or replaced)", d->path,
+                    ZINC_CLIENT_STATE_NAME, len, len ? zinc_crc32c(0, data, len) : 0u,
+                    (long long)m->client_state_bytes, m->client_state_crc32c);
+  free(path);
+  if (st != ZINC_OK) {
+    free(data);
+    return st;
+  }
+  *out = data;
+  *bytes = (int64_t)len;
+  return ZINC_OK;
+}
+
+zinc_status zinc_checkpoint_set_client_state(zinc_engine *e, const void *data, size_t bytes) {
+  if (!e)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_checkpoint_set_client_state: engine is NULL");
+  if (bytes && !data)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_checkpoint_set_client_state: data is NULL for "
+                      "%zu bytes", bytes);
+  void *copy = NULL;
+  if (bytes) {
+    copy = malloc(bytes);
+    if (!copy)
+      return zinc_error(ZINC_ERR_NOMEM, "zinc_checkpoint_set_client_state: no host memory for "
+                        "a copy of %zu bytes", bytes);
+    memcpy(copy, data, bytes);
+  }
+  free(e->client_state);
+  e->client_state = copy;
+  e->client_state_bytes = (int64_t)bytes;
+  return ZINC_OK;
+}
+
+zinc_status zinc_checkpoint_client_state(const zinc_engine *e, const void **data, size_t *bytes) {
+  if (!e || !data || !bytes)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_checkpoint_client_state: %s is NULL",
+                      !e ? "the engine" : !data ? "data" : "bytes");
+  *data = e->client_state_bytes ? e->client_state : NULL;
+  *bytes = (size_t)e->client_state_bytes;
+  return ZINC_OK;
+}
+
 zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir, const char *tag) {
+  return zinc_load_checkpoint_ex(e, dir, tag, 0);
+}
+
+zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char *tag,
+                                    unsigned flags) {
   ZINC_CHECK(check_call(e, dir, tag, "zinc_load_checkpoint", 0));
+  if (flags & ~ZINC_LOAD_WEIGHTS_ONLY)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_load_checkpoint_ex: flags 0x%x has bits other "
+                      "than ZINC_LOAD_WEIGHTS_ONLY", flags);
+  int weights_only = (flags & ZINC_LOAD_WEIGHTS_ONLY) != 0;
   double t0 = zinc_now();
+  void *client = NULL;
+  int64_t client_bytes = 0;
   zinc_ckpt_dir *d = NULL;
   int *map = calloc((size_t)e->nparams + 1, sizeof *map);
   zinc_status st = map ? zinc_ckpt_dir_open(dir, tag, &d)
@@ -787,7 +888,9 @@ zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir, const char *ta
                                     ((size_t)e->nparams + 1) * sizeof *map);
   /* 1. every rank checks the manifest and the model */
   if (st == ZINC_OK)
-    st = match_model(e, d, map);
+    st = match_model(e, d, map, weights_only);
+  if (st == ZINC_OK)
+    st = read_client_state(d, &client, &client_bytes);
   st = zinc_engine_agree(e, e->dp_host, st);
   if (st == ZINC_OK)
     st = agree_on_view(e, dir, d);
@@ -801,6 +904,7 @@ zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir, const char *ta
     zinc_error_wrap(st, "loading checkpoint from %s (nothing was changed)", dir);
     zinc_ckpt_dir_close(d);
     free(map);
+    free(client);
     return st;
   }
   /* 3. read what this rank owns under the current layout */
@@ -811,6 +915,8 @@ zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir, const char *ta
                               "readers of %d shard files (%zu bytes); free host memory and "
                               "retry", dir, d->manifest->nfiles,
                               (size_t)d->manifest->nfiles * sizeof *c.readers);
+  if (st == ZINC_OK && weights_only)
+    st = zinc_calloc((void **)&c.zeros, STAGING_ELEMS, 4, "load zeros");
   for (int i = 0; i < e->nparams && st == ZINC_OK; i++) {
     c.mp = &d->manifest->params[map[i]];
     st = zinc_layout_for_each_piece(e, e->params[i], load_piece, &c);
@@ -822,19 +928,26 @@ zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir, const char *ta
   if (st == ZINC_OK) {
     const zinc_manifest *m = d->manifest;
     int64_t gas = e->cfg.gradient_accumulation_steps;
-    e->step = m->step;
-    e->micro_step = m->micro_step / gas * gas;
-    e->skipped_steps = m->skipped_steps;
-    zinc_loss_scaler_restore(&e->scaler, m->scaler_scale, m->scaler_iter,
-                             m->scaler_last_overflow, m->scaler_hysteresis);
+    if (!weights_only) {
+      e->step = m->step;
+      e->micro_step = m->micro_step / gas * gas;
+      e->skipped_steps = m->skipped_steps;
+      zinc_loss_scaler_restore(&e->scaler, m->scaler_scale, m->scaler_iter,
+                               m->scaler_last_overflow, m->scaler_hysteresis);
+    }
+    free(e->client_state);
+    e->client_state = client;
+    e->client_state_bytes = client_bytes;
+    client = NULL;
     for (int mi = 0; mi < e->nmodules; mi++) {
       e->modules[mi]->grad_window = -1;
       e->modules[mi]->reduced_window = -1;
     }
     e->mb_ended = 0;
-    zinc_log0(ZINC_LOG_INFO, "loaded checkpoint %s (saved at %d ranks, stage %d) into %d "
-              "ranks, stage %d: step %lld, %.2f s", d->path, m->dp_size, m->stage, e->dp_size,
-              e->cfg.stage, (long long)e->step, zinc_now() - t0);
+    zinc_log0(ZINC_LOG_INFO, "loaded %scheckpoint %s (saved at %d ranks, stage %d) into %d "
+              "ranks, stage %d: step %lld, %.2f s", weights_only ? "the weights of " : "",
+              d->path, m->dp_size, m->stage, e->dp_size, e->cfg.stage, (long long)e->step,
+              zinc_now() - t0);
   } else {
     zinc_error_wrap(st, "loading checkpoint from %s after its checks passed; the engine's "
                     "state is partial and it stops", dir);
@@ -844,6 +957,8 @@ zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir, const char *ta
     zinc_shard_reader_close(c.readers[f]);
   free(c.readers);
   free(c.staging);
+  free(c.zeros);
+  free(client);
   zinc_ckpt_dir_close(d);
   free(map);
   return st;

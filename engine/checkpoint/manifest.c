@@ -33,6 +33,19 @@ char *zinc_manifest_to_json(const zinc_manifest *m) {
   json_object_set_new(root, "step", json_integer(m->step));
   json_object_set_new(root, "micro_step", json_integer(m->micro_step));
   json_object_set_new(root, "skipped_steps", json_integer(m->skipped_steps));
+  if (m->mp_size > 1) {
+    json_object_set_new(root, "model_parallel_size", json_integer(m->mp_size));
+    json_object_set_new(root, "mp_rank", json_integer(m->mp_rank));
+  }
+  if (m->client_state_bytes >= 0) {
+    json_t *cs = json_object();
+    char crc[16];
+    snprintf(crc, sizeof crc, "%08x", m->client_state_crc32c);
+    json_object_set_new(cs, "file", json_string(ZINC_CLIENT_STATE_NAME));
+    json_object_set_new(cs, "bytes", json_integer(m->client_state_bytes));
+    json_object_set_new(cs, "crc32c", json_string(crc));
+    json_object_set_new(root, "client_state", cs);
+  }
   json_t *ls = json_object();
   json_object_set_new(ls, "scale", json_real(m->scaler_scale));
   json_object_set_new(ls, "iteration", json_integer(m->scaler_iter));
@@ -301,6 +314,35 @@ zinc_status zinc_manifest_parse(const char *text, size_t len, const char *what,
       !get_int(&r, root, "micro_step", "$", 0, counter_max, &m->micro_step) ||
       !get_int(&r, root, "skipped_steps", "$", 0, m->step, &m->skipped_steps))
     goto done;
+  m->mp_size = 1;
+  m->client_state_bytes = -1;
+  if (json_object_get(root, "model_parallel_size")) { /* written since model-parallel saves */
+    if (!get_int(&r, root, "model_parallel_size", "$", 1, 1 << 24, &v))
+      goto done;
+    m->mp_size = (int)v;
+    if (!get_int(&r, root, "mp_rank", "$", 0, m->mp_size - 1, &v))
+      goto done;
+    m->mp_rank = (int)v;
+  }
+  json_t *cs = json_object_get(root, "client_state");
+  if (cs) { /* written since the trainer's blob */
+    char *file = NULL, *crc = NULL;
+    int ok = json_is_object(cs) || fail(&r, "client_state", "not an object");
+    ok = ok && get_str(&r, cs, "file", "client_state", &file) &&
+         get_int(&r, cs, "bytes", "client_state", 0, INT64_MAX, &m->client_state_bytes) &&
+         get_str(&r, cs, "crc32c", "client_state", &crc);
+    if (ok && strcmp(file, ZINC_CLIENT_STATE_NAME) != 0)
+      ok = fail(&r, "client_state", "\"file\" is \"%s\", not %s", file, ZINC_CLIENT_STATE_NAME);
+    char *end = NULL;
+    unsigned long c = ok ? strtoul(crc, &end, 16) : 0;
+    if (ok && (strlen(crc) != 8 || !end || *end))
+      ok = fail(&r, "client_state", "\"crc32c\" is not 8 hex digits");
+    m->client_state_crc32c = (uint32_t)c;
+    free(file);
+    free(crc);
+    if (!ok)
+      goto done;
+  }
   json_t *ls = json_object_get(root, "loss_scaler");
   json_t *scale = ls ? json_object_get(ls, "scale") : NULL;
   if (!json_is_object(ls) || !json_is_number(scale) || json_number_value(scale) <= 0) {

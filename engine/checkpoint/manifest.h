@@ -22,6 +22,7 @@ extern "C" {
 #endif
 
 #define ZINC_MANIFEST_VERSION 1
+#define ZINC_CLIENT_STATE_NAME "client_state.bin"
 
 typedef struct {
   int file;              /* index into files */
@@ -64,6 +65,13 @@ typedef struct {
   int64_t scaler_iter, scaler_last_overflow;
   int scaler_hysteresis;
   char *config_json;     /* the resolved settings at save time (JSON text) */
+  /* the trainer's blob (zinc_checkpoint_set_client_state), saved as
+   * ZINC_CLIENT_STATE_NAME beside the shards; bytes -1: none saved */
+  int64_t client_state_bytes;
+  uint32_t client_state_crc32c;
+  /* model parallelism: this manifest's model-parallel rank of mp_size
+   * (1 and 0 in checkpoints of runs without it) */
+  int mp_size, mp_rank;
   char *sections[3];     /* names of the sections in every file, in order */
   int nsections;
   zinc_manifest_file *files;
