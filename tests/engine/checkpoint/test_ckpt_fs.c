@@ -6,7 +6,9 @@
  *    (ZINC_FS_NO_EXCHANGE=1, as on NFS): after every kill `latest` opens and
  *    every checksum verifies, and its values are the previous complete save
  *    or the new one; the crashes chain (each starts from what the last one
- *    left) and a final save completes and becomes latest;
+ *    left) and a final save completes and becomes latest; the trainer's
+ *    blob (client state) saved with each is always the one of the save
+ *    latest names;
  *  - tags: "latest", "latest.tmp", "x.old", "x.partial", trailing or
  *    leading spaces, a slash, a leading dot are refused with
  *    ZINC_ERR_INVALID naming the tag and the rule; nothing is created and
@@ -31,6 +33,25 @@
 
 #include "ckpt_test.h"
 
+/* The save number the blob of dir/latest names; -1 when it is missing or
+ * does not match the manifest's size. */
+static int saved_blob(const char *dir) {
+  zinc_ckpt_dir *d = NULL;
+  if (zinc_ckpt_dir_open(dir, NULL, &d) != ZINC_OK)
+    return -1;
+  char path[1024], text[64] = {0};
+  snprintf(path, sizeof path, "%s/client_state.bin", d->path);
+  FILE *f = fopen(path, "rb");
+  size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+  if (f)
+    fclose(f);
+  int value = -1;
+  if ((int64_t)n != d->manifest->client_state_bytes || sscanf(text, "blob of save %d", &value) != 1)
+    value = -1;
+  zinc_ckpt_dir_close(d);
+  return value;
+}
+
 /* A child saves `value` as tag; killed at publishing step `at` (0: not). */
 static int save_in_child(const char *dir, const char *tag, int value, int at, int no_exchange) {
   pid_t pid = fork();
@@ -43,7 +64,10 @@ static int save_in_child(const char *dir, const char *tag, int value, int at, in
       setenv("ZINC_FS_NO_EXCHANGE", "1", 1);
     zinc_param *p;
     zinc_engine *e = open_engine(&p, 64, 96);
-    if (!e || set_values(e, p, value) != 0)
+    char blob[32];
+    snprintf(blob, sizeof blob, "blob of save %d", value);
+    if (!e || set_values(e, p, value) != 0 ||
+        zinc_checkpoint_set_client_state(e, blob, strlen(blob)) != ZINC_OK)
       _exit(3);
     zinc_status st = zinc_save_checkpoint(e, dir, tag);
     if (st != ZINC_OK)
@@ -74,6 +98,9 @@ static void test_kill_points(const char *root, int no_exchange) {
       int got = saved_value(dir, NULL);
       CHECK(got == committed || got == value, "%s: killed at point %d of a save of %s: latest "
             "holds %d, expected %d or %d", dir, at, tag, got, committed, value);
+      int blob = saved_blob(dir);
+      CHECK(blob == got, "%s: killed at point %d of a save of %s: latest holds the values of "
+            "save %d and the blob of save %d", dir, at, tag, got, blob);
       if (got == value)
         committed = value;
       if (r == 0) /* the save ran past its last kill point */
