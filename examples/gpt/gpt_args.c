@@ -36,7 +36,11 @@ static const char usage[] =
     "checkpoints and output:\n"
     "  --ckpt-dir DIR    save checkpoints under DIR (tags global_stepN)\n"
     "  --save-every N    also every N steps (default: only at the end)\n"
-    "  --resume          continue from DIR/latest\n"
+    "  --resume          continue from DIR/latest (its weights, optimizer state and\n"
+    "                    data position)\n"
+    "  --init-weights F  gpt_train: initial weights from the .safetensors file F\n"
+    "                    (names as zinc-ckpt export writes them: \"embed.wte\", ...)\n"
+    "  --init-prefix P   the file's names are P followed by zinc's (\"model.\" ...)\n"
     "  --log-csv FILE    step,loss,lr,grad_norm,loss_scale,skipped per step\n"
     "  --sample N        characters to generate at the end (default 200)\n"
     "  --lr X            learning rate (gpt_alone only; gpt_train: the config)\n"
@@ -101,7 +105,8 @@ int gpt_args_parse(gpt_args *a, int argc, char **argv, char *err, size_t errlen)
       }
       i++;
     } else if (!strcmp(f, "--config") || !strcmp(f, "--ckpt-dir") ||
-               !strcmp(f, "--data") || !strcmp(f, "--log-csv")) {
+               !strcmp(f, "--data") || !strcmp(f, "--log-csv") ||
+               !strcmp(f, "--init-weights") || !strcmp(f, "--init-prefix")) {
       if (!v) {
         snprintf(err, errlen, "%s needs a path", f);
         return -1;
@@ -112,6 +117,10 @@ int gpt_args_parse(gpt_args *a, int argc, char **argv, char *err, size_t errlen)
         a->ckpt_dir = v;
       else if (!strcmp(f, "--data"))
         a->data = v;
+      else if (!strcmp(f, "--init-weights"))
+        a->init_weights = v;
+      else if (!strcmp(f, "--init-prefix"))
+        a->init_prefix = v;
       else
         a->log_csv = v;
       i++;
@@ -130,6 +139,10 @@ int gpt_args_parse(gpt_args *a, int argc, char **argv, char *err, size_t errlen)
   }
   if (a->width % a->heads != 0) {
     snprintf(err, errlen, "--width %d is not a multiple of --heads %d", a->width, a->heads);
+    return -1;
+  }
+  if (a->init_prefix && !a->init_weights) {
+    snprintf(err, errlen, "--init-prefix needs --init-weights FILE");
     return -1;
   }
   if (a->resume && !a->ckpt_dir) {

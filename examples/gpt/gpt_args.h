@@ -18,6 +18,8 @@ typedef struct {
   const char *ckpt_dir;          // NULL: no checkpoints
   int save_every;                // 0: only at the end (with --ckpt-dir)
   int resume;                    // load ckpt_dir/latest first
+  const char *init_weights;      // gpt_train only: initial weights from this .safetensors
+  const char *init_prefix;       // the file's names are this prefix + zinc's ("" by default)
   int bf16;                      // register bf16 parameters
   int freeze_embedding;          // gpt_train only: wte frozen (so is the tied output projection)
   const char *data;              // NULL: the generated corpus

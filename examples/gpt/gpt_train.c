@@ -348,6 +348,7 @@ typedef struct {
   gpt_loader loader;
   gpt_acts acts;
   int32_t *inputs, *targets; // (B, T) this micro-batch
+  int64_t batch;             // the data position: the next micro-batch of the stream
   FILE *csv;
   int rank;
   int threads;               // OpenMP threads of this rank
@@ -382,9 +383,26 @@ static void run_free(gpt_run *r) {
     fclose(r->csv);
 }
 
+/* The trainer's state saved with each checkpoint (zinc's client state):
+ * where the data stream and the loop are. The data position is its own
+ * number, not the engine's step count times the accumulation: a step the
+ * engine skips (fp16 overflow) consumed its batches too. */
+#define GPT_STATE_MAGIC 0x31535447u /* "GTS1" */
+typedef struct {
+  uint32_t magic;
+  uint32_t size;       // sizeof(gpt_state)
+  int64_t step;        // loop iterations done
+  int64_t batch;       // the next micro-batch of the data stream
+  uint64_t seed;       // the corpus must be the same one to continue it
+  int64_t corpus_tokens;
+} gpt_state;
+
 static zinc_status save(gpt_run *r, int64_t step) {
   char tag[64];
   gpt_ckpt_tag(tag, sizeof(tag), step);
+  gpt_state s = {GPT_STATE_MAGIC, sizeof(gpt_state), step, r->batch, r->args.seed,
+                 r->corpus.num_tokens};
+  TRY(zinc_checkpoint_set_client_state(r->tr.e, &s, sizeof(s)));
   TRY(zinc_save_checkpoint(r->tr.e, r->args.ckpt_dir, tag));
   if (r->rank == 0)
     printf("saved checkpoint %s/%s\n", r->args.ckpt_dir, tag);
@@ -407,7 +425,7 @@ static zinc_status train(gpt_run *r, int64_t start_step, int64_t *last_saved) {
     zinc_step_info info = {0};
     for (int micro = 0; micro < gas; micro++) {
       float loss;
-      gpt_loader_batch(&r->loader, step * gas + micro, r->inputs, r->targets);
+      gpt_loader_batch(&r->loader, r->batch++, r->inputs, r->targets);
       TRY(forward(&r->tr, &r->acts, r->inputs, r->targets, B, T, &loss));
       TRY(backward(&r->tr, &r->acts, r->inputs, r->targets, B, T));
       TRY(zinc_step(e, &info));
@@ -440,6 +458,29 @@ static zinc_status train(gpt_run *r, int64_t start_step, int64_t *last_saved) {
   if (r->rank == 0 && a->steps > start_step)
     printf("trained steps %lld..%lld: %.0f tokens/s (mean over all steps but the first)\n",
            (long long)start_step + 1, (long long)a->steps, gpt_progress_tokens_per_s(&prog));
+  return ZINC_OK;
+}
+
+/* --init-prefix: the file's name for a parameter is the prefix and zinc's. */
+static int prefix_map(void *ctx, const char *name, char *buf, size_t cap) {
+  snprintf(buf, cap, "%s%s", (const char *)ctx, name);
+  return 1;
+}
+
+/* --init-weights: every parameter from the file (strict: a tensor missing
+ * or left over is an error naming it), then training starts from them. */
+static zinc_status load_initial_weights(gpt_run *r) {
+  zinc_load_weights_options o = ZINC_LOAD_WEIGHTS_OPTIONS_INIT;
+  o.strict = 1;
+  if (r->args.init_prefix) {
+    o.map = prefix_map;
+    o.map_ctx = (void *)r->args.init_prefix;
+  }
+  zinc_load_weights_report rep;
+  TRY(zinc_load_safetensors(r->tr.e, r->args.init_weights, &o, &rep));
+  if (r->rank == 0)
+    printf("initial weights: %d parameters from %s\n", rep.loaded, r->args.init_weights);
+  zinc_load_weights_report_free(&rep);
   return ZINC_OK;
 }
 
@@ -487,10 +528,32 @@ static zinc_status setup(gpt_run *r, int64_t *start_step) {
     return trainer_error(r, ZINC_ERR_NOMEM, "out of memory for the activations of "
                          "%d x %d tokens", B, T);
 
+  if (a->init_weights)
+    TRY(load_initial_weights(r));
   *start_step = 0;
+  r->batch = 0;
   if (a->resume) {
     TRY(zinc_load_checkpoint(e, a->ckpt_dir, NULL)); /* the tag DIR/latest names */
-    *start_step = zinc_step_count(e);
+    const void *blob = NULL;
+    size_t bytes = 0;
+    TRY(zinc_checkpoint_client_state(e, &blob, &bytes));
+    gpt_state s;
+    if (bytes != sizeof(s))
+      return trainer_error(r, ZINC_ERR_INVALID, "the checkpoint in %s holds no gpt_train state "
+                           "(%zu bytes of client state, %zu expected): it was not saved by "
+                           "this trainer", a->ckpt_dir, bytes, sizeof(s));
+    memcpy(&s, blob, sizeof(s));
+    if (s.magic != GPT_STATE_MAGIC || s.size != sizeof(s) || s.step < 0 || s.batch < 0)
+      return trainer_error(r, ZINC_ERR_INVALID, "the checkpoint in %s holds client state that "
+                           "is not gpt_train's", a->ckpt_dir);
+    if (s.seed != a->seed || s.corpus_tokens != r->corpus.num_tokens)
+      return trainer_error(r, ZINC_ERR_INVALID, "the checkpoint in %s was trained on another "
+                           "corpus (seed %llu, %lld tokens; this run: seed %llu, %lld tokens): "
+                           "its data position means nothing here", a->ckpt_dir,
+                           (unsigned long long)s.seed, (long long)s.corpus_tokens,
+                           (unsigned long long)a->seed, (long long)r->corpus.num_tokens);
+    *start_step = s.step;
+    r->batch = s.batch;
   }
   if (r->rank == 0) {
     int64_t params = tr->embed.numel + tr->head.numel + (int64_t)a->layers * tr->blocks[0].numel;
@@ -507,7 +570,8 @@ static zinc_status setup(gpt_run *r, int64_t *start_step) {
            (long long)B * T * zinc_gradient_accumulation_steps(e) * zinc_dp_size(e),
            r->threads, *start_step ? " | resumed" : "");
     if (*start_step)
-      printf("resumed from %s/global_step%lld\n", a->ckpt_dir, (long long)*start_step);
+      printf("resumed from %s/global_step%lld at data batch %lld\n", a->ckpt_dir,
+             (long long)*start_step, (long long)r->batch);
     if (a->log_csv) {
       r->csv = fopen(a->log_csv, a->resume ? "a" : "w");
       if (!r->csv)

@@ -8,7 +8,14 @@
 #       every config gives the same step,loss,lr,grad_norm columns, bit for bit
 #   gpt_e2e.sh resume NP CONFIG STEPS
 #       STEPS straight == STEPS/2, checkpoint, resume to STEPS (rows after
-#       the checkpoint identical, bit for bit)
+#       the checkpoint identical, bit for bit: the same data stream, whose
+#       position the checkpoint's trainer state carries)
+#   gpt_e2e.sh init NP CONFIG_A CONFIG_B STEPS
+#       --init-weights: STEPS trained with CONFIG_A, exported (zinc-ckpt),
+#       renamed with a "model." prefix; a run with CONFIG_B starting from
+#       that file (--init-prefix model.) has a first loss at least 0.3 below
+#       the first run's; without --init-prefix it refuses, naming a missing
+#       parameter
 #   gpt_e2e.sh frozen NP CONFIG STEPS
 #       --freeze-embedding: the token embedding wte (tied to the output
 #       projection) saved after step 1 and after STEPS is bitwise the same
@@ -90,7 +97,37 @@ resume)
     diff "$work/straight.cols" "$work/resumed.cols" | head -n 6
     exit 1
   fi
+  grep "resumed from" "$work/resumed.out"
   echo "steps $((half + 1))..$steps after resuming from global_step$half: identical"
+  ;;
+init)
+  cfg_a=$(config "$1") cfg_b=$(config "$2") steps=$3
+  run first "$cfg_a" --steps "$steps" --ckpt-dir "$work/ck"
+  "${ZINC_CKPT:?}" export "$work/ck" "$work/trained.safetensors" --dtype f32 > /dev/null
+  python3 - "$work/trained.safetensors" "$work/prefixed.safetensors" <<'PY' || exit 1
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+out = {("model." + k if k != "__metadata__" else k): v for k, v in head.items()}
+text = json.dumps(out).encode()
+text += b" " * (-len(text) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+print("%d tensors renamed model.*" % (len(out) - ("__metadata__" in out)))
+PY
+  run init "$cfg_b" --steps 5 --init-weights "$work/prefixed.safetensors" --init-prefix model.
+  grep "initial weights" "$work/init.out"
+  awk -F, 'FNR == 2 { f[++k] = $2 }
+    END { printf "first loss from scratch %.4f, from the trained weights %.4f\n", f[1], f[2];
+          exit !(f[2] < f[1] - 0.3) }' "$work/first.csv" "$work/init.csv" || {
+    echo "FAIL: the run from the trained weights does not start below the first run"; exit 1; }
+  if "$MPIEXEC" -n "$np" --oversubscribe "$GPT_TRAIN" --config "$cfg_b" "${small[@]}" \
+       --steps 1 --init-weights "$work/prefixed.safetensors" > "$work/noprefix.out" 2>&1; then
+    echo "FAIL: names without their prefix loaded"; exit 1
+  fi
+  grep -q 'missing parameter.*"embed' "$work/noprefix.out" || {
+    tail -n 5 "$work/noprefix.out"; echo "FAIL: the refusal does not name a missing parameter"; exit 1; }
+  grep -m1 -o 'strict): .*' "$work/noprefix.out" | cut -c1-160
   ;;
 frozen)
   cfg=$(config "$1") steps=$2
@@ -134,7 +171,7 @@ readme)
   cat "$work/readme.out"
   ;;
 *)
-  echo "usage: $0 loss|stages|resume|frozen|readme NP ..." >&2
+  echo "usage: $0 loss|stages|resume|init|frozen|readme NP ..." >&2
   exit 2
   ;;
 esac
