@@ -564,7 +564,13 @@ ZINC_API zinc_status zinc_mp_allreduce_sum(zinc_engine *e, float *data, int64_t 
 /* -------------------------------------------------------- checkpoints */
 
 /* Save every rank's shards and a manifest under dir/tag, crash-safe, and
- * point dir/latest at it. Collective. */
+ * point dir/latest at it. Collective. With model parallelism
+ * (model_parallel_size N > 1) each model-parallel rank's shard of the model
+ * is saved by its data-parallel group under dir/tag/mp_rank_NN/ (shards,
+ * manifest, checksums, client state), and dir/tag is published as a whole
+ * once every part is complete; such a checkpoint loads at the same
+ * model_parallel_size (any data-parallel size and stage), and another size
+ * is refused with ZINC_ERR_INVALID naming both. */
 ZINC_API zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir,
                                           const char *tag);
 /* Load dir/tag (tag NULL: the one dir/latest names) into the engine's

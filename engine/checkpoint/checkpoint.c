@@ -63,10 +63,84 @@ static zinc_status check_call(zinc_engine *e, const char *dir, const char *tag, 
   if (e->mb_open)
     return zinc_error(ZINC_ERR_INVALID, "%s: a micro-batch is in progress; save or load "
                       "between steps", what);
-  if (e->mp_size > 1)
-    return zinc_error(ZINC_ERR_UNSUPPORTED, "%s: checkpoints of model-parallel runs "
-                      "(model_parallel_size %d) are not supported yet", what, e->mp_size);
   return ZINC_OK;
+}
+
+/* ---------------------------------------------------- model parallelism
+ *
+ * With model_parallel_size N > 1 each model-parallel rank's shard of the
+ * model is a checkpoint of its own — shards, manifest, checksums, client
+ * state — in <dir>/<tag>/mp_rank_NN/, written by its data-parallel group;
+ * world rank 0 owns <dir> (lock, publication of <dir>/<tag> as a whole,
+ * latest), and the ranks agree over the world at every step, so the whole
+ * model is published at once or not at all. Without model parallelism the
+ * files are in <dir>/<tag>/ itself, as they always were. A load needs the
+ * model_parallel_size of the save. */
+
+#define MP_DIR_FORMAT "mp_rank_%02d"
+
+/* The communicator the ranks agree over: the world when model-parallel
+ * ranks save or load parts of one checkpoint. */
+static zinc_comm *agree_comm(const zinc_engine *e) {
+  return e->mp_size > 1 ? e->world : e->dp_host;
+}
+
+/* What dir/tag (tag NULL: latest) names as a directory under dir. */
+static zinc_status resolve_name(const char *dir, const char *tag, char **name) {
+  if (tag) {
+    *name = zinc_strdup(tag);
+    return *name ? ZINC_OK : zinc_error(ZINC_ERR_NOMEM, "checkpoint load: out of host memory");
+  }
+  zinc_status st = zinc_ckpt_latest_read(dir, name);
+  if (st != ZINC_OK)
+    zinc_error_wrap(st, "no tag given and no readable %s/%s", dir, ZINC_LATEST_NAME);
+  return st;
+}
+
+/* Open this rank's checkpoint: dir/tag itself, or its mp_rank_NN part;
+ * a checkpoint saved at another model_parallel_size is refused naming both. */
+static zinc_status open_for_engine(const zinc_engine *e, const char *dir, const char *tag,
+                                   zinc_ckpt_dir **out) {
+  *out = NULL;
+  char *name = NULL;
+  ZINC_CHECK(resolve_name(dir, tag, &name));
+  char *top = zinc_path_join(dir, name), sub[32], mp0[32];
+  snprintf(sub, sizeof sub, MP_DIR_FORMAT, e->mp_rank);
+  snprintf(mp0, sizeof mp0, MP_DIR_FORMAT, 0);
+  char *probe = top ? zinc_path_join(top, e->mp_size > 1 ? ZINC_MANIFEST_NAME : mp0) : NULL;
+  zinc_status st = probe ? ZINC_OK : zinc_error(ZINC_ERR_NOMEM, "checkpoint load: out of host "
+                                                "memory");
+  struct stat sb;
+  if (st == ZINC_OK && e->mp_size > 1 && lstat(probe, &sb) == 0)
+    st = zinc_error(ZINC_ERR_INVALID, "checkpoint %s was saved with model_parallel_size 1 and "
+                    "this engine runs model_parallel_size %d: load it at the size it was "
+                    "saved with", top, e->mp_size);
+  else if (st == ZINC_OK && e->mp_size == 1 && lstat(probe, &sb) == 0) {
+    zinc_ckpt_dir *d0 = NULL;
+    int saved = zinc_ckpt_dir_open(top, mp0, &d0) == ZINC_OK ? d0->manifest->mp_size : -1;
+    zinc_ckpt_dir_close(d0);
+    char n[32] = "more than 1";
+    if (saved > 0)
+      snprintf(n, sizeof n, "%d", saved);
+    st = zinc_error(ZINC_ERR_INVALID, "checkpoint %s was saved with model_parallel_size %s "
+                    "(one part per model-parallel rank) and this engine runs "
+                    "model_parallel_size 1: load it at the size it was saved with", top, n);
+  }
+  if (st == ZINC_OK)
+    st = e->mp_size > 1 ? zinc_ckpt_dir_open(top, sub, out) : zinc_ckpt_dir_open(dir, tag, out);
+  if (st == ZINC_OK && ((*out)->manifest->mp_size != e->mp_size ||
+                        (*out)->manifest->mp_rank != e->mp_rank)) {
+    st = zinc_error(ZINC_ERR_INVALID, "checkpoint %s holds model-parallel rank %d of "
+                    "model_parallel_size %d; this rank is model-parallel rank %d of %d: load it "
+                    "at the size it was saved with", (*out)->path, (*out)->manifest->mp_rank,
+                    (*out)->manifest->mp_size, e->mp_rank, e->mp_size);
+    zinc_ckpt_dir_close(*out);
+    *out = NULL;
+  }
+  free(probe);
+  free(top);
+  free(name);
+  return st;
 }
 
 /* ---------------------------------------------------------- publishing
@@ -542,7 +616,9 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
   publisher pub = {.dir = dir, .crash_at = zinc_env_int("ZINC_CKPT_CRASH_AT", 0, 0, 1 << 30)};
   zinc_ckpt_fault_init(&pub.fault);
   int lock_fd = -1;
-  if (st == ZINC_OK && e->dp_rank == 0) {
+  zinc_comm *ac = agree_comm(e);
+  int owner = e->world_rank == 0; /* owns dir: lock, partial, publication */
+  if (st == ZINC_OK && owner) {
     st = zinc_fs_mkdirs(dir);
     char *lock = st == ZINC_OK ? zinc_path_join(dir, ZINC_LOCK_NAME) : NULL;
     if (st == ZINC_OK && !lock)
@@ -563,46 +639,70 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
     if (st == ZINC_OK)
       st = prepare_dir(&pub, tag, final, partial);
   }
-  st = zinc_engine_agree(e, e->dp_host, st);
+  st = zinc_engine_agree(e, ac, st);
+  /* the directory this rank's part goes to (model parallelism: its own) */
+  char *setdir = NULL;
+  if (st == ZINC_OK) {
+    char sub[32];
+    snprintf(sub, sizeof sub, MP_DIR_FORMAT, e->mp_rank);
+    setdir = e->mp_size > 1 ? zinc_path_join(partial, sub) : zinc_strdup(partial);
+    if (!setdir)
+      st = zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for a path under %s",
+                      partial);
+    if (st == ZINC_OK && e->mp_size > 1 && e->dp_rank == 0 && mkdir(setdir, 0755) != 0)
+      st = zinc_fs_error("create directory", setdir, -1, errno);
+    if (e->mp_size > 1)
+      st = zinc_engine_agree(e, ac, st);
+  }
   /* 2. every rank writes and fsyncs its shard */
   if (st == ZINC_OK) {
     char name[32];
     snprintf(name, sizeof name, "rank_%05d.zshard", e->dp_rank);
-    shard = zinc_path_join(partial, name);
+    shard = zinc_path_join(setdir, name);
     uint32_t crc = 0;
     int64_t bytes = 0;
     st = shard ? write_shard(e, shard, &pub.fault, &crc, &bytes)
                : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the shard path "
                             "of rank %d (%zu bytes); free host memory and retry", e->dp_rank,
-                            strlen(partial) + strlen(name) + 2);
+                            strlen(setdir) + strlen(name) + 2);
     int64_t mine[2] = {crc, bytes};
-    st = zinc_engine_agree(e, e->dp_host, st);
+    st = zinc_engine_agree(e, ac, st);
     if (st == ZINC_OK)
       st = zinc_comm_allgather(e->dp_host, mine, info, 2, ZINC_DT_I64);
   }
   /* 3. consolidated 16-bit weights when asked (collective) */
   const char *extra = e->cfg.stage3_gather_16bit_weights_on_model_save ? "model.safetensors" : NULL;
   if (st == ZINC_OK && extra) {
-    char *xpath = zinc_path_join(partial, extra);
+    char *xpath = zinc_path_join(setdir, extra);
     st = xpath ? zinc_export_safetensors(e, xpath, -1)
                : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the path of "
-                            "%s/%s (%zu bytes); free host memory and retry", partial, extra,
-                            strlen(partial) + strlen(extra) + 2);
+                            "%s/%s (%zu bytes); free host memory and retry", setdir, extra,
+                            strlen(setdir) + strlen(extra) + 2);
     free(xpath);
+    if (e->mp_size > 1)
+      st = zinc_engine_agree(e, ac, st);
   }
-  /* 4. rank 0: manifest, checksums, into place, latest */
+  /* 4. data-parallel rank 0 of each part: manifest, checksums; then the
+   * owner: into place, latest */
   if (st == ZINC_OK && e->dp_rank == 0) {
-    crash_point(&pub);
-    st = write_manifest(e, partial, tag, info, extra, &pub.fault);
+    if (owner)
+      crash_point(&pub);
+    st = write_manifest(e, setdir, tag, info, extra, &pub.fault);
     if (st == ZINC_OK)
-      st = zinc_fs_fsync(partial, 1);
-    crash_point(&pub);
-    if (st == ZINC_OK)
-      st = publish(&pub, tag, final, partial);
-    if (st != ZINC_OK)
-      zinc_error_wrap(st, "saving checkpoint %s", final);
+      st = zinc_fs_fsync(setdir, 1);
   }
-  st = zinc_engine_agree(e, e->dp_host, st);
+  if (e->mp_size > 1) { /* every part complete before the whole is published */
+    st = zinc_engine_agree(e, ac, st);
+    if (st == ZINC_OK && owner)
+      st = zinc_fs_fsync(partial, 1);
+  }
+  if (st == ZINC_OK && owner) {
+    crash_point(&pub);
+    st = publish(&pub, tag, final, partial);
+  }
+  if (st != ZINC_OK && e->dp_rank == 0)
+    zinc_error_wrap(st, "saving checkpoint %s", final);
+  st = zinc_engine_agree(e, ac, st);
   if (st != ZINC_OK && pub.made_partial)
     zinc_fs_remove_tree(partial); /* ours, and the lock is still held */
   zinc_fs_unlock(lock_fd);
@@ -610,10 +710,12 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
     int64_t total = 0;
     for (int r = 0; r < e->dp_size; r++)
       total += info[2 * r + 1];
-    zinc_log0(ZINC_LOG_INFO, "saved checkpoint %s: %d shards, %.1f MiB, step %lld, %.2f s",
-              final, e->dp_size, (double)total / (1 << 20), (long long)e->step,
-              zinc_now() - t0);
+    zinc_log0(ZINC_LOG_INFO, "saved checkpoint %s: %d shards%s, %.1f MiB%s, step %lld, "
+              "%.2f s", final, e->dp_size, e->mp_size > 1 ? " per model-parallel rank" : "",
+              (double)total / (1 << 20), e->mp_size > 1 ? " (model-parallel rank 0)" : "",
+              (long long)e->step, zinc_now() - t0);
   }
+  free(setdir);
   free(final);
   free(partial);
   free(shard);
@@ -771,29 +873,34 @@ static zinc_status load_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
  * step and manifest crc32c are gathered and compared, so that ranks that
  * read different saves all refuse, naming each rank and what it read,
  * instead of training on a mixed state. */
-static zinc_status agree_on_view(zinc_engine *e, const char *dir, const zinc_ckpt_dir *d) {
+static zinc_status agree_on_view(zinc_engine *e, const char *dir, const zinc_ckpt_dir *d,
+                                 zinc_comm *comm, int size, int with_crc) {
   enum { VIEW = 256 };
   char mine[VIEW] = {0};
-  snprintf(mine, sizeof mine, "tag \"%s\" step %lld manifest crc32c %08x", d->manifest->tag,
-           (long long)d->manifest->step, d->manifest_crc);
-  char *all = calloc((size_t)e->dp_size, VIEW);
+  if (with_crc)
+    snprintf(mine, sizeof mine, "tag \"%s\" step %lld manifest crc32c %08x", d->manifest->tag,
+             (long long)d->manifest->step, d->manifest_crc);
+  else /* the model-parallel parts: each its own manifest, one tag and step */
+    snprintf(mine, sizeof mine, "tag \"%s\" step %lld", d->manifest->tag,
+             (long long)d->manifest->step);
+  char *all = calloc((size_t)size, VIEW);
   zinc_status st = all ? ZINC_OK
                        : zinc_error(ZINC_ERR_NOMEM, "checkpoint load %s: no host memory to "
                                     "compare the ranks' views (%zu bytes); free host memory",
-                                    dir, (size_t)e->dp_size * VIEW);
-  ZINC_CHECK(zinc_engine_agree(e, e->dp_host, st));
-  st = zinc_comm_allgather(e->dp_host, mine, all, VIEW, ZINC_DT_U8);
+                                    dir, (size_t)size * VIEW);
+  ZINC_CHECK(zinc_engine_agree(e, agree_comm(e), st));
+  st = zinc_comm_allgather(comm, mine, all, VIEW, ZINC_DT_U8);
   if (st != ZINC_OK) {
     free(all);
     return st;
   }
   int differ = 0;
-  for (int r = 1; r < e->dp_size; r++)
+  for (int r = 1; r < size; r++)
     differ |= memcmp(all, all + (size_t)r * VIEW, VIEW) != 0;
   if (differ) {
     char msg[2048];
     size_t len = (size_t)snprintf(msg, sizeof msg, "rank 0 read %s", all);
-    for (int r = 1; r < e->dp_size && len < sizeof msg; r++)
+    for (int r = 1; r < size && len < sizeof msg; r++)
       if (memcmp(all, all + (size_t)r * VIEW, VIEW) != 0)
         len += (size_t)snprintf(msg + len, sizeof msg - len, "; rank %d read %s", r,
                                 all + (size_t)r * VIEW);
@@ -881,7 +988,8 @@ zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char 
   int64_t client_bytes = 0;
   zinc_ckpt_dir *d = NULL;
   int *map = calloc((size_t)e->nparams + 1, sizeof *map);
-  zinc_status st = map ? zinc_ckpt_dir_open(dir, tag, &d)
+  zinc_comm *ac = agree_comm(e);
+  zinc_status st = map ? open_for_engine(e, dir, tag, &d)
                        : zinc_error(ZINC_ERR_NOMEM, "checkpoint load %s: no host memory for the "
                                     "map of %d parameters (%zu bytes); free host memory and "
                                     "retry", dir, e->nparams,
@@ -891,14 +999,19 @@ zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char 
     st = match_model(e, d, map, weights_only);
   if (st == ZINC_OK)
     st = read_client_state(d, &client, &client_bytes);
-  st = zinc_engine_agree(e, e->dp_host, st);
+  st = zinc_engine_agree(e, ac, st);
   if (st == ZINC_OK)
-    st = agree_on_view(e, dir, d);
+    st = agree_on_view(e, dir, d, e->dp_host, e->dp_size, 1);
+  if (e->mp_size > 1) {
+    st = zinc_engine_agree(e, ac, st);
+    if (st == ZINC_OK)
+      st = agree_on_view(e, dir, d, e->world, e->world_size, 0);
+  }
   /* 2. the shards' crcs, divided among the ranks */
   if (st == ZINC_OK) {
     for (int f = e->dp_rank; f < d->manifest->nfiles && st == ZINC_OK; f += e->dp_size)
       st = zinc_ckpt_dir_verify_file(d, f);
-    st = zinc_engine_agree(e, e->dp_host, st);
+    st = zinc_engine_agree(e, ac, st);
   }
   if (st != ZINC_OK) {
     zinc_error_wrap(st, "loading checkpoint from %s (nothing was changed)", dir);
@@ -922,9 +1035,11 @@ zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char 
     st = zinc_layout_for_each_piece(e, e->params[i], load_piece, &c);
   }
   /* the reads are local; agree on them before the parameter gathers */
-  st = zinc_engine_agree(e, e->dp_host, st);
+  st = zinc_engine_agree(e, ac, st);
   if (st == ZINC_OK)
     st = zinc_params_from_master(e);
+  if (e->mp_size > 1)
+    st = zinc_engine_agree(e, ac, st);
   if (st == ZINC_OK) {
     const zinc_manifest *m = d->manifest;
     int64_t gas = e->cfg.gradient_accumulation_steps;
