@@ -59,10 +59,29 @@ static void list_tags(const char *dir) {
   free(latest);
 }
 
+/* zinc_ckpt_dir_open, and for a model-parallel checkpoint (no manifest of
+ * its own, a part per model-parallel rank) the way to name a part. */
+static zinc_status open_dir(const char *dir, const char *tag, zinc_ckpt_dir **d) {
+  zinc_status st = zinc_ckpt_dir_open(dir, tag, d);
+  if (st == ZINC_OK)
+    return st;
+  char *name = NULL, path[4096];
+  struct stat sb;
+  if (tag || zinc_ckpt_latest_read(dir, &name) == ZINC_OK) {
+    snprintf(path, sizeof path, "%s/%s/mp_rank_00", dir, tag ? tag : name);
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+      zinc_error_wrap(st, "%s/%s is a model-parallel checkpoint, one part per model-parallel "
+                      "rank: name a part as DIR/TAG and mp_rank_NN (zinc-ckpt list %s/%s "
+                      "mp_rank_00)", dir, tag ? tag : name, dir, tag ? tag : name);
+  }
+  free(name);
+  return st;
+}
+
 static int cmd_list(const char *dir, const char *tag) {
   list_tags(dir);
   zinc_ckpt_dir *d;
-  zinc_status st = zinc_ckpt_dir_open(dir, tag, &d);
+  zinc_status st = open_dir(dir, tag, &d);
   if (st != ZINC_OK)
     return report(st);
   const zinc_manifest *m = d->manifest;
@@ -72,6 +91,11 @@ static int cmd_list(const char *dir, const char *tag) {
   printf("  step %lld, micro-batches %lld, skipped steps %lld, loss scale %g\n",
          (long long)m->step, (long long)m->micro_step, (long long)m->skipped_steps,
          m->scaler_scale);
+  if (m->mp_size > 1)
+    printf("  model-parallel rank %d of %d (this part of the model)\n", m->mp_rank, m->mp_size);
+  if (m->client_state_bytes >= 0)
+    printf("  client state: %lld bytes (%s)\n", (long long)m->client_state_bytes,
+           ZINC_CLIENT_STATE_NAME);
   int64_t total = 0, bytes = 0;
   for (int i = 0; i < m->nfiles; i++)
     bytes += m->files[i].bytes;
@@ -99,7 +123,7 @@ static int cmd_list(const char *dir, const char *tag) {
 
 static int cmd_verify(const char *dir, const char *tag) {
   zinc_ckpt_dir *d;
-  zinc_status st = zinc_ckpt_dir_open(dir, tag, &d);
+  zinc_status st = open_dir(dir, tag, &d);
   if (st != ZINC_OK)
     return report(st);
   printf("%s: checksums file and manifest ok\n", d->path);
@@ -114,14 +138,30 @@ static int cmd_verify(const char *dir, const char *tag) {
              (long long)d->manifest->files[i].bytes, d->manifest->files[i].crc32c);
     }
   }
+  if (d->manifest->client_state_bytes >= 0) { /* the trainer's blob */
+    char path[4096], *data = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/%s", d->path, ZINC_CLIENT_STATE_NAME);
+    st = zinc_fs_read_bounded(path, (size_t)d->manifest->client_state_bytes + 1, &data, &len);
+    uint32_t crc = st == ZINC_OK ? zinc_crc32c(0, data, len) : 0;
+    if (st != ZINC_OK || (int64_t)len != d->manifest->client_state_bytes ||
+        crc != d->manifest->client_state_crc32c) {
+      fprintf(stderr, "  %s: %s\n", ZINC_CLIENT_STATE_NAME,
+              st != ZINC_OK ? zinc_last_error() : "size or crc32c differs from the manifest");
+      bad++;
+    } else {
+      printf("  %s: ok (%zu bytes, crc32c %08x)\n", ZINC_CLIENT_STATE_NAME, len, crc);
+    }
+    free(data);
+  }
   zinc_ckpt_dir_close(d);
-  printf(bad ? "%d shard(s) damaged\n" : "checkpoint verified\n", bad);
+  printf(bad ? "%d file(s) damaged\n" : "checkpoint verified\n", bad);
   return bad ? 1 : 0;
 }
 
 static int cmd_export(const char *dir, const char *tag, const char *out, int dtype) {
   zinc_ckpt_dir *d;
-  zinc_status st = zinc_ckpt_dir_open(dir, tag, &d);
+  zinc_status st = open_dir(dir, tag, &d);
   if (st != ZINC_OK)
     return report(st);
   const zinc_manifest *m = d->manifest;

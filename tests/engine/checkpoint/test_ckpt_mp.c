@@ -8,7 +8,10 @@
  *    1, over a sub-communicator);
  *  - a checkpoint saved at model_parallel_size 1 loaded at 2, and one saved
  *    at 2 loaded at 1, are refused with ZINC_ERR_INVALID naming both sizes,
- *    and nothing changes.
+ *    and nothing changes;
+ *  - zinc-ckpt verifies a part (DIR/TAG mp_rank_NN), its client state
+ *    included, finds a damaged client state, and for the checkpoint as a
+ *    whole says how to name a part.
  * The values are a formula of (model-parallel rank, parameter, element,
  * state), written in this test.
  */
@@ -166,6 +169,24 @@ int main(int argc, char **argv) {
     }
     MPI_Comm_free(&half);
   }
+#ifdef ZINC_CKPT_TOOL
+  if (et_rank == 0) {
+    char cmd[4096], out[700];
+    snprintf(out, sizeof out, "%s/tool.out", root);
+    snprintf(cmd, sizeof cmd, "%s verify %s/s1 mp_rank_01 > %s 2>&1 && grep -q "
+             "'client_state.bin: ok' %s", ZINC_CKPT_TOOL, dir, out, out);
+    ET_CHECK(system(cmd) == 0, "%s failed", cmd);
+    snprintf(cmd, sizeof cmd, "%s verify %s s1 > %s 2>&1; test $? = 1 && grep -q "
+             "'model-parallel checkpoint.*mp_rank_NN' %s", ZINC_CKPT_TOOL, dir, out, out);
+    ET_CHECK(system(cmd) == 0, "%s failed", cmd);
+    snprintf(cmd, sizeof cmd, "printf X | dd of=%s/s1/mp_rank_01/client_state.bin bs=1 seek=2 "
+             "conv=notrunc 2>/dev/null && %s verify %s/s1 mp_rank_01 > %s 2>&1; test $? = 1 "
+             "&& grep -q 'client_state.bin: size or crc32c differs' %s", dir, ZINC_CKPT_TOOL,
+             dir, out, out);
+    ET_CHECK(system(cmd) == 0, "%s failed", cmd);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+#endif
   /* another model_parallel_size: refused, naming both */
   model one, two;
   open_model(&one, 1, 1, NULL);
