@@ -1,5 +1,5 @@
 /*
- * safetensors.h — a streaming writer of the .safetensors format (8-byte
+ * safetensors.h — a streaming writer and a reader of the .safetensors format (8-byte
  * little-endian header length, a JSON header with each tensor's dtype,
  * shape and byte range, then the raw data), readable by Python's
  * `safetensors` and any other reader of the format.
