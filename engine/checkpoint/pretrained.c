@@ -158,7 +158,7 @@ static zinc_status read_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
     ZINC_CHECK(zinc_safetensors_reader_read(c->r, c->tensor, param_off + x, n, c->staging));
     if (c->p->dtype != ZINC_F32)
       for (int64_t j = 0; j < n; j++) {
-        uint16_t h;
+        uint32_t h; /* room for any dtype's element */
         zinc_store_from_f32(&h, 0, c->p->dtype, c->staging[j]);
         c->staging[j] = zinc_load_as_f32(&h, 0, c->p->dtype);
       }
