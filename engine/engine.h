@@ -71,6 +71,8 @@ struct zinc_param {
   int index;              /* registration order, whole model */
   int segment;            /* index into module->segs */
   int64_t seg_offset;     /* first element inside the segment */
+  void *user;             /* the trainer's tag (zinc_param_set_user); never
+                             read by the engine */
 };
 
 typedef struct {

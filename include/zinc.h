@@ -292,8 +292,21 @@ ZINC_API zinc_status zinc_param_set_frozen(zinc_param *p, int frozen);
  * mark the same parameters. */
 ZINC_API zinc_status zinc_param_set_replicated(zinc_param *p, int replicated);
 
+/* The trainer's own tag on p (its tensor record, a file offset, ...): any
+ * pointer, stored and handed back by zinc_param_user, never read or freed
+ * by zinc. Any time, any thread that owns p's engine; default NULL. It is
+ * how a zinc_init_fn (which receives p) reaches the trainer's data for p. */
+ZINC_API zinc_status zinc_param_set_user(zinc_param *p, void *user);
+/* The tag set by zinc_param_set_user, or NULL (also for a NULL p). */
+ZINC_API void *zinc_param_user(const zinc_param *p);
+
 /* Fill the full tensor of `p` (numel fp32 values in host memory) with the same
- * values on every rank; the engine converts and partitions it. */
+ * values on every rank; the engine converts and partitions it. p's tag
+ * (zinc_param_user) reaches the trainer's own data for p. To fail, return
+ * a status other than ZINC_OK, best through zinc_error_set, whose message
+ * the build then carries: zinc_engine_build returns that status on every
+ * rank, with a message naming the lowest failing rank, the parameter and
+ * the callback's own words ("... cannot read pretrained.bin ..."). */
 typedef zinc_status (*zinc_init_fn)(const zinc_param *p, float *dst,
                                     int64_t numel, void *ctx);
 
