@@ -28,6 +28,8 @@
  *     step()      // after every micro-batch: it counts the micro-batch and
  *                 // runs the optimizer only at the accumulation boundary
  *
+ * A weight two modules share (a tied embedding) is fetched through its
+ * owner module by both: see "Shared (tied) weights" below.
  * Generation or evaluation between steps goes inside eval_begin/eval_end.
  */
 #ifndef ZINC_H
@@ -365,6 +367,54 @@ ZINC_API void *zinc_param_grad(zinc_param *p);
  * order again. A rank that changes it alone fails on every rank with
  * ZINC_ERR_INVALID, and the engine stops. */
 ZINC_API zinc_status zinc_module_grads_ready(zinc_engine *e, zinc_module *m);
+/* Shared (tied) weights: a parameter that two modules read (GPT-2's token
+ * embedding wte is also its output projection) stays a parameter of ONE
+ * module, its owner; the other module fetches the owner too while it needs
+ * the weight. The trainer's micro-batch, with wte owned by embed and read
+ * by head:
+ *
+ *   forward:   fetch(embed) ... release(embed)          wte: embedding
+ *              (the blocks)
+ *              fetch(head); fetch(embed)                wte: projection
+ *              ... release(embed); release(head)
+ *   backward:  fetch(head); fetch(embed)
+ *              grad(lnf) += ...; grad(wte) += ...       first use's share
+ *              grads_ready(head)
+ *              release(embed)       no grads_ready: wte's gradient is not
+ *              release(head)        complete yet
+ *              (the blocks, in reverse)
+ *              fetch(embed)
+ *              grad(wte) += ...                         second use's share
+ *              grads_ready(embed); release(embed)
+ *              backward_end()
+ *
+ * The contract, at every stage, with or without overlap_comm and offload:
+ *  - A module may be fetched more than once in a micro-batch, also while
+ *    another module (or itself) is fetched: fetches nest, and the module
+ *    stays available until its releases match its fetches.
+ *  - Once a module's gradient is handed out in a micro-batch, its buffer
+ *    and what was added to it survive release: every later zinc_param_grad
+ *    of the module in the micro-batch returns the same buffer, unzeroed,
+ *    so each use adds (+=) its share to the earlier ones. The engine
+ *    reduces the sum once, at the module's zinc_module_grads_ready, which
+ *    the trainer calls once, after the last use in the backward pass.
+ *  - Refused with ZINC_ERR_INVALID: a gradient asked for after that
+ *    grads_ready (the share would be lost: zinc_param_grad returns NULL),
+ *    a second grads_ready of the module, and zinc_backward_end while a
+ *    handed-out gradient was never reported.
+ *  - Like any module, the owner is fetched in the same order on every
+ *    rank and in every micro-batch (the order is recorded; see
+ *    zinc_module_grads_ready).
+ *  - Freezing the shared parameter freezes both uses (zinc_param_set_frozen).
+ * Bitwise: stages 0-3 give the same bits for a tied weight when each
+ * micro-batch is its own accumulation window. With gradient accumulation,
+ * stages 0-1 add the next micro-batch's shares into the same buffer before
+ * reducing while stages 2-3 reduce each micro-batch first, so the fp32
+ * sums may round differently between the two.
+ * The memory cost: the owner's gradient buffer is held from the first use's
+ * backward to the last (stages 2-3: a slot in the bucket ring, or, when
+ * the ring is full, its own buffer with a warning). */
+
 /* The micro-batch's backward pass is over: every pending reduction is
  * finished before this returns. Collective. Refused with ZINC_ERR_INVALID
  * on every rank, changing nothing, when on any rank a module is still
