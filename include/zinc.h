@@ -421,8 +421,12 @@ ZINC_API zinc_status zinc_module_grads_ready(zinc_engine *e, zinc_module *m);
  * fetched or a module's gradient was handed out but not reported with
  * zinc_module_grads_ready: put it right and call again. Until zinc_step,
  * fetch and grads_ready are refused (the micro-batch is over). A
- * micro-batch that only fetched and released modules (forward-only work
- * outside eval_begin/eval_end) fails with ZINC_ERR_INVALID. */
+ * micro-batch that only fetched and released modules, handing out no
+ * gradient (forward-only work outside eval_begin/eval_end), is refused the
+ * same way, on every rank and changing nothing, saying "use
+ * zinc_eval_begin/zinc_eval_end" (in the first micro-batch too); one that
+ * starts over after such a pass (fetches its first module again) fails
+ * there on every rank, saying the same, and the engine stops. */
 ZINC_API zinc_status zinc_backward_end(zinc_engine *e);
 
 typedef struct {
