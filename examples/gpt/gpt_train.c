@@ -115,6 +115,7 @@ static zinc_status module_register(gpt_trainer *tr, gpt_zmodule *m, const char *
                                   specs[i].shape);
     if (!m->params[i])
       return ZINC_ERR_INVALID;
+    TRY(zinc_param_set_user(m->params[i], m)); /* init_param finds its spec here */
     if (!specs[i].weight_decay) /* biases and LayerNorm parameters */
       TRY(zinc_param_set_weight_decay(m->params[i], 0));
     m->numel += gpt_spec_numel(&specs[i]);
@@ -144,17 +145,18 @@ static zinc_status model_register(gpt_trainer *tr) {
 }
 
 static zinc_status init_param(const zinc_param *p, float *dst, int64_t numel, void *ctx) {
-  gpt_trainer *tr = ctx;
-  for (int k = -1; k <= tr->cfg.num_layers; k++) {
-    const gpt_zmodule *m = k < 0 ? &tr->embed : k == tr->cfg.num_layers ? &tr->head
-                                                                        : &tr->blocks[k];
-    for (int i = 0; i < m->count; i++)
-      if (m->params[i] == p && gpt_spec_numel(&m->specs[i]) == numel) {
-        gpt_tensor_init(&m->specs[i], tr->seed, m->stream + (uint64_t)i, dst);
-        return ZINC_OK;
-      }
-  }
-  return ZINC_ERR_INVALID; /* not one of ours: the engine names the parameter */
+  const gpt_trainer *tr = ctx;
+  const gpt_zmodule *m = zinc_param_user(p); /* module_register's tag */
+  for (int i = 0; m && i < m->count; i++)
+    if (m->params[i] == p) {
+      if (gpt_spec_numel(&m->specs[i]) != numel)
+        return zinc_error_set(ZINC_ERR_INVALID, "the model's %s has %lld elements, zinc "
+                              "asks for %lld", m->specs[i].name,
+                              (long long)gpt_spec_numel(&m->specs[i]), (long long)numel);
+      gpt_tensor_init(&m->specs[i], tr->seed, m->stream + (uint64_t)i, dst);
+      return ZINC_OK;
+    }
+  return zinc_error_set(ZINC_ERR_INVALID, "not a tensor this trainer registered");
 }
 
 /* ------------------------------------------------------------- binding */
