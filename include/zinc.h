@@ -390,8 +390,8 @@ ZINC_API zinc_status zinc_module_grads_ready(zinc_engine *e, zinc_module *m);
  *
  * The contract, at every stage, with or without overlap_comm and offload:
  *  - A module may be fetched more than once in a micro-batch, also while
- *    another module (or itself) is fetched: fetches nest, and the module
- *    stays available until its releases match its fetches.
+ *    another module is fetched (the owner inside the module that borrows
+ *    its weight), and is released once per fetch.
  *  - Once a module's gradient is handed out in a micro-batch, its buffer
  *    and what was added to it survive release: every later zinc_param_grad
  *    of the module in the micro-batch returns the same buffer, unzeroed,
