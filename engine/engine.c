@@ -634,6 +634,8 @@ zinc_status zinc_backward_end(zinc_engine *e) {
                       "changed: report it and call zinc_backward_end again)", m->name,
                       e->dp_rank);
   }
+  if (st == ZINC_OK)
+    st = zinc_trace_forward_only_check(e);
   zinc_agreement a;
   st = zinc_engine_agree_at(e, e->dp_host, st, zinc_trace_key(ZINC_KEY_CHECK, 0, 0), &a);
   if (st != ZINC_OK && a.lo == a.hi && a.lo == zinc_trace_key(ZINC_KEY_CHECK, 0, 0))

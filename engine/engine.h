@@ -71,6 +71,8 @@ struct zinc_param {
   int index;              /* registration order, whole model */
   int segment;            /* index into module->segs */
   int64_t seg_offset;     /* first element inside the segment */
+  void *user;             /* the trainer's tag (zinc_param_set_user); never
+                             read by the engine */
 };
 
 typedef struct {
@@ -541,6 +543,11 @@ zinc_status zinc_trace_agree(zinc_engine *e, zinc_event_kind kind, zinc_module *
  * calls than recorded is a deviation (collective only then, see
  * trace.c). */
 zinc_status zinc_trace_end_check(zinc_engine *e);
+/* zinc_backward_end's own check, before anything changes: ZINC_ERR_INVALID
+ * (saying to use zinc_eval_begin/zinc_eval_end) when this micro-batch made
+ * calls but handed out no gradient and reported no module, a forward pass
+ * only; ZINC_OK otherwise. Local: the caller agrees on it. */
+zinc_status zinc_trace_forward_only_check(const zinc_engine *e);
 /* End of a micro-batch: every rank made the same number of calls (one
  * agreement); fix the trace after a recording micro-batch. */
 zinc_status zinc_trace_end_micro(zinc_engine *e);

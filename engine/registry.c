@@ -199,6 +199,15 @@ zinc_status zinc_param_set_replicated(zinc_param *p, int replicated) {
   return ZINC_OK;
 }
 
+zinc_status zinc_param_set_user(zinc_param *p, void *user) {
+  if (!p)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_param_set_user: parameter is NULL");
+  p->user = user;
+  return ZINC_OK;
+}
+
+void *zinc_param_user(const zinc_param *p) { return p ? p->user : NULL; }
+
 void zinc_registry_free(zinc_engine *e) {
   for (int i = 0; i < e->nmodules; i++) {
     zinc_module *m = e->modules[i];

@@ -27,8 +27,14 @@
  *    recorded with per-event agreement, and the new order is followed from
  *    the next micro-batch on.
  *  - A micro-batch that fetched and released modules without any gradient
- *    and then starts over or ends is forward-only work outside
- *    zinc_eval_begin/zinc_eval_end; it fails on every rank saying so.
+ *    is forward-only work outside zinc_eval_begin/zinc_eval_end. Where it
+ *    ends (backward_end, also in the micro-batch being recorded) it is
+ *    refused on every rank before anything changes; where it starts over
+ *    (fetches the recorded first module again) it differs from the
+ *    recording and fails on every rank; both say to use
+ *    zinc_eval_begin/zinc_eval_end. (While recording, a forward pass that
+ *    starts over cannot be told from a model that fetches its first module
+ *    again, a shared layer: it is recorded as the order.)
  * The recording also yields what stage 3 needs to know ahead: the order of
  * fetches (prefetch) and which uses are followed soon by another use of the
  * same module (stage3_max_reuse_distance).
@@ -131,6 +137,24 @@ static int forward_only(const zinc_engine *e, int pos, int kind, const zinc_modu
   return 1;
 }
 
+static zinc_status forward_only_error(const zinc_engine *e, int calls, const char *before) {
+  return zinc_error(ZINC_ERR_INVALID, "rank %d: the %d calls of this micro-batch before %s "
+                    "fetched and released modules without any gradient, a forward pass only "
+                    "(evaluation or sampling outside evaluation mode); use "
+                    "zinc_eval_begin/zinc_eval_end around forward-only work, after zinc_step",
+                    e->dp_rank, calls, before);
+}
+
+zinc_status zinc_trace_forward_only_check(const zinc_engine *e) {
+  int calls = e->recording ? e->ntrace : e->trace_pos;
+  if (calls == 0)
+    return ZINC_OK;
+  for (int mi = 0; mi < e->nmodules; mi++)
+    if (e->modules[mi]->grad_state != ZINC_GRAD_NONE)
+      return ZINC_OK;
+  return forward_only_error(e, calls, "backward_end()");
+}
+
 /* Record again from call pos on: the calls before it stay. */
 static void rerecord(zinc_engine *e, int pos) {
   char want[96] = "the end of the recorded calls";
@@ -164,10 +188,7 @@ static zinc_status deviate(zinc_engine *e, int pos, int kind, zinc_module *m) {
   int fwd = forward_only(e, pos, kind, m);
   zinc_status st;
   if (fwd)
-    st = zinc_error(ZINC_ERR_INVALID, "rank %d: the %d calls of this micro-batch before %s "
-                    "fetched and released modules without any gradient, a forward pass only; "
-                    "put forward-only work (evaluation, sampling) between zinc_eval_begin and "
-                    "zinc_eval_end, after zinc_step", e->dp_rank, pos, got);
+    st = forward_only_error(e, pos, got);
   else
     st = zinc_error(ZINC_ERR_INVALID, "rank %d called %s at call %d of micro-batch %lld where "
                     "the recorded module order has %s; the data-parallel ranks did not all "

@@ -28,6 +28,8 @@
  *     step()      // after every micro-batch: it counts the micro-batch and
  *                 // runs the optimizer only at the accumulation boundary
  *
+ * A weight two modules share (a tied embedding) is fetched through its
+ * owner module by both: see "Shared (tied) weights" below.
  * Generation or evaluation between steps goes inside eval_begin/eval_end.
  */
 #ifndef ZINC_H
@@ -292,8 +294,21 @@ ZINC_API zinc_status zinc_param_set_frozen(zinc_param *p, int frozen);
  * mark the same parameters. */
 ZINC_API zinc_status zinc_param_set_replicated(zinc_param *p, int replicated);
 
+/* The trainer's own tag on p (its tensor record, a file offset, ...): any
+ * pointer, stored and handed back by zinc_param_user, never read or freed
+ * by zinc. Any time, any thread that owns p's engine; default NULL. It is
+ * how a zinc_init_fn (which receives p) reaches the trainer's data for p. */
+ZINC_API zinc_status zinc_param_set_user(zinc_param *p, void *user);
+/* The tag set by zinc_param_set_user, or NULL (also for a NULL p). */
+ZINC_API void *zinc_param_user(const zinc_param *p);
+
 /* Fill the full tensor of `p` (numel fp32 values in host memory) with the same
- * values on every rank; the engine converts and partitions it. */
+ * values on every rank; the engine converts and partitions it. p's tag
+ * (zinc_param_user) reaches the trainer's own data for p. To fail, return
+ * a status other than ZINC_OK, best through zinc_error_set, whose message
+ * the build then carries: zinc_engine_build returns that status on every
+ * rank, with a message naming the lowest failing rank, the parameter and
+ * the callback's own words ("... cannot read pretrained.bin ..."). */
 typedef zinc_status (*zinc_init_fn)(const zinc_param *p, float *dst,
                                     int64_t numel, void *ctx);
 
@@ -352,14 +367,66 @@ ZINC_API void *zinc_param_grad(zinc_param *p);
  * order again. A rank that changes it alone fails on every rank with
  * ZINC_ERR_INVALID, and the engine stops. */
 ZINC_API zinc_status zinc_module_grads_ready(zinc_engine *e, zinc_module *m);
+/* Shared (tied) weights: a parameter that two modules read (GPT-2's token
+ * embedding wte is also its output projection) stays a parameter of ONE
+ * module, its owner; the other module fetches the owner too while it needs
+ * the weight. The trainer's micro-batch, with wte owned by embed and read
+ * by head:
+ *
+ *   forward:   fetch(embed) ... release(embed)          wte: embedding
+ *              (the blocks)
+ *              fetch(head); fetch(embed)                wte: projection
+ *              ... release(embed); release(head)
+ *   backward:  fetch(head); fetch(embed)
+ *              grad(lnf) += ...; grad(wte) += ...       first use's share
+ *              grads_ready(head)
+ *              release(embed)       no grads_ready: wte's gradient is not
+ *              release(head)        complete yet
+ *              (the blocks, in reverse)
+ *              fetch(embed)
+ *              grad(wte) += ...                         second use's share
+ *              grads_ready(embed); release(embed)
+ *              backward_end()
+ *
+ * The contract, at every stage, with or without overlap_comm and offload:
+ *  - A module may be fetched more than once in a micro-batch, also while
+ *    another module is fetched (the owner inside the module that borrows
+ *    its weight), and is released once per fetch.
+ *  - Once a module's gradient is handed out in a micro-batch, its buffer
+ *    and what was added to it survive release: every later zinc_param_grad
+ *    of the module in the micro-batch returns the same buffer, unzeroed,
+ *    so each use adds (+=) its share to the earlier ones. The engine
+ *    reduces the sum once, at the module's zinc_module_grads_ready, which
+ *    the trainer calls once, after the last use in the backward pass.
+ *  - Refused with ZINC_ERR_INVALID: a gradient asked for after that
+ *    grads_ready (the share would be lost: zinc_param_grad returns NULL),
+ *    a second grads_ready of the module, and zinc_backward_end while a
+ *    handed-out gradient was never reported.
+ *  - Like any module, the owner is fetched in the same order on every
+ *    rank and in every micro-batch (the order is recorded; see
+ *    zinc_module_grads_ready).
+ *  - Freezing the shared parameter freezes both uses (zinc_param_set_frozen).
+ * Bitwise: stages 0-3 give the same bits for a tied weight when each
+ * micro-batch is its own accumulation window. With gradient accumulation,
+ * stages 0-1 add the next micro-batch's shares into the same buffer before
+ * reducing while stages 2-3 reduce each micro-batch first, so the fp32
+ * sums may round differently between the two.
+ * The memory cost: the owner's gradient buffer is held from the first use's
+ * backward to the last (stages 2-3: a slot in the bucket ring, or, when
+ * the ring is full, its own buffer with a warning). */
+
 /* The micro-batch's backward pass is over: every pending reduction is
  * finished before this returns. Collective. Refused with ZINC_ERR_INVALID
  * on every rank, changing nothing, when on any rank a module is still
  * fetched or a module's gradient was handed out but not reported with
  * zinc_module_grads_ready: put it right and call again. Until zinc_step,
  * fetch and grads_ready are refused (the micro-batch is over). A
- * micro-batch that only fetched and released modules (forward-only work
- * outside eval_begin/eval_end) fails with ZINC_ERR_INVALID. */
+ * micro-batch that only fetched and released modules, handing out no
+ * gradient (forward-only work outside eval_begin/eval_end), is refused the
+ * same way, on every rank and changing nothing, saying "use
+ * zinc_eval_begin/zinc_eval_end" (in the first micro-batch too); one that
+ * starts over after such a pass (fetches its first module again) fails
+ * there on every rank, saying the same, and the engine stops. */
 ZINC_API zinc_status zinc_backward_end(zinc_engine *e);
 
 typedef struct {

@@ -16,19 +16,14 @@
  *   head       lnf_w, lnf_b
  *
  * The tied embedding. The output projection of the head is wte, a tensor of
- * the embed module. The head does not own a copy: while the head runs (in
- * the forward and in the backward pass) the trainer fetches embed as well,
- * reads wte from it, and in the backward pass accumulates the output
- * projection's gradient into zinc_param_grad(wte) — the first hand-out of
- * embed's gradient in the micro-batch, which the engine zeroes. embed is then
- * released WITHOUT grads_ready: its gradient is not complete. The blocks run
- * their backward, and finally embed is fetched once more, the embedding's
- * own gradient is added (+=) to the same buffer, and only then grads_ready
- * (embed) lets the engine reduce it. So wte's gradient receives both
- * contributions within the micro-batch and is reduced once, and no module
- * holds a second copy of the largest tensor. What this asks of the engine:
- * a module's gradient buffer survives release() until grads_ready(), and a
- * second zinc_param_grad in the same micro-batch returns it unzeroed.
+ * the embed module (its owner): zinc.h's "Shared (tied) weights" contract.
+ * The head does not own a copy; while the head runs it fetches embed as
+ * well (head_fetch) and reads wte from it. In the backward pass the head
+ * adds the projection's share into zinc_param_grad(wte) and releases embed
+ * without grads_ready; embed's own backward, last, adds the embedding's
+ * share into the same buffer (the engine keeps it, unzeroed, across the
+ * release) and reports embed ready: wte's gradient is both shares, reduced
+ * once, and no module holds a second copy of the largest tensor.
  *
  * --freeze-embedding freezes wte (zinc_param_set_frozen): the engine keeps
  * no gradient or optimizer state for it, and since the output projection is
@@ -120,6 +115,7 @@ static zinc_status module_register(gpt_trainer *tr, gpt_zmodule *m, const char *
                                   specs[i].shape);
     if (!m->params[i])
       return ZINC_ERR_INVALID;
+    TRY(zinc_param_set_user(m->params[i], m)); /* init_param finds its spec here */
     if (!specs[i].weight_decay) /* biases and LayerNorm parameters */
       TRY(zinc_param_set_weight_decay(m->params[i], 0));
     m->numel += gpt_spec_numel(&specs[i]);
@@ -149,17 +145,18 @@ static zinc_status model_register(gpt_trainer *tr) {
 }
 
 static zinc_status init_param(const zinc_param *p, float *dst, int64_t numel, void *ctx) {
-  gpt_trainer *tr = ctx;
-  for (int k = -1; k <= tr->cfg.num_layers; k++) {
-    const gpt_zmodule *m = k < 0 ? &tr->embed : k == tr->cfg.num_layers ? &tr->head
-                                                                        : &tr->blocks[k];
-    for (int i = 0; i < m->count; i++)
-      if (m->params[i] == p && gpt_spec_numel(&m->specs[i]) == numel) {
-        gpt_tensor_init(&m->specs[i], tr->seed, m->stream + (uint64_t)i, dst);
-        return ZINC_OK;
-      }
-  }
-  return ZINC_ERR_INVALID; /* not one of ours: the engine names the parameter */
+  const gpt_trainer *tr = ctx;
+  const gpt_zmodule *m = zinc_param_user(p); /* module_register's tag */
+  for (int i = 0; m && i < m->count; i++)
+    if (m->params[i] == p) {
+      if (gpt_spec_numel(&m->specs[i]) != numel)
+        return zinc_error_set(ZINC_ERR_INVALID, "the model's %s has %lld elements, zinc "
+                              "asks for %lld", m->specs[i].name,
+                              (long long)gpt_spec_numel(&m->specs[i]), (long long)numel);
+      gpt_tensor_init(&m->specs[i], tr->seed, m->stream + (uint64_t)i, dst);
+      return ZINC_OK;
+    }
+  return zinc_error_set(ZINC_ERR_INVALID, "not a tensor this trainer registered");
 }
 
 /* ------------------------------------------------------------- binding */
@@ -239,6 +236,20 @@ static void grads_flush(gpt_trainer *tr, gpt_zmodule *m, int slot) {
 
 /* -------------------------------------------------------- forward, backward */
 
+/* The head and the owner of the weight it shares (zinc.h: "Shared (tied)
+ * weights"): embed is fetched inside head, released before it. */
+static zinc_status head_fetch(gpt_trainer *tr) {
+  TRY(zinc_module_fetch(tr->e, tr->head.module));
+  return zinc_module_fetch(tr->e, tr->embed.module);
+}
+
+/* In the backward pass embed is released without grads_ready: its own
+ * backward adds the embedding's share of wte's gradient later. */
+static zinc_status head_release(gpt_trainer *tr) {
+  TRY(zinc_module_release(tr->e, tr->embed.module));
+  return zinc_module_release(tr->e, tr->head.module);
+}
+
 /* One micro-batch forward; with targets NULL only the probabilities. */
 static zinc_status forward(gpt_trainer *tr, gpt_acts *a, const int32_t *inputs,
                            const int32_t *targets, int B, int T, float *loss) {
@@ -261,14 +272,12 @@ static zinc_status forward(gpt_trainer *tr, gpt_acts *a, const int32_t *inputs,
   }
 
   /* the head reads the tied wte from embed */
-  TRY(zinc_module_fetch(e, tr->head.module));
-  TRY(zinc_module_fetch(e, tr->embed.module));
+  TRY(head_fetch(tr));
   TRY(bind_params(tr, &tr->head, 1, hp.t));
   TRY(bind_params(tr, &tr->embed, 0, ep.t));
   *loss = gpt_head_forward(c, &hp, ep.wte, a, gpt_block_input(a, c->num_layers), targets,
                            B, T);
-  TRY(zinc_module_release(e, tr->embed.module));
-  return zinc_module_release(e, tr->head.module);
+  return head_release(tr);
 }
 
 static zinc_status backward(gpt_trainer *tr, gpt_acts *a, const int32_t *inputs,
@@ -280,8 +289,7 @@ static zinc_status backward(gpt_trainer *tr, gpt_acts *a, const int32_t *inputs,
   gpt_head_params hp, hg;
 
   /* head: lnf's gradient, and the output projection's share of wte's */
-  TRY(zinc_module_fetch(e, tr->head.module));
-  TRY(zinc_module_fetch(e, tr->embed.module));
+  TRY(head_fetch(tr));
   TRY(bind_params(tr, &tr->head, 1, hp.t));
   TRY(bind_params(tr, &tr->embed, 0, ep.t));
   TRY(bind_grads(tr, &tr->head, 1, hg.t));
@@ -291,8 +299,7 @@ static zinc_status backward(gpt_trainer *tr, gpt_acts *a, const int32_t *inputs,
   grads_flush(tr, &tr->head, 1);
   grads_flush(tr, &tr->embed, 0);
   TRY(zinc_module_grads_ready(e, tr->head.module));
-  TRY(zinc_module_release(e, tr->embed.module)); /* its gradient is not complete yet */
-  TRY(zinc_module_release(e, tr->head.module));
+  TRY(head_release(tr)); /* embed's gradient is not complete yet: no grads_ready */
 
   for (int l = c->num_layers - 1; l >= 0; l--) {
     gpt_zmodule *m = &tr->blocks[l];
@@ -305,7 +312,8 @@ static zinc_status backward(gpt_trainer *tr, gpt_acts *a, const int32_t *inputs,
     TRY(zinc_module_release(e, m->module));
   }
 
-  /* embed: the embedding's share of wte's gradient, and wpe's */
+  /* embed: the embedding's share of wte's gradient added to the head's
+   * (the same buffer), and wpe's; then the one grads_ready of embed */
   TRY(zinc_module_fetch(e, tr->embed.module));
   TRY(bind_grads(tr, &tr->embed, 0, eg.t));
   gpt_embed_backward(c, &eg, a, inputs, B, T);
