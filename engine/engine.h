@@ -362,11 +362,25 @@ struct zinc_engine {
   zinc_phase phase;
   double phase_start;
   double t_forward, t_backward, t_step, t_comm_wait;
+  double t_taken[4];      /* the four above summed at each zinc_timers_take */
+
+  /* ---- monitors (monitor.c) */
+  struct zinc_monitor *mon; /* world rank 0 with a monitor enabled, else NULL */
+  double mon_micro[5], mon_window[5]; /* timer totals at the last step call
+                                         and at the last boundary        */
   int timeline_warned;
 
   /* ---- activation checkpoints (activations.c) */
   struct zinc_act_store *acts;
 };
+
+/* --------------------------------------------------------- monitor.c */
+/* Open the monitors the config enables (world rank 0); close them. */
+zinc_status zinc_monitor_open(zinc_engine *e);
+void zinc_monitor_close(zinc_engine *e);
+/* After every successful zinc_step: the wall_clock_breakdown lines, and at
+ * a boundary the engine's figures to the monitors. Never fails. */
+void zinc_monitor_step(zinc_engine *e, const zinc_step_info *info);
 
 /* --------------------------------------------------------- engine.c */
 /* Wait for the engine's queued device work (a no-op on the cpu device). */

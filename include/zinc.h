@@ -17,6 +17,35 @@
  *  - The library never exits the process and prints only through its logger
  *    (rank aware; level from the config's "zinc.log_level" or the environment
  *    variable ZINC_LOG_LEVEL = error|warn|info|debug).
+ *  - Errors: a failing call either logs or returns, never both. It returns
+ *    the status and sets the message (zinc_last_error); it does not print
+ *    it. The trainer prints it, once, if it wants to. Only what nobody can
+ *    be returned to (a failure inside zinc_engine_destroy, a config
+ *    warning) goes to the logger.
+ *  - Caller-allocated structs (zinc_options, zinc_step_info, zinc_timers,
+ *    zinc_mem_stats, zinc_activation_stats) begin with `size_t size`, which
+ *    their ZINC_*_INIT initialiser sets to the sizeof the caller was
+ *    compiled with. Fields are only ever added at the end. zinc reads
+ *    (zinc_options) or writes (the others) only the bytes within the
+ *    caller's size: a trainer compiled against an older 0.x header runs on
+ *    a newer library, the fields it does not know keeping their defaults
+ *    (input) or being left unwritten (output); a newer header's extra
+ *    fields are left alone by an older library. A size below
+ *    sizeof(size_t) or above ZINC_STRUCT_SIZE_MAX (an uninitialised struct)
+ *    is ZINC_ERR_INVALID naming the struct and its initialiser. In C++
+ *    before C++20, value-initialise the struct and set size = sizeof.
+ *  - Thread safety, tagged on each call:
+ *      [any thread]  may be called from any thread at any time;
+ *      [engine]      one thread at a time per engine (the engine's calls are
+ *                    not re-entrant; two engines are independent);
+ *      [collective]  [engine], and every rank of the scope named must make
+ *                    the same call in the same order;
+ *      [no engine]   touches only its arguments: any thread, any time.
+ *  - Collective scope: a call that takes no zinc_scope runs over the group
+ *    its description names (ZeRO's calls over the data-parallel group, the
+ *    checkpoint and export calls over the world); the trainer's host
+ *    collectives take an explicit zinc_scope (zinc_allreduce_host_scope,
+ *    zinc_allgather_host_scope).
  *
  * A trainer's loop, for every stage:
  *
@@ -66,8 +95,12 @@ typedef enum {
   ZINC_ERR_CORRUPT      /* a checkpoint or swap file failed its checks       */
 } zinc_status;
 
-/* Message of the last failure on the calling thread ("" if none). */
+/* Message of the last failure on the calling thread ("" if none).
+ * [any thread] */
 ZINC_API const char *zinc_last_error(void);
+
+/* The largest size a caller-allocated struct may declare (see Conventions). */
+#define ZINC_STRUCT_SIZE_MAX 65536
 /* For the trainer's own callbacks (zinc_init_fn): set the calling thread's
  * message, printf-style, and return st, so that `return zinc_error_set(
  * ZINC_ERR_IO, "cannot read %s", path);` makes the failing zinc call report
@@ -174,6 +207,7 @@ typedef struct zinc_module zinc_module;
 typedef struct zinc_param zinc_param;
 
 typedef struct {                 /* what a JSON file should not carry */
+  size_t size;                   /* sizeof(zinc_options): ZINC_OPTIONS_INIT sets it */
   int   device;                  /* ZINC_DEVICE_AUTO: the local rank's GPU if CUDA is
                                     built and a GPU exists, else the CPU;
                                     ZINC_DEVICE_CPU; or a CUDA ordinal >= 0 */
@@ -196,8 +230,10 @@ typedef struct {                 /* what a JSON file should not carry */
 #define ZINC_DEVICE_AUTO (-2)
 #define ZINC_DEVICE_CPU  (-1)
 /* Fields are only ever added at the end; initialise with this and set the
- * ones you need, so a trainer compiled later gets the new defaults. */
-#define ZINC_OPTIONS_INIT { ZINC_DEVICE_AUTO, NULL, 1, NULL, 0, 0 }
+ * ones you need: fields beyond opt->size (a trainer compiled against an
+ * older header) take these defaults. */
+#define ZINC_OPTIONS_INIT \
+  { sizeof(zinc_options), ZINC_DEVICE_AUTO, NULL, 1, NULL, 0, 0 }
 
 /* Create an engine. Collective over the communicator: every rank calls it.
  * Under an MPI launcher (mpirun, srun) with MPI not initialised, zinc
@@ -363,6 +399,7 @@ ZINC_API zinc_status zinc_module_grads_ready(zinc_engine *e, zinc_module *m);
 ZINC_API zinc_status zinc_backward_end(zinc_engine *e);
 
 typedef struct {
+  size_t  size;        /* sizeof(zinc_step_info): ZINC_STEP_INFO_INIT sets it */
   int64_t step;        /* optimizer steps taken so far */
   int     boundary;    /* 1 if this call ended an accumulation window */
   int     skipped;     /* 1 if the step was skipped for overflow */
@@ -372,6 +409,7 @@ typedef struct {
                           the scheduler's, or zinc_engine_set_lr's */
   int64_t micro_step;  /* micro-batches seen so far */
 } zinc_step_info;
+#define ZINC_STEP_INFO_INIT { .size = sizeof(zinc_step_info) }
 
 /* Count one micro-batch; at the accumulation boundary run the optimizer:
  * gradients summed over ranks and micro-batches are divided by
@@ -445,9 +483,44 @@ ZINC_API zinc_status zinc_allgather_host(zinc_engine *e, const double *values,
  * (forward = fetch..first grad, backward, step, comm waits), for
  * wall_clock_breakdown reporting. Resets the counters. */
 typedef struct {
+  size_t size;         /* sizeof(zinc_timers): ZINC_TIMERS_INIT sets it */
   double forward, backward, step, comm_wait;
 } zinc_timers;
+#define ZINC_TIMERS_INIT { .size = sizeof(zinc_timers) }
 ZINC_API zinc_status zinc_timers_take(zinc_engine *e, zinc_timers *out);
+
+/* -------------------------------------------------------------- monitors */
+
+/* DeepSpeed's "csv_monitor" and "tensorboard" sections ({"enabled",
+ * "output_path", "job_name"}; "wandb" and "comet" are accepted with a
+ * warning: zinc does not write them). World rank 0 writes under
+ * output_path/job_name: csv, one file per metric as DeepSpeed's
+ * csv_monitor ("Train/Samples/lr" -> Train_Samples_lr.csv, rows
+ * "step,<value>"); tensorboard, an events.out.tfevents.* file TensorBoard
+ * opens. The step of every row is the samples trained so far
+ * (zinc_global_samples). At each accumulation boundary zinc_step writes
+ * Train/Samples/lr, Train/Samples/loss_scale (fp16), Train/Samples/grad_norm,
+ * Train/Samples/step_time_ms and Train/Samples/memory_<location>_<category>
+ * (bytes held), and with "wall_clock_breakdown" DeepSpeed's
+ * Train/Samples/elapsed_time_ms_{forward,backward,backward_inner,
+ * backward_allreduce,step}; it also prints DeepSpeed's "[Rank 0] time (ms)
+ * | fwd_microstep: ..." line after every call and "| fwd: ..." at each
+ * boundary. A monitor write that fails inside zinc_step is logged once and
+ * stops the monitors; the step is not failed. */
+
+/* Samples trained so far: accumulation boundaries (skipped steps included)
+ * x train_batch_size, as DeepSpeed's global_samples. [engine] */
+ZINC_API int64_t zinc_global_samples(const zinc_engine *e);
+/* Write the trainer's own figure `name` = value at zinc_global_samples:
+ * DeepSpeed's name for the loss is "Train/Samples/train_loss". Pass the
+ * same value on every rank (its mean over ranks); only world rank 0
+ * writes, every other rank returns ZINC_OK at once. Not collective.
+ * ZINC_ERR_IO when rank 0's write fails (the message names the file).
+ * [engine] */
+ZINC_API zinc_status zinc_monitor_scalar(zinc_engine *e, const char *name, double value);
+/* Push the event file's buffered records to disk (the engine flushes at
+ * each boundary and at destroy). [engine] */
+ZINC_API zinc_status zinc_monitor_flush(zinc_engine *e);
 
 /* --------------------------------------------------- full-state access */
 
@@ -488,6 +561,7 @@ typedef enum {
 typedef enum { ZINC_LOC_DEVICE, ZINC_LOC_HOST, ZINC_LOC_NVME, ZINC_LOC_N } zinc_mem_location;
 enum { ZINC_PHASE_FWD, ZINC_PHASE_BWD, ZINC_PHASE_OPT, ZINC_MEM_NPHASE };
 typedef struct {
+  size_t   size;       /* sizeof(zinc_mem_stats): ZINC_MEM_STATS_INIT sets it */
   uint64_t current[ZINC_LOC_N][ZINC_MEM_NCAT];
   uint64_t peak[ZINC_LOC_N][ZINC_MEM_NCAT];
   uint64_t peak_total[ZINC_LOC_N];
@@ -504,6 +578,7 @@ typedef struct {
                                           and MemTotal); -1 unknown        */
   int64_t device_process;                /* this process's usage (NVML), or -1 */
 } zinc_mem_stats;
+#define ZINC_MEM_STATS_INIT { .size = sizeof(zinc_mem_stats) }
 
 /* Current and peak bytes the engine holds, by location and category.
  * Model states = PARAMS + GRADS + OPTIM. BUFFERS holds communication
@@ -550,11 +625,13 @@ ZINC_API zinc_status zinc_activation_wait(zinc_engine *e, int id);
 ZINC_API zinc_status zinc_activation_free(zinc_engine *e, int id);
 
 typedef struct {
+  size_t size;                       /* ZINC_ACTIVATION_STATS_INIT sets it */
   double save_s, restore_s;          /* wall time in save / restore (profile) */
   uint64_t saved_bytes, restored_bytes; /* bytes kept by this rank / restored */
   int64_t saves, restores;
   int64_t allocations;               /* buffers allocated for checkpoints */
 } zinc_activation_stats;
+#define ZINC_ACTIVATION_STATS_INIT { .size = sizeof(zinc_activation_stats) }
 ZINC_API zinc_status zinc_activation_stats_get(const zinc_engine *e, zinc_activation_stats *out);
 
 /* Sum n floats (device memory) over the model-parallel group, in place:

@@ -80,6 +80,7 @@ void zinc_prof_phase(zinc_prof *p, int phase) {
 
 void zinc_prof_stats(const zinc_prof *p, zinc_mem_stats *out) {
   memset(out, 0, sizeof *out);
+  out->size = sizeof *out;
   out->device_free = out->device_total = out->device_process = -1;
   if (!p)
     return;
@@ -221,16 +222,18 @@ const char *zinc_mem_location_name(int loc) {
 zinc_status zinc_memory_stats(const zinc_engine *e, zinc_mem_stats *out) {
   if (!e || !out)
     return zinc_error(ZINC_ERR_INVALID, "zinc_memory_stats: NULL %s", e ? "out" : "engine");
-  zinc_prof_stats(e->prof, out);
-  out->theoretical_model_states = e->built ? zinc_formula_model_states(e) : 0;
+  zinc_mem_stats s;
+  ZINC_CHECK(zinc_abi_check(out, "zinc_mem_stats", "ZINC_MEM_STATS_INIT"));
+  zinc_prof_stats(e->prof, &s);
+  s.theoretical_model_states = e->built ? zinc_formula_model_states(e) : 0;
   if (e->dev && e->dev->ops->is_gpu)
-    out->device_process = zinc_device_cuda_process_bytes(e->dev); /* NVML, -1 unknown */
+    s.device_process = zinc_device_cuda_process_bytes(e->dev); /* NVML, -1 unknown */
   if (e->dev && e->dev->ops->mem_info) {
     int64_t fr = -1, tot = -1;
     if (e->dev->ops->mem_info(e->dev, &fr, &tot) == ZINC_OK) {
-      out->device_free = fr;
-      out->device_total = tot;
+      s.device_free = fr;
+      s.device_total = tot;
     }
   }
-  return ZINC_OK;
+  return zinc_abi_write(out, &s, sizeof s, "zinc_mem_stats", "ZINC_MEM_STATS_INIT");
 }

@@ -73,7 +73,7 @@ static double diff_pct(uint64_t measured, uint64_t formula) {
 zinc_status zinc_memory_report(const zinc_engine *e, int json, char **text) {
   if (!e || !text)
     return zinc_error(ZINC_ERR_INVALID, "zinc_memory_report: NULL argument");
-  zinc_mem_stats st;
+  zinc_mem_stats st = ZINC_MEM_STATS_INIT;
   ZINC_CHECK(zinc_memory_stats(e, &st));
   uint64_t ms = model_states(&st);
   sbuf b = {0};
@@ -146,7 +146,7 @@ zinc_status zinc_memory_report_all(zinc_engine *e, int json, char **text) {
   if (!e || !text)
     return zinc_error(ZINC_ERR_INVALID, "zinc_memory_report_all: NULL argument");
   *text = NULL;
-  zinc_mem_stats st;
+  zinc_mem_stats st = ZINC_MEM_STATS_INIT;
   ZINC_CHECK(zinc_memory_stats(e, &st));
   double mine[F_N];
   for (int l = 0; l < ZINC_LOC_N; l++) {

@@ -88,7 +88,7 @@ void gpt_print_timers(const zinc_timers *t, int64_t steps) {
 #define MEM_FIELDS (ZINC_LOC_N * ZINC_MEM_NCAT + ZINC_LOC_N + 1)
 
 zinc_status gpt_print_memory(zinc_engine *e, double trainer_activation_bytes) {
-  zinc_mem_stats m;
+  zinc_mem_stats m = ZINC_MEM_STATS_INIT;
   zinc_status st = zinc_memory_stats(e, &m);
   if (st != ZINC_OK)
     return st;

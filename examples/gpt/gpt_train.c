@@ -399,12 +399,12 @@ static zinc_status train(gpt_run *r, int64_t start_step, int64_t *last_saved) {
   int print_every = zinc_steps_per_print(e) > 0 ? zinc_steps_per_print(e) : 10;
   gpt_progress prog;
   gpt_progress_start(&prog, (int64_t)B * T * gas * zinc_dp_size(e));
-  zinc_timers timers;
+  zinc_timers timers = ZINC_TIMERS_INIT;
   TRY(zinc_timers_take(e, &timers)); /* start the counters here */
   int64_t since_timers = 0;
   for (int64_t step = start_step; step < a->steps; step++) {
     double t0 = gpt_now(), loss_sum = 0;
-    zinc_step_info info = {0};
+    zinc_step_info info = ZINC_STEP_INFO_INIT;
     for (int micro = 0; micro < gas; micro++) {
       float loss;
       gpt_loader_batch(&r->loader, step * gas + micro, r->inputs, r->targets);
