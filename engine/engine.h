@@ -357,6 +357,7 @@ struct zinc_engine {
   int eval;               /* between zinc_eval_begin and zinc_eval_end */
   zinc_loss_scaler scaler;
   float last_grad_norm;
+  double last_lr;         /* the lr of the last zinc_step, unrounded (monitors) */
 
   /* ---- timers */
   zinc_phase phase;

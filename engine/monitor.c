@@ -171,7 +171,7 @@ static zinc_status step_events(zinc_engine *e, const zinc_step_info *info,
   struct zinc_monitor *m = e->mon;
   int64_t samples = zinc_global_samples(e);
   double now = zinc_now();
-  ZINC_CHECK(write_event(m, "Train/Samples/lr", info->lr, samples));
+  ZINC_CHECK(write_event(m, "Train/Samples/lr", e->last_lr, samples));
   if (e->cfg.fp16_enabled == 1)
     ZINC_CHECK(write_event(m, "Train/Samples/loss_scale", info->loss_scale, samples));
   ZINC_CHECK(write_event(m, "Train/Samples/grad_norm", info->grad_norm, samples));
