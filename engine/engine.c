@@ -719,22 +719,48 @@ zinc_status zinc_timers_take(zinc_engine *e, zinc_timers *out) {
 
 /* ------------------------------------------------ trainer collectives */
 
-zinc_status zinc_allreduce_host(zinc_engine *e, double *values, int n, zinc_reduce_op op) {
+/* The communicator of a scope; NULL for an unknown one. */
+static zinc_comm *scope_comm(zinc_engine *e, zinc_scope scope) {
+  switch (scope) {
+  case ZINC_SCOPE_WORLD: return e->world;
+  case ZINC_SCOPE_DP: return e->dp_host;
+  case ZINC_SCOPE_MP: return e->mp_host;
+  }
+  return NULL;
+}
+
+zinc_status zinc_allreduce_host_scope(zinc_engine *e, zinc_scope scope, double *values, int n,
+                                      zinc_reduce_op op) {
   if (!e || (!values && n > 0) || n < 0)
     return zinc_error(ZINC_ERR_INVALID, "zinc_allreduce_host: NULL engine/values or n < 0");
   if ((unsigned)op > ZINC_REDUCE_MEAN)
     return zinc_error(ZINC_ERR_INVALID, "zinc_allreduce_host: unknown op %d", (int)op);
+  zinc_comm *c = scope_comm(e, scope);
+  if (!c)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_allreduce_host: unknown scope %d", (int)scope);
   zinc_comm_op cop = op == ZINC_REDUCE_MAX ? ZINC_OP_MAX :
                      op == ZINC_REDUCE_MIN ? ZINC_OP_MIN : ZINC_OP_SUM;
-  ZINC_CHECK(zinc_comm_allreduce(e->dp_host, values, values, (size_t)n, ZINC_DT_F64, cop));
+  ZINC_CHECK(zinc_comm_allreduce(c, values, values, (size_t)n, ZINC_DT_F64, cop));
   if (op == ZINC_REDUCE_MEAN)
     for (int i = 0; i < n; i++)
-      values[i] /= e->dp_host->size;
+      values[i] /= c->size;
   return ZINC_OK;
 }
 
-zinc_status zinc_allgather_host(zinc_engine *e, const double *values, int n, double *out) {
+zinc_status zinc_allgather_host_scope(zinc_engine *e, zinc_scope scope, const double *values,
+                                      int n, double *out) {
   if (!e || ((!values || !out) && n > 0) || n < 0)
     return zinc_error(ZINC_ERR_INVALID, "zinc_allgather_host: NULL argument or n < 0");
-  return zinc_comm_allgather(e->world, values, out, (size_t)n, ZINC_DT_F64);
+  zinc_comm *c = scope_comm(e, scope);
+  if (!c)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_allgather_host: unknown scope %d", (int)scope);
+  return zinc_comm_allgather(c, values, out, (size_t)n, ZINC_DT_F64);
+}
+
+zinc_status zinc_allreduce_host(zinc_engine *e, double *values, int n, zinc_reduce_op op) {
+  return zinc_allreduce_host_scope(e, ZINC_SCOPE_DP, values, n, op);
+}
+
+zinc_status zinc_allgather_host(zinc_engine *e, const double *values, int n, double *out) {
+  return zinc_allgather_host_scope(e, ZINC_SCOPE_WORLD, values, n, out);
 }

@@ -471,11 +471,29 @@ ZINC_API zinc_status zinc_engine_config_to_json(const zinc_engine *e, char **jso
 
 typedef enum { ZINC_REDUCE_SUM, ZINC_REDUCE_MAX, ZINC_REDUCE_MIN,
                ZINC_REDUCE_MEAN } zinc_reduce_op;
-/* All-reduce n host doubles over the data-parallel group (collective), for a
- * trainer's own figures (mean loss, token counts). In place. */
+/* The group a trainer's host collective runs over: every rank, the ranks
+ * that hold the same model shard (data-parallel group, zinc_dp_rank and
+ * zinc_dp_size), or the ranks that hold one replica's shards
+ * (model-parallel group, consecutive world ranks, zinc_mp_rank). */
+typedef enum { ZINC_SCOPE_WORLD, ZINC_SCOPE_DP, ZINC_SCOPE_MP } zinc_scope;
+/* All-reduce n host doubles over `scope`, in place, for a trainer's own
+ * figures (mean loss, token counts); MEAN divides the sum by the group's
+ * size. Every rank of the group calls it with the same n and op.
+ * [collective] */
+ZINC_API zinc_status zinc_allreduce_host_scope(zinc_engine *e, zinc_scope scope,
+                                               double *values, int n, zinc_reduce_op op);
+/* All-gather n host doubles from every rank of `scope` into out (group
+ * size x n), rank r's values at out + r*n, r its rank in that group.
+ * [collective] */
+ZINC_API zinc_status zinc_allgather_host_scope(zinc_engine *e, zinc_scope scope,
+                                               const double *values, int n, double *out);
+/* The two calls of 0.1.0, kept as they were: zinc_allreduce_host is
+ * zinc_allreduce_host_scope(ZINC_SCOPE_DP) (with model parallelism, a
+ * loss mean over replicas) and zinc_allgather_host is
+ * zinc_allgather_host_scope(ZINC_SCOPE_WORLD). New code names its scope.
+ * [collective] */
 ZINC_API zinc_status zinc_allreduce_host(zinc_engine *e, double *values,
                                          int n, zinc_reduce_op op);
-/* All-gather n host doubles from every world rank into out (world_size * n). */
 ZINC_API zinc_status zinc_allgather_host(zinc_engine *e, const double *values,
                                          int n, double *out);
 
