@@ -284,6 +284,7 @@ void zinc_engine_destroy(zinc_engine *e) {
   if (e->dev)
     zinc_activation_store_destroy(e);
   zinc_monitor_close(e);
+  zinc_memory_trainer_free(e);
   zinc_build_free(e);
   zinc_trace_free(e);
   zinc_registry_free(e);

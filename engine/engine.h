@@ -365,6 +365,10 @@ struct zinc_engine {
   double t_forward, t_backward, t_step, t_comm_wait;
   double t_taken[4];      /* the four above summed at each zinc_timers_take */
 
+  /* ---- the trainer's registered activations (memory/profiler.c) */
+  struct zinc_trainer_mem *tmem;
+  int ntmem, captmem;
+
   /* ---- monitors (monitor.c) */
   struct zinc_monitor *mon; /* world rank 0 with a monitor enabled, else NULL */
   double mon_micro[5], mon_window[5]; /* timer totals at the last step call
@@ -641,6 +645,8 @@ zinc_status zinc_prof_create(zinc_prof **out);
 void zinc_prof_destroy(zinc_prof *p);
 void zinc_prof_account(void *prof, int location, int category, int64_t bytes);
 void zinc_prof_stats(const zinc_prof *p, zinc_mem_stats *out);
+/* Free the list of the trainer's registered activations. */
+void zinc_memory_trainer_free(zinc_engine *e);
 void zinc_prof_phase(zinc_prof *p, int phase);
 uint64_t zinc_formula_model_states(const zinc_engine *e);
 

@@ -185,7 +185,7 @@ static zinc_status step_events(zinc_engine *e, const zinc_step_info *info,
       if (!ms.peak[l][c])
         continue;
       char name[96];
-      snprintf(name, sizeof name, "Train/Samples/memory_%s_%s", zinc_mem_location_name(l),
+      snprintf(name, sizeof name, "Train/Samples/memory_%s_%s", zinc_engine_location_name(e, l),
                zinc_mem_category_name(c));
       ZINC_CHECK(write_event(m, name, (double)ms.current[l][c], samples));
     }

@@ -613,9 +613,26 @@ ZINC_API zinc_status zinc_memory_report_all(zinc_engine *e, int json, char **tex
 /* Write the memory timeline sampled so far (config "zinc.memory_timeline")
  * now; it is also written at zinc_engine_destroy. */
 ZINC_API zinc_status zinc_memory_timeline_flush(zinc_engine *e);
-/* Name of a zinc_mem_category ("params") or zinc_mem_location ("device"). */
+/* Name of a zinc_mem_category ("params") or zinc_mem_location ("device").
+ * [no engine] */
 ZINC_API const char *zinc_mem_category_name(int cat);
 ZINC_API const char *zinc_mem_location_name(int loc);
+/* What a location is on this engine, for reports: on a GPU engine the
+ * names above; on the CPU device the device's memory is host memory, so
+ * ZINC_LOC_DEVICE is "host" and ZINC_LOC_HOST (pinned offload buffers)
+ * "host_offload". The reports (zinc_memory_report, the monitors) use
+ * these; the JSON report keeps the zinc_mem_location_name keys and says
+ * "device_is_host". [engine] */
+ZINC_API const char *zinc_engine_location_name(const zinc_engine *e, int loc);
+/* Memory the trainer holds for its activations, counted in every report
+ * and in zinc_mem_stats under ZINC_MEM_ACTIVATIONS at `location`
+ * (ZINC_LOC_DEVICE or ZINC_LOC_HOST): `name` (1..63 bytes) names the
+ * block; registering a name again replaces its bytes and location;
+ * unregistering a name that is not registered is ZINC_ERR_INVALID. The
+ * engine allocates nothing for it. [engine] */
+ZINC_API zinc_status zinc_memory_register_activations(zinc_engine *e, const char *name,
+                                                      int location, uint64_t bytes);
+ZINC_API zinc_status zinc_memory_unregister_activations(zinc_engine *e, const char *name);
 
 /* ------------------------------------------- activation checkpointing */
 

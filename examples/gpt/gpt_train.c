@@ -46,7 +46,10 @@
  * B x T tokens, each from this rank's own slice of the corpus (gpt_data.h),
  * each followed by zinc_step (which runs the optimizer at the boundary).
  * Rank 0 prints the progress line every steps_per_print steps, the memory
- * report at the end and where the checkpoints went.
+ * report at the end and where the checkpoints went. The config's
+ * "csv_monitor" and "tensorboard" sections get the mean loss as
+ * Train/Samples/train_loss (zinc_monitor_scalar) beside the engine's lr,
+ * loss scale, gradient norm, step time and memory.
  */
 #include <errno.h>
 #include <limits.h>
@@ -414,7 +417,9 @@ static zinc_status train(gpt_run *r, int64_t start_step, int64_t *last_saved) {
       loss_sum += loss;
     }
     double loss = loss_sum / gas;
-    TRY(zinc_allreduce_host(e, &loss, 1, ZINC_REDUCE_MEAN));
+    TRY(zinc_allreduce_host_scope(e, ZINC_SCOPE_DP, &loss, 1, ZINC_REDUCE_MEAN));
+    /* the config's csv_monitor / tensorboard: DeepSpeed's name for the loss */
+    TRY(zinc_monitor_scalar(e, "Train/Samples/train_loss", loss));
     double seconds = gpt_now() - t0;
     gpt_progress_add(&prog, loss, seconds, step == start_step);
     since_timers++;
@@ -486,6 +491,10 @@ static zinc_status setup(gpt_run *r, int64_t *start_step) {
   if (!r->inputs || !r->targets || gpt_acts_alloc(&r->acts, &tr->cfg, B, T) != 0)
     return trainer_error(r, ZINC_ERR_NOMEM, "out of memory for the activations of "
                          "%d x %d tokens", B, T);
+  /* the model computes on the CPU: its activations are host memory, and
+   * the memory report counts them beside the engine's own */
+  TRY(zinc_memory_register_activations(e, "gpt activations", ZINC_LOC_DEVICE,
+                                       (uint64_t)r->acts.bytes));
 
   *start_step = 0;
   if (a->resume) {

@@ -381,10 +381,10 @@ static void run(int fp16) {
       ET_CHECK(vals[i] >= 0 && steps[i] == (i + 1) * batch, "%s row %d: %lld,%g", file, i,
                (long long)steps[i], vals[i]);
   }
-  /* memory: the parameters, on the cpu device */
-  n = read_csv(csv_dir, "Train_Samples_memory_device_params.csv", "memory_device_params", steps,
+  /* memory: the parameters, on the cpu device: host memory */
+  n = read_csv(csv_dir, "Train_Samples_memory_host_params.csv", "memory_host_params", steps,
                vals, 16);
-  ET_CHECK(n == STEPS && vals[0] > 0, "memory_device_params: %d rows, first %g", n, vals[0]);
+  ET_CHECK(n == STEPS && vals[0] > 0, "memory_host_params: %d rows, first %g", n, vals[0]);
 
   /* tensorboard, decoded here */
   static tb_scalar tb[512];
