@@ -40,7 +40,9 @@
  *                    not re-entrant; two engines are independent);
  *      [collective]  [engine], and every rank of the scope named must make
  *                    the same call in the same order;
- *      [no engine]   touches only its arguments: any thread, any time.
+ *      [no engine]   touches only its arguments: any thread, any time;
+ *      [config]      one thread at a time per zinc_config (reading calls
+ *                    may run together when none changes or frees it).
  *  - Collective scope: a call that takes no zinc_scope runs over the group
  *    its description names (ZeRO's calls over the data-parallel group, the
  *    checkpoint and export calls over the world); the trainer's host
@@ -109,19 +111,19 @@ ZINC_API zinc_status zinc_error_set(zinc_status st, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
-    ;
+    ;  /* [any thread] */
 /* Name of a status ("ZINC_ERR_IO"). */
-ZINC_API const char *zinc_status_name(zinc_status s);
+ZINC_API const char *zinc_status_name(zinc_status s);  /* [any thread] */
 /* "MAJOR.MINOR.PATCH" of the library that is running (ZINC_VERSION_* are
  * those of the header compiled against), e.g. "0.1.0". */
-ZINC_API const char *zinc_version(void);
+ZINC_API const char *zinc_version(void);  /* [any thread] */
 
 typedef enum { ZINC_F32, ZINC_BF16, ZINC_F16 } zinc_dtype;
 
 /* Bytes per element of a dtype (4 or 2); 0 for an unknown value. */
-ZINC_API size_t zinc_dtype_size(zinc_dtype dt);
+ZINC_API size_t zinc_dtype_size(zinc_dtype dt);  /* [no engine] */
 /* "f32", "bf16", "f16" */
-ZINC_API const char *zinc_dtype_name(zinc_dtype dt);
+ZINC_API const char *zinc_dtype_name(zinc_dtype dt);  /* [no engine] */
 /* dst (n elements of dst_dtype) = src (n elements of src_dtype) in host
  * memory, on the calling thread, with the engine's own rounding (to nearest
  * even, as every cast inside zinc): a trainer that keeps fp32 copies of
@@ -129,7 +131,7 @@ ZINC_API const char *zinc_dtype_name(zinc_dtype dt);
  * must not overlap unless they are equal with equal dtypes. INVALID for a
  * negative n, an unknown dtype or a NULL buffer with n > 0. */
 ZINC_API zinc_status zinc_convert(void *dst, zinc_dtype dst_dtype, const void *src,
-                                  zinc_dtype src_dtype, int64_t n);
+                                  zinc_dtype src_dtype, int64_t n);  /* [no engine] */
 
 /* ------------------------------------------------------------------ config */
 
@@ -141,19 +143,19 @@ typedef struct zinc_config zinc_config;
  * On failure *out is NULL and the message gives the JSON path, the value
  * found and what is expected.
  * Warnings (unknown keys, sections zinc does not implement) go to the logger. */
-ZINC_API zinc_status zinc_config_load(const char *path, zinc_config **out);
+ZINC_API zinc_status zinc_config_load(const char *path, zinc_config **out);  /* [no engine] */
 /* Same, from a string. */
-ZINC_API zinc_status zinc_config_parse(const char *json_text, zinc_config **out);
-ZINC_API void zinc_config_free(zinc_config *cfg);
+ZINC_API zinc_status zinc_config_parse(const char *json_text, zinc_config **out);  /* [no engine] */
+ZINC_API void zinc_config_free(zinc_config *cfg);  /* [config] */
 /* Copy of the resolved settings as a JSON text (caller frees with free()).
  * Values still "auto" at this point (they resolve at engine creation/build)
  * are written as "auto". */
-ZINC_API zinc_status zinc_config_to_json(const zinc_config *cfg, char **json_out);
+ZINC_API zinc_status zinc_config_to_json(const zinc_config *cfg, char **json_out);  /* [config] */
 /* Print the resolved settings through the logger, as DeepSpeed prints its
  * config at start-up. */
-ZINC_API void zinc_config_print(const zinc_config *cfg);
+ZINC_API void zinc_config_print(const zinc_config *cfg);  /* [config] */
 /* Number of warnings the load produced (unknown keys, ignored sections). */
-ZINC_API int zinc_config_warning_count(const zinc_config *cfg);
+ZINC_API int zinc_config_warning_count(const zinc_config *cfg);  /* [config] */
 
 /* Give the trainer's value for a key that configs write as "auto" (as
  * Hugging Face's Trainer fills them from its arguments before DeepSpeed
@@ -198,7 +200,7 @@ ZINC_API int zinc_config_warning_count(const zinc_config *cfg);
  * line; otherwise ZINC_ERR_CONFIG naming the key and this call) and at
  * zinc_engine_build (bucket sizes, fp16/bf16); docs/config.md lists each. */
 ZINC_API zinc_status zinc_config_fill_auto(zinc_config *cfg, const char *path,
-                                           double value);
+                                           double value);  /* [config] */
 
 /* ------------------------------------------------------------------ engine */
 
@@ -242,7 +244,7 @@ typedef struct {                 /* what a JSON file should not carry */
  * copied; the caller may free it. */
 ZINC_API zinc_status zinc_engine_create(const zinc_config *cfg,
                                         const zinc_options *opt,
-                                        zinc_engine **out);
+                                        zinc_engine **out);  /* [collective] */
 /* Free everything the engine owns: memory, threads, files (swap files are
  * removed). Accepts NULL. Collective when the engine was built, except
  * after ZINC_ERR_COMM from a lost or frozen peer: then it returns at once,
@@ -251,39 +253,39 @@ ZINC_API zinc_status zinc_engine_create(const zinc_config *cfg,
  * MPI_Finalize would wait for the lost rank: when zinc initialised MPI it
  * does not finalise it at exit after such a failure; a trainer that
  * initialised MPI should then exit, or MPI_Abort, rather than finalise. */
-ZINC_API void zinc_engine_destroy(zinc_engine *e);
+ZINC_API void zinc_engine_destroy(zinc_engine *e);  /* [collective] */
 
 /* Rank and size in the whole world. */
-ZINC_API int zinc_rank(const zinc_engine *e);
-ZINC_API int zinc_world_size(const zinc_engine *e);
+ZINC_API int zinc_rank(const zinc_engine *e);  /* [any thread] */
+ZINC_API int zinc_world_size(const zinc_engine *e);  /* [any thread] */
 /* Rank and size in the data-parallel group (ZeRO partitions over it). */
-ZINC_API int zinc_dp_rank(const zinc_engine *e);
-ZINC_API int zinc_dp_size(const zinc_engine *e);
+ZINC_API int zinc_dp_rank(const zinc_engine *e);  /* [any thread] */
+ZINC_API int zinc_dp_size(const zinc_engine *e);  /* [any thread] */
 /* Rank and size in the model-parallel group (consecutive world ranks). */
-ZINC_API int zinc_mp_rank(const zinc_engine *e);
-ZINC_API int zinc_mp_size(const zinc_engine *e);
+ZINC_API int zinc_mp_rank(const zinc_engine *e);  /* [any thread] */
+ZINC_API int zinc_mp_size(const zinc_engine *e);  /* [any thread] */
 /* 1 when the engine computes on a CUDA device, 0 on the CPU. */
-ZINC_API int zinc_engine_on_gpu(const zinc_engine *e);
+ZINC_API int zinc_engine_on_gpu(const zinc_engine *e);  /* [any thread] */
 
 /* --------------------------------------------------------------- registry */
 
 /* Register a module (a unit that is fetched, computed and released together,
  * e.g. a transformer block). Modules are laid out in registration order;
  * register them in forward order. Returns NULL on error (zinc_last_error). */
-ZINC_API zinc_module *zinc_module_add(zinc_engine *e, const char *name);
+ZINC_API zinc_module *zinc_module_add(zinc_engine *e, const char *name);  /* [engine] */
 
 /* Register a parameter of module m: name (unique within m), dtype (the
  * compute dtype: the full tensor the trainer reads), shape (ndim 1..8, each
  * dimension > 0). Returns NULL on error. */
 ZINC_API zinc_param *zinc_param_add(zinc_engine *e, zinc_module *m,
                                     const char *name, zinc_dtype dtype,
-                                    int ndim, const int64_t *shape);
+                                    int ndim, const int64_t *shape);  /* [engine] */
 
 /* Weight decay applies to a parameter unless turned off here (biases and
  * norm scales usually are). enabled = 1 restores the config's
  * weight_decay (dropping a value set below). Call before
  * zinc_engine_build. */
-ZINC_API zinc_status zinc_param_set_weight_decay(zinc_param *p, int enabled);
+ZINC_API zinc_status zinc_param_set_weight_decay(zinc_param *p, int enabled);  /* [engine] */
 /* Parameter groups. The weight decay of p is `wd` instead of the config's
  * weight_decay (and decay is enabled for p; wd 0 is the same as
  * zinc_param_set_weight_decay(p, 0)). wd must be >= 0 and finite.
@@ -297,8 +299,8 @@ ZINC_API zinc_status zinc_param_set_weight_decay(zinc_param *p, int enabled);
  * zinc_engine_build; every rank must make the same calls (the build fails
  * on every rank otherwise, naming the parameter and the rank). */
 #define ZINC_MAX_PARAM_GROUPS 64
-ZINC_API zinc_status zinc_param_set_weight_decay_value(zinc_param *p, double wd);
-ZINC_API zinc_status zinc_param_set_lr_scale(zinc_param *p, double scale);
+ZINC_API zinc_status zinc_param_set_weight_decay_value(zinc_param *p, double wd);  /* [engine] */
+ZINC_API zinc_status zinc_param_set_lr_scale(zinc_param *p, double scale);  /* [engine] */
 /* A frozen parameter (frozen = 1) is not trained: zinc_param_grad returns
  * NULL for it (zinc_last_error says why) and the engine holds no gradient
  * memory, no optimizer state and no reduction for it; it is left out of
@@ -312,7 +314,7 @@ ZINC_API zinc_status zinc_param_set_lr_scale(zinc_param *p, double scale);
  * moments are dropped). Default 0.
  * Call before zinc_engine_build; every rank
  * must freeze the same parameters. */
-ZINC_API zinc_status zinc_param_set_frozen(zinc_param *p, int frozen);
+ZINC_API zinc_status zinc_param_set_frozen(zinc_param *p, int frozen);  /* [engine] */
 
 /* With model parallelism (zinc_options.model_parallel_size > 1), each
  * model-parallel rank registers its own shard of a tensor-parallel layer
@@ -326,7 +328,7 @@ ZINC_API zinc_status zinc_param_set_frozen(zinc_param *p, int frozen);
  * trainer all-reduces them, as Megatron does). Default 0. No effect with
  * model_parallel_size 1. Call before zinc_engine_build; every rank must
  * mark the same parameters. */
-ZINC_API zinc_status zinc_param_set_replicated(zinc_param *p, int replicated);
+ZINC_API zinc_status zinc_param_set_replicated(zinc_param *p, int replicated);  /* [engine] */
 
 /* Fill the full tensor of `p` (numel fp32 values in host memory) with the same
  * values on every rank; the engine converts and partitions it. */
@@ -340,42 +342,42 @@ typedef zinc_status (*zinc_init_fn)(const zinc_param *p, float *dst,
  * the key when it was not given), "auto" fp16/bf16 from the parameters'
  * dtypes. Collective. */
 ZINC_API zinc_status zinc_engine_build(zinc_engine *e, zinc_init_fn init,
-                                       void *ctx);
+                                       void *ctx);  /* [collective] */
 
-ZINC_API const char *zinc_module_name(const zinc_module *m);
-ZINC_API zinc_module *zinc_module_find(const zinc_engine *e, const char *name);
-ZINC_API const char *zinc_param_name(const zinc_param *p);
-ZINC_API int64_t zinc_param_numel(const zinc_param *p);
-ZINC_API zinc_dtype zinc_param_dtype(const zinc_param *p);
+ZINC_API const char *zinc_module_name(const zinc_module *m);  /* [engine] */
+ZINC_API zinc_module *zinc_module_find(const zinc_engine *e, const char *name);  /* [engine] */
+ZINC_API const char *zinc_param_name(const zinc_param *p);  /* [engine] */
+ZINC_API int64_t zinc_param_numel(const zinc_param *p);  /* [engine] */
+ZINC_API zinc_dtype zinc_param_dtype(const zinc_param *p);  /* [engine] */
 /* Shape of p: returns ndim and, if shape is not NULL, writes ndim values. */
-ZINC_API int zinc_param_shape(const zinc_param *p, int64_t *shape);
-ZINC_API zinc_module *zinc_param_module(const zinc_param *p);
+ZINC_API int zinc_param_shape(const zinc_param *p, int64_t *shape);  /* [engine] */
+ZINC_API zinc_module *zinc_param_module(const zinc_param *p);  /* [engine] */
 /* Number of registered modules/parameters and access by index. */
-ZINC_API int zinc_module_count(const zinc_engine *e);
-ZINC_API zinc_module *zinc_module_at(const zinc_engine *e, int index);
-ZINC_API int zinc_module_param_count(const zinc_module *m);
-ZINC_API zinc_param *zinc_module_param_at(const zinc_module *m, int index);
+ZINC_API int zinc_module_count(const zinc_engine *e);  /* [engine] */
+ZINC_API zinc_module *zinc_module_at(const zinc_engine *e, int index);  /* [engine] */
+ZINC_API int zinc_module_param_count(const zinc_module *m);  /* [engine] */
+ZINC_API zinc_param *zinc_module_param_at(const zinc_module *m, int index);  /* [engine] */
 
 /* --------------------------------------------------------------- training */
 
 /* Make the full parameters of m available (stage 3: all-gather, or wait for
  * the prefetch started earlier; other stages: nothing to do). Collective in
  * stage 3: every rank fetches the same modules in the same order. */
-ZINC_API zinc_status zinc_module_fetch(zinc_engine *e, zinc_module *m);
+ZINC_API zinc_status zinc_module_fetch(zinc_engine *e, zinc_module *m);  /* [collective] */
 /* The trainer is done with m's parameters for now (stage 3 frees the
  * gathered copy unless it is reused soon). */
-ZINC_API zinc_status zinc_module_release(zinc_engine *e, zinc_module *m);
+ZINC_API zinc_status zinc_module_release(zinc_engine *e, zinc_module *m);  /* [collective] */
 
 /* The full tensor of p in its compute dtype, on the engine's device; valid
  * between fetch and release. NULL (and zinc_last_error) when not fetched. */
-ZINC_API void *zinc_param_data(zinc_param *p);
+ZINC_API void *zinc_param_data(zinc_param *p);  /* [engine] */
 /* The gradient buffer of p (p's dtype, p's shape, on the device) that the
  * backward pass accumulates into (+=). It is zeroed by the engine when it is
  * first handed out in an accumulation window (stages 0-1) or micro-batch
  * (stages 2-3); the trainer never zeroes it. Valid until grads_ready(m).
  * NULL (and zinc_last_error) when p's module is not fetched or p is
  * frozen (zinc_param_set_frozen). */
-ZINC_API void *zinc_param_grad(zinc_param *p);
+ZINC_API void *zinc_param_grad(zinc_param *p);  /* [engine] */
 /* m's gradients for this micro-batch are complete: the engine may start
  * reducing them (stage 2/3: reduce-scatter, overlapped with the trainer's
  * next module when overlap_comm is on). Every module whose gradient was
@@ -387,7 +389,7 @@ ZINC_API void *zinc_param_grad(zinc_param *p);
  * it the same way at the same call: the ranks agree there and record the
  * order again. A rank that changes it alone fails on every rank with
  * ZINC_ERR_INVALID, and the engine stops. */
-ZINC_API zinc_status zinc_module_grads_ready(zinc_engine *e, zinc_module *m);
+ZINC_API zinc_status zinc_module_grads_ready(zinc_engine *e, zinc_module *m);  /* [collective] */
 /* The micro-batch's backward pass is over: every pending reduction is
  * finished before this returns. Collective. Refused with ZINC_ERR_INVALID
  * on every rank, changing nothing, when on any rank a module is still
@@ -396,7 +398,7 @@ ZINC_API zinc_status zinc_module_grads_ready(zinc_engine *e, zinc_module *m);
  * fetch and grads_ready are refused (the micro-batch is over). A
  * micro-batch that only fetched and released modules (forward-only work
  * outside eval_begin/eval_end) fails with ZINC_ERR_INVALID. */
-ZINC_API zinc_status zinc_backward_end(zinc_engine *e);
+ZINC_API zinc_status zinc_backward_end(zinc_engine *e);  /* [collective] */
 
 typedef struct {
   size_t  size;        /* sizeof(zinc_step_info): ZINC_STEP_INFO_INIT sets it */
@@ -421,7 +423,7 @@ typedef struct {
  * that a lower loss scale cannot cure (fp16 at min_loss_scale, any skip
  * with bf16/fp32), it fails with ZINC_ERR_INVALID on every rank and the
  * engine stops. info may be NULL. */
-ZINC_API zinc_status zinc_step(zinc_engine *e, zinc_step_info *info);
+ZINC_API zinc_status zinc_step(zinc_engine *e, zinc_step_info *info);  /* [collective] */
 
 /* Drive the learning rate from the trainer: from the next zinc_step on,
  * the optimizer uses `lr` (times each parameter's lr scale) instead of the
@@ -431,19 +433,19 @@ ZINC_API zinc_status zinc_step(zinc_engine *e, zinc_step_info *info);
  * (not checked: it involves no collective). zinc_step_info.lr reports the
  * lr used. The setting is not saved in checkpoints: a trainer that drives
  * its own schedule sets it again after zinc_load_checkpoint. */
-ZINC_API zinc_status zinc_engine_set_lr(zinc_engine *e, double lr);
+ZINC_API zinc_status zinc_engine_set_lr(zinc_engine *e, double lr);  /* [engine] */
 
 /* The factor the trainer multiplies its loss gradient by (fp16 dynamic or
  * static loss scaling); 1 for fp32/bf16. */
-ZINC_API float zinc_loss_scale(const zinc_engine *e);
+ZINC_API float zinc_loss_scale(const zinc_engine *e);  /* [engine] */
 /* Optimizer steps taken so far (after a load, the saved count), and
  * micro-batches counted by zinc_step. */
-ZINC_API int64_t zinc_step_count(const zinc_engine *e);
-ZINC_API int64_t zinc_micro_step_count(const zinc_engine *e);
+ZINC_API int64_t zinc_step_count(const zinc_engine *e);  /* [engine] */
+ZINC_API int64_t zinc_micro_step_count(const zinc_engine *e);  /* [engine] */
 /* The ZeRO stage, and the offload target of the optimizer state
  * (params = 0) or of the parameters (params = 1): "none", "cpu", "nvme". */
-ZINC_API int zinc_zero_stage(const zinc_engine *e);
-ZINC_API const char *zinc_offload_name(const zinc_engine *e, int params);
+ZINC_API int zinc_zero_stage(const zinc_engine *e);  /* [engine] */
+ZINC_API const char *zinc_offload_name(const zinc_engine *e, int params);  /* [engine] */
 
 /* Forward-only work between steps (evaluation, sampling): inside
  * eval_begin/eval_end, fetch and release follow the trainer's own order
@@ -451,22 +453,23 @@ ZINC_API const char *zinc_offload_name(const zinc_engine *e, int params);
  * nothing is recorded or compared with the training order; gradients cannot
  * be handed out. Collective: every data-parallel rank makes the same calls.
  * Call between zinc_step and the next micro-batch. */
-ZINC_API zinc_status zinc_eval_begin(zinc_engine *e);
-ZINC_API zinc_status zinc_eval_end(zinc_engine *e);
+ZINC_API zinc_status zinc_eval_begin(zinc_engine *e);  /* [collective] */
+ZINC_API zinc_status zinc_eval_end(zinc_engine *e);  /* [collective] */
 /* Learning rate the next step will use. */
-ZINC_API float zinc_lr(const zinc_engine *e);
+ZINC_API float zinc_lr(const zinc_engine *e);  /* [engine] */
 /* Micro-batch size per rank and accumulation steps, as resolved. */
-ZINC_API int zinc_micro_batch_size(const zinc_engine *e);
-ZINC_API int zinc_gradient_accumulation_steps(const zinc_engine *e);
-ZINC_API int64_t zinc_train_batch_size(const zinc_engine *e);
+ZINC_API int zinc_micro_batch_size(const zinc_engine *e);  /* [engine] */
+ZINC_API int zinc_gradient_accumulation_steps(const zinc_engine *e);  /* [engine] */
+ZINC_API int64_t zinc_train_batch_size(const zinc_engine *e);  /* [engine] */
 /* Configured steps_per_print (a file's 0, "never", and anything above
  * INT_MAX come back as INT_MAX) and wall_clock_breakdown. */
-ZINC_API int zinc_steps_per_print(const zinc_engine *e);
-ZINC_API int zinc_wall_clock_breakdown(const zinc_engine *e);
+ZINC_API int zinc_steps_per_print(const zinc_engine *e);  /* [engine] */
+ZINC_API int zinc_wall_clock_breakdown(const zinc_engine *e);  /* [engine] */
 /* The settings the engine runs with, as zinc_config_to_json writes them
  * (caller frees with free()): after zinc_engine_create every "auto" is
  * resolved but the bucket sizes and fp16/bf16, which resolve at
  * zinc_engine_build. */
+/* [engine] */
 ZINC_API zinc_status zinc_engine_config_to_json(const zinc_engine *e, char **json_out);
 
 typedef enum { ZINC_REDUCE_SUM, ZINC_REDUCE_MAX, ZINC_REDUCE_MIN,
@@ -495,7 +498,7 @@ ZINC_API zinc_status zinc_allgather_host_scope(zinc_engine *e, zinc_scope scope,
 ZINC_API zinc_status zinc_allreduce_host(zinc_engine *e, double *values,
                                          int n, zinc_reduce_op op);
 ZINC_API zinc_status zinc_allgather_host(zinc_engine *e, const double *values,
-                                         int n, double *out);
+                                         int n, double *out);  /* [collective] */
 
 /* Wall-clock seconds spent by the engine in its phases since the last call
  * (forward = fetch..first grad, backward, step, comm waits), for
@@ -505,7 +508,7 @@ typedef struct {
   double forward, backward, step, comm_wait;
 } zinc_timers;
 #define ZINC_TIMERS_INIT { .size = sizeof(zinc_timers) }
-ZINC_API zinc_status zinc_timers_take(zinc_engine *e, zinc_timers *out);
+ZINC_API zinc_status zinc_timers_take(zinc_engine *e, zinc_timers *out);  /* [engine] */
 
 /* -------------------------------------------------------------- monitors */
 
@@ -555,12 +558,12 @@ typedef enum {
  * the same p and kind. (DeepSpeed's safe_get_full_*.) A state slot the
  * optimizer does not keep (EXP_AVG_SQ with Lion) is ZINC_ERR_INVALID. */
 ZINC_API zinc_status zinc_param_get_full(zinc_engine *e, zinc_param *p,
-                                         zinc_state_kind kind, float *dst);
+                                         zinc_state_kind kind, float *dst);  /* [collective] */
 /* Overwrite the full fp32 state of p from src (numel floats, identical on
  * every rank); PARAM also updates the compute-dtype copy. Collective.
  * GRAD cannot be set. */
 ZINC_API zinc_status zinc_param_set_full(zinc_engine *e, zinc_param *p,
-                                         zinc_state_kind kind, const float *src);
+                                         zinc_state_kind kind, const float *src);  /* [collective] */
 
 /* ------------------------------------------------------------- memory */
 
@@ -601,22 +604,23 @@ typedef struct {
 /* Current and peak bytes the engine holds, by location and category.
  * Model states = PARAMS + GRADS + OPTIM. BUFFERS holds communication
  * buckets and stage-3 gathered parameters. */
-ZINC_API zinc_status zinc_memory_stats(const zinc_engine *e, zinc_mem_stats *out);
+ZINC_API zinc_status zinc_memory_stats(const zinc_engine *e, zinc_mem_stats *out);  /* [engine] */
 /* This rank's memory as a table (json = 0) or a JSON object (json = 1):
  * current and peak bytes per location and category, the ZeRO formula and
  * the difference to it, phase peaks. *text is malloc'ed; free() it. */
-ZINC_API zinc_status zinc_memory_report(const zinc_engine *e, int json, char **text);
+ZINC_API zinc_status zinc_memory_report(const zinc_engine *e, int json, char **text);  /* [engine] */
 /* Collective: every rank's figures gathered; on rank 0 *text is one table
  * (or JSON) with each rank and the min/max/mean across ranks; on other
  * ranks *text is NULL. */
+/* [collective] */
 ZINC_API zinc_status zinc_memory_report_all(zinc_engine *e, int json, char **text);
 /* Write the memory timeline sampled so far (config "zinc.memory_timeline")
  * now; it is also written at zinc_engine_destroy. */
-ZINC_API zinc_status zinc_memory_timeline_flush(zinc_engine *e);
+ZINC_API zinc_status zinc_memory_timeline_flush(zinc_engine *e);  /* [engine] */
 /* Name of a zinc_mem_category ("params") or zinc_mem_location ("device").
  * [no engine] */
 ZINC_API const char *zinc_mem_category_name(int cat);
-ZINC_API const char *zinc_mem_location_name(int loc);
+ZINC_API const char *zinc_mem_location_name(int loc);  /* [no engine] */
 /* What a location is on this engine, for reports: on a GPU engine the
  * names above; on the CPU device the device's memory is host memory, so
  * ZINC_LOC_DEVICE is "host" and ZINC_LOC_HOST (pinned offload buffers)
@@ -632,6 +636,7 @@ ZINC_API const char *zinc_engine_location_name(const zinc_engine *e, int loc);
  * engine allocates nothing for it. [engine] */
 ZINC_API zinc_status zinc_memory_register_activations(zinc_engine *e, const char *name,
                                                       int location, uint64_t bytes);
+/* [engine] */
 ZINC_API zinc_status zinc_memory_unregister_activations(zinc_engine *e, const char *name);
 
 /* ------------------------------------------- activation checkpointing */
@@ -647,17 +652,18 @@ ZINC_API zinc_status zinc_memory_unregister_activations(zinc_engine *e, const ch
  * below number_checkpoints and no save larger than the first). Saving an id
  * again replaces it. Not collective. */
 ZINC_API zinc_status zinc_activation_save(zinc_engine *e, int id, const void *data,
-                                          size_t bytes);
+                                          size_t bytes);  /* [engine] */
 /* Bring checkpoint id back whole into dst (bytes, device memory): the
  * slices are all-gathered across the model-parallel group. Collective over
  * the group when partitioned. _start queues it (the comm's own thread does
  * the transfer) and zinc_activation_wait completes it. */
+/* [collective] */
 ZINC_API zinc_status zinc_activation_restore(zinc_engine *e, int id, void *dst, size_t bytes);
 ZINC_API zinc_status zinc_activation_restore_start(zinc_engine *e, int id, void *dst,
-                                                   size_t bytes);
-ZINC_API zinc_status zinc_activation_wait(zinc_engine *e, int id);
+                                                   size_t bytes);  /* [collective] */
+ZINC_API zinc_status zinc_activation_wait(zinc_engine *e, int id);  /* [collective] */
 /* Drop checkpoint id (its memory returns to the engine). */
-ZINC_API zinc_status zinc_activation_free(zinc_engine *e, int id);
+ZINC_API zinc_status zinc_activation_free(zinc_engine *e, int id);  /* [engine] */
 
 typedef struct {
   size_t size;                       /* ZINC_ACTIVATION_STATS_INIT sets it */
@@ -667,10 +673,12 @@ typedef struct {
   int64_t allocations;               /* buffers allocated for checkpoints */
 } zinc_activation_stats;
 #define ZINC_ACTIVATION_STATS_INIT { .size = sizeof(zinc_activation_stats) }
+/* [engine] */
 ZINC_API zinc_status zinc_activation_stats_get(const zinc_engine *e, zinc_activation_stats *out);
 
 /* Sum n floats (device memory) over the model-parallel group, in place:
  * the partial sums of tensor-parallel layers. Collective over the group. */
+/* [collective] */
 ZINC_API zinc_status zinc_mp_allreduce_sum(zinc_engine *e, float *data, int64_t n);
 
 /* -------------------------------------------------------- checkpoints */
@@ -678,7 +686,7 @@ ZINC_API zinc_status zinc_mp_allreduce_sum(zinc_engine *e, float *data, int64_t 
 /* Save every rank's shards and a manifest under dir/tag, crash-safe, and
  * point dir/latest at it. Collective. */
 ZINC_API zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir,
-                                          const char *tag);
+                                          const char *tag);  /* [collective] */
 /* Load dir/tag (tag NULL: the one dir/latest names) into the engine's
  * current world size, stage and offload, re-partitioning as needed.
  * Collective. Each rank resolves the tag and reads the manifest itself; the
@@ -692,7 +700,7 @@ ZINC_API zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir,
  * stops (every later call but destroy returns it), and the way on is
  * zinc_engine_destroy and a new engine that loads again. */
 ZINC_API zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir,
-                                          const char *tag);
+                                          const char *tag);  /* [collective] */
 
 /* Write the consolidated weights — every parameter whole, from the fp32
  * master, converted to `dtype` (ZINC_F32/BF16/F16) or to each parameter's
@@ -702,6 +710,7 @@ ZINC_API zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir,
  * temporary file is renamed into place). Tensor names are "module.param".
  * DeepSpeed's
  * stage3_gather_16bit_weights_on_model_save equivalent. Collective. */
+/* [collective] */
 ZINC_API zinc_status zinc_export_safetensors(zinc_engine *e, const char *path, int dtype);
 
 #ifdef __cplusplus
