@@ -60,25 +60,36 @@ enum { T_FWD, T_BWD, T_BWD_INNER, T_BWD_REDUCE, T_STEP, T_N };
 /* ------------------------------------------------------------ timers */
 
 /* Seconds in each phase since the engine began, whatever zinc_timers_take
- * reset since. bwd_inner is the backward pass without its comm waits. */
+ * reset since (T_BWD_INNER unused here: see interval). */
 static void timer_totals(const zinc_engine *e, double t[T_N]) {
   t[T_FWD] = e->t_taken[0] + e->t_forward;
   t[T_BWD] = e->t_taken[1] + e->t_backward;
   t[T_STEP] = e->t_taken[2] + e->t_step;
   t[T_BWD_REDUCE] = e->t_taken[3] + e->t_comm_wait;
-  t[T_BWD_INNER] = t[T_BWD] - t[T_BWD_REDUCE];
-  if (t[T_BWD_INNER] < 0)
-    t[T_BWD_INNER] = 0;
+  t[T_BWD_INNER] = 0;
+}
+
+/* Milliseconds in each timer between two totals. bwd_allreduce is the comm
+ * waits (most fall in the backward pass; those of backward_end's flush and
+ * the step count too), bwd_inner the backward pass without them, never
+ * below 0. */
+static void interval(const double now[T_N], const double before[T_N], double ms[T_N]) {
+  for (int i = 0; i < T_N; i++)
+    ms[i] = 1e3 * (now[i] - before[i]);
+  ms[T_BWD_INNER] = ms[T_BWD] - ms[T_BWD_REDUCE];
+  if (ms[T_BWD_INNER] < 0)
+    ms[T_BWD_INNER] = 0;
 }
 
 /* "time (ms) | fwd_microstep: 1.23 | ..." as DeepSpeed's SynchronizedWallClockTimer.log. */
 static void print_times(const double now[T_N], const double before[T_N], const char *suffix) {
   static const char *names[T_N] = {"fwd", "bwd", "bwd_inner", "bwd_allreduce", "step"};
   char line[512];
+  double ms[T_N];
+  interval(now, before, ms);
   size_t n = (size_t)snprintf(line, sizeof line, "time (ms)");
   for (int i = 0; i < T_N && n < sizeof line; i++)
-    n += (size_t)snprintf(line + n, sizeof line - n, " | %s%s: %.2f", names[i], suffix,
-                          1e3 * (now[i] - before[i]));
+    n += (size_t)snprintf(line + n, sizeof line - n, " | %s%s: %.2f", names[i], suffix, ms[i]);
   zinc_log_report0("%s", line);
 }
 
@@ -194,8 +205,10 @@ static zinc_status step_events(zinc_engine *e, const zinc_step_info *info,
         "Train/Samples/elapsed_time_ms_forward", "Train/Samples/elapsed_time_ms_backward",
         "Train/Samples/elapsed_time_ms_backward_inner",
         "Train/Samples/elapsed_time_ms_backward_allreduce", "Train/Samples/elapsed_time_ms_step"};
+    double msec[T_N];
+    interval(t, t0, msec);
     for (int i = 0; i < T_N; i++)
-      ZINC_CHECK(write_event(m, names[i], 1e3 * (t[i] - t0[i]), samples));
+      ZINC_CHECK(write_event(m, names[i], msec[i], samples));
   }
   if (m->tb)
     ZINC_CHECK(zinc_tfevents_flush(&m->tbw));

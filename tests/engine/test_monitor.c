@@ -412,6 +412,30 @@ static void run(int fp16) {
   fclose(ex);
 }
 
+/* Rank 0 cannot make its directory: zinc_engine_create fails on every
+ * rank, and rank 0's message names the path. */
+static void unwritable(void) {
+  et_run r = et_defaults();
+  r.extra = "  \"csv_monitor\": {\"enabled\": true, \"output_path\": \"/proc/zinc_no_such\", "
+            "\"job_name\": \"j\"}";
+  char *json = et_config_json(&r);
+  zinc_config *cfg = NULL;
+  ET_OK(zinc_config_parse(json, &cfg));
+  free(json);
+  zinc_options opt = ZINC_OPTIONS_INIT;
+  opt.device = ZINC_DEVICE_CPU;
+  opt.threads = 1;
+  zinc_engine *e = NULL;
+  zinc_status st = zinc_engine_create(cfg, &opt, &e);
+  zinc_config_free(cfg);
+  ET_CHECK(st != ZINC_OK && e == NULL, "an unwritable csv_monitor path: create gave %s",
+           zinc_status_name(st));
+  if (et_rank == 0)
+    ET_CHECK(strstr(zinc_last_error(), "/proc/zinc_no_such") != NULL,
+             "the message does not name the path: %s", zinc_last_error());
+  zinc_engine_destroy(e);
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   (void)argv;
@@ -421,6 +445,7 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &et_world);
   run(0);
   run(1);
+  unwritable();
   int bad = et_failures, all = 0;
   MPI_Allreduce(&bad, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (et_rank == 0)
