@@ -43,11 +43,11 @@
  *      [no engine]   touches only its arguments: any thread, any time;
  *      [config]      one thread at a time per zinc_config (reading calls
  *                    may run together when none changes or frees it).
- *  - Collective scope: a call that takes no zinc_scope runs over the group
- *    its description names (ZeRO's calls over the data-parallel group, the
- *    checkpoint and export calls over the world); the trainer's host
- *    collectives take an explicit zinc_scope (zinc_allreduce_host_scope,
- *    zinc_allgather_host_scope).
+ *  - Collective scope: a [collective] call that takes no zinc_scope runs
+ *    over the group its description names, the world where it names none;
+ *    the trainer's own host collectives take an explicit zinc_scope
+ *    (zinc_allreduce_host_scope, zinc_allgather_host_scope; the two 0.1.0
+ *    calls without one keep their groups, as stated there).
  *
  * A trainer's loop, for every stage:
  *
