@@ -189,6 +189,26 @@ void zinc_log(zinc_log_level level, const char *fmt, ...) {
   va_end(ap);
 }
 
+void zinc_log_report0(const char *fmt, ...) {
+  int rank = atomic_load(&log_rank);
+  if (rank > 0)
+    return;
+  char line[4096];
+  int n = snprintf(line, sizeof line, "[Rank %d] ", rank < 0 ? 0 : rank);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+  va_end(ap);
+  size_t len = strlen(line);
+  if (len + 1 < sizeof line) {
+    line[len++] = '\n';
+    line[len] = '\0';
+  }
+  fflush(stdout); /* after what the trainer printed before */
+  ssize_t w = write(STDOUT_FILENO, line, len);
+  (void)w;
+}
+
 void zinc_log0(zinc_log_level level, const char *fmt, ...) {
   if (!zinc_log_enabled(level) || atomic_load(&log_rank) > 0)
     return;
@@ -341,4 +361,45 @@ uint32_t zinc_crc32c(uint32_t crc, const void *data, size_t len) {
     return ~crc32c_hw(crc, data, len);
 #endif
   return ~crc32c_soft(crc, data, len);
+}
+
+/* ------------------------------------------------------------ struct ABI */
+
+static zinc_status abi_size(const void *caller, const char *type, const char *init,
+                            size_t *n) {
+  size_t size;
+  memcpy(&size, caller, sizeof size);
+  if (size < sizeof(size_t) || size > ZINC_STRUCT_SIZE_MAX)
+    return zinc_error(ZINC_ERR_INVALID, "%s.size is %zu: initialise the struct with %s "
+                      "(it sets size to the sizeof the trainer was compiled with)",
+                      type, size, init);
+  *n = size;
+  return ZINC_OK;
+}
+
+zinc_status zinc_abi_check(const void *caller, const char *type, const char *init) {
+  size_t n = 0;
+  return abi_size(caller, type, init, &n);
+}
+
+zinc_status zinc_abi_read(void *ours, size_t full, const void *caller, const char *type,
+                          const char *init) {
+  size_t n = 0;
+  ZINC_CHECK(abi_size(caller, type, init, &n));
+  if (n > full)
+    n = full; /* a newer header's fields: this library does not know them */
+  memcpy((char *)ours + sizeof(size_t), (const char *)caller + sizeof(size_t),
+         n - sizeof(size_t));
+  return ZINC_OK;
+}
+
+zinc_status zinc_abi_write(void *caller, const void *ours, size_t full, const char *type,
+                           const char *init) {
+  size_t n = 0;
+  ZINC_CHECK(abi_size(caller, type, init, &n));
+  if (n > full)
+    n = full;
+  memcpy((char *)caller + sizeof(size_t), (const char *)ours + sizeof(size_t),
+         n - sizeof(size_t));
+  return ZINC_OK;
 }

@@ -74,6 +74,10 @@ typedef enum {
 void zinc_log(zinc_log_level level, const char *fmt, ...) ZINC_PRINTF(2, 3);
 /* Same, but only rank 0 (or a process that has no rank yet) prints. */
 void zinc_log0(zinc_log_level level, const char *fmt, ...) ZINC_PRINTF(2, 3);
+/* A line the config asked for by name (wall_clock_breakdown), printed by
+ * rank 0 whatever the log level, to stdout as DeepSpeed's print_dist does:
+ * "[Rank 0] <message>". */
+void zinc_log_report0(const char *fmt, ...) ZINC_PRINTF(1, 2);
 int zinc_log_enabled(zinc_log_level level);
 void zinc_log_set_level(zinc_log_level level);
 /* Parse "error|warn|info|debug" (case-insensitive); -1 if not one of them. */
@@ -112,6 +116,23 @@ static inline uint64_t zinc_div_up(uint64_t x, uint64_t m) {
  * passing the previous value as crc (start with 0). Hardware instruction
  * where the CPU has it. */
 uint32_t zinc_crc32c(uint32_t crc, const void *data, size_t len);
+
+/* The ABI rule of zinc.h's caller-allocated structs: each begins with
+ * `size_t size`, the sizeof the caller was compiled with. `type` names the
+ * struct and `init` its initialiser for the message.
+ * zinc_abi_read: the caller's input over our defaults: *ours (full, `full`
+ * bytes, already holding the defaults) takes the caller's bytes after the
+ * size field up to min(caller size, full).
+ * zinc_abi_write: our result into the caller's struct: the bytes after the
+ * size field up to min(caller size, full); the caller's size is kept.
+ * Both refuse (ZINC_ERR_INVALID) a size below sizeof(size_t) or above
+ * ZINC_STRUCT_SIZE_MAX, changing nothing. */
+/* Only the check, before a call changes anything. */
+zinc_status zinc_abi_check(const void *caller, const char *type, const char *init);
+zinc_status zinc_abi_read(void *ours, size_t full, const void *caller, const char *type,
+                          const char *init);
+zinc_status zinc_abi_write(void *caller, const void *ours, size_t full, const char *type,
+                           const char *init);
 
 #ifdef __cplusplus
 }

@@ -65,6 +65,15 @@ typedef enum {
 } zinc_auto_key;
 #define ZINC_AUTO_BIT(k) (1u << (k))
 
+/* DeepSpeed's "csv_monitor" and "tensorboard" sections (its monitor/config.py):
+ * world rank 0 writes under output_path/job_name. */
+#define ZINC_MONITOR_PATH_MAX 1024
+typedef struct {
+  int enabled;                            /* false                         */
+  char output_path[ZINC_MONITOR_PATH_MAX];/* "": the working directory     */
+  char job_name[256];                     /* "DeepSpeedJobName"            */
+} zinc_monitor_settings;
+
 typedef enum { ZINC_OFFLOAD_NONE = 0, ZINC_OFFLOAD_CPU, ZINC_OFFLOAD_NVME } zinc_offload_device;
 /* optimizer.type; the optimizer's own kind (kernels/zinc_math.h) follows
  * from it (Adam and AdamW are one kind). */
@@ -216,6 +225,9 @@ typedef struct {
   int64_t ac_number_checkpoints;          /* 0 (null)                      */
   int ac_synchronize_checkpoint_boundary; /* false                         */
   int ac_profile;                         /* false                         */
+
+  /* ---- monitors */
+  zinc_monitor_settings csv_monitor, tensorboard;
 
   /* ---- "zinc" section: options DeepSpeed has no key for */
   int log_level;                          /* -1: leave the logger as is;

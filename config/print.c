@@ -231,6 +231,16 @@ static json_t *settings_json(const zinc_settings *s) {
   put(ac, "profile", json_boolean(s->ac_profile));
   put(root, "activation_checkpointing", ac);
 
+  const zinc_monitor_settings *mons[] = {&s->csv_monitor, &s->tensorboard};
+  const char *mon_names[] = {"csv_monitor", "tensorboard"};
+  for (int i = 0; i < 2; i++) {
+    json_t *mo = json_object();
+    put(mo, "enabled", json_boolean(mons[i]->enabled));
+    put(mo, "output_path", json_string(mons[i]->output_path));
+    put(mo, "job_name", json_string(mons[i]->job_name));
+    put(root, mon_names[i], mo);
+  }
+
   static const char *const levels[] = {"error", "warn", "info", "debug"};
   json_t *z = json_object();
   put(z, "log_level", s->log_level >= 0 && s->log_level <= 3 ? json_string(levels[s->log_level])
@@ -256,7 +266,8 @@ char *zinc_settings_to_json(const zinc_settings *s) {
 static int rank_local(const char *path) {
   static const char *const local[] = {
       "zero_optimization.offload_optimizer.nvme_path", "zero_optimization.offload_param.nvme_path",
-      "zinc.log_level", "zinc.memory_timeline", "zinc.placement_verbose"};
+      "zinc.log_level", "zinc.memory_timeline", "zinc.placement_verbose",
+      "csv_monitor.output_path", "tensorboard.output_path"};
   for (size_t i = 0; i < sizeof local / sizeof local[0]; i++)
     if (!strcmp(path, local[i]))
       return 1;

@@ -95,10 +95,10 @@ static const zinc_key top_keys[] = {
     ZINC_KINERT("sequence_parallel_size", "1"),
     ZINC_KINERT("vocabulary_size", NULL),
     /* DeepSpeed sections zinc does not implement: one warning names them */
-    ZINC_KIGNORED("tensorboard"),
-    ZINC_KIGNORED("wandb"),
-    ZINC_KIGNORED("csv_monitor"),
-    ZINC_KIGNORED("comet"),
+    ZINC_KCUSTOM("tensorboard"),
+    ZINC_KCUSTOM("csv_monitor"),
+    ZINC_KCUSTOM("wandb"),
+    ZINC_KCUSTOM("comet"),
     ZINC_KIGNORED("monitor_config"),
     ZINC_KIGNORED("comms_config"),
     ZINC_KIGNORED("comms_logger"),
@@ -735,6 +735,66 @@ done:
   return ZINC_OK;
 }
 
+/* ---------------------------------------------------------------- monitors */
+
+/* "csv_monitor" and "tensorboard": {enabled, output_path, job_name}, as
+ * DeepSpeed's CSVConfig and TensorBoardConfig. */
+static const zinc_key monitor_keys[] = {
+    ZINC_KB(zinc_monitor_settings, "enabled", enabled),
+    ZINC_KCUSTOM("output_path"),
+    ZINC_KCUSTOM("job_name"),
+};
+
+static zinc_status read_monitor_string(zinc_cfg_reader *r, const json_t *obj, const char *key,
+                                       char *out, size_t cap) {
+  size_t m;
+  const json_t *v = zinc_cfg_enter(r, obj, key, &m);
+  if (!v)
+    return ZINC_OK;
+  const char *str;
+  ZINC_CHECK(zinc_cfg_string(r, v, &str));
+  if (strlen(str) >= cap)
+    return zinc_cfg_bad(r, v, "a string shorter than %zu bytes", cap);
+  snprintf(out, cap, "%s", str);
+  zinc_cfg_pop(r, m);
+  return ZINC_OK;
+}
+
+static zinc_status read_monitor(zinc_cfg_reader *r, const json_t *root, const char *name,
+                                zinc_monitor_settings *ms) {
+  const json_t *obj;
+  size_t mark;
+  ZINC_CHECK(section(r, root, name, &obj, &mark));
+  if (obj) {
+    ZINC_CHECK(zinc_cfg_walk(r, obj, monitor_keys, ZINC_KEY_COUNT(monitor_keys), ms,
+                             sizeof *ms));
+    ZINC_CHECK(read_monitor_string(r, obj, "output_path", ms->output_path,
+                                   sizeof ms->output_path));
+    ZINC_CHECK(read_monitor_string(r, obj, "job_name", ms->job_name, sizeof ms->job_name));
+    if (ms->enabled && !ms->job_name[0])
+      return zinc_cfg_fail(r, "%s.job_name is empty: the logs go to output_path/job_name",
+                           name);
+  }
+  zinc_cfg_pop(r, mark);
+  return ZINC_OK;
+}
+
+/* "wandb" and "comet" are accepted; zinc does not write them. Enabled, they
+ * get a warning of their own (the trainer expects logs that will not come). */
+static void note_unwritten_monitor(zinc_cfg_reader *r, const json_t *root, const char *name) {
+  const json_t *v = json_object_get(root, name);
+  if (!v)
+    return;
+  const json_t *en = json_is_object(v) ? json_object_get(v, "enabled") : NULL;
+  if (en && json_is_true(en)) {
+    zinc_cfg_warn(r, "%s.enabled is true but zinc does not write %s logs; use "
+                  "\"csv_monitor\" or \"tensorboard\"", name, name);
+    return;
+  }
+  size_t len = strlen(r->ignored);
+  snprintf(r->ignored + len, sizeof r->ignored - len, "%s%s", len ? ", " : "", name);
+}
+
 /* ---------------------------------------------------------------- document */
 
 zinc_status zinc_cfg_read_document(zinc_cfg_reader *r, const json_t *root,
@@ -758,6 +818,11 @@ zinc_status zinc_cfg_read_document(zinc_cfg_reader *r, const json_t *root,
     ZINC_CHECK(zinc_cfg_walk(r, obj, activation_keys, ZINC_KEY_COUNT(activation_keys), s,
                              sizeof *s));
   zinc_cfg_pop(r, mark);
+
+  ZINC_CHECK(read_monitor(r, root, "csv_monitor", &s->csv_monitor));
+  ZINC_CHECK(read_monitor(r, root, "tensorboard", &s->tensorboard));
+  note_unwritten_monitor(r, root, "wandb");
+  note_unwritten_monitor(r, root, "comet");
 
   if (r->ignored[0])
     zinc_cfg_warn(r, "DeepSpeed sections zinc does not implement were accepted and are "

@@ -234,10 +234,12 @@ zinc_status zinc_activation_free(zinc_engine *e, int id) {
 zinc_status zinc_activation_stats_get(const zinc_engine *e, zinc_activation_stats *out) {
   if (!e || !out)
     return zinc_error(ZINC_ERR_INVALID, "zinc_activation_stats_get: NULL argument");
-  memset(out, 0, sizeof *out);
+  zinc_activation_stats s = ZINC_ACTIVATION_STATS_INIT;
   if (e->acts)
-    *out = e->acts->stats;
-  return ZINC_OK;
+    s = e->acts->stats;
+  s.size = sizeof s;
+  return zinc_abi_write(out, &s, sizeof s, "zinc_activation_stats",
+                        "ZINC_ACTIVATION_STATS_INIT");
 }
 
 void zinc_activation_store_destroy(zinc_engine *e) {

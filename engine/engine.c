@@ -235,7 +235,12 @@ zinc_status zinc_engine_create(const zinc_config *cfg, const zinc_options *opt,
     return zinc_error(ZINC_ERR_NOMEM, "out of memory creating the engine");
   zinc_status st;
   zinc_options defaults = ZINC_OPTIONS_INIT;
-  e->opt = opt ? *opt : defaults;
+  e->opt = defaults;
+  if (opt && (st = zinc_abi_read(&e->opt, sizeof e->opt, opt, "zinc_options",
+                                 "ZINC_OPTIONS_INIT")) != ZINC_OK) {
+    free(e);
+    return st;
+  }
   e->lr_override = -1.0; /* the config's scheduler */
   ZINC_CHECK_GOTO(zinc_settings_copy(&e->cfg, &cfg->s), st, fail);
   ZINC_CHECK_GOTO(zinc_prof_create(&e->prof), st, fail);
@@ -253,6 +258,8 @@ zinc_status zinc_engine_create(const zinc_config *cfg, const zinc_options *opt,
     st = zinc_error(ZINC_ERR_INVALID, "zinc_options.hidden_size is %lld: give the model's "
                     "hidden size (d_model), or 0 when the config writes no bucket size "
                     "\"auto\"", (long long)e->opt.hidden_size);
+  if (st == ZINC_OK) /* rank 0's directories: a failure there stops every rank */
+    st = zinc_monitor_open(e);
   ZINC_CHECK_GOTO(zinc_engine_agree(e, e->world, st), st, fail);
   ZINC_CHECK_GOTO(agree_settings(e), st, fail);
   ZINC_CHECK_GOTO(agree_hidden_size(e), st, fail);
@@ -276,6 +283,8 @@ void zinc_engine_destroy(zinc_engine *e) {
     zinc_log(ZINC_LOG_WARN, "%s", zinc_last_error());
   if (e->dev)
     zinc_activation_store_destroy(e);
+  zinc_monitor_close(e);
+  zinc_memory_trainer_free(e);
   zinc_build_free(e);
   zinc_trace_free(e);
   zinc_registry_free(e);
@@ -678,49 +687,84 @@ zinc_status zinc_step(zinc_engine *e, zinc_step_info *info) {
     if (e->modules[mi]->fetched > 0)
       return zinc_error(ZINC_ERR_INVALID, "zinc_step: module \"%s\" is still fetched; release "
                         "every module before the step", e->modules[mi]->name);
-  zinc_step_info local;
-  if (!info)
-    info = &local;
-  memset(info, 0, sizeof *info);
+  if (info) /* checked before anything moves: a bad size changes nothing */
+    ZINC_CHECK(zinc_abi_check(info, "zinc_step_info", "ZINC_STEP_INFO_INIT"));
+  zinc_step_info full = ZINC_STEP_INFO_INIT;
   e->mb_ended = 0;
   zinc_engine_phase(e, ZINC_PHASE_STEP);
-  zinc_status st = zinc_step_run(e, info);
+  zinc_status st = zinc_step_run(e, &full);
   zinc_engine_phase(e, ZINC_PHASE_IDLE);
-  if (st == ZINC_OK && info->boundary)
+  if (st == ZINC_OK && full.boundary)
     zinc_prof_step_done(e->prof);
+  if (st == ZINC_OK)
+    zinc_monitor_step(e, &full);
+  if (info)
+    zinc_abi_write(info, &full, sizeof full, "zinc_step_info", "ZINC_STEP_INFO_INIT");
   return st == ZINC_OK ? ZINC_OK : zinc_engine_fail(e, st);
 }
 
 zinc_status zinc_timers_take(zinc_engine *e, zinc_timers *out) {
   if (!e || !out)
     return zinc_error(ZINC_ERR_INVALID, "zinc_timers_take: NULL argument");
+  zinc_timers t = ZINC_TIMERS_INIT;
+  ZINC_CHECK(zinc_abi_check(out, "zinc_timers", "ZINC_TIMERS_INIT"));
   zinc_engine_phase(e, e->phase); /* close the running interval */
-  out->forward = e->t_forward;
-  out->backward = e->t_backward;
-  out->step = e->t_step;
-  out->comm_wait = e->t_comm_wait;
+  t.forward = e->t_forward;
+  t.backward = e->t_backward;
+  t.step = e->t_step;
+  t.comm_wait = e->t_comm_wait;
+  e->t_taken[0] += t.forward;
+  e->t_taken[1] += t.backward;
+  e->t_taken[2] += t.step;
+  e->t_taken[3] += t.comm_wait;
   e->t_forward = e->t_backward = e->t_step = e->t_comm_wait = 0;
-  return ZINC_OK;
+  return zinc_abi_write(out, &t, sizeof t, "zinc_timers", "ZINC_TIMERS_INIT");
 }
 
 /* ------------------------------------------------ trainer collectives */
 
-zinc_status zinc_allreduce_host(zinc_engine *e, double *values, int n, zinc_reduce_op op) {
+/* The communicator of a scope; NULL for an unknown one. */
+static zinc_comm *scope_comm(zinc_engine *e, zinc_scope scope) {
+  switch (scope) {
+  case ZINC_SCOPE_WORLD: return e->world;
+  case ZINC_SCOPE_DP: return e->dp_host;
+  case ZINC_SCOPE_MP: return e->mp_host;
+  }
+  return NULL;
+}
+
+zinc_status zinc_allreduce_host_scope(zinc_engine *e, zinc_scope scope, double *values, int n,
+                                      zinc_reduce_op op) {
   if (!e || (!values && n > 0) || n < 0)
     return zinc_error(ZINC_ERR_INVALID, "zinc_allreduce_host: NULL engine/values or n < 0");
   if ((unsigned)op > ZINC_REDUCE_MEAN)
     return zinc_error(ZINC_ERR_INVALID, "zinc_allreduce_host: unknown op %d", (int)op);
+  zinc_comm *c = scope_comm(e, scope);
+  if (!c)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_allreduce_host: unknown scope %d", (int)scope);
   zinc_comm_op cop = op == ZINC_REDUCE_MAX ? ZINC_OP_MAX :
                      op == ZINC_REDUCE_MIN ? ZINC_OP_MIN : ZINC_OP_SUM;
-  ZINC_CHECK(zinc_comm_allreduce(e->dp_host, values, values, (size_t)n, ZINC_DT_F64, cop));
+  ZINC_CHECK(zinc_comm_allreduce(c, values, values, (size_t)n, ZINC_DT_F64, cop));
   if (op == ZINC_REDUCE_MEAN)
     for (int i = 0; i < n; i++)
-      values[i] /= e->dp_host->size;
+      values[i] /= c->size;
   return ZINC_OK;
 }
 
-zinc_status zinc_allgather_host(zinc_engine *e, const double *values, int n, double *out) {
+zinc_status zinc_allgather_host_scope(zinc_engine *e, zinc_scope scope, const double *values,
+                                      int n, double *out) {
   if (!e || ((!values || !out) && n > 0) || n < 0)
     return zinc_error(ZINC_ERR_INVALID, "zinc_allgather_host: NULL argument or n < 0");
-  return zinc_comm_allgather(e->world, values, out, (size_t)n, ZINC_DT_F64);
+  zinc_comm *c = scope_comm(e, scope);
+  if (!c)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_allgather_host: unknown scope %d", (int)scope);
+  return zinc_comm_allgather(c, values, out, (size_t)n, ZINC_DT_F64);
+}
+
+zinc_status zinc_allreduce_host(zinc_engine *e, double *values, int n, zinc_reduce_op op) {
+  return zinc_allreduce_host_scope(e, ZINC_SCOPE_DP, values, n, op);
+}
+
+zinc_status zinc_allgather_host(zinc_engine *e, const double *values, int n, double *out) {
+  return zinc_allgather_host_scope(e, ZINC_SCOPE_WORLD, values, n, out);
 }

@@ -359,6 +359,7 @@ struct zinc_engine {
   int eval;               /* between zinc_eval_begin and zinc_eval_end */
   zinc_loss_scaler scaler;
   float last_grad_norm;
+  double last_lr;         /* the lr of the last zinc_step, unrounded (monitors) */
 
   /* ---- the trainer's blob saved with checkpoints (checkpoint.c) */
   void *client_state;
@@ -368,11 +369,29 @@ struct zinc_engine {
   zinc_phase phase;
   double phase_start;
   double t_forward, t_backward, t_step, t_comm_wait;
+  double t_taken[4];      /* the four above summed at each zinc_timers_take */
+
+  /* ---- the trainer's registered activations (memory/profiler.c) */
+  struct zinc_trainer_mem *tmem;
+  int ntmem, captmem;
+
+  /* ---- monitors (monitor.c) */
+  struct zinc_monitor *mon; /* world rank 0 with a monitor enabled, else NULL */
+  double mon_micro[5], mon_window[5]; /* timer totals at the last step call
+                                         and at the last boundary        */
   int timeline_warned;
 
   /* ---- activation checkpoints (activations.c) */
   struct zinc_act_store *acts;
 };
+
+/* --------------------------------------------------------- monitor.c */
+/* Open the monitors the config enables (world rank 0); close them. */
+zinc_status zinc_monitor_open(zinc_engine *e);
+void zinc_monitor_close(zinc_engine *e);
+/* After every successful zinc_step: the wall_clock_breakdown lines, and at
+ * a boundary the engine's figures to the monitors. Never fails. */
+void zinc_monitor_step(zinc_engine *e, const zinc_step_info *info);
 
 /* --------------------------------------------------------- engine.c */
 /* Wait for the engine's queued device work (a no-op on the cpu device). */
@@ -637,6 +656,8 @@ zinc_status zinc_prof_create(zinc_prof **out);
 void zinc_prof_destroy(zinc_prof *p);
 void zinc_prof_account(void *prof, int location, int category, int64_t bytes);
 void zinc_prof_stats(const zinc_prof *p, zinc_mem_stats *out);
+/* Free the list of the trainer's registered activations. */
+void zinc_memory_trainer_free(zinc_engine *e);
 void zinc_prof_phase(zinc_prof *p, int phase);
 uint64_t zinc_formula_model_states(const zinc_engine *e);
 

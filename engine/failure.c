@@ -41,7 +41,9 @@ zinc_status zinc_engine_fail(zinc_engine *e, zinc_status st) {
   if (e && e->failed == ZINC_OK) {
     e->failed = st;
     snprintf(e->failed_msg, sizeof e->failed_msg, "%s", zinc_last_error());
-    zinc_log(ZINC_LOG_ERROR, "engine stopped: %s", e->failed_msg);
+    /* returned, so not logged (zinc.h: a call logs or returns, never both;
+     * the trainer prints it once) */
+    zinc_log(ZINC_LOG_DEBUG, "engine stopped: %s", e->failed_msg);
   }
   return st;
 }
@@ -116,8 +118,8 @@ void zinc_engine_defer(zinc_engine *e, zinc_status st) {
     return;
   e->deferred = st;
   snprintf(e->deferred_msg, sizeof e->deferred_msg, "%s", zinc_last_error());
-  zinc_log(ZINC_LOG_ERROR, "%s (every rank reports it at the end of this micro-batch)",
-           e->deferred_msg);
+  zinc_log(ZINC_LOG_DEBUG, "%s (every rank reports it at the end of this micro-batch)",
+           e->deferred_msg); /* returned then: not logged above debug */
 }
 
 zinc_status zinc_engine_agree_deferred(zinc_engine *e) {

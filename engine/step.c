@@ -444,6 +444,7 @@ static void fill_info(zinc_engine *e, zinc_step_info *info, int boundary, double
   info->grad_norm = e->last_grad_norm;
   info->loss_scale = zinc_loss_scaler_scale(&e->scaler);
   info->lr = (float)lr;
+  e->last_lr = lr;
   info->micro_step = e->micro_step;
 }
 

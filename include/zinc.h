@@ -17,6 +17,37 @@
  *  - The library never exits the process and prints only through its logger
  *    (rank aware; level from the config's "zinc.log_level" or the environment
  *    variable ZINC_LOG_LEVEL = error|warn|info|debug).
+ *  - Errors: a failing call either logs or returns, never both. It returns
+ *    the status and sets the message (zinc_last_error); it does not print
+ *    it. The trainer prints it, once, if it wants to. Only what nobody can
+ *    be returned to (a failure inside zinc_engine_destroy, a config
+ *    warning) goes to the logger.
+ *  - Caller-allocated structs (zinc_options, zinc_step_info, zinc_timers,
+ *    zinc_mem_stats, zinc_activation_stats) begin with `size_t size`, which
+ *    their ZINC_*_INIT initialiser sets to the sizeof the caller was
+ *    compiled with. Fields are only ever added at the end. zinc reads
+ *    (zinc_options) or writes (the others) only the bytes within the
+ *    caller's size: a trainer compiled against an older 0.x header runs on
+ *    a newer library, the fields it does not know keeping their defaults
+ *    (input) or being left unwritten (output); a newer header's extra
+ *    fields are left alone by an older library. A size below
+ *    sizeof(size_t) or above ZINC_STRUCT_SIZE_MAX (an uninitialised struct)
+ *    is ZINC_ERR_INVALID naming the struct and its initialiser. In C++
+ *    before C++20, value-initialise the struct and set size = sizeof.
+ *  - Thread safety, tagged on each call:
+ *      [any thread]  may be called from any thread at any time;
+ *      [engine]      one thread at a time per engine (the engine's calls are
+ *                    not re-entrant; two engines are independent);
+ *      [collective]  [engine], and every rank of the scope named must make
+ *                    the same call in the same order;
+ *      [no engine]   touches only its arguments: any thread, any time;
+ *      [config]      one thread at a time per zinc_config (reading calls
+ *                    may run together when none changes or frees it).
+ *  - Collective scope: a [collective] call that takes no zinc_scope runs
+ *    over the group its description names, the world where it names none;
+ *    the trainer's own host collectives take an explicit zinc_scope
+ *    (zinc_allreduce_host_scope, zinc_allgather_host_scope; the two 0.1.0
+ *    calls without one keep their groups, as stated there).
  *
  * A trainer's loop, for every stage:
  *
@@ -68,8 +99,12 @@ typedef enum {
   ZINC_ERR_CORRUPT      /* a checkpoint or swap file failed its checks       */
 } zinc_status;
 
-/* Message of the last failure on the calling thread ("" if none). */
+/* Message of the last failure on the calling thread ("" if none).
+ * [any thread] */
 ZINC_API const char *zinc_last_error(void);
+
+/* The largest size a caller-allocated struct may declare (see Conventions). */
+#define ZINC_STRUCT_SIZE_MAX 65536
 /* For the trainer's own callbacks (zinc_init_fn): set the calling thread's
  * message, printf-style, and return st, so that `return zinc_error_set(
  * ZINC_ERR_IO, "cannot read %s", path);` makes the failing zinc call report
@@ -78,19 +113,19 @@ ZINC_API zinc_status zinc_error_set(zinc_status st, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
-    ;
+    ;  /* [any thread] */
 /* Name of a status ("ZINC_ERR_IO"). */
-ZINC_API const char *zinc_status_name(zinc_status s);
+ZINC_API const char *zinc_status_name(zinc_status s);  /* [any thread] */
 /* "MAJOR.MINOR.PATCH" of the library that is running (ZINC_VERSION_* are
  * those of the header compiled against), e.g. "0.1.0". */
-ZINC_API const char *zinc_version(void);
+ZINC_API const char *zinc_version(void);  /* [any thread] */
 
 typedef enum { ZINC_F32, ZINC_BF16, ZINC_F16 } zinc_dtype;
 
 /* Bytes per element of a dtype (4 or 2); 0 for an unknown value. */
-ZINC_API size_t zinc_dtype_size(zinc_dtype dt);
+ZINC_API size_t zinc_dtype_size(zinc_dtype dt);  /* [no engine] */
 /* "f32", "bf16", "f16" */
-ZINC_API const char *zinc_dtype_name(zinc_dtype dt);
+ZINC_API const char *zinc_dtype_name(zinc_dtype dt);  /* [no engine] */
 /* dst (n elements of dst_dtype) = src (n elements of src_dtype) in host
  * memory, on the calling thread, with the engine's own rounding (to nearest
  * even, as every cast inside zinc): a trainer that keeps fp32 copies of
@@ -98,7 +133,7 @@ ZINC_API const char *zinc_dtype_name(zinc_dtype dt);
  * must not overlap unless they are equal with equal dtypes. INVALID for a
  * negative n, an unknown dtype or a NULL buffer with n > 0. */
 ZINC_API zinc_status zinc_convert(void *dst, zinc_dtype dst_dtype, const void *src,
-                                  zinc_dtype src_dtype, int64_t n);
+                                  zinc_dtype src_dtype, int64_t n);  /* [no engine] */
 
 /* ------------------------------------------------------------------ config */
 
@@ -110,19 +145,19 @@ typedef struct zinc_config zinc_config;
  * On failure *out is NULL and the message gives the JSON path, the value
  * found and what is expected.
  * Warnings (unknown keys, sections zinc does not implement) go to the logger. */
-ZINC_API zinc_status zinc_config_load(const char *path, zinc_config **out);
+ZINC_API zinc_status zinc_config_load(const char *path, zinc_config **out);  /* [no engine] */
 /* Same, from a string. */
-ZINC_API zinc_status zinc_config_parse(const char *json_text, zinc_config **out);
-ZINC_API void zinc_config_free(zinc_config *cfg);
+ZINC_API zinc_status zinc_config_parse(const char *json_text, zinc_config **out);  /* [no engine] */
+ZINC_API void zinc_config_free(zinc_config *cfg);  /* [config] */
 /* Copy of the resolved settings as a JSON text (caller frees with free()).
  * Values still "auto" at this point (they resolve at engine creation/build)
  * are written as "auto". */
-ZINC_API zinc_status zinc_config_to_json(const zinc_config *cfg, char **json_out);
+ZINC_API zinc_status zinc_config_to_json(const zinc_config *cfg, char **json_out);  /* [config] */
 /* Print the resolved settings through the logger, as DeepSpeed prints its
  * config at start-up. */
-ZINC_API void zinc_config_print(const zinc_config *cfg);
+ZINC_API void zinc_config_print(const zinc_config *cfg);  /* [config] */
 /* Number of warnings the load produced (unknown keys, ignored sections). */
-ZINC_API int zinc_config_warning_count(const zinc_config *cfg);
+ZINC_API int zinc_config_warning_count(const zinc_config *cfg);  /* [config] */
 
 /* Give the trainer's value for a key that configs write as "auto" (as
  * Hugging Face's Trainer fills them from its arguments before DeepSpeed
@@ -167,7 +202,7 @@ ZINC_API int zinc_config_warning_count(const zinc_config *cfg);
  * line; otherwise ZINC_ERR_CONFIG naming the key and this call) and at
  * zinc_engine_build (bucket sizes, fp16/bf16); docs/config.md lists each. */
 ZINC_API zinc_status zinc_config_fill_auto(zinc_config *cfg, const char *path,
-                                           double value);
+                                           double value);  /* [config] */
 
 /* ------------------------------------------------------------------ engine */
 
@@ -176,6 +211,7 @@ typedef struct zinc_module zinc_module;
 typedef struct zinc_param zinc_param;
 
 typedef struct {                 /* what a JSON file should not carry */
+  size_t size;                   /* sizeof(zinc_options): ZINC_OPTIONS_INIT sets it */
   int   device;                  /* ZINC_DEVICE_AUTO: the local rank's GPU if CUDA is
                                     built and a GPU exists, else the CPU;
                                     ZINC_DEVICE_CPU; or a CUDA ordinal >= 0 */
@@ -198,8 +234,10 @@ typedef struct {                 /* what a JSON file should not carry */
 #define ZINC_DEVICE_AUTO (-2)
 #define ZINC_DEVICE_CPU  (-1)
 /* Fields are only ever added at the end; initialise with this and set the
- * ones you need, so a trainer compiled later gets the new defaults. */
-#define ZINC_OPTIONS_INIT { ZINC_DEVICE_AUTO, NULL, 1, NULL, 0, 0 }
+ * ones you need: fields beyond opt->size (a trainer compiled against an
+ * older header) take these defaults. */
+#define ZINC_OPTIONS_INIT \
+  { sizeof(zinc_options), ZINC_DEVICE_AUTO, NULL, 1, NULL, 0, 0 }
 
 /* Create an engine. Collective over the communicator: every rank calls it.
  * Under an MPI launcher (mpirun, srun) with MPI not initialised, zinc
@@ -208,7 +246,7 @@ typedef struct {                 /* what a JSON file should not carry */
  * copied; the caller may free it. */
 ZINC_API zinc_status zinc_engine_create(const zinc_config *cfg,
                                         const zinc_options *opt,
-                                        zinc_engine **out);
+                                        zinc_engine **out);  /* [collective] */
 /* Free everything the engine owns: memory, threads, files (swap files are
  * removed). Accepts NULL. Collective when the engine was built, except
  * after ZINC_ERR_COMM from a lost or frozen peer: then it returns at once,
@@ -217,39 +255,39 @@ ZINC_API zinc_status zinc_engine_create(const zinc_config *cfg,
  * MPI_Finalize would wait for the lost rank: when zinc initialised MPI it
  * does not finalise it at exit after such a failure; a trainer that
  * initialised MPI should then exit, or MPI_Abort, rather than finalise. */
-ZINC_API void zinc_engine_destroy(zinc_engine *e);
+ZINC_API void zinc_engine_destroy(zinc_engine *e);  /* [collective] */
 
 /* Rank and size in the whole world. */
-ZINC_API int zinc_rank(const zinc_engine *e);
-ZINC_API int zinc_world_size(const zinc_engine *e);
+ZINC_API int zinc_rank(const zinc_engine *e);  /* [any thread] */
+ZINC_API int zinc_world_size(const zinc_engine *e);  /* [any thread] */
 /* Rank and size in the data-parallel group (ZeRO partitions over it). */
-ZINC_API int zinc_dp_rank(const zinc_engine *e);
-ZINC_API int zinc_dp_size(const zinc_engine *e);
+ZINC_API int zinc_dp_rank(const zinc_engine *e);  /* [any thread] */
+ZINC_API int zinc_dp_size(const zinc_engine *e);  /* [any thread] */
 /* Rank and size in the model-parallel group (consecutive world ranks). */
-ZINC_API int zinc_mp_rank(const zinc_engine *e);
-ZINC_API int zinc_mp_size(const zinc_engine *e);
+ZINC_API int zinc_mp_rank(const zinc_engine *e);  /* [any thread] */
+ZINC_API int zinc_mp_size(const zinc_engine *e);  /* [any thread] */
 /* 1 when the engine computes on a CUDA device, 0 on the CPU. */
-ZINC_API int zinc_engine_on_gpu(const zinc_engine *e);
+ZINC_API int zinc_engine_on_gpu(const zinc_engine *e);  /* [any thread] */
 
 /* --------------------------------------------------------------- registry */
 
 /* Register a module (a unit that is fetched, computed and released together,
  * e.g. a transformer block). Modules are laid out in registration order;
  * register them in forward order. Returns NULL on error (zinc_last_error). */
-ZINC_API zinc_module *zinc_module_add(zinc_engine *e, const char *name);
+ZINC_API zinc_module *zinc_module_add(zinc_engine *e, const char *name);  /* [engine] */
 
 /* Register a parameter of module m: name (unique within m), dtype (the
  * compute dtype: the full tensor the trainer reads), shape (ndim 1..8, each
  * dimension > 0). Returns NULL on error. */
 ZINC_API zinc_param *zinc_param_add(zinc_engine *e, zinc_module *m,
                                     const char *name, zinc_dtype dtype,
-                                    int ndim, const int64_t *shape);
+                                    int ndim, const int64_t *shape);  /* [engine] */
 
 /* Weight decay applies to a parameter unless turned off here (biases and
  * norm scales usually are). enabled = 1 restores the config's
  * weight_decay (dropping a value set below). Call before
  * zinc_engine_build. */
-ZINC_API zinc_status zinc_param_set_weight_decay(zinc_param *p, int enabled);
+ZINC_API zinc_status zinc_param_set_weight_decay(zinc_param *p, int enabled);  /* [engine] */
 /* Parameter groups. The weight decay of p is `wd` instead of the config's
  * weight_decay (and decay is enabled for p; wd 0 is the same as
  * zinc_param_set_weight_decay(p, 0)). wd must be >= 0 and finite.
@@ -263,8 +301,8 @@ ZINC_API zinc_status zinc_param_set_weight_decay(zinc_param *p, int enabled);
  * zinc_engine_build; every rank must make the same calls (the build fails
  * on every rank otherwise, naming the parameter and the rank). */
 #define ZINC_MAX_PARAM_GROUPS 64
-ZINC_API zinc_status zinc_param_set_weight_decay_value(zinc_param *p, double wd);
-ZINC_API zinc_status zinc_param_set_lr_scale(zinc_param *p, double scale);
+ZINC_API zinc_status zinc_param_set_weight_decay_value(zinc_param *p, double wd);  /* [engine] */
+ZINC_API zinc_status zinc_param_set_lr_scale(zinc_param *p, double scale);  /* [engine] */
 /* A frozen parameter (frozen = 1) is not trained: zinc_param_grad returns
  * NULL for it (zinc_last_error says why) and the engine holds no gradient
  * memory, no optimizer state and no reduction for it; it is left out of
@@ -278,7 +316,7 @@ ZINC_API zinc_status zinc_param_set_lr_scale(zinc_param *p, double scale);
  * moments are dropped). Default 0.
  * Call before zinc_engine_build; every rank
  * must freeze the same parameters. */
-ZINC_API zinc_status zinc_param_set_frozen(zinc_param *p, int frozen);
+ZINC_API zinc_status zinc_param_set_frozen(zinc_param *p, int frozen);  /* [engine] */
 
 /* With model parallelism (zinc_options.model_parallel_size > 1), each
  * model-parallel rank registers its own shard of a tensor-parallel layer
@@ -292,7 +330,7 @@ ZINC_API zinc_status zinc_param_set_frozen(zinc_param *p, int frozen);
  * trainer all-reduces them, as Megatron does). Default 0. No effect with
  * model_parallel_size 1. Call before zinc_engine_build; every rank must
  * mark the same parameters. */
-ZINC_API zinc_status zinc_param_set_replicated(zinc_param *p, int replicated);
+ZINC_API zinc_status zinc_param_set_replicated(zinc_param *p, int replicated);  /* [engine] */
 
 /* The trainer's own tag on p (its tensor record, a file offset, ...): any
  * pointer, stored and handed back by zinc_param_user, never read or freed
@@ -319,42 +357,42 @@ typedef zinc_status (*zinc_init_fn)(const zinc_param *p, float *dst,
  * the key when it was not given), "auto" fp16/bf16 from the parameters'
  * dtypes. Collective. */
 ZINC_API zinc_status zinc_engine_build(zinc_engine *e, zinc_init_fn init,
-                                       void *ctx);
+                                       void *ctx);  /* [collective] */
 
-ZINC_API const char *zinc_module_name(const zinc_module *m);
-ZINC_API zinc_module *zinc_module_find(const zinc_engine *e, const char *name);
-ZINC_API const char *zinc_param_name(const zinc_param *p);
-ZINC_API int64_t zinc_param_numel(const zinc_param *p);
-ZINC_API zinc_dtype zinc_param_dtype(const zinc_param *p);
+ZINC_API const char *zinc_module_name(const zinc_module *m);  /* [engine] */
+ZINC_API zinc_module *zinc_module_find(const zinc_engine *e, const char *name);  /* [engine] */
+ZINC_API const char *zinc_param_name(const zinc_param *p);  /* [engine] */
+ZINC_API int64_t zinc_param_numel(const zinc_param *p);  /* [engine] */
+ZINC_API zinc_dtype zinc_param_dtype(const zinc_param *p);  /* [engine] */
 /* Shape of p: returns ndim and, if shape is not NULL, writes ndim values. */
-ZINC_API int zinc_param_shape(const zinc_param *p, int64_t *shape);
-ZINC_API zinc_module *zinc_param_module(const zinc_param *p);
+ZINC_API int zinc_param_shape(const zinc_param *p, int64_t *shape);  /* [engine] */
+ZINC_API zinc_module *zinc_param_module(const zinc_param *p);  /* [engine] */
 /* Number of registered modules/parameters and access by index. */
-ZINC_API int zinc_module_count(const zinc_engine *e);
-ZINC_API zinc_module *zinc_module_at(const zinc_engine *e, int index);
-ZINC_API int zinc_module_param_count(const zinc_module *m);
-ZINC_API zinc_param *zinc_module_param_at(const zinc_module *m, int index);
+ZINC_API int zinc_module_count(const zinc_engine *e);  /* [engine] */
+ZINC_API zinc_module *zinc_module_at(const zinc_engine *e, int index);  /* [engine] */
+ZINC_API int zinc_module_param_count(const zinc_module *m);  /* [engine] */
+ZINC_API zinc_param *zinc_module_param_at(const zinc_module *m, int index);  /* [engine] */
 
 /* --------------------------------------------------------------- training */
 
 /* Make the full parameters of m available (stage 3: all-gather, or wait for
  * the prefetch started earlier; other stages: nothing to do). Collective in
  * stage 3: every rank fetches the same modules in the same order. */
-ZINC_API zinc_status zinc_module_fetch(zinc_engine *e, zinc_module *m);
+ZINC_API zinc_status zinc_module_fetch(zinc_engine *e, zinc_module *m);  /* [collective] */
 /* The trainer is done with m's parameters for now (stage 3 frees the
  * gathered copy unless it is reused soon). */
-ZINC_API zinc_status zinc_module_release(zinc_engine *e, zinc_module *m);
+ZINC_API zinc_status zinc_module_release(zinc_engine *e, zinc_module *m);  /* [collective] */
 
 /* The full tensor of p in its compute dtype, on the engine's device; valid
  * between fetch and release. NULL (and zinc_last_error) when not fetched. */
-ZINC_API void *zinc_param_data(zinc_param *p);
+ZINC_API void *zinc_param_data(zinc_param *p);  /* [engine] */
 /* The gradient buffer of p (p's dtype, p's shape, on the device) that the
  * backward pass accumulates into (+=). It is zeroed by the engine when it is
  * first handed out in an accumulation window (stages 0-1) or micro-batch
  * (stages 2-3); the trainer never zeroes it. Valid until grads_ready(m).
  * NULL (and zinc_last_error) when p's module is not fetched or p is
  * frozen (zinc_param_set_frozen). */
-ZINC_API void *zinc_param_grad(zinc_param *p);
+ZINC_API void *zinc_param_grad(zinc_param *p);  /* [engine] */
 /* m's gradients for this micro-batch are complete: the engine may start
  * reducing them (stage 2/3: reduce-scatter, overlapped with the trainer's
  * next module when overlap_comm is on). Every module whose gradient was
@@ -366,7 +404,7 @@ ZINC_API void *zinc_param_grad(zinc_param *p);
  * it the same way at the same call: the ranks agree there and record the
  * order again. A rank that changes it alone fails on every rank with
  * ZINC_ERR_INVALID, and the engine stops. */
-ZINC_API zinc_status zinc_module_grads_ready(zinc_engine *e, zinc_module *m);
+ZINC_API zinc_status zinc_module_grads_ready(zinc_engine *e, zinc_module *m);  /* [collective] */
 /* Shared (tied) weights: a parameter that two modules read (GPT-2's token
  * embedding wte is also its output projection) stays a parameter of ONE
  * module, its owner; the other module fetches the owner too while it needs
@@ -427,9 +465,10 @@ ZINC_API zinc_status zinc_module_grads_ready(zinc_engine *e, zinc_module *m);
  * zinc_eval_begin/zinc_eval_end" (in the first micro-batch too); one that
  * starts over after such a pass (fetches its first module again) fails
  * there on every rank, saying the same, and the engine stops. */
-ZINC_API zinc_status zinc_backward_end(zinc_engine *e);
+ZINC_API zinc_status zinc_backward_end(zinc_engine *e);  /* [collective] */
 
 typedef struct {
+  size_t  size;        /* sizeof(zinc_step_info): ZINC_STEP_INFO_INIT sets it */
   int64_t step;        /* optimizer steps taken so far */
   int     boundary;    /* 1 if this call ended an accumulation window */
   int     skipped;     /* 1 if the step was skipped for overflow */
@@ -439,6 +478,7 @@ typedef struct {
                           the scheduler's, or zinc_engine_set_lr's */
   int64_t micro_step;  /* micro-batches seen so far */
 } zinc_step_info;
+#define ZINC_STEP_INFO_INIT { .size = sizeof(zinc_step_info) }
 
 /* Count one micro-batch; at the accumulation boundary run the optimizer:
  * gradients summed over ranks and micro-batches are divided by
@@ -450,7 +490,7 @@ typedef struct {
  * that a lower loss scale cannot cure (fp16 at min_loss_scale, any skip
  * with bf16/fp32), it fails with ZINC_ERR_INVALID on every rank and the
  * engine stops. info may be NULL. */
-ZINC_API zinc_status zinc_step(zinc_engine *e, zinc_step_info *info);
+ZINC_API zinc_status zinc_step(zinc_engine *e, zinc_step_info *info);  /* [collective] */
 
 /* Drive the learning rate from the trainer: from the next zinc_step on,
  * the optimizer uses `lr` (times each parameter's lr scale) instead of the
@@ -460,19 +500,19 @@ ZINC_API zinc_status zinc_step(zinc_engine *e, zinc_step_info *info);
  * (not checked: it involves no collective). zinc_step_info.lr reports the
  * lr used. The setting is not saved in checkpoints: a trainer that drives
  * its own schedule sets it again after zinc_load_checkpoint. */
-ZINC_API zinc_status zinc_engine_set_lr(zinc_engine *e, double lr);
+ZINC_API zinc_status zinc_engine_set_lr(zinc_engine *e, double lr);  /* [engine] */
 
 /* The factor the trainer multiplies its loss gradient by (fp16 dynamic or
  * static loss scaling); 1 for fp32/bf16. */
-ZINC_API float zinc_loss_scale(const zinc_engine *e);
+ZINC_API float zinc_loss_scale(const zinc_engine *e);  /* [engine] */
 /* Optimizer steps taken so far (after a load, the saved count), and
  * micro-batches counted by zinc_step. */
-ZINC_API int64_t zinc_step_count(const zinc_engine *e);
-ZINC_API int64_t zinc_micro_step_count(const zinc_engine *e);
+ZINC_API int64_t zinc_step_count(const zinc_engine *e);  /* [engine] */
+ZINC_API int64_t zinc_micro_step_count(const zinc_engine *e);  /* [engine] */
 /* The ZeRO stage, and the offload target of the optimizer state
  * (params = 0) or of the parameters (params = 1): "none", "cpu", "nvme". */
-ZINC_API int zinc_zero_stage(const zinc_engine *e);
-ZINC_API const char *zinc_offload_name(const zinc_engine *e, int params);
+ZINC_API int zinc_zero_stage(const zinc_engine *e);  /* [engine] */
+ZINC_API const char *zinc_offload_name(const zinc_engine *e, int params);  /* [engine] */
 
 /* Forward-only work between steps (evaluation, sampling): inside
  * eval_begin/eval_end, fetch and release follow the trainer's own order
@@ -480,41 +520,95 @@ ZINC_API const char *zinc_offload_name(const zinc_engine *e, int params);
  * nothing is recorded or compared with the training order; gradients cannot
  * be handed out. Collective: every data-parallel rank makes the same calls.
  * Call between zinc_step and the next micro-batch. */
-ZINC_API zinc_status zinc_eval_begin(zinc_engine *e);
-ZINC_API zinc_status zinc_eval_end(zinc_engine *e);
+ZINC_API zinc_status zinc_eval_begin(zinc_engine *e);  /* [collective] */
+ZINC_API zinc_status zinc_eval_end(zinc_engine *e);  /* [collective] */
 /* Learning rate the next step will use. */
-ZINC_API float zinc_lr(const zinc_engine *e);
+ZINC_API float zinc_lr(const zinc_engine *e);  /* [engine] */
 /* Micro-batch size per rank and accumulation steps, as resolved. */
-ZINC_API int zinc_micro_batch_size(const zinc_engine *e);
-ZINC_API int zinc_gradient_accumulation_steps(const zinc_engine *e);
-ZINC_API int64_t zinc_train_batch_size(const zinc_engine *e);
+ZINC_API int zinc_micro_batch_size(const zinc_engine *e);  /* [engine] */
+ZINC_API int zinc_gradient_accumulation_steps(const zinc_engine *e);  /* [engine] */
+ZINC_API int64_t zinc_train_batch_size(const zinc_engine *e);  /* [engine] */
 /* Configured steps_per_print (a file's 0, "never", and anything above
  * INT_MAX come back as INT_MAX) and wall_clock_breakdown. */
-ZINC_API int zinc_steps_per_print(const zinc_engine *e);
-ZINC_API int zinc_wall_clock_breakdown(const zinc_engine *e);
+ZINC_API int zinc_steps_per_print(const zinc_engine *e);  /* [engine] */
+ZINC_API int zinc_wall_clock_breakdown(const zinc_engine *e);  /* [engine] */
 /* The settings the engine runs with, as zinc_config_to_json writes them
  * (caller frees with free()): after zinc_engine_create every "auto" is
  * resolved but the bucket sizes and fp16/bf16, which resolve at
  * zinc_engine_build. */
+/* [engine] */
 ZINC_API zinc_status zinc_engine_config_to_json(const zinc_engine *e, char **json_out);
 
 typedef enum { ZINC_REDUCE_SUM, ZINC_REDUCE_MAX, ZINC_REDUCE_MIN,
                ZINC_REDUCE_MEAN } zinc_reduce_op;
-/* All-reduce n host doubles over the data-parallel group (collective), for a
- * trainer's own figures (mean loss, token counts). In place. */
+/* The group a trainer's host collective runs over: every rank, the ranks
+ * that hold the same model shard (data-parallel group, zinc_dp_rank and
+ * zinc_dp_size), or the ranks that hold one replica's shards
+ * (model-parallel group, consecutive world ranks, zinc_mp_rank). */
+typedef enum { ZINC_SCOPE_WORLD, ZINC_SCOPE_DP, ZINC_SCOPE_MP } zinc_scope;
+/* All-reduce n host doubles over `scope`, in place, for a trainer's own
+ * figures (mean loss, token counts); MEAN divides the sum by the group's
+ * size. Every rank of the group calls it with the same n and op.
+ * [collective] */
+ZINC_API zinc_status zinc_allreduce_host_scope(zinc_engine *e, zinc_scope scope,
+                                               double *values, int n, zinc_reduce_op op);
+/* All-gather n host doubles from every rank of `scope` into out (group
+ * size x n), rank r's values at out + r*n, r its rank in that group.
+ * [collective] */
+ZINC_API zinc_status zinc_allgather_host_scope(zinc_engine *e, zinc_scope scope,
+                                               const double *values, int n, double *out);
+/* The two calls of 0.1.0, kept as they were: zinc_allreduce_host is
+ * zinc_allreduce_host_scope(ZINC_SCOPE_DP) (with model parallelism, a
+ * loss mean over replicas) and zinc_allgather_host is
+ * zinc_allgather_host_scope(ZINC_SCOPE_WORLD). New code names its scope.
+ * [collective] */
 ZINC_API zinc_status zinc_allreduce_host(zinc_engine *e, double *values,
                                          int n, zinc_reduce_op op);
-/* All-gather n host doubles from every world rank into out (world_size * n). */
 ZINC_API zinc_status zinc_allgather_host(zinc_engine *e, const double *values,
-                                         int n, double *out);
+                                         int n, double *out);  /* [collective] */
 
 /* Wall-clock seconds spent by the engine in its phases since the last call
  * (forward = fetch..first grad, backward, step, comm waits), for
  * wall_clock_breakdown reporting. Resets the counters. */
 typedef struct {
+  size_t size;         /* sizeof(zinc_timers): ZINC_TIMERS_INIT sets it */
   double forward, backward, step, comm_wait;
 } zinc_timers;
-ZINC_API zinc_status zinc_timers_take(zinc_engine *e, zinc_timers *out);
+#define ZINC_TIMERS_INIT { .size = sizeof(zinc_timers) }
+ZINC_API zinc_status zinc_timers_take(zinc_engine *e, zinc_timers *out);  /* [engine] */
+
+/* -------------------------------------------------------------- monitors */
+
+/* DeepSpeed's "csv_monitor" and "tensorboard" sections ({"enabled",
+ * "output_path", "job_name"}; "wandb" and "comet" are accepted with a
+ * warning: zinc does not write them). World rank 0 writes under
+ * output_path/job_name: csv, one file per metric as DeepSpeed's
+ * csv_monitor ("Train/Samples/lr" -> Train_Samples_lr.csv, rows
+ * "step,<value>"); tensorboard, an events.out.tfevents.* file TensorBoard
+ * opens. The step of every row is the samples trained so far
+ * (zinc_global_samples). At each accumulation boundary zinc_step writes
+ * Train/Samples/lr, Train/Samples/loss_scale (fp16), Train/Samples/grad_norm,
+ * Train/Samples/step_time_ms and Train/Samples/memory_<location>_<category>
+ * (bytes held), and with "wall_clock_breakdown" DeepSpeed's
+ * Train/Samples/elapsed_time_ms_{forward,backward,backward_inner,
+ * backward_allreduce,step}; it also prints DeepSpeed's "[Rank 0] time (ms)
+ * | fwd_microstep: ..." line after every call and "| fwd: ..." at each
+ * boundary. A monitor write that fails inside zinc_step is logged once and
+ * stops the monitors; the step is not failed. */
+
+/* Samples trained so far: accumulation boundaries (skipped steps included)
+ * x train_batch_size, as DeepSpeed's global_samples. [engine] */
+ZINC_API int64_t zinc_global_samples(const zinc_engine *e);
+/* Write the trainer's own figure `name` = value at zinc_global_samples:
+ * DeepSpeed's name for the loss is "Train/Samples/train_loss". Pass the
+ * same value on every rank (its mean over ranks); only world rank 0
+ * writes, every other rank returns ZINC_OK at once. Not collective.
+ * ZINC_ERR_IO when rank 0's write fails (the message names the file).
+ * [engine] */
+ZINC_API zinc_status zinc_monitor_scalar(zinc_engine *e, const char *name, double value);
+/* Push the event file's buffered records to disk (the engine flushes at
+ * each boundary and at destroy). [engine] */
+ZINC_API zinc_status zinc_monitor_flush(zinc_engine *e);
 
 /* --------------------------------------------------- full-state access */
 
@@ -531,12 +625,12 @@ typedef enum {
  * the same p and kind. (DeepSpeed's safe_get_full_*.) A state slot the
  * optimizer does not keep (EXP_AVG_SQ with Lion) is ZINC_ERR_INVALID. */
 ZINC_API zinc_status zinc_param_get_full(zinc_engine *e, zinc_param *p,
-                                         zinc_state_kind kind, float *dst);
+                                         zinc_state_kind kind, float *dst);  /* [collective] */
 /* Overwrite the full fp32 state of p from src (numel floats, identical on
  * every rank); PARAM also updates the compute-dtype copy. Collective.
  * GRAD cannot be set. */
 ZINC_API zinc_status zinc_param_set_full(zinc_engine *e, zinc_param *p,
-                                         zinc_state_kind kind, const float *src);
+                                         zinc_state_kind kind, const float *src);  /* [collective] */
 
 /* ------------------------------------------------------------- memory */
 
@@ -555,6 +649,7 @@ typedef enum {
 typedef enum { ZINC_LOC_DEVICE, ZINC_LOC_HOST, ZINC_LOC_NVME, ZINC_LOC_N } zinc_mem_location;
 enum { ZINC_PHASE_FWD, ZINC_PHASE_BWD, ZINC_PHASE_OPT, ZINC_MEM_NPHASE };
 typedef struct {
+  size_t   size;       /* sizeof(zinc_mem_stats): ZINC_MEM_STATS_INIT sets it */
   uint64_t current[ZINC_LOC_N][ZINC_MEM_NCAT];
   uint64_t peak[ZINC_LOC_N][ZINC_MEM_NCAT];
   uint64_t peak_total[ZINC_LOC_N];
@@ -571,25 +666,45 @@ typedef struct {
                                           and MemTotal); -1 unknown        */
   int64_t device_process;                /* this process's usage (NVML), or -1 */
 } zinc_mem_stats;
+#define ZINC_MEM_STATS_INIT { .size = sizeof(zinc_mem_stats) }
 
 /* Current and peak bytes the engine holds, by location and category.
  * Model states = PARAMS + GRADS + OPTIM. BUFFERS holds communication
  * buckets and stage-3 gathered parameters. */
-ZINC_API zinc_status zinc_memory_stats(const zinc_engine *e, zinc_mem_stats *out);
+ZINC_API zinc_status zinc_memory_stats(const zinc_engine *e, zinc_mem_stats *out);  /* [engine] */
 /* This rank's memory as a table (json = 0) or a JSON object (json = 1):
  * current and peak bytes per location and category, the ZeRO formula and
  * the difference to it, phase peaks. *text is malloc'ed; free() it. */
-ZINC_API zinc_status zinc_memory_report(const zinc_engine *e, int json, char **text);
+ZINC_API zinc_status zinc_memory_report(const zinc_engine *e, int json, char **text);  /* [engine] */
 /* Collective: every rank's figures gathered; on rank 0 *text is one table
  * (or JSON) with each rank and the min/max/mean across ranks; on other
  * ranks *text is NULL. */
+/* [collective] */
 ZINC_API zinc_status zinc_memory_report_all(zinc_engine *e, int json, char **text);
 /* Write the memory timeline sampled so far (config "zinc.memory_timeline")
  * now; it is also written at zinc_engine_destroy. */
-ZINC_API zinc_status zinc_memory_timeline_flush(zinc_engine *e);
-/* Name of a zinc_mem_category ("params") or zinc_mem_location ("device"). */
+ZINC_API zinc_status zinc_memory_timeline_flush(zinc_engine *e);  /* [engine] */
+/* Name of a zinc_mem_category ("params") or zinc_mem_location ("device").
+ * [no engine] */
 ZINC_API const char *zinc_mem_category_name(int cat);
-ZINC_API const char *zinc_mem_location_name(int loc);
+ZINC_API const char *zinc_mem_location_name(int loc);  /* [no engine] */
+/* What a location is on this engine, for reports: on a GPU engine the
+ * names above; on the CPU device the device's memory is host memory, so
+ * ZINC_LOC_DEVICE is "host" and ZINC_LOC_HOST (pinned offload buffers)
+ * "host_offload". The reports (zinc_memory_report, the monitors) use
+ * these; the JSON report keeps the zinc_mem_location_name keys and says
+ * "device_is_host". [engine] */
+ZINC_API const char *zinc_engine_location_name(const zinc_engine *e, int loc);
+/* Memory the trainer holds for its activations, counted in every report
+ * and in zinc_mem_stats under ZINC_MEM_ACTIVATIONS at `location`
+ * (ZINC_LOC_DEVICE or ZINC_LOC_HOST): `name` (1..63 bytes) names the
+ * block; registering a name again replaces its bytes and location;
+ * unregistering a name that is not registered is ZINC_ERR_INVALID. The
+ * engine allocates nothing for it. [engine] */
+ZINC_API zinc_status zinc_memory_register_activations(zinc_engine *e, const char *name,
+                                                      int location, uint64_t bytes);
+/* [engine] */
+ZINC_API zinc_status zinc_memory_unregister_activations(zinc_engine *e, const char *name);
 
 /* ------------------------------------------- activation checkpointing */
 
@@ -604,28 +719,33 @@ ZINC_API const char *zinc_mem_location_name(int loc);
  * below number_checkpoints and no save larger than the first). Saving an id
  * again replaces it. Not collective. */
 ZINC_API zinc_status zinc_activation_save(zinc_engine *e, int id, const void *data,
-                                          size_t bytes);
+                                          size_t bytes);  /* [engine] */
 /* Bring checkpoint id back whole into dst (bytes, device memory): the
  * slices are all-gathered across the model-parallel group. Collective over
  * the group when partitioned. _start queues it (the comm's own thread does
  * the transfer) and zinc_activation_wait completes it. */
+/* [collective] */
 ZINC_API zinc_status zinc_activation_restore(zinc_engine *e, int id, void *dst, size_t bytes);
 ZINC_API zinc_status zinc_activation_restore_start(zinc_engine *e, int id, void *dst,
-                                                   size_t bytes);
-ZINC_API zinc_status zinc_activation_wait(zinc_engine *e, int id);
+                                                   size_t bytes);  /* [collective] */
+ZINC_API zinc_status zinc_activation_wait(zinc_engine *e, int id);  /* [collective] */
 /* Drop checkpoint id (its memory returns to the engine). */
-ZINC_API zinc_status zinc_activation_free(zinc_engine *e, int id);
+ZINC_API zinc_status zinc_activation_free(zinc_engine *e, int id);  /* [engine] */
 
 typedef struct {
+  size_t size;                       /* ZINC_ACTIVATION_STATS_INIT sets it */
   double save_s, restore_s;          /* wall time in save / restore (profile) */
   uint64_t saved_bytes, restored_bytes; /* bytes kept by this rank / restored */
   int64_t saves, restores;
   int64_t allocations;               /* buffers allocated for checkpoints */
 } zinc_activation_stats;
+#define ZINC_ACTIVATION_STATS_INIT { .size = sizeof(zinc_activation_stats) }
+/* [engine] */
 ZINC_API zinc_status zinc_activation_stats_get(const zinc_engine *e, zinc_activation_stats *out);
 
 /* Sum n floats (device memory) over the model-parallel group, in place:
  * the partial sums of tensor-parallel layers. Collective over the group. */
+/* [collective] */
 ZINC_API zinc_status zinc_mp_allreduce_sum(zinc_engine *e, float *data, int64_t n);
 
 /* -------------------------------------------------------- checkpoints */
@@ -639,7 +759,7 @@ ZINC_API zinc_status zinc_mp_allreduce_sum(zinc_engine *e, float *data, int64_t 
  * model_parallel_size (any data-parallel size and stage), and another size
  * is refused with ZINC_ERR_INVALID naming both. */
 ZINC_API zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir,
-                                          const char *tag);
+                                          const char *tag);  /* [collective] */
 /* Load dir/tag (tag NULL: the one dir/latest names) into the engine's
  * current world size, stage and offload, re-partitioning as needed.
  * Collective. Each rank resolves the tag and reads the manifest itself; the
@@ -653,7 +773,7 @@ ZINC_API zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir,
  * stops (every later call but destroy returns it), and the way on is
  * zinc_engine_destroy and a new engine that loads again. */
 ZINC_API zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir,
-                                          const char *tag);
+                                          const char *tag);  /* [collective] */
 
 /* The trainer's own state (data-loader position, RNG state, anything in
  * bytes), saved with the checkpoint — DeepSpeed's client_state. The engine
@@ -694,6 +814,7 @@ ZINC_API zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, co
  * temporary file is renamed into place). Tensor names are "module.param".
  * DeepSpeed's
  * stage3_gather_16bit_weights_on_model_save equivalent. Collective. */
+/* [collective] */
 ZINC_API zinc_status zinc_export_safetensors(zinc_engine *e, const char *path, int dtype);
 
 /* ------------------------------------------------ pretrained weights in */

@@ -55,6 +55,16 @@ if [ -x "$root/.venv/bin/python3" ] && ! "$root/.venv/bin/python3" -c "import sa
   fi
 fi
 
+# TensorBoard's own event reader (PyPI tensorboard) reads back the event
+# files zinc's tensorboard monitor writes (tests/engine/tb_read.py).
+if [ -x "$root/.venv/bin/python3" ] && ! "$root/.venv/bin/python3" -c "import tensorboard" 2>/dev/null; then
+  if "$root/.venv/bin/pip" install -q tensorboard; then
+    echo "setup: tensorboard installed in .venv (the TensorBoard read-back test)"
+  else
+    echo "setup: could not install tensorboard from PyPI: tensorboard_reads_* will say SKIPPED"
+  fi
+fi
+
 if [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "setup: CUDA toolkit found: $(/usr/local/cuda/bin/nvcc --version | tail -1)"
 else

@@ -110,7 +110,7 @@ static timing run_stage(const bench_args *a, int stage, MPI_Comm comm, int threa
   fill_pattern(pattern, (int64_t)(gbytes / zinc_dtype_size(a->dtype)), a->dtype);
   timing best = {1e30, 1e30, 1e30, 1e30, 1e30, 1e30};
   for (int s = 0; s <= a->steps; s++) {
-    zinc_timers tm;
+    zinc_timers tm = ZINC_TIMERS_INIT;
     zinc_timers_take(e, &tm);
     MPI_Barrier(comm);
     double t0 = zinc_now();

@@ -80,6 +80,7 @@ void zinc_prof_phase(zinc_prof *p, int phase) {
 
 void zinc_prof_stats(const zinc_prof *p, zinc_mem_stats *out) {
   memset(out, 0, sizeof *out);
+  out->size = sizeof *out;
   out->device_free = out->device_total = out->device_process = -1;
   if (!p)
     return;
@@ -218,19 +219,98 @@ const char *zinc_mem_location_name(int loc) {
   return loc >= 0 && loc < ZINC_LOC_N ? names[loc] : "unknown";
 }
 
+/* ------------------------------------------- the trainer's activations */
+
+struct zinc_trainer_mem {
+  char name[64];
+  int location;
+  uint64_t bytes;
+};
+
+static struct zinc_trainer_mem *trainer_mem_find(zinc_engine *e, const char *name) {
+  for (int i = 0; i < e->ntmem; i++)
+    if (!strcmp(e->tmem[i].name, name))
+      return &e->tmem[i];
+  return NULL;
+}
+
+zinc_status zinc_memory_register_activations(zinc_engine *e, const char *name, int location,
+                                             uint64_t bytes) {
+  if (!e || !name || !name[0] || strlen(name) >= sizeof e->tmem->name)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_memory_register_activations: NULL engine, or a "
+                      "name that is empty or longer than 63 bytes");
+  if (location != ZINC_LOC_DEVICE && location != ZINC_LOC_HOST)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_memory_register_activations(\"%s\"): location "
+                      "%d is neither ZINC_LOC_DEVICE nor ZINC_LOC_HOST", name, location);
+  if (bytes > (uint64_t)INT64_MAX)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_memory_register_activations(\"%s\"): %llu bytes",
+                      name, (unsigned long long)bytes);
+  struct zinc_trainer_mem *t = trainer_mem_find(e, name);
+  if (!t) {
+    if (e->ntmem == e->captmem) {
+      int cap = e->captmem ? 2 * e->captmem : 8;
+      void *p = realloc(e->tmem, (size_t)cap * sizeof *e->tmem);
+      if (!p)
+        return zinc_error(ZINC_ERR_NOMEM, "out of memory registering activations \"%s\"",
+                          name);
+      e->tmem = p;
+      e->captmem = cap;
+    }
+    t = &e->tmem[e->ntmem++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->bytes = 0;
+    t->location = location;
+  }
+  zinc_prof_account(e->prof, t->location, ZINC_MEM_ACTIVATIONS, -(int64_t)t->bytes);
+  t->location = location;
+  t->bytes = bytes;
+  zinc_prof_account(e->prof, location, ZINC_MEM_ACTIVATIONS, (int64_t)bytes);
+  return ZINC_OK;
+}
+
+zinc_status zinc_memory_unregister_activations(zinc_engine *e, const char *name) {
+  if (!e || !name)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_memory_unregister_activations: NULL argument");
+  struct zinc_trainer_mem *t = trainer_mem_find(e, name);
+  if (!t)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_memory_unregister_activations: \"%s\" is not "
+                      "registered", name);
+  zinc_prof_account(e->prof, t->location, ZINC_MEM_ACTIVATIONS, -(int64_t)t->bytes);
+  *t = e->tmem[--e->ntmem];
+  return ZINC_OK;
+}
+
+void zinc_memory_trainer_free(zinc_engine *e) {
+  free(e->tmem);
+  e->tmem = NULL;
+  e->ntmem = e->captmem = 0;
+}
+
+const char *zinc_engine_location_name(const zinc_engine *e, int loc) {
+  if (e && e->dev && !e->dev->ops->is_gpu) {
+    if (loc == ZINC_LOC_DEVICE)
+      return "host";
+    if (loc == ZINC_LOC_HOST)
+      return "host_offload";
+  }
+  return zinc_mem_location_name(loc);
+}
+
 zinc_status zinc_memory_stats(const zinc_engine *e, zinc_mem_stats *out) {
   if (!e || !out)
     return zinc_error(ZINC_ERR_INVALID, "zinc_memory_stats: NULL %s", e ? "out" : "engine");
-  zinc_prof_stats(e->prof, out);
-  out->theoretical_model_states = e->built ? zinc_formula_model_states(e) : 0;
+  zinc_mem_stats s;
+  ZINC_CHECK(zinc_abi_check(out, "zinc_mem_stats", "ZINC_MEM_STATS_INIT"));
+  zinc_prof_stats(e->prof, &s);
+  s.theoretical_model_states = e->built ? zinc_formula_model_states(e) : 0;
   if (e->dev && e->dev->ops->is_gpu)
-    out->device_process = zinc_device_cuda_process_bytes(e->dev); /* NVML, -1 unknown */
+    s.device_process = zinc_device_cuda_process_bytes(e->dev); /* NVML, -1 unknown */
   if (e->dev && e->dev->ops->mem_info) {
     int64_t fr = -1, tot = -1;
     if (e->dev->ops->mem_info(e->dev, &fr, &tot) == ZINC_OK) {
-      out->device_free = fr;
-      out->device_total = tot;
+      s.device_free = fr;
+      s.device_total = tot;
     }
   }
-  return ZINC_OK;
+  return zinc_abi_write(out, &s, sizeof s, "zinc_mem_stats", "ZINC_MEM_STATS_INIT");
 }

@@ -73,7 +73,7 @@ static double diff_pct(uint64_t measured, uint64_t formula) {
 zinc_status zinc_memory_report(const zinc_engine *e, int json, char **text) {
   if (!e || !text)
     return zinc_error(ZINC_ERR_INVALID, "zinc_memory_report: NULL argument");
-  zinc_mem_stats st;
+  zinc_mem_stats st = ZINC_MEM_STATS_INIT;
   ZINC_CHECK(zinc_memory_stats(e, &st));
   uint64_t ms = model_states(&st);
   sbuf b = {0};
@@ -98,22 +98,24 @@ zinc_status zinc_memory_report(const zinc_engine *e, int json, char **text) {
                 (unsigned long long)st.last_step_peak[l]);
     }
     sb_printf(&b, "}, \"model_states\": %llu, \"zero_formula\": %llu, \"difference_pct\": %.4f, "
-              "\"device_free\": %lld, \"device_total\": %lld, \"device_process\": %lld}\n",
+              "\"device_free\": %lld, \"device_total\": %lld, \"device_process\": %lld, "
+              "\"device_is_host\": %s}\n",
               (unsigned long long)ms, (unsigned long long)st.theoretical_model_states,
               diff_pct(ms, st.theoretical_model_states), (long long)st.device_free,
-              (long long)st.device_total, (long long)st.device_process);
+              (long long)st.device_total, (long long)st.device_process,
+              e->dev && !e->dev->ops->is_gpu ? "true" : "false");
     return sb_finish(&b, text);
   }
   sb_printf(&b, "memory of rank %d/%d (stage %d, offload %s), MiB\n", e->world_rank,
             e->world_size, e->cfg.stage,
             zinc_offload_device_name(e->cfg.offload_optimizer.device));
-  sb_printf(&b, "  %-8s", "");
+  sb_printf(&b, "  %-12s", "");
   for (int c = 0; c < ZINC_MEM_NCAT; c++)
     sb_printf(&b, " %11s", zinc_mem_category_name(c));
   sb_printf(&b, " %11s %11s\n", "total", "peak");
   for (int l = 0; l < ZINC_LOC_N; l++) {
     uint64_t tot = 0;
-    sb_printf(&b, "  %-8s", zinc_mem_location_name(l));
+    sb_printf(&b, "  %-12s", zinc_engine_location_name(e, l));
     for (int c = 0; c < ZINC_MEM_NCAT; c++) {
       sb_printf(&b, " %11.2f", mib(st.current[l][c]));
       tot += st.current[l][c];
@@ -122,7 +124,8 @@ zinc_status zinc_memory_report(const zinc_engine *e, int json, char **text) {
   }
   sb_printf(&b, "  model states %.2f MiB, ZeRO formula %.2f MiB, difference %+.2f%%\n", mib(ms),
             mib(st.theoretical_model_states), diff_pct(ms, st.theoretical_model_states));
-  sb_printf(&b, "  device peaks: forward %.2f, backward %.2f, step %.2f, last step %.2f MiB\n",
+  sb_printf(&b, "  %s peaks: forward %.2f, backward %.2f, step %.2f, last step %.2f MiB\n",
+            zinc_engine_location_name(e, ZINC_LOC_DEVICE),
             mib(st.phase_peak[ZINC_PHASE_FWD][ZINC_LOC_DEVICE]),
             mib(st.phase_peak[ZINC_PHASE_BWD][ZINC_LOC_DEVICE]),
             mib(st.phase_peak[ZINC_PHASE_OPT][ZINC_LOC_DEVICE]),
@@ -146,7 +149,7 @@ zinc_status zinc_memory_report_all(zinc_engine *e, int json, char **text) {
   if (!e || !text)
     return zinc_error(ZINC_ERR_INVALID, "zinc_memory_report_all: NULL argument");
   *text = NULL;
-  zinc_mem_stats st;
+  zinc_mem_stats st = ZINC_MEM_STATS_INIT;
   ZINC_CHECK(zinc_memory_stats(e, &st));
   double mine[F_N];
   for (int l = 0; l < ZINC_LOC_N; l++) {
@@ -199,9 +202,11 @@ zinc_status zinc_memory_report_all(zinc_engine *e, int json, char **text) {
     sb_printf(&b, "}\n");
   } else {
     sb_printf(&b, "memory of every rank (stage %d, %d ranks), MiB\n", e->cfg.stage, n);
-    sb_printf(&b, "  %-6s %10s %10s %10s %10s %10s %10s %12s %12s %8s\n", "rank", "device",
-              "dev peak", "host", "host peak", "nvme", "nvme peak", "model st.", "formula",
-              "diff");
+    int cpu = e->dev && !e->dev->ops->is_gpu; /* the device's memory is host memory */
+    sb_printf(&b, "  %-6s %10s %10s %10s %10s %10s %10s %12s %12s %8s\n", "rank",
+              cpu ? "host" : "device", cpu ? "host peak" : "dev peak",
+              cpu ? "offload" : "host", cpu ? "offl peak" : "host peak", "nvme", "nvme peak",
+              "model st.", "formula", "diff");
     for (int r = 0; r <= n + 2; r++) {
       const double *v = r < n ? all + (size_t)r * F_N : r == n ? mn : r == n + 1 ? mx : mean;
       char label[16];

@@ -88,7 +88,7 @@ void gpt_print_timers(const zinc_timers *t, int64_t steps) {
 #define MEM_FIELDS (ZINC_LOC_N * ZINC_MEM_NCAT + ZINC_LOC_N + 1)
 
 zinc_status gpt_print_memory(zinc_engine *e, double trainer_activation_bytes) {
-  zinc_mem_stats m;
+  zinc_mem_stats m = ZINC_MEM_STATS_INIT;
   zinc_status st = zinc_memory_stats(e, &m);
   if (st != ZINC_OK)
     return st;
@@ -111,10 +111,12 @@ zinc_status gpt_print_memory(zinc_engine *e, double trainer_activation_bytes) {
   const double MiB = 1024.0 * 1024.0;
   printf("\nmemory: peak MiB per rank (model states = params + grads + optim; "
          "ZeRO formula = what the stage should hold)\n");
-  printf("  rank  where  ");
+  /* every column one wider than its longest name ("activations"), so that
+   * no two headers run together */
+  printf("  rank  %-13s", "where");
   for (int cat = 0; cat < ZINC_MEM_NCAT; cat++)
-    printf("%9s", zinc_mem_category_name(cat));
-  printf("%9s %14s\n", "total", "ZeRO formula");
+    printf(" %11s", zinc_mem_category_name(cat));
+  printf(" %11s %14s\n", "total", "ZeRO formula");
   for (int r = 0; r < ranks; r++) {
     const double *v = all + (size_t)r * MEM_FIELDS;
     int printed = 0, any = 0;
@@ -124,17 +126,17 @@ zinc_status gpt_print_memory(zinc_engine *e, double trainer_activation_bytes) {
       double total = v[ZINC_LOC_N * ZINC_MEM_NCAT + loc];
       if (total == 0 && (any || loc != ZINC_LOC_DEVICE)) /* rows that hold something */
         continue;
-      printf("  %4d  %-6s ", r, zinc_mem_location_name(loc));
+      printf("  %4d  %-13s", r, zinc_engine_location_name(e, loc));
       for (int cat = 0; cat < ZINC_MEM_NCAT; cat++)
-        printf("%9.2f", v[loc * ZINC_MEM_NCAT + cat] / MiB);
-      printf("%9.2f", total / MiB);
+        printf(" %11.2f", v[loc * ZINC_MEM_NCAT + cat] / MiB);
+      printf(" %11.2f", total / MiB);
       if (!printed)
         printf(" %14.2f", v[MEM_FIELDS - 1] / MiB);
       printf("\n");
       printed = 1;
     }
   }
-  printf("  trainer activations (its own memory, every rank): %.2f MiB\n",
+  printf("  activations include the trainer's own (registered, every rank): %.2f MiB\n",
          trainer_activation_bytes / MiB);
   free(all);
   return ZINC_OK;

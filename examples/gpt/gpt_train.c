@@ -41,7 +41,10 @@
  * B x T tokens, each from this rank's own slice of the corpus (gpt_data.h),
  * each followed by zinc_step (which runs the optimizer at the boundary).
  * Rank 0 prints the progress line every steps_per_print steps, the memory
- * report at the end and where the checkpoints went.
+ * report at the end and where the checkpoints went. The config's
+ * "csv_monitor" and "tensorboard" sections get the mean loss as
+ * Train/Samples/train_loss (zinc_monitor_scalar) beside the engine's lr,
+ * loss scale, gradient norm, step time and memory.
  */
 #include <errno.h>
 #include <limits.h>
@@ -425,12 +428,12 @@ static zinc_status train(gpt_run *r, int64_t start_step, int64_t *last_saved) {
   int print_every = zinc_steps_per_print(e) > 0 ? zinc_steps_per_print(e) : 10;
   gpt_progress prog;
   gpt_progress_start(&prog, (int64_t)B * T * gas * zinc_dp_size(e));
-  zinc_timers timers;
+  zinc_timers timers = ZINC_TIMERS_INIT;
   TRY(zinc_timers_take(e, &timers)); /* start the counters here */
   int64_t since_timers = 0;
   for (int64_t step = start_step; step < a->steps; step++) {
     double t0 = gpt_now(), loss_sum = 0;
-    zinc_step_info info = {0};
+    zinc_step_info info = ZINC_STEP_INFO_INIT;
     for (int micro = 0; micro < gas; micro++) {
       float loss;
       gpt_loader_batch(&r->loader, r->batch++, r->inputs, r->targets);
@@ -440,7 +443,9 @@ static zinc_status train(gpt_run *r, int64_t start_step, int64_t *last_saved) {
       loss_sum += loss;
     }
     double loss = loss_sum / gas;
-    TRY(zinc_allreduce_host(e, &loss, 1, ZINC_REDUCE_MEAN));
+    TRY(zinc_allreduce_host_scope(e, ZINC_SCOPE_DP, &loss, 1, ZINC_REDUCE_MEAN));
+    /* the config's csv_monitor / tensorboard: DeepSpeed's name for the loss */
+    TRY(zinc_monitor_scalar(e, "Train/Samples/train_loss", loss));
     double seconds = gpt_now() - t0;
     gpt_progress_add(&prog, loss, seconds, step == start_step);
     since_timers++;
@@ -535,6 +540,10 @@ static zinc_status setup(gpt_run *r, int64_t *start_step) {
   if (!r->inputs || !r->targets || gpt_acts_alloc(&r->acts, &tr->cfg, B, T) != 0)
     return trainer_error(r, ZINC_ERR_NOMEM, "out of memory for the activations of "
                          "%d x %d tokens", B, T);
+  /* the model computes on the CPU: its activations are host memory, and
+   * the memory report counts them beside the engine's own */
+  TRY(zinc_memory_register_activations(e, "gpt activations", ZINC_LOC_DEVICE,
+                                       (uint64_t)r->acts.bytes));
 
   if (a->init_weights)
     TRY(load_initial_weights(r));

@@ -205,7 +205,7 @@ int main(int argc, char **argv) {
 
   for (int step = 0; step < steps; step++) {
     double loss = 0, correct = 0;
-    zinc_step_info info = {0};
+    zinc_step_info info = ZINC_STEP_INFO_INIT;
     for (int micro = 0; micro < gas; micro++) {
       make_batch(x.host, y, B, seed + (uint64_t)rank, (int64_t)step * gas + micro);
       copy(x, (size_t)B * IN, 1);
@@ -264,7 +264,7 @@ int main(int argc, char **argv) {
              step + 1, figures[0], 100 * figures[1], info.lr, info.grad_norm);
   }
 
-  zinc_mem_stats mem;
+  zinc_mem_stats mem = ZINC_MEM_STATS_INIT;
   CHECK(zinc_memory_stats(e, &mem));
   if (rank == 0)
     printf("rank 0 model states: %.1f KiB on the device, %.1f KiB on the host "

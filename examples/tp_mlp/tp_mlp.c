@@ -267,7 +267,7 @@ int main(int argc, char **argv) {
     }
     if (zinc_backward_end(e) != ZINC_OK)
       die("backward_end");
-    zinc_step_info info;
+    zinc_step_info info = ZINC_STEP_INFO_INIT;
     if (zinc_step(e, &info) != ZINC_OK)
       die("step");
     double mean = loss / (double)act;
@@ -275,9 +275,9 @@ int main(int argc, char **argv) {
     if (zinc_rank(e) == 0 && (s % 10 == 0 || s == a.steps - 1))
       printf("step %3d  loss %.6f  grad norm %.4f\n", s, mean, info.grad_norm);
   }
-  zinc_activation_stats as;
+  zinc_activation_stats as = ZINC_ACTIVATION_STATS_INIT;
   zinc_activation_stats_get(e, &as);
-  zinc_mem_stats ms;
+  zinc_mem_stats ms = ZINC_MEM_STATS_INIT;
   zinc_memory_stats(e, &ms);
   if (zinc_rank(e) == 0)
     printf("activation checkpoints: %lld saves (%llu bytes kept by this rank), %lld restores, "

@@ -274,6 +274,11 @@ static void llama_warmup_cosine_bf16(const zinc_settings *s) {
 static void monitoring_sections(const zinc_settings *s) {
   assert_int_equal(s->stage, 2);
   assert_int_equal(s->wall_clock_breakdown, 0); /* flops_profiler is ignored */
+  assert_int_equal(s->csv_monitor.enabled, 1);
+  assert_string_equal(s->csv_monitor.output_path, "output/ds_logs/");
+  assert_string_equal(s->csv_monitor.job_name, "train_bert");
+  assert_int_equal(s->tensorboard.enabled, 1);
+  assert_string_equal(s->tensorboard.job_name, "train_bert");
 }
 
 static void zinc_section(const zinc_settings *s) {
@@ -520,7 +525,8 @@ static const valid_case valid_cases[] = {
     VALID(minimal_micro_batch, 0),
     VALID(min_loss_scale_zero, 0),
     VALID(minimal_train_batch, 0),
-    VALID(monitoring_sections, 1), /* one warning names all five sections */
+    VALID(monitoring_sections, 2), /* one names the ignored sections, one says
+                                      zinc does not write wandb logs */
     VALID(offload_optimizer_at_stage0, 1), /* ignored at stage 0, as DeepSpeed */
     VALID(offload_param_below_stage3, 1),  /* ignored below stage 3, as DeepSpeed */
     VALID(older_spellings, 0),
@@ -598,6 +604,7 @@ static const invalid_case invalid_cases[] = {
     {"betas_three_values.json", "optimizer.params.betas:", "found [0.9,0.99,0.999]"},
     {"bf16_and_bfloat16.json", "bfloat16:", "found {\"enabled\":true}"},
     {"comm_timeout_zero.json", "zinc.comm_timeout_s:", "found 0"},
+    {"csv_monitor_job_name_number.json", "csv_monitor.job_name:", "found 7"},
     {"comm_timeout_huge.json", "zinc.comm_timeout_s:", "(0, 1e+06]"},
     {"max_consecutive_skips_negative.json", "zinc.max_consecutive_skips:", "found -1"},
     {"cosine_total_equals_warmup.json", "scheduler.params.total_num_steps:", "found 1000"},

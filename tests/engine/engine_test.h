@@ -475,7 +475,7 @@ static inline void et_train(const et_run *r, float **final, double *losses,
       int64_t global_micro = (int64_t)s * r->gas + k;
       int64_t first = (global_micro * N + me) * r->micro;
       l += et_micro_batch(&m, &r->shape, r->dtype, first, r->micro, NULL);
-      zinc_step_info info;
+      zinc_step_info info = ZINC_STEP_INFO_INIT;
       ET_OK(zinc_step(e, &info));
       ET_CHECK(info.boundary == (k == r->gas - 1), "step %d micro %d: boundary %d", s, k,
                info.boundary);

@@ -57,7 +57,7 @@ static void test_partitioned(int cpu) {
     ET_OK(zinc_activation_save(e, k, buf, n));
     free(buf);
   }
-  zinc_mem_stats st;
+  zinc_mem_stats st = ZINC_MEM_STATS_INIT;
   ET_OK(zinc_memory_stats(e, &st));
   int loc = cpu ? ZINC_LOC_HOST : ZINC_LOC_DEVICE;
   ET_CHECK(st.current[loc][ZINC_MEM_ACTIVATIONS] == expect_stored,
@@ -101,7 +101,7 @@ static void test_contiguous(void) {
       fill(buf, n, k + round);
       ET_OK(zinc_activation_save(e, k, buf, n));
     }
-  zinc_activation_stats as;
+  zinc_activation_stats as = ZINC_ACTIVATION_STATS_INIT;
   ET_OK(zinc_activation_stats_get(e, &as));
   ET_CHECK(as.allocations == 1, "contiguous mode made %lld allocations", (long long)as.allocations);
   ET_CHECK(zinc_activation_save(e, 4, buf, n) == ZINC_ERR_INVALID, "id past number_checkpoints");
@@ -113,7 +113,7 @@ static void test_contiguous(void) {
   ET_OK(zinc_activation_restore(e, 3, got, n));
   ET_CHECK(test_compare_bits("contiguous checkpoint 3", got, buf, n, ZINC_DT_U8) == 0,
            "contiguous checkpoint 3 restored wrong");
-  zinc_mem_stats st;
+  zinc_mem_stats st = ZINC_MEM_STATS_INIT;
   ET_OK(zinc_memory_stats(e, &st));
   ET_CHECK(st.current[ZINC_LOC_DEVICE][ZINC_MEM_ACTIVATIONS] == 0, "device bytes with cpu ckpt");
   free(buf);

@@ -37,7 +37,7 @@ static void test_overflow(int stage) {
         get_state(e, &m, (zinc_state_kind[]){ZINC_STATE_PARAM, ZINC_STATE_EXP_AVG,
                                              ZINC_STATE_EXP_AVG_SQ}[k], before[k]);
     float scale_before = zinc_loss_scale(e);
-    zinc_step_info info;
+    zinc_step_info info = ZINC_STEP_INFO_INIT;
     ET_OK(zinc_step(e, &info));
     if (s == 4 || s == 6) {
       ET_CHECK(info.skipped == 1, "stage %d step %d: overflow on rank %d not skipped here",

@@ -47,7 +47,7 @@ static void test_empty(void) {
         ET_OK(zinc_module_release(e, m));
       }
       ET_OK(zinc_backward_end(e));
-      zinc_step_info info;
+      zinc_step_info info = ZINC_STEP_INFO_INIT;
       ET_OK(zinc_step(e, &info));
       ET_CHECK(info.grad_norm == 0 && !info.skipped, "empty model: norm %g skipped %d",
                info.grad_norm, info.skipped);

@@ -123,7 +123,7 @@ static zinc_step_info step(mp_model *m, int s, int bad_param, float bad) {
     ET_OK(zinc_module_release(e, m->mod[k]));
   }
   ET_OK(zinc_backward_end(e));
-  zinc_step_info info;
+  zinc_step_info info = ZINC_STEP_INFO_INIT;
   ET_OK(zinc_step(e, &info));
   return info;
 }

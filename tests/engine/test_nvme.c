@@ -67,7 +67,7 @@ static void test_memory_bound(void) {
   et_model m;
   zinc_engine *e = et_open(&r, NULL, &m);
   ET_OK(et_steps(&m, &r, 0, 3));
-  zinc_mem_stats st;
+  zinc_mem_stats st = ZINC_MEM_STATS_INIT;
   ET_OK(zinc_memory_stats(e, &st));
   uint64_t host = st.peak[ZINC_LOC_HOST][ZINC_MEM_OPTIM];
   uint64_t disk = st.current[ZINC_LOC_NVME][ZINC_MEM_OPTIM];
@@ -144,7 +144,7 @@ static void test_state_bytes(void) {
     uint64_t bufs = groups < BUFFERS ? groups : BUFFERS;
     uint64_t host = bufs * (uint64_t)g * 4 * (uint64_t)cases[c].arrays;
     uint64_t host_most = bufs * ((uint64_t)g * 4 * (uint64_t)cases[c].arrays + 4095) / 4096 * 4096;
-    zinc_mem_stats st;
+    zinc_mem_stats st = ZINC_MEM_STATS_INIT;
     ET_OK(zinc_memory_stats(e, &st));
     ET_CHECK(st.current[ZINC_LOC_NVME][ZINC_MEM_OPTIM] == disk,
              "%s: optimizer bytes on NVMe %llu, expected %llu (%d arrays of %lld elements in "
@@ -333,7 +333,7 @@ static void test_param_buffers(void) {
   r.offload_param = "nvme";
   r.nvme_path = dir;
   r.param_buffer_count = 1;
-  zinc_mem_stats st;
+  zinc_mem_stats st = ZINC_MEM_STATS_INIT;
   et_train(&r, swapped, NULL, &st);
   ET_CHECK(et_same_bits(&r.shape, swapped, plain, "param nvme, 1 read buffer"),
            "parameters on NVMe with one read buffer differ from no offload");

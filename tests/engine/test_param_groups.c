@@ -143,7 +143,7 @@ static void run(const et_run *r, const knobs *k, float **out, double *lrs,
     if (k->set_lr != 0)
       ET_OK(zinc_engine_set_lr(e, k->set_lr));
     micro_batch(&m, r, ((int64_t)s * N + me) * r->micro, k->frozen ? k->param : -1);
-    zinc_step_info info;
+    zinc_step_info info = ZINC_STEP_INFO_INIT;
     ET_OK(zinc_step(e, &info));
     if (lrs)
       lrs[s] = info.lr;
@@ -175,7 +175,7 @@ static void check_stage(int stage, float **frozen_prev) {
   for (int i = 0; i < TM_NPARAM; i++)
     for (int64_t j = 0; j < tm_numel(sh, i); j++)
       init[i][j] = tm_init_value(sh, i, j);
-  zinc_mem_stats st_base, st_frozen;
+  zinc_mem_stats st_base = ZINC_MEM_STATS_INIT, st_frozen = ZINC_MEM_STATS_INIT;
   run(&r, &NONE, base, NULL, &st_base);
 
   /* lr scale 0 */
@@ -286,7 +286,7 @@ static void check_offload(int stage, const char *offload) {
     o.offload_param = offload;
   if (!strcmp(offload, "nvme"))
     o.nvme_path = dir;
-  zinc_mem_stats st_frozen, st_base;
+  zinc_mem_stats st_frozen = ZINC_MEM_STATS_INIT, st_base = ZINC_MEM_STATS_INIT;
   run(&o, &k, off, NULL, &st_frozen);
   char what[120];
   snprintf(what, sizeof what, "stage %d offload %s, frozen in.W0", stage, offload);
@@ -341,7 +341,7 @@ static void check_set_lr(void) {
   for (int s = 0; s < STEPS; s++) {
     ET_OK(zinc_engine_set_lr(e, s < 2 ? 0.01 : -1.0));
     micro_batch(&m, &warm, ((int64_t)s * N + me) * r.micro, -1);
-    zinc_step_info info;
+    zinc_step_info info = ZINC_STEP_INFO_INIT;
     ET_OK(zinc_step(e, &info));
     ET_CHECK(s < 2 ? info.lr == 0.01f : info.lr == (float)sched[s] && sched[s] != 0.01f,
              "step %d: lr %g (scheduler's %g)", s, info.lr, sched[s]);

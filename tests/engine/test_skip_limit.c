@@ -35,7 +35,7 @@ static int run_skips(zinc_dtype dt, const char *zinc_section, const char *patter
     int inject = pattern[(size_t)s < plen ? (size_t)s : plen - 1] == '1';
     et_micro_batch(&m, &r.shape, dt, ((int64_t)s * N + me) * r.micro, r.micro,
                    inject && me == N - 1 ? &bad : NULL);
-    zinc_step_info info;
+    zinc_step_info info = ZINC_STEP_INFO_INIT;
     double t0 = MPI_Wtime();
     zinc_status st = zinc_step(e, &info);
     double dt_s = MPI_Wtime() - t0;

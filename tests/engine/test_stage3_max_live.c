@@ -13,7 +13,7 @@ static int64_t gathered_peak_bytes(int64_t max_live, int64_t prefetch) {
   r.prefetch = prefetch;
   et_model m;
   zinc_engine *e = et_open(&r, NULL, &m);
-  zinc_mem_stats st;
+  zinc_mem_stats st = ZINC_MEM_STATS_INIT;
   ET_OK(zinc_memory_stats(e, &st));
   uint64_t fixed = st.current[ZINC_LOC_DEVICE][ZINC_MEM_BUFFERS]; /* the gradient ring */
   int N = zinc_dp_size(e), me = zinc_dp_rank(e);

@@ -24,7 +24,11 @@
 #   gpt_e2e.sh readme NP CONFIG STEPS
 #       examples/README.md's first command with the default model, cut to
 #       STEPS steps: it runs and prints progress, a sample and the memory
-#       report
+#       report (its column headers apart, the CPU device's memory as host)
+#   gpt_e2e.sh monitors NP CONFIG STEPS
+#       the config plus "csv_monitor" and "tensorboard" sections and
+#       wall_clock_breakdown: gpt_monitors_check.py reads the logs back
+#       against --log-csv; DeepSpeed's timer lines are printed
 #
 # Environment: GPT_TRAIN (the binary), MPIEXEC (mpirun), ZINC_CKPT (zinc-ckpt, for frozen), ZINC_TEST_SOURCE_DIR
 # (the configs), GPT_E2E_WORK (scratch directory; removed on success).
@@ -164,14 +168,37 @@ PY
 readme)
   small=()
   run readme "$(config "$1")" --steps "$2" --sample 40 --ckpt-dir "$work/ckpt"
-  for want in '^step ' '^sample ' '^memory: ' '^checkpoints: '; do
-    grep -q "$want" "$work/readme.out" || {
+  for want in '^step ' '^sample ' '^memory: ' '^checkpoints: ' \
+              ' buffers  *activations ' '^ *0  host '; do
+    grep -q -- "$want" "$work/readme.out" || {
       cat "$work/readme.out"; echo "FAIL: no line matching '$want' in the output"; exit 1; }
   done
   cat "$work/readme.out"
   ;;
+monitors)
+  cfg=$(config "$1") steps=$2
+  py=/usr/bin/python3
+  [ -x "$src/.venv/bin/python3" ] && py=$src/.venv/bin/python3
+  # the monitor sections; prints train_batch_size (micro x accumulation x ranks)
+  batch=$("$py" - "$cfg" "$work/logs" "$np" <<'PY'
+import json, sys
+path, logs, np = sys.argv[1], sys.argv[2], int(sys.argv[3])
+c = json.load(open(path))
+c["wall_clock_breakdown"] = True
+c["csv_monitor"] = {"enabled": True, "output_path": logs, "job_name": "gpt"}
+c["tensorboard"] = {"enabled": True, "output_path": logs + "/tb", "job_name": "gpt"}
+json.dump(c, open(path, "w"), indent=2)
+print(c["train_micro_batch_size_per_gpu"] * c.get("gradient_accumulation_steps", 1) * np)
+PY
+)
+  run monitors "$cfg" --steps "$steps"
+  n=$(grep -c '^\[Rank 0\] time (ms) | fwd: ' "$work/monitors.out" || true)
+  [ "$n" = "$steps" ] || { cat "$work/monitors.out"; echo "FAIL: $n wall_clock_breakdown lines, expected $steps"; exit 1; }
+  "$py" "$src/tests/examples/gpt_monitors_check.py" "$work/monitors.csv" "$work/logs/gpt" \
+    "$work/logs/tb/gpt" "$batch"
+  ;;
 *)
-  echo "usage: $0 loss|stages|resume|init|frozen|readme NP ..." >&2
+  echo "usage: $0 loss|stages|resume|init|frozen|readme|monitors NP ..." >&2
   exit 2
   ;;
 esac

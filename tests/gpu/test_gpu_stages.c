@@ -149,7 +149,7 @@ static void test_overflow(void) {
   for (int s = 0; s < 4; s++) {
     micro_batch(&m, &r, ((int64_t)s * N + me) * r.micro, s == 2 && me == N - 1 ? &inf : NULL);
     float before = zinc_loss_scale(e);
-    zinc_step_info info;
+    zinc_step_info info = ZINC_STEP_INFO_INIT;
     ET_OK(zinc_step(e, &info));
     ET_CHECK(info.skipped == (s == 2), "cuda fp16 step %d: skipped %d", s, info.skipped);
     if (s == 2)

@@ -48,7 +48,7 @@ static void test_memory(int stage, zinc_dtype dt, const char *offload) {
   double grads = stage <= 1 ? es * psi : 4 * psi / n;
   double optim = (in_place ? 8 : 12) * psi / (stage == 0 ? 1 : n);
   double formula = params + grads + optim;
-  zinc_mem_stats st;
+  zinc_mem_stats st = ZINC_MEM_STATS_INIT;
   ET_OK(zinc_memory_stats(e, &st));
   uint64_t measured = 0;
   for (int l = 0; l < ZINC_LOC_N; l++)

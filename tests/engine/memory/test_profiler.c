@@ -58,7 +58,7 @@ static void test_stage(int stage, const char *offload, const char *offload_param
   zinc_engine *e = et_open(&r, NULL, &m);
   uint64_t plan[ZINC_LOC_N][ZINC_MEM_NCAT];
   zinc_build_sizes(e, plan);
-  zinc_mem_stats st;
+  zinc_mem_stats st = ZINC_MEM_STATS_INIT;
   ET_OK(zinc_memory_stats(e, &st));
   for (int l = 0; l < ZINC_LOC_N; l++)
     for (int c = 0; c < ZINC_MEM_NCAT; c++)
@@ -141,7 +141,7 @@ static void test_stage3_bounded(void) {
   r.prefetch = 5000;
   et_model m;
   zinc_engine *e = et_open(&r, NULL, &m);
-  zinc_mem_stats st;
+  zinc_mem_stats st = ZINC_MEM_STATS_INIT;
   zinc_estimate est;
   train_and_estimate(e, &m, &r, &st, &est);
   double rel = fabs((double)est.peak[0] - (double)st.peak_total[0]) / (double)st.peak_total[0];

@@ -40,7 +40,7 @@ int main(void) {
   zinc_module_grads_ready(e, m);
   zinc_module_release(e, m);
   zinc_backward_end(e);
-  zinc_step_info info;
+  zinc_step_info info = ZINC_STEP_INFO_INIT;
   if (zinc_step(e, &info) != ZINC_OK || info.step != 1) {
     fprintf(stderr, "step: %s\n", zinc_last_error());
     return 1;
