@@ -143,6 +143,11 @@ void zinc_mpi_fail(zinc_mpi *m);
 zinc_status zinc_mpi_failed_earlier(zinc_mpi *m, const char *what);
 /* 1 when this comm or (shared-memory path) a peer's has failed. */
 int zinc_mpi_is_failed(zinc_mpi *m);
+/* The comms logger's wire count: `bytes` this rank put on the way to `peer`
+ * (a rank of m->comm) for a collective of `kind`, counted as intra- or
+ * inter-node by the peer's node. Called by the thread executing the batch
+ * (every path calls it where it moves bytes). */
+void zinc_mpi_count_wire(zinc_mpi *m, zinc_coll_kind kind, int peer, size_t bytes);
 /* Run a validated batch in the calling thread (shm or p2p path). */
 zinc_status zinc_mpi_execute(zinc_mpi *m, const zinc_coll *colls, int n);
 
