@@ -157,12 +157,13 @@ zinc_status zinc_activation_save(zinc_engine *e, int id, const void *data, size_
   return ZINC_OK;
 }
 
-zinc_status zinc_activation_restore_start(zinc_engine *e, int id, void *dst, size_t bytes) {
-  ZINC_CHECK(zinc_engine_usable(e, "zinc_activation_restore"));
-  double t0 = zinc_now();
+/* What a restore does on this rank before the all-gather: its checks, its
+ * slice copied into place, the all-gather's counts. */
+static zinc_status restore_local(zinc_engine *e, int id, void *dst, size_t bytes,
+                                 act_entry **out, size_t *off, size_t *len) {
   act_entry *a;
   ZINC_CHECK(entry_get(e, id, &a));
-  struct zinc_act_store *s = e->acts;
+  *out = a;
   if (!a->data)
     return zinc_error(ZINC_ERR_INVALID, "zinc_activation_restore(%d): no checkpoint saved "
                       "under this id (or it was freed)", id);
@@ -172,26 +173,43 @@ zinc_status zinc_activation_restore_start(zinc_engine *e, int id, void *dst, siz
   if (a->req)
     return zinc_error(ZINC_ERR_INVALID, "zinc_activation_restore(%d): a restore of it is "
                       "already in flight", id);
-  size_t off, len;
-  slice_of(e, bytes, e->mp_rank, &off, &len);
-  if (len)
-    ZINC_CHECK(e->dev->ops->copy(e->dev, (char *)dst + off, a->data, len, e->stream));
+  slice_of(e, bytes, e->mp_rank, off, len);
+  if (*len)
+    ZINC_CHECK(e->dev->ops->copy(e->dev, (char *)dst + *off, a->data, *len, e->stream));
+  if (!partitioned(e))
+    return ZINC_OK;
+  ZINC_CHECK(zinc_engine_sync(e));
+  if (!a->counts) {
+    a->counts = calloc((size_t)e->mp_size, sizeof *a->counts);
+    a->displs = calloc((size_t)e->mp_size, sizeof *a->displs);
+    if (!a->counts || !a->displs)
+      return zinc_error(ZINC_ERR_NOMEM, "zinc_activation_restore(%d): no host memory for "
+                        "the all-gather's %d counts", id, e->mp_size);
+  }
+  for (int r = 0; r < e->mp_size; r++)
+    slice_of(e, bytes, r, &a->displs[r], &a->counts[r]);
+  return ZINC_OK;
+}
+
+zinc_status zinc_activation_restore_start(zinc_engine *e, int id, void *dst, size_t bytes) {
+  ZINC_CHECK(zinc_engine_usable(e, "zinc_activation_restore"));
+  double t0 = zinc_now();
+  act_entry *a = NULL;
+  size_t off = 0, len = 0;
+  zinc_status st = restore_local(e, id, dst, bytes, &a, &off, &len);
   if (partitioned(e)) {
-    ZINC_CHECK(zinc_engine_sync(e));
-    if (!a->counts) {
-      a->counts = calloc((size_t)e->mp_size, sizeof *a->counts);
-      a->displs = calloc((size_t)e->mp_size, sizeof *a->displs);
-      if (!a->counts || !a->displs)
-        return zinc_error(ZINC_ERR_NOMEM, "out of memory restoring checkpoint %d", id);
-    }
-    for (int r = 0; r < e->mp_size; r++)
-      slice_of(e, bytes, r, &a->displs[r], &a->counts[r]);
+    /* compute locally, agree, then the collective (engine/failure.c): a
+     * rank refused here must not leave its peers in the all-gather */
+    ZINC_CHECK(zinc_engine_agree(e, e->mp_host, st));
     zinc_coll c = {.kind = ZINC_COLL_ALLGATHERV, .send = (char *)dst + off, .recv = dst,
                    .count = len, .dtype = ZINC_DT_U8, .counts = a->counts, .displs = a->displs};
-    zinc_status st = e->mp->ops->start(e->mp, &c, 1, &a->req);
+    st = e->mp->ops->start(e->mp, &c, 1, &a->req);
     if (st != ZINC_OK)
       return zinc_error_wrap(st, "restoring activation checkpoint %d", id);
+  } else if (st != ZINC_OK) {
+    return st;
   }
+  struct zinc_act_store *s = e->acts;
   s->stats.restores++;
   s->stats.restored_bytes += bytes;
   if (e->cfg.ac_profile)

@@ -7,7 +7,9 @@
  *  - cpu_checkpointing: nothing on the device, the slices in host memory;
  *  - contiguous: one allocation for all checkpoints, ids beyond
  *    number_checkpoints and growing sizes refused;
- *  - model-parallel all-reduce sums in rank order.
+ *  - model-parallel all-reduce sums in rank order;
+ *  - a restore refused on one rank only (a wrong size) fails on every rank
+ *    within seconds, not after the comm timeout, and the engine goes on.
  */
 #include <mpi.h>
 
@@ -19,7 +21,8 @@ static zinc_engine *make(int cpu, int contiguous, int nckpt) {
            "{\"train_micro_batch_size_per_gpu\": 1, \"activation_checkpointing\": {"
            "\"partition_activations\": true, \"cpu_checkpointing\": %s,"
            " \"contiguous_memory_optimization\": %s, \"number_checkpoints\": %d,"
-           " \"synchronize_checkpoint_boundary\": true, \"profile\": true}}",
+           " \"synchronize_checkpoint_boundary\": true, \"profile\": true},"
+           " \"zinc\": {\"comm_timeout_s\": 60}}",
            cpu ? "true" : "false", contiguous ? "true" : "false", nckpt);
   zinc_config *cfg;
   ET_OK(zinc_config_parse(json, &cfg));
@@ -135,6 +138,35 @@ static void test_mp_allreduce(void) {
   zinc_engine_destroy(e);
 }
 
+/* The last rank alone asks for the wrong size: before the restore agreed,
+ * it returned at once and its peers sat in the all-gather until the comm
+ * timeout (60 s here). */
+static void test_restore_refused_on_one_rank(void) {
+  if (et_world < 2)
+    return;
+  zinc_engine *e = make(0, 0, 0);
+  const size_t n = 1001;
+  unsigned char *buf = malloc(n), *got = malloc(n + 1);
+  fill(buf, n, 5);
+  ET_OK(zinc_activation_save(e, 0, buf, n));
+  int odd = et_rank == et_world - 1;
+  double t0 = MPI_Wtime();
+  zinc_status st = zinc_activation_restore(e, 0, got, odd ? n + 1 : n);
+  double took = MPI_Wtime() - t0;
+  ET_CHECK(st == ZINC_ERR_INVALID, "restore with a wrong size on rank %d: status %d, want "
+           "INVALID on every rank", et_world - 1, (int)st);
+  ET_CHECK(took < 10, "the refusal took %.1f s (the comm timeout is 60 s)", took);
+  char want[32];
+  snprintf(want, sizeof want, "rank %d", et_world - 1);
+  ET_CHECK(odd || strstr(zinc_last_error(), want), "peer's message does not name %s: %s", want,
+           zinc_last_error());
+  ET_OK(zinc_activation_restore(e, 0, got, n)); /* refused, not stopped */
+  ET_CHECK(memcmp(got, buf, n) == 0, "restore after the refusal gave wrong bytes");
+  free(buf);
+  free(got);
+  zinc_engine_destroy(e);
+}
+
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -144,6 +176,7 @@ int main(int argc, char **argv) {
   test_partitioned(1);
   test_contiguous();
   test_mp_allreduce();
+  test_restore_refused_on_one_rank();
   int bad = et_failures;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (et_rank == 0)
