@@ -473,7 +473,7 @@ static json_t *object(hjson_parser *p, int braces) {
     p->at++;
   json_t *obj = json_object();
   if (!obj)
-    return fail_at(p, open, "out of memory");
+    return fail_at(p, open, "no host memory for a JSON node");
   skip_white(p);
   while (cur(p) >= 0) {
     if (braces && cur(p) == '}') {
@@ -506,7 +506,7 @@ static json_t *object(hjson_parser *p, int braces) {
     if (!v || json_object_set_new(obj, key, v)) {
       free(key);
       if (v)
-        fail_at(p, key_at, "out of memory");
+        fail_at(p, key_at, "no host memory to store this key's value");
       goto fail;
     }
     free(key);
@@ -529,7 +529,7 @@ static json_t *array(hjson_parser *p) {
   size_t open = p->at++;
   json_t *arr = json_array();
   if (!arr)
-    return fail_at(p, open, "out of memory");
+    return fail_at(p, open, "no host memory for a JSON node");
   skip_white(p);
   while (cur(p) >= 0) {
     if (cur(p) == ']') {
@@ -540,7 +540,7 @@ static json_t *array(hjson_parser *p) {
     json_t *v = value(p);
     if (!v || json_array_append_new(arr, v)) {
       if (v)
-        fail_at(p, open, "out of memory");
+        fail_at(p, open, "no host memory to store an array element");
       json_decref(arr);
       return NULL;
     }

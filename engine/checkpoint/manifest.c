@@ -125,6 +125,15 @@ static int fail(reader *r, const char *path, const char *fmt, ...) {
   return 0;
 }
 
+/* An allocation failed while reading: out of host memory, not a bad file. */
+static int fail_nomem(reader *r, const char *path, const char *what, size_t bytes) {
+  if (r->st == ZINC_OK)
+    r->st = zinc_error(ZINC_ERR_NOMEM, "checkpoint manifest %s: %s: no host memory for %s "
+                       "(%zu bytes); free host memory and load again", r->what, path, what,
+                       bytes);
+  return 0;
+}
+
 static int get_int(reader *r, json_t *o, const char *key, const char *path, int64_t lo,
                    int64_t hi, int64_t *out) {
   json_t *v = json_object_get(o, key);
@@ -143,7 +152,7 @@ static int get_str(reader *r, json_t *o, const char *key, const char *path, char
   if (!v || !json_is_string(v))
     return fail(r, path, "\"%s\" missing or not a string", key);
   *out = zinc_strdup(json_string_value(v));
-  return *out ? 1 : fail(r, path, "out of memory");
+  return *out ? 1 : fail_nomem(r, path, "a string", strlen(json_string_value(v)) + 1);
 }
 
 static int parse_dtype(const char *s, zinc_dtype *dt) {
@@ -209,7 +218,7 @@ static int parse_param(reader *r, json_t *o, int index, const zinc_manifest *m,
   p->npieces = (int)json_array_size(pieces);
   p->pieces = calloc((size_t)p->npieces, sizeof *p->pieces);
   if (!p->pieces) {
-    fail(r, path, "out of memory");
+    fail_nomem(r, path, "the piece table", (size_t)p->npieces * sizeof *p->pieces);
     goto bad;
   }
   for (int k = 0; k < p->npieces; k++) {
@@ -390,7 +399,7 @@ zinc_status zinc_manifest_parse(const char *text, size_t len, const char *what,
   }
   m->files = calloc((size_t)m->nfiles, sizeof *m->files);
   if (!m->files) {
-    fail(&r, "files", "out of memory");
+    fail_nomem(&r, "files", "the file table", (size_t)m->nfiles * sizeof *m->files);
     goto done;
   }
   for (int i = 0; i < m->nfiles; i++) {
@@ -437,7 +446,7 @@ zinc_status zinc_manifest_parse(const char *text, size_t len, const char *what,
   m->nparams = (int)json_array_size(params);
   m->params = calloc((size_t)m->nparams + 1, sizeof *m->params);
   if (!m->params) {
-    fail(&r, "params", "out of memory");
+    fail_nomem(&r, "params", "the parameter table", ((size_t)m->nparams + 1) * sizeof *m->params);
     goto done;
   }
   for (int i = 0; i < m->nparams; i++)

@@ -22,7 +22,8 @@ zinc_status zinc_estimate_model(const zinc_settings *cfg, int dp_size, int64_t h
                       dp_size, n);
   zinc_engine *e = calloc(1, sizeof *e);
   if (!e)
-    return zinc_error(ZINC_ERR_NOMEM, "out of memory");
+    return zinc_error(ZINC_ERR_NOMEM, "estimate: no host memory for the model's engine state "
+                      "(%zu bytes)", sizeof *e);
   zinc_status st = zinc_settings_copy(&e->cfg, cfg);
   if (st != ZINC_OK) {
     free(e);

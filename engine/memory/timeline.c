@@ -23,7 +23,8 @@ zinc_status zinc_timeline_parse(const char *text, size_t len, const char *what,
   zinc_timeline *t = calloc(1, sizeof *t);
   json_t *fmt = json_object_get(root, "format"), *samples = json_object_get(root, "samples");
   if (!t) {
-    st = zinc_error(ZINC_ERR_NOMEM, "out of memory");
+    st = zinc_error(ZINC_ERR_NOMEM, "memory timeline %s: no host memory for the timeline "
+                    "(%zu bytes)", what, sizeof *t);
     goto out;
   }
   if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "zinc-memory-timeline") ||
@@ -38,7 +39,9 @@ zinc_status zinc_timeline_parse(const char *text, size_t len, const char *what,
   t->nsamples = (int)json_array_size(samples);
   t->samples = calloc((size_t)t->nsamples + 1, sizeof *t->samples);
   if (!t->samples) {
-    st = zinc_error(ZINC_ERR_NOMEM, "out of memory");
+    st = zinc_error(ZINC_ERR_NOMEM, "memory timeline %s: no host memory for %d samples "
+                    "(%zu bytes)", what, t->nsamples,
+                    ((size_t)t->nsamples + 1) * sizeof *t->samples);
     goto out;
   }
   for (int i = 0; i < t->nsamples; i++) {
