@@ -8,38 +8,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "base/base.h"
 #include "base/env.h"
+#include "common/capture.h"
 
 #define VAR "ZINC_TEST_ENV_VALUE"
 
-/* What the readers wrote to stderr while `call` ran, in `out`. */
-typedef struct {
-  int saved, fd;
-  char path[64];
-} capture;
-
-static void capture_start(capture *c) {
-  snprintf(c->path, sizeof c->path, "/tmp/zinc_test_env.XXXXXX");
-  c->fd = mkstemp(c->path);
-  assert_true(c->fd >= 0);
-  fflush(stderr);
-  c->saved = dup(STDERR_FILENO);
-  assert_true(dup2(c->fd, STDERR_FILENO) >= 0);
-}
-
-static void capture_end(capture *c, char *out, size_t len) {
-  fflush(stderr);
-  dup2(c->saved, STDERR_FILENO);
-  close(c->saved);
-  ssize_t n = pread(c->fd, out, len - 1, 0);
-  out[n > 0 ? n : 0] = '\0';
-  close(c->fd);
-  unlink(c->path);
+/* What the readers wrote to stderr since test_stderr_begin, into `out`. */
+static void capture_end(test_stderr *c, char *out, size_t len) {
+  char *text = test_stderr_end(c);
+  snprintf(out, len, "%s", text ? text : "");
+  free(text);
 }
 
 static void set(const char *value) {
@@ -83,9 +65,9 @@ static void flag_spellings(void **state) {
 static void flag_malformed_keeps_default_and_warns(void **state) {
   (void)state;
   char err[1024];
-  capture c;
+  test_stderr c;
   set("2");
-  capture_start(&c);
+  test_stderr_begin(&c);
   int a = zinc_env_flag(VAR, 0), b = zinc_env_flag(VAR, 1);
   capture_end(&c, err, sizeof err);
   set(NULL);
@@ -119,9 +101,9 @@ static void int_malformed_keeps_default(void **state) {
   (void)state;
   static const char *bad[] = {"abc", "12abc", "1.5", "101", "-1", "0x10",
                               "99999999999999999999", "-"};
-  capture c;
+  test_stderr c;
   char err[4096];
-  capture_start(&c);
+  test_stderr_begin(&c);
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     set(bad[i]);
     long long v = zinc_env_int(VAR, 5, 0, 100);
@@ -137,7 +119,7 @@ static void int_malformed_keeps_default(void **state) {
     fail_msg("unexpected warnings: %s", err);
   /* an open range says so */
   set("0");
-  capture_start(&c);
+  test_stderr_begin(&c);
   assert_int_equal(zinc_env_int(VAR, 64, 64, INT64_MAX), 64);
   capture_end(&c, err, sizeof err);
   set(NULL);
@@ -155,9 +137,9 @@ static void choice_values(void **state) {
   set("SCALAR");
   assert_int_equal(zinc_env_choice(VAR, names, 3, 1), 0);
   char err[1024];
-  capture c;
+  test_stderr c;
   set("sse");
-  capture_start(&c);
+  test_stderr_begin(&c);
   int a = zinc_env_choice(VAR, names, 3, 1), b = zinc_env_choice(VAR, names, 3, -1);
   capture_end(&c, err, sizeof err);
   set(NULL);
