@@ -1,6 +1,6 @@
 /*
  * failure.c — how the engine fails: the rules every rank follows when one
- * of them meets an error (DESIGN.md, "Failure agreement").
+ * of them meets an error (docs/faults.md lists each case and its test).
  *
  * 1. Every collective phase is: compute locally, agree on the status across
  *    the ranks involved (zinc_engine_agree), then the collective. A rank

@@ -3,8 +3,8 @@
 
 Every include of a project header is written from the repository root
 ("base/base.h", "kernels/zinc_math.h"), so the folder it names is the edge
-it makes. The table below is the whole set of allowed edges (DESIGN.md,
-"Layout"); a folder may always include its own headers and the public
+it makes. The table below is the whole set of allowed edges (docs/layout.md,
+the first table); a folder may always include its own headers and the public
 header "zinc.h". examples/ see only "zinc.h" and headers beside them.
 tests/, bench/ and tools/ may use any internal header.
 

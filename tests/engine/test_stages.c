@@ -1,5 +1,5 @@
 /*
- * test_stages.c — the correctness oracle (DESIGN.md): for a fixed world
+ * test_stages.c — the correctness oracle (README, "the oracle"): for a fixed world
  * size, fp32 parameters and accumulation 1, stages 0-3 (with and without
  * overlap_comm) give bitwise identical parameters after 20 steps, and match
  * the single-rank reference trainer within 1e-5 relative L2. With

@@ -3,7 +3,7 @@
  * states (parameters, gradients, optimizer state; every location) is within
  * 2% of the ZeRO formula at stages 0-3, f32 and bf16, offload none and
  * (stages 1-3) cpu, under mpirun. The formula is computed here from the
- * shapes the test registers and DESIGN.md's per-stage table (an
+ * shapes the test registers and the ZeRO paper's per-stage table (an
  * independent count), and the engine's own figure
  * (zinc_mem_stats.theoretical_model_states) must agree with it too. The model (four blocks of ~80k elements) is large enough that
  * alignment padding is negligible; test_profiler.c checks the exact
