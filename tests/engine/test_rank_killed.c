@@ -4,7 +4,7 @@
  * collective fails with ZINC_ERR_COMM within zinc.comm_timeout_s (here 4 s)
  * naming the missing rank; a later call still names it; then
  * zinc_engine_destroy returns promptly and the process exits with its own
- * status (MPI_Finalize at exit included). Run by rank_killed.sh under
+ * status (zinc's exit handler, which skips MPI_Finalize after a comm failure). Run by rank_killed.sh under
  * `mpirun --enable-recovery`, so that mpirun lets the survivors report
  * instead of killing them itself; the script checks the lines printed here.
  *
@@ -20,7 +20,7 @@
  *   survivor R: STATUS after T s: MESSAGE        (the first failure)
  *   survivor R: later call: STATUS: MESSAGE      (the engine refuses on)
  *   survivor R: destroy returned after T s       (since the kill)
- *   survivor R: exited after T s                 (atexit, after MPI_Finalize)
+ *   survivor R: exited after T s                 (atexit, after zinc's exit handler)
  * The frozen victim prints "victim R: pid P stopping" first, so that the
  * script can kill it once the survivors are done.
  */
@@ -43,7 +43,8 @@ static int my_rank = -1;
 static double kill_time = 0;
 
 /* Registered before the engine creates its comm, so it runs after the
- * comm's own atexit handler (MPI_Finalize): the line proves exit finished. */
+ * comm's own atexit handler (which leaves MPI unfinalised after a comm
+ * failure, comm.h): the line proves exit finished. */
 static void report_exit(void) {
   if (my_rank >= 0 && kill_time > 0) {
     printf("survivor %d: exited after %.1f s\n", my_rank, now_s() - kill_time);
