@@ -2,8 +2,9 @@
 # A rank killed (SIGKILL) or frozen (SIGSTOP) mid-step: every survivor must
 # fail with ZINC_ERR_COMM naming it within comm_timeout_s (4 s) plus a
 # margin, a later call must still name it, zinc_engine_destroy must return
-# and the process must exit (through zinc's exit handler, which skips MPI_Finalize after a comm failure), all within
-# comm_timeout_s + 5 s of the kill.
+# and the process must exit (through zinc's exit handler, which skips
+# MPI_Finalize after a comm failure), all within comm_timeout_s + 5 s of the
+# kill.
 # usage: rank_killed.sh BIN MPIEXEC NP STAGE OVERLAP kill|stop
 set -uo pipefail
 bin=$1 mpiexec=$2 np=$3 stage=$4 overlap=$5 signal=$6

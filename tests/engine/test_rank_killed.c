@@ -4,8 +4,8 @@
  * collective fails with ZINC_ERR_COMM within zinc.comm_timeout_s (here 4 s)
  * naming the missing rank; a later call still names it; then
  * zinc_engine_destroy returns promptly and the process exits with its own
- * status (zinc's exit handler, which skips MPI_Finalize after a comm failure). Run by rank_killed.sh under
- * `mpirun --enable-recovery`, so that mpirun lets the survivors report
+ * status (zinc's exit handler, which skips MPI_Finalize after a comm
+ * failure). Run by rank_killed.sh under `mpirun --enable-recovery`, so that mpirun lets the survivors report
  * instead of killing them itself; the script checks the lines printed here.
  *
  * usage: test_rank_killed STAGE OVERLAP SIGNAL
