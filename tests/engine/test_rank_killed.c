@@ -5,8 +5,9 @@
  * naming the missing rank; a later call still names it; then
  * zinc_engine_destroy returns promptly and the process exits with its own
  * status (zinc's exit handler, which skips MPI_Finalize after a comm
- * failure). Run by rank_killed.sh under `mpirun --enable-recovery`, so that mpirun lets the survivors report
- * instead of killing them itself; the script checks the lines printed here.
+ * failure). Run by rank_killed.sh under `mpirun --enable-recovery`, so
+ * that mpirun lets the survivors report instead of killing them itself;
+ * the script checks the lines printed here.
  *
  * usage: test_rank_killed STAGE OVERLAP SIGNAL
  *   STAGE 1..3, OVERLAP 0|1 (overlap_comm: asynchronous reductions and
