@@ -12,11 +12,28 @@ Not part of the test suite (it needs torch and DeepSpeed): run it by hand,
     DS_BUILD_OPS=0 /tmp/dsv/bin/pip install deepspeed==0.14.4 hjson 'pydantic<3' \
         py-cpuinfo packaging psutil tqdm ninja
     /tmp/dsv/bin/python tests/config/ds_oracle.py build/cpu/tests/config/config_check FILES...
-Exit 1 when a file DeepSpeed accepts is rejected by zinc.
+Exit 1 when a file DeepSpeed accepts is rejected by zinc, unless the file is
+one of the deliberate differences below, each documented in docs/config.md:
+DeepSpeedConfig does not build the optimizer or the scheduler, so errors
+DeepSpeed raises only at their construction pass its config class.
 """
 import os
 import subprocess
 import sys
+
+
+# file name -> why zinc rejects what DeepSpeedConfig accepts (docs/config.md)
+DELIBERATE = {
+    "lr_range_test_step_size_zero.json": "scheduler: DeepSpeed divides by it at construction",
+    "scheduler_onecycle_warmup_key.json": "scheduler: a key of another scheduler, ignored by "
+                                          "DeepSpeed's OneCycle; an error in zinc",
+    "max_consecutive_skips_negative.json": "zinc's own key (zinc.max_consecutive_skips)",
+    "lamb_max_grad_norm.json": "optimizer: a value that would change the formula",
+    "sgd_nesterov_without_momentum.json": "optimizer: torch refuses it at construction",
+    "sgd_zero_without_untested_flag.json": "optimizer: DeepSpeed refuses it at engine creation",
+    "csv_monitor_job_name_number.json": "a number where a string is expected (Strings)",
+    "batch_too_big.json": "an integer beyond int64 (Integers)",
+}
 
 
 def deepspeed_verdicts(paths):
@@ -37,7 +54,8 @@ def deepspeed_verdicts(paths):
 
 def mentions_auto(path):
     with open(path, encoding="utf-8", errors="replace") as f:
-        return '"auto"' in f.read() or "'auto'" in f.read()
+        text = f.read()
+    return '"auto"' in text or "'auto'" in text or ": auto" in text
 
 
 def main():
@@ -55,7 +73,10 @@ def main():
         g = "ds accepts" if d is None else "ds rejects, auto" if mentions_auto(p) else "ds rejects"
         groups[g][0] += 1
         groups[g][1] += z is None
-        if d is None and z is not None:
+        if d is None and z is not None and os.path.basename(p) in DELIBERATE:
+            print("DIFFERS  %s: DeepSpeed accepts it; zinc on purpose (%s): %s"
+                  % (p, DELIBERATE[os.path.basename(p)], z[:120]))
+        elif d is None and z is not None:
             bad += 1
             print("MISSED %s: DeepSpeed accepts it; zinc: %s" % (p, z))
         elif d is not None:
