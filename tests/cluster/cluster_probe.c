@@ -9,6 +9,7 @@
  *   rank R host H
  *   sum S hosts N
  *   transfer B bytes to rank P in T s: G Gbit/s
+ *   round trip to rank P: U us               (1-byte messages, mean of 1000)
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -57,11 +58,21 @@ int main(int argc, char **argv) {
       double t = MPI_Wtime() - t0;
       printf("transfer %zu bytes to rank %d in %.3f s: %.3f Gbit/s\n", bytes, peer, t,
              (double)bytes * 8 / t / 1e9);
+      t0 = MPI_Wtime();
+      for (int k = 0; k < 1000; k++) {
+        MPI_Send(&ack, 1, MPI_CHAR, peer, 4, MPI_COMM_WORLD);
+        MPI_Recv(&ack, 1, MPI_CHAR, peer, 4, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      }
+      printf("round trip to rank %d: %.1f us\n", peer, (MPI_Wtime() - t0) * 1e3);
     } else {
       MPI_Recv(buf, 1, MPI_CHAR, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
       MPI_Send(&ack, 1, MPI_CHAR, 0, 1, MPI_COMM_WORLD);
       MPI_Recv(buf, (int)bytes, MPI_CHAR, 0, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
       MPI_Send(&ack, 1, MPI_CHAR, 0, 3, MPI_COMM_WORLD);
+      for (int k = 0; k < 1000; k++) {
+        MPI_Recv(&ack, 1, MPI_CHAR, 0, 4, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Send(&ack, 1, MPI_CHAR, 0, 4, MPI_COMM_WORLD);
+      }
     }
     free(buf);
   }
