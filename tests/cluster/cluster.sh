@@ -33,7 +33,7 @@
 #   veth     zvNAME-i on the bridge, its peer is the node's eth0
 #   tc       tbf [+ netem] on zvNAME-i (host -> node) and on the node's
 #            eth0 (node -> host and other nodes)
-#   files    $ZINC_CLUSTER_DIR/NAME/ (default /tmp/zinc-cluster/NAME):
+#   files    $CLUSTER_STATE_DIR/NAME/ (default /tmp/zinc-cluster/NAME):
 #            hostfile (one address per node, slots=ppn), agent (the rsh
 #            agent), state (subnet, K, ppn)
 # S is chosen from NAME's checksum; if that /24 is in use on the host,
@@ -57,7 +57,7 @@ set -euo pipefail
 die() { echo "cluster.sh: $*" >&2; exit 1; }
 
 name=zc
-root_dir=${ZINC_CLUSTER_DIR:-/tmp/zinc-cluster}
+root_dir=${CLUSTER_STATE_DIR:-/tmp/zinc-cluster}
 
 # Names derived from NAME; see the table above.
 ns_of() { echo "zinc-$name-$1"; }
