@@ -200,8 +200,13 @@ node-loss)
   launcher=""
   "$cluster" down --name "$name" >/dev/null
   grep -E '^rank [0-9]+: ' "$log"
-  left=$(pgrep -x "$(basename "$bin" | cut -c1-15)" | wc -l)
-  [ "$left" -eq 0 ] || fail "$left processes of $(basename "$bin") still running"
+  # killed processes are reaped by init within moments
+  for _ in $(seq 50); do
+    left=$(pgrep -x "$(basename "$bin" | cut -c1-15)" | wc -l)
+    [ "$left" -eq 0 ] && break
+    sleep 0.1
+  done
+  [ "$left" -eq 0 ] || fail "$left processes of $(basename "$bin") still running 5 s after down"
   for r in 0 1; do
     line=$(grep -E "^rank $r: ZINC_ERR_COMM at " "$log") || { cat "$log"; fail "rank $r did not report ZINC_ERR_COMM"; }
     # the ranks whose messages had not arrived: one or both of 2 and 3
