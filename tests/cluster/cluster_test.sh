@@ -200,6 +200,9 @@ node-loss)
   launcher=""
   "$cluster" down --name "$name" >/dev/null
   grep -E '^rank [0-9]+: ' "$log"
+  if grep -qE 'ERROR: (Address|Leak|Undefined|Thread)Sanitizer|runtime error:' "$log"; then
+    cat "$log"; fail "a sanitizer reported an error"
+  fi
   # killed processes are reaped by init within moments
   for _ in $(seq 50); do
     left=$(pgrep -x "$(basename "$bin" | cut -c1-15)" | wc -l)
