@@ -22,7 +22,7 @@
  * comm that MPI gives the same context id. Completion is polled
  * (MPI_Testall, yielding the core between polls) so that the comm's
  * deadline and abort flag are honoured: a lost peer ends in ZINC_ERR_COMM
- * naming it, never in a hang.
+ * naming every peer whose messages had not completed, never in a hang.
  */
 #define _GNU_SOURCE
 #include <limits.h>
@@ -108,6 +108,33 @@ static void abandon(p2p_batch *b) {
   b->n = 0;
 }
 
+/* The peers of the posted requests that have not completed, in rank order
+ * ("2,3"), and how many. MPI_Testall leaves every request alone when any
+ * is pending, so each is asked on its own (without freeing it): a rank
+ * whose messages all arrived is not named, whatever its place in the list. */
+static int pending_peers(p2p_batch *b, char *out, size_t len) {
+  zinc_mpi *m = b->m;
+  int count = 0;
+  size_t used = 0;
+  out[0] = '\0';
+  for (int peer = 0; peer < m->size; peer++) {
+    int pending = 0;
+    for (int i = 0; i < b->n && !pending; i++) {
+      int flag = 1;
+      if (m->p2p_peer[i] == peer && m->p2p_reqs[i] != MPI_REQUEST_NULL)
+        MPI_Request_get_status(m->p2p_reqs[i], &flag, MPI_STATUS_IGNORE);
+      pending = !flag;
+    }
+    if (pending && used + 16 < len) {
+      used += (size_t)snprintf(out + used, len - used, "%s%d", count ? "," : "", peer);
+      count++;
+    }
+  }
+  if (count == 0)
+    snprintf(out, len, "unknown (every message had completed)");
+  return count;
+}
+
 /* Poll until every posted request has completed, the deadline passes or
  * the comm is aborted. */
 static zinc_status complete(p2p_batch *b) {
@@ -142,17 +169,15 @@ static zinc_status complete(p2p_batch *b) {
     if (deadline == 0)
       deadline = zinc_mpi_deadline(m);
     if (atomic_load(&m->abort) || zinc_now() > deadline) {
-      int peer = -1;
-      for (int i = 0; i < b->n && peer < 0; i++)
-        if (m->p2p_reqs[i] != MPI_REQUEST_NULL)
-          peer = m->p2p_peer[i];
+      char peers[256];
+      int npeers = pending_peers(b, peers, sizeof peers);
       int aborted = atomic_load(&m->abort);
       abandon(b);
       zinc_status st = zinc_error(ZINC_ERR_COMM,
-                                  "comm mpi: %s: %s waiting for peer rank %d%s; the comm is "
+                                  "comm mpi: %s: %s waiting for peer rank%s %s%s; the comm is "
                                   "unusable, destroy it",
                                   b->what, aborted ? "abandoned (comm aborted)" : "timed out",
-                                  peer, b->suspects ? b->suspects : "");
+                                  npeers > 1 ? "(s)" : "", peers, b->suspects ? b->suspects : "");
       zinc_mpi_fail(m);
       return st;
     }

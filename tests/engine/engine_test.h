@@ -671,6 +671,15 @@ static inline int et_same_bits(const tm_shape *sh, float **a, float **b, const c
   return bad == 0;
 }
 
+/* Every parameter of p, raw fp32 bytes in order W0 ... b2, appended to f:
+ * what two jobs compare byte for byte (cmp names the first offset). */
+static inline void et_dump_params(FILE *f, const tm_shape *sh, float **p) {
+  for (int i = 0; i < TM_NPARAM; i++)
+    if (fwrite(p[i], sizeof(float), (size_t)tm_numel(sh, i), f) != (size_t)tm_numel(sh, i))
+      ET_CHECK(0, "writing the parameters' dump failed");
+  fflush(f);
+}
+
 /* ||a - b|| / ||b|| over all parameters. */
 static inline double et_rel_l2(const tm_shape *sh, float **a, float **b) {
   double num = 0, den = 0;
