@@ -18,6 +18,11 @@
  * point-to-point messages (comm_mpi_p2p.c). All ranks agree on the path.
  * Both sum in rank order, so results do not depend on the path.
  *
+ * Nodes: node_of names each rank's node (MPI_COMM_TYPE_SHARED), read by
+ * zinc_mpi_same_node only; the comms logger's wire counts
+ * (zinc_mpi_count_wire, called by every path where bytes leave this rank)
+ * are split intra-node / inter-node by it.
+ *
  * Threads: at MPI_THREAD_MULTIPLE a worker thread runs started batches
  * (comm_mpi_async.c). Below it `start` runs the batch in the caller's thread
  * and says so once at info level. The worker and the caller never run
