@@ -30,6 +30,16 @@
 
 #include "base/base.h"
 
+/* The public op numbers are the comm's kinds. */
+_Static_assert((int)ZINC_COMMS_ALL_REDUCE == (int)ZINC_COLL_ALLREDUCE &&
+                   (int)ZINC_COMMS_REDUCE_SCATTER == (int)ZINC_COLL_REDUCE_SCATTER &&
+                   (int)ZINC_COMMS_ALL_GATHER == (int)ZINC_COLL_ALLGATHER &&
+                   (int)ZINC_COMMS_ALL_GATHERV == (int)ZINC_COLL_ALLGATHERV &&
+                   (int)ZINC_COMMS_BROADCAST == (int)ZINC_COLL_BROADCAST &&
+                   (int)ZINC_COMMS_BARRIER == (int)ZINC_COLL_BARRIER &&
+                   (int)ZINC_COMMS_NOPS == (int)ZINC_COLL_BARRIER + 1,
+               "zinc_comms_op must number the ops as zinc_coll_kind does");
+
 typedef struct {
   zinc_coll_kind kind;
   uint64_t msg_bytes;

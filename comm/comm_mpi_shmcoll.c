@@ -238,6 +238,8 @@ static void direct_phase_b(zinc_mpi *m, const zinc_coll *o, int j) {
  * for the same op. Staging changes where peers read, not what, so one
  * count per op serves both ways of running it. */
 static void count_peer_reads(zinc_mpi *m, const zinc_coll *o) {
+  if (!m->pub->log)
+    return;
   const int n = m->size, r = m->rank;
   const size_t es = zinc_dt_size(o->dtype);
   for (int k = 0; k < n; k++) {
