@@ -233,8 +233,10 @@ static void direct_phase_b(zinc_mpi *m, const zinc_coll *o, int j) {
 /* The comms logger's wire count on this path. Nothing is sent: peers read
  * this rank's memory (its buffers in place, or its scratch segment where
  * they are staged). The rule: every byte of this rank's data that peer k
- * reads counts as sent by this rank to k (intra-node, as peers on this
- * path share the node), so that the counts match what the p2p path sends
+ * reads counts as sent by this rank to k (intra- or inter-node by
+ * zinc_mpi_same_node, as on every path: on this path the peers share the
+ * node unless the node table fakes boundaries), so that the counts match
+ * what the p2p path sends
  * for the same op. Staging changes where peers read, not what, so one
  * count per op serves both ways of running it. */
 static void count_peer_reads(zinc_mpi *m, const zinc_coll *o) {
