@@ -12,9 +12,11 @@
  * has no caller names to give, and the group is what tells the engine's
  * traffic apart.
  *
- * Counting starts once the engine's comms exist (after the creation checks
- * that run before the device), so a trainer sees the traffic of building
- * and training. Rows are per rank; the summary is rank 0's.
+ * Counting starts with the engine's first collective (the agreement on
+ * the creation checks): the host comms get the counters as soon as they
+ * exist, the device's comms (nccl) when the device is made, so a trainer
+ * sees the traffic of creating, building and training. Rows are per
+ * rank; the summary is rank 0's.
  */
 #include <stdlib.h>
 
@@ -36,7 +38,8 @@ zinc_status zinc_comms_logger_attach(zinc_engine *e) {
       .debug = cl->debug,
       .kinds = cl->prof_all ? (1u << ZINC_COMMS_NOPS) - 1 : cl->prof_ops,
   };
-  ZINC_CHECK(zinc_comm_log_create(&opts, &e->comms_log));
+  if (!e->comms_log)
+    ZINC_CHECK(zinc_comm_log_create(&opts, &e->comms_log));
   /* with model_parallel_size 1 the data-parallel group is the world */
   hang(e, e->dp, "data_parallel");
   hang(e, e->dp_host, "data_parallel");

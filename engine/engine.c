@@ -260,11 +260,13 @@ zinc_status zinc_engine_create(const zinc_config *cfg, const zinc_options *opt,
                     "\"auto\"", (long long)e->opt.hidden_size);
   if (st == ZINC_OK) /* rank 0's directories: a failure there stops every rank */
     st = zinc_monitor_open(e);
+  if (st == ZINC_OK) /* counted from the first collective on (the agreement below) */
+    st = zinc_comms_logger_attach(e);
   ZINC_CHECK_GOTO(zinc_engine_agree(e, e->world, st), st, fail);
   ZINC_CHECK_GOTO(agree_settings(e), st, fail);
   ZINC_CHECK_GOTO(agree_hidden_size(e), st, fail);
   ZINC_CHECK_GOTO(create_device(e), st, fail);
-  ZINC_CHECK_GOTO(zinc_engine_agree(e, e->world, zinc_comms_logger_attach(e)), st, fail);
+  ZINC_CHECK_GOTO(zinc_comms_logger_attach(e), st, fail); /* the device's comms (nccl) */
   e->phase_start = zinc_now();
   zinc_log0(ZINC_LOG_INFO, "engine: %d ranks (data-parallel %d x model-parallel %d), "
             "%d on this node, device %s, comm %s, stage %d",

@@ -390,7 +390,8 @@ struct zinc_engine {
 
 /* --------------------------------------------------------- monitor.c */
 /* Open the monitors the config enables (world rank 0); close them. */
-/* comms_logger.c: counters on every comm of the engine from creation on;
+/* comms_logger.c: counters on every comm of the engine from creation on
+ * (attach again after a comm is added: it hangs them on the new ones);
  * the summary and the counters freed at destroy (before and after the
  * comms go). */
 zinc_status zinc_comms_logger_attach(zinc_engine *e);
