@@ -327,7 +327,8 @@ zinc_status zinc_comm_log_stats(zinc_comm_log *log, zinc_comms_stat *out, int ca
         .busbw_gbps = r->count ? r->busbw_sum / (double)r->count : 0,
         .wire_intra = r->wire[0],
         .wire_inter = r->wire[1],
-        .wire_estimated = r->wire_estimated};
+        .wire_estimated = r->wire_estimated,
+        .ranks = r->size};
     st = zinc_abi_write((char *)out + (size_t)i * stride, &s, sizeof s, "zinc_comms_stat",
                         "ZINC_COMMS_STAT_INIT");
   }

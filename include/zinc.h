@@ -649,6 +649,8 @@ typedef struct {
   uint64_t wire_intra, wire_inter; /* bytes this rank sent to peers on its own
                                       node / on other nodes                      */
   uint64_t wire_estimated;  /* nccl: the ring algorithm's bytes, not measured */
+  int ranks;              /* size of the group the calls ran on (the n of the
+                             bandwidths); groups of two sizes get two rows   */
 } zinc_comms_stat;
 #define ZINC_COMMS_STAT_INIT { .size = sizeof(zinc_comms_stat) }
 

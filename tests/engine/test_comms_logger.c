@@ -174,6 +174,7 @@ static void check_stage(int stage) {
   const char *algo = n == 1 ? "self" : shm && !strcmp(shm, "0") ? "p2p" : "shm";
   for (int i = 0; i < nrows; i++)
     ET_CHECK(rows[i].algo && !strcmp(rows[i].algo, algo) && rows[i].count > 0 &&
+                 rows[i].ranks == n &&
                  rows[i].wire_estimated == 0 && rows[i].group == NULL,
              "stage %d row %d (%s of %llu bytes): algo %s, %llu calls, estimated %llu", stage,
              i, rows[i].name, (unsigned long long)rows[i].msg_bytes,
