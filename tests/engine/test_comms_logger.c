@@ -3,8 +3,9 @@
  * closed-form traffic of each ZeRO stage, computed here from the tiny
  * model's parameter counts (never from the engine's plan).
  *
- * For stages 0-3 the engine trains STEPS steps (accumulation 1) with
- * "comms_logger" enabled; the counters are reset after the build, so they
+ * For stages 0-3 (and 2-3 again with overlap_comm, whose reductions the
+ * comm's worker thread runs) the engine trains STEPS steps (accumulation 1)
+ * with "comms_logger" enabled; the counters are reset after the build, so they
  * hold exactly the steps' traffic. Per step, with n data-parallel ranks
  * and the model's units (below):
  *
@@ -89,19 +90,22 @@ static tally sum_rows(const zinc_comms_stat *rows, int nrows, int op, uint64_t l
   return t;
 }
 
-static void expect_tally(int stage, const char *what, tally got, uint64_t calls, uint64_t msg,
+static void expect_tally(const char *run, const char *what, tally got, uint64_t calls, uint64_t msg,
                          uint64_t wire) {
   ET_CHECK(got.calls == calls && got.msg == msg && got.wire_intra == wire && got.wire_inter == 0,
-           "stage %d %s: %llu calls, %llu message bytes, wire %llu intra + %llu inter; "
-           "expected %llu calls, %llu message bytes, wire %llu intra + 0", stage, what,
+           "%s %s: %llu calls, %llu message bytes, wire %llu intra + %llu inter; "
+           "expected %llu calls, %llu message bytes, wire %llu intra + 0", run, what,
            (unsigned long long)got.calls, (unsigned long long)got.msg,
            (unsigned long long)got.wire_intra, (unsigned long long)got.wire_inter,
            (unsigned long long)calls, (unsigned long long)msg, (unsigned long long)wire);
 }
 
-static void check_stage(int stage) {
+static void check_stage(int stage, int overlap) {
   et_run r = et_defaults();
   r.stage = stage;
+  r.overlap = overlap;
+  char run[40];
+  snprintf(run, sizeof run, "stage %d%s", stage, overlap ? " (overlap_comm)" : "");
   r.steps = STEPS;
   r.persist = 0;
   r.reuse = 0;
@@ -129,7 +133,7 @@ static void check_stage(int stage) {
     rs_msg += (uint64_t)L.unit_numel[u] * es;
     chunks += (uint64_t)(L.unit_numel[u] / n) * es;
   }
-  expect_tally(stage, "reduce-scatter", sum_rows(rows, nrows, ZINC_COMMS_REDUCE_SCATTER, 1, ~0ull),
+  expect_tally(run, "reduce-scatter", sum_rows(rows, nrows, ZINC_COMMS_REDUCE_SCATTER, 1, ~0ull),
                (uint64_t)L.nunits * STEPS, rs_msg * STEPS,
                rs_msg * STEPS / (uint64_t)n * (uint64_t)(n - 1));
 
@@ -150,23 +154,23 @@ static void check_stage(int stage) {
         ag_msg += (uint64_t)gathers * (uint64_t)(L.unit_numel[u] / n) * es;
       }
   }
-  expect_tally(stage, "all-gather of chunks", sum_rows(rows, nrows, ZINC_COMMS_ALL_GATHER, 32 * es,
+  expect_tally(run, "all-gather of chunks", sum_rows(rows, nrows, ZINC_COMMS_ALL_GATHER, 32 * es,
                                                        ~0ull),
                ag_calls, ag_msg, ag_msg * (uint64_t)(n - 1));
   /* the norm's partial sums: 2 f64 per rank, once per step at stages 1-3 */
   uint64_t norm_calls = stage == 0 ? 0 : STEPS;
-  expect_tally(stage, "all-gather of norms", sum_rows(rows, nrows, ZINC_COMMS_ALL_GATHER, 1,
+  expect_tally(run, "all-gather of norms", sum_rows(rows, nrows, ZINC_COMMS_ALL_GATHER, 1,
                                                       32 * es - 1),
                norm_calls, norm_calls * 16, norm_calls * 16 * (uint64_t)(n - 1));
   /* all-reduce only for agreement (4 x i64); nothing else */
   tally ar = sum_rows(rows, nrows, ZINC_COMMS_ALL_REDUCE, 0, ~0ull);
   tally ar32 = sum_rows(rows, nrows, ZINC_COMMS_ALL_REDUCE, 32, 32);
   ET_CHECK(ar.calls == ar32.calls && ar.calls > 0 && ar.wire_inter == 0,
-           "stage %d: %llu all-reduces, %llu of them of 32 bytes", stage,
+           "%s: %llu all-reduces, %llu of them of 32 bytes", run,
            (unsigned long long)ar.calls, (unsigned long long)ar32.calls);
   for (int op = ZINC_COMMS_ALL_GATHERV; op < ZINC_COMMS_NOPS; op++) {
     tally t = sum_rows(rows, nrows, op, 0, ~0ull);
-    ET_CHECK(t.calls == 0, "stage %d: %llu calls of op %d, expected none", stage,
+    ET_CHECK(t.calls == 0, "%s: %llu calls of op %d, expected none", run,
              (unsigned long long)t.calls, op);
   }
   /* the path that ran them */
@@ -176,7 +180,7 @@ static void check_stage(int stage) {
     ET_CHECK(rows[i].algo && !strcmp(rows[i].algo, algo) && rows[i].count > 0 &&
                  rows[i].ranks == n &&
                  rows[i].wire_estimated == 0 && rows[i].group == NULL,
-             "stage %d row %d (%s of %llu bytes): algo %s, %llu calls, estimated %llu", stage,
+             "%s row %d (%s of %llu bytes): algo %s, %llu calls, estimated %llu", run,
              i, rows[i].name, (unsigned long long)rows[i].msg_bytes,
              rows[i].algo ? rows[i].algo : "NULL", (unsigned long long)rows[i].count,
              (unsigned long long)rows[i].wire_estimated);
@@ -187,7 +191,10 @@ static void check_stage(int stage) {
 
 int main(void) {
   for (int stage = 0; stage <= 3; stage++)
-    check_stage(stage);
+    check_stage(stage, 0);
+  /* overlap_comm: the reductions run on the comm's worker thread */
+  for (int stage = 2; stage <= 3; stage++)
+    check_stage(stage, 1);
   if (et_rank == 0)
     printf("comms logger at %d ranks: stages 0-3 %s\n", et_world,
            et_failures ? "FAILED" : "match the closed form");
