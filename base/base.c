@@ -189,6 +189,16 @@ void zinc_log(zinc_log_level level, const char *fmt, ...) {
   va_end(ap);
 }
 
+void zinc_log_text(const char *text) {
+  size_t len = strlen(text), done = 0;
+  while (done < len) {
+    ssize_t w = write(STDERR_FILENO, text + done, len - done);
+    if (w <= 0)
+      return;
+    done += (size_t)w;
+  }
+}
+
 void zinc_log_report0(const char *fmt, ...) {
   int rank = atomic_load(&log_rank);
   if (rank > 0)

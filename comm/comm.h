@@ -127,11 +127,22 @@ typedef struct {
   void (*destroy)(zinc_comm *c);
 } zinc_comm_ops;
 
+typedef struct zinc_comm_log zinc_comm_log; /* comm/comm_log.h */
+
 struct zinc_comm {
   const zinc_comm_ops *ops;
   int rank, size;
   double timeout_s;     /* a wait longer than this fails with ZINC_ERR_COMM */
   void *impl;           /* backend state */
+  /* The comms logger (comm_log.h): NULL counts nothing. The owner sets
+   * log and log_group ("data_parallel", ...) before the comm's first
+   * batch; a comm made by split starts with none. */
+  zinc_comm_log *log;
+  const char *log_group;
+  /* The path that runs this comm's collectives ("self", "shm", "p2p",
+   * "nccl"), set by the backend at creation; a backend that picks a path
+   * per batch sets it before that batch is counted. Static strings. */
+  const char *algo;
 };
 
 /* -------------------------------------------------------------- creation */

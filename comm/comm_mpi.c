@@ -18,6 +18,11 @@
  * point-to-point messages (comm_mpi_p2p.c). All ranks agree on the path.
  * Both sum in rank order, so results do not depend on the path.
  *
+ * Nodes: node_of names each rank's node (MPI_COMM_TYPE_SHARED), read by
+ * zinc_mpi_same_node only; the comms logger's wire counts
+ * (zinc_mpi_count_wire, called by every path where bytes leave this rank)
+ * are split intra-node / inter-node by it.
+ *
  * Threads: at MPI_THREAD_MULTIPLE a worker thread runs started batches
  * (comm_mpi_async.c). Below it `start` runs the batch in the caller's thread
  * and says so once at info level. The worker and the caller never run
@@ -157,7 +162,9 @@ void zinc_mpi_describe(const zinc_coll *o, char *buf, size_t len) {
 }
 
 void zinc_mpi_count_wire(zinc_mpi *m, zinc_coll_kind kind, int peer, size_t bytes) {
-  (void)m, (void)kind, (void)peer, (void)bytes; /* the comms logger fills this in */
+  if (!m->pub->log || peer == m->rank)
+    return;
+  m->wire[kind][zinc_mpi_same_node(m, peer) ? 0 : 1] += bytes;
 }
 
 /* ------------------------------------------------------------- batches */
@@ -181,11 +188,20 @@ zinc_status zinc_mpi_execute(zinc_mpi *m, const zinc_coll *colls, int n) {
     return zinc_mpi_failed_earlier(m, n > 0 ? zinc_coll_name(colls[0].kind) : "batch");
   if (n == 0)
     return ZINC_OK;
-  if (m->size == 1) {
-    run_alone(colls, n);
-    return ZINC_OK;
+  zinc_comm *c = m->pub;
+  double t0 = 0;
+  if (c->log) {
+    memset(m->wire, 0, sizeof m->wire);
+    t0 = zinc_now();
   }
-  return m->use_shm ? zinc_mpi_shm_run(m, colls, n) : zinc_mpi_p2p_run(m, colls, n);
+  zinc_status st = ZINC_OK;
+  if (m->size == 1)
+    run_alone(colls, n);
+  else
+    st = m->use_shm ? zinc_mpi_shm_run(m, colls, n) : zinc_mpi_p2p_run(m, colls, n);
+  if (c->log && st == ZINC_OK)
+    zinc_comm_log_batch(c, colls, n, zinc_now() - t0, &m->wire);
+  return st;
 }
 
 static zinc_status worker_exec(void *ctx, const zinc_coll *colls, int n) {
@@ -309,6 +325,7 @@ static void mpi_release(zinc_comm *c) {
     free(m->scratch);
   }
   zinc_mpi_p2p_teardown(m);
+  free(m->node_of);
   if (!finalized) {
     if (m->node != MPI_COMM_NULL)
       MPI_Comm_free(&m->node);
@@ -338,6 +355,19 @@ static const zinc_comm_ops mpi_ops = {
 
 /* ------------------------------------------------------------- creation */
 
+/* node_of: each rank's node named by the lowest rank of comm on it. */
+static zinc_status node_table(zinc_mpi *m) {
+  ZINC_CHECK(zinc_calloc((void **)&m->node_of, (size_t)m->size, sizeof *m->node_of,
+                         "comm mpi node table"));
+  int leader = m->rank;
+  int rc = MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, m->node);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Allgather(&leader, 1, MPI_INT, m->node_of, 1, MPI_INT, m->comm);
+  if (rc != MPI_SUCCESS)
+    return zinc_mpi_error(rc, "MPI_Allgather of the ranks' nodes", -1);
+  return ZINC_OK;
+}
+
 /* Shared memory is used when every rank of `comm` is on this node, on every
  * rank, and nobody switched it off. */
 static zinc_status choose_path(zinc_mpi *m) {
@@ -347,6 +377,7 @@ static zinc_status choose_path(zinc_mpi *m) {
   MPI_Comm_set_errhandler(m->node, MPI_ERRORS_RETURN);
   int node_size = 0;
   MPI_Comm_size(m->node, &node_size);
+  ZINC_CHECK(node_table(m));
   int wanted = zinc_env_flag("ZINC_COMM_MPI_SHM", 1);
   int mine = wanted && node_size == m->size, all = 0;
   rc = MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, m->comm);
@@ -390,6 +421,7 @@ static zinc_status create_from(MPI_Comm comm, int thread_level, double timeout_s
   c->size = m->size;
 
   ZINC_CHECK_GOTO(choose_path(m), st, fail);
+  c->algo = m->size == 1 ? "self" : m->use_shm ? "shm" : "p2p";
   if (m->use_shm)
     ZINC_CHECK_GOTO(zinc_mpi_shm_setup(m), st, fail);
   else

@@ -32,6 +32,7 @@
 #include <time.h>
 
 #include "comm/comm.h"
+#include "comm/comm_log.h"
 
 /* Ops of one batch that share one descriptor exchange; longer batches are
  * run as consecutive chunks of this many. */
@@ -119,6 +120,13 @@ typedef struct {
   int *p2p_peer;           /* (2 * size) the peer of each request             */
   int p2p_tag;             /* data tag; +1 for barrier tokens                 */
 
+  /* nodes, for the comms logger's intra/inter split */
+  int *node_of;            /* (size) node id of each rank: the lowest rank of
+                              comm on its node (MPI_COMM_TYPE_SHARED); a path
+                              that fakes node boundaries rewrites it        */
+  zinc_comm_wire wire;     /* bytes sent by the batch running now (only while
+                              pub->log is set)                               */
+
   zinc_mpi_worker *worker; /* NULL: `start` runs batches at once              */
   int in_worker;           /* the worker is executing (shorter barrier spins) */
 } zinc_mpi;
@@ -148,6 +156,11 @@ int zinc_mpi_is_failed(zinc_mpi *m);
  * inter-node by the peer's node. Called by the thread executing the batch
  * (every path calls it where it moves bytes). */
 void zinc_mpi_count_wire(zinc_mpi *m, zinc_coll_kind kind, int peer, size_t bytes);
+/* 1 when `peer` (a rank of m->comm) is on this rank's node by node_of:
+ * the one place that decides intra- against inter-node. */
+static inline int zinc_mpi_same_node(const zinc_mpi *m, int peer) {
+  return m->node_of[peer] == m->node_of[m->rank];
+}
 /* Run a validated batch in the calling thread (shm or p2p path). */
 zinc_status zinc_mpi_execute(zinc_mpi *m, const zinc_coll *colls, int n);
 

@@ -14,6 +14,9 @@
  *    MPI_Ibarrier, which can be neither cancelled nor freed when a peer is
  *    lost, and keeps progressing on a freed communicator.
  *
+ * Every message sent is counted (zinc_mpi_count_wire) as the rank posts
+ * it, barrier tokens included.
+ *
  * Messages are at most p2p_chunk_bytes (so counts fit MPI's int) and use one
  * tag for data and one for barrier tokens; MPI's non-overtaking rule keeps
  * the pieces of consecutive ops apart, since every rank posts them in the
@@ -72,6 +75,7 @@ void zinc_mpi_p2p_teardown(zinc_mpi *m) {
 
 typedef struct {
   zinc_mpi *m;
+  zinc_coll_kind kind; /* the collective, for the comms logger's counts */
   int n;               /* requests posted */
   const char *what;
   const char *suspects; /* said after the peer on a timeout, or NULL */
@@ -89,6 +93,8 @@ static zinc_status post_tagged(p2p_batch *b, int is_send, void *buf, size_t byte
     return zinc_mpi_error(rc, ctx, peer);
   }
   m->p2p_peer[b->n++] = peer;
+  if (is_send)
+    zinc_mpi_count_wire(m, b->kind, peer, bytes);
   return ZINC_OK;
 }
 
@@ -192,15 +198,16 @@ static size_t piece_len(size_t len, size_t a, size_t cap) {
 
 /* Rank-ordered reduction of slices: slice q of `send` is elements
  * [start[q], start[q+1]); this rank's reduced slice goes to `out`. */
-static zinc_status reduce_slices(zinc_mpi *m, const char *send, char *out, const size_t *start,
-                                 int dtype, zinc_comm_op op, const char *what) {
+static zinc_status reduce_slices(zinc_mpi *m, zinc_coll_kind kind, const char *send, char *out,
+                                 const size_t *start, int dtype, zinc_comm_op op,
+                                 const char *what) {
   const int n = m->size, r = m->rank;
   const size_t es = zinc_dt_size(dtype), cap = m->p2p_chunk_bytes / es;
   size_t longest = 0;
   for (int q = 0; q < n; q++)
     if (start[q + 1] - start[q] > longest)
       longest = start[q + 1] - start[q];
-  p2p_batch b = {m, 0, what, NULL};
+  p2p_batch b = {m, kind, 0, what, NULL};
   const void *srcs[n];
   for (size_t a = 0; a < longest; a += cap) {
     size_t mine = piece_len(start[r + 1] - start[r], a, cap);
@@ -221,8 +228,9 @@ static zinc_status reduce_slices(zinc_mpi *m, const char *send, char *out, const
 
 /* Rank k's len_of[k] elements land at element dst_of[k] of every rank's
  * recv; this rank's come from `mine`. */
-static zinc_status gather(zinc_mpi *m, const char *mine, char *recv, const size_t *len_of,
-                          const size_t *dst_of, size_t es, const char *what) {
+static zinc_status gather(zinc_mpi *m, zinc_coll_kind kind, const char *mine, char *recv,
+                          const size_t *len_of, const size_t *dst_of, size_t es,
+                          const char *what) {
   const int n = m->size, r = m->rank;
   const size_t cap = m->p2p_chunk_bytes / es;
   size_t longest = 0;
@@ -230,7 +238,7 @@ static zinc_status gather(zinc_mpi *m, const char *mine, char *recv, const size_
     longest = len_of[k] > longest ? len_of[k] : longest;
   if (len_of[r] && recv + dst_of[r] * es != mine)
     memmove(recv + dst_of[r] * es, mine, len_of[r] * es);
-  p2p_batch b = {m, 0, what, NULL};
+  p2p_batch b = {m, kind, 0, what, NULL};
   for (size_t a = 0; a < longest; a += cap) {
     for (int k = 0; k < n; k++)
       if (k != r)
@@ -254,7 +262,7 @@ static zinc_status run_one(zinc_mpi *m, const zinc_coll *o) {
   case ZINC_COLL_REDUCE_SCATTER:
     for (int k = 0; k <= n; k++)
       start[k] = (size_t)k * o->count;
-    return reduce_slices(m, o->send, o->recv, start, o->dtype, ZINC_OP_SUM, what);
+    return reduce_slices(m, o->kind, o->send, o->recv, start, o->dtype, ZINC_OP_SUM, what);
   case ZINC_COLL_ALLREDUCE:
     for (int k = 0; k <= n; k++)
       start[k] = zinc_slice_start(o->count, n, k);
@@ -262,9 +270,10 @@ static zinc_status run_one(zinc_mpi *m, const zinc_coll *o) {
       len_of[k] = start[k + 1] - start[k];
       dst_of[k] = start[k];
     }
-    ZINC_CHECK(reduce_slices(m, o->send, (char *)o->recv + start[r] * es, start, o->dtype,
-                             o->op, what));
-    return gather(m, (char *)o->recv + start[r] * es, o->recv, len_of, dst_of, es, what);
+    ZINC_CHECK(reduce_slices(m, o->kind, o->send, (char *)o->recv + start[r] * es, start,
+                             o->dtype, o->op, what));
+    return gather(m, o->kind, (char *)o->recv + start[r] * es, o->recv, len_of, dst_of, es,
+                  what);
   case ZINC_COLL_ALLGATHER:
   case ZINC_COLL_ALLGATHERV:
   case ZINC_COLL_BROADCAST:
@@ -280,10 +289,10 @@ static zinc_status run_one(zinc_mpi *m, const zinc_coll *o) {
         dst_of[k] = (size_t)k * o->count;
       }
     }
-    return gather(m, o->kind == ZINC_COLL_BROADCAST ? o->recv : o->send, o->recv, len_of,
-                  dst_of, es, what);
+    return gather(m, o->kind, o->kind == ZINC_COLL_BROADCAST ? o->recv : o->send, o->recv,
+                  len_of, dst_of, es, what);
   case ZINC_COLL_BARRIER: {
-    p2p_batch b = {m, 0, "barrier", NULL};
+    p2p_batch b = {m, ZINC_COLL_BARRIER, 0, "barrier", NULL};
     char token_out = 0, token_in[1], suspects[256];
     for (int dist = 1; dist < n; dist *= 2) {
       /* Round `dist` brings rank r - dist's token, sent once ranks

@@ -230,11 +230,53 @@ static void direct_phase_b(zinc_mpi *m, const zinc_coll *o, int j) {
   }
 }
 
+/* The comms logger's wire count on this path. Nothing is sent: peers read
+ * this rank's memory (its buffers in place, or its scratch segment where
+ * they are staged). The rule: every byte of this rank's data that peer k
+ * reads counts as sent by this rank to k (intra- or inter-node by
+ * zinc_mpi_same_node, as on every path: on this path the peers share the
+ * node unless the node table fakes boundaries), so that the counts match
+ * what the p2p path sends
+ * for the same op. Staging changes where peers read, not what, so one
+ * count per op serves both ways of running it. */
+static void count_peer_reads(zinc_mpi *m, const zinc_coll *o) {
+  if (!m->pub->log)
+    return;
+  const int n = m->size, r = m->rank;
+  const size_t es = zinc_dt_size(o->dtype);
+  for (int k = 0; k < n; k++) {
+    if (k == r)
+      continue;
+    size_t bytes = 0;
+    switch (o->kind) {
+    case ZINC_COLL_REDUCE_SCATTER: /* k sums my slice k */
+    case ZINC_COLL_ALLGATHER:      /* k copies my part */
+      bytes = o->count * es;
+      break;
+    case ZINC_COLL_ALLREDUCE: /* k sums my slice k, then copies my reduced slice */
+      bytes = (zinc_slice_start(o->count, n, k + 1) - zinc_slice_start(o->count, n, k) +
+               zinc_slice_start(o->count, n, r + 1) - zinc_slice_start(o->count, n, r)) * es;
+      break;
+    case ZINC_COLL_ALLGATHERV:
+      bytes = o->counts[r] * es;
+      break;
+    case ZINC_COLL_BROADCAST:
+      bytes = r == o->root ? o->count * es : 0;
+      break;
+    case ZINC_COLL_BARRIER:
+      break;
+    }
+    if (bytes)
+      zinc_mpi_count_wire(m, o->kind, k, bytes);
+  }
+}
+
 /* Run ops [from, to) (none staged) together, then barrier. */
 static zinc_status run_direct(zinc_mpi *m, const zinc_coll *colls, int from, int to) {
   int any_allreduce = 0;
   for (int j = from; j < to; j++) {
     direct_phase_a(m, &colls[j], j);
+    count_peer_reads(m, &colls[j]);
     any_allreduce |= colls[j].kind == ZINC_COLL_ALLREDUCE && colls[j].count > 0;
   }
   if (any_allreduce) {
@@ -350,6 +392,7 @@ static zinc_status staged_allreduce(zinc_mpi *m, const zinc_coll *o, int j) {
 }
 
 static zinc_status run_staged(zinc_mpi *m, const zinc_coll *o, int j) {
+  count_peer_reads(m, o);
   switch (o->kind) {
   case ZINC_COLL_REDUCE_SCATTER: return staged_reduce_scatter(m, o, j);
   case ZINC_COLL_ALLREDUCE: return staged_allreduce(m, o, j);

@@ -46,6 +46,7 @@
  * Built without CUDA, zinc_comm_nccl_create fails with ZINC_ERR_UNSUPPORTED.
  */
 #include "comm/comm.h"
+#include "comm/comm_log.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -66,6 +67,7 @@ struct zinc_comm_req {
   double started;     /* zinc_now() when the batch was started */
   int nops;
   zinc_coll_kind first_kind;
+  zinc_coll *logged;  /* the batch, kept for the comms logger (NULL: off) */
 };
 
 typedef struct {
@@ -203,6 +205,7 @@ static void req_free(zinc_comm *c, zinc_comm_req *req) {
     cudaEvent_t *spare = realloc(ni->spare, (size_t)cap * sizeof *spare);
     if (!spare) {
       cudaEventDestroy(req->done);
+      free(req->logged);
       free(req);
       return;
     }
@@ -210,6 +213,7 @@ static void req_free(zinc_comm *c, zinc_comm_req *req) {
     ni->cap_spare = cap;
   }
   ni->spare[ni->nspare++] = req->done;
+  free(req->logged);
   free(req);
 }
 
@@ -229,6 +233,10 @@ static zinc_status nccl_start(zinc_comm *c, const zinc_coll *colls, int n, zinc_
   }
   req->started = zinc_now();
   req->nops = n;
+  if (c->log && (st = zinc_comm_log_copy(c, colls, n, &req->logged)) != ZINC_OK) {
+    req_free(c, req);
+    return st;
+  }
   req->first_kind = n ? colls[0].kind : ZINC_COLL_BARRIER;
 
   cudaError_t err = cudaEventRecord(ni->compute_ready, ni->compute);
@@ -281,6 +289,10 @@ static zinc_status poll_once(zinc_comm *c, zinc_comm_req *req, int *done) {
   cudaError_t q = cudaEventQuery(req->done);
   if (q == cudaSuccess) {
     *done = 1;
+    /* latency: started until seen complete (the wait's polling included);
+     * wire bytes are the ring's, estimated */
+    if (req->logged)
+      zinc_comm_log_batch(c, req->logged, req->nops, zinc_now() - req->started, NULL);
     return ZINC_OK;
   }
   if (q != cudaErrorNotReady) {
@@ -362,6 +374,7 @@ static zinc_status comm_wrap(ncclComm_t nc, int cuda_device, cudaStream_t comput
     return zinc_error(ZINC_ERR_NOMEM, "comm nccl: out of host memory");
   }
   c->ops = &nccl_ops;
+  c->algo = "nccl";
   c->impl = ni;
   c->timeout_s = timeout_s;
   ni->nccl = nc;

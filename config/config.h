@@ -74,6 +74,18 @@ typedef struct {
   char job_name[256];                     /* "DeepSpeedJobName"            */
 } zinc_monitor_settings;
 
+/* DeepSpeed's "comms_logger" section (its comm/config.py). */
+typedef struct {
+  int enabled;                            /* false                         */
+  int verbose;                            /* false: log every op (rank 0)  */
+  int prof_all;                           /* true: count every op          */
+  int debug;                              /* false: rows per group         */
+  uint32_t prof_ops;                      /* 0: bit (1 << zinc_comms_op)
+                                             per op prof_ops names; with
+                                             prof_all false only those are
+                                             counted                      */
+} zinc_comms_logger_settings;
+
 typedef enum { ZINC_OFFLOAD_NONE = 0, ZINC_OFFLOAD_CPU, ZINC_OFFLOAD_NVME } zinc_offload_device;
 /* optimizer.type; the optimizer's own kind (kernels/zinc_math.h) follows
  * from it (Adam and AdamW are one kind). */
@@ -228,6 +240,7 @@ typedef struct {
 
   /* ---- monitors */
   zinc_monitor_settings csv_monitor, tensorboard;
+  zinc_comms_logger_settings comms_logger;
 
   /* ---- "zinc" section: options DeepSpeed has no key for */
   int log_level;                          /* -1: leave the logger as is;

@@ -241,6 +241,20 @@ static json_t *settings_json(const zinc_settings *s) {
     put(root, mon_names[i], mo);
   }
 
+  json_t *cl = json_object();
+  put(cl, "enabled", json_boolean(s->comms_logger.enabled));
+  put(cl, "verbose", json_boolean(s->comms_logger.verbose));
+  put(cl, "prof_all", json_boolean(s->comms_logger.prof_all));
+  put(cl, "debug", json_boolean(s->comms_logger.debug));
+  json_t *ops = json_array();
+  static const char *const op_names[] = {"all_reduce", "reduce_scatter", "all_gather",
+                                         "all_gatherv", "broadcast", "barrier"};
+  for (int k = 0; k < ZINC_COMMS_NOPS; k++)
+    if (s->comms_logger.prof_ops & (1u << k))
+      json_array_append_new(ops, json_string(op_names[k]));
+  put(cl, "prof_ops", ops);
+  put(root, "comms_logger", cl);
+
   static const char *const levels[] = {"error", "warn", "info", "debug"};
   json_t *z = json_object();
   put(z, "log_level", s->log_level >= 0 && s->log_level <= 3 ? json_string(levels[s->log_level])

@@ -101,7 +101,7 @@ static const zinc_key top_keys[] = {
     ZINC_KCUSTOM("comet"),
     ZINC_KIGNORED("monitor_config"),
     ZINC_KIGNORED("comms_config"),
-    ZINC_KIGNORED("comms_logger"),
+    ZINC_KCUSTOM("comms_logger"),
     ZINC_KIGNORED("flops_profiler"),
     ZINC_KIGNORED("compression_training"),
     ZINC_KIGNORED("data_efficiency"),
@@ -779,6 +779,99 @@ static zinc_status read_monitor(zinc_cfg_reader *r, const json_t *root, const ch
   return ZINC_OK;
 }
 
+/* ------------------------------------------------------------ comms_logger */
+
+/* DeepSpeed's CommsLoggerConfig. prof_ops names DeepSpeed's ops (its
+ * log_name defaults: the function names of deepspeed.comm); the ones zinc
+ * never issues are accepted and count nothing. */
+static const zinc_key comms_logger_keys[] = {
+    ZINC_KB(zinc_comms_logger_settings, "enabled", enabled),
+    ZINC_KB(zinc_comms_logger_settings, "verbose", verbose),
+    ZINC_KB(zinc_comms_logger_settings, "prof_all", prof_all),
+    ZINC_KB(zinc_comms_logger_settings, "debug", debug),
+    ZINC_KCUSTOM("prof_ops"),
+};
+
+static const struct {
+  const char *name;
+  int op; /* zinc_comms_op, or -1: an op zinc never issues */
+} comms_op_names[] = {
+    {"all_reduce", ZINC_COMMS_ALL_REDUCE},
+    {"all_reduce_coalesced", ZINC_COMMS_ALL_REDUCE},
+    {"inference_all_reduce", ZINC_COMMS_ALL_REDUCE},
+    {"reduce_scatter", ZINC_COMMS_REDUCE_SCATTER},
+    {"reduce_scatter_tensor", ZINC_COMMS_REDUCE_SCATTER},
+    {"reduce_scatter_fn", ZINC_COMMS_REDUCE_SCATTER},
+    {"all_gather", ZINC_COMMS_ALL_GATHER},
+    {"all_gather_into_tensor", ZINC_COMMS_ALL_GATHER},
+    {"allgather_fn", ZINC_COMMS_ALL_GATHER},
+    {"all_gather_coalesced", ZINC_COMMS_ALL_GATHER},
+    {"all_gatherv", ZINC_COMMS_ALL_GATHERV},
+    {"broadcast", ZINC_COMMS_BROADCAST},
+    {"barrier", ZINC_COMMS_BARRIER},
+    {"all_to_all_single", -1},
+    {"send", -1},
+    {"recv", -1},
+    {"isend", -1},
+    {"irecv", -1},
+    {"reduce", -1},
+    {"gather", -1},
+    {"scatter", -1},
+    {"all_gather_object", -1},
+    {"broadcast_object_list", -1},
+    {"monitored_barrier", -1},
+};
+
+static zinc_status read_prof_ops(zinc_cfg_reader *r, const json_t *obj,
+                                 zinc_comms_logger_settings *cl) {
+  size_t mark;
+  const json_t *v = zinc_cfg_enter(r, obj, "prof_ops", &mark);
+  if (!v)
+    return ZINC_OK;
+  if (!json_is_array(v))
+    return zinc_cfg_bad(r, v, "a list of op names, e.g. [\"all_reduce\", \"all_gather\"]");
+  const char *known[ZINC_KEY_COUNT(comms_op_names)];
+  for (size_t k = 0; k < ZINC_KEY_COUNT(comms_op_names); k++)
+    known[k] = comms_op_names[k].name;
+  for (size_t i = 0; i < json_array_size(v); i++) {
+    const json_t *e = json_array_get(v, i);
+    size_t m = zinc_cfg_push_index(r, i);
+    const char *name;
+    ZINC_CHECK(zinc_cfg_string(r, e, &name));
+    size_t k = 0;
+    while (k < ZINC_KEY_COUNT(comms_op_names) && strcmp(name, known[k]) != 0)
+      k++;
+    if (k == ZINC_KEY_COUNT(comms_op_names)) {
+      const char *near = zinc_cfg_suggest(name, known, ZINC_KEY_COUNT(comms_op_names));
+      return zinc_cfg_bad(r, e, "a DeepSpeed communication op (all_reduce, reduce_scatter, "
+                          "all_gather, all_gatherv, broadcast, barrier, ...)%s%s%s",
+                          near ? "; did you mean \"" : "", near ? near : "", near ? "\"?" : "");
+    }
+    if (comms_op_names[k].op >= 0)
+      cl->prof_ops |= 1u << comms_op_names[k].op;
+    zinc_cfg_pop(r, m);
+  }
+  zinc_cfg_pop(r, mark);
+  return ZINC_OK;
+}
+
+static zinc_status read_comms_logger(zinc_cfg_reader *r, const json_t *root,
+                                     zinc_comms_logger_settings *cl) {
+  const json_t *obj;
+  size_t mark;
+  ZINC_CHECK(section(r, root, "comms_logger", &obj, &mark));
+  if (obj) {
+    ZINC_CHECK(zinc_cfg_walk(r, obj, comms_logger_keys, ZINC_KEY_COUNT(comms_logger_keys), cl,
+                             sizeof *cl));
+    ZINC_CHECK(read_prof_ops(r, obj, cl));
+    if (cl->enabled && !cl->prof_all && !cl->prof_ops)
+      zinc_cfg_warn(r, "comms_logger is enabled with prof_all false and no prof_ops: no "
+                    "collective will be counted; set prof_all true or name ops in prof_ops");
+  }
+  zinc_cfg_pop(r, mark);
+  return ZINC_OK;
+}
+
 /* "wandb" and "comet" are accepted; zinc does not write them. Enabled, they
  * get a warning of their own (the trainer expects logs that will not come). */
 static void note_unwritten_monitor(zinc_cfg_reader *r, const json_t *root, const char *name) {
@@ -821,6 +914,7 @@ zinc_status zinc_cfg_read_document(zinc_cfg_reader *r, const json_t *root,
 
   ZINC_CHECK(read_monitor(r, root, "csv_monitor", &s->csv_monitor));
   ZINC_CHECK(read_monitor(r, root, "tensorboard", &s->tensorboard));
+  ZINC_CHECK(read_comms_logger(r, root, &s->comms_logger));
   note_unwritten_monitor(r, root, "wandb");
   note_unwritten_monitor(r, root, "comet");
 

@@ -260,10 +260,13 @@ zinc_status zinc_engine_create(const zinc_config *cfg, const zinc_options *opt,
                     "\"auto\"", (long long)e->opt.hidden_size);
   if (st == ZINC_OK) /* rank 0's directories: a failure there stops every rank */
     st = zinc_monitor_open(e);
+  if (st == ZINC_OK) /* counted from the first collective on (the agreement below) */
+    st = zinc_comms_logger_attach(e);
   ZINC_CHECK_GOTO(zinc_engine_agree(e, e->world, st), st, fail);
   ZINC_CHECK_GOTO(agree_settings(e), st, fail);
   ZINC_CHECK_GOTO(agree_hidden_size(e), st, fail);
   ZINC_CHECK_GOTO(create_device(e), st, fail);
+  ZINC_CHECK_GOTO(zinc_comms_logger_attach(e), st, fail); /* the device's comms (nccl) */
   e->phase_start = zinc_now();
   zinc_log0(ZINC_LOG_INFO, "engine: %d ranks (data-parallel %d x model-parallel %d), "
             "%d on this node, device %s, comm %s, stage %d",
@@ -284,6 +287,7 @@ void zinc_engine_destroy(zinc_engine *e) {
   if (e->dev)
     zinc_activation_store_destroy(e);
   zinc_monitor_close(e);
+  zinc_comms_logger_report(e);
   zinc_memory_trainer_free(e);
   zinc_build_free(e);
   zinc_trace_free(e);
@@ -297,6 +301,7 @@ void zinc_engine_destroy(zinc_engine *e) {
     zinc_comm_destroy(e->dp_host);
   zinc_comm_destroy(e->mp_host);
   zinc_comm_destroy(e->world);
+  zinc_comms_logger_free(e); /* after the comms: their workers count to the end */
   zinc_prof_destroy(e->prof);
   zinc_settings_free(&e->cfg);
   free(e->client_state);

@@ -39,6 +39,7 @@
 #include "base/base.h"
 #include "config/config.h"
 #include "comm/comm.h"
+#include "comm/comm_log.h"
 #include "device/device.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
@@ -246,6 +247,8 @@ struct zinc_engine {
   zinc_comm *dp_host;     /* the data-parallel group for host buffers (MPI);
                              the same comm as dp on the cpu device */
   zinc_comm *mp_host;     /* likewise for the model-parallel group */
+  zinc_comm_log *comms_log; /* comms_logger's counters, shared by the comms
+                               above (NULL when not enabled)               */
 
   /* ---- device and accounting */
   zinc_device *dev;
@@ -387,6 +390,13 @@ struct zinc_engine {
 
 /* --------------------------------------------------------- monitor.c */
 /* Open the monitors the config enables (world rank 0); close them. */
+/* comms_logger.c: counters on every comm of the engine from creation on
+ * (attach again after a comm is added: it hangs them on the new ones);
+ * the summary and the counters freed at destroy (before and after the
+ * comms go). */
+zinc_status zinc_comms_logger_attach(zinc_engine *e);
+void zinc_comms_logger_report(zinc_engine *e);
+void zinc_comms_logger_free(zinc_engine *e);
 zinc_status zinc_monitor_open(zinc_engine *e);
 void zinc_monitor_close(zinc_engine *e);
 /* After every successful zinc_step: the wall_clock_breakdown lines, and at

@@ -23,10 +23,10 @@
  *    be returned to (a failure inside zinc_engine_destroy, a config
  *    warning) goes to the logger.
  *  - Caller-allocated structs (zinc_options, zinc_step_info, zinc_timers,
- *    zinc_mem_stats, zinc_activation_stats) begin with `size_t size`, which
- *    their ZINC_*_INIT initialiser sets to the sizeof the caller was
- *    compiled with. Fields are only ever added at the end. zinc reads
- *    (zinc_options) or writes (the others) only the bytes within the
+ *    zinc_mem_stats, zinc_activation_stats, zinc_comms_stat) begin with
+ *    `size_t size`, which their ZINC_*_INIT initialiser sets to the sizeof
+ *    the caller was compiled with. Fields are only ever added at the end.
+ *    zinc reads (zinc_options) or writes (the others) only the bytes within the
  *    caller's size: a trainer compiled against an older 0.x header runs on
  *    a newer library, the fields it does not know keeping their defaults
  *    (input) or being left unwritten (output); a newer header's extra
@@ -609,6 +609,67 @@ ZINC_API zinc_status zinc_monitor_scalar(zinc_engine *e, const char *name, doubl
 /* Push the event file's buffered records to disk (the engine flushes at
  * each boundary and at destroy). [engine] */
 ZINC_API zinc_status zinc_monitor_flush(zinc_engine *e);
+
+/* ---------------------------------------------------------- comms logger */
+
+/* DeepSpeed's "comms_logger" section ({"enabled", "verbose", "prof_all",
+ * "prof_ops", "debug"}): with enabled, every collective the engine issues
+ * (its data-parallel, model-parallel and world groups) is counted on the
+ * rank that issues it, in one row per (op, message size, algorithm), and
+ * world rank 0 prints DeepSpeed's summary table to stderr at
+ * zinc_engine_destroy. Message size is DeepSpeed's: the op's input
+ * (all-reduce and broadcast: the buffer; reduce-scatter: the whole input,
+ * every rank's slice; all-gather(v): this rank's part; barrier: 0). Wire
+ * bytes are what this rank put on the way to its peers (a peer reading this
+ * rank's shared memory counts as sent to that peer), split by whether the
+ * peer shares this rank's node; the nccl backend cannot see its wire
+ * traffic and reports the ring algorithm's bytes as wire_estimated. */
+typedef enum {
+  ZINC_COMMS_ALL_REDUCE = 0,
+  ZINC_COMMS_REDUCE_SCATTER,
+  ZINC_COMMS_ALL_GATHER,
+  ZINC_COMMS_ALL_GATHERV,
+  ZINC_COMMS_BROADCAST,
+  ZINC_COMMS_BARRIER,
+  ZINC_COMMS_NOPS
+} zinc_comms_op;
+
+typedef struct {
+  size_t size;            /* sizeof(zinc_comms_stat): ZINC_COMMS_STAT_INIT sets it */
+  int op;                 /* zinc_comms_op                                       */
+  const char *name;       /* "all_reduce", "reduce_scatter", ... (static)        */
+  const char *algo;       /* the path that ran it: "shm", "p2p", "nccl", "self",
+                             ... (static)                                        */
+  const char *group;      /* "data_parallel", "model_parallel", "world" with
+                             "debug": true; NULL otherwise (static)              */
+  uint64_t msg_bytes;     /* the row's message size (see above)                 */
+  uint64_t count;         /* calls                                               */
+  double total_ms;        /* summed latency                                      */
+  double algbw_gbps, busbw_gbps; /* mean over the calls (DeepSpeed's tput, busbw) */
+  uint64_t wire_intra, wire_inter; /* bytes this rank sent to peers on its own
+                                      node / on other nodes                      */
+  uint64_t wire_estimated;  /* nccl: the ring algorithm's bytes, not measured */
+  int ranks;              /* size of the group the calls ran on (the n of the
+                             bandwidths); groups of two sizes get two rows   */
+} zinc_comms_stat;
+#define ZINC_COMMS_STAT_INIT { .size = sizeof(zinc_comms_stat) }
+
+/* This rank's counters since the engine began (or zinc_comms_reset): up to
+ * cap rows into out, *n = the number of rows there are (call with cap 0 to
+ * size the array). Every element of out must be initialised with
+ * ZINC_COMMS_STAT_INIT: out[0].size is the stride. Rows come in op order,
+ * then by message size. ZINC_ERR_UNSUPPORTED when comms_logger is not
+ * enabled. [engine] */
+ZINC_API zinc_status zinc_comms_stats(const zinc_engine *e, zinc_comms_stat *out, int cap,
+                                      int *n);
+/* Print the summary now (world rank 0 prints; others print nothing): per
+ * op and message size DeepSpeed's columns (count, total and average
+ * latency in ms, tput and busbw in Gbps), then zinc's (algorithm, wire
+ * bytes intra-node and inter-node). Not collective. ZINC_ERR_UNSUPPORTED
+ * when comms_logger is not enabled. [engine] */
+ZINC_API zinc_status zinc_comms_log_summary(zinc_engine *e);
+/* Forget every row (DeepSpeed's reset_log). [engine] */
+ZINC_API zinc_status zinc_comms_reset(zinc_engine *e);
 
 /* --------------------------------------------------- full-state access */
 

@@ -66,11 +66,17 @@ static void unknown_keys_suggest(void **state) {
 static void ignored_sections_one_warning(void **state) {
   (void)state;
   expect_warning("{\"wandb\":{\"enabled\":false},"
-                 "\"comms_logger\":{\"enabled\":false},\"compression_training\":{},"
+                 "\"flops_profiler\":{\"enabled\":false},\"compression_training\":{},"
                  "\"data_efficiency\":{\"enabled\":false},\"elasticity\":{\"enabled\":false}}",
                  1,
-                 (const char *[]){"comms_logger, compression_training, data_efficiency, "
+                 (const char *[]){"flops_profiler, compression_training, data_efficiency, "
                                   "elasticity, wandb", "does not implement", NULL});
+  /* comms_logger is read: no warning, and it is not among the ignored */
+  expect_warning("{\"comms_logger\":{\"enabled\":true,\"verbose\":false,\"prof_all\":true,"
+                 "\"debug\":false,\"prof_ops\":[\"all_reduce\"]}}", 0, NULL);
+  /* counting nothing is said */
+  expect_warning("{\"comms_logger\":{\"enabled\":true,\"prof_all\":false}}", 1,
+                 (const char *[]){"no collective will be counted", NULL});
   /* csv_monitor and tensorboard are written: no warning */
   expect_warning("{\"tensorboard\":{\"enabled\":false,\"job_name\":\"j\"},"
                  "\"csv_monitor\":{\"enabled\":false,\"output_path\":\"o\"}}", 0, NULL);
@@ -123,11 +129,31 @@ static void special_cases_warn(void **state) {
                  NULL);
 }
 
+/* comms_logger's keys land in the settings; absent keys keep DeepSpeed's
+ * defaults (prof_all true, the rest false); prof_ops takes DeepSpeed's
+ * names, its aliases included. */
+static void comms_logger_read(void **state) {
+  (void)state;
+  zinc_config *cfg = NULL;
+  assert_int_equal(zinc_config_parse("{\"comms_logger\":{\"enabled\":true}}", &cfg), ZINC_OK);
+  const zinc_comms_logger_settings *cl = &cfg->s.comms_logger;
+  assert_true(cl->enabled && cl->prof_all && !cl->verbose && !cl->debug && !cl->prof_ops);
+  zinc_config_free(cfg);
+  assert_int_equal(zinc_config_parse("{\"comms_logger\":{\"enabled\":true,\"verbose\":true,"
+                                     "\"debug\":true,\"prof_all\":false,\"prof_ops\":["
+                                     "\"reduce_scatter_tensor\",\"all_gather_into_tensor\","
+                                     "\"send\"]}}", &cfg), ZINC_OK);
+  cl = &cfg->s.comms_logger;
+  assert_true(cl->enabled && !cl->prof_all && cl->verbose && cl->debug);
+  assert_int_equal(cl->prof_ops, (1u << ZINC_COMMS_REDUCE_SCATTER) | (1u << ZINC_COMMS_ALL_GATHER));
+  zinc_config_free(cfg);
+}
+
 static void log_level_governs_warnings(void **state) {
   (void)state;
   char *text;
   /* "error" silences the file's own warnings; they are still counted */
-  int n = parse_warnings("{\"zinc\":{\"log_level\":\"error\"},\"comms_logger\":{},"
+  int n = parse_warnings("{\"zinc\":{\"log_level\":\"error\"},\"flops_profiler\":{},"
                          "\"fp16\":{\"enabld\":true}}", &text);
   assert_int_equal(n, 2);
   assert_int_equal(test_count_lines(text, "[zinc warn"), 0);
@@ -151,6 +177,7 @@ int main(void) {
       cmocka_unit_test(ignored_sections_one_warning),
       cmocka_unit_test(inert_keys_say_so),
       cmocka_unit_test(special_cases_warn),
+      cmocka_unit_test(comms_logger_read),
       cmocka_unit_test(log_level_governs_warnings),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

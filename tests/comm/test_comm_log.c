@@ -1,0 +1,245 @@
+/*
+ * test_comm_log.c — the comms logger's counting in the comm layer:
+ *  - wire bytes split intra-node / inter-node by the mpi comm's node table,
+ *    on both paths: the table is rewritten here to fake nodes of two ranks
+ *    (what a path that fakes node boundaries does), and every op's bytes
+ *    per peer are checked against the rule written here: reduce-scatter
+ *    sends each peer its slice, all-gather(v) this rank's part, all-reduce
+ *    each peer's slice and then this rank's reduced slice, broadcast the
+ *    buffer from the root (shared memory: peers read it; p2p: the root
+ *    sends it), p2p barrier one-byte tokens (dissemination: one per round
+ *    to the rank dist ahead), shared-memory barrier nothing;
+ *  - a batch's wire bytes shared among its ops by message size;
+ *  - the nccl backend's estimate (the ring's bytes) on a comm made by hand;
+ *  - DeepSpeed's size strings.
+ * Run under mpirun with 1-4 ranks.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "comm/comm_log.h"
+#include "comm/comm_mpi_impl.h"
+
+static int failures;
+static int me;
+
+#define CHECK(cond, ...)                                                      \
+  do {                                                                        \
+    if (!(cond)) {                                                            \
+      fprintf(stderr, "[rank %d] FAIL %s:%d: ", me, __FILE__, __LINE__);      \
+      fprintf(stderr, __VA_ARGS__);                                           \
+      fprintf(stderr, "\n");                                                  \
+      failures++;                                                             \
+    }                                                                         \
+  } while (0)
+
+#define OK(expr)                                                              \
+  do {                                                                        \
+    zinc_status st_ = (expr);                                                 \
+    if (st_ != ZINC_OK) {                                                     \
+      fprintf(stderr, "[rank %d] %s: %s\n", me, #expr, zinc_last_error());    \
+      exit(1);                                                                \
+    }                                                                         \
+  } while (0)
+
+static zinc_comm_log *new_log(void) {
+  zinc_comm_log_opts opts = {.kinds = (1u << ZINC_COMMS_NOPS) - 1};
+  zinc_comm_log *log = NULL;
+  OK(zinc_comm_log_create(&opts, &log));
+  return log;
+}
+
+/* All rows of op summed. */
+static void totals(zinc_comm_log *log, int op, uint64_t *calls, uint64_t *intra,
+                   uint64_t *inter, uint64_t *estimated) {
+  zinc_comms_stat rows[64];
+  for (int i = 0; i < 64; i++)
+    rows[i] = (zinc_comms_stat)ZINC_COMMS_STAT_INIT;
+  int n = 0;
+  OK(zinc_comm_log_stats(log, rows, 64, &n));
+  *calls = *intra = *inter = *estimated = 0;
+  for (int i = 0; i < n && i < 64; i++)
+    if (rows[i].op == op) {
+      *calls += rows[i].count;
+      *intra += rows[i].wire_intra;
+      *inter += rows[i].wire_inter;
+      *estimated += rows[i].wire_estimated;
+    }
+}
+
+static size_t slice(size_t count, int n, int k) {
+  size_t base = count / (size_t)n, rem = count % (size_t)n;
+  return base + ((size_t)k < rem);
+}
+
+/* Each op once with nodes of `node_ranks` ranks; the bytes to every peer
+ * by the rule above, summed by whether the peer shares the node. */
+static void wire_split(const char *path_name, int node_ranks) {
+  zinc_comm *c = NULL;
+  OK(zinc_comm_mpi_create(NULL, 60, &c));
+  const int n = c->size, r = c->rank;
+  zinc_mpi *m = zinc_mpi_of(c);
+  for (int k = 0; k < n; k++)
+    m->node_of[k] = k / node_ranks * node_ranks;
+  zinc_comm_log *log = new_log();
+  c->log = log;
+  const char *algo = n == 1 ? "self" : !strcmp(path_name, "p2p") ? "p2p" : "shm";
+  CHECK(c->algo && !strcmp(c->algo, algo), "%s: algo %s, expected %s", path_name,
+        c->algo ? c->algo : "NULL", algo);
+
+  const size_t count = 1001, es = 4;
+  float *send = calloc((size_t)n * count, es), *recv = calloc((size_t)n * count + n, es);
+  size_t counts[n], displs[n];
+  for (int k = 0; k < n; k++) {
+    counts[k] = count / (size_t)(k + 1);
+    displs[k] = k ? displs[k - 1] + counts[k - 1] : 0;
+  }
+  OK(zinc_comm_reduce_scatter(c, send, recv, count, ZINC_F32));
+  OK(zinc_comm_allgather(c, send, recv, count, ZINC_F32));
+  OK(zinc_comm_allgatherv(c, send, counts[r], recv, counts, displs, ZINC_F32));
+  OK(zinc_comm_allreduce(c, send, recv, count, ZINC_F32, ZINC_OP_SUM));
+  OK(zinc_comm_broadcast(c, send, count, ZINC_F32, n - 1));
+  OK(zinc_comm_barrier(c));
+
+  for (int op = 0; op < ZINC_COMMS_NOPS; op++) {
+    uint64_t want[2] = {0, 0};
+    for (int k = 0; k < n; k++) {
+      if (k == r)
+        continue;
+      uint64_t b = 0;
+      switch (op) {
+      case ZINC_COMMS_REDUCE_SCATTER:
+      case ZINC_COMMS_ALL_GATHER: b = count * es; break;
+      case ZINC_COMMS_ALL_GATHERV: b = counts[r] * es; break;
+      case ZINC_COMMS_ALL_REDUCE: b = (slice(count, n, k) + slice(count, n, r)) * es; break;
+      case ZINC_COMMS_BROADCAST: b = r == n - 1 ? count * es : 0; break;
+      case ZINC_COMMS_BARRIER: break;
+      }
+      want[m->node_of[k] == m->node_of[r] ? 0 : 1] += b;
+    }
+    if (op == ZINC_COMMS_BARRIER && !strcmp(algo, "p2p"))
+      for (int dist = 1; dist < n; dist *= 2) {
+        int k = (r + dist) % n;
+        want[m->node_of[k] == m->node_of[r] ? 0 : 1] += 1;
+      }
+    uint64_t calls, intra, inter, est;
+    totals(log, op, &calls, &intra, &inter, &est);
+    CHECK(calls == 1 && intra == want[0] && inter == want[1] && est == 0,
+          "%s, nodes of %d: op %d: %llu calls, wire %llu intra + %llu inter (estimated %llu); "
+          "expected 1 call, %llu + %llu", path_name, node_ranks, op,
+          (unsigned long long)calls, (unsigned long long)intra, (unsigned long long)inter,
+          (unsigned long long)est, (unsigned long long)want[0], (unsigned long long)want[1]);
+  }
+  c->log = NULL;
+  zinc_comm_destroy(c);
+  zinc_comm_log_destroy(log);
+  free(send);
+  free(recv);
+}
+
+/* A batch of two all-gathers of 100 and 300 elements: its wire bytes go
+ * to the rows in proportion, (n-1) times each message. */
+static void batch_shares(void) {
+  zinc_comm *c = NULL;
+  OK(zinc_comm_mpi_create(NULL, 60, &c));
+  const int n = c->size;
+  zinc_comm_log *log = new_log();
+  c->log = log;
+  float *buf = calloc(400 * (size_t)(n + 1), sizeof *buf);
+  zinc_coll batch[2] = {
+      {.kind = ZINC_COLL_ALLGATHER, .send = buf, .recv = buf + 400, .count = 100,
+       .dtype = ZINC_F32},
+      {.kind = ZINC_COLL_ALLGATHER, .send = buf + 100, .recv = buf + 400 + 100 * (size_t)n,
+       .count = 300, .dtype = ZINC_F32}};
+  OK(c->ops->run(c, batch, 2));
+  zinc_comms_stat rows[4] = {ZINC_COMMS_STAT_INIT, ZINC_COMMS_STAT_INIT, ZINC_COMMS_STAT_INIT,
+                             ZINC_COMMS_STAT_INIT};
+  int nrows = 0;
+  OK(zinc_comm_log_stats(log, rows, 4, &nrows));
+  CHECK(nrows == 2 && rows[0].msg_bytes == 400 && rows[1].msg_bytes == 1200 &&
+            rows[0].wire_intra == 400 * (uint64_t)(n - 1) &&
+            rows[1].wire_intra == 1200 * (uint64_t)(n - 1),
+        "batch of two all-gathers: %d rows, %llu B wire %llu, %llu B wire %llu", nrows,
+        (unsigned long long)rows[0].msg_bytes, (unsigned long long)rows[0].wire_intra,
+        (unsigned long long)rows[1].msg_bytes, (unsigned long long)rows[1].wire_intra);
+  c->log = NULL;
+  zinc_comm_destroy(c);
+  zinc_comm_log_destroy(log);
+  free(buf);
+}
+
+/* nccl cannot see its traffic: the ring's bytes per rank, estimated. A
+ * comm of 4 ranks made by hand (nothing runs on it). */
+static void nccl_estimate(void) {
+  static const zinc_comm_ops fake_ops = {.name = "nccl"};
+  zinc_comm_log *log = new_log();
+  const uint64_t M = 4000; /* 1000 f32 */
+  size_t counts[4] = {1000, 0, 500, 250}, displs[4] = {0, 1000, 1000, 1500};
+  for (int r = 0; r < 4; r++) {
+    zinc_comm c = {.ops = &fake_ops, .rank = r, .size = 4, .log = log, .algo = "nccl"};
+    zinc_coll ops[5] = {
+        {.kind = ZINC_COLL_ALLREDUCE, .count = 1000, .dtype = ZINC_F32},
+        {.kind = ZINC_COLL_REDUCE_SCATTER, .count = 250, .dtype = ZINC_F32},
+        {.kind = ZINC_COLL_ALLGATHER, .count = 1000, .dtype = ZINC_F32},
+        {.kind = ZINC_COLL_ALLGATHERV, .count = counts[r], .dtype = ZINC_F32,
+         .counts = counts, .displs = displs},
+        {.kind = ZINC_COLL_BROADCAST, .count = 1000, .dtype = ZINC_F32, .root = 2}};
+    zinc_comm_log_reset(log);
+    zinc_comm_log_batch(&c, ops, 5, 1e-3, NULL);
+    /* ring: all-reduce 2(n-1)/n M; reduce-scatter (n-1)/n of the input;
+     * all-gather (n-1) parts; all-gatherv every part but the next rank's;
+     * broadcast the buffer from every rank but the ring's last (root-1) */
+    uint64_t want[5] = {2 * 3 * M / 4, 3 * M / 4, 3 * M,
+                        (1750 - counts[(r + 1) % 4]) * 4, r == 1 ? 0 : M};
+    int kinds[5] = {ZINC_COMMS_ALL_REDUCE, ZINC_COMMS_REDUCE_SCATTER, ZINC_COMMS_ALL_GATHER,
+                    ZINC_COMMS_ALL_GATHERV, ZINC_COMMS_BROADCAST};
+    for (int i = 0; i < 5; i++) {
+      uint64_t calls, intra, inter, est;
+      totals(log, kinds[i], &calls, &intra, &inter, &est);
+      CHECK(calls == 1 && est == want[i] &&
+                intra == 0 && inter == 0,
+            "nccl rank %d op %d: estimated %llu, expected %llu (measured %llu + %llu)", r,
+            kinds[i], (unsigned long long)est, (unsigned long long)want[i],
+            (unsigned long long)intra, (unsigned long long)inter);
+    }
+  }
+  zinc_comm_log_destroy(log);
+}
+
+static void size_strings(void) {
+  static const struct {
+    uint64_t bytes;
+    const char *text;
+  } cases[] = {{0, "0B"},           {8, "8.0 B"},           {1023, "1023.0 B"},
+               {1024, "1.0 KB"},    {1536, "1.5 KB"},       {1157, "1.13 KB"},
+               {711838679, "678.86 MB"}, {3ull << 30, "3.0 GB"}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char buf[32];
+    zinc_comm_log_size_str(cases[i].bytes, buf, sizeof buf);
+    CHECK(!strcmp(buf, cases[i].text), "%llu bytes: \"%s\", expected \"%s\"",
+          (unsigned long long)cases[i].bytes, buf, cases[i].text);
+  }
+}
+
+int main(void) {
+  size_strings();
+  nccl_estimate();
+  zinc_comm *probe = NULL;
+  OK(zinc_comm_mpi_create(NULL, 60, &probe));
+  me = probe->rank;
+  zinc_comm_destroy(probe);
+  setenv("ZINC_COMM_SHM_SCRATCH", "4096", 1); /* malloc buffers staged in pieces */
+  wire_split("shm", 2);
+  wire_split("shm", 1);
+  batch_shares();
+  setenv("ZINC_COMM_MPI_SHM", "0", 1);
+  setenv("ZINC_COMM_P2P_CHUNK", "512", 1);
+  wire_split("p2p", 2);
+  wire_split("p2p", 3);
+  batch_shares();
+  if (me == 0)
+    printf("comm log: %s\n", failures ? "FAILED" : "ok");
+  return failures ? 1 : 0;
+}
