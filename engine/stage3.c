@@ -101,8 +101,8 @@ zinc_status zinc_hpz_size(const zinc_settings *cfg, int dp_size, int *out) {
   if (h > dp_size || dp_size % h != 0)
     return zinc_error(ZINC_ERR_CONFIG, "zero_optimization.zero_hpz_partition_size is %d but "
                       "there are %d data-parallel ranks: it must divide the data-parallel "
-                      "size (the ranks of a node, e.g. %d); set it to a divisor of %d, or 1 "
-                      "to turn hpZ off", h, dp_size, dp_size, dp_size);
+                      "size; set it to the ranks of one node if that divides %d (any "
+                      "divisor works), or 1 to turn hpZ off", h, dp_size, dp_size);
   *out = h;
   return ZINC_OK;
 }
