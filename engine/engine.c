@@ -162,6 +162,11 @@ static zinc_status create_hpz_comm(zinc_engine *e) {
   e->hpz_comm = e->hpz_host; /* the cuda device replaces it (create_device) */
   zinc_log0(ZINC_LOG_INFO, "hpZ: secondary parameter partition over groups of %d "
             "data-parallel ranks (%d ranks on this node)", e->hpz, e->local_size);
+  if (e->local_size % (e->hpz * e->mp_size) != 0)
+    zinc_log0(ZINC_LOG_WARN, "zero_optimization.zero_hpz_partition_size %d: a group is %d "
+              "consecutive ranks but this node has %d, so groups span nodes and the gathers "
+              "hpZ keeps in a group still cross the network; set it to the data-parallel "
+              "ranks of one node", e->hpz, e->hpz * e->mp_size, e->local_size);
   return ZINC_OK;
 }
 
