@@ -16,8 +16,11 @@
  *    between the first backward fetch and the first grads_ready (no
  *    gradient reduction runs there) no data message (> 256 bytes: the
  *    engine's agreements are 32) may go to a rank outside the sender's
- *    group of h, and some must go inside it. The same window with h = 1
- *    must see data leave the group (the check can fail).
+ *    group of h, and some must go inside it. Likewise over the whole
+ *    second micro-batch of a step (accumulation 2) with prefetch running
+ *    ahead: its forward, backward and prefetched gathers all use the
+ *    secondary partition. The same windows with h = 1 must see data leave
+ *    the group (the check can fail).
  *  - memory: the profiler's device parameter bytes grow by the secondary
  *    partition, counted here from the layout rule (engine.h): per
  *    non-persistent module, each parameter starts at a multiple of 32
@@ -74,12 +77,14 @@ static int64_t bad_backward; /* backward fetches whose bits differ from the forw
 
 /* One micro-batch as et_micro_batch_status does it, also comparing each
  * module's parameters at its backward fetch with its forward fetch;
- * `watch`: count the wire between the first backward fetch and the first
- * grads_ready. */
+ * `watch` 1: count the wire between the first backward fetch and the first
+ * grads_ready; 2: from the first forward fetch on. */
 static void micro_batch(et_model *m, const et_run *r, int64_t first, int watch, double *loss) {
   zinc_engine *e = m->e;
   const tm_shape *sh = &r->shape;
   et_clear_grads(m, sh, -1);
+  if (watch == 2)
+    wire_on = 1;
   for (int k = 0; k < 4; k++) {
     ET_OK(zinc_module_fetch(e, m->mod[k]));
     ET_OK(et_load_module(m, sh, r->dtype, k));
@@ -88,7 +93,7 @@ static void micro_batch(et_model *m, const et_run *r, int64_t first, int watch, 
   *loss = tm_forward_backward(sh, m->P, m->G, first, r->micro, zinc_loss_scale(e));
   /* every module fetched again first (parameters checked), then the
    * gradients reported: the window between sees gathers only */
-  if (watch)
+  if (watch == 1)
     wire_on = 1;
   for (int k = 3; k >= 0; k--) {
     ET_OK(zinc_module_fetch(e, m->mod[k]));
@@ -141,7 +146,10 @@ static void train(const et_run *r, float **final, double *losses, int watch) {
     for (int k = 0; k < r->gas; k++) {
       int64_t first = (((int64_t)s * r->gas + k) * N + me) * r->micro;
       double l = 0;
-      micro_batch(&m, r, first, watch && s > 0, &l);
+      /* watch 2: the wire of every later micro-batch of a step (the
+       * parameters have not changed since the step's first) */
+      int w = watch == 1 ? s > 0 : watch == 2 && k > 0 ? 2 : 0;
+      micro_batch(&m, r, first, w, &l);
       sum += l;
       ET_OK(zinc_step(e, NULL));
     }
@@ -209,38 +217,47 @@ static void test_lossless(int h) {
 
 /* ------------------------------------------------------------- the wire */
 
-static void wire(int h, int64_t *in, int64_t *out) {
+/* watch 1: the backward fetches of step 2 (prefetch too small to run
+ * ahead); 2: the second micro-batch of each step, accumulation 2, prefetch
+ * running ahead over the whole model (forward, backward and prefetched
+ * gathers all after the step's first micro-batch). */
+static void wire(int h, int watch, int64_t *in, int64_t *out) {
   et_run r = et_defaults();
   r.stage = 3;
   r.steps = 2;
   r.reuse = 0;
   r.hpz = h;
+  if (watch == 2) {
+    r.gas = 2;
+    r.prefetch = 1000000;
+  }
   r.shape = (tm_shape){{60, 60, 60, 7}, ZINC_F32}; /* chunks of 512 bytes and more */
   r.reduce_bucket = 100000;
   float **p = et_alloc_params(&r.shape);
   double l[4];
   wire_group = h;
   wire_in = wire_out = 0;
-  train(&r, p, l, 1);
+  train(&r, p, l, watch);
   *in = wire_in;
   *out = wire_out;
   et_free_params(p);
 }
 
-static void test_wire(int h) {
+static void test_wire(int h, int watch) {
+  static const char *what[3] = {"", "backward fetches", "second micro-batch, prefetch on"};
   int64_t in = 0, out = 0, in1 = 0, out1 = 0;
-  wire(h, &in, &out);
-  ET_CHECK(out == 0, "hpz %d: the backward gathers sent %lld bytes outside the group of %d",
-           h, (long long)out, h);
-  ET_CHECK(in > 0, "hpz %d: no backward gather inside the group", h);
+  wire(h, watch, &in, &out);
+  ET_CHECK(out == 0, "hpz %d, %s: the gathers sent %lld bytes outside the group of %d", h,
+           what[watch], (long long)out, h);
+  ET_CHECK(in > 0, "hpz %d, %s: no gather inside the group", h, what[watch]);
   /* the control: without hpZ the same window sends outside the group */
-  wire(1, &in1, &out1);
+  wire(1, watch, &in1, &out1);
   wire_group = h;
-  ET_CHECK(out1 > 0, "hpz 1: nothing sent between ranks in the backward window; the wire "
-           "check cannot see a gather");
+  ET_CHECK(out1 > 0, "hpz 1, %s: nothing sent between ranks in the window; the wire check "
+           "cannot see a gather", what[watch]);
   if (et_rank == 0)
-    printf("backward window, rank 0: hpz %d sent %lld bytes in its group, %lld outside; "
-           "hpz 1 sent %lld outside\n", h, (long long)in, (long long)out, (long long)out1);
+    printf("%s, rank 0: hpz %d sent %lld bytes in its group, %lld outside; hpz 1 sent %lld "
+           "outside\n", what[watch], h, (long long)in, (long long)out, (long long)out1);
 }
 
 /* ------------------------------------------------------------- memory */
@@ -361,7 +378,8 @@ int main(int argc, char **argv) {
     if (et_world % h)
       continue;
     test_lossless(h);
-    test_wire(h);
+    test_wire(h, 1);
+    test_wire(h, 2);
     test_memory(h);
   }
   if (et_world == 4) {
