@@ -274,7 +274,7 @@ static void test_memory(int h) {
   et_run r = et_defaults();
   r.stage = 3;
   r.persist = 100; /* "scale" (29 elements) is persistent: no secondary */
-  uint64_t params[2];
+  uint64_t params[2], formula[2];
   for (int k = 0; k < 2; k++) {
     r.hpz = k ? h : 1;
     et_model m;
@@ -282,6 +282,7 @@ static void test_memory(int h) {
     zinc_mem_stats st = ZINC_MEM_STATS_INIT;
     ET_OK(zinc_memory_stats(e, &st));
     params[k] = st.current[ZINC_LOC_DEVICE][ZINC_MEM_PARAMS];
+    formula[k] = st.theoretical_model_states;
     et_model_free(&m);
     zinc_engine_destroy(e);
   }
@@ -296,6 +297,11 @@ static void test_memory(int h) {
            "%llu (%lld padded elements / %d, f32)", h,
            (unsigned long long)(params[1] - params[0]), (unsigned long long)want,
            (long long)elems, h);
+  /* the ZeRO formula the report compares with: unpadded, / h */
+  int64_t fd = (int64_t)(formula[1] - formula[0]), fw = (int64_t)(unpadded * 4 / h);
+  ET_CHECK(fd >= fw - 1 && fd <= fw + 1, "hpz %d: the ZeRO formula grew by %lld bytes, want "
+           "%lld (%lld parameters / %d, f32)", h, (long long)fd, (long long)fw,
+           (long long)unpadded, h);
   /* the estimator: the same model described */
   zinc_est_param p[TM_NPARAM];
   memset(p, 0, sizeof p);
