@@ -91,6 +91,7 @@ void zinc_settings_defaults(zinc_settings *s) {
   s->stage3_param_persistence_threshold = 100000;
   s->stage3_max_live_parameters = 1000000000;
   s->stage3_max_reuse_distance = 1000000000;
+  s->zero_hpz_partition_size = 1;
 
   s->aio_block_size = 1048576;
   s->aio_queue_depth = 8;

@@ -214,6 +214,8 @@ typedef struct {
   int64_t stage3_max_reuse_distance;      /* 1e9                           */
   int stage3_gather_16bit_weights_on_model_save; /* false (also the older
                                              ..._fp16_weights_... spelling) */
+  int zero_hpz_partition_size;            /* 1; stage 3: ranks per secondary
+                                             parameter partition (hpZ)     */
 
   /* ---- aio (NVMe offload) */
   int64_t aio_block_size;                 /* 1048576 bytes                 */

@@ -86,6 +86,7 @@ static json_t *zero_json(const zinc_settings *s) {
   put(z, "stage3_max_reuse_distance", int_or_auto(s->stage3_max_reuse_distance));
   put(z, "stage3_gather_16bit_weights_on_model_save",
       bool_or_auto(s->stage3_gather_16bit_weights_on_model_save));
+  put(z, "zero_hpz_partition_size", json_integer(s->zero_hpz_partition_size));
   return z;
 }
 

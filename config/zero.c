@@ -55,6 +55,8 @@ static const zinc_key zero_keys[] = {
                  stage3_gather_16bit_weights_on_model_save),
     ZINC_KB_AUTO(T, "stage3_gather_fp16_weights_on_model_save",
                  stage3_gather_16bit_weights_on_model_save),
+    /* ZeRO++ hpZ: stage-3 secondary partition over groups of this many ranks */
+    ZINC_KI(T, "zero_hpz_partition_size", zero_hpz_partition_size, 1, INT_MAX),
     ZINC_KCUSTOM("cpu_offload"),
     ZINC_KCUSTOM("cpu_offload_param"),
     /* DeepSpeed options with no effect in zinc (silent at their default) */
@@ -64,7 +66,6 @@ static const zinc_key zero_keys[] = {
     ZINC_KINERT("ignore_unused_parameters", "true"),
     ZINC_KINERT("legacy_stage1", "false"),
     ZINC_KINERT("use_multi_rank_bucket_allreduce", "true"),
-    ZINC_KINERT("zero_hpz_partition_size", "1"),
     ZINC_KINERT("zero_quantized_weights", "false"),
     ZINC_KINERT("zero_quantized_nontrainable_weights", "false"),
     ZINC_KINERT("zero_quantized_gradients", "false"),
@@ -231,6 +232,10 @@ zinc_status zinc_cfg_read_zero(zinc_cfg_reader *r, const json_t *v, zinc_setting
                                      &s->offload_optimizer));
   ZINC_CHECK(read_deprecated_offload(r, zero, "cpu_offload_param", "offload_param",
                                      &s->offload_param));
+  if (s->zero_hpz_partition_size > 1 && s->stage < 3) /* DeepSpeed ignores it there too */
+    zinc_cfg_warn(r, "%s.zero_hpz_partition_size = %d has no effect at stage %d: the "
+                  "secondary parameter partition (hpZ) is a stage-3 feature; set stage 3 "
+                  "or remove the key", r->path, s->zero_hpz_partition_size, s->stage);
   zinc_cfg_pop(r, mark);
   return ZINC_OK;
 }

@@ -131,6 +131,7 @@ void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_
     if (e->cfg.offload_param.device != ZINC_OFFLOAD_NVME)
       bytes[param_loc][ZINC_MEM_PARAMS] += e->shard_bytes;
     bytes[ZINC_LOC_DEVICE][ZINC_MEM_PARAMS] += persistent_bytes(e);
+    bytes[ZINC_LOC_DEVICE][ZINC_MEM_PARAMS] += e->secondary_bytes; /* hpZ */
   }
   if (stage <= 1) {
     bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += e->train_bytes; /* frozen: none */
@@ -178,6 +179,10 @@ static zinc_status alloc_states(zinc_engine *e) {
     if (e->param_location != ZINC_LOC_NVME) /* else in nvme.c's swap area */
       ZINC_CHECK(zinc_engine_buffer_alloc(e, e->shard_bytes, e->param_location, ZINC_MEM_PARAMS,
                                           &e->param_shard, "parameter partition"));
+    if (e->secondary_bytes) /* hpZ: filled by the gathers (stage3.c) */
+      ZINC_CHECK(zinc_engine_buffer_alloc(e, e->secondary_bytes, ZINC_LOC_DEVICE,
+                                          ZINC_MEM_PARAMS, &e->param_secondary,
+                                          "secondary parameter partition (hpZ)"));
     e->persist_bytes = persistent_bytes(e);
     if (e->persist_bytes) {
       ZINC_CHECK(zinc_engine_buffer_alloc(e, e->persist_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS,
@@ -241,6 +246,9 @@ void zinc_build_free(zinc_engine *e) {
   if (e->param_location != ZINC_LOC_NVME)
     zinc_engine_buffer_free(e, e->param_shard, e->shard_bytes, e->param_location, ZINC_MEM_PARAMS);
   zinc_engine_buffer_free(e, e->persist, e->persist_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS);
+  zinc_engine_buffer_free(e, e->param_secondary, e->secondary_bytes, ZINC_LOC_DEVICE,
+                          ZINC_MEM_PARAMS);
+  e->param_secondary = NULL;
   e->master = e->exp_avg = e->exp_avg_sq = e->grad_part = NULL;
   e->grad_full = e->param_full = e->param_shard = e->persist = NULL;
   free(e->units);

@@ -150,6 +150,26 @@ static zinc_status create_comms(zinc_engine *e) {
   return find_local_ranks(e);
 }
 
+/* hpZ: groups of zero_hpz_partition_size consecutive data-parallel ranks
+ * (with model parallelism, consecutive in dp_rank: the group spans
+ * hpz * model_parallel_size consecutive world ranks). After the settings
+ * agree, so that every rank refuses a bad size alike. */
+static zinc_status create_hpz_comm(zinc_engine *e) {
+  ZINC_CHECK(zinc_hpz_size(&e->cfg, e->dp_size, &e->hpz));
+  if (e->hpz <= 1)
+    return ZINC_OK;
+  ZINC_CHECK(e->dp_host->ops->split(e->dp_host, e->dp_rank / e->hpz, e->dp_rank, &e->hpz_host));
+  e->hpz_comm = e->hpz_host; /* the cuda device replaces it (create_device) */
+  zinc_log0(ZINC_LOG_INFO, "hpZ: secondary parameter partition over groups of %d "
+            "data-parallel ranks (%d ranks on this node)", e->hpz, e->local_size);
+  if (e->local_size % (e->hpz * e->mp_size) != 0)
+    zinc_log0(ZINC_LOG_WARN, "zero_optimization.zero_hpz_partition_size %d: a group is %d "
+              "consecutive ranks but this node has %d, so groups span nodes and the gathers "
+              "hpZ keeps in a group still cross the network; set it to the data-parallel "
+              "ranks of one node", e->hpz, e->hpz * e->mp_size, e->local_size);
+  return ZINC_OK;
+}
+
 static zinc_status create_device(zinc_engine *e) {
   int want = e->opt.device;
   int ngpu = zinc_device_cuda_count();
@@ -178,6 +198,9 @@ static zinc_status create_device(zinc_engine *e) {
     if (e->mp_size > 1)
       ZINC_CHECK(zinc_comm_nccl_create(e->mp_host, want, e->opt.cuda_stream,
                                        e->cfg.comm_timeout_s, &e->mp));
+    if (e->hpz_host)
+      ZINC_CHECK(zinc_comm_nccl_create(e->hpz_host, want, e->opt.cuda_stream,
+                                       e->cfg.comm_timeout_s, &e->hpz_comm));
   }
   return ZINC_OK;
 }
@@ -265,6 +288,7 @@ zinc_status zinc_engine_create(const zinc_config *cfg, const zinc_options *opt,
   ZINC_CHECK_GOTO(zinc_engine_agree(e, e->world, st), st, fail);
   ZINC_CHECK_GOTO(agree_settings(e), st, fail);
   ZINC_CHECK_GOTO(agree_hidden_size(e), st, fail);
+  ZINC_CHECK_GOTO(create_hpz_comm(e), st, fail);
   ZINC_CHECK_GOTO(create_device(e), st, fail);
   ZINC_CHECK_GOTO(zinc_comms_logger_attach(e), st, fail); /* the device's comms (nccl) */
   e->phase_start = zinc_now();
@@ -296,10 +320,13 @@ void zinc_engine_destroy(zinc_engine *e) {
     zinc_comm_destroy(e->dp);
   if (e->mp != e->mp_host)
     zinc_comm_destroy(e->mp);
+  if (e->hpz_comm != e->hpz_host)
+    zinc_comm_destroy(e->hpz_comm);
   zinc_device_destroy(e->dev);
   if (e->dp_host != e->world)
     zinc_comm_destroy(e->dp_host);
   zinc_comm_destroy(e->mp_host);
+  zinc_comm_destroy(e->hpz_host);
   zinc_comm_destroy(e->world);
   zinc_comms_logger_free(e); /* after the comms: their workers count to the end */
   zinc_prof_destroy(e->prof);

@@ -27,6 +27,15 @@
  *   stage 2: param_full (P), grad_part f32 (S), master/m/v (S), grad areas
  *   stage 3: param_shard (S, param dtype), persistent segments whole,
  *            gathered modules on demand, grad_part f32 (S), master/m/v (S)
+ *            and, with hpZ (zero_hpz_partition_size h > 1), a secondary
+ *            partition (N*S/h of the non-persistent units, param dtype)
+ *
+ * hpZ: the data-parallel ranks form groups of h consecutive ranks (a
+ * node's). Group rank l keeps, of every non-persistent unit, the slice
+ * [l*N/h*chunk, (l+1)*N/h*chunk): the chunks of ranks l*N/h .. (l+1)*N/h-1,
+ * copied out of the unit when a gather over every rank completes. Until the
+ * shards change (a step, a load), a module whose slice is held gathers it
+ * from the group only (stage3.c).
  * With offload_optimizer cpu, master/m/v (and grad_part) live in pinned host
  * memory and the CPU optimizer updates them there.
  */
@@ -115,6 +124,8 @@ struct zinc_module {
   /* stage 3 */
   void *gathered;         /* (gather_bytes) on the device: the replay's copy */
   zinc_comm_req *gather_req; /* in-flight all-gather into gathered, or NULL */
+  zinc_comm *gather_comm; /* the comm it runs on (dp, or hpz) */
+  int secondary;          /* hpZ: ZINC_SECONDARY_* */
   void *served;           /* the copy the trainer was handed */
   void *orphan;           /* a copy the replay dropped while the trainer held it */
   int replay_held;        /* FETCH minus RELEASE events replayed */
@@ -133,6 +144,11 @@ struct zinc_module {
   int64_t reduced_window; /* stage 2/3: window whose partition it wrote */
 };
 
+/* hpZ: what a module's slices in the secondary partition hold. */
+enum { ZINC_SECONDARY_STALE = 0, /* nothing current: gather from every rank */
+       ZINC_SECONDARY_FILLING,   /* the gather in flight fills them */
+       ZINC_SECONDARY_VALID };   /* the current parameters: gather in the group */
+
 /* A partition unit (see the header comment). */
 typedef struct {
   int module, segment;
@@ -142,6 +158,8 @@ typedef struct {
   int64_t chunk;          /* elements per rank, multiple of ZINC_ALIGN_ELEMS */
   int64_t shard_offset;   /* this unit's chunk in every rank's shard (elements) */
   size_t shard_byte;      /* same, in bytes of a param_shard (stage 3) */
+  size_t secondary_byte;  /* stage 3 with hpZ: this unit's slice in the
+                             secondary partition (non-persistent units) */
   int64_t full_offset;    /* N * shard_offset: the unit in a whole-model
                              f32 index space (stage 0 optimizer) */
   int frozen;             /* of a frozen segment: units [ntrain_units,
@@ -249,6 +267,10 @@ struct zinc_engine {
   zinc_comm *mp_host;     /* likewise for the model-parallel group */
   zinc_comm_log *comms_log; /* comms_logger's counters, shared by the comms
                                above (NULL when not enabled)               */
+  int hpz;                /* stage 3: zero_hpz_partition_size in effect (1: off) */
+  zinc_comm *hpz_comm;    /* hpZ: this rank's group of hpz consecutive
+                             data-parallel ranks; device buffers */
+  zinc_comm *hpz_host;    /* the same group for host buffers (MPI) */
 
   /* ---- device and accounting */
   zinc_device *dev;
@@ -295,6 +317,8 @@ struct zinc_engine {
                              host memory with offload_param cpu */
   int param_location;     /* ZINC_LOC_DEVICE or ZINC_LOC_HOST */
   void *persist;          /* stage 3: (persist_bytes) persistent segments */
+  void *param_secondary;  /* stage 3 with hpZ: (secondary_bytes) on the device */
+  size_t secondary_bytes;
   size_t persist_bytes;
   void *grad_full;        /* stage 0/1: (P bytes) accumulated gradients */
   int grad_full_shared;   /* allocated with comm alloc_shared */
@@ -551,6 +575,12 @@ zinc_status zinc_stage3_serve(zinc_engine *e, zinc_module *m);
 void zinc_stage3_unserve(zinc_engine *e, zinc_module *m);
 /* Drop every gathered copy (after a step the shards changed). */
 zinc_status zinc_stage3_invalidate(zinc_engine *e);
+/* hpZ: the group size zero_hpz_partition_size gives at dp_size ranks (1
+ * below stage 3), or ZINC_ERR_CONFIG naming the key when it cannot be. */
+zinc_status zinc_hpz_size(const zinc_settings *cfg, int dp_size, int *out);
+/* Bytes of the secondary partition (0 without hpZ); sets each unit's
+ * secondary_byte. Needs the layout and e->hpz. */
+size_t zinc_stage3_secondary_layout(zinc_engine *e);
 /* Gather the whole copy of persistent segments from the shards. */
 zinc_status zinc_stage3_gather_persistent(zinc_engine *e);
 void zinc_stage3_free(zinc_engine *e);

@@ -263,6 +263,7 @@ zinc_status zinc_layout_build(zinc_engine *e) {
   }
   e->total_numel = e->shard_numel * e->dp_size;
   e->opt_numel = e->train_shard_numel * (e->cfg.stage == 0 ? e->dp_size : 1);
+  e->secondary_bytes = zinc_stage3_secondary_layout(e);
   return layout_runs(e);
 }
 

@@ -169,6 +169,8 @@ zinc_status zinc_param_set_full(zinc_engine *e, zinc_param *p, zinc_state_kind k
                       "be set; the backward pass produces it", p->module->name, p->name);
   state_ctx c = {.kind = kind, .src = src};
   ZINC_CHECK(zinc_calloc(&c.scratch, (size_t)p->numel + 1, 4, "state"));
+  if (kind == ZINC_STATE_PARAM) /* hpZ: the module's next gather reads the shards */
+    p->module->secondary = ZINC_SECONDARY_STALE;
   zinc_status st = zinc_layout_for_each_piece(e, p, write_piece, &c);
   const zinc_segment *seg = &p->module->segs[p->segment];
   if (st == ZINC_OK && kind == ZINC_STATE_PARAM && seg->full)

@@ -14,7 +14,14 @@
  * would also pay for.
  *
  *   mpirun -n 2 --oversubscribe step_bench [--params 67108864] [--modules 16]
- *          [--steps 3] [--dtype f32|bf16] [--no-torch]
+ *          [--steps 3] [--dtype f32|bf16] [--no-torch] [--hpz H]
+ *
+ * --hpz H times only stage 3, with zero_hpz_partition_size 1 and H in
+ * alternating steps of the same run, and prints both and their ratio. Both
+ * runs release a gathered module after use (stage3_max_reuse_distance 0),
+ * as a model larger than the live-parameter limit does, so that the
+ * backward pass gathers again: that gather is what hpZ keeps inside the
+ * groups of H ranks (a node's, under tests/cluster/cluster.sh).
  */
 #include <math.h>
 #include <mpi.h>
@@ -35,6 +42,7 @@ typedef struct {
   int steps;
   zinc_dtype dtype;
   int torch;
+  int hpz;              /* > 0: only stage 3, hpZ 1 against this */
 } bench_args;
 
 static void die(const char *what) {
@@ -79,8 +87,22 @@ typedef struct {
 
 /* Median-free: the minimum over steps (after one warm-up step) is the
  * figure least disturbed by the other rank sharing the 2 cores. */
-static timing run_stage(const bench_args *a, int stage, MPI_Comm comm, int threads) {
-  char json[1024];
+/* A stage's engine and its model. */
+typedef struct {
+  zinc_engine *e;
+  zinc_module **mods;
+  zinc_param **pars;
+  char *pattern;
+  size_t gbytes;
+} bench_model;
+
+/* hpz > 0: stage 3 with zero_hpz_partition_size hpz and no reuse. */
+static void open_stage(const bench_args *a, int stage, int hpz, MPI_Comm comm, int threads,
+                       bench_model *b) {
+  char json[1024], extra[128] = "";
+  if (hpz > 0)
+    snprintf(extra, sizeof extra, ", \"zero_hpz_partition_size\": %d,"
+             " \"stage3_max_reuse_distance\": 0", hpz);
   snprintf(json, sizeof json,
            "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 1,"
            " \"gradient_clipping\": 1.0,"
@@ -88,8 +110,9 @@ static timing run_stage(const bench_args *a, int stage, MPI_Comm comm, int threa
            " \"bf16\": {\"enabled\": %s},"
            " \"zero_optimization\": {\"stage\": %d, \"overlap_comm\": %s,"
            " \"reduce_bucket_size\": 50000000, \"allgather_bucket_size\": 50000000,"
-           " \"stage3_prefetch_bucket_size\": 50000000, \"stage3_param_persistence_threshold\": 0}}",
-           a->dtype == ZINC_BF16 ? "true" : "false", stage, stage >= 2 ? "true" : "false");
+           " \"stage3_prefetch_bucket_size\": 50000000, \"stage3_param_persistence_threshold\": 0"
+           "%s}}",
+           a->dtype == ZINC_BF16 ? "true" : "false", stage, stage >= 2 ? "true" : "false", extra);
   zinc_engine *e = create_engine(json, comm, threads);
   int64_t per = a->params / a->modules;
   zinc_module **mods = calloc((size_t)a->modules, sizeof *mods);
@@ -108,8 +131,24 @@ static timing run_stage(const bench_args *a, int stage, MPI_Comm comm, int threa
   size_t gbytes = (size_t)(per / 1024 * 1024) * zinc_dtype_size(a->dtype);
   char *pattern = malloc(gbytes);
   fill_pattern(pattern, (int64_t)(gbytes / zinc_dtype_size(a->dtype)), a->dtype);
-  timing best = {1e30, 1e30, 1e30, 1e30, 1e30, 1e30};
-  for (int s = 0; s <= a->steps; s++) {
+  *b = (bench_model){e, mods, pars, pattern, gbytes};
+}
+
+static void close_stage(bench_model *b) {
+  free(b->pattern);
+  free(b->mods);
+  free(b->pars);
+  zinc_engine_destroy(b->e);
+}
+
+/* One timed step. */
+static timing one_step(const bench_args *a, bench_model *b, MPI_Comm comm) {
+  zinc_engine *e = b->e;
+  zinc_module **mods = b->mods;
+  zinc_param **pars = b->pars;
+  char *pattern = b->pattern;
+  size_t gbytes = b->gbytes;
+  {
     zinc_timers tm = ZINC_TIMERS_INIT;
     zinc_timers_take(e, &tm);
     MPI_Barrier(comm);
@@ -138,18 +177,51 @@ static timing run_stage(const bench_args *a, int stage, MPI_Comm comm, int threa
       die("step");
     double t1 = zinc_now();
     zinc_timers_take(e, &tm);
-    if (s == 0)
-      continue;
     timing t = {t1 - t0, t_bwd - t0, t_step - t_bwd, t1 - t_step, tm.comm_wait,
                 (t_step - t_be) + (t1 - t_step)};
-    if (t.step < best.step)
+    return t;
+  }
+}
+
+static timing run_stage(const bench_args *a, int stage, MPI_Comm comm, int threads) {
+  bench_model b;
+  open_stage(a, stage, 0, comm, threads, &b);
+  timing best = {1e30, 1e30, 1e30, 1e30, 1e30, 1e30};
+  for (int s = 0; s <= a->steps; s++) {
+    timing t = one_step(a, &b, comm);
+    if (s > 0 && t.step < best.step)
       best = t;
   }
-  free(pattern);
-  free(mods);
-  free(pars);
-  zinc_engine_destroy(e);
+  close_stage(&b);
   return best;
+}
+
+/* Stage 3 without and with hpZ, two engines side by side, their steps
+ * alternating (after one warm-up step each) so that the machine's noise
+ * hits both; the best step of each. */
+static void run_hpz(const bench_args *a, int rank) {
+  bench_model b[2];
+  open_stage(a, 3, 1, MPI_COMM_WORLD, 0, &b[0]);
+  open_stage(a, 3, a->hpz, MPI_COMM_WORLD, 0, &b[1]);
+  timing best[2] = {{1e30, 1e30, 1e30, 1e30, 1e30, 1e30}, {1e30, 1e30, 1e30, 1e30, 1e30, 1e30}};
+  for (int s = 0; s <= a->steps; s++)
+    for (int k = 0; k < 2; k++) {
+      timing t = one_step(a, &b[k], MPI_COMM_WORLD);
+      if (s > 0 && t.step < best[k].step)
+        best[k] = t;
+    }
+  close_stage(&b[0]);
+  close_stage(&b[1]);
+  if (rank == 0) {
+    printf("\n%-10s %10s %10s %10s %10s %10s\n", "stage 3", "step s", "fetch s", "bwd s",
+           "optim s", "comm wait");
+    for (int k = 0; k < 2; k++)
+      printf("hpz %-6d %10.3f %10.3f %10.3f %10.3f %10.3f\n", k ? a->hpz : 1, best[k].step,
+             best[k].forward, best[k].backward, best[k].optim, best[k].comm);
+    double ratio = best[0].step / best[1].step;
+    printf("hpZ %d: step %.3f s vs %.3f s without: %.2fx faster (target >= 1.25x) %s\n",
+           a->hpz, best[1].step, best[0].step, ratio, ratio >= 1.25 ? "PASS" : "FAIL");
+  }
 }
 
 /* Engine overhead, one rank: zinc's stage-0 step (the trainer's gradient
@@ -313,9 +385,11 @@ int main(int argc, char **argv) {
       a.dtype = !strcmp(argv[++i], "bf16") ? ZINC_BF16 : ZINC_F32;
     else if (!strcmp(argv[i], "--no-torch"))
       a.torch = 0;
+    else if (!strcmp(argv[i], "--hpz") && i + 1 < argc)
+      a.hpz = atoi(argv[++i]);
     else {
       fprintf(stderr, "usage: %s [--params N] [--modules M] [--steps S] [--dtype f32|bf16] "
-              "[--no-torch]\n", argv[0]);
+              "[--no-torch] [--hpz H]\n", argv[0]);
       return 2;
     }
   }
@@ -327,6 +401,11 @@ int main(int argc, char **argv) {
   if (rank == 0)
     printf("step_bench: %lld %s parameters in %d modules, %d ranks, best of %d steps\n",
            (long long)a.params, zinc_dtype_name(a.dtype), a.modules, size, a.steps);
+  if (a.hpz > 0) {
+    run_hpz(&a, rank);
+    MPI_Finalize();
+    return 0;
+  }
   timing t[4];
   for (int stage = 0; stage <= 3; stage++)
     t[stage] = run_stage(&a, stage, MPI_COMM_WORLD, 0);

@@ -3,7 +3,8 @@
  * bare engine (no device, no comm), runs the real layout, and reads the
  * sizes the build would allocate (zinc_build_sizes); a frozen parameter
  * (zinc_est_param.frozen) counts as the build lays it out: parameter
- * memory only. Stage 3 adds the
+ * memory only; with hpZ the secondary partition counts as parameter
+ * memory on the device. Stage 3 adds the
  * gathered parameters at their peak: the largest module plus what the
  * prefetch window holds ahead of it, within stage3_max_live_parameters.
  */
@@ -31,6 +32,7 @@ zinc_status zinc_estimate_model(const zinc_settings *cfg, int dp_size, int64_t h
   }
   e->dp_size = e->world_size = dp_size;
   e->mp_size = 1;
+  st = zinc_hpz_size(&e->cfg, dp_size, &e->hpz); /* the secondary partition's size */
   int any16[3] = {0, 0, 0};
   for (int i = 0; i < n; i++)
     any16[params[i].dtype] = 1;
@@ -39,8 +41,9 @@ zinc_status zinc_estimate_model(const zinc_settings *cfg, int dp_size, int64_t h
    * changes no byte of the estimate, so its error is not the estimate's */
   if (zinc_settings_resolve_auto(&e->cfg, 0, 0) != ZINC_OK)
     zinc_log0(ZINC_LOG_DEBUG, "estimate: %s (no effect on memory)", zinc_last_error());
-  st = zinc_settings_resolve_model(&e->cfg, hidden_size, any16[ZINC_F16],
-                                   any16[ZINC_BF16]);
+  if (st == ZINC_OK)
+    st = zinc_settings_resolve_model(&e->cfg, hidden_size, any16[ZINC_F16],
+                                     any16[ZINC_BF16]);
   for (int i = 0; i < n && st == ZINC_OK; i++) {
     zinc_module *m = zinc_module_find(e, params[i].module);
     if (!m)

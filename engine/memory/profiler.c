@@ -178,8 +178,9 @@ zinc_status zinc_prof_timeline_write(const zinc_prof *p, const char *path, int r
  * master (the parameters are the master): K loses its 4 there (Adam's 8,
  * DeepSpeed's fp32 figure). In
  * stage 3, segments under stage3_param_persistence_threshold stay whole on
- * every rank, which adds their bytes x (1 - 1/N). Offload moves bytes to
- * another location but not out of the total. */
+ * every rank, which adds their bytes x (1 - 1/N); hpZ (group size h > 1)
+ * adds the secondary partition, the other parameters' bytes / h. Offload
+ * moves bytes to another location but not out of the total. */
 uint64_t zinc_formula_model_states(const zinc_engine *e) {
   double n = e->dp_size;
   double psi = (double)(e->psi[0] + e->psi[1] + e->psi[2]);
@@ -204,6 +205,8 @@ uint64_t zinc_formula_model_states(const zinc_engine *e) {
           persist += (double)m->segs[s].used * (double)zinc_dtype_size(m->segs[s].dtype);
     }
     v = pbytes / n + persist * (1.0 - 1.0 / n) + 4.0 * tpsi / n + k * tpsi / n;
+    if (e->hpz > 1)
+      v += (pbytes - persist) / e->hpz;
   }
   }
   return (uint64_t)(v + 0.5);

@@ -100,12 +100,16 @@ static void inert_keys_say_so(void **state) {
   /* another value: a warning that says zinc does not act on it (not "unknown") */
   char *text;
   int n = parse_warnings("{\"zero_optimization\":{\"stage\":3,\"zero_quantized_weights\":true,"
-                         "\"zero_hpz_partition_size\":8},\"dump_state\":true}", &text);
+                         "\"mics_shard_size\":8},\"dump_state\":true}", &text);
   assert_int_equal(n, 3);
   assert_int_equal(test_count_lines(text, "accepts but does not act on"), 3);
   assert_null(strstr(text, "unknown"));
-  assert_non_null(strstr(text, "zero_optimization.zero_hpz_partition_size = 8"));
+  assert_non_null(strstr(text, "zero_optimization.mics_shard_size = 8"));
   free(text);
+  /* hpZ acts at stage 3 (silent there) and, as in DeepSpeed, not below */
+  expect_warning("{\"zero_optimization\":{\"stage\":3,\"zero_hpz_partition_size\":8}}", 0, NULL);
+  expect_warning("{\"zero_optimization\":{\"stage\":2,\"zero_hpz_partition_size\":8}}", 1,
+                 (const char *[]){"zero_hpz_partition_size = 8", "no effect at stage 2", NULL});
 }
 
 static void special_cases_warn(void **state) {

@@ -80,6 +80,7 @@ typedef struct {
   int buffer_count;        /* offload_optimizer.buffer_count (0: default) */
   int param_buffer_count;  /* offload_param.buffer_count (0: default) */
   int64_t param_buffer_size; /* offload_param.buffer_size (0: default) */
+  int hpz;                 /* zero_hpz_partition_size (0: not written) */
   tm_shape shape;
   const et_optim *optim;   /* NULL: AdamW, lr 0.01, betas (0.9, 0.999), eps 1e-8,
                               weight_decay 0.01 (et_adamw_default) */
@@ -154,6 +155,9 @@ static inline char *et_config_json(const et_run *r) {
   if (r->sub_group > 0 || r->sub_group_zero)
     snprintf(sub_group, sizeof sub_group, " \"sub_group_size\": %lld,",
              (long long)(r->sub_group_zero ? 0 : r->sub_group));
+  if (r->hpz > 0)
+    snprintf(sub_group + strlen(sub_group), sizeof sub_group - strlen(sub_group),
+             " \"zero_hpz_partition_size\": %d,", r->hpz);
   if (r->buffer_count > 0 && opt_nvme)
     snprintf(buffers, sizeof buffers, ", \"buffer_count\": %d", r->buffer_count);
   char optimizer[700] = "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"betas\": [0.9, 0.999],"
