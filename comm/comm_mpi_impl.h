@@ -183,12 +183,19 @@ zinc_status zinc_mpi_p2p_run(zinc_mpi *m, const zinc_coll *colls, int n);
 
 /* --------------------------------------------------- comm_mpi_reduce.c */
 
-/* dst[i] = src[0][i] (op) src[1][i] (op) ... (op) src[nsrc-1][i], combined
- * left to right; 16-bit floats in fp32, rounded once. dst may be one of the
- * sources (exactly, never a shifted overlap). Sum wraps for integers; max
- * and min propagate NaN. */
+/* dst[i] = src[0][i] (op) ... (op) src[nsrc-1][i], combined in the
+ * canonical tree order of comm.h (T(lo,hi) = T(lo,mid) (op) T(mid,hi), mid =
+ * lo + the largest power of two below hi-lo); 16-bit floats in fp32,
+ * rounded once. dst may be one of the sources (exactly, never a shifted
+ * overlap). Sum wraps for integers; max and min propagate NaN. */
 void zinc_mpi_reduce_ranks(void *dst, const void *const *src, int nsrc, size_t count,
                            int dtype, zinc_comm_op op);
+/* The same, where for bf16/f16 the sources (src_wide) and/or dst (dst_wide)
+ * are fp32 partials rather than 16-bit values: the node-aware path adds a
+ * node's ranks into an unrounded fp32 partial and rounds once after adding
+ * the nodes' partials. Other dtypes ignore the flags. */
+void zinc_mpi_reduce_wide(void *dst, int dst_wide, const void *const *src, int src_wide,
+                          int nsrc, size_t count, int dtype, zinc_comm_op op);
 
 /* Balanced split of `count` into `parts` slices: slice i starts at
  * zinc_slice_start(count, parts, i) and ends at the start of slice i+1. */
