@@ -10,6 +10,8 @@
  *   comm_mpi_shmcoll.c collectives that read peers' memory directly
  *   comm_mpi_p2p.c     collectives over point-to-point messages (ranks on
  *                      several nodes, or shared memory switched off)
+ *   comm_mpi_hier.c    node-aware collectives: inside the node over shared
+ *                      memory, between nodes over point-to-point messages
  *   comm_mpi_reduce.c  the element-wise reduction in rank order
  *   comm_mpi_async.c   the worker thread that runs started batches
  *
@@ -119,6 +121,19 @@ typedef struct {
   int *p2p_peer;           /* (2 * size) the peer of each request             */
   int p2p_tag;             /* data tag; +1 for barrier tokens                 */
 
+  /* node-aware path (use_hier: several nodes of ppn ranks each, ranks
+   * numbered node * ppn + local). Two child comms without workers, run by
+   * whichever thread runs this comm's batch. */
+  int use_hier;
+  int ppn, nodes;
+  zinc_comm *intra;        /* this node's ppn ranks (shared-memory path)      */
+  zinc_comm *inter;        /* this local index on every node (p2p path)       */
+  char *hier_tmp;          /* (hier_tmp_bytes) widened sends, node partials   */
+  size_t hier_tmp_bytes;
+  /* child comm of a node-aware one: */
+  int *parent_rank;        /* (size) each rank as the parent numbers it, used
+                              in messages; NULL: not a child                  */
+
   zinc_mpi_worker *worker; /* NULL: `start` runs batches at once              */
   int in_worker;           /* the worker is executing (shorter barrier spins) */
 } zinc_mpi;
@@ -148,7 +163,18 @@ int zinc_mpi_is_failed(zinc_mpi *m);
  * inter-node by the peer's node. Called by the thread executing the batch
  * (every path calls it where it moves bytes). */
 void zinc_mpi_count_wire(zinc_mpi *m, zinc_coll_kind kind, int peer, size_t bytes);
-/* Run a validated batch in the calling thread (shm or p2p path). */
+/* The rank to name in a message for rank k of m (the parent's number in a
+ * node-aware comm's children). */
+static inline int zinc_mpi_rank_name(const zinc_mpi *m, int k) {
+  return m->parent_rank && k >= 0 ? m->parent_rank[k] : k;
+}
+/* A child comm of the node-aware path over `comm` (owned from here on):
+ * shared_memory 1 takes the shared-memory path (every rank of comm must be
+ * on this node), 0 the p2p path; no worker thread. parent_rank (size of
+ * comm) is copied. */
+zinc_status zinc_mpi_create_child(zinc_mpi *parent, MPI_Comm comm, int shared_memory,
+                                  const int *parent_rank, zinc_comm **out);
+/* Run a validated batch in the calling thread (shm, hier or p2p path). */
 zinc_status zinc_mpi_execute(zinc_mpi *m, const zinc_coll *colls, int n);
 
 /* ------------------------------------------------------ comm_mpi_shm.c */
@@ -174,6 +200,15 @@ void zinc_mpi_shm_alloc_free_all(zinc_mpi *m);
 /* -------------------------------------------------- comm_mpi_shmcoll.c */
 
 zinc_status zinc_mpi_shm_run(zinc_mpi *m, const zinc_coll *colls, int n);
+
+/* ----------------------------------------------------- comm_mpi_hier.c */
+
+/* Set up the node-aware path: m->ppn is set, ranks are node * ppn + local;
+ * makes the node and the cross-node child comms. */
+zinc_status zinc_mpi_hier_setup(zinc_mpi *m);
+/* Free the children (collective frees skipped when `failed`). */
+void zinc_mpi_hier_teardown(zinc_mpi *m, int failed);
+zinc_status zinc_mpi_hier_run(zinc_mpi *m, const zinc_coll *colls, int n);
 
 /* ------------------------------------------------------ comm_mpi_p2p.c */
 

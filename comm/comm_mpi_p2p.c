@@ -128,7 +128,7 @@ static zinc_status complete(p2p_batch *b) {
       abandon(b);
       char ctx[160];
       snprintf(ctx, sizeof ctx, "%s: message completion", b->what);
-      zinc_status st = zinc_mpi_error(err, ctx, peer);
+      zinc_status st = zinc_mpi_error(err, ctx, zinc_mpi_rank_name(m, peer));
       zinc_mpi_fail(m);
       return st;
     }
@@ -152,7 +152,7 @@ static zinc_status complete(p2p_batch *b) {
                                   "comm mpi: %s: %s waiting for peer rank %d%s; the comm is "
                                   "unusable, destroy it",
                                   b->what, aborted ? "abandoned (comm aborted)" : "timed out",
-                                  peer, b->suspects ? b->suspects : "");
+                                  zinc_mpi_rank_name(m, peer), b->suspects ? b->suspects : "");
       zinc_mpi_fail(m);
       return st;
     }
