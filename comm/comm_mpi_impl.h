@@ -12,15 +12,18 @@
  *                      several nodes, or shared memory switched off)
  *   comm_mpi_hier.c    node-aware collectives: inside the node over shared
  *                      memory, between nodes over point-to-point messages
- *   comm_mpi_reduce.c  the element-wise reduction in rank order
+ *   comm_mpi_reduce.c  the element-wise reduction in the canonical tree
+ *                      order over ranks
  *   comm_mpi_async.c   the worker thread that runs started batches
  *
  * Invariants:
  *  - At most one thread executes a batch on a comm at any time: the worker
  *    when batches are queued, otherwise the caller (run, split, alloc_shared
  *    and destroy first drain the queue).
- *  - The worker makes no MPI call on the shared-memory path; on the p2p path
- *    it does, which is why a worker exists only at MPI_THREAD_MULTIPLE.
+ *  - The worker makes no MPI call on the shared-memory path; on the p2p and
+ *    node-aware paths it does, which is why a worker exists only at
+ *    MPI_THREAD_MULTIPLE. The node-aware path's two child comms have no
+ *    worker: the thread running the parent's batch runs theirs.
  *  - Every wait loop (node barrier, p2p completion) gives up at the comm's
  *    deadline or when `abort` is set, so a broken comm never hangs destroy.
  */

@@ -6,7 +6,7 @@
  *
  *  - reduce-scatter / all-reduce: gather-to-owner. Every rank sends each
  *    peer that peer's slice, piece by piece; the owner sums the pieces of
- *    ranks 0..n-1 in rank order with zinc_mpi_reduce_ranks. Each rank sends and
+ *    ranks 0..n-1 in the canonical tree order with zinc_mpi_reduce_ranks. Each rank sends and
  *    receives (n-1)/n of the buffer, as a ring would.
  *  - all-reduce adds a second step that gathers the reduced slices.
  *  - all-gather(v), broadcast: every rank sends its part to every peer.
