@@ -15,6 +15,7 @@ packages=(
   fio                                           # the aio benchmark's peer
   valgrind                                      # memcheck part of the test command
   python3 python3-venv                          # test readers; the Hjson reference (.venv)
+  iproute2 util-linux                           # ip, tc, unshare: the emulated cluster (tests/cluster)
 )
 
 missing=()
