@@ -42,8 +42,8 @@
  *   ZINC_COMM_SHM_SCRATCH=bytes  per-rank staging window (default 8 MiB)
  *   ZINC_COMM_P2P_CHUNK=bytes    message piece on the p2p path (4 MiB)
  *   ZINC_COMM_NODE_SIZE=k        tests and benchmarks: consecutive blocks of
- *                                k ranks count as nodes for the path choice
- *                                (each must lie inside one real node)
+ *                                k world ranks count as nodes for the path
+ *                                choice (each must lie inside one real node)
  */
 #include <limits.h>
 #include <math.h>
@@ -384,7 +384,11 @@ static zinc_status choose_path(zinc_mpi *m, int path) {
   MPI_Group_free(&comm_group);
   int wanted = path == PATH_CHILD_P2P ? 0 : zinc_env_flag("ZINC_COMM_MPI_SHM", 1);
   long long fake = path == PATH_CHOOSE ? zinc_env_int("ZINC_COMM_NODE_SIZE", 0, 0, INT_MAX) : 0;
-  int mine[3] = {fake ? (int)(m->rank / fake * fake) : node_first, node_first, wanted};
+  /* a faked node is a block of MPI_COMM_WORLD ranks, so that a split of
+   * the world (the engine's groups) sees the same nodes */
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  int mine[3] = {fake ? (int)(world_rank / fake) : node_first, node_first, wanted};
   int *all = malloc(3 * sizeof(int) * (size_t)m->size);
   if (!all)
     return zinc_error(ZINC_ERR_NOMEM, "comm mpi: no memory to choose the path of %d ranks",
@@ -394,6 +398,14 @@ static zinc_status choose_path(zinc_mpi *m, int path) {
     free(all);
     return zinc_mpi_error(rc, "MPI_Allgather choosing the collective path", -1);
   }
+  /* name every node by its lowest rank in this comm (from the last rank
+   * down, so that the ranks below k still hold their keys) */
+  for (int k = m->size - 1; k >= 0; k--)
+    for (int j = 0; j <= k; j++)
+      if (all[3 * j] == all[3 * k]) {
+        all[3 * k] = j;
+        break;
+      }
   int all_wanted = 1, one_node = 1, nested = 1, blocks = 1, ppn = 0, nodes = 0;
   for (int k = 0; k < m->size; k++) {
     const int *t = &all[3 * k];
@@ -525,6 +537,7 @@ zinc_status zinc_mpi_create_child(zinc_mpi *parent, MPI_Comm comm, int shared_me
     return st;
   }
   memcpy(m->parent_rank, parent_rank, (size_t)m->size * sizeof *parent_rank);
+  m->parent_abort = &parent->abort;
   *out = c;
   return ZINC_OK;
 }

@@ -35,7 +35,9 @@
  * the layout.
  *
  * Failure: the children's waits are bounded by the same timeout as this
- * comm's, and name ranks by this comm's numbers (parent_rank). When a
+ * comm's, give up when this comm is aborted (parent_abort: a timed-out
+ * wait on a started batch), and name ranks by this comm's numbers
+ * (parent_rank). When a
  * child fails, this comm and the other child are failed too, so the node's
  * peers stop at their next node barrier instead of waiting out the
  * timeout, and destroy skips the collective frees.

@@ -25,7 +25,8 @@
  *    MPI_THREAD_MULTIPLE. The node-aware path's two child comms have no
  *    worker: the thread running the parent's batch runs theirs.
  *  - Every wait loop (node barrier, p2p completion) gives up at the comm's
- *    deadline or when `abort` is set, so a broken comm never hangs destroy.
+ *    deadline or when `abort` (a child's: or its parent's) is set, so a
+ *    broken comm never hangs destroy.
  */
 #ifndef ZINC_COMM_MPI_IMPL_H
 #define ZINC_COMM_MPI_IMPL_H
@@ -136,12 +137,18 @@ typedef struct {
   /* child comm of a node-aware one: */
   int *parent_rank;        /* (size) each rank as the parent numbers it, used
                               in messages; NULL: not a child                  */
+  _Atomic int *parent_abort; /* the parent's abort flag: waits give up on it  */
 
   zinc_mpi_worker *worker; /* NULL: `start` runs batches at once              */
   int in_worker;           /* the worker is executing (shorter barrier spins) */
 } zinc_mpi;
 
 static inline zinc_mpi *zinc_mpi_of(zinc_comm *c) { return (zinc_mpi *)c->impl; }
+
+/* Should a wait give up: this comm, or (a child) its parent, aborted. */
+static inline int zinc_mpi_aborted(zinc_mpi *m) {
+  return atomic_load(&m->abort) || (m->parent_abort && atomic_load(m->parent_abort));
+}
 
 /* ---------------------------------------------------------- comm_mpi.c */
 

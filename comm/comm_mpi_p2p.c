@@ -141,12 +141,12 @@ static zinc_status complete(p2p_batch *b) {
     sched_yield();
     if (deadline == 0)
       deadline = zinc_mpi_deadline(m);
-    if (atomic_load(&m->abort) || zinc_now() > deadline) {
+    if (zinc_mpi_aborted(m) || zinc_now() > deadline) {
       int peer = -1;
       for (int i = 0; i < b->n && peer < 0; i++)
         if (m->p2p_reqs[i] != MPI_REQUEST_NULL)
           peer = m->p2p_peer[i];
-      int aborted = atomic_load(&m->abort);
+      int aborted = zinc_mpi_aborted(m);
       abandon(b);
       zinc_status st = zinc_error(ZINC_ERR_COMM,
                                   "comm mpi: %s: %s waiting for peer rank %d%s; the comm is "

@@ -159,7 +159,7 @@ zinc_status zinc_mpi_shm_barrier(zinc_mpi *m, const char *what) {
     double now = zinc_now();
     if (deadline == 0)
       deadline = zinc_mpi_deadline(m);
-    if (atomic_load(&m->abort))
+    if (zinc_mpi_aborted(m))
       return barrier_failed(m, what, epoch, "abandoned (comm aborted)");
     if (now > deadline)
       return barrier_failed(m, what, epoch, "timed out");
