@@ -132,6 +132,8 @@ void zinc_mpi_fail(zinc_mpi *m) {
   atomic_store(&mpi_comm_failed, 1);
   if (m->ctl && m->ctl[m->rank])
     atomic_store(&m->ctl[m->rank]->failed, 1);
+  if (m->intra) /* node-aware: the node's peers see it at their next node barrier */
+    zinc_mpi_fail(zinc_mpi_of(m->intra));
 }
 
 zinc_status zinc_mpi_failed_earlier(zinc_mpi *m, const char *what) {
@@ -142,7 +144,7 @@ zinc_status zinc_mpi_failed_earlier(zinc_mpi *m, const char *what) {
 }
 
 int zinc_mpi_is_failed(zinc_mpi *m) {
-  if (atomic_load(&m->abort))
+  if (zinc_mpi_aborted(m))
     return 1;
   if (m->use_shm && m->ctl && m->ctl[0])
     for (int k = 0; k < m->size; k++)
@@ -372,8 +374,7 @@ static zinc_status choose_path(zinc_mpi *m, int path) {
   if (rc != MPI_SUCCESS)
     return zinc_mpi_error(rc, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)", -1);
   MPI_Comm_set_errhandler(m->node, MPI_ERRORS_RETURN);
-  int node_size = 0, node_first = 0;
-  MPI_Comm_size(m->node, &node_size);
+  int node_first = 0;
   /* the node's lowest rank names it (ranks of m->node keep comm's order) */
   MPI_Group node_group, comm_group;
   int zero = 0;

@@ -109,8 +109,7 @@ static zinc_status child_run(zinc_mpi *m, zinc_comm *child, const zinc_coll *col
   c->in_worker = m->in_worker;
   zinc_status st = zinc_mpi_execute(c, colls, n);
   if (st != ZINC_OK && atomic_load(&c->abort)) {
-    zinc_mpi_fail(m);
-    zinc_mpi_fail(zinc_mpi_of(m->intra));
+    zinc_mpi_fail(m); /* and the intra child (zinc_mpi_fail) */
     zinc_mpi_fail(zinc_mpi_of(m->inter));
   }
   return st;

@@ -160,8 +160,9 @@ void zinc_mpi_describe(const zinc_coll *o, char *buf, size_t len);
 /* Deadline for a wait that starts now (infinity when timeout_s <= 0). */
 double zinc_mpi_deadline(const zinc_mpi *m);
 /* The comm has failed: set `abort`, tell the node's peers (the control
- * segment's `failed`), and keep zinc_last_error() as the failure's message
- * if it is the first. Callable from any thread, any number of times. */
+ * segment's `failed`; node-aware: the node child's), and keep
+ * zinc_last_error() as the failure's message if it is the first. Callable
+ * from any thread, any number of times. */
 void zinc_mpi_fail(zinc_mpi *m);
 /* ZINC_ERR_COMM "comm mpi: <what>: the comm failed earlier (<the first
  * failure's message>); ..." for calls on a failed comm. */
