@@ -13,9 +13,22 @@
  * synchronisation (one pair of barriers for many shared-memory
  * reduce-scatters; one ncclGroupStart/End).
  *
- * Reductions are deterministic: for every element the contributions are
- * added in rank order 0, 1, ..., n-1, in fp32 for 16-bit types (rounded
- * once), whatever the bucket layout. The ZeRO stages oracle rests on this.
+ * Reductions are deterministic (mpi backend): for every element the
+ * contributions are combined in one canonical order, a fixed binary tree
+ * over rank indices,
+ *     T(lo, hi) = T(lo, mid) + T(mid, hi),
+ *     mid = lo + the largest power of two strictly less than hi - lo,
+ * T of one rank being its value: (x0 + x1) + x2 at 3 ranks (left to right,
+ * as at 2), (x0 + x1) + (x2 + x3) at 4, ((x0 + x1) + (x2 + x3)) + x4 at 5.
+ * 16-bit types are added in fp32 and rounded once at the end; max and min
+ * follow the same tree. The order does not depend on the bucket layout nor
+ * on the path the comm takes (shared memory, node-aware, point-to-point):
+ * the node-aware path adds each node's ranks first and then the nodes'
+ * partials, which is the same tree whenever every node holds a contiguous
+ * block of ranks whose size is a power of two (1x4, 2x2, 4x1, 2x4, 8x1 ...,
+ * the only layouts it takes), and its 16-bit partials cross nodes in fp32.
+ * So results are bitwise identical across node layouts. The ZeRO stages
+ * oracle rests on this. (NCCL's order is its own: comm_nccl.c.)
  *
  * Buffer rules (as NCCL):
  *  - reduce-scatter: send holds size*count elements, recv count; in place when

@@ -14,11 +14,19 @@
  *
  * Paths: when every rank of the comm shares this node (MPI_COMM_TYPE_SHARED
  * gives the whole comm) collectives read peers' memory directly
- * (comm_mpi_shmcoll.c); otherwise, or with ZINC_COMM_MPI_SHM=0, they go over
- * point-to-point messages (comm_mpi_p2p.c). All ranks agree on the path.
- * Both sum in rank order, so results do not depend on the path.
+ * (comm_mpi_shmcoll.c). When the ranks span several nodes that each hold
+ * the same power-of-two number ppn > 1 of ranks as a contiguous block
+ * (rank = node * ppn + local), reduce-scatter, all-gather and all-reduce
+ * are node-aware (comm_mpi_hier.c): shared memory inside the node, one
+ * point-to-point exchange per local index between nodes; the other kinds
+ * take the flat p2p path. Otherwise, or with ZINC_COMM_MPI_SHM=0, every
+ * collective goes over point-to-point messages (comm_mpi_p2p.c), and the
+ * reason is said once at info level. All ranks agree on the path. Every
+ * path adds in the canonical tree order (comm.h), and a power-of-two block
+ * of ranks is a subtree of it, so results do not depend on the path.
  *
- * Nodes: node_of names each rank's node (MPI_COMM_TYPE_SHARED), read by
+ * Nodes: node_of names each rank's node (MPI_COMM_TYPE_SHARED, or the
+ * blocks ZINC_COMM_NODE_SIZE fakes), read by
  * zinc_mpi_same_node only; the comms logger's wire counts
  * (zinc_mpi_count_wire, called by every path where bytes leave this rank)
  * are split intra-node / inter-node by it.
@@ -39,7 +47,11 @@
  *   ZINC_COMM_MPI_SHM=0          point-to-point path even on one node
  *   ZINC_COMM_SHM_SCRATCH=bytes  per-rank staging window (default 8 MiB)
  *   ZINC_COMM_P2P_CHUNK=bytes    message piece on the p2p path (4 MiB)
+ *   ZINC_COMM_NODE_SIZE=k        tests and benchmarks: consecutive blocks of
+ *                                k world ranks count as nodes for the path
+ *                                choice (each must lie inside one real node)
  */
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -56,6 +68,7 @@
 static pthread_mutex_t mpi_init_lock = PTHREAD_MUTEX_INITIALIZER;
 static int mpi_finalize_registered; /* guarded by mpi_init_lock */
 static atomic_int sync_start_logged;
+static atomic_int flat_path_logged;
 /* A comm of this process failed (timeout, lost peer): MPI_Finalize frees
  * the windows left behind collectively and would wait for the lost rank. */
 static atomic_int mpi_comm_failed;
@@ -125,6 +138,8 @@ void zinc_mpi_fail(zinc_mpi *m) {
   atomic_store(&mpi_comm_failed, 1);
   if (m->ctl && m->ctl[m->rank])
     atomic_store(&m->ctl[m->rank]->failed, 1);
+  if (m->intra) /* node-aware: the node's peers see it at their next node barrier */
+    zinc_mpi_fail(zinc_mpi_of(m->intra));
 }
 
 zinc_status zinc_mpi_failed_earlier(zinc_mpi *m, const char *what) {
@@ -135,9 +150,9 @@ zinc_status zinc_mpi_failed_earlier(zinc_mpi *m, const char *what) {
 }
 
 int zinc_mpi_is_failed(zinc_mpi *m) {
-  if (atomic_load(&m->abort))
+  if (zinc_mpi_aborted(m))
     return 1;
-  if (m->use_shm && m->ctl)
+  if (m->use_shm && m->ctl && m->ctl[0])
     for (int k = 0; k < m->size; k++)
       if (atomic_load(&m->ctl[k]->failed) || atomic_load(&m->ctl[k]->leaving) == 2)
         return 1;
@@ -162,6 +177,8 @@ void zinc_mpi_describe(const zinc_coll *o, char *buf, size_t len) {
 }
 
 void zinc_mpi_count_wire(zinc_mpi *m, zinc_coll_kind kind, int peer, size_t bytes) {
+  if (m->parent_rank)
+    return; /* a node-aware comm's child: the parent counts what it moves */
   if (!m->pub->log || peer == m->rank)
     return;
   m->wire[kind][zinc_mpi_same_node(m, peer) ? 0 : 1] += bytes;
@@ -197,8 +214,10 @@ zinc_status zinc_mpi_execute(zinc_mpi *m, const zinc_coll *colls, int n) {
   zinc_status st = ZINC_OK;
   if (m->size == 1)
     run_alone(colls, n);
+  else if (m->use_shm)
+    st = zinc_mpi_shm_run(m, colls, n);
   else
-    st = m->use_shm ? zinc_mpi_shm_run(m, colls, n) : zinc_mpi_p2p_run(m, colls, n);
+    st = m->use_hier ? zinc_mpi_hier_run(m, colls, n) : zinc_mpi_p2p_run(m, colls, n);
   if (c->log && st == ZINC_OK)
     zinc_comm_log_batch(c, colls, n, zinc_now() - t0, &m->wire);
   return st;
@@ -263,7 +282,10 @@ static zinc_status mpi_test(zinc_comm *c, zinc_comm_req *req, int *done) {
   return settle(m, st);
 }
 
-static zinc_status create_from(MPI_Comm comm, int thread_level, double timeout_s,
+/* How create_from picks the path: by the layout (a user comm), or fixed
+ * (a child of the node-aware path). */
+enum { PATH_CHOOSE, PATH_CHILD_SHM, PATH_CHILD_P2P };
+static zinc_status create_from(MPI_Comm comm, int thread_level, double timeout_s, int path,
                                zinc_comm **out);
 
 static zinc_status mpi_split(zinc_comm *c, int color, int key, zinc_comm **out) {
@@ -281,7 +303,7 @@ static zinc_status mpi_split(zinc_comm *c, int color, int key, zinc_comm **out) 
   int rc = MPI_Comm_split(m->comm, color, key, &sub);
   if (rc != MPI_SUCCESS)
     return zinc_mpi_error(rc, "MPI_Comm_split", -1);
-  return create_from(sub, m->thread_level, c->timeout_s, out);
+  return create_from(sub, m->thread_level, c->timeout_s, PATH_CHOOSE, out);
 }
 
 static zinc_status mpi_alloc_shared(zinc_comm *c, size_t bytes, void **out) {
@@ -292,7 +314,8 @@ static zinc_status mpi_alloc_shared(zinc_comm *c, size_t bytes, void **out) {
   ZINC_CHECK(settle(m, zinc_mpi_worker_drain(m->worker, "alloc_shared")));
   if (atomic_load(&m->abort))
     return zinc_mpi_failed_earlier(m, "alloc_shared");
-  return zinc_mpi_shm_alloc_create(m, bytes, out);
+  /* node-aware: shared by the node's ranks, so the node step reads it in place */
+  return zinc_mpi_shm_alloc_create(m->use_hier ? zinc_mpi_of(m->intra) : m, bytes, out);
 }
 
 static void mpi_free_shared(zinc_comm *c, void *p) {
@@ -301,7 +324,7 @@ static void mpi_free_shared(zinc_comm *c, void *p) {
     return;
   if (settle(m, zinc_mpi_worker_drain(m->worker, "free_shared")) != ZINC_OK)
     zinc_log(ZINC_LOG_WARN, "%s", zinc_last_error());
-  zinc_mpi_shm_alloc_free(m, p);
+  zinc_mpi_shm_alloc_free(m->use_hier ? zinc_mpi_of(m->intra) : m, p);
 }
 
 /* Free what create_from made. Collective frees (windows, comms) are
@@ -324,8 +347,10 @@ static void mpi_release(zinc_comm *c) {
     free(m->ctl);
     free(m->scratch);
   }
+  zinc_mpi_hier_teardown(m, !collective_ok);
   zinc_mpi_p2p_teardown(m);
   free(m->node_of);
+  free(m->parent_rank);
   if (!finalized) {
     if (m->node != MPI_COMM_NULL)
       MPI_Comm_free(&m->node);
@@ -355,45 +380,113 @@ static const zinc_comm_ops mpi_ops = {
 
 /* ------------------------------------------------------------- creation */
 
-/* node_of: each rank's node named by the lowest rank of comm on it. */
-static zinc_status node_table(zinc_mpi *m) {
-  ZINC_CHECK(zinc_calloc((void **)&m->node_of, (size_t)m->size, sizeof *m->node_of,
-                         "comm mpi node table"));
-  int leader = m->rank;
-  int rc = MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, m->node);
-  if (rc == MPI_SUCCESS)
-    rc = MPI_Allgather(&leader, 1, MPI_INT, m->node_of, 1, MPI_INT, m->comm);
-  if (rc != MPI_SUCCESS)
-    return zinc_mpi_error(rc, "MPI_Allgather of the ranks' nodes", -1);
-  return ZINC_OK;
-}
+static int is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
 /* Shared memory is used when every rank of `comm` is on this node, on every
- * rank, and nobody switched it off. */
-static zinc_status choose_path(zinc_mpi *m) {
+ * rank, and nobody switched it off; the node-aware path when the ranks form
+ * equal contiguous power-of-two blocks on several nodes; else p2p. Every
+ * rank gathers every rank's (node, real node, wanted), so all decide alike.
+ * Children of the node-aware path have their path fixed. */
+static zinc_status choose_path(zinc_mpi *m, int path) {
   int rc = MPI_Comm_split_type(m->comm, MPI_COMM_TYPE_SHARED, m->rank, MPI_INFO_NULL, &m->node);
   if (rc != MPI_SUCCESS)
     return zinc_mpi_error(rc, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)", -1);
   MPI_Comm_set_errhandler(m->node, MPI_ERRORS_RETURN);
-  int node_size = 0;
-  MPI_Comm_size(m->node, &node_size);
-  ZINC_CHECK(node_table(m));
-  int wanted = zinc_env_flag("ZINC_COMM_MPI_SHM", 1);
-  int mine = wanted && node_size == m->size, all = 0;
-  rc = MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, m->comm);
-  if (rc != MPI_SUCCESS)
-    return zinc_mpi_error(rc, "MPI_Allreduce choosing the shared-memory path", -1);
-  m->use_shm = all;
-  if (!m->use_shm) {
-    MPI_Comm_free(&m->node);
-    zinc_log0(ZINC_LOG_DEBUG, "comm mpi: %d ranks, point-to-point path (%s)", m->size,
-              wanted ? "ranks on several nodes" : "ZINC_COMM_MPI_SHM=0");
+  int node_first = 0;
+  /* the node's lowest rank names it (ranks of m->node keep comm's order) */
+  MPI_Group node_group, comm_group;
+  int zero = 0;
+  MPI_Comm_group(m->node, &node_group);
+  MPI_Comm_group(m->comm, &comm_group);
+  MPI_Group_translate_ranks(node_group, 1, &zero, comm_group, &node_first);
+  MPI_Group_free(&node_group);
+  MPI_Group_free(&comm_group);
+  int wanted = path == PATH_CHILD_P2P ? 0 : zinc_env_flag("ZINC_COMM_MPI_SHM", 1);
+  long long fake = path == PATH_CHOOSE ? zinc_env_int("ZINC_COMM_NODE_SIZE", 0, 0, INT_MAX) : 0;
+  /* a faked node is a block of MPI_COMM_WORLD ranks, so that a split of
+   * the world (the engine's groups) sees the same nodes */
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  int mine[3] = {fake ? (int)(world_rank / fake) : node_first, node_first, wanted};
+  int *all = malloc(3 * sizeof(int) * (size_t)m->size);
+  if (!all)
+    return zinc_error(ZINC_ERR_NOMEM, "comm mpi: no memory to choose the path of %d ranks",
+                      m->size);
+  rc = MPI_Allgather(mine, 3, MPI_INT, all, 3, MPI_INT, m->comm);
+  if (rc != MPI_SUCCESS) {
+    free(all);
+    return zinc_mpi_error(rc, "MPI_Allgather choosing the collective path", -1);
+  }
+  /* name every node by its lowest rank in this comm (from the last rank
+   * down, so that the ranks below k still hold their keys) */
+  for (int k = m->size - 1; k >= 0; k--)
+    for (int j = 0; j <= k; j++)
+      if (all[3 * j] == all[3 * k]) {
+        all[3 * k] = j;
+        break;
+      }
+  /* the comms logger's node table: the node each rank is on, as this comm
+   * sees nodes (faked ones included) */
+  m->node_of = calloc((size_t)m->size, sizeof *m->node_of);
+  if (!m->node_of) {
+    free(all);
+    return zinc_error(ZINC_ERR_NOMEM, "comm mpi: no memory for the node table of %d ranks",
+                      m->size);
+  }
+  for (int k = 0; k < m->size; k++)
+    m->node_of[k] = all[3 * k];
+  int all_wanted = 1, one_node = 1, nested = 1, blocks = 1, ppn = 0, nodes = 0;
+  for (int k = 0; k < m->size; k++) {
+    const int *t = &all[3 * k];
+    all_wanted &= t[2];
+    one_node &= t[0] == all[0] && t[1] == all[1];
+    nested &= all[3 * t[0] + 1] == t[1]; /* the node lies inside one real node */
+    if (t[0] == k) {                     /* a node's first rank */
+      int len = 1;
+      while (k + len < m->size && all[3 * (k + len)] == k)
+        len++;
+      if (ppn == 0)
+        ppn = len;
+      blocks &= len == ppn;
+      nodes++;
+    } else {
+      blocks &= k > 0 && all[3 * (k - 1)] == t[0]; /* contiguous */
+    }
+  }
+  free(all);
+  m->use_shm = all_wanted && one_node && nested;
+  if (m->use_shm)
+    return ZINC_OK;
+  MPI_Comm_free(&m->node);
+  if (path != PATH_CHOOSE)
+    return ZINC_OK;
+  const char *why = NULL;
+  if (!all_wanted)
+    why = "ZINC_COMM_MPI_SHM=0";
+  else if (!nested)
+    why = "ZINC_COMM_NODE_SIZE groups ranks of different nodes";
+  else if (!blocks)
+    why = "nodes hold different numbers of ranks or non-contiguous ranks";
+  else if (ppn < 2)
+    why = "one rank per node";
+  else if (!is_pow2(ppn))
+    why = "ranks per node not a power of two";
+  m->use_hier = why == NULL;
+  if (m->use_hier) {
+    m->ppn = ppn;
+    m->nodes = nodes;
+    zinc_log0(ZINC_LOG_DEBUG, "comm mpi: %d ranks on %d nodes of %d, node-aware path", m->size,
+              nodes, ppn);
+  } else if (!atomic_exchange(&flat_path_logged, 1)) {
+    zinc_log0(ZINC_LOG_INFO, "comm mpi: %d ranks, flat point-to-point path (%s)%s", m->size,
+              why, all_wanted ? "; the node-aware path needs every node to hold the same "
+              "power-of-two number of ranks as a contiguous block" : "");
   }
   return ZINC_OK;
 }
 
 /* Build a zinc comm that owns `comm` (freed on failure too). */
-static zinc_status create_from(MPI_Comm comm, int thread_level, double timeout_s,
+static zinc_status create_from(MPI_Comm comm, int thread_level, double timeout_s, int path,
                                zinc_comm **out) {
   zinc_status st = ZINC_OK;
   *out = NULL;
@@ -420,13 +513,17 @@ static zinc_status create_from(MPI_Comm comm, int thread_level, double timeout_s
   c->rank = m->rank;
   c->size = m->size;
 
-  ZINC_CHECK_GOTO(choose_path(m), st, fail);
-  c->algo = m->size == 1 ? "self" : m->use_shm ? "shm" : "p2p";
+  ZINC_CHECK_GOTO(choose_path(m, path), st, fail);
+  c->algo = m->size == 1 ? "self" : m->use_shm ? "shm" : m->use_hier ? "hier" : "p2p";
   if (m->use_shm)
     ZINC_CHECK_GOTO(zinc_mpi_shm_setup(m), st, fail);
   else
-    ZINC_CHECK_GOTO(zinc_mpi_p2p_setup(m), st, fail);
-  if (thread_level == MPI_THREAD_MULTIPLE) {
+    ZINC_CHECK_GOTO(zinc_mpi_p2p_setup(m), st, fail); /* also the hier path's flat kinds */
+  if (m->use_hier)
+    ZINC_CHECK_GOTO(zinc_mpi_hier_setup(m), st, fail);
+  if (path != PATH_CHOOSE) {
+    /* a child: run by its parent's thread */
+  } else if (thread_level == MPI_THREAD_MULTIPLE) {
     ZINC_CHECK_GOTO(zinc_mpi_worker_create(worker_exec, m, &m->abort, timeout_s, &m->worker), st,
                     fail);
   } else if (!atomic_exchange(&sync_start_logged, 1)) {
@@ -453,7 +550,26 @@ zinc_status zinc_comm_mpi_create(void *mpi_comm, double timeout_s, zinc_comm **o
   int rc = MPI_Comm_dup(parent, &dup);
   if (rc != MPI_SUCCESS)
     return zinc_mpi_error(rc, "MPI_Comm_dup of the trainer's communicator", -1);
-  return create_from(dup, provided, timeout_s, out);
+  return create_from(dup, provided, timeout_s, PATH_CHOOSE, out);
+}
+
+zinc_status zinc_mpi_create_child(zinc_mpi *parent, MPI_Comm comm, int shared_memory,
+                                  const int *parent_rank, zinc_comm **out) {
+  zinc_comm *c = NULL;
+  *out = NULL;
+  ZINC_CHECK(create_from(comm, parent->thread_level, parent->timeout_s,
+                         shared_memory ? PATH_CHILD_SHM : PATH_CHILD_P2P, &c));
+  zinc_mpi *m = zinc_mpi_of(c);
+  zinc_status st = zinc_calloc((void **)&m->parent_rank, (size_t)m->size,
+                               sizeof *m->parent_rank, "comm mpi child rank names");
+  if (st != ZINC_OK) {
+    mpi_release(c);
+    return st;
+  }
+  memcpy(m->parent_rank, parent_rank, (size_t)m->size * sizeof *parent_rank);
+  m->parent_abort = &parent->abort;
+  *out = c;
+  return ZINC_OK;
 }
 
 int zinc_comm_mpi_wanted(void) {

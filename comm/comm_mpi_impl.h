@@ -10,17 +10,23 @@
  *   comm_mpi_shmcoll.c collectives that read peers' memory directly
  *   comm_mpi_p2p.c     collectives over point-to-point messages (ranks on
  *                      several nodes, or shared memory switched off)
- *   comm_mpi_reduce.c  the element-wise reduction in rank order
+ *   comm_mpi_hier.c    node-aware collectives: inside the node over shared
+ *                      memory, between nodes over point-to-point messages
+ *   comm_mpi_reduce.c  the element-wise reduction in the canonical tree
+ *                      order over ranks
  *   comm_mpi_async.c   the worker thread that runs started batches
  *
  * Invariants:
  *  - At most one thread executes a batch on a comm at any time: the worker
  *    when batches are queued, otherwise the caller (run, split, alloc_shared
  *    and destroy first drain the queue).
- *  - The worker makes no MPI call on the shared-memory path; on the p2p path
- *    it does, which is why a worker exists only at MPI_THREAD_MULTIPLE.
+ *  - The worker makes no MPI call on the shared-memory path; on the p2p and
+ *    node-aware paths it does, which is why a worker exists only at
+ *    MPI_THREAD_MULTIPLE. The node-aware path's two child comms have no
+ *    worker: the thread running the parent's batch runs theirs.
  *  - Every wait loop (node barrier, p2p completion) gives up at the comm's
- *    deadline or when `abort` is set, so a broken comm never hangs destroy.
+ *    deadline or when `abort` (a child's: or its parent's) is set, so a
+ *    broken comm never hangs destroy.
  */
 #ifndef ZINC_COMM_MPI_IMPL_H
 #define ZINC_COMM_MPI_IMPL_H
@@ -122,16 +128,34 @@ typedef struct {
 
   /* nodes, for the comms logger's intra/inter split */
   int *node_of;            /* (size) node id of each rank: the lowest rank of
-                              comm on its node (MPI_COMM_TYPE_SHARED); a path
-                              that fakes node boundaries rewrites it        */
+                              comm on its node (MPI_COMM_TYPE_SHARED, or the
+                              node ZINC_COMM_NODE_SIZE fakes)               */
   zinc_comm_wire wire;     /* bytes sent by the batch running now (only while
                               pub->log is set)                               */
+  /* node-aware path (use_hier: several nodes of ppn ranks each, ranks
+   * numbered node * ppn + local). Two child comms without workers, run by
+   * whichever thread runs this comm's batch. */
+  int use_hier;
+  int ppn, nodes;
+  zinc_comm *intra;        /* this node's ppn ranks (shared-memory path)      */
+  zinc_comm *inter;        /* this local index on every node (p2p path)       */
+  char *hier_tmp;          /* (hier_tmp_bytes) widened sends, node partials   */
+  size_t hier_tmp_bytes;
+  /* child comm of a node-aware one: */
+  int *parent_rank;        /* (size) each rank as the parent numbers it, used
+                              in messages; NULL: not a child                  */
+  _Atomic int *parent_abort; /* the parent's abort flag: waits give up on it  */
 
   zinc_mpi_worker *worker; /* NULL: `start` runs batches at once              */
   int in_worker;           /* the worker is executing (shorter barrier spins) */
 } zinc_mpi;
 
 static inline zinc_mpi *zinc_mpi_of(zinc_comm *c) { return (zinc_mpi *)c->impl; }
+
+/* Should a wait give up: this comm, or (a child) its parent, aborted. */
+static inline int zinc_mpi_aborted(zinc_mpi *m) {
+  return atomic_load(&m->abort) || (m->parent_abort && atomic_load(m->parent_abort));
+}
 
 /* ---------------------------------------------------------- comm_mpi.c */
 
@@ -143,8 +167,9 @@ void zinc_mpi_describe(const zinc_coll *o, char *buf, size_t len);
 /* Deadline for a wait that starts now (infinity when timeout_s <= 0). */
 double zinc_mpi_deadline(const zinc_mpi *m);
 /* The comm has failed: set `abort`, tell the node's peers (the control
- * segment's `failed`), and keep zinc_last_error() as the failure's message
- * if it is the first. Callable from any thread, any number of times. */
+ * segment's `failed`; node-aware: the node child's), and keep
+ * zinc_last_error() as the failure's message if it is the first. Callable
+ * from any thread, any number of times. */
 void zinc_mpi_fail(zinc_mpi *m);
 /* ZINC_ERR_COMM "comm mpi: <what>: the comm failed earlier (<the first
  * failure's message>); ..." for calls on a failed comm. */
@@ -161,7 +186,18 @@ void zinc_mpi_count_wire(zinc_mpi *m, zinc_coll_kind kind, int peer, size_t byte
 static inline int zinc_mpi_same_node(const zinc_mpi *m, int peer) {
   return m->node_of[peer] == m->node_of[m->rank];
 }
-/* Run a validated batch in the calling thread (shm or p2p path). */
+/* The rank to name in a message for rank k of m (the parent's number in a
+ * node-aware comm's children). */
+static inline int zinc_mpi_rank_name(const zinc_mpi *m, int k) {
+  return m->parent_rank && k >= 0 ? m->parent_rank[k] : k;
+}
+/* A child comm of the node-aware path over `comm` (owned from here on):
+ * shared_memory 1 takes the shared-memory path (every rank of comm must be
+ * on this node), 0 the p2p path; no worker thread. parent_rank (size of
+ * comm) is copied. */
+zinc_status zinc_mpi_create_child(zinc_mpi *parent, MPI_Comm comm, int shared_memory,
+                                  const int *parent_rank, zinc_comm **out);
+/* Run a validated batch in the calling thread (shm, hier or p2p path). */
 zinc_status zinc_mpi_execute(zinc_mpi *m, const zinc_coll *colls, int n);
 
 /* ------------------------------------------------------ comm_mpi_shm.c */
@@ -188,6 +224,15 @@ void zinc_mpi_shm_alloc_free_all(zinc_mpi *m);
 
 zinc_status zinc_mpi_shm_run(zinc_mpi *m, const zinc_coll *colls, int n);
 
+/* ----------------------------------------------------- comm_mpi_hier.c */
+
+/* Set up the node-aware path: m->ppn is set, ranks are node * ppn + local;
+ * makes the node and the cross-node child comms. */
+zinc_status zinc_mpi_hier_setup(zinc_mpi *m);
+/* Free the children (collective frees skipped when `failed`). */
+void zinc_mpi_hier_teardown(zinc_mpi *m, int failed);
+zinc_status zinc_mpi_hier_run(zinc_mpi *m, const zinc_coll *colls, int n);
+
 /* ------------------------------------------------------ comm_mpi_p2p.c */
 
 zinc_status zinc_mpi_p2p_setup(zinc_mpi *m);
@@ -196,12 +241,19 @@ zinc_status zinc_mpi_p2p_run(zinc_mpi *m, const zinc_coll *colls, int n);
 
 /* --------------------------------------------------- comm_mpi_reduce.c */
 
-/* dst[i] = src[0][i] (op) src[1][i] (op) ... (op) src[nsrc-1][i], combined
- * left to right; 16-bit floats in fp32, rounded once. dst may be one of the
- * sources (exactly, never a shifted overlap). Sum wraps for integers; max
- * and min propagate NaN. */
+/* dst[i] = src[0][i] (op) ... (op) src[nsrc-1][i], combined in the
+ * canonical tree order of comm.h (T(lo,hi) = T(lo,mid) (op) T(mid,hi), mid =
+ * lo + the largest power of two below hi-lo); 16-bit floats in fp32,
+ * rounded once. dst may be one of the sources (exactly, never a shifted
+ * overlap). Sum wraps for integers; max and min propagate NaN. */
 void zinc_mpi_reduce_ranks(void *dst, const void *const *src, int nsrc, size_t count,
                            int dtype, zinc_comm_op op);
+/* The same, where for bf16/f16 the sources (src_wide) and/or dst (dst_wide)
+ * are fp32 partials rather than 16-bit values: the node-aware path adds a
+ * node's ranks into an unrounded fp32 partial and rounds once after adding
+ * the nodes' partials. Other dtypes ignore the flags. */
+void zinc_mpi_reduce_wide(void *dst, int dst_wide, const void *const *src, int src_wide,
+                          int nsrc, size_t count, int dtype, zinc_comm_op op);
 
 /* Balanced split of `count` into `parts` slices: slice i starts at
  * zinc_slice_start(count, parts, i) and ends at the start of slice i+1. */

@@ -6,7 +6,7 @@
  *
  *  - reduce-scatter / all-reduce: gather-to-owner. Every rank sends each
  *    peer that peer's slice, piece by piece; the owner sums the pieces of
- *    ranks 0..n-1 in rank order with zinc_mpi_reduce_ranks. Each rank sends and
+ *    ranks 0..n-1 in the canonical tree order with zinc_mpi_reduce_ranks. Each rank sends and
  *    receives (n-1)/n of the buffer, as a ring would.
  *  - all-reduce adds a second step that gathers the reduced slices.
  *  - all-gather(v), broadcast: every rank sends its part to every peer.
@@ -132,7 +132,8 @@ static int pending_peers(p2p_batch *b, char *out, size_t len) {
       pending = !flag;
     }
     if (pending && used + 16 < len) {
-      used += (size_t)snprintf(out + used, len - used, "%s%d", count ? "," : "", peer);
+      used += (size_t)snprintf(out + used, len - used, "%s%d", count ? "," : "",
+                               zinc_mpi_rank_name(m, peer));
       count++;
     }
   }
@@ -161,7 +162,7 @@ static zinc_status complete(p2p_batch *b) {
       abandon(b);
       char ctx[160];
       snprintf(ctx, sizeof ctx, "%s: message completion", b->what);
-      zinc_status st = zinc_mpi_error(err, ctx, peer);
+      zinc_status st = zinc_mpi_error(err, ctx, zinc_mpi_rank_name(m, peer));
       zinc_mpi_fail(m);
       return st;
     }
@@ -174,10 +175,10 @@ static zinc_status complete(p2p_batch *b) {
     sched_yield();
     if (deadline == 0)
       deadline = zinc_mpi_deadline(m);
-    if (atomic_load(&m->abort) || zinc_now() > deadline) {
+    if (zinc_mpi_aborted(m) || zinc_now() > deadline) {
       char peers[256];
       int npeers = pending_peers(b, peers, sizeof peers);
-      int aborted = atomic_load(&m->abort);
+      int aborted = zinc_mpi_aborted(m);
       abandon(b);
       zinc_status st = zinc_error(ZINC_ERR_COMM,
                                   "comm mpi: %s: %s waiting for peer rank%s %s%s; the comm is "

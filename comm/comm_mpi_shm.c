@@ -78,7 +78,7 @@ static zinc_status barrier_failed(zinc_mpi *m, const char *what, uint64_t epoch,
   for (int k = 0; k < m->size && used + 16 < sizeof missing; k++)
     if (atomic_load(&m->ctl[k]->arrived) < epoch)
       used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%d",
-                               used ? "," : "", k);
+                               used ? "," : "", zinc_mpi_rank_name(m, k));
   return mark_failed(m, zinc_error(ZINC_ERR_COMM,
                                    "comm mpi: %s: node barrier %s; rank(s) %s had not arrived "
                                    "(peer died, hung, or ranks issued different collectives); "
@@ -120,7 +120,7 @@ static zinc_status check_peers(zinc_mpi *m, const char *what) {
     return ZINC_OK;
   return mark_failed(m, zinc_error(ZINC_ERR_COMM, "comm mpi: %s: the comm failed on peer "
                                    "rank %d (timeout or abort there); the comm is unusable, "
-                                   "destroy it", what, k));
+                                   "destroy it", what, zinc_mpi_rank_name(m, k)));
 }
 
 static void nap(_Atomic uint32_t *word, uint32_t expected, _Atomic uint32_t *sleepers,
@@ -159,14 +159,15 @@ zinc_status zinc_mpi_shm_barrier(zinc_mpi *m, const char *what) {
     double now = zinc_now();
     if (deadline == 0)
       deadline = zinc_mpi_deadline(m);
-    if (atomic_load(&m->abort))
+    if (zinc_mpi_aborted(m))
       return barrier_failed(m, what, epoch, "abandoned (comm aborted)");
     if (now > deadline)
       return barrier_failed(m, what, epoch, "timed out");
     int k = failed_peer(m);
     if (k >= 0) { /* name the ranks still missing, not only the peer that gave up */
       char why[96];
-      snprintf(why, sizeof why, "abandoned (the comm failed on peer rank %d)", k);
+      snprintf(why, sizeof why, "abandoned (the comm failed on peer rank %d)",
+               zinc_mpi_rank_name(m, k));
       return barrier_failed(m, what, epoch, why);
     }
     nap(&b->bar_gen, gen, &b->bar_sleepers,

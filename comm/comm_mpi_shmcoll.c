@@ -2,7 +2,8 @@
  * comm_mpi_shmcoll.c — collectives of the mpi comm when every rank is on
  * this node: each rank reads its peers' buffers straight from shared memory
  * and computes its own part (its reduce-scatter slice, its copy of the
- * gathered buffer), summing in rank order with zinc_mpi_reduce_ranks.
+ * gathered buffer), summing in the canonical tree order with
+ * zinc_mpi_reduce_ranks.
  *
  * A batch runs as:
  *   1. every rank publishes one descriptor per op in its control segment:

@@ -16,7 +16,7 @@
  * The layout depends only on the registered model, dp_size and unit_max
  * (from reduce_bucket_size), never on the stage: that is what makes stages
  * 0-3 compute bitwise the same numbers. Gradients are reduce-scattered unit
- * by unit (the comm sums each element in rank order), the norm is summed
+ * by unit (the comm sums each element in its canonical order over ranks), the norm is summed
  * chunk by chunk in unit order and then rank by rank, and Adam is
  * elementwise.
  *

@@ -133,8 +133,8 @@ static int chunk_pieces(const zinc_engine *e, int ui, int owner, zinc_sumsq_chun
 
 /* Squared L2 norm of the whole model's gradient sum (still scaled),
  * canonical: pieces summed per rank in unit order, then over the
- * data-parallel ranks in rank order, then over the model-parallel ranks in
- * rank order, a replicated parameter counted on model-parallel rank 0 only.
+ * data-parallel ranks, then over the model-parallel ranks, each in the
+ * comm's canonical order (comm.h), a replicated parameter counted on model-parallel rank 0 only.
  * *overflow: an inf or NaN anywhere, replicated parameters on every
  * model-parallel rank included — the same answer on every rank. Without
  * replicated parameters the pieces are the chunks. Collective over the

@@ -15,7 +15,14 @@
  * Columns: zinc with buffers from alloc_shared (peers read them in place),
  * zinc with malloc buffers (staged through the scratch window), and the raw
  * MPI call (MPI_Reduce_scatter_block, MPI_Allgather, MPI_Allreduce) on the
- * alloc_shared buffers; ratio = zinc(shared) / raw MPI.
+ * alloc_shared buffers; ratio = zinc(shared) / raw MPI; with --p2p,
+ * vs p2p = zinc(shared) / zinc(p2p).
+ *
+ * Across nodes (e.g. tests/cluster/cluster.sh run -- -n 4 comm_bench --p2p,
+ * or on one machine with ZINC_COMM_NODE_SIZE=2) zinc takes its node-aware
+ * path and the targets change: zinc >= 0.95x raw MPI at every size >= 1 MiB,
+ * and >= 1.5x the flat p2p path wherever the flat path is below 0.95x raw
+ * MPI.
  *
  * Options:
  *   --min-bytes N --max-bytes N   size range (default 1 MiB .. 256 MiB)
@@ -37,6 +44,7 @@
 
 #include "base/base.h"
 #include "comm/comm.h"
+#include "comm/comm_mpi_impl.h"
 
 typedef struct {
   size_t min_bytes, max_bytes;
@@ -195,8 +203,13 @@ static int bench_bandwidth(zinc_comm *c, zinc_comm *p2p, const options *opt) {
   size_t *sizes = calloc((size_t)nsizes, sizeof *sizes);
   if (c->rank == 0) {
     printf("\n# bus bandwidth, GB/s (f32 sum, %d ranks; busbw as nccl-tests)\n", n);
-    printf("%11s  %-15s %12s %12s %12s %10s %8s %10s\n", "bytes", "op", "zinc(shared)",
-           "zinc(malloc)", "zinc(p2p)", "raw MPI", "ratio", "malloc/MPI");
+    zinc_mpi *m = zinc_mpi_of(c);
+    if (m->use_hier)
+      printf("# zinc path: node-aware, %d nodes of %d ranks\n", m->nodes, m->ppn);
+    else
+      printf("# zinc path: %s\n", m->use_shm ? "shared memory (one node)" : "flat point-to-point");
+    printf("%11s  %-15s %12s %12s %12s %10s %8s %10s %8s\n", "bytes", "op", "zinc(shared)",
+           "zinc(malloc)", "zinc(p2p)", "raw MPI", "ratio", "malloc/MPI", "vs p2p");
   }
   int i = 0;
   for (size_t s = opt->min_bytes; s <= opt->max_bytes; s *= (size_t)opt->step, i++) {
@@ -207,18 +220,45 @@ static int bench_bandwidth(zinc_comm *c, zinc_comm *p2p, const options *opt) {
     for (int op = 0; op < OP_N; op++) {
       row *r = &rows[i][op];
       print_size(s);
-      char p2p_col[16] = "-";
-      if (!isnan(r->zinc_p2p))
+      char p2p_col[16] = "-", vs_col[16] = "-";
+      if (!isnan(r->zinc_p2p)) {
         snprintf(p2p_col, sizeof p2p_col, "%.2f", r->zinc_p2p);
-      printf("  %-15s %12.2f %12.2f %12s %10.2f %7.2fx %9.2fx   (%s)\n", op_name[op],
+        snprintf(vs_col, sizeof vs_col, "%.2fx", r->zinc_shared / r->zinc_p2p);
+      }
+      printf("  %-15s %12.2f %12.2f %12s %10.2f %7.2fx %9.2fx %8s   (%s)\n", op_name[op],
              r->zinc_shared, r->zinc_malloc, p2p_col, r->mpi, r->zinc_shared / r->mpi,
-             r->zinc_malloc / r->mpi, mpi_name[op]);
+             r->zinc_malloc / r->mpi, vs_col, mpi_name[op]);
     }
     fflush(stdout);
   }
   /* Targets, at >= 16 MiB: the worst size counts. */
   int fails = 0;
-  if (c->rank == 0) {
+  if (c->rank == 0 && !zinc_mpi_of(c)->use_shm) {
+    /* across nodes: every size >= 1 MiB, every op */
+    printf("\n# targets across nodes (every size >= 1 MiB, every op)\n");
+    int checked = 0;
+    for (int k = 0; k < nsizes; k++) {
+      if (sizes[k] < (1u << 20))
+        continue;
+      for (int op = 0; op < OP_N; op++) {
+        row *r = &rows[k][op];
+        int ok = r->zinc_shared >= 0.95 * r->mpi;
+        checked++;
+        fails += !ok;
+        printf("%s  %zu MiB %-15s zinc >= 0.95x raw MPI: %.2fx\n", ok ? "PASS" : "FAIL",
+               sizes[k] >> 20, op_name[op], r->zinc_shared / r->mpi);
+        if (!isnan(r->zinc_p2p) && r->zinc_p2p < 0.95 * r->mpi) {
+          int ok_p2p = r->zinc_shared >= 1.5 * r->zinc_p2p;
+          fails += !ok_p2p;
+          printf("%s  %zu MiB %-15s zinc >= 1.5x the flat path (which is %.2fx raw MPI): "
+                 "%.2fx\n", ok_p2p ? "PASS" : "FAIL", sizes[k] >> 20, op_name[op],
+                 r->zinc_p2p / r->mpi, r->zinc_shared / r->zinc_p2p);
+        }
+      }
+    }
+    if (!checked)
+      printf("no size >= 1 MiB measured: targets not checked\n");
+  } else if (c->rank == 0) {
     double rs_vs_ag = INFINITY, rs_vs_rs = INFINITY, ag_vs_ag = INFINITY;
     size_t at1 = 0, at2 = 0, at3 = 0;
     for (int k = 0; k < nsizes; k++) {

@@ -1,8 +1,9 @@
 /*
  * comm_check.h — what the comm tests share: reproducible per-rank data for
- * every element type, the expected result of a rank-ordered reduction
- * computed here independently of the library (plain loops, fp32
- * accumulation and one rounding for 16-bit types), the bitwise comparison
+ * every element type, the expected result of a reduction in the
+ * canonical tree order computed here independently of the library (a
+ * recursion written from comm.h's definition, fp32 accumulation and one
+ * rounding for 16-bit types), the bitwise comparison
  * of common/compare.h counted as a failed check, and the pass/fail
  * bookkeeping agreed over MPI_COMM_WORLD.
  *
@@ -101,47 +102,70 @@ static inline float check_min_f(float a, float x) { return isnan(a) ? a : isnan(
 static inline double check_max_d(double a, double x) { return isnan(a) ? a : isnan(x) ? x : (x > a ? x : a); }
 static inline double check_min_d(double a, double x) { return isnan(a) ? a : isnan(x) ? x : (x < a ? x : a); }
 
-/* out[at] = element i of ranks 0..n-1 combined in rank order. `nan_rank`
- * >= 0 replaces that rank's element nan_at with NaN (float types). */
+/* The canonical tree over ranks [lo, hi) (comm.h), written here from its
+ * definition: T(lo, hi) = T(lo, mid) (op) T(mid, hi) with mid = lo + the
+ * largest power of two strictly below hi - lo. Floats combine in the type
+ * of their accumulator (fp32 for 16-bit, f64 for f64); integer sums wrap. */
+typedef struct {
+  float f;
+  double d;
+  uint64_t u; /* integer sum (wrapping) or, for max/min, the int64 value */
+} check_acc;
+
+static inline check_acc check_tree(int dtype, zinc_comm_op op, uint32_t seed, int lo, int hi,
+                                   size_t i, int nan_rank, size_t nan_at) {
+  check_acc a = {0, 0, 0};
+  if (hi - lo == 1) {
+    union { float f; double d; int32_t i32; int64_t i64; uint8_t u8; uint16_t h; } v;
+    check_gen(&v, 0, dtype, seed, lo, i);
+    int nan = lo == nan_rank && i == nan_at;
+    switch (dtype) {
+    case ZINC_F32: a.f = nan ? NAN : v.f; break;
+    case ZINC_BF16: a.f = nan ? NAN : zinc_bf16_to_f32(v.h); break;
+    case ZINC_F16: a.f = nan ? NAN : zinc_f16_to_f32(v.h); break;
+    case ZINC_DT_F64: a.d = nan ? NAN : v.d; break;
+    case ZINC_DT_I32: a.u = (uint64_t)(int64_t)v.i32; break;
+    case ZINC_DT_I64: a.u = (uint64_t)v.i64; break;
+    case ZINC_DT_U8: a.u = v.u8; break;
+    }
+    return a;
+  }
+  int half = 1;
+  while (2 * half < hi - lo)
+    half *= 2;
+  check_acc l = check_tree(dtype, op, seed, lo, lo + half, i, nan_rank, nan_at);
+  check_acc r = check_tree(dtype, op, seed, lo + half, hi, i, nan_rank, nan_at);
+  if (op == ZINC_OP_SUM) {
+    a.f = l.f + r.f;
+    a.d = l.d + r.d;
+    a.u = l.u + r.u;
+  } else if (op == ZINC_OP_MAX) {
+    a.f = check_max_f(l.f, r.f);
+    a.d = check_max_d(l.d, r.d);
+    a.u = (int64_t)r.u > (int64_t)l.u ? r.u : l.u;
+  } else {
+    a.f = check_min_f(l.f, r.f);
+    a.d = check_min_d(l.d, r.d);
+    a.u = (int64_t)r.u < (int64_t)l.u ? r.u : l.u;
+  }
+  return a;
+}
+
+/* out[at] = element i of ranks 0..n-1 combined in the canonical tree
+ * order. `nan_rank` >= 0 replaces that rank's element nan_at with NaN
+ * (float types). */
 static inline void check_expect_reduce(void *out, size_t at, int dtype, zinc_comm_op op,
                                 uint32_t seed, int nranks, size_t i, int nan_rank,
                                 size_t nan_at) {
-  union { float f; double d; int32_t i32; int64_t i64; uint8_t u8; uint16_t h; } v;
-  float accf = 0;
-  double accd = 0;
-  uint64_t accu = 0;
-  int64_t acci = 0;
-  for (int k = 0; k < nranks; k++) {
-    check_gen(&v, 0, dtype, seed, k, i);
-    int nan = k == nan_rank && i == nan_at;
-    if (dtype == ZINC_F32 || dtype == ZINC_BF16 || dtype == ZINC_F16) {
-      float x = dtype == ZINC_F32 ? v.f : dtype == ZINC_BF16 ? zinc_bf16_to_f32(v.h)
-                                                             : zinc_f16_to_f32(v.h);
-      if (nan)
-        x = NAN;
-      accf = k == 0 ? x : op == ZINC_OP_SUM ? accf + x
-                        : op == ZINC_OP_MAX ? check_max_f(accf, x) : check_min_f(accf, x);
-    } else if (dtype == ZINC_DT_F64) {
-      double x = nan ? NAN : v.d;
-      accd = k == 0 ? x : op == ZINC_OP_SUM ? accd + x
-                        : op == ZINC_OP_MAX ? check_max_d(accd, x) : check_min_d(accd, x);
-    } else {
-      int64_t x = dtype == ZINC_DT_I32 ? v.i32 : dtype == ZINC_DT_I64 ? v.i64 : v.u8;
-      if (op == ZINC_OP_SUM)
-        accu = k == 0 ? (uint64_t)x : accu + (uint64_t)x;
-      else
-        acci = k == 0 ? x : op == ZINC_OP_MAX ? (x > acci ? x : acci) : (x < acci ? x : acci);
-    }
-  }
-  uint64_t ires = op == ZINC_OP_SUM ? accu : (uint64_t)acci;
+  check_acc a = check_tree(dtype, op, seed, 0, nranks, i, nan_rank, nan_at);
   switch (dtype) {
-  case ZINC_F32: ((float *)out)[at] = accf; break;
-  case ZINC_BF16: ((uint16_t *)out)[at] = zinc_f32_to_bf16(accf); break;
-  case ZINC_F16: ((uint16_t *)out)[at] = zinc_f32_to_f16(accf); break;
-  case ZINC_DT_F64: ((double *)out)[at] = accd; break;
-  case ZINC_DT_I32: ((uint32_t *)out)[at] = (uint32_t)ires; break;
-  case ZINC_DT_I64: ((uint64_t *)out)[at] = ires; break;
-  case ZINC_DT_U8: ((uint8_t *)out)[at] = (uint8_t)ires; break;
+  case ZINC_F32: ((float *)out)[at] = a.f; break;
+  case ZINC_BF16: ((uint16_t *)out)[at] = zinc_f32_to_bf16(a.f); break;
+  case ZINC_F16: ((uint16_t *)out)[at] = zinc_f32_to_f16(a.f); break;
+  case ZINC_DT_F64: ((double *)out)[at] = a.d; break;
+  case ZINC_DT_I32: ((uint32_t *)out)[at] = (uint32_t)a.u; break;
+  case ZINC_DT_I64: ((uint64_t *)out)[at] = a.u; break;
+  case ZINC_DT_U8: ((uint8_t *)out)[at] = (uint8_t)a.u; break;
   }
 }
 

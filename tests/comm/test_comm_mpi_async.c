@@ -68,7 +68,7 @@ static void check_batch(buffers *b, uint32_t seed, const size_t *counts, const s
   const int n = b->c->size;
   char label[160];
   float *want_f = malloc((size_t)n * ELEMS * sizeof *want_f);
-  for (int q = 0; q < n; q++) /* every slice, reduced in rank order, then gathered */
+  for (int q = 0; q < n; q++) /* every slice, reduced in tree order, then gathered */
     for (size_t i = 0; i < ELEMS; i++)
       check_expect_reduce(want_f, (size_t)q * ELEMS + i, ZINC_F32, ZINC_OP_SUM, seed, n,
                           (size_t)q * ELEMS + i, -1, 0);

@@ -1,7 +1,7 @@
 /*
  * test_comm_mpi_coll.c — every collective of the mpi comm, for every element
  * type, checked element by element (bitwise) against results computed here
- * in rank order:
+ * in the canonical tree order (comm_check.h):
  *   - per-rank counts 0, 1, 7, 1001 and 2500 (not divisible by 2, 3 or 4),
  *   - in place and out of place,
  *   - buffers from alloc_shared, from malloc, and mixed (odd ranks malloc),

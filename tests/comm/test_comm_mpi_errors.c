@@ -12,6 +12,11 @@
  *     and from wait() on a started batch; later calls still name it;
  *     free_shared of a shared buffer and destroy return at once (no
  *     collective MPI_Win_free on a failed comm);
+ *   - the same on the node-aware path (nodes of 2 ranks faked with
+ *     ZINC_COMM_NODE_SIZE=2, at 4+ ranks), from a reduce-scatter and an
+ *     all-reduce: the late rank's node peer and its peer on another node
+ *     (same local index) name it, every waiting rank fails within the timeout
+ *     plus a margin, and free_shared and destroy return at once;
  *   - deadlines saturate: a timeout of 1e19 s waits (without burning the
  *     CPU) instead of overflowing.
  *
@@ -157,6 +162,66 @@ static void test_timeout(const char *path, int started) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* Node-aware path: the last rank comes late to a reduce-scatter (or
+ * all-reduce), run or started. Its node peer waits for it at the node
+ * barrier, its peer of the same local index on the node before waits for
+ * its message between nodes: both name it by its number in this comm (not
+ * by its number in the node's or the cross-node comm). The others fail
+ * within the timeout (naming whom they waited for). */
+static void test_timeout_hier(int started, zinc_coll_kind kind) {
+  setenv("ZINC_COMM_NODE_SIZE", "2", 1);
+  zinc_comm *c = NULL;
+  CHECK_OK(zinc_comm_mpi_create(NULL, 0.25, &c));
+  unsetenv("ZINC_COMM_NODE_SIZE");
+  if (!c)
+    return;
+  CHECK(zinc_mpi_of(c)->use_hier, "node size 2 at %d ranks: not the node-aware path", c->size);
+  char what[128];
+  const int late = c->size - 1;
+  snprintf(what, sizeof what, "node-aware: %s %s with rank %d missing",
+           started ? "started" : "run", zinc_coll_name(kind), late);
+  const size_t count = 40000; /* all-reduce: large enough to take reduce-scatter + all-gather */
+  float *shared = NULL;
+  CHECK_OK(c->ops->alloc_shared(c, (size_t)c->size * count * sizeof(float), (void **)&shared));
+  float *out = calloc(count, sizeof(float));
+  zinc_coll o = {.kind = kind, .send = shared, .recv = out, .count = count, .dtype = ZINC_F32,
+                 .op = ZINC_OP_SUM};
+  double t0 = zinc_now();
+  if (c->rank == late) {
+    sleep_s(0.8);
+    zinc_status st = c->ops->run(c, &o, 1);
+    CHECK(st == ZINC_OK || st == ZINC_ERR_COMM, "%s: late rank got %s", what,
+          zinc_status_name(st));
+  } else {
+    zinc_status st;
+    if (started) {
+      zinc_comm_req *req = NULL;
+      CHECK_OK(c->ops->start(c, &o, 1, &req));
+      st = req ? c->ops->wait(c, req) : ZINC_ERR_COMM;
+    } else {
+      st = c->ops->run(c, &o, 1);
+    }
+    expect_status(st, ZINC_ERR_COMM, NULL, what);
+    double waited = zinc_now() - t0;
+    CHECK(waited < 0.25 + 2.5, "%s: rank %d failed after %.2f s (timeout 0.25 s)", what,
+          c->rank, waited);
+    if (c->rank == late - 1 || c->rank == late - 2)
+      CHECK(names_rank(zinc_last_error(), late), "%s: rank %d: missing rank %d not named: %s",
+            what, c->rank, late, zinc_last_error());
+    expect_status(c->ops->run(c, &o, 1), ZINC_ERR_COMM, "failed earlier", what);
+  }
+  double t = zinc_now();
+  c->ops->free_shared(c, shared);
+  CHECK(zinc_now() - t < 1.0, "%s: rank %d: free_shared after the failure took %.1f s", what,
+        c->rank, zinc_now() - t);
+  t = zinc_now();
+  zinc_comm_destroy(c);
+  CHECK(zinc_now() - t < 1.0, "%s: rank %d: destroy took %.1f s", what, c->rank,
+        zinc_now() - t);
+  free(out);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 static double cpu_seconds(void) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -218,6 +283,10 @@ int main(void) {
     test_huge_timeout();
     test_timeout("shm", 0);
     test_timeout("shm", 1);
+    if (size >= 4 && size % 2 == 0) {
+      test_timeout_hier(0, ZINC_COLL_REDUCE_SCATTER);
+      test_timeout_hier(1, ZINC_COLL_ALLREDUCE);
+    }
     setenv("ZINC_COMM_MPI_SHM", "0", 1);
     c = NULL;
     CHECK_OK(zinc_comm_mpi_create(NULL, 30.0, &c));

@@ -3,7 +3,7 @@
  *   - split into even/odd ranks and into consecutive pairs (data-parallel
  *     and model-parallel groups), a reversed key order, a split of a split;
  *     on each, reduce-scatter, all-reduce and all-gather from buffers the
- *     sub-comm allocated with alloc_shared, checked against rank-ordered
+ *     sub-comm allocated with alloc_shared, checked against tree-ordered
  *     sums over the sub-comm's ranks;
  *   - the same on the forced point-to-point path;
  *   - repeated create/destroy in one process (MPI stays initialised, one

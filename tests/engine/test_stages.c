@@ -10,6 +10,13 @@
  *     (et_dump_params), so that two jobs (one node, several emulated
  *     nodes) can be compared byte for byte (tests/cluster). CASES: the
  *     cases to run, numbered 1-5 in the order below (default all).
+ *
+ * At an even world of 4 or more, the same bits on every node layout the
+ * comm can take on this machine: one node (shared memory), nodes of 2
+ * ranks faked with ZINC_COMM_NODE_SIZE=2 (the node-aware path), and the
+ * flat point-to-point path (ZINC_COMM_MPI_SHM=0). CTest also runs the whole
+ * oracle with ZINC_COMM_NODE_SIZE=2 set (test_stages_node2_np4). Not
+ * with DUMP: the cluster's job compares itself with one node instead.
  */
 #include <sys/stat.h>
 
@@ -88,6 +95,56 @@ static void compare_stages(et_run base, const char *label, int bitwise, double t
   et_free_params(ref);
 }
 
+/* Stages 1 and 3 (overlap) on each node layout: bitwise equal to one node. */
+static void compare_layouts(et_run base, const char *label) {
+  if (et_world < 4 || et_world % 2 || dump)
+    return;
+  char saved[32] = "";
+  const char *was = getenv("ZINC_COMM_NODE_SIZE");
+  if (was)
+    snprintf(saved, sizeof saved, "%s", was);
+  static const struct { const char *node_size, *shm, *name; } layouts[] = {
+      {NULL, NULL, "one node (shared memory)"},
+      {"2", NULL, "nodes of 2 ranks (node-aware)"},
+      {NULL, "0", "flat point-to-point"},
+  };
+  const int stages[][2] = {{1, 0}, {3, 1}};
+  for (int s = 0; s < 2; s++) {
+    et_run r = base;
+    r.stage = stages[s][0];
+    r.overlap = stages[s][1];
+    float **first = et_alloc_params(&r.shape);
+    for (int l = 0; l < 3; l++) {
+      if (layouts[l].node_size)
+        setenv("ZINC_COMM_NODE_SIZE", layouts[l].node_size, 1);
+      else
+        unsetenv("ZINC_COMM_NODE_SIZE");
+      if (layouts[l].shm)
+        setenv("ZINC_COMM_MPI_SHM", layouts[l].shm, 1);
+      else
+        unsetenv("ZINC_COMM_MPI_SHM");
+      float **out = l == 0 ? first : et_alloc_params(&r.shape);
+      et_train(&r, out, NULL, NULL);
+      if (l > 0) {
+        char what[160];
+        snprintf(what, sizeof what, "%s stage %d%s: %s vs %s", label, r.stage,
+                 r.overlap ? " overlap" : "", layouts[l].name, layouts[0].name);
+        ET_CHECK(et_same_bits(&r.shape, out, first, what), "%s: not bitwise identical", what);
+        et_free_params(out);
+      }
+    }
+    et_free_params(first);
+  }
+  unsetenv("ZINC_COMM_MPI_SHM");
+  if (saved[0])
+    setenv("ZINC_COMM_NODE_SIZE", saved, 1);
+  else
+    unsetenv("ZINC_COMM_NODE_SIZE");
+  if (et_rank == 0)
+    printf("%s, %d ranks: stages 1 and 3 bitwise identical on one node, nodes of 2 and the "
+           "flat path\n", label, et_world);
+}
+
 int main(int argc, char **argv) {
   /* et_rank is known once the first engine exists: every rank opens DUMP,
    * only rank 0 writes to it (opened for appending, so nothing is lost) */
@@ -101,8 +158,10 @@ int main(int argc, char **argv) {
            et_binary_dir());
   mkdir(nvme_dir, 0755);
   et_run r = et_defaults();
-  if (wanted('1'))
+  if (wanted('1')) {
     compare_stages(r, "fp32, accumulation 1", 1, 1e-5, 0);
+    compare_layouts(r, "fp32, accumulation 1");
+  }
 
   r = et_defaults();
   r.gas = 4;
@@ -119,8 +178,10 @@ int main(int argc, char **argv) {
   r = et_defaults();
   r.dtype = ZINC_BF16;
   r.shape.dtype = ZINC_BF16;
-  if (wanted('3'))
+  if (wanted('3')) {
     compare_stages(r, "bf16, accumulation 1", 1, 2e-2, 0);
+    compare_layouts(r, "bf16, accumulation 1");
+  }
 
   r = et_defaults();
   r.dtype = ZINC_F16;
