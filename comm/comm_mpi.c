@@ -136,8 +136,12 @@ void zinc_mpi_fail(zinc_mpi *m) {
   }
   atomic_store(&m->abort, 1);
   atomic_store(&mpi_comm_failed, 1);
-  if (m->ctl && m->ctl[m->rank])
-    atomic_store(&m->ctl[m->rank]->failed, 1);
+  if (m->ctl && m->ctl[m->rank]) {
+    zinc_mpi_shm_ctl *mine = m->ctl[m->rank];
+    if (atomic_load(&m->failure_state) == 2 && !atomic_load(&mine->failed))
+      snprintf(mine->failure, sizeof mine->failure, "%.511s", m->failure);
+    atomic_store(&mine->failed, 1); /* after the text: a peer reads it once it sees this */
+  }
   if (m->intra) /* node-aware: the node's peers see it at their next node barrier */
     zinc_mpi_fail(zinc_mpi_of(m->intra));
 }

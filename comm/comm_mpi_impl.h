@@ -76,6 +76,11 @@ typedef struct {
   _Atomic uint32_t bar_gen;                /* futex word: bumps on release  */
   _Atomic uint32_t bar_sleepers;           /* ranks in futex_wait           */
   char pad1[52];
+  char failure[512];                       /* this rank's first failure, set
+                                              before `failed` (zinc_mpi_fail):
+                                              a peer giving up on this rank
+                                              repeats it, since this rank may
+                                              know the rank that was lost  */
   zinc_mpi_shm_desc desc[ZINC_SHM_MAX_BATCH]; /* this rank's current chunk */
 } zinc_mpi_shm_ctl;
 

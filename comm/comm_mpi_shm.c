@@ -94,6 +94,18 @@ static int failed_peer(zinc_mpi *m) {
   return -1;
 }
 
+/* Give up on a node peer whose own comm failed, repeating what it said:
+ * a peer stuck in a collective with a lost rank (between nodes, on the
+ * node-aware path) names that rank, where this barrier only knows that
+ * the peer did not come. */
+static zinc_status peer_failed(zinc_mpi *m, const char *what, uint64_t epoch, int k) {
+  char why[640];
+  const char *said = m->ctl[k]->failure;
+  snprintf(why, sizeof why, "abandoned (the comm failed on peer rank %d: %.560s)",
+           zinc_mpi_rank_name(m, k), said[0] ? said : "no reason published");
+  return barrier_failed(m, what, epoch, why);
+}
+
 /* Ranks behind the others at the node barrier (arrived at an older epoch
  * than the furthest rank): who a timed-out wait is waiting for. */
 int zinc_mpi_shm_laggards(zinc_mpi *m, char *buf, size_t n) {
@@ -161,14 +173,21 @@ zinc_status zinc_mpi_shm_barrier(zinc_mpi *m, const char *what) {
       deadline = zinc_mpi_deadline(m);
     if (zinc_mpi_aborted(m))
       return barrier_failed(m, what, epoch, "abandoned (comm aborted)");
-    if (now > deadline)
-      return barrier_failed(m, what, epoch, "timed out");
     int k = failed_peer(m);
-    if (k >= 0) { /* name the ranks still missing, not only the peer that gave up */
-      char why[96];
-      snprintf(why, sizeof why, "abandoned (the comm failed on peer rank %d)",
-               zinc_mpi_rank_name(m, k));
-      return barrier_failed(m, what, epoch, why);
+    if (k >= 0) /* name the ranks still missing, and what the peer lost */
+      return peer_failed(m, what, epoch, k);
+    if (now > deadline) {
+      /* A laggard may be failing itself right now, on a rank lost beyond
+       * this node: give it up to min(timeout, 2 s) to say so (comm.h). */
+      double grace = m->timeout_s > 0 && m->timeout_s < 2 ? m->timeout_s : 2;
+      while (zinc_now() < deadline + grace && atomic_load(&b->bar_gen) == gen &&
+             (k = failed_peer(m)) < 0 && !zinc_mpi_aborted(m))
+        nap(&b->bar_gen, gen, &b->bar_sleepers, BARRIER_SLEEP_S);
+      if (atomic_load(&b->bar_gen) != gen)
+        break; /* everybody came after all */
+      if (k >= 0)
+        return peer_failed(m, what, epoch, k);
+      return barrier_failed(m, what, epoch, "timed out");
     }
     nap(&b->bar_gen, gen, &b->bar_sleepers,
         deadline - now < BARRIER_SLEEP_S ? deadline - now : BARRIER_SLEEP_S);

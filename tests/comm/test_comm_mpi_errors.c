@@ -167,7 +167,11 @@ static void test_timeout(const char *path, int started) {
  * barrier, its peer of the same local index on the node before waits for
  * its message between nodes: both name it by its number in this comm (not
  * by its number in the node's or the cross-node comm). The others fail
- * within the timeout (naming whom they waited for). */
+ * within the timeout (naming whom they waited for). An all-gather goes
+ * between nodes first: rank 0 gets its part from the other node and then
+ * waits at the node barrier for rank 1, which is still waiting for the
+ * late rank's message; rank 0 must repeat rank 1's failure, which names
+ * the late rank, rather than only say that rank 1 gave up. */
 static void test_timeout_hier(int started, zinc_coll_kind kind) {
   setenv("ZINC_COMM_NODE_SIZE", "2", 1);
   zinc_comm *c = NULL;
@@ -186,6 +190,10 @@ static void test_timeout_hier(int started, zinc_coll_kind kind) {
   float *out = calloc(count, sizeof(float));
   zinc_coll o = {.kind = kind, .send = shared, .recv = out, .count = count, .dtype = ZINC_F32,
                  .op = ZINC_OP_SUM};
+  if (kind == ZINC_COLL_ALLGATHER) {
+    o.send = out;
+    o.recv = shared;
+  }
   double t0 = zinc_now();
   if (c->rank == late) {
     sleep_s(0.8);
@@ -205,7 +213,7 @@ static void test_timeout_hier(int started, zinc_coll_kind kind) {
     double waited = zinc_now() - t0;
     CHECK(waited < 0.25 + 2.5, "%s: rank %d failed after %.2f s (timeout 0.25 s)", what,
           c->rank, waited);
-    if (c->rank == late - 1 || c->rank == late - 2)
+    if (c->rank == late - 1 || c->rank == late - 2 || kind == ZINC_COLL_ALLGATHER)
       CHECK(names_rank(zinc_last_error(), late), "%s: rank %d: missing rank %d not named: %s",
             what, c->rank, late, zinc_last_error());
     expect_status(c->ops->run(c, &o, 1), ZINC_ERR_COMM, "failed earlier", what);
@@ -286,6 +294,7 @@ int main(void) {
     if (size >= 4 && size % 2 == 0) {
       test_timeout_hier(0, ZINC_COLL_REDUCE_SCATTER);
       test_timeout_hier(1, ZINC_COLL_ALLREDUCE);
+      test_timeout_hier(0, ZINC_COLL_ALLGATHER);
     }
     setenv("ZINC_COMM_MPI_SHM", "0", 1);
     c = NULL;
