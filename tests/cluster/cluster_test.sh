@@ -22,7 +22,7 @@
 #       step,loss,lr,grad_norm columns are bit for bit those of one node x 4
 #       ranks, and the loss falls.
 #   cluster_test.sh comms-logger TEST_COMMS_LOGGER
-#       a ZeRO-3 run (3 steps) with the comms logger at 2 nodes x 2 ranks on
+#       ZeRO-3 runs (3 steps, f32 and bf16) with the comms logger at 2 nodes x 2 ranks on
 #       the real node boundary (no ZINC_COMM_NODE_SIZE): the node-aware path
 #       runs (algo hier) and every collective's intra- and inter-node wire
 #       bytes are the closed form test_comms_logger computes for 2 nodes of

@@ -3,8 +3,8 @@
  * closed-form traffic of each ZeRO stage, computed here from the tiny
  * model's parameter counts (never from the engine's plan).
  *
- * For stages 0-3 (and 2-3 again with overlap_comm, whose reductions the
- * comm's worker thread runs) the engine trains STEPS steps (accumulation 1)
+ * For stages 0-3 in f32 and in bf16 (and 2-3 again with overlap_comm,
+ * whose reductions the comm's worker thread runs) the engine trains STEPS steps (accumulation 1)
  * with "comms_logger" enabled; the counters are reset after the build, so they
  * hold exactly the steps' traffic. Per step, with n data-parallel ranks
  * and the model's units (below):
@@ -38,13 +38,14 @@
  * owner of bytes counts them: a message's sender, or inside a node on
  * shared memory the rank whose buffer a peer reads. With c the elements
  * per rank of a reduce-scatter or all-gather (a unit's chunk, U / n), es
- * the element's bytes (f32 here: the node-aware path's fp32 widening of
- * 16-bit partials does not arise):
+ * the element's bytes (4 for f32, 2 for bf16) and wes those of the
+ * node-aware path's partials (4: bf16 is widened to fp32 before the node
+ * step and its partials cross nodes in fp32; es on the flat paths):
  *
  *   reduce-scatter  node-aware: each node peer reads my slices of every
- *                   node, intra (p-1) K c es; my node partial of node k's
- *                   slice goes to my local index on node k, inter (K-1) c es.
- *                   Flat: every peer's slice, intra (n-1) c es.
+ *                   node, intra (p-1) K c wes; my node partial of node k's
+ *                   slice goes to my local index on node k, inter
+ *                   (K-1) c wes. Flat: every peer's slice, intra (n-1) c es.
  *   all-gather      node-aware: my part to my local index on every other
  *                   node, inter (K-1) c es; each node peer reads the K parts
  *                   I then hold, intra (p-1) K c es. Flat: (n-1) c es.
@@ -55,7 +56,7 @@
  *                   (s(C,p,j) + s(C,p,local)) 8, inter sum_{k != node}
  *                   (s(C,K,k) + s(C,K,node)) 8, s(C,m,i) = C/m + (i < C%m).
  *
- * Per step, summed over a stage's collectives (chunks = sum of U/n es over
+ * Per step, summed over a stage's collectives (chunks = sum of U/n wes over
  * units, G the stage's gathered chunk bytes above, STEPS steps):
  *
  *                      intra-node            inter-node
@@ -73,7 +74,7 @@
  * The layout: K = 1 and p = n, or p = ZINC_COMM_NODE_SIZE (nodes faked,
  * ranks a multiple of it), or `--nodes K` for real nodes (the emulated
  * cluster). The node-aware path (algo "hier") runs when K > 1.
- * `--stage S` checks that stage only (without overlap_comm).
+ * `--stage S` checks that stage only (f32 and bf16, without overlap_comm).
  */
 #include "engine_test.h"
 
@@ -174,12 +175,14 @@ static void agreement_wire(int K, int p, int rank, uint64_t w[2]) {
       w[1] += (share(C, K, k) + share(C, K, node)) * es;
 }
 
-static void check_stage(int stage, int overlap) {
+static void check_stage(int stage, int overlap, zinc_dtype dtype) {
   et_run r = et_defaults();
   r.stage = stage;
   r.overlap = overlap;
-  char run[40];
-  snprintf(run, sizeof run, "stage %d%s", stage, overlap ? " (overlap_comm)" : "");
+  r.dtype = dtype;
+  char run[48];
+  snprintf(run, sizeof run, "stage %d%s%s", stage, dtype == ZINC_BF16 ? " bf16" : "",
+           overlap ? " (overlap_comm)" : "");
   r.steps = STEPS;
   r.persist = 0;
   r.reuse = 0;
@@ -187,12 +190,13 @@ static void check_stage(int stage, int overlap) {
   et_model m;
   zinc_engine *e = et_open(&r, NULL, &m);
   const int n = zinc_dp_size(e);
-  const uint64_t es = 4; /* f32 */
+  const uint64_t es = dtype == ZINC_BF16 ? 2 : 4;
   ET_OK(zinc_comms_reset(e));
   ET_OK(et_steps(&m, &r, 0, r.steps));
   int K = 1, p = n;
   node_layout(n, &K, &p);
   const uint64_t wi = (uint64_t)(p - 1) * (uint64_t)K, wx = (uint64_t)(K - 1);
+  const uint64_t rs_es = K > 1 ? 4 : es; /* node-aware: 16-bit partials in fp32 */
 
   int nrows = 0;
   ET_OK(zinc_comms_stats(e, NULL, 0, &nrows));
@@ -205,14 +209,15 @@ static void check_stage(int stage, int overlap) {
 
   layout L = model_layout(&r, n);
   /* reduce-scatter: every unit, every step */
-  uint64_t rs_msg = 0, chunks = 0;
+  uint64_t rs_msg = 0, chunks = 0, rs_chunks = 0;
   for (int u = 0; u < L.nunits; u++) {
     rs_msg += (uint64_t)L.unit_numel[u] * es;
     chunks += (uint64_t)(L.unit_numel[u] / n) * es;
+    rs_chunks += (uint64_t)(L.unit_numel[u] / n) * rs_es;
   }
   expect_tally(run, "reduce-scatter", sum_rows(rows, nrows, ZINC_COMMS_REDUCE_SCATTER, 1, ~0ull),
-               (uint64_t)L.nunits * STEPS, rs_msg * STEPS, wi * chunks * STEPS,
-               wx * chunks * STEPS);
+               (uint64_t)L.nunits * STEPS, rs_msg * STEPS, wi * rs_chunks * STEPS,
+               wx * rs_chunks * STEPS);
 
   /* all-gather of chunks (messages of 32 f32 and more) */
   uint64_t ag_calls = 0, ag_msg = 0;
@@ -287,11 +292,13 @@ int main(int argc, char **argv) {
       only = atoi(argv[i + 1]);
   }
   for (int stage = 0; stage <= 3; stage++)
-    if (only < 0 || only == stage)
-      check_stage(stage, 0);
+    if (only < 0 || only == stage) {
+      check_stage(stage, 0, ZINC_F32);
+      check_stage(stage, 0, ZINC_BF16);
+    }
   /* overlap_comm: the reductions run on the comm's worker thread */
   for (int stage = 2; stage <= 3 && only < 0; stage++)
-    check_stage(stage, 1);
+    check_stage(stage, 1, ZINC_F32);
   int K = 1, p = et_world;
   node_layout(et_world, &K, &p);
   char which[32] = "stages 0-3";
