@@ -12,11 +12,14 @@
  *  - a batch's wire bytes shared among its ops by message size;
  *  - the node-aware path (ZINC_COMM_NODE_SIZE=2, ranks a multiple of 2 and
  *    at least 4): reduce-scatter, all-gather and all-reduce, f32 and bf16,
- *    against the closed form of hier_wire() below;
+ *    against the closed form of hier_wire() below, and the inter-node
+ *    bytes against what MPI_Isend was actually given (intercepted here:
+ *    on that path only the cross-node step sends messages);
  *  - the nccl backend's estimate (the ring's bytes) on a comm made by hand;
  *  - DeepSpeed's size strings.
  * Run under mpirun with 1-4 ranks.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +49,29 @@ static int me;
       exit(1);                                                                \
     }                                                                         \
   } while (0)
+
+/* MPI_Isend intercepted (PMPI): bytes sent to each world rank while
+ * isend_on is set. The comm's worker thread may send: atomics. */
+#define MAX_RANKS 64
+static _Atomic int isend_on;
+static _Atomic uint64_t isend_to[MAX_RANKS];
+
+int MPI_Isend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm,
+              MPI_Request *req) {
+  if (isend_on && dest != MPI_PROC_NULL) {
+    int size = 0, to = -1;
+    MPI_Group g, w;
+    PMPI_Type_size(dt, &size);
+    PMPI_Comm_group(comm, &g);
+    PMPI_Comm_group(MPI_COMM_WORLD, &w);
+    PMPI_Group_translate_ranks(g, 1, &dest, w, &to);
+    PMPI_Group_free(&g);
+    PMPI_Group_free(&w);
+    if (to >= 0 && to < MAX_RANKS)
+      isend_to[to] += (uint64_t)count * (uint64_t)size;
+  }
+  return PMPI_Isend(buf, count, dt, dest, tag, comm, req);
+}
 
 static zinc_comm_log *new_log(void) {
   zinc_comm_log_opts opts = {.kinds = (1u << ZINC_COMMS_NOPS) - 1};
@@ -246,12 +272,19 @@ static void hier_split(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
       const size_t count = cases[i].count;
       zinc_comm_log_reset(log);
+      for (int k = 0; k < MAX_RANKS; k++)
+        isend_to[k] = 0;
+      isend_on = 1;
       if (cases[i].kind == ZINC_COLL_REDUCE_SCATTER)
         OK(zinc_comm_reduce_scatter(c, send, recv, count, dtypes[d]));
       else if (cases[i].kind == ZINC_COLL_ALLGATHER)
         OK(zinc_comm_allgather(c, send, recv, count, dtypes[d]));
       else
         OK(zinc_comm_allreduce(c, send, recv, count, dtypes[d], ZINC_OP_SUM));
+      isend_on = 0;
+      uint64_t sent[2] = {0, 0}; /* messages to my node, to other nodes */
+      for (int k = 0; k < n && k < MAX_RANKS; k++)
+        sent[k / p == r / p ? 0 : 1] += isend_to[k];
       uint64_t want[2], calls, intra, inter, est;
       hier_wire(cases[i].kind, count, dtypes[d], K, p, r, want);
       totals(log, cases[i].op, &calls, &intra, &inter, &est);
@@ -261,6 +294,11 @@ static void hier_split(void) {
             cases[i].op, count, (unsigned long long)calls, (unsigned long long)intra,
             (unsigned long long)inter, (unsigned long long)want[0],
             (unsigned long long)want[1]);
+      CHECK(sent[0] == 0 && sent[1] == inter,
+            "hier %d x %d, %s op %d of %zu: MPI_Isend sent %llu bytes inside the node and "
+            "%llu across nodes; the logger counted %llu across", K, p,
+            dtypes[d] == ZINC_F32 ? "f32" : "bf16", cases[i].op, count,
+            (unsigned long long)sent[0], (unsigned long long)sent[1], (unsigned long long)inter);
       for (int op = 0; op < ZINC_COMMS_NOPS; op++) /* nothing counted as another op */
         if (op != cases[i].op) {
           totals(log, op, &calls, &intra, &inter, &est);
