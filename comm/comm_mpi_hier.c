@@ -46,7 +46,9 @@
  * them, as sent to the peer that receives them — a p2p message's sender,
  * or, inside the node, the rank whose buffer a node peer reads (what it
  * would have sent). Counted once per collective from its shapes, here,
- * not in the children.
+ * not in the children. A split all-reduce's reduce-scatter and all-gather
+ * count as all-reduce (the logger shares a kind's bytes among the batch's
+ * ops of that kind).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,9 +138,10 @@ static void widen(float *dst, const void *src, size_t count, int dtype) {
 
 /* ------------------------------------------------------- collectives */
 
-/* send: size * count elements; recv: count (may be send + rank * count). */
+/* send: size * count elements; recv: count (may be send + rank * count).
+ * kind: what its wire bytes count as (an all-reduce's first half too). */
 static zinc_status reduce_scatter(zinc_mpi *m, const void *send, void *recv, size_t count,
-                                  int dtype) {
+                                  int dtype, zinc_coll_kind kind) {
   const int ppn = m->ppn, nodes = m->nodes, node = m->rank / ppn, local = m->rank % ppn;
   const int half = is_half(dtype), wdt = half ? ZINC_F32 : dtype;
   const size_t wes = zinc_dt_size(wdt), n = (size_t)m->size;
@@ -163,14 +166,13 @@ static zinc_status reduce_scatter(zinc_mpi *m, const void *send, void *recv, siz
   ZINC_CHECK(child_run(m, m->intra, node_ops, nodes));
   for (int j = 0; j < ppn; j++) /* node peer j read my slices k * ppn + j */
     if (j != local)
-      zinc_mpi_count_wire(m, ZINC_COLL_REDUCE_SCATTER, node * ppn + j,
-                          (size_t)nodes * count * wes);
+      zinc_mpi_count_wire(m, kind, node * ppn + j, (size_t)nodes * count * wes);
   zinc_coll cross = {.kind = ZINC_COLL_REDUCE_SCATTER, .send = part,
                      .recv = half ? (void *)mine : recv, .count = count, .dtype = wdt};
   ZINC_CHECK(child_run(m, m->inter, &cross, 1));
   for (int k = 0; k < nodes; k++)
     if (k != node)
-      zinc_mpi_count_wire(m, ZINC_COLL_REDUCE_SCATTER, k * ppn + local, count * wes);
+      zinc_mpi_count_wire(m, kind, k * ppn + local, count * wes);
   if (half) {
     const void *one = mine;
     zinc_mpi_reduce_wide(recv, 0, &one, 1, 1, count, dtype, ZINC_OP_SUM); /* round once */
@@ -263,7 +265,7 @@ static zinc_status all_reduce(zinc_mpi *m, const zinc_coll *o) {
   char *slice = recv + (size_t)m->rank * per * es;
   /* in place (send == recv) is safe: the node step has read every rank's
    * send before the cross-node step writes the slice */
-  ZINC_CHECK(reduce_scatter(m, o->send, slice, per, o->dtype));
+  ZINC_CHECK(reduce_scatter(m, o->send, slice, per, o->dtype, ZINC_COLL_ALLREDUCE));
   ZINC_CHECK(all_gather(m, slice, recv, per, o->dtype, ZINC_COLL_ALLREDUCE));
   return all_reduce_small(m, (const char *)o->send + body * es, recv + body * es,
                           o->count - body, o->dtype, o->op);
@@ -277,7 +279,7 @@ zinc_status zinc_mpi_hier_run(zinc_mpi *m, const zinc_coll *colls, int n) {
     zinc_status st = ZINC_OK;
     switch (o->kind) {
     case ZINC_COLL_REDUCE_SCATTER:
-      st = reduce_scatter(m, o->send, o->recv, o->count, o->dtype);
+      st = reduce_scatter(m, o->send, o->recv, o->count, o->dtype, o->kind);
       break;
     case ZINC_COLL_ALLGATHER:
       st = all_gather(m, o->send, o->recv, o->count, o->dtype, o->kind);

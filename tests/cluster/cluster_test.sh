@@ -21,6 +21,12 @@
 #       the GPT example for STEPS steps at 2 nodes x 2 ranks: its
 #       step,loss,lr,grad_norm columns are bit for bit those of one node x 4
 #       ranks, and the loss falls.
+#   cluster_test.sh comms-logger TEST_COMMS_LOGGER
+#       ZeRO-3 runs (3 steps, f32 and bf16) with the comms logger at 2 nodes x 2 ranks on
+#       the real node boundary (no ZINC_COMM_NODE_SIZE): the node-aware path
+#       runs (algo hier) and every collective's intra- and inter-node wire
+#       bytes are the closed form test_comms_logger computes for 2 nodes of
+#       2 (the inter-node bytes nonzero), as under nodes faked on one machine.
 #   cluster_test.sh node-loss CLUSTER_NODE_LOSS
 #       2 nodes x 2 ranks, zinc.comm_timeout_s 5: a checkpoint is saved, then
 #       node 1's link is cut mid-step. Ranks 0 and 1 must fail with
@@ -169,6 +175,16 @@ gpt)
   awk -F, 'NR == 2 { first = $2 } END { printf "loss %.4f at step 1, %.4f at step %d\n", first, $2, $1;
     exit !($2 < first - 0.3) }' "$work/cluster.cols" || fail "the loss did not fall by 0.3"
   echo "PASS: $steps steps of the GPT example, step,loss,lr,grad_norm bit for bit those of one node"
+  ;;
+comms-logger)
+  bin=$1
+  up 2 --ppn 2
+  on_cluster "$work/cluster.out" -n 4 "$bin" --nodes 2 --stage 3
+  grep -qE 'FAIL' "$work/cluster.out" && { cat "$work/cluster.out"; fail "the logger's counts differ from the closed form"; }
+  grep -E '^comms logger at 4 ranks \(2 nodes of 2\): stage 3 match the closed form$' "$work/cluster.out" ||
+    { cat "$work/cluster.out"; fail "no closed-form verdict for 2 nodes of 2 at stage 3"; }
+  grep -qE ' hier ' "$work/cluster.out" || { cat "$work/cluster.out"; fail "the summary shows no row on the node-aware path"; }
+  echo "PASS: at stage 3 on 2 nodes x 2 ranks the logger's intra-/inter-node wire bytes are the closed form"
   ;;
 node-loss)
   bin=$1 timeout_s=5

@@ -10,10 +10,16 @@
  *    sends it), p2p barrier one-byte tokens (dissemination: one per round
  *    to the rank dist ahead), shared-memory barrier nothing;
  *  - a batch's wire bytes shared among its ops by message size;
+ *  - the node-aware path (ZINC_COMM_NODE_SIZE=2, ranks a multiple of 2 and
+ *    at least 4): reduce-scatter, all-gather and all-reduce, f32 and bf16,
+ *    against the closed form of hier_wire() below, and the inter-node
+ *    bytes against what MPI_Isend was actually given (intercepted here:
+ *    on that path only the cross-node step sends messages);
  *  - the nccl backend's estimate (the ring's bytes) on a comm made by hand;
  *  - DeepSpeed's size strings.
  * Run under mpirun with 1-4 ranks.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +49,29 @@ static int me;
       exit(1);                                                                \
     }                                                                         \
   } while (0)
+
+/* MPI_Isend intercepted (PMPI): bytes sent to each world rank while
+ * isend_on is set. The comm's worker thread may send: atomics. */
+#define MAX_RANKS 64
+static _Atomic int isend_on;
+static _Atomic uint64_t isend_to[MAX_RANKS];
+
+int MPI_Isend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm,
+              MPI_Request *req) {
+  if (isend_on && dest != MPI_PROC_NULL) {
+    int size = 0, to = -1;
+    MPI_Group g, w;
+    PMPI_Type_size(dt, &size);
+    PMPI_Comm_group(comm, &g);
+    PMPI_Comm_group(MPI_COMM_WORLD, &w);
+    PMPI_Group_translate_ranks(g, 1, &dest, w, &to);
+    PMPI_Group_free(&g);
+    PMPI_Group_free(&w);
+    if (to >= 0 && to < MAX_RANKS)
+      isend_to[to] += (uint64_t)count * (uint64_t)size;
+  }
+  return PMPI_Isend(buf, count, dt, dest, tag, comm, req);
+}
 
 static zinc_comm_log *new_log(void) {
   zinc_comm_log_opts opts = {.kinds = (1u << ZINC_COMMS_NOPS) - 1};
@@ -170,6 +199,119 @@ static void batch_shares(void) {
   free(buf);
 }
 
+/* The node-aware path's wire bytes per rank, K nodes of p ranks (rank =
+ * node * p + local), elements of es bytes, 16-bit data crossing nodes and
+ * reduced inside them in fp32 (wes = 4; es otherwise):
+ *
+ *   reduce-scatter (c per rank)  intra: each node peer reads my slices of
+ *                                every node, (p-1) K c wes; inter: my node
+ *                                partial of node k's slice to k, (K-1) c wes
+ *   all-gather (c per rank)      inter: my part to my local index on every
+ *                                other node, (K-1) c es; intra: each node
+ *                                peer reads the K parts I hold, (p-1) K c es
+ *   all-reduce, small (C < 64 KiB, or C < K p): the flat all-reduce rule
+ *                                inside the node (to node peer j: its slice
+ *                                of C over p, then mine) and then between
+ *                                nodes (slices of C over K), in wes
+ *   all-reduce, large: a reduce-scatter and an all-gather of C / (K p) per
+ *                                rank, and a small one of the last C mod Kp
+ *
+ * All of an all-reduce's bytes count as all-reduce. Returned in w[0]
+ * intra-node, w[1] inter-node. */
+static void hier_wire(int kind, size_t count, int dtype, int K, int p, int r, uint64_t w[2]) {
+  const uint64_t es = zinc_dt_size(dtype);
+  const uint64_t wes = dtype == ZINC_BF16 || dtype == ZINC_F16 ? 4 : es;
+  const int node = r / p, local = r % p, n = K * p;
+  w[0] = w[1] = 0;
+  if (kind == ZINC_COLL_REDUCE_SCATTER) {
+    w[0] = (uint64_t)(p - 1) * K * count * wes;
+    w[1] = (uint64_t)(K - 1) * count * wes;
+  } else if (kind == ZINC_COLL_ALLGATHER) {
+    w[0] = (uint64_t)(p - 1) * K * count * es;
+    w[1] = (uint64_t)(K - 1) * count * es;
+  } else if (count * es >= (64u << 10) && count / (size_t)n > 0) {
+    uint64_t a[2], b[2], c[2];
+    hier_wire(ZINC_COLL_REDUCE_SCATTER, count / (size_t)n, dtype, K, p, r, a);
+    hier_wire(ZINC_COLL_ALLGATHER, count / (size_t)n, dtype, K, p, r, b);
+    hier_wire(ZINC_COLL_ALLREDUCE, count % (size_t)n, dtype, K, p, r, c);
+    w[0] = a[0] + b[0] + c[0];
+    w[1] = a[1] + b[1] + c[1];
+  } else {
+    for (int j = 0; j < p; j++)
+      if (j != local)
+        w[0] += (slice(count, p, j) + slice(count, p, local)) * wes;
+    for (int k = 0; k < K; k++)
+      if (k != node)
+        w[1] += (slice(count, K, k) + slice(count, K, node)) * wes;
+  }
+}
+
+/* One op at a time on a node-aware comm (nodes of two ranks, faked). */
+static void hier_split(void) {
+  setenv("ZINC_COMM_NODE_SIZE", "2", 1);
+  zinc_comm *c = NULL;
+  OK(zinc_comm_mpi_create(NULL, 60, &c));
+  unsetenv("ZINC_COMM_NODE_SIZE");
+  const int n = c->size, r = c->rank, p = 2, K = n / 2;
+  CHECK(c->algo && !strcmp(c->algo, "hier"), "nodes of 2 at %d ranks: algo %s, expected hier",
+        n, c->algo ? c->algo : "NULL");
+  zinc_comm_log *log = new_log();
+  c->log = log;
+  const size_t big = 20003; /* 80 KB of f32: split; 40 KB of bf16: not */
+  float *send = calloc((size_t)n * big, 4), *recv = calloc((size_t)n * big, 4);
+  const struct {
+    int kind, op;
+    size_t count;
+  } cases[] = {{ZINC_COLL_REDUCE_SCATTER, ZINC_COMMS_REDUCE_SCATTER, 1001},
+               {ZINC_COLL_ALLGATHER, ZINC_COMMS_ALL_GATHER, 1001},
+               {ZINC_COLL_ALLREDUCE, ZINC_COMMS_ALL_REDUCE, 1001},
+               {ZINC_COLL_ALLREDUCE, ZINC_COMMS_ALL_REDUCE, 3},
+               {ZINC_COLL_ALLREDUCE, ZINC_COMMS_ALL_REDUCE, big}};
+  const int dtypes[2] = {ZINC_F32, ZINC_BF16};
+  for (int d = 0; d < 2; d++)
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      const size_t count = cases[i].count;
+      zinc_comm_log_reset(log);
+      for (int k = 0; k < MAX_RANKS; k++)
+        isend_to[k] = 0;
+      isend_on = 1;
+      if (cases[i].kind == ZINC_COLL_REDUCE_SCATTER)
+        OK(zinc_comm_reduce_scatter(c, send, recv, count, dtypes[d]));
+      else if (cases[i].kind == ZINC_COLL_ALLGATHER)
+        OK(zinc_comm_allgather(c, send, recv, count, dtypes[d]));
+      else
+        OK(zinc_comm_allreduce(c, send, recv, count, dtypes[d], ZINC_OP_SUM));
+      isend_on = 0;
+      uint64_t sent[2] = {0, 0}; /* messages to my node, to other nodes */
+      for (int k = 0; k < n && k < MAX_RANKS; k++)
+        sent[k / p == r / p ? 0 : 1] += isend_to[k];
+      uint64_t want[2], calls, intra, inter, est;
+      hier_wire(cases[i].kind, count, dtypes[d], K, p, r, want);
+      totals(log, cases[i].op, &calls, &intra, &inter, &est);
+      CHECK(calls == 1 && intra == want[0] && inter == want[1] && est == 0,
+            "hier %d x %d, %s op %d of %zu: %llu calls, wire %llu intra + %llu inter; "
+            "expected 1 call, %llu + %llu", K, p, dtypes[d] == ZINC_F32 ? "f32" : "bf16",
+            cases[i].op, count, (unsigned long long)calls, (unsigned long long)intra,
+            (unsigned long long)inter, (unsigned long long)want[0],
+            (unsigned long long)want[1]);
+      CHECK(sent[0] == 0 && sent[1] == inter,
+            "hier %d x %d, %s op %d of %zu: MPI_Isend sent %llu bytes inside the node and "
+            "%llu across nodes; the logger counted %llu across", K, p,
+            dtypes[d] == ZINC_F32 ? "f32" : "bf16", cases[i].op, count,
+            (unsigned long long)sent[0], (unsigned long long)sent[1], (unsigned long long)inter);
+      for (int op = 0; op < ZINC_COMMS_NOPS; op++) /* nothing counted as another op */
+        if (op != cases[i].op) {
+          totals(log, op, &calls, &intra, &inter, &est);
+          CHECK(calls == 0, "hier: op %d counted under op %d", cases[i].op, op);
+        }
+    }
+  c->log = NULL;
+  zinc_comm_destroy(c);
+  zinc_comm_log_destroy(log);
+  free(send);
+  free(recv);
+}
+
 /* nccl cannot see its traffic: the ring's bytes per rank, estimated. A
  * comm of 4 ranks made by hand (nothing runs on it). */
 static void nccl_estimate(void) {
@@ -229,11 +371,14 @@ int main(void) {
   zinc_comm *probe = NULL;
   OK(zinc_comm_mpi_create(NULL, 60, &probe));
   me = probe->rank;
+  const int world = probe->size;
   zinc_comm_destroy(probe);
   setenv("ZINC_COMM_SHM_SCRATCH", "4096", 1); /* malloc buffers staged in pieces */
   wire_split("shm", 2);
   wire_split("shm", 1);
   batch_shares();
+  if (world >= 4 && world % 2 == 0)
+    hier_split();
   setenv("ZINC_COMM_MPI_SHM", "0", 1);
   setenv("ZINC_COMM_P2P_CHUNK", "512", 1);
   wire_split("p2p", 2);
