@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The test command (README, CI). Builds and checks, in order:
 #   1. the CPU build (-Werror) and its whole test suite, multi-rank tests under
-#      mpirun with 1-4 ranks;
+#      mpirun with 1-4 ranks (a few with 6 and 8), the `cluster` tests on
+#      emulated nodes (SKIPPED without root and network namespaces);
 #   2. the CUDA build (-Werror): compile and link only here; its `gpu` tests
 #      run when a GPU is present and say SKIPPED otherwise;
-#   3. the AddressSanitizer + UBSan build and the suite under it;
-#   4. the ThreadSanitizer build and the threaded tests under it;
+#   3. the AddressSanitizer + UBSan build and the suite under it (not the
+#      tests labelled `slow`, which the CPU build runs);
+#   4. the ThreadSanitizer build and the threaded tests under it (not `slow`);
 #   5. bounded libFuzzer runs of every parser of outside input;
 #   6. valgrind memcheck on the single-process tests (the engine's own tests
 #      run as one process without MPI, the unit tests).
@@ -57,7 +59,7 @@ if want tsan; then
   cmake -S . -B build/tsan -DZINC_CUDA=OFF -DZINC_WERROR=ON -DZINC_SANITIZE=thread \
         -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZINC_BENCH=OFF -DZINC_EXAMPLES=OFF >/dev/null
   cmake --build build/tsan -j "$jobs"
-  ctest --test-dir build/tsan --output-on-failure -L threads
+  ctest --test-dir build/tsan --output-on-failure -L threads -LE slow
 fi
 
 if want fuzz; then
