@@ -81,6 +81,7 @@ typedef struct {
   int param_buffer_count;  /* offload_param.buffer_count (0: default) */
   int64_t param_buffer_size; /* offload_param.buffer_size (0: default) */
   int hpz;                 /* zero_hpz_partition_size (0: not written) */
+  int model_parallel;      /* zinc_options.model_parallel_size (0: 1) */
   tm_shape shape;
   const et_optim *optim;   /* NULL: AdamW, lr 0.01, betas (0.9, 0.999), eps 1e-8,
                               weight_decay 0.01 (et_adamw_default) */
@@ -438,6 +439,8 @@ static inline zinc_engine *et_create(const et_run *r, void *mpi_comm) {
   opt.device = ZINC_DEVICE_CPU;
   opt.threads = 1;
   opt.mpi_comm = mpi_comm;
+  if (r->model_parallel > 1)
+    opt.model_parallel_size = r->model_parallel;
   zinc_engine *e = NULL;
   ET_OK(zinc_engine_create(cfg, &opt, &e));
   zinc_config_free(cfg);

@@ -117,29 +117,9 @@ static void micro_batch(et_model *m, const et_run *r, int64_t first, int watch, 
   ET_OK(zinc_backward_end(e));
 }
 
-static int model_parallel = 1; /* zinc_options.model_parallel_size of the runs */
-
-static zinc_engine *open_engine(const et_run *r, et_model *m) {
-  if (model_parallel == 1)
-    return et_open(r, NULL, m);
-  char *json = et_config_json(r);
-  zinc_config *cfg = NULL;
-  ET_OK(zinc_config_parse(json, &cfg));
-  free(json);
-  zinc_options opt = ZINC_OPTIONS_INIT;
-  opt.device = ZINC_DEVICE_CPU;
-  opt.threads = 1;
-  opt.model_parallel_size = model_parallel;
-  zinc_engine *e = NULL;
-  ET_OK(zinc_engine_create(cfg, &opt, &e));
-  zinc_config_free(cfg);
-  ET_OK(et_build(m, e, r));
-  return e;
-}
-
 static void train(const et_run *r, float **final, double *losses, int watch) {
   et_model m;
-  zinc_engine *e = open_engine(r, &m);
+  zinc_engine *e = et_open(r, NULL, &m);
   int N = zinc_dp_size(e), me = zinc_dp_rank(e);
   for (int s = 0; s < r->steps; s++) {
     double sum = 0;
@@ -391,13 +371,12 @@ int main(int argc, char **argv) {
   if (et_world == 4) {
     /* model parallelism 2: the groups are 2 consecutive data-parallel
      * ranks, here each model-parallel rank's whole data-parallel group */
-    model_parallel = 2;
     et_run r = et_defaults();
     r.stage = 3;
     r.steps = 4;
     r.reuse = 0;
+    r.model_parallel = 2;
     lossless(r, 2, "model_parallel_size 2");
-    model_parallel = 1;
   }
   test_refused();
   int bad = et_failures;
