@@ -96,7 +96,14 @@ typedef enum {
   ZINC_COLL_ALLGATHER,
   ZINC_COLL_ALLGATHERV,
   ZINC_COLL_BROADCAST,
-  ZINC_COLL_BARRIER
+  ZINC_COLL_BARRIER,
+  /* Personalised exchange: rank r sends counts[p] elements from
+   * send + displs[p] to every rank p (itself included) and receives
+   * rcounts[p] elements from rank p into recv + rdispls[p]. Counts may
+   * differ per pair (zero allowed); both sides must agree on them. The
+   * data is moved, never combined (compressed reduce-scatter builds on it:
+   * engine/compress.c). Send and recv must not overlap. */
+  ZINC_COLL_ALLTOALLV
 } zinc_coll_kind;
 
 typedef struct {
@@ -111,7 +118,14 @@ typedef struct {
   zinc_comm_op op;         /* allreduce only                                  */
   int root;                /* broadcast only                                  */
   const size_t *counts;    /* allgatherv: per-rank counts (size entries)      */
-  const size_t *displs;    /* allgatherv: per-rank offsets in recv, elements  */
+  const size_t *displs;    /* allgatherv: per-rank offsets in recv, elements;
+                              alltoallv: per-rank send counts / offsets in send */
+  const size_t *rcounts;   /* alltoallv: per-rank recv counts (size entries)  */
+  const size_t *rdispls;   /* alltoallv: per-rank offsets in recv, elements   */
+  /* The comms logger: the bytes this collective would have moved
+   * uncompressed (closed form, per rank as the logger counts), or 0 when
+   * it is not standing in for another (then its own bytes are used). */
+  uint64_t logical_bytes;
 } zinc_coll;
 
 typedef struct zinc_comm zinc_comm;
@@ -157,6 +171,12 @@ struct zinc_comm {
    * "nccl"), set by the backend at creation; a backend that picks a path
    * per batch sets it before that batch is counted. Static strings. */
   const char *algo;
+  /* Where the ranks live, set by the backend at creation (and by split):
+   * node_of[r] (size entries) numbers the nodes 0 .. nnodes-1 in order of
+   * their first rank; ranks on one node share memory. self: one node.
+   * ZINC_COMM_NODE_SIZE fakes it as the node-aware path does. */
+  int nnodes;
+  const int *node_of;
 };
 
 /* -------------------------------------------------------------- creation */

@@ -92,6 +92,14 @@ void zinc_settings_defaults(zinc_settings *s) {
   s->stage3_max_live_parameters = 1000000000;
   s->stage3_max_reuse_distance = 1000000000;
   s->zero_hpz_partition_size = 1;
+  s->communication_data_type = -1;
+  s->loco_err_beta = 0.8;
+  s->loco_reset_T = 1024;
+  s->compress_gradient_bits = 4;
+  s->compress_weight_bits = 8;
+  s->compress_block_size = 256;
+  s->compress_scope = ZINC_COMPRESS_INTER_NODE;
+  s->compress_activation_bits = 8;
 
   s->aio_block_size = 1048576;
   s->aio_queue_depth = 8;

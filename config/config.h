@@ -87,6 +87,7 @@ typedef struct {
 } zinc_comms_logger_settings;
 
 typedef enum { ZINC_OFFLOAD_NONE = 0, ZINC_OFFLOAD_CPU, ZINC_OFFLOAD_NVME } zinc_offload_device;
+typedef enum { ZINC_COMPRESS_INTER_NODE = 0, ZINC_COMPRESS_ALL } zinc_compress_scope;
 /* optimizer.type; the optimizer's own kind (kernels/zinc_math.h) follows
  * from it (Adam and AdamW are one kind). */
 typedef enum { ZINC_OPTIM_ADAM = 0, ZINC_OPTIM_ADAMW, ZINC_OPTIM_LAMB, ZINC_OPTIM_LION,
@@ -216,6 +217,18 @@ typedef struct {
                                              ..._fp16_weights_... spelling) */
   int zero_hpz_partition_size;            /* 1; stage 3: ranks per secondary
                                              parameter partition (hpZ)     */
+  /* ---- compressed communication (docs/config.md "Compressed
+   * communication"; engine/compress.c) */
+  int communication_data_type;            /* -1 (null: the gradient dtype),
+                                             else ZINC_F32/BF16/F16: the
+                                             dtype gradients travel in      */
+  int zero_quantized_gradients;           /* false: qgZ                     */
+  int zero_quantized_weights;             /* false: qwZ (stage 3; zinc: also
+                                             the 1/2 parameter gather)      */
+  int loco_enabled;                       /* zeropp_loco_param given (an
+                                             object, not null)              */
+  double loco_err_beta;                   /* 0.8                            */
+  int64_t loco_reset_T;                   /* 1024                           */
 
   /* ---- aio (NVMe offload) */
   int64_t aio_block_size;                 /* 1048576 bytes                 */
@@ -253,6 +266,18 @@ typedef struct {
   char *memory_timeline;                  /* NULL, or a JSON file path the
                                              profiler samples into         */
   int placement_verbose;                  /* false: print thread/NUMA placement */
+  /* zinc.compression: what DeepSpeed's keys leave fixed */
+  int compress_gradient_bits;             /* 4: qgZ codec, 4 / 8 / 1 (1 = sign
+                                             with a mean-|x| scale)          */
+  int compress_weight_bits;               /* 8: qwZ codec, 8 / 4             */
+  int64_t compress_block_size;            /* 256 elements per fp32 scale     */
+  int compress_scope;                     /* ZINC_COMPRESS_INTER_NODE (default:
+                                             compress only what crosses nodes)
+                                             or ZINC_COMPRESS_ALL           */
+  int compress_weight_error_feedback;     /* false: qwZ residual carried    */
+  int compress_activation_bits;           /* 8: partitioned activation
+                                             checkpoints across the model-
+                                             parallel group; 0 = exact      */
   int64_t max_consecutive_skips;          /* 50: zinc_step fails after this many
                                              consecutive steps skipped for
                                              inf/NaN gradients that lowering

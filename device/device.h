@@ -26,6 +26,7 @@
 
 #include "zinc.h"
 #include "kernels/zinc_math.h" /* zinc_opt_seg, zinc_sumsq_chunk, zinc_opt_coef */
+#include "kernels/codec.h"     /* zinc_codec */
 
 #ifdef __cplusplus
 extern "C" {
@@ -83,6 +84,17 @@ typedef struct {
   /* dst (dst_dtype) = src (src_dtype), n elements, round to nearest even. */
   zinc_status (*cast)(zinc_device *d, zinc_stream *s, void *dst, int dst_dtype,
                       const void *src, int src_dtype, int64_t n);
+  /* Codecs of compressed collectives (kernels/codec.h). encode: dst
+   * (zinc_codec_bytes(c, n) bytes) = c(src (src_dtype, n elements)), with
+   * error feedback through ef (NULL: none; else the INT8 residual of the
+   * slice, read and rewritten with ef_beta). decode: dst (dst_dtype) =
+   * decoded src when !accumulate; dst (must be f32) += decoded src when
+   * accumulate. Bitwise the same on every backend. */
+  zinc_status (*encode)(zinc_device *d, zinc_stream *s, zinc_codec c, void *dst,
+                        const void *src, int src_dtype, int64_t n, void *ef,
+                        float ef_beta);
+  zinc_status (*decode)(zinc_device *d, zinc_stream *s, zinc_codec c, void *dst,
+                        int dst_dtype, const void *src, int64_t n, int accumulate);
 
   /* ---- information */
   /* Free and total device memory as the driver sees it (cpu: from

@@ -1,0 +1,90 @@
+/*
+ * codec.h — the codecs of compressed collectives: how a slice of n
+ * elements is written on the wire and read back.
+ *
+ * A codec is (kind, block). Encoded layout of n elements (no header; the
+ * reader knows the codec and n):
+ *
+ *   cast codecs  F32 / BF16 / F16:  n elements of that type, nothing else.
+ *   block codecs INT8 / INT4 / SIGN1, nb = ceil(n / block) blocks:
+ *       float scale[nb];                      one fp32 per block
+ *       payload:  INT8   n int8 values q in [-127, 127]
+ *                 INT4   ceil(n/2) bytes, element 2i in the low nibble of
+ *                        byte i, 2i+1 in the high one, two's complement
+ *                        q in [-7, 7]
+ *                 SIGN1  ceil(n/8) bytes, element 8i+j in bit j of byte i,
+ *                        1 = negative
+ *   zinc_codec_bytes() rounds the total up to a multiple of 16 bytes so
+ *   that consecutive slices stay aligned; the padding is zero.
+ *
+ * Quantization (INT8 / INT4, qmax = 127 / 7), per block of values x:
+ *   m = max |x| over the block (exact: order does not matter);
+ *   scale = m / qmax;  q = round-to-nearest-even(x * (qmax / m)), clamped;
+ *   decoded value = q * scale.
+ * The block's largest magnitude maps to ±qmax exactly (no 128/127 clip).
+ * m == 0 gives scale 0 and q 0. A block holding an inf or NaN stores a
+ * NaN scale, so the whole block decodes to NaN: overflow detection
+ * (the fp16 loss scaler, the inf check) still sees it after compression.
+ * SIGN1: scale = mean |x| over the block (summed in block order in fp32),
+ * decoded value = ±scale by the sign bit.
+ *
+ * Error feedback (LoCo-style, zeropp_loco_param): `ef` is the residual
+ * of the previous encoding of the same slice, itself stored as an INT8
+ * block codec of the same block size (zinc_codec_bytes({INT8, block}, n)
+ * bytes: 1 + 4/block bytes per element). Encoding with ef:
+ *   x   = src + deQ(ef)                 (fp32)
+ *   q   = Q(x)                          (what goes on the wire)
+ *   err = x - deQ(q)
+ *   ef  = INT8(beta * deQ(ef) + (1 - beta) * err)     (written back)
+ * beta = 0 is classic error feedback. A zero-filled ef buffer is a zero
+ * residual (reset = fill with zeros).
+ *
+ * Every backend (scalar, AVX2, AVX-512, CUDA) gives the same bytes and the
+ * same decoded values, bit for bit: the per-element math lives once in the
+ * ZINC_HD functions below it in kernels/zinc_math.h's style.
+ */
+#ifndef ZINC_CODEC_H
+#define ZINC_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zinc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  ZINC_CODEC_NONE = 0, /* not compressed: the collective runs as before */
+  ZINC_CODEC_F32,
+  ZINC_CODEC_BF16,
+  ZINC_CODEC_F16,
+  ZINC_CODEC_INT8,
+  ZINC_CODEC_INT4,
+  ZINC_CODEC_SIGN1,
+  ZINC_CODEC_NKINDS
+} zinc_codec_kind;
+
+typedef struct {
+  int kind;  /* zinc_codec_kind                                  */
+  int block; /* elements per scale (block codecs); 0 for casts   */
+} zinc_codec;
+
+/* Encoded bytes of n elements, a multiple of 16; 0 for NONE. */
+size_t zinc_codec_bytes(zinc_codec c, int64_t n);
+/* Bits per element on the wire for large n (scales included). */
+double zinc_codec_bits(zinc_codec c);
+/* "none" "fp32" "bf16" "fp16" "int8" "int4" "sign1" */
+const char *zinc_codec_name(zinc_codec c);
+/* 1 for INT8, INT4, SIGN1. */
+int zinc_codec_is_block(zinc_codec c);
+/* The worst-case absolute error of one decoded element of a block whose
+ * largest magnitude is m (INT8/INT4: m / (2 qmax) plus rounding of the
+ * scale; casts: half an ulp of m; SIGN1: no bound, returns INFINITY). */
+double zinc_codec_error_bound(zinc_codec c, double m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZINC_CODEC_H */
