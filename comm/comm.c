@@ -40,6 +40,7 @@ const char *zinc_coll_name(zinc_coll_kind k) {
   case ZINC_COLL_ALLGATHERV: return "all-gatherv";
   case ZINC_COLL_BROADCAST: return "broadcast";
   case ZINC_COLL_BARRIER: return "barrier";
+  case ZINC_COLL_ALLTOALLV: return "all-to-all-v";
   }
   return "unknown collective";
 }

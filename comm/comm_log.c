@@ -86,6 +86,7 @@ const char *zinc_comm_log_op_name(zinc_coll_kind k) {
   case ZINC_COLL_ALLGATHERV: return "all_gatherv";
   case ZINC_COLL_BROADCAST: return "broadcast";
   case ZINC_COLL_BARRIER: return "barrier";
+  case ZINC_COLL_ALLTOALLV: return "all_to_all_v";
   }
   return "unknown";
 }
@@ -144,6 +145,7 @@ static uint64_t ring_bytes(const zinc_comm *c, const zinc_coll *o) {
   case ZINC_COLL_BROADCAST: /* all but the ring's last rank pass it on */
     return c->rank == (o->root + c->size - 1) % c->size ? 0 : msg;
   case ZINC_COLL_BARRIER: return 0;
+  case ZINC_COLL_ALLTOALLV: return 0; /* TODO(issue 20): the bytes to other ranks */
   }
   return 0;
 }
@@ -158,7 +160,8 @@ static void bandwidths(const zinc_comm *c, const zinc_coll *o, uint64_t msg, dou
   case ZINC_COLL_ALLGATHERV: s = (double)gathered_bytes(c, o); factor = (n - 1) / n; break;
   case ZINC_COLL_REDUCE_SCATTER: s = (double)msg; factor = (n - 1) / n; break;
   case ZINC_COLL_BROADCAST: s = (double)msg; break;
-  case ZINC_COLL_BARRIER: break;
+  case ZINC_COLL_BARRIER:
+  case ZINC_COLL_ALLTOALLV: break; /* TODO(issue 20) */
   }
   *algbw = seconds > 0 ? s * 8 / seconds / 1e9 : 0;
   *busbw = *algbw * factor;

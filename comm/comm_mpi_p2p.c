@@ -292,6 +292,8 @@ static zinc_status run_one(zinc_mpi *m, const zinc_coll *o) {
     }
     return gather(m, o->kind, o->kind == ZINC_COLL_BROADCAST ? o->recv : o->send, o->recv,
                   len_of, dst_of, es, what);
+  case ZINC_COLL_ALLTOALLV:
+    return zinc_error(ZINC_ERR_UNSUPPORTED, "mpi comm: %s not implemented yet", what);
   case ZINC_COLL_BARRIER: {
     p2p_batch b = {m, ZINC_COLL_BARRIER, 0, "barrier", NULL};
     char token_out = 0, token_in[1], suspects[256];

@@ -39,7 +39,8 @@ static size_t src_bytes(const zinc_mpi *m, const zinc_coll *o) {
   case ZINC_COLL_ALLGATHER:
   case ZINC_COLL_ALLGATHERV:
   case ZINC_COLL_BROADCAST: return o->count * es;
-  case ZINC_COLL_BARRIER: return 0;
+  case ZINC_COLL_BARRIER:
+  case ZINC_COLL_ALLTOALLV: return 0; /* TODO(issue 20) */
   }
   return 0;
 }
@@ -63,7 +64,8 @@ static size_t dst_bytes(const zinc_mpi *m, const zinc_coll *o) {
         end = o->displs[k] + o->counts[k];
     return end * es;
   }
-  case ZINC_COLL_BARRIER: return 0;
+  case ZINC_COLL_BARRIER:
+  case ZINC_COLL_ALLTOALLV: return 0; /* TODO(issue 20) */
   }
   return 0;
 }
@@ -215,6 +217,7 @@ static void direct_phase_a(zinc_mpi *m, const zinc_coll *o, int j) {
       memcpy(recv, peer_src(m, o->root, j), o->count * es);
     break;
   case ZINC_COLL_BARRIER:
+  case ZINC_COLL_ALLTOALLV: /* TODO(issue 20) */
     break;
   }
 }
@@ -265,6 +268,7 @@ static void count_peer_reads(zinc_mpi *m, const zinc_coll *o) {
       bytes = r == o->root ? o->count * es : 0;
       break;
     case ZINC_COLL_BARRIER:
+    case ZINC_COLL_ALLTOALLV: /* TODO(issue 20) */
       break;
     }
     if (bytes)

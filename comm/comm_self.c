@@ -32,6 +32,10 @@ static zinc_status self_run(zinc_comm *c, const zinc_coll *colls, int n) {
     case ZINC_COLL_ALLGATHERV:
       copy_if_needed((char *)o->recv + o->displs[0] * es, o->send, o->count * es);
       break;
+    case ZINC_COLL_ALLTOALLV:
+      copy_if_needed((char *)o->recv + o->rdispls[0] * es,
+                     (const char *)o->send + o->displs[0] * es, o->counts[0] * es);
+      break;
     case ZINC_COLL_BROADCAST:
     case ZINC_COLL_BARRIER:
       break;
