@@ -133,6 +133,10 @@ struct zinc_module {
                              the gather in flight (a parameter read buffer) */
   int64_t read_seq;       /* when that read started (oldest is freed first) */
   size_t read_staging_bytes;
+  void *cx_wsend, *cx_wrecv; /* qwZ: (cx_wbytes) this rank's encoded chunks;
+                             (N x cx_wbytes) every rank's, for the gather
+                             in flight; device                           */
+  size_t cx_wbytes;
   /* gradients */
   zinc_grad_state grad_state;
   int64_t grad_window;    /* stage 0/1: window whose zeroing was done */
@@ -199,6 +203,12 @@ typedef struct {
   zinc_comm_req *req;
   int first_module;       /* index into engine->launched_modules */
   int nmodules;
+  /* compressed (compress.c): the encoded slices, peer-major */
+  void *cx_send, *cx_recv; /* (cx_send_bytes) device: sent / received    */
+  size_t cx_send_bytes;
+  size_t *cx_counts;      /* (5 N) bytes: counts, displs, rcounts, rdispls,
+                             and a cursor per peer                       */
+  size_t *cx_cursor;      /* into cx_counts                              */
 } zinc_reduction;
 
 /* ------------------------------------------------------------- trace */
@@ -354,6 +364,20 @@ struct zinc_engine {
   int *launched_modules;  /* modules of the in-flight reductions, in order */
   int nlaunched, launched_cap;
   int dedicated_warned;
+
+  /* ---- compressed communication (compress.c) */
+  zinc_codec cx_grad;     /* gradient slices to peers on other nodes (NONE:
+                             the plain reduce-scatter)                  */
+  zinc_codec cx_local;    /* ... to peers on this node when cx_local_raw
+                             (NONE: raw, the unit's dtype)              */
+  int cx_local_raw;       /* scope inter_node: pairs on a node use cx_local */
+  zinc_codec cx_weight;   /* stage-3 parameter gather (NONE: exact)     */
+  void *cx_ef;            /* (cx_ef_bytes) device: INT8 residuals, per
+                             trained unit (N-1) slices (cx_ef_off)      */
+  size_t cx_ef_bytes;
+  size_t *cx_ef_off;      /* (ntrain_units) byte offset of each unit's  */
+  float *cx_scratch;      /* stages 0/1: (largest chunk) f32 sum        */
+  size_t cx_scratch_bytes;
 
   /* ---- trace */
   int recording;          /* first micro-batch: record and agree per event */
@@ -581,6 +605,31 @@ zinc_status zinc_hpz_size(const zinc_settings *cfg, int dp_size, int *out);
 /* Bytes of the secondary partition (0 without hpZ); sets each unit's
  * secondary_byte. Needs the layout and e->hpz. */
 size_t zinc_stage3_secondary_layout(zinc_engine *e);
+/* --------------------------------------------------------- compress.c */
+/* The codecs for this layout and config (policy: compress.c's header),
+ * the error-feedback residuals and the stage 0/1 scratch. After layout. */
+zinc_status zinc_compress_init(zinc_engine *e);
+zinc_status zinc_compress_scratch(zinc_engine *e);
+void zinc_compress_scratch_free(zinc_engine *e);
+void zinc_compress_free(zinc_engine *e);
+/* After each optimizer step: zero the residuals every reset_T steps. */
+zinc_status zinc_compress_step_end(zinc_engine *e);
+int zinc_compress_grads(const zinc_engine *e);
+/* Encode reduction r's units and fill *coll with its all-to-all-v. */
+zinc_status zinc_compress_reduce_prepare(zinc_engine *e, zinc_reduction *r, zinc_coll *coll);
+/* After r's all-to-all-v: unit ui's rank-order sum into partition (f32;
+ * overwrite or add), or with partition NULL (stages 0/1) into this rank's
+ * slot of grad in the unit's dtype. Units in launch order. */
+zinc_status zinc_compress_reduce_unit(zinc_engine *e, zinc_reduction *r, int ui,
+                                      const char *grad, float *partition, int overwrite);
+void zinc_compress_reduction_free(zinc_engine *e, zinc_reduction *r);
+int zinc_compress_weights(const zinc_engine *e);
+size_t zinc_compress_weight_bytes(const zinc_engine *e, int64_t chunk);
+zinc_status zinc_compress_weight_encode(zinc_engine *e, void *dst, const void *src, int dtype,
+                                        int64_t chunk);
+zinc_status zinc_compress_weight_decode(zinc_engine *e, void *dst, int dtype, const void *src,
+                                        int64_t chunk);
+
 /* Gather the whole copy of persistent segments from the shards. */
 zinc_status zinc_stage3_gather_persistent(zinc_engine *e);
 void zinc_stage3_free(zinc_engine *e);

@@ -132,20 +132,26 @@ zinc_status zinc_grads_init(zinc_engine *e) {
         off += (size_t)seg->numel * zinc_dtype_size(seg->dtype);
       }
   }
+  ZINC_CHECK(zinc_compress_init(e));
+  ZINC_CHECK(zinc_compress_scratch(e));
   return ZINC_OK; /* the bucket ring: zinc_build_buffers, with the other comm memory */
 }
 
 void zinc_grads_free(zinc_engine *e) {
   /* Requests still in flight must finish before their buffers go away. */
-  for (int i = e->inflight_first; i < e->ninflight; i++)
+  for (int i = e->inflight_first; i < e->ninflight; i++) {
     if (e->inflight[i].req)
       e->dp->ops->wait(e->dp, e->inflight[i].req);
+    zinc_compress_reduction_free(e, &e->inflight[i]);
+  }
   for (int mi = 0; mi < e->nmodules; mi++) {
     zinc_module *m = e->modules[mi];
     if (m->grad_area && m->area_dedicated)
       zinc_engine_comm_buffer_free(e, m->grad_area, m->grad_bytes, ZINC_MEM_BUFFERS, 0);
     m->grad_area = NULL;
   }
+  zinc_compress_free(e);
+  zinc_compress_scratch_free(e);
   zinc_engine_comm_buffer_free(e, e->arena_base, e->arena_bytes, ZINC_MEM_BUFFERS, e->arena_shared);
   e->arena_base = NULL;
   free(e->pending);
@@ -191,6 +197,23 @@ static zinc_status absorb(zinc_engine *e, zinc_module *m) {
   return ZINC_OK;
 }
 
+/* Compressed (compress.c): m's units, summed in rank order from what r
+ * received, into the f32 partition (stages 2/3) or into this rank's slot
+ * of the gradient buffer (stages 0/1). */
+static zinc_status absorb_compressed(zinc_engine *e, zinc_reduction *r, zinc_module *m) {
+  int overwrite = m->reduced_window != window_of(e);
+  for (int s = 0; s < m->nsegs; s++) {
+    const zinc_segment *seg = &m->segs[s];
+    for (int ui = seg->first_unit; !seg->frozen && ui < seg->first_unit + seg->nunits; ui++)
+      ZINC_CHECK(zinc_compress_reduce_unit(
+          e, r, ui, zinc_unit_ptr(seg->grad, &e->units[ui]),
+          e->cfg.stage >= 2 ? e->grad_part + e->units[ui].shard_offset : NULL, overwrite));
+  }
+  if (e->cfg.stage >= 2)
+    m->reduced_window = window_of(e);
+  return ZINC_OK;
+}
+
 static void area_release(zinc_engine *e, zinc_module *m) {
   if (!m->grad_area)
     return;
@@ -223,17 +246,34 @@ static zinc_status retire_oldest(zinc_engine *e) {
     st = zinc_engine_wait(e, e->dp, r->req);
     r->req = NULL;
   }
-  if (st != ZINC_OK)
+  if (st != ZINC_OK) {
+    zinc_compress_reduction_free(e, r);
     return zinc_error_wrap(st, "reducing gradients");
+  }
   for (int i = 0; i < r->nmodules; i++) {
     zinc_module *m = e->modules[e->launched_modules[r->first_module + i]];
+    if (r->cx_recv) {
+      st = absorb_compressed(e, r, m);
+      if (st != ZINC_OK) {
+        zinc_compress_reduction_free(e, r);
+        return zinc_error_wrap(st, "reducing gradients");
+      }
+    }
     if (e->cfg.stage >= 2) {
-      ZINC_CHECK(absorb(e, m));
+      if (!r->cx_recv)
+        ZINC_CHECK(absorb(e, m));
       if (m->area_dedicated)
         area_release(e, m);
       else
         m->area_done = 1;
     }
+  }
+  if (r->cx_recv) {
+    /* the sums read the received bytes: done before they are freed */
+    st = zinc_engine_sync(e);
+    zinc_compress_reduction_free(e, r);
+    if (st != ZINC_OK)
+      return zinc_error_wrap(st, "reducing gradients");
   }
   e->inflight_first++;
   if (e->inflight_first == e->ninflight) {
@@ -280,17 +320,39 @@ static zinc_status launch(zinc_engine *e) {
       ncoll += m->segs[s].frozen ? 0 : m->segs[s].nunits;
   }
   zinc_coll *colls = NULL;
-  /* a collective point: a peer that left the module order meets it here
-   * (trace.c) instead of in the reduction */
   zinc_status ast = zinc_calloc((void **)&colls, (size_t)ncoll + 1, sizeof *colls,
                                 "reduction batch");
+  /* record the reduction (committed below, once every rank is ready) */
+  if (ast == ZINC_OK)
+    ast = zinc_grow((void **)&e->inflight, &e->inflight_cap, e->ninflight + 1,
+                    sizeof *e->inflight, "reductions");
+  if (ast == ZINC_OK)
+    ast = zinc_grow((void **)&e->launched_modules, &e->launched_cap,
+                    e->nlaunched + e->npending, sizeof *e->launched_modules, "reductions");
+  zinc_reduction *r = NULL;
+  if (ast == ZINC_OK) {
+    r = &e->inflight[e->ninflight];
+    memset(r, 0, sizeof *r);
+    r->first_module = e->nlaunched;
+    r->nmodules = e->npending;
+    memcpy(e->launched_modules + e->nlaunched, e->pending, (size_t)e->npending * sizeof(int));
+  }
+  /* compressed: the encoded slices and one all-to-all-v instead */
+  int compressed = zinc_compress_grads(e);
+  if (ast == ZINC_OK && compressed)
+    ast = zinc_compress_reduce_prepare(e, r, &colls[0]);
+  /* a collective point: a peer that left the module order meets it here
+   * (trace.c) instead of in the reduction; so does a rank that could not
+   * prepare it */
   ast = zinc_engine_agree_at(e, e->dp_host, ast, zinc_trace_key(ZINC_KEY_REDUCE, 0, 0), NULL);
   if (ast != ZINC_OK) {
+    if (r)
+      zinc_compress_reduction_free(e, r);
     free(colls);
     return ast;
   }
-  int k = 0;
-  for (int i = 0; i < e->npending; i++) {
+  int k = compressed ? ncoll : 0; /* compressed: colls[0] is the exchange */
+  for (int i = 0; !compressed && i < e->npending; i++) {
     zinc_module *m = e->modules[e->pending[i]];
     for (int s = 0; s < m->nsegs; s++) {
       const zinc_segment *seg = &m->segs[s];
@@ -306,20 +368,9 @@ static zinc_status launch(zinc_engine *e) {
       }
     }
   }
-  /* record the reduction */
-  zinc_status gst = zinc_grow((void **)&e->inflight, &e->inflight_cap, e->ninflight + 1,
-                              sizeof *e->inflight, "reductions");
-  if (gst == ZINC_OK)
-    gst = zinc_grow((void **)&e->launched_modules, &e->launched_cap,
-                    e->nlaunched + e->npending, sizeof *e->launched_modules, "reductions");
-  if (gst != ZINC_OK) {
-    free(colls);
-    return gst;
-  }
-  zinc_reduction *r = &e->inflight[e->ninflight];
-  r->first_module = e->nlaunched;
-  r->nmodules = e->npending;
-  memcpy(e->launched_modules + e->nlaunched, e->pending, (size_t)e->npending * sizeof(int));
+  (void)k;
+  if (compressed)
+    ncoll = 1;
   e->nlaunched += e->npending;
   e->npending = 0;
   e->pending_elems = 0;
@@ -334,8 +385,10 @@ static zinc_status launch(zinc_engine *e) {
     r->req = NULL;
   }
   free(colls);
-  if (st != ZINC_OK)
+  if (st != ZINC_OK) {
+    zinc_compress_reduction_free(e, r);
     return zinc_error_wrap(st, "starting a gradient reduction");
+  }
   e->ninflight++;
   if (!e->cfg.overlap_comm)
     return retire_all(e);

@@ -220,6 +220,65 @@ static void source_free(zinc_engine *e, zinc_module *m) {
   m->read_staging_bytes = 0;
 }
 
+/* ------------------------------------------------ qwZ (compress.c) */
+
+/* The encoded bytes of unit u's chunk and where the module's units start
+ * in the send staging (units in gather order, non-persistent only). */
+static size_t qw_bytes(const zinc_engine *e, const zinc_module *m) {
+  size_t total = 0;
+  for (int s = 0; s < m->nsegs; s++)
+    for (int ui = m->segs[s].first_unit; !m->segs[s].persistent &&
+                                         ui < m->segs[s].first_unit + m->segs[s].nunits; ui++)
+      total += zinc_compress_weight_bytes(e, e->units[ui].chunk);
+  return total;
+}
+
+static void qw_free(zinc_engine *e, zinc_module *m) {
+  if (m->cx_wsend)
+    zinc_engine_buffer_free(e, m->cx_wsend, m->cx_wbytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS);
+  if (m->cx_wrecv)
+    zinc_engine_buffer_free(e, m->cx_wrecv, m->cx_wbytes * (size_t)e->dp_size, ZINC_LOC_DEVICE,
+                            ZINC_MEM_BUFFERS);
+  m->cx_wsend = m->cx_wrecv = NULL;
+  m->cx_wbytes = 0;
+}
+
+static zinc_status qw_alloc(zinc_engine *e, zinc_module *m) {
+  m->cx_wbytes = qw_bytes(e, m);
+  if (m->cx_wbytes == 0)
+    m->cx_wbytes = 16;
+  zinc_status st = zinc_engine_buffer_alloc(e, m->cx_wbytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS,
+                                            &m->cx_wsend, "compressed parameters to send");
+  if (st == ZINC_OK)
+    st = zinc_engine_buffer_alloc(e, m->cx_wbytes * (size_t)e->dp_size, ZINC_LOC_DEVICE,
+                                  ZINC_MEM_BUFFERS, &m->cx_wrecv, "compressed parameters received");
+  if (st != ZINC_OK)
+    qw_free(e, m);
+  return st;
+}
+
+/* Every rank's encoded chunks, decoded into the gathered buffer: this
+ * rank's too, so that every rank computes with the same values. */
+static zinc_status qw_decode(zinc_engine *e, zinc_module *m) {
+  size_t off = 0;
+  for (int s = 0; s < m->nsegs; s++) {
+    const zinc_segment *seg = &m->segs[s];
+    if (seg->persistent)
+      continue;
+    char *base = (char *)m->gathered + seg->gather_offset;
+    for (int ui = seg->first_unit; ui < seg->first_unit + seg->nunits; ui++) {
+      const zinc_unit *u = &e->units[ui];
+      size_t b = zinc_compress_weight_bytes(e, u->chunk), es = zinc_dtype_size(u->dtype);
+      for (int p = 0; p < e->dp_size; p++)
+        ZINC_CHECK(zinc_compress_weight_decode(
+            e, zinc_unit_ptr(base, u) + (size_t)p * (size_t)u->chunk * es, u->dtype,
+            (const char *)m->cx_wrecv + (size_t)e->dp_size * off + (size_t)p * b, u->chunk));
+      off += b;
+    }
+  }
+  return zinc_engine_sync(e);
+}
+
 static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
   read_runs runs;
   read_range(e, m, &runs);
@@ -237,6 +296,24 @@ static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
                                 &m->gathered, "gathered parameters");
   if (st == ZINC_OK)
     st = zinc_calloc((void **)&colls, (size_t)ncoll, sizeof *colls, "gather batch");
+  /* qwZ: this rank's chunks encoded once, one all-gather of bytes */
+  int quantized = !group && zinc_compress_weights(e);
+  if (st == ZINC_OK && quantized)
+    st = qw_alloc(e, m);
+  size_t woff = 0;
+  for (int s = 0; st == ZINC_OK && quantized && s < m->nsegs; s++) {
+    const zinc_segment *seg = &m->segs[s];
+    for (int ui = seg->first_unit; !seg->persistent && st == ZINC_OK &&
+                                   ui < seg->first_unit + seg->nunits; ui++) {
+      const zinc_unit *u = &e->units[ui];
+      st = zinc_compress_weight_encode(e, (char *)m->cx_wsend + woff,
+                                       src[ui >= e->ntrain_units] + u->shard_byte, u->dtype,
+                                       u->chunk);
+      woff += zinc_compress_weight_bytes(e, u->chunk);
+    }
+  }
+  if (st == ZINC_OK && quantized)
+    st = zinc_engine_sync(e);
   if (st != ZINC_OK)
     zinc_error_wrap(st, "fetching module \"%s\"", m->name);
   /* the gather is collective: a rank that could not prepare it tells its
@@ -245,15 +322,18 @@ static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
                             NULL);
   if (st != ZINC_OK) {
     free(colls);
-    zinc_engine_buffer_free(e, m->gathered, m->gather_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS);
+    if (m->gathered)
+      zinc_engine_buffer_free(e, m->gathered, m->gather_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS);
     m->gathered = NULL;
     source_free(e, m);
+    qw_free(e, m);
     return st;
   }
   e->live_elems += m->gather_numel;
   if (e->live_elems > e->live_peak)
     e->live_peak = e->live_elems;
   int k = 0;
+  woff = 0;
   for (int s = 0; s < m->nsegs; s++) {
     const zinc_segment *seg = &m->segs[s];
     if (seg->persistent)
@@ -261,6 +341,18 @@ static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
     char *base = (char *)m->gathered + seg->gather_offset;
     for (int ui = seg->first_unit; ui < seg->first_unit + seg->nunits; ui++) {
       const zinc_unit *u = &e->units[ui];
+      if (quantized) {
+        size_t b = zinc_compress_weight_bytes(e, u->chunk);
+        /* each unit gathers into its own block of N x b bytes */
+        colls[k++] = (zinc_coll){.kind = ZINC_COLL_ALLGATHER,
+                                 .send = (const char *)m->cx_wsend + woff,
+                                 .recv = (char *)m->cx_wrecv + (size_t)e->dp_size * woff,
+                                 .count = b,
+                                 .dtype = ZINC_DT_U8,
+                                 .logical_bytes = (uint64_t)u->chunk * zinc_dtype_size(u->dtype)};
+        woff += b;
+        continue;
+      }
       /* in the group: the slices, in group-rank order, make the unit */
       colls[k++] = (zinc_coll){.kind = ZINC_COLL_ALLGATHER,
                                .send = group ? (const char *)e->param_secondary +
@@ -276,10 +368,11 @@ static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
     m->secondary = ZINC_SECONDARY_FILLING;
   st = m->gather_comm->ops->start(m->gather_comm, colls, ncoll, &m->gather_req);
   free(colls);
-  if (st != ZINC_OK)
+  if (st != ZINC_OK) {
     m->secondary = ZINC_SECONDARY_STALE;
-  if (st != ZINC_OK)
+    qw_free(e, m);
     return zinc_error_wrap(st, "gathering module \"%s\"", m->name);
+  }
   return ZINC_OK;
 }
 
@@ -290,6 +383,9 @@ static zinc_status gather_wait(zinc_engine *e, zinc_module *m) {
   m->gather_req = NULL;
   zinc_status st = zinc_engine_wait(e, m->gather_comm, req);
   source_free(e, m);
+  if (st == ZINC_OK && m->cx_wrecv)
+    st = qw_decode(e, m);
+  qw_free(e, m);
   if (st == ZINC_OK && m->secondary == ZINC_SECONDARY_FILLING)
     st = secondary_fill(e, m);
   if (m->secondary == ZINC_SECONDARY_FILLING)

@@ -534,6 +534,7 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
   ZINC_CHECK(gather_updated_params(e, 0));
   zinc_loss_scaler_update(&e->scaler, 0);
   e->step++;
+  ZINC_CHECK(zinc_compress_step_end(e));
   fill_info(e, info, 1, lr);
   return ZINC_OK;
 }
