@@ -87,6 +87,15 @@ static json_t *zero_json(const zinc_settings *s) {
   put(z, "stage3_gather_16bit_weights_on_model_save",
       bool_or_auto(s->stage3_gather_16bit_weights_on_model_save));
   put(z, "zero_hpz_partition_size", json_integer(s->zero_hpz_partition_size));
+  put(z, "zero_quantized_weights", json_boolean(s->zero_quantized_weights));
+  put(z, "zero_quantized_gradients", json_boolean(s->zero_quantized_gradients));
+  json_t *loco = json_null();
+  if (s->loco_enabled) {
+    loco = json_object();
+    put(loco, "err_beta", json_real(s->loco_err_beta));
+    put(loco, "reset_T", json_integer(s->loco_reset_T));
+  }
+  put(z, "zeropp_loco_param", loco);
   return z;
 }
 
@@ -153,6 +162,12 @@ static json_t *settings_json(const zinc_settings *s) {
   put(root, "zero_allow_untested_optimizer", json_boolean(s->zero_allow_untested_optimizer));
   put(root, "prescale_gradients", json_boolean(s->prescale_gradients));
   put(root, "gradient_predivide_factor", json_real(s->gradient_predivide_factor));
+  put(root, "communication_data_type",
+      s->communication_data_type < 0
+          ? json_null()
+          : json_string(s->communication_data_type == ZINC_F32   ? "fp32"
+                        : s->communication_data_type == ZINC_F16 ? "fp16"
+                                                                 : "bf16"));
 
   json_t *fp16 = json_object();
   put(fp16, "enabled", bool_or_auto(s->fp16_enabled));
@@ -264,6 +279,14 @@ static json_t *settings_json(const zinc_settings *s) {
   put(z, "memory_timeline", s->memory_timeline ? json_string(s->memory_timeline) : json_null());
   put(z, "placement_verbose", json_boolean(s->placement_verbose));
   put(z, "max_consecutive_skips", json_integer(s->max_consecutive_skips));
+  json_t *cz = json_object();
+  put(cz, "gradient_bits", json_integer(s->compress_gradient_bits));
+  put(cz, "weight_bits", json_integer(s->compress_weight_bits));
+  put(cz, "block_size", json_integer(s->compress_block_size));
+  put(cz, "scope", json_string(s->compress_scope == ZINC_COMPRESS_ALL ? "all" : "inter_node"));
+  put(cz, "weight_error_feedback", json_boolean(s->compress_weight_error_feedback));
+  put(cz, "activation_bits", json_integer(s->compress_activation_bits));
+  put(z, "compression", cz);
   put(root, "zinc", z);
   return root;
 }

@@ -81,10 +81,10 @@ static const zinc_key top_keys[] = {
     ZINC_KCUSTOM("aio"),
     ZINC_KCUSTOM("activation_checkpointing"),
     ZINC_KCUSTOM("zinc"),
+    ZINC_KCUSTOM("communication_data_type"),
     /* DeepSpeed options with no effect in zinc (silent at their default) */
     ZINC_KINERT("dump_state", "false"),
     ZINC_KINERT("disable_allgather", "false"),
-    ZINC_KINERT("communication_data_type", "null"),
     ZINC_KINERT("seq_parallel_communication_data_type", "\"fp32\""),
     ZINC_KINERT("sparse_gradients", "false"),
     ZINC_KINERT("memory_breakdown", "false"),
@@ -171,6 +171,35 @@ static void read_top_level_notes(zinc_cfg_reader *r, const json_t *root, zinc_se
   if (s->steps_per_print == 0 && json_object_get(root, "steps_per_print"))
     zinc_cfg_warn(r, "steps_per_print = 0: read as never (zinc_steps_per_print returns "
                   "INT_MAX; DeepSpeed would divide by 0 at its first step)");
+}
+
+/* communication_data_type: the dtype gradients travel in. DeepSpeed
+ * lower-cases the string and takes "fp32", "fp16" or "bf16" (its
+ * get_communication_data_type; "float32", "bfloat16" are refused there
+ * too); null, its default, means the gradients' own dtype. */
+static zinc_status read_communication_data_type(zinc_cfg_reader *r, const json_t *root,
+                                                zinc_settings *s) {
+  static const struct {
+    const char *name;
+    zinc_dtype dtype;
+  } types[] = {{"fp32", ZINC_F32}, {"fp16", ZINC_F16}, {"bf16", ZINC_BF16}};
+  size_t mark;
+  const json_t *v = zinc_cfg_enter(r, root, "communication_data_type", &mark);
+  if (!v)
+    return ZINC_OK;
+  s->communication_data_type = -1;
+  if (!json_is_null(v)) {
+    size_t i = 0;
+    while (json_is_string(v) && i < ZINC_KEY_COUNT(types) &&
+           strcasecmp(json_string_value(v), types[i].name) != 0)
+      i++;
+    if (!json_is_string(v) || i == ZINC_KEY_COUNT(types))
+      return zinc_cfg_bad(r, v, "\"fp32\", \"fp16\", \"bf16\" or null (the gradients' "
+                          "own dtype), as DeepSpeed accepts");
+    s->communication_data_type = (int)types[i].dtype;
+  }
+  zinc_cfg_pop(r, mark);
+  return ZINC_OK;
 }
 
 /* ------------------------------------------------------------- precision */
@@ -699,7 +728,77 @@ static const zinc_key zinc_keys[] = {
     ZINC_KCUSTOM("memory_timeline"),
     ZINC_KB(T, "placement_verbose", placement_verbose),
     ZINC_KL(T, "max_consecutive_skips", max_consecutive_skips, 0, 0, 0),
+    ZINC_KCUSTOM("compression"),
 };
+
+/* "zinc": {"compression": {...}}: the codecs of compressed communication,
+ * which DeepSpeed's keys (zero_quantized_gradients / _weights) leave fixed.
+ * Each bit width is a codec of kernels/codec.h; a block of block_size
+ * elements carries one fp32 scale (32 / block_size more bits per element). */
+static const zinc_key compression_keys[] = {
+    ZINC_KCUSTOM("gradient_bits"),
+    ZINC_KCUSTOM("weight_bits"),
+    {"block_size", ZINC_KEY_I64, offsetof(T, compress_block_size), 1, 1 << 20, 0, 0, NULL},
+    ZINC_KCUSTOM("scope"),
+    ZINC_KB(T, "weight_error_feedback", compress_weight_error_feedback),
+    ZINC_KCUSTOM("activation_bits"),
+};
+
+/* An integer key of obj that takes one of a few values (ascending, for the
+ * message). */
+static zinc_status read_bits(zinc_cfg_reader *r, const json_t *obj, const char *key,
+                             const int *allowed, size_t n, const char *what, int *out) {
+  size_t mark;
+  const json_t *v = zinc_cfg_enter(r, obj, key, &mark);
+  if (!v)
+    return ZINC_OK;
+  int64_t x = 0;
+  int ok = json_is_number(v) && zinc_cfg_int64(r, v, INT_MIN, INT_MAX, &x) == ZINC_OK;
+  size_t i = 0;
+  while (ok && i < n && allowed[i] != x)
+    i++;
+  if (!ok || i == n)
+    return zinc_cfg_bad(r, v, "%s", what);
+  *out = (int)x;
+  zinc_cfg_pop(r, mark);
+  return ZINC_OK;
+}
+
+static zinc_status read_compression(zinc_cfg_reader *r, const json_t *zinc, zinc_settings *s) {
+  size_t mark = zinc_cfg_push(r, "compression");
+  const json_t *obj;
+  ZINC_CHECK(zinc_cfg_object(r, json_object_get(zinc, "compression"), &obj));
+  if (!obj)
+    goto done;
+  ZINC_CHECK(zinc_cfg_walk(r, obj, compression_keys, ZINC_KEY_COUNT(compression_keys), s,
+                           sizeof *s));
+  static const int gradient_bits[] = {1, 4, 8}, weight_bits[] = {4, 8},
+                   activation_bits[] = {0, 4, 8};
+  ZINC_CHECK(read_bits(r, obj, "gradient_bits", gradient_bits, 3,
+                       "1, 4 or 8 (bits per gradient element; 1 is the sign, an experiment "
+                       "that needs zeropp_loco_param)", &s->compress_gradient_bits));
+  ZINC_CHECK(read_bits(r, obj, "weight_bits", weight_bits, 2,
+                       "4 or 8 (bits per weight element)", &s->compress_weight_bits));
+  ZINC_CHECK(read_bits(r, obj, "activation_bits", activation_bits, 3,
+                       "0 (exact), 4 or 8 (bits per activation element)",
+                       &s->compress_activation_bits));
+  size_t m;
+  const json_t *v = zinc_cfg_enter(r, obj, "scope", &m);
+  if (v) {
+    const char *name = json_is_string(v) ? json_string_value(v) : "";
+    if (strcmp(name, "inter_node") == 0)
+      s->compress_scope = ZINC_COMPRESS_INTER_NODE;
+    else if (strcmp(name, "all") == 0)
+      s->compress_scope = ZINC_COMPRESS_ALL;
+    else
+      return zinc_cfg_bad(r, v, "\"inter_node\" (compress only what crosses nodes) or "
+                          "\"all\"");
+    zinc_cfg_pop(r, m);
+  }
+done:
+  zinc_cfg_pop(r, mark);
+  return ZINC_OK;
+}
 
 static zinc_status read_zinc(zinc_cfg_reader *r, const json_t *root, zinc_settings *s) {
   const json_t *obj;
@@ -730,6 +829,7 @@ static zinc_status read_zinc(zinc_cfg_reader *r, const json_t *root, zinc_settin
   }
   if (v)
     zinc_cfg_pop(r, m);
+  ZINC_CHECK(read_compression(r, obj, s));
 done:
   zinc_cfg_pop(r, mark);
   return ZINC_OK;
@@ -897,6 +997,7 @@ zinc_status zinc_cfg_read_document(zinc_cfg_reader *r, const json_t *root,
   ZINC_CHECK(read_zinc(r, root, s));
   ZINC_CHECK(zinc_cfg_walk(r, root, top_keys, ZINC_KEY_COUNT(top_keys), s, sizeof *s));
   read_top_level_notes(r, root, s);
+  ZINC_CHECK(read_communication_data_type(r, root, s));
   ZINC_CHECK(read_batch(r, root, s));
   ZINC_CHECK(read_precision(r, root, s));
   ZINC_CHECK(read_optimizer(r, root, s));

@@ -8,6 +8,11 @@
  * both are accepted here, and giving both is an error. Deprecated forms
  * (cpu_offload, cpu_offload_param, a bare true/false section) are mapped
  * to their replacement with a warning.
+ *
+ * The ZeRO++ compression keys (zero_quantized_gradients / _weights,
+ * zeropp_loco_param) are read here; the codecs they use come from
+ * "zinc": {"compression": ...} (sections.c), which is read first, so that
+ * the warnings here may look at it.
  */
 #include <limits.h>
 #include <math.h>
@@ -57,6 +62,11 @@ static const zinc_key zero_keys[] = {
                  stage3_gather_16bit_weights_on_model_save),
     /* ZeRO++ hpZ: stage-3 secondary partition over groups of this many ranks */
     ZINC_KI(T, "zero_hpz_partition_size", zero_hpz_partition_size, 1, INT_MAX),
+    /* ZeRO++ qwZ / qgZ (docs/config.md "Compressed communication"; the codecs
+     * are zinc.compression's) and LoCo error feedback */
+    ZINC_KB(T, "zero_quantized_weights", zero_quantized_weights),
+    ZINC_KB(T, "zero_quantized_gradients", zero_quantized_gradients),
+    ZINC_KCUSTOM("zeropp_loco_param"),
     ZINC_KCUSTOM("cpu_offload"),
     ZINC_KCUSTOM("cpu_offload_param"),
     /* DeepSpeed options with no effect in zinc (silent at their default) */
@@ -66,10 +76,7 @@ static const zinc_key zero_keys[] = {
     ZINC_KINERT("ignore_unused_parameters", "true"),
     ZINC_KINERT("legacy_stage1", "false"),
     ZINC_KINERT("use_multi_rank_bucket_allreduce", "true"),
-    ZINC_KINERT("zero_quantized_weights", "false"),
     ZINC_KINERT("zero_quantized_nontrainable_weights", "false"),
-    ZINC_KINERT("zero_quantized_gradients", "false"),
-    ZINC_KINERT("zeropp_loco_param", "null"),
     ZINC_KINERT("mics_shard_size", "-1"),
     ZINC_KINERT("mics_hierarchical_params_gather", "false"),
     ZINC_KINERT("memory_efficient_linear", "true"),
@@ -111,6 +118,55 @@ static const zinc_key offload_param_keys[] = {
     {"max_in_cpu", ZINC_KEY_I64, offsetof(O, max_in_cpu), 0, HUGE_VAL, ZINC_KEY_NO_EFFECT | TR, 0,
      "no parameter cache is kept in host memory beside the NVMe partition"},
 };
+
+/* zeropp_loco_param: {"err_beta": 0.8, "reset_T": 1024}. DeepSpeed reads
+ * both keys with loco_param[...] at its first reduce (a KeyError when one
+ * is missing); zinc fills a missing one with the default its docstring
+ * states. */
+static const zinc_key loco_keys[] = {
+    ZINC_KF(T, "err_beta", loco_err_beta, 0, 1, ZINC_KEY_HI_OPEN, 0),
+    ZINC_KL(T, "reset_T", loco_reset_T, 1, TR, 0),
+};
+
+/* null (LoCo off) or an object (LoCo on). */
+static zinc_status read_loco(zinc_cfg_reader *r, const json_t *zero, zinc_settings *s) {
+  size_t mark;
+  const json_t *v = zinc_cfg_enter(r, zero, "zeropp_loco_param", &mark);
+  if (!v)
+    return ZINC_OK;
+  if (!json_is_null(v)) {
+    if (!json_is_object(v))
+      return zinc_cfg_bad(r, v, "null or an object {\"err_beta\": 0.8, \"reset_T\": 1024}");
+    ZINC_CHECK(zinc_cfg_walk(r, v, loco_keys, ZINC_KEY_COUNT(loco_keys), s, sizeof *s));
+    s->loco_enabled = 1;
+  }
+  zinc_cfg_pop(r, mark);
+  return ZINC_OK;
+}
+
+/* Compression keys that a stage or another key makes idle: said once
+ * each, as DeepSpeed would run on without them. */
+static void note_compression(zinc_cfg_reader *r, const zinc_settings *s) {
+  if (s->zero_quantized_gradients && s->stage == 0)
+    zinc_cfg_warn(r, "%s.zero_quantized_gradients = true has no effect at stage 0: quantized "
+                  "gradients (qgZ) compress the reduce-scatter of stages 1, 2 and 3; set a "
+                  "stage or remove the key", r->path);
+  if (s->zero_quantized_weights && s->stage == 0)
+    zinc_cfg_warn(r, "%s.zero_quantized_weights = true has no effect at stage 0: quantized "
+                  "weights (qwZ) compress the parameter all-gather of stages 1, 2 (after the "
+                  "step) and 3; set a stage or remove the key", r->path);
+  int weight_feedback = s->zero_quantized_weights && s->compress_weight_error_feedback;
+  if (s->loco_enabled && !s->zero_quantized_gradients && !weight_feedback)
+    zinc_cfg_warn(r, "%s.zeropp_loco_param has no effect without zero_quantized_gradients: "
+                  "it sets the error feedback of the quantized gradients (and of quantized "
+                  "weights with zinc.compression.weight_error_feedback); set "
+                  "zero_quantized_gradients true or remove it", r->path);
+  if (s->zero_quantized_gradients && s->stage > 0 && s->compress_gradient_bits == 1 &&
+      !s->loco_enabled)
+    zinc_cfg_warn(r, "zinc.compression.gradient_bits = 1 without %s.zeropp_loco_param: sign "
+                  "compression with no error feedback will not converge (accepted, for "
+                  "experiments); give zeropp_loco_param, or use 4 or 8 bits", r->path);
+}
 
 /* nvme_path: a string, or (zinc) a list of strings to stripe over. */
 static zinc_status read_nvme_path(zinc_cfg_reader *r, const json_t *v,
@@ -224,6 +280,7 @@ zinc_status zinc_cfg_read_zero(zinc_cfg_reader *r, const json_t *v, zinc_setting
       ZINC_CHECK(zinc_cfg_bool(r, overlap, &s->overlap_comm));
     zinc_cfg_pop(r, m);
   }
+  ZINC_CHECK(read_loco(r, zero, s));
   ZINC_CHECK(read_offload(r, zero, "offload_optimizer", offload_optimizer_keys,
                           ZINC_KEY_COUNT(offload_optimizer_keys), &s->offload_optimizer));
   ZINC_CHECK(read_offload(r, zero, "offload_param", offload_param_keys,
@@ -236,6 +293,7 @@ zinc_status zinc_cfg_read_zero(zinc_cfg_reader *r, const json_t *v, zinc_setting
     zinc_cfg_warn(r, "%s.zero_hpz_partition_size = %d has no effect at stage %d: the "
                   "secondary parameter partition (hpZ) is a stage-3 feature; set stage 3 "
                   "or remove the key", r->path, s->zero_hpz_partition_size, s->stage);
+  note_compression(r, s);
   zinc_cfg_pop(r, mark);
   return ZINC_OK;
 }

@@ -338,7 +338,24 @@ static void integers_as_reals(const zinc_settings *s) {
 
 static void inert_deepspeed_keys(const zinc_settings *s) {
   assert_int_equal(s->round_robin_gradients, 1);
+  assert_int_equal(s->communication_data_type, ZINC_F32); /* read, no longer inert */
   assert_int_equal(s->stage, 2);
+}
+
+/* ZeRO++ as DeepSpeed's tutorial writes it, with LoCo and zinc's codecs */
+static void zeropp_compressed(const zinc_settings *s) {
+  assert_int_equal(s->communication_data_type, ZINC_F16);
+  assert_int_equal(s->zero_quantized_weights, 1);
+  assert_int_equal(s->zero_quantized_gradients, 1);
+  assert_int_equal(s->loco_enabled, 1);
+  assert_true(s->loco_err_beta == 0.9);
+  assert_int_equal(s->loco_reset_T, 512);
+  assert_int_equal(s->compress_gradient_bits, 8);
+  assert_int_equal(s->compress_weight_bits, 4);
+  assert_int_equal(s->compress_block_size, 128);
+  assert_int_equal(s->compress_scope, ZINC_COMPRESS_ALL);
+  assert_int_equal(s->compress_weight_error_feedback, 1);
+  assert_int_equal(s->compress_activation_bits, 4);
 }
 
 static void gpt_neox_style(const zinc_settings *s) {
@@ -512,7 +529,7 @@ static const valid_case valid_cases[] = {
     VALID(hf_zero2_warmup_decay_auto, 0),
     VALID(hf_zero3_bf16_nvme, 0),
     VALID(hf_zero3_warmup_decay_auto, 0),
-    VALID(inert_deepspeed_keys, 2), /* communication_data_type, round_robin_gradients */
+    VALID(inert_deepspeed_keys, 1), /* round_robin_gradients */
     VALID(initial_scale_power_100, 0),
     VALID(initial_scale_power_beyond_fp32, 1), /* clamped to 127 */
     VALID(initial_scale_power_fraction, 0),
@@ -546,6 +563,7 @@ static const valid_case valid_cases[] = {
     VALID(zero_infinity_nvme, 1), /* offload_param.max_in_cpu: no host cache */
     VALID(zero_infinity_striped_nvme, 1), /* ratio 0.3: partial offload not implemented */
     VALID(zinc_section, 0),
+    VALID(zeropp_compressed, 0),
 };
 
 static const valid_case *find_valid(const char *file) {

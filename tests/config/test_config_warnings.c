@@ -99,7 +99,8 @@ static void inert_keys_say_so(void **state) {
                  "\"fp16\":{\"enabled\":true,\"auto_cast\":false}}", 0, NULL);
   /* another value: a warning that says zinc does not act on it (not "unknown") */
   char *text;
-  int n = parse_warnings("{\"zero_optimization\":{\"stage\":3,\"zero_quantized_weights\":true,"
+  int n = parse_warnings("{\"zero_optimization\":{\"stage\":3,"
+                         "\"zero_quantized_nontrainable_weights\":true,"
                          "\"mics_shard_size\":8},\"dump_state\":true}", &text);
   assert_int_equal(n, 3);
   assert_int_equal(test_count_lines(text, "accepts but does not act on"), 3);
