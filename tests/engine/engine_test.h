@@ -82,6 +82,8 @@ typedef struct {
   int64_t param_buffer_size; /* offload_param.buffer_size (0: default) */
   int hpz;                 /* zero_hpz_partition_size (0: not written) */
   int model_parallel;      /* zinc_options.model_parallel_size (0: 1) */
+  const char *zero_extra;  /* extra zero_optimization members ("\"k\": v,"
+                              each with its comma), or NULL */
   tm_shape shape;
   const et_optim *optim;   /* NULL: AdamW, lr 0.01, betas (0.9, 0.999), eps 1e-8,
                               weight_decay 0.01 (et_adamw_default) */
@@ -180,7 +182,7 @@ static inline char *et_config_json(const et_run *r) {
       "    \"stage\": %d, \"reduce_bucket_size\": %lld, \"allgather_bucket_size\": %lld,\n"
       "    \"overlap_comm\": %s, \"stage3_param_persistence_threshold\": %lld,\n"
       "    \"stage3_prefetch_bucket_size\": %lld, \"stage3_max_live_parameters\": %lld,\n"
-      "    \"stage3_max_reuse_distance\": %lld,%s\n"
+      "    \"stage3_max_reuse_distance\": %lld,%s%s\n"
       "    \"offload_optimizer\": {\"device\": \"%s\"%s%s%s%s}%s\n"
       "  }%s%s\n"
       "}\n",
@@ -190,7 +192,7 @@ static inline char *et_config_json(const et_run *r) {
       r->dtype == ZINC_F16 ? "true" : "false", r->fp16_window,
       r->dtype == ZINC_BF16 ? "true" : "false", r->stage, (long long)r->reduce_bucket,
       (long long)r->allgather_bucket, r->overlap ? "true" : "false", (long long)r->persist, (long long)r->prefetch,
-      (long long)r->max_live, (long long)r->reuse, sub_group, r->stage == 0 ? "none" : r->offload,
+      (long long)r->max_live, (long long)r->reuse, sub_group, r->zero_extra ? r->zero_extra : "", r->stage == 0 ? "none" : r->offload,
       opt_nvme ? ", \"nvme_path\": \"" : "", opt_nvme ? r->nvme_path : "",
       opt_nvme ? "\"" : "", buffers, param_offload, r->extra ? ",\n" : "",
       r->extra ? r->extra : "");
