@@ -194,6 +194,19 @@ static zinc_status cpu_cast(zinc_device *d, zinc_stream *s, void *dst, int dst_d
   return zinc_cpu_cast(c->pool, c->isa, dst, dst_dtype, src, src_dtype, n);
 }
 
+static zinc_status cpu_encode(zinc_device *d, zinc_stream *s, zinc_codec codec, void *dst,
+                              const void *src, int src_dtype, int64_t n, void *ef,
+                              float ef_beta) {
+  cpu_impl *c = impl_of(d);
+  return zinc_cpu_codec_encode(c->pool, c->isa, codec, dst, src, src_dtype, n, ef, ef_beta);
+}
+
+static zinc_status cpu_decode(zinc_device *d, zinc_stream *s, zinc_codec codec, void *dst,
+                              int dst_dtype, const void *src, int64_t n, int accumulate) {
+  cpu_impl *c = impl_of(d);
+  return zinc_cpu_codec_decode(c->pool, c->isa, codec, dst, dst_dtype, src, n, accumulate);
+}
+
 /* ----------------------------------------------------------- information */
 
 /* "Key:   123 kB" lines of /proc/meminfo, in bytes; -1 where missing. */
@@ -242,6 +255,8 @@ static const zinc_device_ops cpu_ops = {
     .sumsq = cpu_sumsq,
     .accumulate_f32 = cpu_accumulate_f32,
     .cast = cpu_cast,
+    .encode = cpu_encode,
+    .decode = cpu_decode,
     .mem_info = cpu_mem_info,
     .destroy = cpu_destroy,
 };

@@ -4,6 +4,7 @@
  */
 #include <math.h>
 
+#include "base/base.h"
 #include "kernels/codec.h"
 
 int zinc_codec_is_block(zinc_codec c) {
@@ -49,13 +50,54 @@ const char *zinc_codec_name(zinc_codec c) {
   return c.kind >= 0 && c.kind < ZINC_CODEC_NKINDS ? names[c.kind] : "?";
 }
 
+/* Block codecs (codec_math.h): q is within 0.5 + qmax 2^-23 of x qmax / m
+ * (two fp32 roundings of y = (x pre) inv), the scale and q * scale are
+ * each rounded once more (relative 2^-24, or 2^-150 absolute when they are
+ * subnormal): m / (2 qmax) + m 2^-22 + (qmax + 1) 2^-150, doubled in the
+ * small terms. */
 double zinc_codec_error_bound(zinc_codec c, double m) {
+  double a = fabs(m);
   switch (c.kind) {
   case ZINC_CODEC_F32: return 0;
-  case ZINC_CODEC_BF16: return ldexp(fabs(m), -8);  /* half an ulp of an 8-bit significand */
-  case ZINC_CODEC_F16: return ldexp(fabs(m), -11) + ldexp(1.0, -25); /* + subnormal step */
-  case ZINC_CODEC_INT8: return fabs(m) / 254.0 * (1 + 1e-6);
-  case ZINC_CODEC_INT4: return fabs(m) / 14.0 * (1 + 1e-6);
+  case ZINC_CODEC_BF16: /* half an ulp of an 8-bit significand; subnormal step 2^-133 */
+    return ldexp(a, -8) + ldexp(1.0, -134);
+  case ZINC_CODEC_F16: /* + the subnormal step; 65520 and above become inf */
+    return a >= 65520.0 ? INFINITY : ldexp(a, -11) + ldexp(1.0, -25);
+  case ZINC_CODEC_INT8: return a / 254.0 + ldexp(a, -21) + 128.0 * ldexp(1.0, -149);
+  case ZINC_CODEC_INT4: return a / 14.0 + ldexp(a, -21) + 8.0 * ldexp(1.0, -149);
   default: return INFINITY;
   }
+}
+
+zinc_status zinc_codec_check(const char *who, int encoding, zinc_codec c, void *dst,
+                             const void *src, int dtype, int64_t n, const void *ef,
+                             float ef_beta, int accumulate) {
+  if (c.kind <= ZINC_CODEC_NONE || c.kind >= ZINC_CODEC_NKINDS)
+    return zinc_error(ZINC_ERR_INVALID, "%s: codec kind %d; use one of fp32, bf16, fp16, int8, "
+                      "int4, sign1 (ZINC_CODEC_F32 .. ZINC_CODEC_SIGN1)", who, c.kind);
+  if (zinc_codec_is_block(c) && c.block <= 0)
+    return zinc_error(ZINC_ERR_INVALID, "%s: %s codec with block %d; a block codec needs "
+                      "block >= 1 elements per scale", who, zinc_codec_name(c), c.block);
+  if (dtype != ZINC_F32 && dtype != ZINC_BF16 && dtype != ZINC_F16)
+    return zinc_error(ZINC_ERR_INVALID, "%s: %s dtype %d; use f32, bf16 or f16", who,
+                      encoding ? "source" : "destination", dtype);
+  if (n < 0)
+    return zinc_error(ZINC_ERR_INVALID, "%s: n %lld elements; n must be >= 0", who,
+                      (long long)n);
+  if (n > 0 && (!dst || !src))
+    return zinc_error(ZINC_ERR_INVALID, "%s: %lld elements with dst %p, src %p; both are "
+                      "needed", who, (long long)n, dst, src);
+  if (encoding && ef) {
+    if (!zinc_codec_is_block(c))
+      return zinc_error(ZINC_ERR_INVALID, "%s: error feedback with the %s codec; it needs a "
+                        "block codec (int8, int4, sign1): pass ef NULL", who,
+                        zinc_codec_name(c));
+    if (!(ef_beta >= 0.0f && ef_beta <= 1.0f))
+      return zinc_error(ZINC_ERR_INVALID, "%s: error feedback beta %g; it must be in [0, 1]",
+                        who, (double)ef_beta);
+  }
+  if (!encoding && accumulate && dtype != ZINC_F32)
+    return zinc_error(ZINC_ERR_INVALID, "%s: decode-accumulate into dtype %d; it adds into "
+                      "f32 only", who, dtype);
+  return ZINC_OK;
 }

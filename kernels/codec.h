@@ -80,9 +80,20 @@ const char *zinc_codec_name(zinc_codec c);
 /* 1 for INT8, INT4, SIGN1. */
 int zinc_codec_is_block(zinc_codec c);
 /* The worst-case absolute error of one decoded element of a block whose
- * largest magnitude is m (INT8/INT4: m / (2 qmax) plus rounding of the
- * scale; casts: half an ulp of m; SIGN1: no bound, returns INFINITY). */
+ * largest magnitude is m (INT8/INT4: m / (2 qmax) plus the fp32 roundings
+ * of the quantizer and the scale, m 2^-21 + (qmax + 1) 2^-149; casts: half
+ * an ulp of m plus half the smallest subnormal step, INFINITY for fp16 at
+ * m >= 65520; SIGN1: no bound, returns INFINITY). */
 double zinc_codec_error_bound(zinc_codec c, double m);
+
+/* The argument checks every backend's encode (encoding 1) and decode run
+ * first: codec kind (not NONE) and block (> 0 for block codecs), dtype,
+ * n >= 0, buffers not NULL when n > 0, error feedback only with a block
+ * codec and beta in [0, 1], accumulate only into f32. ZINC_ERR_INVALID
+ * naming `who` and the bad argument. */
+zinc_status zinc_codec_check(const char *who, int encoding, zinc_codec c, void *dst,
+                             const void *src, int dtype, int64_t n, const void *ef,
+                             float ef_beta, int accumulate);
 
 #ifdef __cplusplus
 }

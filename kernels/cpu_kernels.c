@@ -85,8 +85,8 @@ zinc_cpu_isa zinc_cpu_isa_select(void) {
   return best;
 }
 
-static zinc_status isa_ops(zinc_cpu_isa isa, const char *kernel,
-                           const zinc_cpu_isa_ops **out) {
+zinc_status zinc_cpu_isa_table(zinc_cpu_isa isa, const char *kernel,
+                               const zinc_cpu_isa_ops **out) {
   if (!zinc_cpu_isa_supported(isa))
     return zinc_error(ZINC_ERR_UNSUPPORTED,
                       "cpu %s: instruction set %s (%d) is not available on this CPU; "
@@ -270,7 +270,7 @@ zinc_status zinc_cpu_optim(zinc_threadpool *pool, zinc_cpu_isa isa,
     total += g->n;
   }
   optim_job job = {.coefs = coefs, .segs = segs, .nseg = nseg, .kind = kind, .pass = pass};
-  ZINC_CHECK(isa_ops(isa, name, &job.ops));
+  ZINC_CHECK(zinc_cpu_isa_table(isa, name, &job.ops));
   if (lamb_update)
     return lamb_update_run(pool, &job, norms);
   zinc_threadpool_for(pool, total, KERNEL_GRAIN, optim_part, &job);
@@ -323,7 +323,7 @@ zinc_status zinc_cpu_sumsq(zinc_threadpool *pool, zinc_cpu_isa isa,
     total += chunk_blocks(&chunks[i]);
   }
   sumsq_job job = {.chunks = chunks, .nchunks = nchunks};
-  ZINC_CHECK(isa_ops(isa, "sumsq", &job.ops));
+  ZINC_CHECK(zinc_cpu_isa_table(isa, "sumsq", &job.ops));
   double stack_sums[SUMSQ_STACK_BLOCKS];
   job.block_sums = stack_sums;
   if (total > SUMSQ_STACK_BLOCKS)
@@ -374,7 +374,7 @@ static zinc_status convert_run(zinc_threadpool *pool, zinc_cpu_isa isa, const ch
                       ">= 0 and dtypes f32, bf16 or f16", kernel, (long long)n, dst, ddt,
                       src, sdt);
   convert_job job = {.dst = dst, .src = src, .ddt = ddt, .sdt = sdt, .accumulate = accumulate};
-  ZINC_CHECK(isa_ops(isa, kernel, &job.ops));
+  ZINC_CHECK(zinc_cpu_isa_table(isa, kernel, &job.ops));
   if (!accumulate && ddt == sdt) {
     if (dst != src)
       zinc_threadpool_for(pool, n, KERNEL_GRAIN, copy_part, &job);

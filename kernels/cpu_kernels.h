@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "base/threadpool.h"
+#include "kernels/codec.h"
 #include "kernels/zinc_math.h"
 #include "zinc.h"
 
@@ -93,6 +94,27 @@ zinc_status zinc_cpu_accumulate_f32(zinc_threadpool *pool, zinc_cpu_isa isa,
  * dst and src must not overlap (unless equal with equal dtypes). */
 zinc_status zinc_cpu_cast(zinc_threadpool *pool, zinc_cpu_isa isa, void *dst,
                           int dst_dtype, const void *src, int src_dtype, int64_t n);
+
+/* Codecs of compressed collectives (kernels/codec.h, math in
+ * kernels/codec_math.h), the same bytes and values on every path and for
+ * any pool.
+ *
+ * encode: dst (zinc_codec_bytes(c, n) bytes, padding zeroed) = c applied
+ * to src (n elements of src_dtype). ef: NULL, or the slice's INT8 residual
+ * (zinc_codec_bytes({INT8, c.block}, n) bytes, zero-filled = no residual),
+ * read and rewritten with ef_beta in [0, 1]; error feedback needs a block
+ * codec. decode: dst (n elements of dst_dtype) = decoded src; with
+ * accumulate, dst must be f32 and the values are added (dst += v, one fp32
+ * add per element). A cast codec decodes to another dtype through f32.
+ * A cast codec's block is ignored. dst must not overlap src or ef.
+ * Bad arguments (codec kind or block, dtype, negative n, NULL buffers,
+ * beta) return ZINC_ERR_INVALID naming them, with nothing written. */
+zinc_status zinc_cpu_codec_encode(zinc_threadpool *pool, zinc_cpu_isa isa, zinc_codec c,
+                                  void *dst, const void *src, int src_dtype, int64_t n,
+                                  void *ef, float ef_beta);
+zinc_status zinc_cpu_codec_decode(zinc_threadpool *pool, zinc_cpu_isa isa, zinc_codec c,
+                                  void *dst, int dst_dtype, const void *src, int64_t n,
+                                  int accumulate);
 
 #ifdef __cplusplus
 }

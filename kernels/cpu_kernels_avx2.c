@@ -136,5 +136,7 @@ const zinc_cpu_isa_ops zinc_cpu_ops_avx2 = {
     .lamb_apply = simd_lamb_apply,
     .sumsq_block = avx2_sumsq_block,
     .convert = simd_convert,
+    .codec_encode = simd_codec_encode,
+    .codec_decode = simd_codec_decode,
 };
 #endif /* __x86_64__ */

@@ -142,5 +142,7 @@ const zinc_cpu_isa_ops zinc_cpu_ops_avx512 = {
     .lamb_apply = simd_lamb_apply,
     .sumsq_block = avx512_sumsq_block,
     .convert = simd_convert,
+    .codec_encode = simd_codec_encode,
+    .codec_decode = simd_codec_decode,
 };
 #endif /* __x86_64__ */

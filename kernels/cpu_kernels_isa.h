@@ -11,6 +11,8 @@
 
 #include <stdint.h>
 
+#include "kernels/codec_math.h"
+#include "kernels/cpu_kernels.h"
 #include "kernels/zinc_math.h"
 
 typedef struct {
@@ -40,7 +42,24 @@ typedef struct {
   /* dst (f32) += src when accumulate, else dst (ddt) = src (sdt); n elements. */
   void (*convert)(void *dst, int ddt, const void *src, int sdt, int64_t n,
                   int accumulate);
+  /* Block codec (kernels/codec_math.h) encode of blocks [b0, b1) of n
+   * elements: scales, payload and (ef_q not NULL) the INT8 residual's
+   * ef_scales and ef_q, indexed from the slice's start; b0 starts a group
+   * (zinc_codec_group_blocks) so that no payload byte is shared with
+   * another caller. omb = 1 - beta. */
+  void (*codec_encode)(int kind, int64_t block, float *scales, uint8_t *payload,
+                       const void *src, int sdt, int64_t n, int64_t b0, int64_t b1,
+                       float *ef_scales, uint8_t *ef_q, float beta, float omb);
+  /* Block codec decode of elements [lo, hi) (indices from the slice's
+   * start): dst (ddt) = value, or dst (f32) += value when accumulate. */
+  void (*codec_decode)(int kind, int64_t block, void *dst, int ddt, const float *scales,
+                       const uint8_t *payload, int64_t lo, int64_t hi, int accumulate);
 } zinc_cpu_isa_ops;
+
+/* The table of `isa` (cpu_kernels.c); ZINC_ERR_UNSUPPORTED naming `kernel`
+ * when this CPU cannot run it. */
+zinc_status zinc_cpu_isa_table(zinc_cpu_isa isa, const char *kernel,
+                               const zinc_cpu_isa_ops **out);
 
 extern const zinc_cpu_isa_ops zinc_cpu_ops_scalar;
 #if defined(__x86_64__)
@@ -124,6 +143,18 @@ static ZINC_HD void zinc_cpu_convert_tail(void *dst, int ddt, const void *src, i
       ((float *)dst)[i] += x;
     else
       zinc_store_from_f32(dst, i, ddt, x);
+  }
+}
+
+static ZINC_HD void zinc_cpu_codec_decode_tail(int kind, int64_t block, void *dst, int ddt,
+                                               const float *scales, const uint8_t *payload,
+                                               int accumulate, int64_t i, int64_t n) {
+  for (; i < n; i++) {
+    float v = zinc_codec_decode_elem(kind, block, scales, payload, i);
+    if (accumulate)
+      ((float *)dst)[i] += v;
+    else
+      zinc_store_from_f32(dst, i, ddt, v);
   }
 }
 

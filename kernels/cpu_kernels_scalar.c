@@ -47,6 +47,20 @@ static void scalar_convert(void *dst, int ddt, const void *src, int sdt, int64_t
   zinc_cpu_convert_tail(dst, ddt, src, sdt, accumulate, 0, n);
 }
 
+static void scalar_codec_encode(int kind, int64_t block, float *scales, uint8_t *payload,
+                                const void *src, int sdt, int64_t n, int64_t b0, int64_t b1,
+                                float *ef_scales, uint8_t *ef_q, float beta, float omb) {
+  for (int64_t b = b0; b < b1; b++)
+    zinc_codec_encode_block(kind, block, scales, payload, src, sdt, n, b, ef_scales, ef_q, beta,
+                            omb);
+}
+
+static void scalar_codec_decode(int kind, int64_t block, void *dst, int ddt,
+                                const float *scales, const uint8_t *payload, int64_t lo,
+                                int64_t hi, int accumulate) {
+  zinc_cpu_codec_decode_tail(kind, block, dst, ddt, scales, payload, accumulate, lo, hi);
+}
+
 const zinc_cpu_isa_ops zinc_cpu_ops_scalar = {
     .adam = scalar_adam,
     .lion = scalar_lion,
@@ -56,4 +70,6 @@ const zinc_cpu_isa_ops zinc_cpu_ops_scalar = {
     .lamb_apply = scalar_lamb_apply,
     .sumsq_block = scalar_sumsq_block,
     .convert = scalar_convert,
+    .codec_encode = scalar_codec_encode,
+    .codec_decode = scalar_codec_decode,
 };

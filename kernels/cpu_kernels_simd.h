@@ -430,3 +430,20 @@ static SIMD_FN void simd_convert(void *dst, int ddt, const void *src, int sdt, i
   }
 #undef CONVERT_CASE
 }
+
+/* ---------------------------------------------------------------- codecs */
+
+static SIMD_FN void simd_codec_encode(int kind, int64_t block, float *scales, uint8_t *payload,
+                                      const void *src, int sdt, int64_t n, int64_t b0,
+                                      int64_t b1, float *ef_scales, uint8_t *ef_q, float beta,
+                                      float omb) {
+  for (int64_t b = b0; b < b1; b++)
+    zinc_codec_encode_block(kind, block, scales, payload, src, sdt, n, b, ef_scales, ef_q, beta,
+                            omb);
+}
+
+static SIMD_FN void simd_codec_decode(int kind, int64_t block, void *dst, int ddt,
+                                      const float *scales, const uint8_t *payload, int64_t lo,
+                                      int64_t hi, int accumulate) {
+  zinc_cpu_codec_decode_tail(kind, block, dst, ddt, scales, payload, accumulate, lo, hi);
+}

@@ -1,0 +1,266 @@
+/*
+ * codec_math.h — the per-element and per-block arithmetic of the codecs of
+ * kernels/codec.h, written once and shared by the CPU paths
+ * (cpu_codec*.c, cpu_kernels_simd.h) and the CUDA kernels (codec.cu).
+ *
+ * Bitwise agreement rules (as kernels/zinc_math.h): every fp32 operation is
+ * spelled out below in its order, nothing is fused (-ffp-contract=off,
+ * nvcc --fmad=false), division is IEEE correctly rounded on every path and
+ * rounding to an integer is round-to-nearest-even (rintf on the host and
+ * the device, _MM_FROUND_TO_NEAREST_INT in the SIMD paths).
+ *
+ * One block of a block codec (INT8 / INT4, qmax = 127 / 7):
+ *   mbits  = max over the block of (bits(x) & 0x7fffffff)   (an integer max:
+ *            exact in any order; a NaN has the largest bits, so
+ *            mbits >= 0x7f800000 means "the block holds an inf or a NaN")
+ *   non-finite block:   scale = NaN, every q = 0
+ *   m == 0:             scale = 0,   every q = 0
+ *   otherwise, m = float(mbits):
+ *     pre   = m < 2^-64 ? 2^64 : 1      (so that qmax / (m * pre) is finite
+ *                                        for denormal m; exact)
+ *     scale = m / qmax
+ *     inv   = qmax / (m * pre)
+ *     q     = clamp(rint((x * pre) * inv), -qmax, qmax)
+ *   decoded value = (float)q * scale.
+ * SIGN1: non-finite block: scale = NaN; otherwise
+ *     sum = 0.0f; sum += |x| for each element in block order (fp32);
+ *     scale = sum / (float)len          (len: the block's element count)
+ *   bit = the sign bit of x (so -0.0 is "negative"); decoded value is
+ *   -scale when the bit is set, else scale.
+ *
+ * Error feedback (codec.h), per element of a block with residual d read
+ * from the INT8 ef block (d = (float)q_ef * scale_ef):
+ *   x   = src + d
+ *   err = x - deQ(Q(x))
+ *   r   = (beta * d) + (omb * err)      omb = 1.0f - beta, once per call
+ * and the residual block is re-encoded INT8 from r, except that a block
+ * whose x or r is not finite stores a zero residual (scale 0, q 0): the
+ * overflowing step that the loss scaler skips does not poison the next.
+ */
+#ifndef ZINC_CODEC_MATH_H
+#define ZINC_CODEC_MATH_H
+
+#include <stdint.h>
+
+#include "kernels/codec.h"
+#include "kernels/zinc_math.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZINC_CODEC_NONFINITE_BITS 0x7f800000u /* |x| bits at or above: inf/NaN */
+#define ZINC_CODEC_TINY 0x1p-64f              /* below it, the 2^64 pre-scale */
+#define ZINC_CODEC_PRESCALE 0x1p64f
+
+/* The quantizer's integer limit: 127 (INT8), 7 (INT4), 1 otherwise. */
+static ZINC_HD int zinc_codec_qmax(int kind) {
+  return kind == ZINC_CODEC_INT8 ? 127 : kind == ZINC_CODEC_INT4 ? 7 : 1;
+}
+
+/* |x| as bits: the integer whose max over a block is the block's max-abs. */
+static ZINC_HD uint32_t zinc_codec_abs_bits(float x) { return zinc_f32_bits(x) & 0x7fffffffu; }
+
+/* A block's quantizer, from its max-abs bits (INT8/INT4). zero: every q is
+ * 0 (m == 0 or a non-finite block, whose scale is NaN). */
+typedef struct {
+  float scale; /* m / qmax, 0, or NaN     */
+  float pre;   /* 1 or 2^64               */
+  float inv;   /* qmax / (m * pre)        */
+  float qmax;
+  int zero;
+} zinc_codec_quant;
+
+static ZINC_HD zinc_codec_quant zinc_codec_quant_make(uint32_t mbits, int qmax) {
+  zinc_codec_quant p;
+  p.qmax = (float)qmax;
+  p.pre = 1.0f;
+  p.inv = 0.0f;
+  p.zero = 1;
+  if (mbits >= ZINC_CODEC_NONFINITE_BITS) {
+    p.scale = zinc_bits_f32(0x7fc00000u);
+    return p;
+  }
+  float m = zinc_bits_f32(mbits);
+  if (mbits == 0) {
+    p.scale = 0.0f;
+    return p;
+  }
+  if (m < ZINC_CODEC_TINY)
+    p.pre = ZINC_CODEC_PRESCALE;
+  p.scale = m / p.qmax;
+  p.inv = p.qmax / (m * p.pre);
+  p.zero = 0;
+  return p;
+}
+
+/* q of one finite element of a block that is not zero (p.zero == 0), as a
+ * float holding an integer in [-qmax, qmax]. */
+static ZINC_HD float zinc_codec_quantize(const zinc_codec_quant *p, float x) {
+  float y = rintf((x * p->pre) * p->inv);
+  y = y > p->qmax ? p->qmax : y;
+  y = y < -p->qmax ? -p->qmax : y;
+  return y;
+}
+
+static ZINC_HD float zinc_codec_dequantize(int q, float scale) { return (float)q * scale; }
+
+/* SIGN1's scale from the block's sum of |x| (in block order, fp32). */
+static ZINC_HD float zinc_codec_sign1_scale(uint32_t mbits, float abs_sum, int64_t len) {
+  if (mbits >= ZINC_CODEC_NONFINITE_BITS)
+    return zinc_bits_f32(0x7fc00000u);
+  return abs_sum / (float)len;
+}
+
+static ZINC_HD float zinc_codec_sign1_value(int negative, float scale) {
+  return negative ? -scale : scale;
+}
+
+/* The error-feedback residual of one element (see the top of the file). */
+static ZINC_HD float zinc_codec_ef_residual(float d, float err, float beta, float omb) {
+  return (beta * d) + (omb * err);
+}
+
+/* ------------------------------------------------------------ payload */
+
+/* The payload of element i of a block codec (its nibble or bit
+ * sign-extended): int8 q, int4 q, or 1 for SIGN1's "negative". */
+static ZINC_HD int zinc_codec_payload_get(int kind, const uint8_t *payload, int64_t i) {
+  if (kind == ZINC_CODEC_INT8)
+    return (int)(int8_t)payload[i];
+  if (kind == ZINC_CODEC_INT4) {
+    int nib = (payload[i >> 1] >> ((i & 1) * 4)) & 0xf;
+    return nib >= 8 ? nib - 16 : nib;
+  }
+  return (payload[i >> 3] >> (i & 7)) & 1;
+}
+
+/* Store element i's payload. Elements must be stored in increasing order
+ * by one writer per payload byte: the first element of a byte (i even for
+ * INT4, i % 8 == 0 for SIGN1) writes the whole byte, the others OR in. */
+static ZINC_HD void zinc_codec_payload_put(int kind, uint8_t *payload, int64_t i, int v) {
+  if (kind == ZINC_CODEC_INT8) {
+    payload[i] = (uint8_t)(int8_t)v;
+  } else if (kind == ZINC_CODEC_INT4) {
+    uint8_t nib = (uint8_t)(v & 0xf);
+    if (i & 1)
+      payload[i >> 1] = (uint8_t)(payload[i >> 1] | (nib << 4));
+    else
+      payload[i >> 1] = nib;
+  } else {
+    uint8_t bit = (uint8_t)((v & 1) << (i & 7));
+    payload[i >> 3] = (i & 7) ? (uint8_t)(payload[i >> 3] | bit) : bit;
+  }
+}
+
+/* Bytes of scales and payload of n elements before the padding. */
+static ZINC_HD int64_t zinc_codec_payload_offset(int block, int64_t n) {
+  return 4 * ((n + block - 1) / block);
+}
+static ZINC_HD int64_t zinc_codec_payload_bytes(int kind, int64_t n) {
+  return kind == ZINC_CODEC_INT8 ? n : kind == ZINC_CODEC_INT4 ? (n + 1) / 2 : (n + 7) / 8;
+}
+
+/* Blocks per "group": the fewest whole blocks that end on a payload byte
+ * boundary (8 / gcd(block, 8)), so that parallel writers of whole groups
+ * never share a payload byte. */
+static ZINC_HD int64_t zinc_codec_group_blocks(int block) {
+  int g = 8;
+  while (g > 1 && ((int64_t)block * (g / 2)) % 8 == 0)
+    g /= 2;
+  return g;
+}
+
+/* ------------------------------------------------- one block, scalar */
+
+/* The decoded residual of element i of an INT8 ef block (scale, q). */
+static ZINC_HD float zinc_codec_ef_get(const float *ef_scales, const uint8_t *ef_q,
+                                       int64_t block, int64_t i) {
+  return zinc_codec_dequantize((int)(int8_t)ef_q[i], ef_scales[i / block]);
+}
+
+static ZINC_HD float zinc_codec_x(const void *src, int sdt, const float *ef_scales,
+                                  const uint8_t *ef_q, int64_t block, int64_t i) {
+  float x = zinc_load_as_f32(src, i, sdt);
+  if (ef_q)
+    x = x + zinc_codec_ef_get(ef_scales, ef_q, block, i);
+  return x;
+}
+
+/* Encode block b (elements [b*block, min(n, (b+1)*block))) of a block
+ * codec: scales[b] and the block's payload; with ef (ef_scales, ef_q not
+ * NULL) the residual block b is read and rewritten. The reference every
+ * backend reproduces. */
+static ZINC_HD void zinc_codec_encode_block(int kind, int64_t block, float *scales,
+                                            uint8_t *payload, const void *src, int sdt,
+                                            int64_t n, int64_t b, float *ef_scales,
+                                            uint8_t *ef_q, float beta, float omb) {
+  const int64_t lo = b * block, hi = n - lo < block ? n : lo + block;
+  uint32_t mbits = 0;
+  float abs_sum = 0.0f;
+  for (int64_t i = lo; i < hi; i++) {
+    float x = zinc_codec_x(src, sdt, ef_scales, ef_q, block, i);
+    uint32_t a = zinc_codec_abs_bits(x);
+    mbits = a > mbits ? a : mbits;
+    if (kind == ZINC_CODEC_SIGN1)
+      abs_sum = abs_sum + fabsf(x);
+  }
+  zinc_codec_quant p = zinc_codec_quant_make(mbits, zinc_codec_qmax(kind));
+  float scale = kind == ZINC_CODEC_SIGN1 ? zinc_codec_sign1_scale(mbits, abs_sum, hi - lo)
+                                         : p.scale;
+  scales[b] = scale;
+  for (int64_t i = lo; i < hi; i++) {
+    int v = 0;
+    if (kind == ZINC_CODEC_SIGN1)
+      v = (int)(zinc_f32_bits(zinc_codec_x(src, sdt, ef_scales, ef_q, block, i)) >> 31);
+    else if (!p.zero)
+      v = (int)zinc_codec_quantize(&p, zinc_codec_x(src, sdt, ef_scales, ef_q, block, i));
+    zinc_codec_payload_put(kind, payload, i, v);
+  }
+  if (!ef_q)
+    return;
+  /* The residual: r of every element (recomputed from src, the old
+   * residual and the payload just written), its max, then INT8. */
+  const float old_scale = ef_scales[b];
+  uint32_t rbits = 0;
+  for (int64_t i = lo; i < hi; i++) {
+    float d = zinc_codec_dequantize((int)(int8_t)ef_q[i], old_scale);
+    float x = zinc_load_as_f32(src, i, sdt) + d;
+    int v = zinc_codec_payload_get(kind, payload, i);
+    float dq = kind == ZINC_CODEC_SIGN1 ? zinc_codec_sign1_value(v, scale)
+                                        : zinc_codec_dequantize(v, scale);
+    float r = zinc_codec_ef_residual(d, x - dq, beta, omb);
+    uint32_t a = zinc_codec_abs_bits(r);
+    rbits = a > rbits ? a : rbits;
+  }
+  if (mbits >= ZINC_CODEC_NONFINITE_BITS || rbits >= ZINC_CODEC_NONFINITE_BITS)
+    rbits = 0; /* a non-finite block leaves a zero residual */
+  zinc_codec_quant rp = zinc_codec_quant_make(rbits, 127);
+  for (int64_t i = lo; i < hi; i++) {
+    int qr = 0;
+    if (!rp.zero) {
+      float d = zinc_codec_dequantize((int)(int8_t)ef_q[i], old_scale);
+      float x = zinc_load_as_f32(src, i, sdt) + d;
+      int v = zinc_codec_payload_get(kind, payload, i);
+      float dq = kind == ZINC_CODEC_SIGN1 ? zinc_codec_sign1_value(v, scale)
+                                          : zinc_codec_dequantize(v, scale);
+      qr = (int)zinc_codec_quantize(&rp, zinc_codec_ef_residual(d, x - dq, beta, omb));
+    }
+    ef_q[i] = (uint8_t)(int8_t)qr;
+  }
+  ef_scales[b] = rp.scale;
+}
+
+/* The decoded value of element i of a block codec. */
+static ZINC_HD float zinc_codec_decode_elem(int kind, int64_t block, const float *scales,
+                                            const uint8_t *payload, int64_t i) {
+  int v = zinc_codec_payload_get(kind, payload, i);
+  float scale = scales[i / block];
+  return kind == ZINC_CODEC_SIGN1 ? zinc_codec_sign1_value(v, scale)
+                                  : zinc_codec_dequantize(v, scale);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZINC_CODEC_MATH_H */
