@@ -14,7 +14,7 @@
  * would also pay for.
  *
  *   mpirun -n 2 --oversubscribe step_bench [--params 67108864] [--modules 16]
- *          [--steps 3] [--dtype f32|bf16] [--no-torch] [--hpz H]
+ *          [--steps 3] [--dtype f32|bf16] [--no-torch] [--hpz H] [--compress]
  *
  * --hpz H times only stage 3, with zero_hpz_partition_size 1 and H in
  * alternating steps of the same run, and prints both and their ratio. Both
@@ -22,6 +22,10 @@
  * as a model larger than the live-parameter limit does, so that the
  * backward pass gathers again: that gather is what hpZ keeps inside the
  * groups of H ranks (a node's, under tests/cluster/cluster.sh).
+ *
+ * --compress likewise times stage 3 exact against int4 gradients (LoCo
+ * error feedback) and int8 weights (qgZ + qwZ), target 2.5x on two nodes
+ * over a 1 Gbit/s link.
  */
 #include <math.h>
 #include <mpi.h>
@@ -43,6 +47,7 @@ typedef struct {
   zinc_dtype dtype;
   int torch;
   int hpz;              /* > 0: only stage 3, hpZ 1 against this */
+  int compress;         /* only stage 3, exact against qgZ + qwZ */
 } bench_args;
 
 static void die(const char *what) {
@@ -96,13 +101,15 @@ typedef struct {
   size_t gbytes;
 } bench_model;
 
-/* hpz > 0: stage 3 with zero_hpz_partition_size hpz and no reuse. */
-static void open_stage(const bench_args *a, int stage, int hpz, MPI_Comm comm, int threads,
-                       bench_model *b) {
-  char json[1024], extra[128] = "";
-  if (hpz > 0)
-    snprintf(extra, sizeof extra, ", \"zero_hpz_partition_size\": %d,"
-             " \"stage3_max_reuse_distance\": 0", hpz);
+/* extra: more zero_optimization members (each after a comma), top: more
+ * top-level members (each after a comma); NULL for none. */
+static void open_stage_with(const bench_args *a, int stage, const char *extra, const char *top,
+                            MPI_Comm comm, int threads, bench_model *b) {
+  char json[2048];
+  if (!extra)
+    extra = "";
+  if (!top)
+    top = "";
   snprintf(json, sizeof json,
            "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 1,"
            " \"gradient_clipping\": 1.0,"
@@ -111,8 +118,9 @@ static void open_stage(const bench_args *a, int stage, int hpz, MPI_Comm comm, i
            " \"zero_optimization\": {\"stage\": %d, \"overlap_comm\": %s,"
            " \"reduce_bucket_size\": 50000000, \"allgather_bucket_size\": 50000000,"
            " \"stage3_prefetch_bucket_size\": 50000000, \"stage3_param_persistence_threshold\": 0"
-           "%s}}",
-           a->dtype == ZINC_BF16 ? "true" : "false", stage, stage >= 2 ? "true" : "false", extra);
+           "%s}%s}",
+           a->dtype == ZINC_BF16 ? "true" : "false", stage, stage >= 2 ? "true" : "false", extra,
+           top);
   zinc_engine *e = create_engine(json, comm, threads);
   int64_t per = a->params / a->modules;
   zinc_module **mods = calloc((size_t)a->modules, sizeof *mods);
@@ -132,6 +140,16 @@ static void open_stage(const bench_args *a, int stage, int hpz, MPI_Comm comm, i
   char *pattern = malloc(gbytes);
   fill_pattern(pattern, (int64_t)(gbytes / zinc_dtype_size(a->dtype)), a->dtype);
   *b = (bench_model){e, mods, pars, pattern, gbytes};
+}
+
+/* hpz > 0: stage 3 with zero_hpz_partition_size hpz and no reuse. */
+static void open_stage(const bench_args *a, int stage, int hpz, MPI_Comm comm, int threads,
+                       bench_model *b) {
+  char extra[128] = "";
+  if (hpz > 0)
+    snprintf(extra, sizeof extra, ", \"zero_hpz_partition_size\": %d,"
+             " \"stage3_max_reuse_distance\": 0", hpz);
+  open_stage_with(a, stage, extra, NULL, comm, threads, b);
 }
 
 static void close_stage(bench_model *b) {
@@ -196,13 +214,19 @@ static timing run_stage(const bench_args *a, int stage, MPI_Comm comm, int threa
   return best;
 }
 
-/* Stage 3 without and with hpZ, two engines side by side, their steps
- * alternating (after one warm-up step each) so that the machine's noise
- * hits both; the best step of each. */
-static void run_hpz(const bench_args *a, int rank) {
+/* Two stage-3 engines side by side (labels, zero_optimization extras and
+ * top-level extras), their steps alternating (after one warm-up step each)
+ * so that the machine's noise hits both; the best step of each, and the
+ * first's over the second's against `target`. */
+typedef struct {
+  const char *label, *extra, *top;
+} variant;
+
+static void run_pair(const bench_args *a, int rank, const variant v[2], const char *what,
+                     double target) {
   bench_model b[2];
-  open_stage(a, 3, 1, MPI_COMM_WORLD, 0, &b[0]);
-  open_stage(a, 3, a->hpz, MPI_COMM_WORLD, 0, &b[1]);
+  for (int k = 0; k < 2; k++)
+    open_stage_with(a, 3, v[k].extra, v[k].top, MPI_COMM_WORLD, 0, &b[k]);
   timing best[2] = {{1e30, 1e30, 1e30, 1e30, 1e30, 1e30}, {1e30, 1e30, 1e30, 1e30, 1e30, 1e30}};
   for (int s = 0; s <= a->steps; s++)
     for (int k = 0; k < 2; k++) {
@@ -213,15 +237,42 @@ static void run_hpz(const bench_args *a, int rank) {
   close_stage(&b[0]);
   close_stage(&b[1]);
   if (rank == 0) {
-    printf("\n%-10s %10s %10s %10s %10s %10s\n", "stage 3", "step s", "fetch s", "bwd s",
+    printf("\n%-22s %10s %10s %10s %10s %10s\n", "stage 3", "step s", "fetch s", "bwd s",
            "optim s", "comm wait");
     for (int k = 0; k < 2; k++)
-      printf("hpz %-6d %10.3f %10.3f %10.3f %10.3f %10.3f\n", k ? a->hpz : 1, best[k].step,
+      printf("%-22s %10.3f %10.3f %10.3f %10.3f %10.3f\n", v[k].label, best[k].step,
              best[k].forward, best[k].backward, best[k].optim, best[k].comm);
     double ratio = best[0].step / best[1].step;
-    printf("hpZ %d: step %.3f s vs %.3f s without: %.2fx faster (target >= 1.25x) %s\n",
-           a->hpz, best[1].step, best[0].step, ratio, ratio >= 1.25 ? "PASS" : "FAIL");
+    printf("%s: step %.3f s vs %.3f s without: %.2fx faster (target >= %.2fx) %s\n", what,
+           best[1].step, best[0].step, ratio, target, ratio >= target ? "PASS" : "FAIL");
   }
+}
+
+/* hpZ: zero_hpz_partition_size 1 against H, no reuse (the backward pass
+ * gathers again: that gather is what hpZ keeps inside a group). */
+static void run_hpz(const bench_args *a, int rank) {
+  char with[128], what[32];
+  snprintf(with, sizeof with, ", \"zero_hpz_partition_size\": %d,"
+           " \"stage3_max_reuse_distance\": 0", a->hpz);
+  snprintf(what, sizeof what, "hpZ %d", a->hpz);
+  variant v[2] = {{"hpz 1", ", \"zero_hpz_partition_size\": 1, \"stage3_max_reuse_distance\": 0",
+                   NULL},
+                  {what, with, NULL}};
+  run_pair(a, rank, v, what, 1.25);
+}
+
+/* Compressed communication: exact against int4 gradients with LoCo error
+ * feedback and int8 weights (qgZ + qwZ), no reuse. The default scope
+ * compresses only across nodes: run it on tests/cluster/cluster.sh's
+ * nodes (or with ZINC_COMM_NODE_SIZE faking them). */
+static void run_compress(const bench_args *a, int rank) {
+  variant v[2] = {{"exact", ", \"stage3_max_reuse_distance\": 0", NULL},
+                  {"qgZ int4 + qwZ int8",
+                   ", \"stage3_max_reuse_distance\": 0, \"zero_quantized_gradients\": true,"
+                   " \"zero_quantized_weights\": true,"
+                   " \"zeropp_loco_param\": {\"err_beta\": 0.8, \"reset_T\": 1024}",
+                   NULL}};
+  run_pair(a, rank, v, "qgZ + qwZ", 2.5);
 }
 
 /* Engine overhead, one rank: zinc's stage-0 step (the trainer's gradient
@@ -387,9 +438,11 @@ int main(int argc, char **argv) {
       a.torch = 0;
     else if (!strcmp(argv[i], "--hpz") && i + 1 < argc)
       a.hpz = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--compress"))
+      a.compress = 1;
     else {
       fprintf(stderr, "usage: %s [--params N] [--modules M] [--steps S] [--dtype f32|bf16] "
-              "[--no-torch] [--hpz H]\n", argv[0]);
+              "[--no-torch] [--hpz H] [--compress]\n", argv[0]);
       return 2;
     }
   }
@@ -401,8 +454,11 @@ int main(int argc, char **argv) {
   if (rank == 0)
     printf("step_bench: %lld %s parameters in %d modules, %d ranks, best of %d steps\n",
            (long long)a.params, zinc_dtype_name(a.dtype), a.modules, size, a.steps);
-  if (a.hpz > 0) {
-    run_hpz(&a, rank);
+  if (a.hpz > 0 || a.compress) {
+    if (a.hpz > 0)
+      run_hpz(&a, rank);
+    if (a.compress)
+      run_compress(&a, rank);
     MPI_Finalize();
     return 0;
   }
