@@ -98,6 +98,10 @@ typedef struct {
                              the module's gathered buffer); NULL when absent */
   void *grad;             /* (numel) dtype on the device: gradient area while
                              handed out; NULL otherwise */
+  float *acc;             /* stages 0/1, 16-bit, gradient_accumulation_steps
+                             > 1: (numel) f32 on the device, the window's
+                             sum of the micro-batches' gradients (grads.c);
+                             NULL otherwise */
   size_t gather_offset;   /* stage 3: byte offset inside the gathered buffer */
 } zinc_segment;
 
@@ -140,6 +144,9 @@ struct zinc_module {
   /* gradients */
   zinc_grad_state grad_state;
   int64_t grad_window;    /* stage 0/1: window whose zeroing was done */
+  int64_t grad_micro;     /* stage 0/1 with acc: micro-batch whose zeroing
+                             was done */
+  int64_t acc_window;     /* stage 0/1 with acc: window its sum belongs to */
   void *grad_area;        /* stage 2/3: (grad_bytes) in the ring, or dedicated */
   size_t area_offset;     /* ring offset of grad_area */
   size_t area_span;       /* bytes the ring gave (incl. any wrap skip) */
@@ -332,6 +339,9 @@ struct zinc_engine {
   size_t persist_bytes;
   void *grad_full;        /* stage 0/1: (P bytes) accumulated gradients */
   int grad_full_shared;   /* allocated with comm alloc_shared */
+  float *grad_acc;        /* stage 0/1: (grad_acc_bytes) f32 sums of the
+                             16-bit segments (zinc_segment.acc), or NULL */
+  size_t grad_acc_bytes;
   float *grad_part;       /* stage 2/3: (S) f32 reduced gradient partition */
   float *master, *exp_avg, *exp_avg_sq; /* (opt_numel) f32 */
   int64_t opt_numel;      /* S, or N*S at stage 0 (trained units only) */

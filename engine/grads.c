@@ -6,6 +6,12 @@
  * accumulation window; the trainer accumulates into it across the window's
  * micro-batches; in the boundary micro-batch each module's units are
  * reduce-scattered in place as the module reports grads_ready.
+ * With 16-bit gradients and gradient_accumulation_steps > 1 the window's
+ * sum is kept in f32 instead (zinc_segment.acc), as stages 2/3 keep theirs
+ * in the f32 partition: the 16-bit region is zeroed in every micro-batch,
+ * added into the f32 sum at grads_ready, and the sum is rounded to the
+ * 16-bit region once, just before its reduction (summing in 16 bits would
+ * round at every micro-batch and lose small contributions to a large sum).
  *
  * Stages 2/3: a module's gradient area comes from a ring of comm-shared
  * memory when its first gradient is handed out in a micro-batch; when the
@@ -122,7 +128,7 @@ zinc_status zinc_grads_init(zinc_engine *e) {
   ZINC_CHECK(zinc_calloc((void **)&e->ring_mods, (size_t)e->nmodules + 1,
                          sizeof *e->ring_mods, "gradient ring"));
   if (e->cfg.stage <= 1) {
-    size_t off = 0;
+    size_t off = 0, acc = 0;
     for (int mi = 0; mi < e->nmodules; mi++)
       for (int s = 0; s < e->modules[mi]->nsegs; s++) {
         zinc_segment *seg = &e->modules[mi]->segs[s];
@@ -130,7 +136,23 @@ zinc_status zinc_grads_init(zinc_engine *e) {
           continue;
         seg->grad = (char *)e->grad_full + off;
         off += (size_t)seg->numel * zinc_dtype_size(seg->dtype);
+        if (seg->dtype != ZINC_F32 && e->cfg.gradient_accumulation_steps > 1)
+          acc += (size_t)seg->numel * 4;
       }
+    if (acc) {
+      e->grad_acc_bytes = acc;
+      ZINC_CHECK(zinc_engine_buffer_alloc(e, acc, ZINC_LOC_DEVICE, ZINC_MEM_GRADS,
+                                          (void **)&e->grad_acc, "f32 gradient sums"));
+      acc = 0;
+      for (int mi = 0; mi < e->nmodules; mi++)
+        for (int s = 0; s < e->modules[mi]->nsegs; s++) {
+          zinc_segment *seg = &e->modules[mi]->segs[s];
+          if (seg->frozen || seg->dtype == ZINC_F32)
+            continue;
+          seg->acc = e->grad_acc + acc;
+          acc += (size_t)seg->numel;
+        }
+    }
   }
   ZINC_CHECK(zinc_compress_init(e));
   ZINC_CHECK(zinc_compress_scratch(e));
@@ -152,6 +174,12 @@ void zinc_grads_free(zinc_engine *e) {
   }
   zinc_compress_free(e);
   zinc_compress_scratch_free(e);
+  if (e->grad_acc)
+    zinc_engine_buffer_free(e, e->grad_acc, e->grad_acc_bytes, ZINC_LOC_DEVICE, ZINC_MEM_GRADS);
+  e->grad_acc = NULL;
+  for (int mi = 0; mi < e->nmodules; mi++)
+    for (int s = 0; s < e->modules[mi]->nsegs; s++)
+      e->modules[mi]->segs[s].acc = NULL;
   zinc_engine_comm_buffer_free(e, e->arena_base, e->arena_bytes, ZINC_MEM_BUFFERS, e->arena_shared);
   e->arena_base = NULL;
   free(e->pending);
@@ -308,6 +336,41 @@ static zinc_status retire_all(zinc_engine *e) {
   return ZINC_OK;
 }
 
+/* ------------------------------------------- stage 0/1 f32 sums */
+
+/* Stage 0/1 with f32 sums: the 16-bit regions hold one micro-batch. */
+static zinc_status zero_micro_grads(zinc_engine *e, zinc_module *m) {
+  for (int s = 0; s < m->nsegs; s++)
+    if (m->segs[s].acc)
+      ZINC_CHECK(e->dev->ops->fill_zero(e->dev, m->segs[s].grad,
+                                        (size_t)m->segs[s].numel * zinc_dtype_size(m->segs[s].dtype),
+                                        e->stream));
+  return ZINC_OK;
+}
+
+/* Stage 0/1: this micro-batch's 16-bit gradients into the f32 sums. */
+static zinc_status add_to_sums(zinc_engine *e, zinc_module *m) {
+  int overwrite = m->acc_window != window_of(e);
+  for (int s = 0; s < m->nsegs; s++)
+    if (m->segs[s].acc)
+      ZINC_CHECK(e->dev->ops->accumulate_f32(e->dev, e->stream, m->segs[s].acc, m->segs[s].grad,
+                                             m->segs[s].dtype, m->segs[s].numel, overwrite));
+  m->acc_window = window_of(e);
+  return ZINC_OK;
+}
+
+/* Stage 0/1: the window's f32 sums rounded into the 16-bit regions the
+ * reduction reads. */
+static zinc_status sums_to_grads(zinc_engine *e, zinc_module *m) {
+  if (m->acc_window != window_of(e))
+    return ZINC_OK; /* no gradient this window: the region holds zeros */
+  for (int s = 0; s < m->nsegs; s++)
+    if (m->segs[s].acc)
+      ZINC_CHECK(e->dev->ops->cast(e->dev, e->stream, m->segs[s].grad, m->segs[s].dtype,
+                                   m->segs[s].acc, ZINC_F32, m->segs[s].numel));
+  return ZINC_OK;
+}
+
 /* ------------------------------------------------------------ launch */
 
 static zinc_status launch(zinc_engine *e) {
@@ -320,8 +383,11 @@ static zinc_status launch(zinc_engine *e) {
       ncoll += m->segs[s].frozen ? 0 : m->segs[s].nunits;
   }
   zinc_coll *colls = NULL;
-  zinc_status ast = zinc_calloc((void **)&colls, (size_t)ncoll + 1, sizeof *colls,
-                                "reduction batch");
+  zinc_status ast = ZINC_OK;
+  for (int i = 0; e->grad_acc && ast == ZINC_OK && i < e->npending; i++)
+    ast = sums_to_grads(e, e->modules[e->pending[i]]);
+  if (ast == ZINC_OK)
+    ast = zinc_calloc((void **)&colls, (size_t)ncoll + 1, sizeof *colls, "reduction batch");
   /* record the reduction (committed below, once every rank is ready) */
   if (ast == ZINC_OK)
     ast = zinc_grow((void **)&e->inflight, &e->inflight_cap, e->ninflight + 1,
@@ -446,7 +512,10 @@ zinc_status zinc_grads_open(zinc_engine *e, zinc_module *m) {
   if (e->cfg.stage <= 1) {
     if (m->grad_window != window_of(e)) {
       ZINC_CHECK(zero_window_grads(e, m));
+    } else if (e->grad_acc && m->grad_micro != e->micro_step) {
+      ZINC_CHECK(zero_micro_grads(e, m));
     }
+    m->grad_micro = e->micro_step;
   } else {
     ZINC_CHECK(area_get(e, m));
     size_t off = 0;
@@ -488,6 +557,8 @@ zinc_status zinc_grads_ready(zinc_engine *e, zinc_module *m) {
 
 zinc_status zinc_grads_replay_ready(zinc_engine *e, zinc_module *m) {
   ZINC_CHECK(zinc_grads_ready(e, m));
+  if (e->grad_acc)
+    ZINC_CHECK(add_to_sums(e, m));
   if (!reduce_this_micro(e))
     return ZINC_OK;
   if (e->recording)

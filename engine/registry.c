@@ -54,6 +54,8 @@ zinc_module *zinc_module_add(zinc_engine *e, const char *name) {
   m->engine = e;
   m->index = e->nmodules;
   m->grad_window = -1;
+  m->grad_micro = -1;
+  m->acc_window = -1;
   e->modules[e->nmodules++] = m;
   return m;
 }

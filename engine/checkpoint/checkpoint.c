@@ -1055,7 +1055,7 @@ zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char 
     e->client_state_bytes = client_bytes;
     client = NULL;
     for (int mi = 0; mi < e->nmodules; mi++) {
-      e->modules[mi]->grad_window = -1;
+      e->modules[mi]->grad_window = e->modules[mi]->acc_window = -1;
       e->modules[mi]->reduced_window = -1;
     }
     e->mb_ended = 0;
