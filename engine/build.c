@@ -135,6 +135,7 @@ void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_
   }
   if (stage <= 1) {
     bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += e->train_bytes; /* frozen: none */
+    bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += zinc_grads_sum_bytes(e); /* f32 sums */
   } else {
     bytes[opt_loc][ZINC_MEM_GRADS] += (uint64_t)e->train_shard_numel * 4;
     bytes[ZINC_LOC_DEVICE][ZINC_MEM_BUFFERS] += zinc_grads_ring_bytes(e);

@@ -575,6 +575,8 @@ void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_
 
 /* --------------------------------------------------------- grads.c */
 size_t zinc_grads_ring_bytes(const zinc_engine *e);
+/* Stages 0/1: bytes of the f32 sums of 16-bit gradients (0 when none). */
+size_t zinc_grads_sum_bytes(const zinc_engine *e);
 zinc_status zinc_grads_init(zinc_engine *e);
 void zinc_grads_free(zinc_engine *e);
 /* Hand out (allocating/zeroing as needed) the gradient buffers of m. */

@@ -120,6 +120,19 @@ size_t zinc_grads_ring_bytes(const zinc_engine *e) {
   return bytes ? bytes : 256;
 }
 
+size_t zinc_grads_sum_bytes(const zinc_engine *e) {
+  size_t acc = 0;
+  if (e->cfg.stage > 1 || e->cfg.gradient_accumulation_steps <= 1)
+    return 0;
+  for (int mi = 0; mi < e->nmodules; mi++)
+    for (int s = 0; s < e->modules[mi]->nsegs; s++) {
+      const zinc_segment *seg = &e->modules[mi]->segs[s];
+      if (!seg->frozen && seg->dtype != ZINC_F32)
+        acc += (size_t)seg->numel * 4;
+    }
+  return acc;
+}
+
 zinc_status zinc_grads_init(zinc_engine *e) {
   ZINC_CHECK(zinc_calloc((void **)&e->pending, (size_t)e->nmodules + 1, sizeof *e->pending,
                          "pending reductions"));
@@ -128,7 +141,7 @@ zinc_status zinc_grads_init(zinc_engine *e) {
   ZINC_CHECK(zinc_calloc((void **)&e->ring_mods, (size_t)e->nmodules + 1,
                          sizeof *e->ring_mods, "gradient ring"));
   if (e->cfg.stage <= 1) {
-    size_t off = 0, acc = 0;
+    size_t off = 0, acc = zinc_grads_sum_bytes(e);
     for (int mi = 0; mi < e->nmodules; mi++)
       for (int s = 0; s < e->modules[mi]->nsegs; s++) {
         zinc_segment *seg = &e->modules[mi]->segs[s];
@@ -136,8 +149,6 @@ zinc_status zinc_grads_init(zinc_engine *e) {
           continue;
         seg->grad = (char *)e->grad_full + off;
         off += (size_t)seg->numel * zinc_dtype_size(seg->dtype);
-        if (seg->dtype != ZINC_F32 && e->cfg.gradient_accumulation_steps > 1)
-          acc += (size_t)seg->numel * 4;
       }
     if (acc) {
       e->grad_acc_bytes = acc;
