@@ -25,6 +25,12 @@
 #       examples/README.md's first command with the default model, cut to
 #       STEPS steps: it runs and prints progress, a sample and the memory
 #       report (its column headers apart, the CPU device's memory as host)
+#   gpt_e2e.sh gap NP CONFIG STEPS BOUND WANT JSON [gpt_train flags...]
+#       the same run (same seed, same data) without and with JSON's members
+#       merged into the config (zero_optimization's objects merged key by
+#       key): the gap of the mean loss of the last 10 steps (with - without)
+#       must be <= BOUND when WANT is "within", > BOUND when WANT is
+#       "beyond" (a deliberately broken setting the bound must catch)
 #   gpt_e2e.sh monitors NP CONFIG STEPS
 #       the config plus "csv_monitor" and "tensorboard" sections and
 #       wall_clock_breakdown: gpt_monitors_check.py reads the logs back
@@ -87,6 +93,33 @@ stages)
     fi
     echo "$name: $(($(wc -l < "$work/$name.cols") - 1)) steps identical to $first"
   done
+  ;;
+gap)
+  cfg=$(config "$1") steps=$2 bound=$3 want=$4 extra=$5; shift 5
+  python3 - "$cfg" "$extra" "$work/compressed.json" <<'PY' || exit 1
+import json, sys
+cfg = json.load(open(sys.argv[1]))
+for k, v in json.loads(sys.argv[2]).items():
+    if isinstance(v, dict) and isinstance(cfg.get(k), dict):
+        cfg[k].update(v)
+    else:
+        cfg[k] = v
+json.dump(cfg, open(sys.argv[3], "w"), indent=1)
+PY
+  run exact "$cfg" --steps "$steps" "$@"
+  run compressed "$work/compressed.json" --steps "$steps" "$@"
+  grep -m1 "compressed communication" "$work/compressed.out" || {
+    echo "FAIL: the engine did not say it compresses"; exit 1; }
+  awk -F, -v b="$bound" -v want="$want" -v what="$extra" '
+    FNR == 1 { f++ } FNR > 1 { l[f, FNR] = $2; n[f] = FNR }
+    END { for (f = 1; f <= 2; f++) { s = 0; k = 0
+            for (i = n[f] - 9; i <= n[f]; i++) if (i > 1) { s += l[f, i]; k++ }
+            m[f] = s / k }
+          g = m[2] - m[1]
+          printf "mean loss of the last 10 steps: exact %.4f, with %s %.4f: gap %+.4f (bound %s, want %s)\n",
+                 m[1], what, m[2], g, b, want
+          exit !(want == "within" ? g <= b : g > b) }' "$work/exact.csv" "$work/compressed.csv" || {
+    echo "FAIL: the loss gap is not $want the bound $bound"; exit 1; }
   ;;
 resume)
   cfg=$(config "$1") steps=$2 half=$(($2 / 2))
