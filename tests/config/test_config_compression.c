@@ -381,6 +381,41 @@ static void settings_write_out_and_load_back(void **state) {
   }
 }
 
+/* Ranks must agree on every compression setting (zinc_engine_create
+ * compares the written settings): a difference is named by its path. */
+static void ranks_that_disagree_are_named(void **state) {
+  (void)state;
+  static const struct {
+    const char *a, *b, *path;
+  } cases[] = {
+      {"{\"communication_data_type\":\"bf16\"}", "{}", "communication_data_type"},
+      {"{\"zero_optimization\":{\"stage\":2,\"zero_quantized_gradients\":true}}",
+       "{\"zero_optimization\":{\"stage\":2}}", "zero_optimization.zero_quantized_gradients"},
+      {"{\"zero_optimization\":{\"stage\":3,\"zero_quantized_weights\":true}}",
+       "{\"zero_optimization\":{\"stage\":3}}", "zero_optimization.zero_quantized_weights"},
+      {"{\"zero_optimization\":{\"stage\":2,\"zeropp_loco_param\":{\"reset_T\":8}}}",
+       "{\"zero_optimization\":{\"stage\":2,\"zeropp_loco_param\":{\"reset_T\":9}}}",
+       "zero_optimization.zeropp_loco_param.reset_T"},
+      {"{\"zinc\":{\"compression\":{\"block_size\":64}}}", "{}", "zinc.compression.block_size"},
+      {"{\"zinc\":{\"compression\":{\"scope\":\"all\"}}}", "{}", "zinc.compression.scope"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    zinc_config *a = NULL, *b = NULL;
+    assert_int_equal(zinc_config_parse(cases[i].a, &a), ZINC_OK);
+    assert_int_equal(zinc_config_parse(cases[i].b, &b), ZINC_OK);
+    char *ja = zinc_settings_to_json(&a->s), *jb = zinc_settings_to_json(&b->s);
+    char path[256], va[96], vb[96];
+    int differ = zinc_settings_json_diff(ja, jb, path, sizeof path, va, vb, sizeof va);
+    if (!differ || strcmp(path, cases[i].path) != 0)
+      fail_msg("%s vs %s: %s, expected the difference at %s", cases[i].a, cases[i].b,
+               differ ? path : "no difference found", cases[i].path);
+    free(ja);
+    free(jb);
+    zinc_config_free(a);
+    zinc_config_free(b);
+  }
+}
+
 int main(void) {
   zinc_log_set_level(ZINC_LOG_WARN);
   if (getenv("ZINC_LOG_LEVEL")) {
@@ -393,6 +428,7 @@ int main(void) {
       cmocka_unit_test(bad_values_name_their_path),
       cmocka_unit_test(idle_settings_warn_once),
       cmocka_unit_test(settings_write_out_and_load_back),
+      cmocka_unit_test(ranks_that_disagree_are_named),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
