@@ -223,8 +223,8 @@ typedef struct {
                                              else ZINC_F32/BF16/F16: the
                                              dtype gradients travel in      */
   int zero_quantized_gradients;           /* false: qgZ                     */
-  int zero_quantized_weights;             /* false: qwZ (stage 3; zinc: also
-                                             the 1/2 parameter gather)      */
+  int zero_quantized_weights;             /* false: qwZ (the stage-3
+                                             parameter gather)              */
   int loco_enabled;                       /* zeropp_loco_param given (an
                                              object, not null)              */
   double loco_err_beta;                   /* 0.8                            */
@@ -274,10 +274,6 @@ typedef struct {
   int compress_scope;                     /* ZINC_COMPRESS_INTER_NODE (default:
                                              compress only what crosses nodes)
                                              or ZINC_COMPRESS_ALL           */
-  int compress_weight_error_feedback;     /* false: qwZ residual carried    */
-  int compress_activation_bits;           /* 8: partitioned activation
-                                             checkpoints across the model-
-                                             parallel group; 0 = exact      */
   int64_t max_consecutive_skips;          /* 50: zinc_step fails after this many
                                              consecutive steps skipped for
                                              inf/NaN gradients that lowering

@@ -284,8 +284,6 @@ static json_t *settings_json(const zinc_settings *s) {
   put(cz, "weight_bits", json_integer(s->compress_weight_bits));
   put(cz, "block_size", json_integer(s->compress_block_size));
   put(cz, "scope", json_string(s->compress_scope == ZINC_COMPRESS_ALL ? "all" : "inter_node"));
-  put(cz, "weight_error_feedback", json_boolean(s->compress_weight_error_feedback));
-  put(cz, "activation_bits", json_integer(s->compress_activation_bits));
   put(z, "compression", cz);
   put(root, "zinc", z);
   return root;

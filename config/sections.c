@@ -740,8 +740,6 @@ static const zinc_key compression_keys[] = {
     ZINC_KCUSTOM("weight_bits"),
     {"block_size", ZINC_KEY_I64, offsetof(T, compress_block_size), 1, 1 << 20, 0, 0, NULL},
     ZINC_KCUSTOM("scope"),
-    ZINC_KB(T, "weight_error_feedback", compress_weight_error_feedback),
-    ZINC_KCUSTOM("activation_bits"),
 };
 
 /* An integer key of obj that takes one of a few values (ascending, for the
@@ -772,16 +770,12 @@ static zinc_status read_compression(zinc_cfg_reader *r, const json_t *zinc, zinc
     goto done;
   ZINC_CHECK(zinc_cfg_walk(r, obj, compression_keys, ZINC_KEY_COUNT(compression_keys), s,
                            sizeof *s));
-  static const int gradient_bits[] = {1, 4, 8}, weight_bits[] = {4, 8},
-                   activation_bits[] = {0, 4, 8};
+  static const int gradient_bits[] = {1, 4, 8}, weight_bits[] = {4, 8};
   ZINC_CHECK(read_bits(r, obj, "gradient_bits", gradient_bits, 3,
                        "1, 4 or 8 (bits per gradient element; 1 is the sign, an experiment "
                        "that needs zeropp_loco_param)", &s->compress_gradient_bits));
   ZINC_CHECK(read_bits(r, obj, "weight_bits", weight_bits, 2,
                        "4 or 8 (bits per weight element)", &s->compress_weight_bits));
-  ZINC_CHECK(read_bits(r, obj, "activation_bits", activation_bits, 3,
-                       "0 (exact), 4 or 8 (bits per activation element)",
-                       &s->compress_activation_bits));
   size_t m;
   const json_t *v = zinc_cfg_enter(r, obj, "scope", &m);
   if (v) {

@@ -151,15 +151,13 @@ static void note_compression(zinc_cfg_reader *r, const zinc_settings *s) {
     zinc_cfg_warn(r, "%s.zero_quantized_gradients = true has no effect at stage 0: quantized "
                   "gradients (qgZ) compress the reduce-scatter of stages 1, 2 and 3; set a "
                   "stage or remove the key", r->path);
-  if (s->zero_quantized_weights && s->stage == 0)
-    zinc_cfg_warn(r, "%s.zero_quantized_weights = true has no effect at stage 0: quantized "
-                  "weights (qwZ) compress the parameter all-gather of stages 1, 2 (after the "
-                  "step) and 3; set a stage or remove the key", r->path);
-  int weight_feedback = s->zero_quantized_weights && s->compress_weight_error_feedback;
-  if (s->loco_enabled && !s->zero_quantized_gradients && !weight_feedback)
+  if (s->zero_quantized_weights && s->stage < 3)
+    zinc_cfg_warn(r, "%s.zero_quantized_weights = true has no effect at stage %d: quantized "
+                  "weights (qwZ) compress the parameter all-gather of stage 3 only; set "
+                  "stage 3 or remove the key", r->path, s->stage);
+  if (s->loco_enabled && !s->zero_quantized_gradients)
     zinc_cfg_warn(r, "%s.zeropp_loco_param has no effect without zero_quantized_gradients: "
-                  "it sets the error feedback of the quantized gradients (and of quantized "
-                  "weights with zinc.compression.weight_error_feedback); set "
+                  "it sets the error feedback of the quantized gradients; set "
                   "zero_quantized_gradients true or remove it", r->path);
   if (s->zero_quantized_gradients && s->stage > 0 && s->compress_gradient_bits == 1 &&
       !s->loco_enabled)

@@ -354,8 +354,6 @@ static void zeropp_compressed(const zinc_settings *s) {
   assert_int_equal(s->compress_weight_bits, 4);
   assert_int_equal(s->compress_block_size, 128);
   assert_int_equal(s->compress_scope, ZINC_COMPRESS_ALL);
-  assert_int_equal(s->compress_weight_error_feedback, 1);
-  assert_int_equal(s->compress_activation_bits, 4);
 }
 
 static void gpt_neox_style(const zinc_settings *s) {
