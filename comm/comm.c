@@ -45,13 +45,76 @@ const char *zinc_coll_name(zinc_coll_kind k) {
   return "unknown collective";
 }
 
+/* One side of an all-to-all-v: every count/displacement pair must fit in
+ * size_t bytes; *lo and *hi are the byte extent it touches (lo > hi: none). */
+static zinc_status alltoallv_extent(const zinc_comm *c, const zinc_coll *o, int entry,
+                                    const char *side, const size_t *counts,
+                                    const size_t *displs, size_t es, size_t *lo, size_t *hi) {
+  *lo = SIZE_MAX;
+  *hi = 0;
+  for (int p = 0; p < c->size; p++) {
+    if (!counts[p])
+      continue;
+    if (displs[p] > SIZE_MAX / es - counts[p] || counts[p] > SIZE_MAX / es)
+      return zinc_error(ZINC_ERR_INVALID, "comm %s: all-to-all-v (batch entry %d): %s "
+                        "displacement %zu + count %zu for rank %d overflows the address "
+                        "space in %zu-byte elements", c->ops->name, entry, side, displs[p],
+                        counts[p], p, es);
+    size_t a = displs[p] * es, b = (displs[p] + counts[p]) * es;
+    *lo = a < *lo ? a : *lo;
+    *hi = b > *hi ? b : *hi;
+  }
+  return ZINC_OK;
+}
+
+static zinc_status validate_alltoallv(const zinc_comm *c, const zinc_coll *o, int entry) {
+  const char *name = c->ops->name;
+  const char *missing = !o->counts    ? "counts (send counts)"
+                        : !o->displs  ? "displs (send offsets)"
+                        : !o->rcounts ? "rcounts (receive counts)"
+                        : !o->rdispls ? "rdispls (receive offsets)"
+                                      : NULL;
+  if (missing)
+    return zinc_error(ZINC_ERR_INVALID, "comm %s: all-to-all-v (batch entry %d) has NULL %s; "
+                      "it needs counts, displs, rcounts and rdispls of %d entries each",
+                      name, entry, missing, c->size);
+  if (o->counts[c->rank] != o->rcounts[c->rank])
+    return zinc_error(ZINC_ERR_INVALID, "comm %s: all-to-all-v (batch entry %d): rank %d "
+                      "sends itself counts[%d] = %zu elements but expects rcounts[%d] = %zu",
+                      name, entry, c->rank, c->rank, o->counts[c->rank], c->rank,
+                      o->rcounts[c->rank]);
+  if (o->logical_bytes && ((unsigned)o->logical_kind >= ZINC_COLL_BARRIER))
+    return zinc_error(ZINC_ERR_INVALID, "comm %s: all-to-all-v (batch entry %d) stands for "
+                      "logical_kind %d, not a collective with data (all-reduce .. broadcast)",
+                      name, entry, (int)o->logical_kind);
+  const size_t es = zinc_dt_size(o->dtype);
+  size_t slo, shi, rlo, rhi;
+  ZINC_CHECK(alltoallv_extent(c, o, entry, "send", o->counts, o->displs, es, &slo, &shi));
+  ZINC_CHECK(alltoallv_extent(c, o, entry, "receive", o->rcounts, o->rdispls, es, &rlo, &rhi));
+  if ((slo < shi && !o->send) || (rlo < rhi && !o->recv))
+    return zinc_error(ZINC_ERR_INVALID, "comm %s: all-to-all-v (batch entry %d) moves "
+                      "%s bytes with a NULL %s buffer", name, entry,
+                      slo < shi && !o->send ? "send" : "receive",
+                      slo < shi && !o->send ? "send" : "recv");
+  if (slo < shi && rlo < rhi) {
+    uintptr_t s0 = (uintptr_t)o->send + slo, s1 = (uintptr_t)o->send + shi;
+    uintptr_t r0 = (uintptr_t)o->recv + rlo, r1 = (uintptr_t)o->recv + rhi;
+    if (s0 < r1 && r0 < s1)
+      return zinc_error(ZINC_ERR_INVALID, "comm %s: all-to-all-v (batch entry %d): the send "
+                        "bytes [%zu, %zu) of send overlap the receive bytes [%zu, %zu) of "
+                        "recv; all-to-all-v does not run in place, give it a separate recv",
+                        name, entry, slo, shi, rlo, rhi);
+  }
+  return ZINC_OK;
+}
+
 zinc_status zinc_coll_validate(const zinc_comm *c, const zinc_coll *colls, int n) {
   if (!c || (n > 0 && !colls) || n < 0)
     return zinc_error(ZINC_ERR_INVALID, "comm: NULL comm or batch (n=%d)", n);
   for (int i = 0; i < n; i++) {
     const zinc_coll *o = &colls[i];
     const char *what = zinc_coll_name(o->kind);
-    if ((unsigned)o->kind > ZINC_COLL_BARRIER)
+    if ((unsigned)o->kind > ZINC_COLL_ALLTOALLV)
       return zinc_error(ZINC_ERR_INVALID, "comm %s: operation %d of the batch has unknown kind %d",
                         c->ops->name, i, (int)o->kind);
     if (o->kind == ZINC_COLL_BARRIER)
@@ -72,6 +135,10 @@ zinc_status zinc_coll_validate(const zinc_comm *c, const zinc_coll *colls, int n
       return zinc_error(ZINC_ERR_INVALID,
                         "comm %s: all-gatherv: this rank sends %zu elements but counts[%d] is %zu",
                         c->ops->name, o->count, c->rank, o->counts[c->rank]);
+    if (o->kind == ZINC_COLL_ALLTOALLV) {
+      ZINC_CHECK(validate_alltoallv(c, o, i));
+      continue;
+    }
     int needs_send = o->kind != ZINC_COLL_BROADCAST;
     size_t total = o->count;
     if (o->kind == ZINC_COLL_ALLGATHERV) {

@@ -99,12 +99,23 @@ typedef enum {
   ZINC_COLL_BARRIER,
   /* Personalised exchange: rank r sends counts[p] elements from
    * send + displs[p] to every rank p (itself included) and receives
-   * rcounts[p] elements from rank p into recv + rdispls[p]. Counts may
-   * differ per pair (zero allowed); both sides must agree on them. The
-   * data is moved, never combined (compressed reduce-scatter builds on it:
-   * engine/compress.c). Send and recv must not overlap. */
+   * rcounts[p] elements from rank p into recv + rdispls[p] (counts,
+   * displs, rcounts, rdispls: size entries each, in elements of dtype;
+   * `count` is unused). Counts may differ per pair (zero allowed); both
+   * sides must agree on them: rcounts[p] on rank r equals counts[r] on rank
+   * p, and counts[r] == rcounts[r] (the self copy), which validate checks.
+   * A disagreement between ranks is not detected before the data moves: it
+   * ends in ZINC_ERR_COMM (a truncated message) or a timeout. The data is
+   * moved, never combined (compressed reduce-scatter builds on it:
+   * engine/compress.c). Send and recv must not overlap (validate checks
+   * their extents). The arrays are copied by `start`: they may be reused
+   * once it returns. mpi: point-to-point messages with every peer, on
+   * every path (a comm on one node runs it over MPI too, between its
+   * shared-memory ops); nccl: grouped ncclSend/ncclRecv; self: a copy. */
   ZINC_COLL_ALLTOALLV
 } zinc_coll_kind;
+/* Number of kinds (for arrays indexed by zinc_coll_kind). */
+#define ZINC_COLL_NKINDS (ZINC_COLL_ALLTOALLV + 1)
 
 typedef struct {
   zinc_coll_kind kind;
@@ -122,10 +133,23 @@ typedef struct {
                               alltoallv: per-rank send counts / offsets in send */
   const size_t *rcounts;   /* alltoallv: per-rank recv counts (size entries)  */
   const size_t *rdispls;   /* alltoallv: per-rank offsets in recv, elements   */
-  /* The comms logger: the bytes this collective would have moved
-   * uncompressed (closed form, per rank as the logger counts), or 0 when
-   * it is not standing in for another (then its own bytes are used). */
+  /* The comms logger (comm_log.h), for a collective that carries
+   * compressed data: the wire bytes this rank would have sent for the
+   * uncompressed collective it stands for, in the closed form the logger
+   * uses for that collective's ring (comm_log.c, ring_bytes; a
+   * reduce-scatter of `count` elements of size es per rank over n ranks:
+   * (n - 1) * count * es, which is what the mpi paths measure for it too);
+   * 0 when it carries plain data. The summary prints these "uncompressed"
+   * bytes and their ratio to the measured wire bytes. */
   uint64_t logical_bytes;
+  /* The comms logger, read only when logical_bytes > 0: the codec's name
+   * ("int4", "bf16", ... static; NULL prints as "compressed"), and, for an
+   * all-to-all-v, the collective it stands for (ZINC_COLL_REDUCE_SCATTER
+   * for a compressed reduce-scatter), under whose name its row is kept:
+   * "reduce_scatter (int4)". Other kinds stand for themselves and ignore
+   * logical_kind. */
+  const char *codec_name;
+  zinc_coll_kind logical_kind;
 } zinc_coll;
 
 typedef struct zinc_comm zinc_comm;
@@ -173,8 +197,10 @@ struct zinc_comm {
   const char *algo;
   /* Where the ranks live, set by the backend at creation (and by split):
    * node_of[r] (size entries) numbers the nodes 0 .. nnodes-1 in order of
-   * their first rank; ranks on one node share memory. self: one node.
-   * ZINC_COMM_NODE_SIZE fakes it as the node-aware path does. */
+   * their first rank; ranks on one node share memory. self: one node;
+   * mpi: MPI_COMM_TYPE_SHARED, or the blocks of ZINC_COMM_NODE_SIZE world
+   * ranks that variable fakes (as the node-aware path sees them); nccl: its
+   * bootstrap comm's table. Owned by the comm (valid until destroy). */
   int nnodes;
   const int *node_of;
 };

@@ -226,8 +226,8 @@ void zinc_comm_log_batch(zinc_comm *c, const zinc_coll *colls, int n, double sec
   const char *group = log->opts.debug ? c->log_group : NULL;
   const int estimate = !wire && c->size > 1 && strcmp(algo, "nccl") == 0;
   /* the batch's message bytes, all ops and per kind, to share time and wire */
-  uint64_t msg_all = 0, msg_kind[ZINC_COLL_BARRIER + 1] = {0};
-  int ops_kind[ZINC_COLL_BARRIER + 1] = {0}, left_kind[ZINC_COLL_BARRIER + 1];
+  uint64_t msg_all = 0, msg_kind[ZINC_COLL_NKINDS] = {0};
+  int ops_kind[ZINC_COLL_NKINDS] = {0}, left_kind[ZINC_COLL_NKINDS];
   for (int i = 0; i < n; i++) {
     uint64_t m = zinc_comm_log_msg_bytes(c, &colls[i]);
     msg_all += m;
@@ -235,7 +235,7 @@ void zinc_comm_log_batch(zinc_comm *c, const zinc_coll *colls, int n, double sec
     ops_kind[colls[i].kind]++;
   }
   memcpy(left_kind, ops_kind, sizeof left_kind);
-  uint64_t wire_left[ZINC_COLL_BARRIER + 1][2] = {{0}};
+  uint64_t wire_left[ZINC_COLL_NKINDS][2] = {{0}};
   if (wire)
     memcpy(wire_left, *wire, sizeof wire_left);
   pthread_mutex_lock(&log->lock);

@@ -38,7 +38,7 @@ typedef struct {
 } zinc_comm_log_opts;
 
 /* Wire bytes of one batch: [kind][0 intra-node, 1 inter-node]. */
-typedef uint64_t zinc_comm_wire[ZINC_COLL_BARRIER + 1][2];
+typedef uint64_t zinc_comm_wire[ZINC_COLL_NKINDS][2];
 
 zinc_status zinc_comm_log_create(const zinc_comm_log_opts *opts, zinc_comm_log **out);
 void zinc_comm_log_destroy(zinc_comm_log *log);   /* NULL is fine */

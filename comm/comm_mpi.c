@@ -26,7 +26,8 @@
  * of ranks is a subtree of it, so results do not depend on the path.
  *
  * Nodes: node_of names each rank's node (MPI_COMM_TYPE_SHARED, or the
- * blocks ZINC_COMM_NODE_SIZE fakes), read by
+ * blocks ZINC_COMM_NODE_SIZE fakes), numbered in order of their first
+ * rank; it is the public zinc_comm.node_of, and inside the backend read by
  * zinc_mpi_same_node only; the comms logger's wire counts
  * (zinc_mpi_count_wire, called by every path where bytes leave this rank)
  * are split intra-node / inter-node by it.
@@ -175,6 +176,8 @@ static zinc_status settle(zinc_mpi *m, zinc_status st) {
 void zinc_mpi_describe(const zinc_coll *o, char *buf, size_t len) {
   if (o->kind == ZINC_COLL_BARRIER)
     snprintf(buf, len, "barrier");
+  else if (o->kind == ZINC_COLL_ALLTOALLV)
+    snprintf(buf, len, "all-to-all-v of %s", zinc_dt_name(o->dtype));
   else
     snprintf(buf, len, "%s of %zu %s", zinc_coll_name(o->kind), o->count,
              zinc_dt_name(o->dtype));
@@ -194,7 +197,14 @@ void zinc_mpi_count_wire(zinc_mpi *m, zinc_coll_kind kind, int peer, size_t byte
 static void run_alone(const zinc_coll *colls, int n) {
   for (int i = 0; i < n; i++) {
     const zinc_coll *o = &colls[i];
-    size_t bytes = o->count * zinc_dt_size(o->dtype);
+    size_t es = zinc_dt_size(o->dtype);
+    if (o->kind == ZINC_COLL_ALLTOALLV) {
+      if (o->counts[0])
+        memmove((char *)o->recv + o->rdispls[0] * es, (const char *)o->send + o->displs[0] * es,
+                o->counts[0] * es);
+      continue;
+    }
+    size_t bytes = o->count * es;
     void *dst = o->kind == ZINC_COLL_ALLGATHERV ? (char *)o->recv + o->displs[0] *
                                                                         zinc_dt_size(o->dtype)
                                                  : o->recv;
@@ -202,6 +212,23 @@ static void run_alone(const zinc_coll *colls, int n) {
         dst != o->send)
       memmove(dst, o->send, bytes);
   }
+}
+
+/* The shared-memory path, except all-to-all-v: each runs over p2p
+ * messages between the shared-memory runs of the ops around it (every
+ * such run ends at a node barrier, so the order of the batch holds). */
+static zinc_status shm_run(zinc_mpi *m, const zinc_coll *colls, int n) {
+  int from = 0;
+  for (int j = 0; j <= n; j++) {
+    if (j < n && colls[j].kind != ZINC_COLL_ALLTOALLV)
+      continue;
+    if (from < j)
+      ZINC_CHECK(zinc_mpi_shm_run(m, colls + from, j - from));
+    if (j < n)
+      ZINC_CHECK(zinc_mpi_p2p_run(m, &colls[j], 1));
+    from = j + 1;
+  }
+  return ZINC_OK;
 }
 
 zinc_status zinc_mpi_execute(zinc_mpi *m, const zinc_coll *colls, int n) {
@@ -219,7 +246,7 @@ zinc_status zinc_mpi_execute(zinc_mpi *m, const zinc_coll *colls, int n) {
   if (m->size == 1)
     run_alone(colls, n);
   else if (m->use_shm)
-    st = zinc_mpi_shm_run(m, colls, n);
+    st = shm_run(m, colls, n);
   else
     st = m->use_hier ? zinc_mpi_hier_run(m, colls, n) : zinc_mpi_p2p_run(m, colls, n);
   if (c->log && st == ZINC_OK)
@@ -429,16 +456,21 @@ static zinc_status choose_path(zinc_mpi *m, int path) {
         all[3 * k] = j;
         break;
       }
-  /* the comms logger's node table: the node each rank is on, as this comm
-   * sees nodes (faked ones included) */
+  /* the node table (comm.h's node_of, and the comms logger's intra/inter
+   * split): the node each rank is on, as this comm sees nodes (faked ones
+   * included) */
   m->node_of = calloc((size_t)m->size, sizeof *m->node_of);
   if (!m->node_of) {
     free(all);
     return zinc_error(ZINC_ERR_NOMEM, "comm mpi: no memory for the node table of %d ranks",
                       m->size);
   }
+  /* numbered 0, 1, ... in order of their first rank (comm.h) */
+  int nnodes = 0;
   for (int k = 0; k < m->size; k++)
-    m->node_of[k] = all[3 * k];
+    m->node_of[k] = all[3 * k] == k ? nnodes++ : m->node_of[all[3 * k]];
+  m->pub->node_of = m->node_of;
+  m->pub->nnodes = nnodes;
   int all_wanted = 1, one_node = 1, nested = 1, blocks = 1, ppn = 0, nodes = 0;
   for (int k = 0; k < m->size; k++) {
     const int *t = &all[3 * k];
@@ -521,8 +553,8 @@ static zinc_status create_from(MPI_Comm comm, int thread_level, double timeout_s
   c->algo = m->size == 1 ? "self" : m->use_shm ? "shm" : m->use_hier ? "hier" : "p2p";
   if (m->use_shm)
     ZINC_CHECK_GOTO(zinc_mpi_shm_setup(m), st, fail);
-  else
-    ZINC_CHECK_GOTO(zinc_mpi_p2p_setup(m), st, fail); /* also the hier path's flat kinds */
+  /* every path: the hier path's flat kinds and every path's all-to-all-v */
+  ZINC_CHECK_GOTO(zinc_mpi_p2p_setup(m), st, fail);
   if (m->use_hier)
     ZINC_CHECK_GOTO(zinc_mpi_hier_setup(m), st, fail);
   if (path != PATH_CHOOSE) {

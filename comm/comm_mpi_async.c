@@ -31,7 +31,9 @@
 struct zinc_comm_req {
   zinc_comm_req *next;      /* queue link                                    */
   zinc_coll *colls;         /* (n) private copy of the batch                 */
-  size_t *vectors;          /* counts/displs copies of all-gatherv entries   */
+  size_t *vectors;          /* counts/displs copies of all-gatherv entries,
+                               and counts/displs/rcounts/rdispls of
+                               all-to-all-v entries                          */
   int n;
   int done;                 /* guarded by the worker's mutex                 */
   int abandoned;            /* the waiter gave up; the worker frees it       */
@@ -125,16 +127,21 @@ zinc_status zinc_mpi_worker_create(zinc_mpi_worker_exec_fn exec, void *ctx, _Ato
   return ZINC_OK;
 }
 
+/* How many per-rank vectors of an entry the request copies: all-gatherv's
+ * counts and displs, all-to-all-v's counts, displs, rcounts and rdispls. */
+static int vectors_of(const zinc_coll *o) {
+  return o->kind == ZINC_COLL_ALLGATHERV ? 2 : o->kind == ZINC_COLL_ALLTOALLV ? 4 : 0;
+}
+
 /* A private copy of the batch: the caller may reuse its array (and the
- * all-gatherv vectors) as soon as start returns. */
+ * per-rank vectors) as soon as start returns. */
 static zinc_status req_create(const zinc_coll *colls, int n, int nranks, zinc_comm_req **out) {
   *out = NULL;
   zinc_comm_req *r = NULL;
   ZINC_CHECK(zinc_calloc((void **)&r, 1, sizeof *r, "comm request"));
   size_t nvec = 0;
   for (int i = 0; i < n; i++)
-    if (colls[i].kind == ZINC_COLL_ALLGATHERV)
-      nvec += 2 * (size_t)nranks;
+    nvec += vectors_of(&colls[i]) * (size_t)nranks;
   zinc_status st = zinc_calloc((void **)&r->colls, n ? (size_t)n : 1, sizeof *r->colls,
                                "comm request batch");
   if (st == ZINC_OK && nvec)
@@ -147,13 +154,15 @@ static zinc_status req_create(const zinc_coll *colls, int n, int nranks, zinc_co
     memcpy(r->colls, colls, (size_t)n * sizeof *colls);
   size_t *v = r->vectors;
   for (int i = 0; i < n; i++) {
-    if (colls[i].kind != ZINC_COLL_ALLGATHERV)
-      continue;
-    memcpy(v, colls[i].counts, (size_t)nranks * sizeof *v);
-    memcpy(v + nranks, colls[i].displs, (size_t)nranks * sizeof *v);
-    r->colls[i].counts = v;
-    r->colls[i].displs = v + nranks;
-    v += 2 * (size_t)nranks;
+    const zinc_coll *o = &colls[i];
+    const size_t *from[4] = {o->counts, o->displs, o->rcounts, o->rdispls};
+    const size_t **to[4] = {&r->colls[i].counts, &r->colls[i].displs, &r->colls[i].rcounts,
+                            &r->colls[i].rdispls};
+    for (int k = 0; k < vectors_of(o); k++) {
+      memcpy(v, from[k], (size_t)nranks * sizeof *v);
+      *to[k] = v;
+      v += nranks;
+    }
   }
   r->n = n;
   r->started = zinc_now();

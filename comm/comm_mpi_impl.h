@@ -124,17 +124,19 @@ typedef struct {
                               MPI_Finalize                                    */
   int32_t next_alloc_id;
 
-  /* point-to-point path */
+  /* point-to-point path (every path: all-to-all-v runs on it) */
   size_t p2p_chunk_bytes;  /* bytes per message piece                         */
-  char *p2p_tmp;           /* (size * p2p_chunk_bytes) pieces from peers      */
+  char *p2p_tmp;           /* (size * p2p_chunk_bytes) pieces from peers;
+                              NULL on the shared-memory path                 */
   MPI_Request *p2p_reqs;   /* (2 * size)                                      */
   int *p2p_peer;           /* (2 * size) the peer of each request             */
   int p2p_tag;             /* data tag; +1 for barrier tokens                 */
 
   /* nodes, for the comms logger's intra/inter split */
-  int *node_of;            /* (size) node id of each rank: the lowest rank of
-                              comm on its node (MPI_COMM_TYPE_SHARED, or the
-                              node ZINC_COMM_NODE_SIZE fakes)               */
+  int *node_of;            /* (size) node of each rank, numbered 0 .. in
+                              order of their first rank (MPI_COMM_TYPE_SHARED,
+                              or the node ZINC_COMM_NODE_SIZE fakes); also
+                              the public zinc_comm.node_of                   */
   zinc_comm_wire wire;     /* bytes sent by the batch running now (only while
                               pub->log is set)                               */
   /* node-aware path (use_hier: several nodes of ppn ranks each, ranks

@@ -10,6 +10,10 @@
  *    receives (n-1)/n of the buffer, as a ring would.
  *  - all-reduce adds a second step that gathers the reduced slices.
  *  - all-gather(v), broadcast: every rank sends its part to every peer.
+ *  - all-to-all-v: every rank sends each peer its counts[peer] elements
+ *    and receives rcounts[peer] from it; its own part is a local copy.
+ *    This path also runs the all-to-all-v of a comm whose ranks share
+ *    memory (zinc_mpi_execute routes them here).
  *  - barrier: dissemination (log2(n) rounds of one-byte tokens); not
  *    MPI_Ibarrier, which can be neither cancelled nor freed when a peer is
  *    lost, and keeps progressing on a freed communicator.
@@ -58,6 +62,8 @@ zinc_status zinc_mpi_p2p_setup(zinc_mpi *m) {
                          "comm mpi p2p requests"));
   ZINC_CHECK(zinc_calloc((void **)&m->p2p_peer, 2 * (size_t)m->size, sizeof *m->p2p_peer,
                          "comm mpi p2p request peers"));
+  if (m->use_shm) /* only all-to-all-v comes here, and it receives in place */
+    return ZINC_OK;
   return zinc_aligned_alloc((void **)&m->p2p_tmp, 64, (size_t)m->size * m->p2p_chunk_bytes,
                             "comm mpi p2p receive pieces");
 }
@@ -253,6 +259,39 @@ static zinc_status gather(zinc_mpi *m, zinc_coll_kind kind, const char *mine, ch
   return ZINC_OK;
 }
 
+/* All-to-all-v: the self part is a copy; every peer pair exchanges its
+ * counts in pieces of at most p2p_chunk_bytes, piece a of every pair in
+ * round a (both sides agree on the counts, so on the rounds of each pair;
+ * a rank with shorter lists simply finishes first). */
+static zinc_status alltoallv(zinc_mpi *m, const zinc_coll *o, const char *what) {
+  const int n = m->size, r = m->rank;
+  const size_t es = zinc_dt_size(o->dtype), cap = m->p2p_chunk_bytes / es;
+  const char *send = o->send;
+  char *recv = o->recv;
+  if (o->counts[r])
+    memmove(recv + o->rdispls[r] * es, send + o->displs[r] * es, o->counts[r] * es);
+  size_t longest = 0;
+  for (int k = 0; k < n; k++) {
+    if (k == r)
+      continue;
+    longest = o->counts[k] > longest ? o->counts[k] : longest;
+    longest = o->rcounts[k] > longest ? o->rcounts[k] : longest;
+  }
+  p2p_batch b = {m, o->kind, 0, what, NULL};
+  for (size_t a = 0; a < longest; a += cap) {
+    for (int k = 0; k < n; k++)
+      if (k != r)
+        ZINC_CHECK(post(&b, 0, recv + (o->rdispls[k] + a) * es,
+                        piece_len(o->rcounts[k], a, cap) * es, k));
+    for (int k = 0; k < n; k++)
+      if (k != r)
+        ZINC_CHECK(post(&b, 1, (void *)(send + (o->displs[k] + a) * es),
+                        piece_len(o->counts[k], a, cap) * es, k));
+    ZINC_CHECK(complete(&b));
+  }
+  return ZINC_OK;
+}
+
 static zinc_status run_one(zinc_mpi *m, const zinc_coll *o) {
   const int n = m->size, r = m->rank;
   const size_t es = zinc_dt_size(o->dtype);
@@ -293,7 +332,7 @@ static zinc_status run_one(zinc_mpi *m, const zinc_coll *o) {
     return gather(m, o->kind, o->kind == ZINC_COLL_BROADCAST ? o->recv : o->send, o->recv,
                   len_of, dst_of, es, what);
   case ZINC_COLL_ALLTOALLV:
-    return zinc_error(ZINC_ERR_UNSUPPORTED, "mpi comm: %s not implemented yet", what);
+    return alltoallv(m, o, what);
   case ZINC_COLL_BARRIER: {
     p2p_batch b = {m, ZINC_COLL_BARRIER, 0, "barrier", NULL};
     char token_out = 0, token_in[1], suspects[256];

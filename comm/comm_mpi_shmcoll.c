@@ -23,6 +23,10 @@
  * up. An op that touches memory an earlier op of the batch touched (e.g. an
  * all-gather of what a reduce-scatter just produced) is fenced: the ops
  * before it finish behind a barrier first.
+ *
+ * All-to-all-v never comes here: its per-pair counts are in each rank's
+ * private arrays, so zinc_mpi_execute runs it on the p2p path between the
+ * shared-memory runs of the ops around it.
  */
 #include <stdio.h>
 #include <string.h>
@@ -40,7 +44,7 @@ static size_t src_bytes(const zinc_mpi *m, const zinc_coll *o) {
   case ZINC_COLL_ALLGATHERV:
   case ZINC_COLL_BROADCAST: return o->count * es;
   case ZINC_COLL_BARRIER:
-  case ZINC_COLL_ALLTOALLV: return 0; /* TODO(issue 20) */
+  case ZINC_COLL_ALLTOALLV: return 0; /* never here: it runs on the p2p path */
   }
   return 0;
 }
@@ -65,7 +69,7 @@ static size_t dst_bytes(const zinc_mpi *m, const zinc_coll *o) {
     return end * es;
   }
   case ZINC_COLL_BARRIER:
-  case ZINC_COLL_ALLTOALLV: return 0; /* TODO(issue 20) */
+  case ZINC_COLL_ALLTOALLV: return 0; /* never here: it runs on the p2p path */
   }
   return 0;
 }
@@ -217,7 +221,7 @@ static void direct_phase_a(zinc_mpi *m, const zinc_coll *o, int j) {
       memcpy(recv, peer_src(m, o->root, j), o->count * es);
     break;
   case ZINC_COLL_BARRIER:
-  case ZINC_COLL_ALLTOALLV: /* TODO(issue 20) */
+  case ZINC_COLL_ALLTOALLV: /* never here: zinc_mpi_execute runs it on the p2p path */
     break;
   }
 }
@@ -268,7 +272,7 @@ static void count_peer_reads(zinc_mpi *m, const zinc_coll *o) {
       bytes = r == o->root ? o->count * es : 0;
       break;
     case ZINC_COLL_BARRIER:
-    case ZINC_COLL_ALLTOALLV: /* TODO(issue 20) */
+    case ZINC_COLL_ALLTOALLV: /* never here: the p2p path counts what it sends */
       break;
     }
     if (bytes)

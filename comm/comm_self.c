@@ -96,6 +96,9 @@ zinc_status zinc_comm_self_create(zinc_comm **out) {
   c->rank = 0;
   c->size = 1;
   c->timeout_s = 0;
+  static const int node_of_self[1] = {0};
+  c->nnodes = 1;
+  c->node_of = node_of_self;
   *out = c;
   return ZINC_OK;
 }
