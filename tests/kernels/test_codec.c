@@ -94,9 +94,10 @@ static void ref_block_encode(zinc_codec c, const float *x, int64_t n, uint8_t *o
     }
     float scale;
     if (c.kind == ZINC_CODEC_SIGN1) {
-      float s = 0.0f;
+      float l[8] = {0}; /* codec.h's lanes: k % 8, then (l0+l4)+(l2+l6), (l1+l5)+(l3+l7) */
       for (int64_t i = lo; i < hi; i++)
-        s += fabsf(x[i]);
+        l[(i - lo) % 8] += fabsf(x[i]);
+      float s = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
       scale = finite ? (float)((double)s / (double)(hi - lo)) : bits_f(NAN_SCALE);
       for (int64_t i = lo; i < hi; i++) {
         int neg = signbit(x[i]) != 0;
