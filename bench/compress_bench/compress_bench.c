@@ -26,6 +26,8 @@
  *
  *   compress_bench [--n-mega 16] [--block 256] [--reps 5] [--threads N]
  *
+ * Paths: scalar, then every SIMD path this CPU runs (avx2, avx512), each
+ * with its own encode/decode figures and crossover.
  * --threads sets the pool (default: one per core of this process's share,
  * as the cpu device picks); ZINC_CPU_ISA lowers the best path.
  *
@@ -181,9 +183,11 @@ int main(int argc, char **argv) {
   printf("compress_bench: %lld M fp32 gradients (Gaussian, per-row scale), block %d, best of "
          "%d; GB/s of input fp32 bytes; pool = %d threads; SIMD path %s\n",
          (long long)mega, block, reps, all, zinc_cpu_isa_name(best));
+  printf("%-6s %7s %6s | %-6s %9s %9s %9s %9s | %9s %9s | %9s %9s\n", "", "", "", "",
+         "encode", "dec+add", "encode", "dec+add", "max err", "", "xover", "xover");
   printf("%-6s %7s %6s | %-6s %9s %9s %9s %9s | %9s %9s | %9s %9s\n", "codec", "bits/el",
-         "ratio", "path", "enc 1t", "dec+add 1t", "enc pool", "dec+add", "err/bound",
-         "rel L2", "xover 1t", "xover pool");
+         "ratio", "path", "1 thread", "1 thread", "pool", "pool", "/ bound", "rel L2",
+         "1 thread", "pool");
   static const int kinds[] = {ZINC_CODEC_BF16, ZINC_CODEC_F16, ZINC_CODEC_INT8, ZINC_CODEC_INT4,
                               ZINC_CODEC_SIGN1};
   const double gb = (double)n * 4 * 1e-9;
@@ -194,9 +198,9 @@ int main(int argc, char **argv) {
     check(zinc_cpu_codec_encode(pool, best, c, enc, x, ZINC_F32, n, NULL, 0));
     check(zinc_cpu_codec_decode(pool, best, c, dec, ZINC_F32, enc, n, 0));
     accuracy(c, x, dec, n, &ratio_err, &rel_l2);
-    zinc_cpu_isa paths[2] = {ZINC_CPU_ISA_SCALAR, best};
-    for (int p = 0; p < (best == ZINC_CPU_ISA_SCALAR ? 1 : 2); p++) {
-      run r1 = {NULL, paths[p], c, x, enc, acc, n}, rp = r1;
+    for (int p = 0; p <= (int)best; p++) { /* scalar, avx2, avx512 up to the best */
+      const zinc_cpu_isa path = (zinc_cpu_isa)p;
+      run r1 = {NULL, path, c, x, enc, acc, n}, rp = r1;
       rp.pool = pool;
       double e1 = time_encode(&r1, reps), d1 = time_decode_add(&r1, reps);
       double ep = time_encode(&rp, reps), dp = time_decode_add(&rp, reps);
@@ -207,10 +211,10 @@ int main(int argc, char **argv) {
         printf("%-6s %7.3f %6.2f | ", zinc_codec_name(c), bits, 32.0 / bits);
       else
         printf("%-6s %7s %6s | ", "", "", "");
-      printf("%-6s %9.2f %9.2f %9.2f %9.2f | ", zinc_cpu_isa_name(paths[p]), gb / e1, gb / d1,
+      printf("%-6s %9.2f %9.2f %9.2f %9.2f | ", zinc_cpu_isa_name(path), gb / e1, gb / d1,
              gb / ep, gb / dp);
       if (p == 0)
-        printf("%9.3g %9.2e | ", ratio_err, rel_l2);
+        printf("%9.4f %9.2e | ", ratio_err, rel_l2);
       else
         printf("%9s %9s | ", "", "");
       printf("%9.1f %9.1f\n", x1, xp);
