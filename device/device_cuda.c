@@ -431,6 +431,33 @@ static zinc_status cuda_cast(zinc_device *d, zinc_stream *s, void *dst, int dst_
   return err == cudaSuccess ? ZINC_OK : cuda_fail(ci, err, "cast of %lld elements", (long long)n);
 }
 
+static zinc_status cuda_encode(zinc_device *d, zinc_stream *s, zinc_codec c, void *dst,
+                               const void *src, int src_dtype, int64_t n, void *ef,
+                               float ef_beta) {
+  cuda_impl *ci = impl_of(d);
+  ZINC_CHECK(zinc_codec_check("cuda codec encode", 1, c, dst, src, src_dtype, n, ef, ef_beta,
+                              0));
+  ZINC_CHECK(bind(ci));
+  cudaError_t err = zinc_cuda_codec_encode(c, dst, src, src_dtype, n, ef, ef_beta,
+                                           raw_stream(ci, s));
+  return err == cudaSuccess ? ZINC_OK
+                            : cuda_fail(ci, err, "%s encode of %lld elements",
+                                        zinc_codec_name(c), (long long)n);
+}
+
+static zinc_status cuda_decode(zinc_device *d, zinc_stream *s, zinc_codec c, void *dst,
+                               int dst_dtype, const void *src, int64_t n, int accumulate) {
+  cuda_impl *ci = impl_of(d);
+  ZINC_CHECK(zinc_codec_check("cuda codec decode", 0, c, dst, src, dst_dtype, n, NULL, 0.0f,
+                              accumulate));
+  ZINC_CHECK(bind(ci));
+  cudaError_t err = zinc_cuda_codec_decode(c, dst, dst_dtype, src, n, accumulate,
+                                           raw_stream(ci, s));
+  return err == cudaSuccess ? ZINC_OK
+                            : cuda_fail(ci, err, "%s decode of %lld elements",
+                                        zinc_codec_name(c), (long long)n);
+}
+
 /* -------------------------------------------------------- information */
 
 static zinc_status cuda_mem_info(zinc_device *d, int64_t *free_bytes, int64_t *total_bytes) {
@@ -488,6 +515,8 @@ static const zinc_device_ops cuda_ops = {
     .sumsq = cuda_sumsq,
     .accumulate_f32 = cuda_accumulate_f32,
     .cast = cuda_cast,
+    .encode = cuda_encode,
+    .decode = cuda_decode,
     .mem_info = cuda_mem_info,
     .destroy = cuda_destroy,
 };

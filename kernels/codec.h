@@ -25,8 +25,10 @@
  * m == 0 gives scale 0 and q 0. A block holding an inf or NaN stores a
  * NaN scale, so the whole block decodes to NaN: overflow detection
  * (the fp16 loss scaler, the inf check) still sees it after compression.
- * SIGN1: scale = mean |x| over the block (summed in block order in fp32),
- * decoded value = ±scale by the sign bit.
+ * SIGN1: scale = mean |x| over the block (summed in fp32 in 8 lanes,
+ * element k of the block into lane k % 8, the lanes combined in the fixed
+ * order of kernels/codec_math.h), decoded value = ±scale by the sign bit
+ * (-0.0 counts as negative).
  *
  * Error feedback (LoCo-style, zeropp_loco_param): `ef` is the residual
  * of the previous encoding of the same slice, itself stored as an INT8

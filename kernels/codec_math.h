@@ -23,7 +23,11 @@
  *     q     = clamp(rint((x * pre) * inv), -qmax, qmax)
  *   decoded value = (float)q * scale.
  * SIGN1: non-finite block: scale = NaN; otherwise
- *     sum = 0.0f; sum += |x| for each element in block order (fp32);
+ *     sum in fp32 over 8 lanes: element k of the block (k from 0) is added
+ *     to lane k % 8, each lane in block order from 0.0f; then
+ *     l[j] += l[j + 4] (j < 4), l[j] += l[j + 2] (j < 2), sum = l[0] + l[1]
+ *     (so a vector of 8 lanes accumulates it, and a 16-wide path adds its
+ *     two halves in turn);
  *     scale = sum / (float)len          (len: the block's element count)
  *   bit = the sign bit of x (so -0.0 is "negative"); decoded value is
  *   -scale when the bit is set, else scale.
@@ -31,7 +35,9 @@
  * Error feedback (codec.h), per element of a block with residual d read
  * from the INT8 ef block (d = (float)q_ef * scale_ef):
  *   x   = src + d
- *   err = x - deQ(Q(x))
+ *   err = x - deQ(Q(x))   deQ(Q(x)) = y * scale with y the float that
+ *                         zinc_codec_quantize returns (0 in a zero block),
+ *                         or SIGN1's +-scale
  *   r   = (beta * d) + (omb * err)      omb = 1.0f - beta, once per call
  * and the residual block is re-encoded INT8 from r, except that a block
  * whose x or r is not finite stores a zero residual (scale 0, q 0): the
@@ -105,7 +111,18 @@ static ZINC_HD float zinc_codec_quantize(const zinc_codec_quant *p, float x) {
 
 static ZINC_HD float zinc_codec_dequantize(int q, float scale) { return (float)q * scale; }
 
-/* SIGN1's scale from the block's sum of |x| (in block order, fp32). */
+#define ZINC_CODEC_SIGN1_LANES 8
+
+/* SIGN1's lanes combined in the fixed order (see the top of the file). */
+static ZINC_HD float zinc_codec_sign1_sum(float *l) {
+  for (int j = 0; j < 4; j++)
+    l[j] = l[j] + l[j + 4];
+  for (int j = 0; j < 2; j++)
+    l[j] = l[j] + l[j + 2];
+  return l[0] + l[1];
+}
+
+/* SIGN1's scale from the block's lane sum of |x|. */
 static ZINC_HD float zinc_codec_sign1_scale(uint32_t mbits, float abs_sum, int64_t len) {
   if (mbits >= ZINC_CODEC_NONFINITE_BITS)
     return zinc_bits_f32(0x7fc00000u);
@@ -187,67 +204,129 @@ static ZINC_HD float zinc_codec_x(const void *src, int sdt, const float *ef_scal
   return x;
 }
 
+/* Quantize element i (value x) of a block with quantizer p (INT8/INT4)
+ * or scale (SIGN1) into the payload; returns deQ(Q(x)) as error feedback
+ * uses it. */
+static ZINC_HD float zinc_codec_encode_elem(int kind, const zinc_codec_quant *p, float scale,
+                                            uint8_t *payload, int64_t i, float x) {
+  if (kind == ZINC_CODEC_SIGN1) {
+    int neg = (int)(zinc_f32_bits(x) >> 31);
+    zinc_codec_payload_put(kind, payload, i, neg);
+    return zinc_codec_sign1_value(neg, scale);
+  }
+  float y = p->zero ? 0.0f : zinc_codec_quantize(p, x);
+  zinc_codec_payload_put(kind, payload, i, (int)y);
+  return y * scale;
+}
+
+/* deQ(Q(x)) of element value x without writing it (error feedback). */
+static ZINC_HD float zinc_codec_requantize(int kind, const zinc_codec_quant *p, float scale,
+                                           float x) {
+  if (kind == ZINC_CODEC_SIGN1)
+    return zinc_codec_sign1_value((int)(zinc_f32_bits(x) >> 31), scale);
+  float y = p->zero ? 0.0f : zinc_codec_quantize(p, x);
+  return y * scale;
+}
+
+/* The new residual r of element i (old residual block scale old_scale). */
+static ZINC_HD float zinc_codec_ef_elem(int kind, const zinc_codec_quant *p, float scale,
+                                        const void *src, int sdt, const uint8_t *ef_q,
+                                        float old_scale, int64_t i, float beta, float omb) {
+  float d = zinc_codec_dequantize((int)(int8_t)ef_q[i], old_scale);
+  float x = zinc_load_as_f32(src, i, sdt) + d;
+  return zinc_codec_ef_residual(d, x - zinc_codec_requantize(kind, p, scale, x), beta, omb);
+}
+
+/* The block's statistics, elements [i, hi) (of a block starting at lo)
+ * added to mbits and the SIGN1 lanes. */
+static ZINC_HD void zinc_codec_stats_tail(int kind, const void *src, int sdt,
+                                          const float *ef_scales, const uint8_t *ef_q,
+                                          int64_t block, int64_t lo, int64_t i, int64_t hi,
+                                          uint32_t *mbits, float *lanes) {
+  for (; i < hi; i++) {
+    float x = zinc_codec_x(src, sdt, ef_scales, ef_q, block, i);
+    uint32_t a = zinc_codec_abs_bits(x);
+    *mbits = a > *mbits ? a : *mbits;
+    if (kind == ZINC_CODEC_SIGN1)
+      lanes[(i - lo) % ZINC_CODEC_SIGN1_LANES] = lanes[(i - lo) % ZINC_CODEC_SIGN1_LANES] + fabsf(x);
+  }
+}
+
+static ZINC_HD void zinc_codec_payload_tail(int kind, const zinc_codec_quant *p, float scale,
+                                            uint8_t *payload, const void *src, int sdt,
+                                            const float *ef_scales, const uint8_t *ef_q,
+                                            int64_t block, int64_t i, int64_t hi) {
+  for (; i < hi; i++)
+    zinc_codec_encode_elem(kind, p, scale, payload, i,
+                           zinc_codec_x(src, sdt, ef_scales, ef_q, block, i));
+}
+
+static ZINC_HD void zinc_codec_ef_max_tail(int kind, const zinc_codec_quant *p, float scale,
+                                           const void *src, int sdt, const uint8_t *ef_q,
+                                           float old_scale, float beta, float omb, int64_t i,
+                                           int64_t hi, uint32_t *rbits) {
+  for (; i < hi; i++) {
+    uint32_t a = zinc_codec_abs_bits(
+        zinc_codec_ef_elem(kind, p, scale, src, sdt, ef_q, old_scale, i, beta, omb));
+    *rbits = a > *rbits ? a : *rbits;
+  }
+}
+
+static ZINC_HD void zinc_codec_ef_store_tail(int kind, const zinc_codec_quant *p, float scale,
+                                             const zinc_codec_quant *rp, const void *src,
+                                             int sdt, uint8_t *ef_q, float old_scale,
+                                             float beta, float omb, int64_t i, int64_t hi) {
+  for (; i < hi; i++) {
+    float q = 0.0f;
+    if (!rp->zero)
+      q = zinc_codec_quantize(
+          rp, zinc_codec_ef_elem(kind, p, scale, src, sdt, ef_q, old_scale, i, beta, omb));
+    ef_q[i] = (uint8_t)(int8_t)(int)q;
+  }
+}
+
+/* The block's quantizer from its statistics, and its scale. */
+static ZINC_HD float zinc_codec_block_scale(int kind, uint32_t mbits, float *lanes, int64_t len,
+                                            zinc_codec_quant *p) {
+  *p = zinc_codec_quant_make(mbits, zinc_codec_qmax(kind));
+  if (kind == ZINC_CODEC_SIGN1)
+    return zinc_codec_sign1_scale(mbits, zinc_codec_sign1_sum(lanes), len);
+  return p->scale;
+}
+
+/* The residual block's quantizer from the max of r; a block whose x or r
+ * is not finite gets a zero residual. */
+static ZINC_HD zinc_codec_quant zinc_codec_ef_quant(uint32_t mbits, uint32_t rbits) {
+  if (mbits >= ZINC_CODEC_NONFINITE_BITS || rbits >= ZINC_CODEC_NONFINITE_BITS)
+    rbits = 0;
+  return zinc_codec_quant_make(rbits, 127);
+}
+
 /* Encode block b (elements [b*block, min(n, (b+1)*block))) of a block
  * codec: scales[b] and the block's payload; with ef (ef_scales, ef_q not
  * NULL) the residual block b is read and rewritten. The reference every
- * backend reproduces. */
+ * backend reproduces: passes over the block (statistics, payload, and with
+ * ef the max of the new residual, then the residual), each element
+ * recomputed from src and the old residual in the same operations. */
 static ZINC_HD void zinc_codec_encode_block(int kind, int64_t block, float *scales,
                                             uint8_t *payload, const void *src, int sdt,
                                             int64_t n, int64_t b, float *ef_scales,
                                             uint8_t *ef_q, float beta, float omb) {
   const int64_t lo = b * block, hi = n - lo < block ? n : lo + block;
   uint32_t mbits = 0;
-  float abs_sum = 0.0f;
-  for (int64_t i = lo; i < hi; i++) {
-    float x = zinc_codec_x(src, sdt, ef_scales, ef_q, block, i);
-    uint32_t a = zinc_codec_abs_bits(x);
-    mbits = a > mbits ? a : mbits;
-    if (kind == ZINC_CODEC_SIGN1)
-      abs_sum = abs_sum + fabsf(x);
-  }
-  zinc_codec_quant p = zinc_codec_quant_make(mbits, zinc_codec_qmax(kind));
-  float scale = kind == ZINC_CODEC_SIGN1 ? zinc_codec_sign1_scale(mbits, abs_sum, hi - lo)
-                                         : p.scale;
+  float lanes[ZINC_CODEC_SIGN1_LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
+  zinc_codec_stats_tail(kind, src, sdt, ef_scales, ef_q, block, lo, lo, hi, &mbits, lanes);
+  zinc_codec_quant p;
+  float scale = zinc_codec_block_scale(kind, mbits, lanes, hi - lo, &p);
+  zinc_codec_payload_tail(kind, &p, scale, payload, src, sdt, ef_scales, ef_q, block, lo, hi);
   scales[b] = scale;
-  for (int64_t i = lo; i < hi; i++) {
-    int v = 0;
-    if (kind == ZINC_CODEC_SIGN1)
-      v = (int)(zinc_f32_bits(zinc_codec_x(src, sdt, ef_scales, ef_q, block, i)) >> 31);
-    else if (!p.zero)
-      v = (int)zinc_codec_quantize(&p, zinc_codec_x(src, sdt, ef_scales, ef_q, block, i));
-    zinc_codec_payload_put(kind, payload, i, v);
-  }
   if (!ef_q)
     return;
-  /* The residual: r of every element (recomputed from src, the old
-   * residual and the payload just written), its max, then INT8. */
   const float old_scale = ef_scales[b];
   uint32_t rbits = 0;
-  for (int64_t i = lo; i < hi; i++) {
-    float d = zinc_codec_dequantize((int)(int8_t)ef_q[i], old_scale);
-    float x = zinc_load_as_f32(src, i, sdt) + d;
-    int v = zinc_codec_payload_get(kind, payload, i);
-    float dq = kind == ZINC_CODEC_SIGN1 ? zinc_codec_sign1_value(v, scale)
-                                        : zinc_codec_dequantize(v, scale);
-    float r = zinc_codec_ef_residual(d, x - dq, beta, omb);
-    uint32_t a = zinc_codec_abs_bits(r);
-    rbits = a > rbits ? a : rbits;
-  }
-  if (mbits >= ZINC_CODEC_NONFINITE_BITS || rbits >= ZINC_CODEC_NONFINITE_BITS)
-    rbits = 0; /* a non-finite block leaves a zero residual */
-  zinc_codec_quant rp = zinc_codec_quant_make(rbits, 127);
-  for (int64_t i = lo; i < hi; i++) {
-    int qr = 0;
-    if (!rp.zero) {
-      float d = zinc_codec_dequantize((int)(int8_t)ef_q[i], old_scale);
-      float x = zinc_load_as_f32(src, i, sdt) + d;
-      int v = zinc_codec_payload_get(kind, payload, i);
-      float dq = kind == ZINC_CODEC_SIGN1 ? zinc_codec_sign1_value(v, scale)
-                                          : zinc_codec_dequantize(v, scale);
-      qr = (int)zinc_codec_quantize(&rp, zinc_codec_ef_residual(d, x - dq, beta, omb));
-    }
-    ef_q[i] = (uint8_t)(int8_t)qr;
-  }
+  zinc_codec_ef_max_tail(kind, &p, scale, src, sdt, ef_q, old_scale, beta, omb, lo, hi, &rbits);
+  zinc_codec_quant rp = zinc_codec_ef_quant(mbits, rbits);
+  zinc_codec_ef_store_tail(kind, &p, scale, &rp, src, sdt, ef_q, old_scale, beta, omb, lo, hi);
   ef_scales[b] = rp.scale;
 }
 

@@ -6,6 +6,7 @@
  */
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <string.h>
 
 #include "base/base.h"
 #include "kernels/cpu_kernels_isa.h"
@@ -99,6 +100,70 @@ static inline SIMD_FN __attribute__((always_inline)) void sq_store(const sq_lane
                                                                    double *lanes) {
   for (int k = 0; k < 4; k++)
     _mm256_storeu_pd(lanes + 4 * k, a->l[k]);
+}
+
+/* The codec primitives (see the codecs section of cpu_kernels_simd.h). */
+#define AVX2_INLINE static inline SIMD_FN __attribute__((always_inline))
+typedef __m256i vi;
+#define vi_zero() _mm256_setzero_si256()
+#define vi_absmax(acc, x)                                                                    \
+  _mm256_max_epu32((acc), _mm256_and_si256(_mm256_castps_si256(x),                         \
+                                           _mm256_set1_epi32(0x7fffffff)))
+#define vf_round(x) _mm256_round_ps((x), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define vf_min(a, b) _mm256_min_ps((a), (b))
+#define vf_max(a, b) _mm256_max_ps((a), (b))
+#define vf_abs(x) _mm256_andnot_ps(_mm256_set1_ps(-0.0f), (x))
+#define vf_xor_sign(s, x) _mm256_xor_ps((s), _mm256_and_ps(_mm256_set1_ps(-0.0f), (x)))
+#define sum8_add(acc, ax) (*(acc) = _mm256_add_ps(*(acc), (ax)))
+
+AVX2_INLINE uint32_t vi_hmax(vi v) {
+  __m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
+  return (uint32_t)_mm_cvtsi128_si32(m);
+}
+
+AVX2_INLINE vf vf_from_i8(const uint8_t *p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+
+/* y holds integers in [-127, 127]: the saturating packs are exact. */
+AVX2_INLINE void store_i8(uint8_t *p, vf y) {
+  __m256i q = _mm256_cvtps_epi32(y);
+  __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+  _mm_storel_epi64((__m128i *)p, _mm_packs_epi16(w, w));
+}
+
+/* Elements 2k, 2k+1 (the 32-bit halves of 64-bit lane k) -> byte k. */
+AVX2_INLINE void store_i4(uint8_t *p, vf y) {
+  __m256i q = _mm256_and_si256(_mm256_cvtps_epi32(y), _mm256_set1_epi32(0xf));
+  q = _mm256_or_si256(q, _mm256_srli_epi64(q, 28));
+  const __m256i pick = _mm256_setr_epi8(0, 8, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                        -1, -1, 0, 8, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                        -1, -1, -1, -1);
+  q = _mm256_shuffle_epi8(q, pick);
+  uint32_t lo = (uint32_t)_mm_cvtsi128_si32(_mm256_castsi256_si128(q)) & 0xffffu;
+  uint32_t hi = (uint32_t)_mm_cvtsi128_si32(_mm256_extracti128_si256(q, 1)) & 0xffffu;
+  uint32_t w = lo | (hi << 16);
+  memcpy(p, &w, 4);
+}
+
+AVX2_INLINE vf load_i4(const uint8_t *p) {
+  uint32_t w;
+  memcpy(&w, p, 4);
+  __m256i q = _mm256_srlv_epi32(_mm256_set1_epi32((int)w),
+                                _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+  q = _mm256_and_si256(q, _mm256_set1_epi32(0xf));
+  q = _mm256_sub_epi32(_mm256_xor_si256(q, _mm256_set1_epi32(8)), _mm256_set1_epi32(8));
+  return _mm256_cvtepi32_ps(q);
+}
+
+AVX2_INLINE void store_sign(uint8_t *p, vf x) { *p = (uint8_t)_mm256_movemask_ps(x); }
+
+AVX2_INLINE vf load_sign(const uint8_t *p, vf s) {
+  const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  __m256i set = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(*p), bit), bit);
+  return _mm256_xor_ps(s, _mm256_and_ps(_mm256_castsi256_ps(set), _mm256_set1_ps(-0.0f)));
 }
 
 #include "kernels/cpu_kernels_simd.h"

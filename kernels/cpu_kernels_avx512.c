@@ -12,6 +12,7 @@
  */
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <string.h>
 
 #include "base/base.h"
 #include "kernels/cpu_kernels_isa.h"
@@ -110,6 +111,70 @@ static inline SIMD_FN __attribute__((always_inline)) void sq_store(const sq_lane
                                                                    double *lanes) {
   _mm512_storeu_pd(lanes, a->lo);
   _mm512_storeu_pd(lanes + 8, a->hi);
+}
+
+/* The codec primitives (see the codecs section of cpu_kernels_simd.h);
+ * AVX-512F only (no DQ/BW): float bit operations go through integers. */
+#define AVX512_INLINE static inline SIMD_FN __attribute__((always_inline))
+#define AVX512_SIGN _mm512_set1_epi32((int)0x80000000u)
+typedef __m512i vi;
+#define vi_zero() _mm512_setzero_si512()
+#define vi_absmax(acc, x)                                                                    \
+  _mm512_max_epu32((acc), _mm512_and_si512(_mm512_castps_si512(x),                         \
+                                           _mm512_set1_epi32(0x7fffffff)))
+#define vi_hmax(v) ((uint32_t)_mm512_reduce_max_epu32(v))
+#define vf_round(x) _mm512_roundscale_ps((x), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define vf_min(a, b) _mm512_min_ps((a), (b))
+#define vf_max(a, b) _mm512_max_ps((a), (b))
+#define vf_abs(x)                                                                            \
+  _mm512_castsi512_ps(_mm512_andnot_si512(AVX512_SIGN, _mm512_castps_si512(x)))
+#define vf_xor_sign(s, x)                                                                    \
+  _mm512_castsi512_ps(_mm512_xor_si512(                                                    \
+      _mm512_castps_si512(s), _mm512_and_si512(AVX512_SIGN, _mm512_castps_si512(x))))
+
+/* Elements 0-7 then 8-15 into the 8 lanes, in that order. */
+AVX512_INLINE void sum8_add(__m256 *acc, vf ax) {
+  *acc = _mm256_add_ps(*acc, _mm512_castps512_ps256(ax));
+  *acc = _mm256_add_ps(*acc, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(ax), 1)));
+}
+
+AVX512_INLINE vf vf_from_i8(const uint8_t *p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+
+AVX512_INLINE void store_i8(uint8_t *p, vf y) {
+  _mm_storeu_si128((__m128i *)p, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(y)));
+}
+
+/* Elements 2k, 2k+1 (the 32-bit halves of 64-bit lane k) -> byte k. */
+AVX512_INLINE void store_i4(uint8_t *p, vf y) {
+  __m512i q = _mm512_and_si512(_mm512_cvtps_epi32(y), _mm512_set1_epi32(0xf));
+  q = _mm512_or_si512(q, _mm512_srli_epi64(q, 28));
+  _mm_storel_epi64((__m128i *)p, _mm512_cvtepi64_epi8(q));
+}
+
+AVX512_INLINE vf load_i4(const uint8_t *p) {
+  uint32_t w[2];
+  memcpy(w, p, 8);
+  __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32((int)w[0])),
+                                 _mm256_set1_epi32((int)w[1]), 1);
+  __m512i q = _mm512_srlv_epi32(v, _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12,
+                                                     16, 20, 24, 28));
+  q = _mm512_and_si512(q, _mm512_set1_epi32(0xf));
+  q = _mm512_sub_epi32(_mm512_xor_si512(q, _mm512_set1_epi32(8)), _mm512_set1_epi32(8));
+  return _mm512_cvtepi32_ps(q);
+}
+
+AVX512_INLINE void store_sign(uint8_t *p, vf x) {
+  uint16_t m = (uint16_t)_mm512_cmplt_epi32_mask(_mm512_castps_si512(x), _mm512_setzero_si512());
+  memcpy(p, &m, 2);
+}
+
+AVX512_INLINE vf load_sign(const uint8_t *p, vf s) {
+  uint16_t m;
+  memcpy(&m, p, 2);
+  __m512i si = _mm512_castps_si512(s);
+  return _mm512_castsi512_ps(_mm512_mask_xor_epi32(si, (__mmask16)m, si, AVX512_SIGN));
 }
 
 #include "kernels/cpu_kernels_simd.h"

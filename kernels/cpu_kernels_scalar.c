@@ -47,18 +47,51 @@ static void scalar_convert(void *dst, int ddt, const void *src, int sdt, int64_t
   zinc_cpu_convert_tail(dst, ddt, src, sdt, accumulate, 0, n);
 }
 
+/* The codec loops, specialised on (kind, source dtype, error feedback) and
+ * (kind, destination) so that the per-element branches of codec_math.h
+ * fold away; the arithmetic is zinc_codec_encode_block's as written. */
 static void scalar_codec_encode(int kind, int64_t block, float *scales, uint8_t *payload,
                                 const void *src, int sdt, int64_t n, int64_t b0, int64_t b1,
                                 float *ef_scales, uint8_t *ef_q, float beta, float omb) {
-  for (int64_t b = b0; b < b1; b++)
-    zinc_codec_encode_block(kind, block, scales, payload, src, sdt, n, b, ef_scales, ef_q, beta,
-                            omb);
+#define ENCODE_CASE(K, S)                                                                   \
+  case (K) * 3 + (S):                                                                       \
+    for (int64_t b = b0; b < b1; b++)                                                       \
+      zinc_codec_encode_block((K), block, scales, payload, src, (S), n, b, ef_scales, ef_q,  \
+                              beta, omb);                                                   \
+    return;
+#define ENCODE_KIND(K) ENCODE_CASE(K, ZINC_F32) ENCODE_CASE(K, ZINC_BF16) ENCODE_CASE(K, ZINC_F16)
+  switch (kind * 3 + sdt) {
+    ENCODE_KIND(ZINC_CODEC_INT8)
+    ENCODE_KIND(ZINC_CODEC_INT4)
+    ENCODE_KIND(ZINC_CODEC_SIGN1)
+  default:
+    for (int64_t b = b0; b < b1; b++)
+      zinc_codec_encode_block(kind, block, scales, payload, src, sdt, n, b, ef_scales, ef_q,
+                              beta, omb);
+  }
+#undef ENCODE_KIND
+#undef ENCODE_CASE
 }
 
 static void scalar_codec_decode(int kind, int64_t block, void *dst, int ddt,
                                 const float *scales, const uint8_t *payload, int64_t lo,
                                 int64_t hi, int accumulate) {
-  zinc_cpu_codec_decode_tail(kind, block, dst, ddt, scales, payload, accumulate, lo, hi);
+#define DECODE_CASE(K, D, A)                                                                \
+  case ((K) * 3 + (D)) * 2 + (A):                                                           \
+    zinc_cpu_codec_decode_tail((K), block, dst, (D), scales, payload, (A), lo, hi);         \
+    return;
+#define DECODE_KIND(K)                                                                      \
+  DECODE_CASE(K, ZINC_F32, 0) DECODE_CASE(K, ZINC_F32, 1) DECODE_CASE(K, ZINC_BF16, 0)      \
+  DECODE_CASE(K, ZINC_F16, 0)
+  switch ((kind * 3 + ddt) * 2 + (accumulate != 0)) {
+    DECODE_KIND(ZINC_CODEC_INT8)
+    DECODE_KIND(ZINC_CODEC_INT4)
+    DECODE_KIND(ZINC_CODEC_SIGN1)
+  default:
+    zinc_cpu_codec_decode_tail(kind, block, dst, ddt, scales, payload, accumulate, lo, hi);
+  }
+#undef DECODE_KIND
+#undef DECODE_CASE
 }
 
 const zinc_cpu_isa_ops zinc_cpu_ops_scalar = {

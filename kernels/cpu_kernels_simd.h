@@ -433,17 +433,189 @@ static SIMD_FN void simd_convert(void *dst, int ddt, const void *src, int sdt, i
 
 /* ---------------------------------------------------------------- codecs */
 
+/* The codec loops (kernels/codec_math.h with vectors): per block the same
+ * passes as zinc_codec_encode_block, vectors from the block's start for the
+ * statistics and the residual (the SIGN1 lanes: element k of the block in
+ * lane k % 8 of an 8-float accumulator, sum8_add adding a 16-wide vector's
+ * halves in turn), vectors on payload-byte-aligned elements (i % 8 == 0)
+ * for the payload, and codec_math.h's scalar helpers for the rest.
+ * Each ISA file defines, besides the macros above:
+ *   vi vi_zero vi_absmax(acc, x) vi_hmax   max of |x|'s bits
+ *   vf_round vf_min vf_max vf_abs vf_xor_sign(s, x) (s with x's sign flipped in)
+ *   sum8_add(__m256 *acc, vf ax)
+ *   vf_from_i8(p)  SIMD_W int8 -> floats;   store_i8(p, y) the reverse
+ *   store_i4(p, y) SIMD_W / 2 bytes;  load_i4(p) SIMD_W nibbles as floats
+ *   store_sign(p, x) SIMD_W / 8 bytes of sign bits;  load_sign(p, s) +-s */
+
+SIMD_INLINE vf simd_codec_x(const void *src, int sdt, const uint8_t *ef_q, vf efs, int64_t i,
+                            int has_ef) {
+  vf x = simd_load(src, i, sdt);
+  if (has_ef)
+    x = vf_add(x, vf_mul(vf_from_i8(ef_q + i), efs));
+  return x;
+}
+
+/* zinc_codec_quantize with vectors: min then max, as the scalar clamps. */
+SIMD_INLINE vf simd_codec_quantize(vf x, vf pre, vf inv, vf qmax, vf nqmax) {
+  vf y = vf_round(vf_mul(vf_mul(x, pre), inv));
+  return vf_max(vf_min(y, qmax), nqmax);
+}
+
+SIMD_INLINE void simd_codec_block(int kind, int has_ef, int sdt, int64_t block, float *scales,
+                                  uint8_t *payload, const void *src, int64_t n, int64_t b,
+                                  float *ef_scales, uint8_t *ef_q, float beta, float omb) {
+  const int64_t lo = b * block, hi = n - lo < block ? n : lo + block;
+  const float *ef_s = has_ef ? ef_scales : NULL;
+  const uint8_t *ef_p = has_ef ? ef_q : NULL;
+  const vf efs = vf_set1(has_ef ? ef_scales[b] : 0.0f);
+  /* statistics */
+  vi mx = vi_zero();
+  __m256 acc8 = _mm256_setzero_ps();
+  int64_t i = lo;
+  for (; i + SIMD_W <= hi; i += SIMD_W) {
+    vf x = simd_codec_x(src, sdt, ef_q, efs, i, has_ef);
+    mx = vi_absmax(mx, x);
+    if (kind == ZINC_CODEC_SIGN1)
+      sum8_add(&acc8, vf_abs(x));
+  }
+  uint32_t mbits = vi_hmax(mx);
+  float lanes[ZINC_CODEC_SIGN1_LANES];
+  _mm256_storeu_ps(lanes, acc8);
+  zinc_codec_stats_tail(kind, src, sdt, ef_s, ef_p, block, lo, i, hi, &mbits, lanes);
+  zinc_codec_quant p;
+  const float scale = zinc_codec_block_scale(kind, mbits, lanes, hi - lo, &p);
+  /* payload */
+  const vf pre = vf_set1(p.pre), inv = vf_set1(p.inv), qmax = vf_set1(p.qmax);
+  const vf nqmax = vf_set1(-p.qmax), vscale = vf_set1(scale), zero = vf_set1(0.0f);
+  int64_t head = (lo + 7) & ~(int64_t)7;
+  head = head < hi ? head : hi;
+  zinc_codec_payload_tail(kind, &p, scale, payload, src, sdt, ef_s, ef_p, block, lo, head);
+  for (i = head; i + SIMD_W <= hi; i += SIMD_W) {
+    vf x = simd_codec_x(src, sdt, ef_q, efs, i, has_ef);
+    if (kind == ZINC_CODEC_SIGN1) {
+      store_sign(payload + i / 8, x);
+      continue;
+    }
+    vf y = p.zero ? zero : simd_codec_quantize(x, pre, inv, qmax, nqmax);
+    if (kind == ZINC_CODEC_INT8)
+      store_i8(payload + i, y);
+    else
+      store_i4(payload + i / 2, y);
+  }
+  zinc_codec_payload_tail(kind, &p, scale, payload, src, sdt, ef_s, ef_p, block, i, hi);
+  scales[b] = scale;
+  if (!has_ef)
+    return;
+  /* the residual: its max, then INT8 (zinc_codec_ef_elem with vectors) */
+  const float old_scale = ef_scales[b];
+  const vf vbeta = vf_set1(beta), vomb = vf_set1(omb);
+#define SIMD_EF_R(r, i)                                                                     \
+  do {                                                                                      \
+    vf d_ = vf_mul(vf_from_i8(ef_q + (i)), efs);                                            \
+    vf x_ = vf_add(simd_load(src, (i), sdt), d_);                                           \
+    vf dq_ = kind == ZINC_CODEC_SIGN1 ? vf_xor_sign(vscale, x_)                             \
+             : vf_mul(p.zero ? zero : simd_codec_quantize(x_, pre, inv, qmax, nqmax),       \
+                      vscale);                                                              \
+    (r) = vf_add(vf_mul(vbeta, d_), vf_mul(vomb, vf_sub(x_, dq_)));                         \
+  } while (0)
+  mx = vi_zero();
+  for (i = lo; i + SIMD_W <= hi; i += SIMD_W) {
+    vf r;
+    SIMD_EF_R(r, i);
+    mx = vi_absmax(mx, r);
+  }
+  uint32_t rbits = vi_hmax(mx);
+  zinc_codec_ef_max_tail(kind, &p, scale, src, sdt, ef_q, old_scale, beta, omb, i, hi, &rbits);
+  const zinc_codec_quant rp = zinc_codec_ef_quant(mbits, rbits);
+  const vf rpre = vf_set1(rp.pre), rinv = vf_set1(rp.inv), rq = vf_set1(rp.qmax);
+  const vf nrq = vf_set1(-rp.qmax);
+  for (i = lo; i + SIMD_W <= hi; i += SIMD_W) {
+    vf r;
+    SIMD_EF_R(r, i);
+    store_i8(ef_q + i, rp.zero ? zero : simd_codec_quantize(r, rpre, rinv, rq, nrq));
+  }
+#undef SIMD_EF_R
+  zinc_codec_ef_store_tail(kind, &p, scale, &rp, src, sdt, ef_q, old_scale, beta, omb, i, hi);
+  ef_scales[b] = rp.scale;
+}
+
 static SIMD_FN void simd_codec_encode(int kind, int64_t block, float *scales, uint8_t *payload,
                                       const void *src, int sdt, int64_t n, int64_t b0,
                                       int64_t b1, float *ef_scales, uint8_t *ef_q, float beta,
                                       float omb) {
-  for (int64_t b = b0; b < b1; b++)
-    zinc_codec_encode_block(kind, block, scales, payload, src, sdt, n, b, ef_scales, ef_q, beta,
-                            omb);
+  const int has_ef = ef_q != NULL;
+#define ENCODE_CASE(K, S, E)                                                                \
+  case ((K) * 3 + (S)) * 2 + (E):                                                           \
+    for (int64_t b = b0; b < b1; b++)                                                       \
+      simd_codec_block((K), (E), (S), block, scales, payload, src, n, b, ef_scales, ef_q,    \
+                       beta, omb);                                                          \
+    return;
+#define ENCODE_CASES(K, S) ENCODE_CASE(K, S, 0) ENCODE_CASE(K, S, 1)
+#define ENCODE_KIND(K) ENCODE_CASES(K, ZINC_F32) ENCODE_CASES(K, ZINC_BF16) ENCODE_CASES(K, ZINC_F16)
+  switch ((kind * 3 + sdt) * 2 + has_ef) {
+    ENCODE_KIND(ZINC_CODEC_INT8)
+    ENCODE_KIND(ZINC_CODEC_INT4)
+    ENCODE_KIND(ZINC_CODEC_SIGN1)
+  default:
+    for (int64_t b = b0; b < b1; b++)
+      zinc_codec_encode_block(kind, block, scales, payload, src, sdt, n, b, ef_scales, ef_q,
+                              beta, omb);
+  }
+#undef ENCODE_KIND
+#undef ENCODE_CASES
+#undef ENCODE_CASE
+}
+
+/* ddt < 0: dst (f32) += value. */
+SIMD_INLINE void simd_codec_decode_span(int kind, int ddt, int64_t block, void *dst,
+                                        const float *scales, const uint8_t *payload,
+                                        int64_t lo, int64_t hi) {
+  const int tdt = ddt < 0 ? ZINC_F32 : ddt, acc = ddt < 0;
+  int64_t i = lo;
+  while (i < hi) {
+    const int64_t b = i / block;
+    const int64_t e = (b + 1) * block < hi ? (b + 1) * block : hi;
+    const vf vs = vf_set1(scales[b]);
+    int64_t head = (i + 7) & ~(int64_t)7;
+    head = head < e ? head : e;
+    zinc_cpu_codec_decode_tail(kind, block, dst, tdt, scales, payload, acc, i, head);
+    for (i = head; i + SIMD_W <= e; i += SIMD_W) {
+      vf v;
+      if (kind == ZINC_CODEC_INT8)
+        v = vf_mul(vf_from_i8(payload + i), vs);
+      else if (kind == ZINC_CODEC_INT4)
+        v = vf_mul(load_i4(payload + i / 2), vs);
+      else
+        v = load_sign(payload + i / 8, vs);
+      if (acc)
+        vf_storeu((float *)dst + i, vf_add(vf_loadu((const float *)dst + i), v));
+      else
+        simd_store(dst, i, ddt, v, 0);
+    }
+    zinc_cpu_codec_decode_tail(kind, block, dst, tdt, scales, payload, acc, i, e);
+    i = e;
+  }
 }
 
 static SIMD_FN void simd_codec_decode(int kind, int64_t block, void *dst, int ddt,
                                       const float *scales, const uint8_t *payload, int64_t lo,
                                       int64_t hi, int accumulate) {
-  zinc_cpu_codec_decode_tail(kind, block, dst, ddt, scales, payload, accumulate, lo, hi);
+  if (accumulate)
+    ddt = -1;
+#define DECODE_CASE(K, D)                                                                   \
+  case (K) * 4 + (D) + 1:                                                                   \
+    simd_codec_decode_span((K), (D), block, dst, scales, payload, lo, hi);                  \
+    return;
+#define DECODE_KIND(K)                                                                      \
+  DECODE_CASE(K, -1) DECODE_CASE(K, ZINC_F32) DECODE_CASE(K, ZINC_BF16) DECODE_CASE(K, ZINC_F16)
+  switch (kind * 4 + ddt + 1) {
+    DECODE_KIND(ZINC_CODEC_INT8)
+    DECODE_KIND(ZINC_CODEC_INT4)
+    DECODE_KIND(ZINC_CODEC_SIGN1)
+  default:
+    zinc_cpu_codec_decode_tail(kind, block, dst, accumulate ? ZINC_F32 : ddt, scales, payload,
+                               accumulate, lo, hi);
+  }
+#undef DECODE_KIND
+#undef DECODE_CASE
 }

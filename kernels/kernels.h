@@ -26,6 +26,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "kernels/codec.h"     /* zinc_codec */
 #include "kernels/zinc_math.h" /* the per-element math and the kernel argument structs */
 #include "zinc.h"               /* zinc_dtype */
 
@@ -127,6 +128,19 @@ cudaError_t zinc_cuda_sumsq_workspace(const zinc_sumsq_chunk *chunks, int n,
 cudaError_t zinc_cuda_sumsq(const zinc_sumsq_chunk *chunks, int n, void *workspace,
                             size_t workspace_bytes, double *partials,
                             cudaStream_t stream);
+
+/* The codecs of kernels/codec.h (math in kernels/codec_math.h): the bytes
+ * and decoded values of zinc_cpu_codec_encode / zinc_cpu_codec_decode bit
+ * for bit. encode: dst (zinc_codec_bytes(c, n) bytes, padding zeroed) =
+ * c(src (n, src_dtype)); ef NULL or the slice's INT8 residual
+ * (zinc_codec_bytes({INT8, c.block}, n) bytes), read and rewritten with
+ * ef_beta. decode: dst (n, dst_dtype) = decoded src, or dst (f32) += it
+ * when accumulate. cudaErrorInvalidValue for what zinc_codec_check
+ * refuses (the device checks first and names it). */
+cudaError_t zinc_cuda_codec_encode(zinc_codec c, void *dst, const void *src, int src_dtype,
+                                   int64_t n, void *ef, float ef_beta, cudaStream_t stream);
+cudaError_t zinc_cuda_codec_decode(zinc_codec c, void *dst, int dst_dtype, const void *src,
+                                   int64_t n, int accumulate, cudaStream_t stream);
 
 #ifdef __cplusplus
 }
