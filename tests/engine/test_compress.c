@@ -3,13 +3,14 @@
  * error feedback, communication_data_type). Under mpirun (2, 3 or 4
  * ranks), zinc.compression.scope "all" so that one machine compresses:
  *
- *  - close: 20 steps of the tiny model with int4 gradients (LoCo error
- *    feedback) and int8 stage-3 weights stay within 2% (relative L2) of
- *    the uncompressed parameters; int8 gradients alone within 1%.
+ *  - close: 20 AdamW steps (lr 1e-3) of the tiny model with int4
+ *    gradients (LoCo error feedback) and int8 stage-3 weights stay within
+ *    2% (relative L2) of the uncompressed parameters, and within the frozen
+ *    bound calibrated here; int8 gradients alone within theirs.
  *  - lossy for real: the same run is NOT bitwise the uncompressed one
  *    (a compression that did nothing would pass "close").
  *  - broken is caught: 1-bit signs without error feedback end farther than
- *    the 2% bound (the bound is tight enough to see a broken setting).
+ *    the frozen bound (it is tight enough to see a broken setting).
  *  - reproducible: a compressed run twice gives the same bits; stages 1,
  *    2 and 3 with quantized gradients (fp32, accumulation 1) give the same
  *    bits as each other.
@@ -45,15 +46,29 @@ static float **train(et_run r, const char *zero_extra, const char *extra) {
   return p;
 }
 
+/* The bounds, calibrated once at 2 and 4 ranks and frozen (measured
+ * figures in the comments; the docs list them): a change that makes the
+ * codecs or the error feedback worse shows here before it shows in a
+ * model's loss. The issue's 2% is checked beside the frozen bound. */
+#define BOUND_INT4_INT8 0.005 /* measured 0.33% (2 ranks), 0.36% (4) */
+#define BOUND_INT8 0.0008     /* measured 0.034% (2 ranks), 0.052% (4) */
+
 static void test_close(void) {
+  /* AdamW at lr 1e-3: every parameter moves about a third of its size in
+   * 20 steps. The deviation grows with the step size (3.8% at lr 1e-2,
+   * where 20 steps move each parameter by about its own size). */
+  et_optim o = et_adamw_default();
+  o.lr = 1e-3;
   et_run r = base_run(3, 20);
+  r.optim = &o;
   float **exact = train(r, NULL, NULL);
   float **q = train(r, QGZ QWZ LOCO, SCOPE_ALL);
   double d = et_rel_l2(&r.shape, q, exact);
   if (et_rank == 0)
     printf("stage 3, int4 gradients + LoCo, int8 weights, 20 steps: relative L2 %.4f%%\n",
            100 * d);
-  ET_CHECK(d <= 0.02, "int4 gradients + int8 weights: relative L2 %.4f > 2%%", d);
+  ET_CHECK(d <= 0.02 && d <= BOUND_INT4_INT8, "int4 gradients + int8 weights: relative L2 "
+           "%.4f%% > the frozen bound %.2f%% (or 2%%)", 100 * d, 100 * BOUND_INT4_INT8);
   ET_CHECK(d > 0, "int4 gradients + int8 weights: bitwise the uncompressed run (nothing was "
            "compressed?)");
   float **q8 = train(r, QGZ, "\"zinc\": {\"compression\": {\"scope\": \"all\", "
@@ -61,15 +76,16 @@ static void test_close(void) {
   double d8 = et_rel_l2(&r.shape, q8, exact);
   if (et_rank == 0)
     printf("stage 3, int8 gradients: relative L2 %.4f%%\n", 100 * d8);
-  ET_CHECK(d8 <= 0.01 && d8 > 0, "int8 gradients: relative L2 %.4f not in (0, 1%%]", d8);
+  ET_CHECK(d8 <= BOUND_INT8 && d8 > 0, "int8 gradients: relative L2 %.4f%% not in (0, %.3f%%]",
+           100 * d8, 100 * BOUND_INT8);
   /* the broken setting: signs, no error feedback */
   float **s1 = train(r, QGZ, "\"zinc\": {\"compression\": {\"scope\": \"all\", "
                              "\"gradient_bits\": 1}}");
   double ds = et_rel_l2(&r.shape, s1, exact);
   if (et_rank == 0)
     printf("stage 3, 1-bit signs without error feedback: relative L2 %.4f%%\n", 100 * ds);
-  ET_CHECK(ds > 0.02, "1-bit signs without error feedback stayed within 2%% (%.4f): the "
-           "bound cannot tell a broken setting", ds);
+  ET_CHECK(ds > BOUND_INT4_INT8, "1-bit signs without error feedback stayed within the bound "
+           "(%.4f%%): the bound cannot tell a broken setting", 100 * ds);
   et_free_params(exact);
   et_free_params(q);
   et_free_params(q8);
