@@ -17,6 +17,9 @@
  *  - resume: training 3 steps, saving, training 3 more equals loading the
  *    save in a fresh engine and training the 3 (the error-feedback
  *    residuals travel in the checkpoint), bit for bit.
+ *  - the hybrid policy (scope inter_node, the default): one node quantizes
+ *    nothing (the exact run's bits); nodes faked with ZINC_COMM_NODE_SIZE
+ *    quantize what crosses them.
  *  - communication_data_type bf16 with fp32 parameters: within bf16's
  *    rounding of the uncompressed run, not equal to it.
  */
@@ -144,6 +147,49 @@ static void test_resume(int stage) {
   et_free_params(b);
 }
 
+/* The hybrid policy's default scope (inter_node): on one node nothing is
+ * quantized, so qgZ + qwZ train to the exact run's bits; with the ranks
+ * faked onto nodes of one (ZINC_COMM_NODE_SIZE=1) everything crosses a
+ * node and is quantized; at 4 ranks on nodes of 2, pairs inside a node
+ * travel raw and the result lies between. */
+static int bits_equal(const tm_shape *sh, float **a, float **b) {
+  for (int i = 0; i < TM_NPARAM; i++)
+    if (memcmp(a[i], b[i], sizeof(float) * (size_t)tm_numel(sh, i)) != 0)
+      return 0;
+  return 1;
+}
+
+static void test_hybrid(void) {
+  et_run r = base_run(3, 6);
+  float **exact = train(r, NULL, NULL);
+  float **one_node = train(r, QGZ QWZ LOCO, NULL);
+  ET_CHECK(et_same_bits(&r.shape, one_node, exact, "qgZ + qwZ on one node, scope inter_node"),
+           "on one node with scope inter_node something was quantized");
+  setenv("ZINC_COMM_NODE_SIZE", "1", 1);
+  float **nodes = train(r, QGZ QWZ LOCO, NULL);
+  unsetenv("ZINC_COMM_NODE_SIZE");
+  float **all = train(r, QGZ QWZ LOCO, SCOPE_ALL);
+  ET_CHECK(et_same_bits(&r.shape, nodes, all, "every rank its own node = scope all"),
+           "ranks on nodes of one, scope inter_node, differ from scope all");
+  ET_CHECK(et_rel_l2(&r.shape, nodes, exact) > 0, "ranks on nodes of one: nothing quantized");
+  if (et_world == 4) {
+    setenv("ZINC_COMM_NODE_SIZE", "2", 1);
+    float **two = train(r, QGZ QWZ LOCO, NULL);
+    unsetenv("ZINC_COMM_NODE_SIZE");
+    double d2 = et_rel_l2(&r.shape, two, exact), dall = et_rel_l2(&r.shape, all, exact);
+    if (et_rank == 0)
+      printf("4 ranks on 2 nodes (inside raw): relative L2 %.4f%%, all quantized %.4f%%\n",
+             100 * d2, 100 * dall);
+    ET_CHECK(d2 > 0 && !bits_equal(&r.shape, two, all),
+             "4 ranks on 2 nodes: the same as exact or as all-quantized");
+    et_free_params(two);
+  }
+  et_free_params(exact);
+  et_free_params(one_node);
+  et_free_params(nodes);
+  et_free_params(all);
+}
+
 static void test_comm_dtype(void) {
   et_run r = base_run(2, 6);
   float **exact = train(r, NULL, NULL);
@@ -176,6 +222,7 @@ int main(int argc, char **argv) {
   MPI_Barrier(MPI_COMM_WORLD);
   test_close();
   test_reproducible();
+  test_hybrid();
   test_comm_dtype();
   test_resume(3);
   test_resume(2);
