@@ -12,8 +12,9 @@
  * warp); a warp-per-block kernel with a shuffle max is the faster layout
  * for large blocks and is left for when a GPU can measure it.
  * decode: one thread per element (grid-stride), coalesced. Cast codecs are
- * the cast and accumulate kernels of elementwise.cu. The padding is zeroed
- * by zinc_cuda_fill_zero.
+ * the cast and accumulate kernels of elementwise.cu, or a copy when the
+ * dtypes are equal (the CPU's cast copies the bits then, signalling NaNs
+ * included). The padding is zeroed by zinc_cuda_fill_zero.
  */
 #include "kernels/codec_math.h"
 #include "kernels/kernels.h"
@@ -89,7 +90,9 @@ extern "C" cudaError_t zinc_cuda_codec_encode(zinc_codec c, void *dst, const voi
   if (!zinc_codec_is_block(c)) {
     int cdt = cast_dtype(c.kind);
     size_t used = (size_t)n * (cdt == ZINC_F32 ? 4 : 2);
-    err = zinc_cuda_cast(dst, cdt, src, src_dtype, n, stream);
+    /* the same dtype copies the bits (NaN payloads too), as the CPU's cast */
+    err = cdt == src_dtype ? cudaMemcpyAsync(dst, src, used, cudaMemcpyDefault, stream)
+                           : zinc_cuda_cast(dst, cdt, src, src_dtype, n, stream);
     if (err == cudaSuccess && total > used)
       err = zinc_cuda_fill_zero((char *)dst + used, total - used, stream);
     return err;
@@ -128,6 +131,9 @@ extern "C" cudaError_t zinc_cuda_codec_decode(zinc_codec c, void *dst, int dst_d
     int cdt = cast_dtype(c.kind);
     if (accumulate)
       return zinc_cuda_accumulate_f32((float *)dst, src, cdt, n, 0, stream);
+    if (cdt == dst_dtype)
+      return cudaMemcpyAsync(dst, src, (size_t)n * (cdt == ZINC_F32 ? 4 : 2), cudaMemcpyDefault,
+                             stream);
     return zinc_cuda_cast(dst, dst_dtype, src, cdt, n, stream);
   }
   const int64_t off = zinc_codec_payload_offset(c.block, n);
