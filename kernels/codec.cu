@@ -4,16 +4,25 @@
  * values are the CPU's bit for bit (nvcc --fmad=false; rintf is
  * round-to-nearest-even on the device as on the host).
  *
- * encode: one thread per group of blocks (zinc_codec_group_blocks: the
- * fewest whole blocks that end on a payload byte), running
- * zinc_codec_encode_block — the reference itself, SIGN1's lanes and the
- * error-feedback passes included, so there is no second order to keep in
- * step. Each thread reads its blocks contiguously (uncoalesced across a
- * warp); a warp-per-block kernel with a shuffle max is the faster layout
- * for large blocks and is left for when a GPU can measure it.
+ * encode, block % 32 == 0 (block 256, the usual case): one warp per codec
+ * block. The lanes read 32 consecutive elements at a time (coalesced);
+ * the max of |x|'s bits is a shuffle reduction (exact in any order);
+ * SIGN1's 8 sum lanes keep codec_math.h's order: chunk by chunk, thread
+ * j < 8 adds the |x| of elements j, j+8, j+16, j+24 of the chunk in turn
+ * (shuffled down to it), so lane j sees its elements in block order, and
+ * every thread combines the 8 lanes with zinc_codec_sign1_sum; INT4 bytes
+ * are an even lane's nibble and its neighbour's, SIGN1 bytes a ballot. The
+ * per-element arithmetic is codec_math.h's (zinc_codec_x,
+ * zinc_codec_quantize, zinc_codec_ef_elem, ...).
+ * encode, other blocks: one thread per group of blocks
+ * (zinc_codec_group_blocks: the fewest whole blocks that end on a payload
+ * byte) running zinc_codec_encode_block, the reference itself; each
+ * thread reads its blocks alone (uncoalesced), fine for the small blocks
+ * this takes.
  * decode: one thread per element (grid-stride), coalesced. Cast codecs are
- * the cast and accumulate kernels of elementwise.cu. The padding is zeroed
- * by zinc_cuda_fill_zero.
+ * the cast and accumulate kernels of elementwise.cu, or a copy when the
+ * dtypes are equal (the CPU's cast copies the bits then, signalling NaNs
+ * included). The padding is zeroed by zinc_cuda_fill_zero.
  */
 #include "kernels/codec_math.h"
 #include "kernels/kernels.h"
@@ -45,6 +54,104 @@ __global__ void encode_kernel(int kind, int64_t block, int64_t group, int64_t nb
     for (int64_t b = g * group; b < b1; b++)
       zinc_codec_encode_block(kind, block, scales, payload, src, sdt, n, b, ef_scales, ef_q,
                               beta, omb);
+  }
+}
+
+constexpr unsigned kFull = 0xffffffffu;
+
+__device__ __forceinline__ uint32_t warp_max(uint32_t v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    uint32_t w = __shfl_xor_sync(kFull, v, o);
+    v = w > v ? w : v;
+  }
+  return v;
+}
+
+/* One warp per block of a block codec with block % 32 == 0 (see the top). */
+__global__ void encode_warp_kernel(int kind, int64_t block, int64_t nb, float *scales,
+                                   uint8_t *payload, const void *src, int sdt, int64_t n,
+                                   float *ef_scales, uint8_t *ef_q, float beta, float omb) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warp = first_index() >> 5, nwarps = grid_stride() >> 5;
+  for (int64_t b = warp; b < nb; b += nwarps) {
+    const int64_t lo = b * block, hi = n - lo < block ? n : lo + block;
+    /* statistics */
+    uint32_t mbits = 0;
+    float lane_sum = 0.0f; /* SIGN1 lane `lane` (lanes 0..7) */
+    for (int64_t base = lo; base < hi; base += 32) {
+      const int64_t i = base + lane;
+      float a = 0.0f;
+      if (i < hi) {
+        float x = zinc_codec_x(src, sdt, ef_scales, ef_q, block, i);
+        uint32_t ab = zinc_codec_abs_bits(x);
+        mbits = ab > mbits ? ab : mbits;
+        a = fabsf(x);
+      }
+      if (kind == ZINC_CODEC_SIGN1) { /* + 0.0f past hi leaves a lane's sum as it is */
+        float a8 = __shfl_down_sync(kFull, a, 8), a16 = __shfl_down_sync(kFull, a, 16);
+        float a24 = __shfl_down_sync(kFull, a, 24);
+        lane_sum = lane_sum + a;
+        lane_sum = lane_sum + a8;
+        lane_sum = lane_sum + a16;
+        lane_sum = lane_sum + a24;
+      }
+    }
+    mbits = warp_max(mbits);
+    float lanes[ZINC_CODEC_SIGN1_LANES];
+    for (int j = 0; j < ZINC_CODEC_SIGN1_LANES; j++)
+      lanes[j] = __shfl_sync(kFull, lane_sum, j);
+    zinc_codec_quant p;
+    const float scale = zinc_codec_block_scale(kind, mbits, lanes, hi - lo, &p);
+    /* payload */
+    for (int64_t base = lo; base < hi; base += 32) {
+      const int64_t i = base + lane;
+      const bool valid = i < hi;
+      float x = valid ? zinc_codec_x(src, sdt, ef_scales, ef_q, block, i) : 0.0f;
+      if (kind == ZINC_CODEC_SIGN1) {
+        unsigned bits = __ballot_sync(kFull, valid && (zinc_f32_bits(x) >> 31));
+        if (lane < 4 && base + 8 * lane < hi)
+          payload[base / 8 + lane] = (uint8_t)(bits >> (8 * lane));
+        continue;
+      }
+      int q = valid && !p.zero ? (int)zinc_codec_quantize(&p, x) : 0;
+      if (kind == ZINC_CODEC_INT8) {
+        if (valid)
+          payload[i] = (uint8_t)(int8_t)q;
+      } else {
+        int hi_nib = __shfl_down_sync(kFull, q & 0xf, 1);
+        if (valid && !(lane & 1))
+          payload[i / 2] = (uint8_t)((q & 0xf) | (hi_nib << 4));
+      }
+    }
+    if (ef_q) {
+      const float old_scale = ef_scales[b];
+      uint32_t rbits = 0;
+      for (int64_t base = lo; base < hi; base += 32) {
+        const int64_t i = base + lane;
+        if (i < hi) {
+          uint32_t ab = zinc_codec_abs_bits(
+              zinc_codec_ef_elem(kind, &p, scale, src, sdt, ef_q, old_scale, i, beta, omb));
+          rbits = ab > rbits ? ab : rbits;
+        }
+      }
+      rbits = warp_max(rbits);
+      const zinc_codec_quant rp = zinc_codec_ef_quant(mbits, rbits);
+      for (int64_t base = lo; base < hi; base += 32) {
+        const int64_t i = base + lane;
+        if (i < hi) {
+          float q = 0.0f;
+          if (!rp.zero)
+            q = zinc_codec_quantize(&rp, zinc_codec_ef_elem(kind, &p, scale, src, sdt, ef_q,
+                                                            old_scale, i, beta, omb));
+          ef_q[i] = (uint8_t)(int8_t)(int)q;
+        }
+      }
+      __syncwarp(); /* every lane has read the old scale */
+      if (lane == 0)
+        ef_scales[b] = rp.scale;
+    }
+    if (lane == 0)
+      scales[b] = scale;
   }
 }
 
@@ -89,7 +196,9 @@ extern "C" cudaError_t zinc_cuda_codec_encode(zinc_codec c, void *dst, const voi
   if (!zinc_codec_is_block(c)) {
     int cdt = cast_dtype(c.kind);
     size_t used = (size_t)n * (cdt == ZINC_F32 ? 4 : 2);
-    err = zinc_cuda_cast(dst, cdt, src, src_dtype, n, stream);
+    /* the same dtype copies the bits (NaN payloads too), as the CPU's cast */
+    err = cdt == src_dtype ? cudaMemcpyAsync(dst, src, used, cudaMemcpyDefault, stream)
+                           : zinc_cuda_cast(dst, cdt, src, src_dtype, n, stream);
     if (err == cudaSuccess && total > used)
       err = zinc_cuda_fill_zero((char *)dst + used, total - used, stream);
     return err;
@@ -99,9 +208,14 @@ extern "C" cudaError_t zinc_cuda_codec_encode(zinc_codec c, void *dst, const voi
   uint8_t *payload = (uint8_t *)dst + off;
   float *ef_scales = (float *)ef;
   uint8_t *ef_q = ef ? (uint8_t *)ef + off : nullptr;
-  encode_kernel<<<grid_for((nb + group - 1) / group), kThreads, 0, stream>>>(
-      c.kind, c.block, group, nb, (float *)dst, payload, src, src_dtype, n, ef_scales, ef_q,
-      ef_beta, 1.0f - ef_beta);
+  if (c.block % 32 == 0)
+    encode_warp_kernel<<<grid_for(nb * 32), kThreads, 0, stream>>>(
+        c.kind, c.block, nb, (float *)dst, payload, src, src_dtype, n, ef_scales, ef_q,
+        ef_beta, 1.0f - ef_beta);
+  else
+    encode_kernel<<<grid_for((nb + group - 1) / group), kThreads, 0, stream>>>(
+        c.kind, c.block, group, nb, (float *)dst, payload, src, src_dtype, n, ef_scales, ef_q,
+        ef_beta, 1.0f - ef_beta);
   err = cudaGetLastError();
   size_t used = (size_t)(off + zinc_codec_payload_bytes(c.kind, n));
   if (err == cudaSuccess && total > used)
@@ -128,6 +242,9 @@ extern "C" cudaError_t zinc_cuda_codec_decode(zinc_codec c, void *dst, int dst_d
     int cdt = cast_dtype(c.kind);
     if (accumulate)
       return zinc_cuda_accumulate_f32((float *)dst, src, cdt, n, 0, stream);
+    if (cdt == dst_dtype)
+      return cudaMemcpyAsync(dst, src, (size_t)n * (cdt == ZINC_F32 ? 4 : 2), cudaMemcpyDefault,
+                             stream);
     return zinc_cuda_cast(dst, dst_dtype, src, cdt, n, stream);
   }
   const int64_t off = zinc_codec_payload_offset(c.block, n);

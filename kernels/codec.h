@@ -21,6 +21,9 @@
  *   m = max |x| over the block (exact: order does not matter);
  *   scale = m / qmax;  q = round-to-nearest-even(x * (qmax / m)), clamped;
  *   decoded value = q * scale.
+ * Every step is one fp32 operation (kernels/codec_math.h spells them out);
+ * when m < 2^-64, x and m are first multiplied by 2^64 (exact) so that
+ * qmax / m stays finite for subnormal blocks.
  * The block's largest magnitude maps to ±qmax exactly (no 128/127 clip).
  * m == 0 gives scale 0 and q 0. A block holding an inf or NaN stores a
  * NaN scale, so the whole block decodes to NaN: overflow detection
@@ -39,11 +42,17 @@
  *   err = x - deQ(q)
  *   ef  = INT8(beta * deQ(ef) + (1 - beta) * err)     (written back)
  * beta = 0 is classic error feedback. A zero-filled ef buffer is a zero
- * residual (reset = fill with zeros).
+ * residual (reset = fill with zeros). A block whose x or new residual is
+ * not finite writes a zero residual block, so that an overflowing step
+ * (which the loss scaler skips) does not poison the following ones.
+ * Error feedback needs a block codec and beta in [0, 1].
  *
  * Every backend (scalar, AVX2, AVX-512, CUDA) gives the same bytes and the
  * same decoded values, bit for bit: the per-element math lives once in the
- * ZINC_HD functions below it in kernels/zinc_math.h's style.
+ * ZINC_HD functions of kernels/codec_math.h, in kernels/zinc_math.h's
+ * style. Encode and decode are zinc_cpu_codec_encode / _decode
+ * (kernels/cpu_kernels.h), zinc_cuda_codec_encode / _decode
+ * (kernels/kernels.h) and the devices' encode / decode ops.
  */
 #ifndef ZINC_CODEC_H
 #define ZINC_CODEC_H

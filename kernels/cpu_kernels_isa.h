@@ -146,15 +146,23 @@ static ZINC_HD void zinc_cpu_convert_tail(void *dst, int ddt, const void *src, i
   }
 }
 
+/* Elements [i, n) of a block codec's decode, block by block (the scale
+ * read once per block; the values are zinc_codec_decode_elem's). */
 static ZINC_HD void zinc_cpu_codec_decode_tail(int kind, int64_t block, void *dst, int ddt,
                                                const float *scales, const uint8_t *payload,
                                                int accumulate, int64_t i, int64_t n) {
-  for (; i < n; i++) {
-    float v = zinc_codec_decode_elem(kind, block, scales, payload, i);
-    if (accumulate)
-      ((float *)dst)[i] += v;
-    else
-      zinc_store_from_f32(dst, i, ddt, v);
+  while (i < n) {
+    const float scale = scales[i / block];
+    const int64_t end = (i / block + 1) * block < n ? (i / block + 1) * block : n;
+    for (; i < end; i++) {
+      int q = zinc_codec_payload_get(kind, payload, i);
+      float v = kind == ZINC_CODEC_SIGN1 ? zinc_codec_sign1_value(q, scale)
+                                         : zinc_codec_dequantize(q, scale);
+      if (accumulate)
+        ((float *)dst)[i] += v;
+      else
+        zinc_store_from_f32(dst, i, ddt, v);
+    }
   }
 }
 

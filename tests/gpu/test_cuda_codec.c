@@ -131,6 +131,42 @@ static void codecs_match_cpu(void **state) {
   assert_int_equal(bad, 0);
 }
 
+/* A 16-bit cast codec from its own dtype copies the bits on both sides:
+ * every pattern, signalling NaNs included; decode likewise. */
+static void cast_codecs_every_16bit_pattern(void **state) {
+  zinc_device *d = *state;
+  const int64_t n = 65536;
+  size_t bad = 0;
+  for (int k = ZINC_CODEC_BF16; k <= ZINC_CODEC_F16; k++) {
+    zinc_codec c = {k, 0};
+    int dt = k == ZINC_CODEC_BF16 ? ZINC_BF16 : ZINC_F16;
+    uint16_t *src = malloc((size_t)n * 2), *want = malloc((size_t)n * 2), *got = malloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++)
+      src[i] = (uint16_t)i;
+    guarded_buf s, e, v;
+    guarded_alloc(d, &s, (size_t)n * 2, 2);
+    guarded_alloc(d, &e, zinc_codec_bytes(c, n), 0);
+    guarded_alloc(d, &v, (size_t)n * 2, 6);
+    guarded_upload(&s, src);
+    ZOK(zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, c, want, src, dt, n, NULL, 0.0f));
+    ZOK(d->ops->encode(d, NULL, c, e.at, s.at, dt, n, NULL, 0.0f));
+    ZOK(d->ops->decode(d, NULL, c, v.at, dt, e.at, n, 0));
+    ZOK(d->ops->stream_sync(d, NULL));
+    bad += guarded_download(&e, got, zinc_codec_name(c));
+    bad += compare_bytes(zinc_codec_name(c), (const uint8_t *)got, (const uint8_t *)want,
+                         (size_t)n * 2);
+    bad += guarded_download(&v, got, "decode");
+    bad += compare_bytes("decode", (const uint8_t *)got, (const uint8_t *)src, (size_t)n * 2);
+    guarded_free(d, &s);
+    guarded_free(d, &e);
+    guarded_free(d, &v);
+    free(src);
+    free(want);
+    free(got);
+  }
+  assert_int_equal(bad, 0);
+}
+
 static void bad_arguments(void **state) {
   zinc_device *d = *state;
   float x = 0;
@@ -147,6 +183,7 @@ int main(void) {
   gpu_require();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(codecs_match_cpu),
+      cmocka_unit_test(cast_codecs_every_16bit_pattern),
       cmocka_unit_test(bad_arguments),
   };
   return cmocka_run_group_tests(tests, gpu_group_setup, gpu_group_teardown);

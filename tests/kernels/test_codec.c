@@ -13,7 +13,7 @@
  *    without it drifts away; beta 0.8 follows codec.h step by step; a
  *    zero-filled ef is no residual;
  *  - every ISA path and pools of 1 and 3 threads give the scalar path's
- *    bytes and values;
+ *    bytes and values, and so do the cpu device's encode/decode ops;
  *  - bad arguments are refused and nothing is written.
  */
 #include <setjmp.h>
@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "base/threadpool.h"
+#include "device/device.h"
 #include "kernels/codec.h"
 #include "kernels/cpu_kernels.h"
 #include "kernels/kernel_test.h"
@@ -423,6 +424,10 @@ static void ef_tracks_the_sum(void **state) {
             "with error feedback, %.3g (T 200) without\n", zinc_codec_name(c), with100, with,
             without);
     assert_true(with <= 1.2 * with100 + 0.01); /* bounded, not growing */
+    /* INT8/INT4: the carried residual is within one bound of the block, its
+     * own INT8 roundings add at most another (the identity above is exact) */
+    if (k != ZINC_CODEC_SIGN1)
+      assert_true(with <= 2.0 * zinc_codec_error_bound(c, 1.0));
     if (k == ZINC_CODEC_SIGN1)
       assert_true(without > 5.0 * with);
   }
@@ -553,6 +558,43 @@ static void paths_agree(void **state) {
   assert_int_equal(bad, 0);
 }
 
+/* The cpu device's encode/decode ops are these kernels on its pool. */
+static void cpu_device_ops(void **state) {
+  zinc_device *d = NULL;
+  assert_int_equal(zinc_device_cpu_create(2, 0, &d), ZINC_OK);
+  test_rng r = {0xDE71CEull};
+  const int64_t n = 70001;
+  float *x = malloc((size_t)n * 4);
+  fill_cases(&r, x, n, 32, 7);
+  for (int k = 0; k < NKINDS; k++) {
+    zinc_codec c = {kKinds[k], is_block(kKinds[k]) ? 32 : 0};
+    int use_ef = is_block(c.kind);
+    run_out want, got;
+    run_path(NULL, ZINC_CPU_ISA_SCALAR, c, x, ZINC_F32, n, use_ef, x, &want);
+    size_t bytes = zinc_codec_bytes(c, n);
+    size_t ebytes = zinc_codec_bytes((zinc_codec){ZINC_CODEC_INT8, 32}, n);
+    got.enc = malloc(bytes);
+    got.ef = use_ef ? calloc(1, ebytes) : NULL;
+    got.acc = malloc((size_t)n * 4);
+    memcpy(got.acc, x, (size_t)n * 4);
+    for (int step = 0; step < (use_ef ? 3 : 1); step++)
+      assert_int_equal(d->ops->encode(d, NULL, c, got.enc, x, ZINC_F32, n, got.ef, 0.8f), ZINC_OK);
+    assert_int_equal(d->ops->decode(d, NULL, c, got.acc, ZINC_F32, got.enc, n, 1), ZINC_OK);
+    assert_int_equal(compare_bytes("cpu device encode", got.enc, want.enc, bytes), 0);
+    if (use_ef)
+      assert_int_equal(compare_bytes("cpu device ef", got.ef, want.ef, ebytes), 0);
+    assert_int_equal(test_compare_bits("cpu device decode", got.acc, want.acc, n, ZINC_F32), 0);
+    assert_int_equal(d->ops->decode(d, NULL, c, got.acc, ZINC_BF16, got.enc, n, 1),
+                     ZINC_ERR_INVALID);
+    free(got.enc);
+    free(got.ef);
+    free(got.acc);
+    run_free(&want);
+  }
+  free(x);
+  zinc_device_destroy(d);
+}
+
 /* ------------------------------------------------------- bad arguments */
 
 static void bad_arguments(void **state) {
@@ -613,6 +655,7 @@ int main(void) {
       cmocka_unit_test(ef_tracks_the_sum),
       cmocka_unit_test(zero_ef_is_no_residual),
       cmocka_unit_test(paths_agree),
+      cmocka_unit_test(cpu_device_ops),
       cmocka_unit_test(bad_arguments),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
