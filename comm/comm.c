@@ -83,7 +83,7 @@ static zinc_status validate_alltoallv(const zinc_comm *c, const zinc_coll *o, in
                       "sends itself counts[%d] = %zu elements but expects rcounts[%d] = %zu",
                       name, entry, c->rank, c->rank, o->counts[c->rank], c->rank,
                       o->rcounts[c->rank]);
-  if (o->logical_bytes && ((unsigned)o->logical_kind >= ZINC_COLL_BARRIER))
+  if ((o->logical_bytes || o->codec_name) && (unsigned)o->logical_kind >= ZINC_COLL_BARRIER)
     return zinc_error(ZINC_ERR_INVALID, "comm %s: all-to-all-v (batch entry %d) stands for "
                       "logical_kind %d, not a collective with data (all-reduce .. broadcast)",
                       name, entry, (int)o->logical_kind);

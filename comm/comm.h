@@ -134,20 +134,25 @@ typedef struct {
   const size_t *rcounts;   /* alltoallv: per-rank recv counts (size entries)  */
   const size_t *rdispls;   /* alltoallv: per-rank offsets in recv, elements   */
   /* The comms logger (comm_log.h), for a collective that carries
-   * compressed data: the wire bytes this rank would have sent for the
-   * uncompressed collective it stands for, in the closed form the logger
-   * uses for that collective's ring (comm_log.c, ring_bytes; a
-   * reduce-scatter of `count` elements of size es per rank over n ranks:
-   * (n - 1) * count * es, which is what the mpi paths measure for it too);
-   * 0 when it carries plain data. The summary prints these "uncompressed"
-   * bytes and their ratio to the measured wire bytes. */
+   * compressed data (either of logical_bytes > 0 or codec_name set marks
+   * one; both stay 0/NULL for plain data, and no backend reads them):
+   *  logical_bytes  the wire bytes this rank would have sent for the
+   *                 uncompressed collective it stands for, in the closed
+   *                 form the logger uses for that collective's ring
+   *                 (comm_log.c, ring_bytes; a reduce-scatter of `count`
+   *                 elements of es bytes per rank over n ranks:
+   *                 (n - 1) * count * es, which the mpi paths also measure
+   *                 for a plain one); 0 on one rank;
+   *  codec_name     "int4", "bf16", ... (static; NULL prints "compressed");
+   *  logical_kind   an all-to-all-v's: the collective it stands for
+   *                 (ZINC_COLL_REDUCE_SCATTER for a compressed
+   *                 reduce-scatter), under whose name the row is kept:
+   *                 "reduce_scatter (int4)"; validate refuses barrier and
+   *                 all-to-all-v. Other kinds stand for themselves and
+   *                 ignore it.
+   * The summary prints the uncompressed bytes and their ratio to the wire
+   * bytes. */
   uint64_t logical_bytes;
-  /* The comms logger, read only when logical_bytes > 0: the codec's name
-   * ("int4", "bf16", ... static; NULL prints as "compressed"), and, for an
-   * all-to-all-v, the collective it stands for (ZINC_COLL_REDUCE_SCATTER
-   * for a compressed reduce-scatter), under whose name its row is kept:
-   * "reduce_scatter (int4)". Other kinds stand for themselves and ignore
-   * logical_kind. */
   const char *codec_name;
   zinc_coll_kind logical_kind;
 } zinc_coll;

@@ -37,7 +37,8 @@ _Static_assert((int)ZINC_COMMS_ALL_REDUCE == (int)ZINC_COLL_ALLREDUCE &&
                    (int)ZINC_COMMS_ALL_GATHERV == (int)ZINC_COLL_ALLGATHERV &&
                    (int)ZINC_COMMS_BROADCAST == (int)ZINC_COLL_BROADCAST &&
                    (int)ZINC_COMMS_BARRIER == (int)ZINC_COLL_BARRIER &&
-                   (int)ZINC_COMMS_NOPS == (int)ZINC_COLL_BARRIER + 1,
+                   (int)ZINC_COMMS_ALL_TO_ALL_V == (int)ZINC_COLL_ALLTOALLV &&
+                   (int)ZINC_COMMS_NOPS == (int)ZINC_COLL_NKINDS,
                "zinc_comms_op must number the ops as zinc_coll_kind does");
 
 typedef struct {
@@ -51,6 +52,8 @@ typedef struct {
   double algbw_sum, busbw_sum;      /* Gbps, summed over calls */
   uint64_t wire[2];                 /* intra-node, inter-node */
   uint64_t wire_estimated;
+  const char *codec;       /* compressed rows: the codec ("int4"); else NULL */
+  uint64_t logical;        /* compressed rows: the uncompressed wire bytes */
 } log_row;
 
 struct zinc_comm_log {
@@ -91,13 +94,36 @@ const char *zinc_comm_log_op_name(zinc_coll_kind k) {
   return "unknown";
 }
 
+/* The elements an all-to-all-v sends, to every rank (itself included) or
+ * to the others only. */
+static uint64_t alltoallv_sent(const zinc_comm *c, const zinc_coll *o, int others) {
+  uint64_t total = 0;
+  for (int k = 0; k < c->size; k++)
+    total += others && k == c->rank ? 0 : o->counts[k];
+  return total;
+}
+
 uint64_t zinc_comm_log_msg_bytes(const zinc_comm *c, const zinc_coll *o) {
   uint64_t es = zinc_dt_size(o->dtype);
   switch (o->kind) {
   case ZINC_COLL_REDUCE_SCATTER: return (uint64_t)c->size * o->count * es;
   case ZINC_COLL_BARRIER: return 0;
+  case ZINC_COLL_ALLTOALLV: return alltoallv_sent(c, o, 0) * es; /* the send buffer */
   default: return o->count * es;
   }
+}
+
+/* A compressed collective: logical_bytes or codec_name set (comm.h). Its
+ * row is kept under the collective it stands for (an all-to-all-v's
+ * logical_kind) and its codec. */
+static int is_compressed(const zinc_coll *o) { return o->logical_bytes > 0 || o->codec_name; }
+
+static zinc_coll_kind row_kind(const zinc_coll *o) {
+  return is_compressed(o) && o->kind == ZINC_COLL_ALLTOALLV ? o->logical_kind : o->kind;
+}
+
+static const char *row_codec(const zinc_coll *o) {
+  return !is_compressed(o) ? NULL : o->codec_name ? o->codec_name : "compressed";
 }
 
 zinc_status zinc_comm_log_copy(const zinc_comm *c, const zinc_coll *colls, int n,
@@ -105,14 +131,18 @@ zinc_status zinc_comm_log_copy(const zinc_comm *c, const zinc_coll *colls, int n
   *out = NULL;
   size_t ncounts = 0;
   for (int i = 0; i < n; i++)
-    ncounts += colls[i].kind == ZINC_COLL_ALLGATHERV ? (size_t)c->size : 0;
+    ncounts += colls[i].kind == ZINC_COLL_ALLGATHERV || colls[i].kind == ZINC_COLL_ALLTOALLV
+                   ? (size_t)c->size
+                   : 0;
   zinc_coll *copy = NULL;
   ZINC_CHECK(zinc_calloc((void **)&copy, 1, (size_t)n * sizeof *copy + ncounts * sizeof(size_t),
                          "comms logger batch copy"));
   size_t *counts = (size_t *)(copy + n);
   for (int i = 0; i < n; i++) {
     copy[i] = colls[i];
-    if (colls[i].kind == ZINC_COLL_ALLGATHERV) {
+    /* what the logger reads: the counts (all-to-all-v: the send side) */
+    copy[i].displs = copy[i].rcounts = copy[i].rdispls = NULL;
+    if (colls[i].kind == ZINC_COLL_ALLGATHERV || colls[i].kind == ZINC_COLL_ALLTOALLV) {
       memcpy(counts, colls[i].counts, (size_t)c->size * sizeof *counts);
       copy[i].counts = counts;
       counts += c->size;
@@ -145,7 +175,7 @@ static uint64_t ring_bytes(const zinc_comm *c, const zinc_coll *o) {
   case ZINC_COLL_BROADCAST: /* all but the ring's last rank pass it on */
     return c->rank == (o->root + c->size - 1) % c->size ? 0 : msg;
   case ZINC_COLL_BARRIER: return 0;
-  case ZINC_COLL_ALLTOALLV: return 0; /* TODO(issue 20): the bytes to other ranks */
+  case ZINC_COLL_ALLTOALLV: return alltoallv_sent(c, o, 1) * es; /* what goes to the others */
   }
   return 0;
 }
@@ -160,33 +190,43 @@ static void bandwidths(const zinc_comm *c, const zinc_coll *o, uint64_t msg, dou
   case ZINC_COLL_ALLGATHERV: s = (double)gathered_bytes(c, o); factor = (n - 1) / n; break;
   case ZINC_COLL_REDUCE_SCATTER: s = (double)msg; factor = (n - 1) / n; break;
   case ZINC_COLL_BROADCAST: s = (double)msg; break;
-  case ZINC_COLL_BARRIER:
-  case ZINC_COLL_ALLTOALLV: break; /* TODO(issue 20) */
+  case ZINC_COLL_ALLTOALLV: s = (double)msg; factor = (n - 1) / n; break;
+  case ZINC_COLL_BARRIER: break;
   }
   *algbw = seconds > 0 ? s * 8 / seconds / 1e9 : 0;
   *busbw = *algbw * factor;
 }
 
-static int row_cmp(const log_row *r, zinc_coll_kind kind, uint64_t msg, const char *algo,
-                   const char *group) {
-  if (r->kind != kind)
-    return r->kind < kind ? -1 : 1;
-  if (r->msg_bytes != msg)
-    return r->msg_bytes < msg ? -1 : 1;
-  int a = strcmp(r->algo ? r->algo : "", algo ? algo : "");
+/* The row key: (op, codec, message size, algorithm, group); rows of the
+ * same op with and without a codec are kept apart, the plain one first. */
+typedef struct {
+  zinc_coll_kind kind;
+  const char *codec;
+  uint64_t msg;
+  const char *algo, *group;
+} row_key;
+
+static int row_cmp(const log_row *r, const row_key *k) {
+  if (r->kind != k->kind)
+    return r->kind < k->kind ? -1 : 1;
+  int a = strcmp(r->codec ? r->codec : "", k->codec ? k->codec : "");
   if (a)
     return a;
-  return strcmp(r->group ? r->group : "", group ? group : "");
+  if (r->msg_bytes != k->msg)
+    return r->msg_bytes < k->msg ? -1 : 1;
+  a = strcmp(r->algo ? r->algo : "", k->algo ? k->algo : "");
+  if (a)
+    return a;
+  return strcmp(r->group ? r->group : "", k->group ? k->group : "");
 }
 
 /* The row for the key, inserted in order when new; NULL when out of memory
  * (the call then goes uncounted, which the summary cannot say: rare). */
-static log_row *row_for(zinc_comm_log *log, zinc_coll_kind kind, uint64_t msg, const char *algo,
-                        const char *group, int size) {
+static log_row *row_for(zinc_comm_log *log, const row_key *key, int size) {
   int lo = 0, hi = log->nrows;
   while (lo < hi) {
     int mid = (lo + hi) / 2;
-    int cmp = row_cmp(&log->rows[mid], kind, msg, algo, group);
+    int cmp = row_cmp(&log->rows[mid], key);
     if (cmp == 0 && log->rows[mid].size == size)
       return &log->rows[mid];
     if (cmp < 0 || (cmp == 0 && log->rows[mid].size < size))
@@ -199,8 +239,8 @@ static log_row *row_for(zinc_comm_log *log, zinc_coll_kind kind, uint64_t msg, c
     return NULL;
   memmove(&log->rows[lo + 1], &log->rows[lo], (size_t)(log->nrows - lo) * sizeof *log->rows);
   log->nrows++;
-  log->rows[lo] = (log_row){.kind = kind, .msg_bytes = msg, .algo = algo, .group = group,
-                            .size = size};
+  log->rows[lo] = (log_row){.kind = key->kind, .msg_bytes = key->msg, .algo = key->algo,
+                            .group = key->group, .codec = key->codec, .size = size};
   return &log->rows[lo];
 }
 
@@ -209,12 +249,18 @@ static uint64_t share(uint64_t x, uint64_t part, uint64_t whole) {
   return whole ? (uint64_t)((unsigned __int128)x * part / whole) : 0;
 }
 
-static void record_name(const zinc_comm_log *log, zinc_coll_kind kind, const char *group,
-                        char *buf, size_t len) {
-  if (log->opts.debug && group)
-    snprintf(buf, len, "%s | [Group: %s]", zinc_comm_log_op_name(kind), group);
+/* "reduce_scatter", "reduce_scatter (int4)", "all_reduce | [Group: world]" */
+static void record_name(const zinc_comm_log *log, zinc_coll_kind kind, const char *codec,
+                        const char *group, char *buf, size_t len) {
+  char op[64];
+  if (codec)
+    snprintf(op, sizeof op, "%s (%s)", zinc_comm_log_op_name(kind), codec);
   else
-    snprintf(buf, len, "%s", zinc_comm_log_op_name(kind));
+    snprintf(op, sizeof op, "%s", zinc_comm_log_op_name(kind));
+  if (log->opts.debug && group)
+    snprintf(buf, len, "%s | [Group: %s]", op, group);
+  else
+    snprintf(buf, len, "%s", op);
 }
 
 void zinc_comm_log_batch(zinc_comm *c, const zinc_coll *colls, int n, double seconds,
@@ -257,9 +303,10 @@ void zinc_comm_log_batch(zinc_comm *c, const zinc_coll *colls, int n, double sec
         w[s] = (*wire)[k][s] / (uint64_t)ops_kind[k];
       wire_left[k][s] -= w[s];
     }
-    if (!(log->opts.kinds & (1u << o->kind)))
+    const row_key key = {row_kind(o), row_codec(o), msg, algo, group};
+    if (!(log->opts.kinds & (1u << key.kind)))
       continue;
-    log_row *r = row_for(log, o->kind, msg, algo, group, c->size);
+    log_row *r = row_for(log, &key, c->size);
     if (!r)
       continue;
     double algbw, busbw;
@@ -272,9 +319,10 @@ void zinc_comm_log_batch(zinc_comm *c, const zinc_coll *colls, int n, double sec
     r->wire[1] += w[1];
     if (estimate)
       r->wire_estimated += ring_bytes(c, o);
+    r->logical += o->logical_bytes;
     if (log->opts.verbose && zinc_log_rank() <= 0) {
-      char name[96], size[32], line[320];
-      record_name(log, o->kind, group, name, sizeof name);
+      char name[128], size[32], line[352];
+      record_name(log, key.kind, key.codec, group, name, sizeof name);
       zinc_comm_log_size_str(msg, size, sizeof size);
       snprintf(line, sizeof line, "[zinc rank 0] comm op: %s | time (ms): %.2f | msg size: %s "
                "| algbw (Gbps): %.2f | busbw (Gbps): %.2f | algo: %s\n", name, secs * 1e3,
@@ -331,7 +379,9 @@ zinc_status zinc_comm_log_stats(zinc_comm_log *log, zinc_comms_stat *out, int ca
         .wire_intra = r->wire[0],
         .wire_inter = r->wire[1],
         .wire_estimated = r->wire_estimated,
-        .ranks = r->size};
+        .ranks = r->size,
+        .logical_bytes = r->logical,
+        .codec = r->codec};
     st = zinc_abi_write((char *)out + (size_t)i * stride, &s, sizeof s, "zinc_comms_stat",
                         "ZINC_COMMS_STAT_INIT");
   }
@@ -383,23 +433,46 @@ static void put(text_buf *t, const char *fmt, ...) {
   }
 }
 
+/* The wire bytes of a row: measured, or nccl's estimate. */
+static uint64_t row_wire(const log_row *r) {
+  return r->wire_estimated ? r->wire_estimated : r->wire[0] + r->wire[1];
+}
+
+/* "8.0x" (the uncompressed bytes over the wire bytes), or "-". */
+static void ratio_str(uint64_t logical, uint64_t wire, char *buf, size_t len) {
+  if (logical && wire)
+    snprintf(buf, len, "%.1fx", (double)logical / (double)wire);
+  else
+    snprintf(buf, len, "-");
+}
+
 /* DeepSpeed's table (columns 20 wide: op, message size, count, total and
  * average latency in ms, tput and busbw in Gbps; the op's name on a line
  * of its own above its sizes), then zinc's columns: algorithm and the wire
  * bytes this rank sent intra-node and inter-node ("~" marks nccl's
- * estimate). */
+ * estimate). When any row is compressed (logical bytes, comm.h), two more:
+ * the bytes the uncompressed collectives would have sent ("-" for plain
+ * rows) and their ratio to the wire bytes, and after the table one line
+ * per compressed row: "reduce_scatter (int4): 12.6 MB on the wire for
+ * 100.7 MB uncompressed, 8.0x". */
 zinc_status zinc_comm_log_summary(zinc_comm_log *log, char **text) {
   *text = NULL;
   text_buf t = {0};
-  put(&t, "%-20s%-20s%-20s%-20s%-20s%-20s%-20s%-20s%-20s%s\n", "Comm. Op", "Message Size",
+  pthread_mutex_lock(&log->lock);
+  int compressed = 0;
+  for (int i = 0; i < log->nrows; i++)
+    compressed |= log->rows[i].codec != NULL;
+  put(&t, "%-20s%-20s%-20s%-20s%-20s%-20s%-20s%-20s%-20s%s", "Comm. Op", "Message Size",
       "Count", "Total Latency(ms)", "Avg Latency(ms)", "tput_avg (Gbps)", "busbw_avg (Gbps)",
       "Algorithm", "Wire intra-node", "Wire inter-node");
-  pthread_mutex_lock(&log->lock);
-  char prev[96] = "";
+  if (compressed)
+    put(&t, "%*s%-20s%s", 20 - (int)strlen("Wire inter-node"), "", "Uncompressed", "Ratio");
+  put(&t, "\n");
+  char prev[128] = "";
   for (int i = 0; i < log->nrows; i++) {
     const log_row *r = &log->rows[i];
-    char name[96], size[32], intra[40], inter[40];
-    record_name(log, r->kind, r->group, name, sizeof name);
+    char name[128], size[32], intra[40], inter[40];
+    record_name(log, r->kind, r->codec, r->group, name, sizeof name);
     if (strcmp(name, prev) != 0) {
       put(&t, "%s\n", name);
       snprintf(prev, sizeof prev, "%s", name);
@@ -415,9 +488,32 @@ zinc_status zinc_comm_log_summary(zinc_comm_log *log, char **text) {
       zinc_comm_log_size_str(r->wire[1], inter, sizeof inter);
     }
     double n = r->count ? (double)r->count : 1;
-    put(&t, "%-20s%-20s%-20llu%-20.2f%-20.2f%-20.2f%-20.2f%-20s%-20s%s\n", "", size,
+    put(&t, "%-20s%-20s%-20llu%-20.2f%-20.2f%-20.2f%-20.2f%-20s%-20s%s", "", size,
         (unsigned long long)r->count, r->total_s * 1e3, r->total_s * 1e3 / n,
         r->algbw_sum / n, r->busbw_sum / n, r->algo ? r->algo : "", intra, inter);
+    if (compressed) {
+      char logical[40] = "-", ratio[16];
+      if (r->codec)
+        zinc_comm_log_size_str(r->logical, logical, sizeof logical);
+      ratio_str(r->logical, row_wire(r), ratio, sizeof ratio);
+      int pad = 20 - (int)strlen(inter);
+      put(&t, "%*s%-20s%s", pad > 1 ? pad : 1, "", logical, ratio);
+    }
+    put(&t, "\n");
+  }
+  for (int i = 0; compressed && i < log->nrows; i++) {
+    const log_row *r = &log->rows[i];
+    if (!r->codec)
+      continue;
+    char name[128], size[32], wire[40], logical[40], ratio[16];
+    record_name(log, r->kind, r->codec, r->group, name, sizeof name);
+    zinc_comm_log_size_str(r->msg_bytes, size, sizeof size);
+    zinc_comm_log_size_str(row_wire(r), wire, sizeof wire);
+    zinc_comm_log_size_str(r->logical, logical, sizeof logical);
+    ratio_str(r->logical, row_wire(r), ratio, sizeof ratio);
+    put(&t, "%s: %s%s on the wire for %s uncompressed, %s (%llu call%s of %s, %s, %d ranks)\n",
+        name, r->wire_estimated ? "~" : "", wire, logical, ratio, (unsigned long long)r->count,
+        r->count == 1 ? "" : "s", size, r->algo ? r->algo : "", r->size);
   }
   pthread_mutex_unlock(&log->lock);
   if (t.failed) {

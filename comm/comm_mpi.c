@@ -21,7 +21,11 @@
  * point-to-point exchange per local index between nodes; the other kinds
  * take the flat p2p path. Otherwise, or with ZINC_COMM_MPI_SHM=0, every
  * collective goes over point-to-point messages (comm_mpi_p2p.c), and the
- * reason is said once at info level. All ranks agree on the path. Every
+ * reason is said once at info level. All-to-all-v takes the p2p path on
+ * every path (its per-pair counts live in each rank's private arrays; on a
+ * shared-memory comm the batch runs its shared-memory ops in segments
+ * around it, and the comms logger still says "shm"). All ranks agree on
+ * the path. Every
  * path adds in the canonical tree order (comm.h), and a power-of-two block
  * of ranks is a subtree of it, so results do not depend on the path.
  *

@@ -26,7 +26,14 @@
  *
  * Operations: all-reduce, reduce-scatter, all-gather and broadcast are
  * NCCL's; all-gatherv is one ncclBroadcast per rank with a non-zero count,
- * grouped; barrier is a one-element max all-reduce of a device word.
+ * grouped; all-to-all-v is one ncclRecv and one ncclSend per rank with a
+ * non-zero count (itself included), grouped; barrier is a one-element max
+ * all-reduce of a device word.
+ *
+ * Nodes: node_of is the bootstrap comm's table (NCCL ranks are the
+ * bootstrap's); a split gathers its members' nodes over the new comm (one
+ * all-gather of an int32 per rank, under the comm's timeout) and numbers
+ * them again in order of their first rank.
  *
  * Arithmetic: NCCL's reductions are NOT rank-ordered as the mpi backend's
  * are (comm.h's deterministic contract): the order of additions depends on
@@ -41,7 +48,7 @@
  * A comm is used by one thread at a time, as an NCCL communicator is.
  * Memory passed to a batch must stay allocated until wait/test said done.
  * A batch may hold at most 2048 NCCL calls (NCCL's group limit; an
- * all-gatherv counts one per rank).
+ * all-gatherv counts one per rank, an all-to-all-v two).
  *
  * Built without CUDA, zinc_comm_nccl_create fails with ZINC_ERR_UNSUPPORTED.
  */
@@ -79,6 +86,7 @@ typedef struct {
   int32_t *barrier_word;     /* (1) i32, device: operand of barrier all-reduces */
   cudaEvent_t *spare;        /* (nspare) events for requests */
   int nspare, cap_spare;
+  int *node_of;              /* (size) zinc_comm.node_of */
   char abort_reason[256];    /* non-empty once aborted */
 } nccl_impl;
 
@@ -179,6 +187,21 @@ static ncclResult_t enqueue(zinc_comm *c, const zinc_coll *o) {
   case ZINC_COLL_BARRIER:
     return ncclAllReduce(ni->barrier_word, ni->barrier_word, 1, ncclInt32, ncclMax, ni->nccl,
                          ni->stream);
+  case ZINC_COLL_ALLTOALLV:
+    /* point-to-point with every rank, itself included (NCCL pairs a
+     * send and a receive to self inside a group); empty pairs skipped */
+    for (int p = 0; p < c->size; p++) {
+      ncclResult_t res = ncclSuccess;
+      if (o->rcounts[p])
+        res = ncclRecv((char *)o->recv + o->rdispls[p] * es, o->rcounts[p], t, p, ni->nccl,
+                       ni->stream);
+      if (res == ncclSuccess && o->counts[p])
+        res = ncclSend((const char *)o->send + o->displs[p] * es, o->counts[p], t, p, ni->nccl,
+                       ni->stream);
+      if (res != ncclSuccess)
+        return res;
+    }
+    return ncclSuccess;
   }
   return ncclInvalidArgument;
 }
@@ -400,6 +423,68 @@ static zinc_status comm_wrap(ncclComm_t nc, int cuda_device, cudaStream_t comput
   return ZINC_OK;
 }
 
+/* Publish the node table: node[k] for each rank k (any ids; -1: unknown,
+ * a node of its own), numbered again 0, 1, ... in order of first rank. */
+static zinc_status set_nodes(zinc_comm *c, const int *node) {
+  nccl_impl *ni = impl_of(c);
+  int *map = calloc((size_t)c->size, sizeof *map);
+  if (!map)
+    return zinc_error(ZINC_ERR_NOMEM, "comm nccl (rank %d): out of memory for the node table "
+                      "of %d ranks", c->rank, c->size);
+  int nnodes = 0;
+  for (int k = 0; k < c->size; k++) {
+    map[k] = -1;
+    for (int j = 0; j < k && map[k] < 0 && node[k] >= 0; j++)
+      if (node[j] == node[k])
+        map[k] = map[j];
+    if (map[k] < 0)
+      map[k] = nnodes++;
+  }
+  free(ni->node_of);
+  ni->node_of = map;
+  c->node_of = map;
+  c->nnodes = nnodes;
+  return ZINC_OK;
+}
+
+/* A split's node table: every member's node in the parent, gathered over
+ * the new comm (a device all-gather under the comm's timeout). */
+static zinc_status split_nodes(zinc_comm *parent, zinc_comm *child) {
+  int32_t mine = parent->node_of ? parent->node_of[parent->rank] : -1 - parent->rank;
+  int32_t *dev = NULL;
+  int32_t *host = calloc((size_t)child->size, sizeof *host);
+  int *node = calloc((size_t)child->size, sizeof *node);
+  zinc_status st = ZINC_OK;
+  cudaError_t err = host && node ? cudaMalloc((void **)&dev, (size_t)child->size * sizeof *dev)
+                                 : cudaErrorMemoryAllocation;
+  if (err == cudaSuccess)
+    err = cudaMemcpy(dev + child->rank, &mine, sizeof mine, cudaMemcpyHostToDevice);
+  if (err != cudaSuccess)
+    st = zinc_error(ZINC_ERR_DEVICE, "comm nccl (rank %d): split: staging the node table: %s",
+                    child->rank, cudaGetErrorString(err));
+  if (st == ZINC_OK) {
+    zinc_coll gather = {.kind = ZINC_COLL_ALLGATHER, .send = dev + child->rank, .recv = dev,
+                        .count = 1, .dtype = ZINC_DT_I32};
+    st = nccl_run(child, &gather, 1);
+  }
+  if (st == ZINC_OK &&
+      (err = cudaMemcpy(host, dev, (size_t)child->size * sizeof *host,
+                        cudaMemcpyDeviceToHost)) != cudaSuccess)
+    st = zinc_error(ZINC_ERR_DEVICE, "comm nccl (rank %d): split: reading the node table: %s",
+                    child->rank, cudaGetErrorString(err));
+  if (st == ZINC_OK) {
+    /* a parent without a table: every rank a node of its own (-1) */
+    for (int k = 0; k < child->size; k++)
+      node[k] = host[k] < 0 ? -1 : host[k];
+    st = set_nodes(child, node);
+  }
+  if (dev)
+    cudaFree(dev);
+  free(host);
+  free(node);
+  return st;
+}
+
 static zinc_status nccl_split(zinc_comm *c, int color, int key, zinc_comm **out) {
   nccl_impl *ni = impl_of(c);
   *out = NULL;
@@ -426,7 +511,14 @@ static zinc_status nccl_split(zinc_comm *c, int color, int key, zinc_comm **out)
   }
   if (!nc) /* color < 0: this rank joins no new comm */
     return ZINC_OK;
-  return comm_wrap(nc, ni->cuda_device, ni->compute, c->timeout_s, out);
+  zinc_comm *child = NULL;
+  ZINC_CHECK(comm_wrap(nc, ni->cuda_device, ni->compute, c->timeout_s, &child));
+  if ((st = split_nodes(c, child)) != ZINC_OK) {
+    nccl_destroy(child);
+    return st;
+  }
+  *out = child;
+  return ZINC_OK;
 }
 
 static void nccl_destroy(zinc_comm *c) {
@@ -461,6 +553,7 @@ static void nccl_destroy(zinc_comm *c) {
     cudaFree(ni->barrier_word);
   (void)cudaGetLastError();
   free(ni->spare);
+  free(ni->node_of);
   free(ni);
   free(c);
 }
@@ -517,6 +610,20 @@ zinc_status zinc_comm_nccl_create(zinc_comm *bootstrap, int cuda_device, void *c
     return st;
   }
   ZINC_CHECK(comm_wrap(nc, cuda_device, (cudaStream_t)compute_stream, timeout_s, out));
+  /* NCCL's ranks are the bootstrap's: its node table holds (a bootstrap
+   * without one: every rank a node of its own) */
+  int *node = calloc((size_t)size, sizeof *node);
+  st = node ? ZINC_OK : zinc_error(ZINC_ERR_NOMEM, "comm nccl: out of memory for the node table");
+  for (int k = 0; node && k < size; k++)
+    node[k] = bootstrap->node_of ? bootstrap->node_of[k] : -1;
+  if (st == ZINC_OK)
+    st = set_nodes(*out, node);
+  free(node);
+  if (st != ZINC_OK) {
+    nccl_destroy(*out);
+    *out = NULL;
+    return st;
+  }
   int version = 0;
   ncclGetVersion(&version);
   zinc_log0(ZINC_LOG_INFO, "comm nccl: %d ranks, NCCL %d, timeout %.0f s, rank 0 on cuda "

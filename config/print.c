@@ -264,7 +264,10 @@ static json_t *settings_json(const zinc_settings *s) {
   put(cl, "debug", json_boolean(s->comms_logger.debug));
   json_t *ops = json_array();
   static const char *const op_names[] = {"all_reduce", "reduce_scatter", "all_gather",
-                                         "all_gatherv", "broadcast", "barrier"};
+                                         "all_gatherv", "broadcast", "barrier",
+                                         "all_to_all_single"};
+  _Static_assert(sizeof op_names / sizeof op_names[0] == ZINC_COMMS_NOPS,
+                 "a prof_ops name per zinc_comms_op");
   for (int k = 0; k < ZINC_COMMS_NOPS; k++)
     if (s->comms_logger.prof_ops & (1u << k))
       json_array_append_new(ops, json_string(op_names[k]));

@@ -623,7 +623,12 @@ ZINC_API zinc_status zinc_monitor_flush(zinc_engine *e);
  * bytes are what this rank put on the way to its peers (a peer reading this
  * rank's shared memory counts as sent to that peer), split by whether the
  * peer shares this rank's node; the nccl backend cannot see its wire
- * traffic and reports the ring algorithm's bytes as wire_estimated. */
+ * traffic and reports the ring algorithm's bytes as wire_estimated. A
+ * compressed collective (a quantized reduce-scatter, sent as an
+ * all-to-all-v of encoded blocks) is counted in a row of the op it stands
+ * for with its codec ("reduce_scatter (int4)"): message size and wire
+ * bytes are the compressed ones, logical_bytes what the uncompressed op
+ * would have put on the wire. */
 typedef enum {
   ZINC_COMMS_ALL_REDUCE = 0,
   ZINC_COMMS_REDUCE_SCATTER,
@@ -631,6 +636,10 @@ typedef enum {
   ZINC_COMMS_ALL_GATHERV,
   ZINC_COMMS_BROADCAST,
   ZINC_COMMS_BARRIER,
+  ZINC_COMMS_ALL_TO_ALL_V,  /* "all_to_all_v": DeepSpeed's all_to_all_single with
+                               per-rank counts; the engine's compressed
+                               reduce-scatters run on it but are counted as
+                               reduce_scatter rows with a codec             */
   ZINC_COMMS_NOPS
 } zinc_comms_op;
 
@@ -651,6 +660,14 @@ typedef struct {
   uint64_t wire_estimated;  /* nccl: the ring algorithm's bytes, not measured */
   int ranks;              /* size of the group the calls ran on (the n of the
                              bandwidths); groups of two sizes get two rows   */
+  /* Compressed collectives (communication_data_type, quantized gradients
+   * or weights) get rows of their own, under the op they stand for: */
+  uint64_t logical_bytes; /* the wire bytes the uncompressed op would have
+                             sent from this rank (closed form, nccl's ring
+                             formula; the mpi paths measure the same for
+                             plain ops); 0 on a plain row                   */
+  const char *codec;      /* "int4", "int8", "bf16", ...; NULL on a plain row
+                             (static)                                        */
 } zinc_comms_stat;
 #define ZINC_COMMS_STAT_INIT { .size = sizeof(zinc_comms_stat) }
 
@@ -665,7 +682,9 @@ ZINC_API zinc_status zinc_comms_stats(const zinc_engine *e, zinc_comms_stat *out
 /* Print the summary now (world rank 0 prints; others print nothing): per
  * op and message size DeepSpeed's columns (count, total and average
  * latency in ms, tput and busbw in Gbps), then zinc's (algorithm, wire
- * bytes intra-node and inter-node). Not collective. ZINC_ERR_UNSUPPORTED
+ * bytes intra-node and inter-node; with compressed rows also the
+ * uncompressed bytes and the ratio, and one line per compressed row after
+ * the table). Not collective. ZINC_ERR_UNSUPPORTED
  * when comms_logger is not enabled. [engine] */
 ZINC_API zinc_status zinc_comms_log_summary(zinc_engine *e);
 /* Forget every row (DeepSpeed's reset_log). [engine] */

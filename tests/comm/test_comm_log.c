@@ -9,13 +9,22 @@
  *    buffer from the root (shared memory: peers read it; p2p: the root
  *    sends it), p2p barrier one-byte tokens (dissemination: one per round
  *    to the rank dist ahead), shared-memory barrier nothing;
+ *    all-to-all-v sends each peer its count;
  *  - a batch's wire bytes shared among its ops by message size;
+ *  - compressed collectives: an all-to-all-v standing in for a
+ *    reduce-scatter (logical_bytes, codec "int4") is a reduce_scatter row
+ *    of its own with the codec, its wire bytes the encoded bytes sent to
+ *    the others, its logical bytes the uncompressed reduce-scatter's
+ *    closed form (n-1) c es, the summary's line "reduce_scatter (int4): W
+ *    on the wire for L uncompressed, R" with those figures, and prof_ops
+ *    filtering by the op it stands for;
  *  - the node-aware path (ZINC_COMM_NODE_SIZE=2, ranks a multiple of 2 and
  *    at least 4): reduce-scatter, all-gather and all-reduce, f32 and bf16,
  *    against the closed form of hier_wire() below, and the inter-node
  *    bytes against what MPI_Isend was actually given (intercepted here:
  *    on that path only the cross-node step sends messages);
- *  - the nccl backend's estimate (the ring's bytes) on a comm made by hand;
+ *  - the nccl backend's estimate (the ring's bytes; all-to-all-v: what
+ *    goes to the others) on a comm made by hand;
  *  - DeepSpeed's size strings.
  * Run under mpirun with 1-4 ranks.
  */
@@ -98,6 +107,10 @@ static void totals(zinc_comm_log *log, int op, uint64_t *calls, uint64_t *intra,
     }
 }
 
+/* Elements rank s sends rank d in the all-to-all-v of these tests (some
+ * pairs zero; at most count/(k+1) of wire_split's displs apart). */
+static size_t a2a_pair(int s, int d) { return (size_t)((s * 7 + d * 3) % 5) * 37; }
+
 static size_t slice(size_t count, int n, int k) {
   size_t base = count / (size_t)n, rem = count % (size_t)n;
   return base + ((size_t)k < rem);
@@ -120,10 +133,13 @@ static void wire_split(const char *path_name, int node_ranks) {
 
   const size_t count = 1001, es = 4;
   float *send = calloc((size_t)n * count, es), *recv = calloc((size_t)n * count + n, es);
-  size_t counts[n], displs[n];
+  size_t counts[n], displs[n], a2a_counts[n], a2a_rcounts[n], a2a_rdispls[n];
   for (int k = 0; k < n; k++) {
     counts[k] = count / (size_t)(k + 1);
     displs[k] = k ? displs[k - 1] + counts[k - 1] : 0;
+    a2a_counts[k] = a2a_pair(r, k);
+    a2a_rcounts[k] = a2a_pair(k, r);
+    a2a_rdispls[k] = k ? a2a_rdispls[k - 1] + a2a_rcounts[k - 1] : 0;
   }
   OK(zinc_comm_reduce_scatter(c, send, recv, count, ZINC_F32));
   OK(zinc_comm_allgather(c, send, recv, count, ZINC_F32));
@@ -131,6 +147,10 @@ static void wire_split(const char *path_name, int node_ranks) {
   OK(zinc_comm_allreduce(c, send, recv, count, ZINC_F32, ZINC_OP_SUM));
   OK(zinc_comm_broadcast(c, send, count, ZINC_F32, n - 1));
   OK(zinc_comm_barrier(c));
+  zinc_coll a2a = {.kind = ZINC_COLL_ALLTOALLV, .send = send, .recv = recv,
+                   .dtype = ZINC_F32, .counts = a2a_counts, .displs = displs,
+                   .rcounts = a2a_rcounts, .rdispls = a2a_rdispls};
+  OK(c->ops->run(c, &a2a, 1));
 
   for (int op = 0; op < ZINC_COMMS_NOPS; op++) {
     uint64_t want[2] = {0, 0};
@@ -145,6 +165,7 @@ static void wire_split(const char *path_name, int node_ranks) {
       case ZINC_COMMS_ALL_REDUCE: b = (slice(count, n, k) + slice(count, n, r)) * es; break;
       case ZINC_COMMS_BROADCAST: b = r == n - 1 ? count * es : 0; break;
       case ZINC_COMMS_BARRIER: break;
+      case ZINC_COMMS_ALL_TO_ALL_V: b = a2a_pair(r, k) * es; break;
       }
       want[m->node_of[k] == m->node_of[r] ? 0 : 1] += b;
     }
@@ -347,7 +368,105 @@ static void nccl_estimate(void) {
             (unsigned long long)intra, (unsigned long long)inter);
     }
   }
+  /* all-to-all-v: the bytes to the other ranks (counts copied as nccl's
+   * requests copy them: zinc_comm_log_copy) */
+  size_t a2a_counts[4] = {10, 20, 0, 40};
+  for (int r = 0; r < 4; r++) {
+    zinc_comm c = {.ops = &fake_ops, .rank = r, .size = 4, .log = log, .algo = "nccl"};
+    zinc_coll o = {.kind = ZINC_COLL_ALLTOALLV, .dtype = ZINC_DT_U8, .counts = a2a_counts};
+    zinc_coll *copy = NULL;
+    OK(zinc_comm_log_copy(&c, &o, 1, &copy));
+    zinc_comm_log_reset(log);
+    zinc_comm_log_batch(&c, copy, 1, 1e-3, NULL);
+    free(copy);
+    uint64_t calls, intra, inter, est;
+    totals(log, ZINC_COMMS_ALL_TO_ALL_V, &calls, &intra, &inter, &est);
+    uint64_t want = 70 - a2a_counts[r];
+    CHECK(calls == 1 && est == want, "nccl rank %d all-to-all-v: estimated %llu, expected %llu",
+          r, (unsigned long long)est, (unsigned long long)want);
+  }
   zinc_comm_log_destroy(log);
+}
+
+/* A compressed reduce-scatter as the engine issues it: an all-to-all-v of
+ * each slice's encoded bytes (int4 blocks of 32: 16 bytes of nibbles and a
+ * 4-byte scale per block), logical_bytes the uncompressed reduce-scatter's
+ * (n-1) c es, batched with a plain reduce-scatter of the same size. */
+static void compressed_rows(const char *path_name) {
+  zinc_comm *c = NULL;
+  OK(zinc_comm_mpi_create(NULL, 60, &c));
+  const int n = c->size;
+  const size_t count = 4096, es = 4, enc = count / 32 * (16 + 4); /* encoded slice bytes */
+  zinc_comm_log *log = new_log();
+  c->log = log;
+  float *send = calloc((size_t)n * count, es), *recv = calloc(count, es);
+  uint8_t *esend = calloc((size_t)n * enc, 1), *erecv = calloc((size_t)n * enc, 1);
+  size_t counts[n], displs[n];
+  for (int k = 0; k < n; k++) {
+    counts[k] = enc;
+    displs[k] = (size_t)k * enc;
+  }
+  const uint64_t logical = (uint64_t)(n - 1) * count * es; /* ring_bytes of the reduce-scatter */
+  zinc_coll batch[2] = {
+      {.kind = ZINC_COLL_REDUCE_SCATTER, .send = send, .recv = recv, .count = count,
+       .dtype = ZINC_F32},
+      {.kind = ZINC_COLL_ALLTOALLV, .send = esend, .recv = erecv, .dtype = ZINC_DT_U8,
+       .counts = counts, .displs = displs, .rcounts = counts, .rdispls = displs,
+       .logical_bytes = logical, .codec_name = "int4",
+       .logical_kind = ZINC_COLL_REDUCE_SCATTER}};
+  OK(c->ops->run(c, batch, 2));
+  zinc_comms_stat rows[8];
+  for (int i = 0; i < 8; i++)
+    rows[i] = (zinc_comms_stat)ZINC_COMMS_STAT_INIT;
+  int nrows = 0;
+  OK(zinc_comm_log_stats(log, rows, 8, &nrows));
+  const uint64_t wire = (uint64_t)(n - 1) * enc; /* the encoded slices to the others */
+  /* plain first, then the compressed row of the same op */
+  CHECK(nrows == 2 && rows[0].op == ZINC_COMMS_REDUCE_SCATTER && !rows[0].codec &&
+            rows[0].logical_bytes == 0 &&
+            rows[0].wire_intra + rows[0].wire_inter == (uint64_t)(n - 1) * count * es,
+        "%s: plain reduce-scatter row: %d rows, op %d codec %s logical %llu wire %llu", path_name,
+        nrows, rows[0].op, rows[0].codec ? rows[0].codec : "NULL",
+        (unsigned long long)rows[0].logical_bytes,
+        (unsigned long long)(rows[0].wire_intra + rows[0].wire_inter));
+  CHECK(nrows == 2 && rows[1].op == ZINC_COMMS_REDUCE_SCATTER && rows[1].codec &&
+            !strcmp(rows[1].codec, "int4") && !strcmp(rows[1].name, "reduce_scatter") &&
+            rows[1].count == 1 && rows[1].msg_bytes == (uint64_t)n * enc &&
+            rows[1].logical_bytes == logical && rows[1].wire_intra + rows[1].wire_inter == wire,
+        "%s: compressed row: op %d codec %s msg %llu logical %llu (want %llu) wire %llu "
+        "(want %llu)", path_name, rows[1].op, rows[1].codec ? rows[1].codec : "NULL",
+        (unsigned long long)rows[1].msg_bytes, (unsigned long long)rows[1].logical_bytes,
+        (unsigned long long)logical,
+        (unsigned long long)(rows[1].wire_intra + rows[1].wire_inter),
+        (unsigned long long)wire);
+  char *text = NULL;
+  OK(zinc_comm_log_summary(log, &text));
+  if (n > 1) {
+    char w[32], l[32], line[160];
+    zinc_comm_log_size_str(wire, w, sizeof w);
+    zinc_comm_log_size_str(logical, l, sizeof l);
+    snprintf(line, sizeof line, "\nreduce_scatter (int4): %s on the wire for %s uncompressed, "
+             "%.1fx (", w, l, (double)logical / (double)wire);
+    CHECK(strstr(text, line) && strstr(text, "Uncompressed") && strstr(text, "\nreduce_scatter (int4)\n"),
+          "%s: the summary lacks \"%s\":\n%s", path_name, line + 1, text);
+  }
+  free(text);
+  /* prof_ops: the compressed row counts as the op it stands for */
+  zinc_comm_log_opts only = {.kinds = 1u << ZINC_COMMS_ALL_TO_ALL_V};
+  zinc_comm_log *other = NULL;
+  OK(zinc_comm_log_create(&only, &other));
+  c->log = other;
+  OK(c->ops->run(c, &batch[1], 1));
+  OK(zinc_comm_log_stats(other, rows, 8, &nrows));
+  CHECK(nrows == 0, "%s: prof_ops all_to_all_v counted the compressed reduce-scatter", path_name);
+  c->log = NULL;
+  zinc_comm_log_destroy(other);
+  zinc_comm_destroy(c);
+  zinc_comm_log_destroy(log);
+  free(send);
+  free(recv);
+  free(esend);
+  free(erecv);
 }
 
 static void size_strings(void) {
@@ -377,6 +496,7 @@ int main(void) {
   wire_split("shm", 2);
   wire_split("shm", 1);
   batch_shares();
+  compressed_rows("shm");
   if (world >= 4 && world % 2 == 0)
     hier_split();
   setenv("ZINC_COMM_MPI_SHM", "0", 1);
@@ -384,6 +504,7 @@ int main(void) {
   wire_split("p2p", 2);
   wire_split("p2p", 3);
   batch_shares();
+  compressed_rows("p2p");
   if (me == 0)
     printf("comm log: %s\n", failures ? "FAILED" : "ok");
   return failures ? 1 : 0;
