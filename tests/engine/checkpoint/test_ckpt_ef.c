@@ -16,9 +16,14 @@
  *    slot is zero;
  *  - no residuals saved (compression off) into an engine that keeps them:
  *    they become zero; residuals saved into an engine without them (or a
- *    single rank): ignored, the load succeeds.
+ *    single rank): ignored, the load succeeds;
+ *  - the memory estimator counts the residuals as the engine allocates
+ *    them: (N - 1) INT8 slices of every trained unit's chunk, device
+ *    gradient memory.
  */
 #include <mpi.h>
+
+#include "engine/memory/estimate.h"
 
 #include "engine/checkpoint/format.h"
 #include "engine/engine.h"
@@ -377,6 +382,44 @@ static void test_absent(void) {
   MPI_Comm_free(&one);
 }
 
+static uint64_t estimate_grads(const et_run *r) {
+  zinc_est_param p[TM_NPARAM];
+  memset(p, 0, sizeof p);
+  static const char *mods[4] = {"in", "mid", "scale", "out"};
+  for (int i = 0; i < TM_NPARAM; i++) {
+    snprintf(p[i].module, sizeof p[i].module, "%s", mods[et_param_module[i]]);
+    snprintf(p[i].name, sizeof p[i].name, "%s", tm_names[i]);
+    p[i].dtype = ZINC_F32;
+    p[i].ndim = 1;
+    p[i].shape[0] = tm_numel(&r->shape, i);
+  }
+  char *json = et_config_json(r);
+  zinc_config *cfg = NULL;
+  ET_OK(zinc_config_parse(json, &cfg));
+  free(json);
+  zinc_estimate est;
+  ET_OK(zinc_estimate_model(&cfg->s, et_world, 0, p, TM_NPARAM, &est));
+  zinc_config_free(cfg);
+  return est.bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS];
+}
+
+static void test_estimate(int stage, int block) {
+  et_run comp = run_at(stage, block, 1), plain = run_at(stage, block, 0);
+  et_model m;
+  zinc_engine *e = et_open(&comp, NULL, &m);
+  uint64_t want = 0;
+  for (int ui = 0; ui < e->ntrain_units; ui++)
+    want += (uint64_t)(et_world - 1) * int8_bytes(e->units[ui].chunk, block);
+  ET_CHECK(e->cx_ef_bytes == want, "stage %d block %d: the engine's residuals are %zu bytes, "
+           "want %llu", stage, block, e->cx_ef_bytes, (unsigned long long)want);
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+  uint64_t with = estimate_grads(&comp), without = estimate_grads(&plain);
+  ET_CHECK(with - without == want, "stage %d block %d: the estimator's device gradient bytes "
+           "grew by %llu with error feedback, want %llu", stage, block,
+           (unsigned long long)(with - without), (unsigned long long)want);
+}
+
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -400,6 +443,8 @@ int main(int argc, char **argv) {
   if (et_world >= 3)
     test_reshard(et_world - 1, 3, 8); /* fewer ranks, another stage */
   test_absent();
+  test_estimate(1, 8);
+  test_estimate(3, 256);
   int bad = et_failures;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (et_rank == 0) {
