@@ -7,7 +7,8 @@
  *  - exact: a save loaded by an engine of the same layout gives every rank
  *    its bytes back (the .zef file on disk too), at stages 2 and 3;
  *  - damaged: a flipped byte in one .zef file is refused on every rank
- *    and nothing changes;
+ *    and nothing changes; zinc-ckpt lists the residuals and verifies the
+ *    files (and finds the damaged one);
  *  - reshard: loaded at another block size, and by fewer ranks (a
  *    sub-communicator) at another stage: for chunk p of every unit the
  *    lowest rank other than p carries E, the sum over the old senders of
@@ -234,6 +235,26 @@ static void check_reshard(zinc_engine *e, et_model *m, double **sum, const char 
 
 /* ------------------------------------------------------------- the tests */
 
+/* zinc-ckpt on dir/tag: list shows the residuals, verify says ok or
+ * names the .zef file. */
+static void check_tool(const char *dir, const char *tag, int damaged, const char *what) {
+#ifdef ZINC_CKPT_TOOL
+  if (et_rank != 0)
+    return;
+  char cmd[2400];
+  snprintf(cmd, sizeof cmd, "%s list %s %s | grep -q 'error-feedback residuals: %d files"
+           ".* int8, block 8'", ZINC_CKPT_TOOL, dir, tag, et_world);
+  ET_CHECK(damaged || system(cmd) == 0, "%s: zinc-ckpt list does not show the residuals: %s",
+           what, cmd);
+  snprintf(cmd, sizeof cmd, "%s verify %s %s 2>&1 | grep -q 'rank_%05d.zef: %s'", ZINC_CKPT_TOOL,
+           dir, tag, et_world - 1, damaged ? "error-feedback file" : "ok");
+  ET_CHECK(system(cmd) == 0, "%s: zinc-ckpt verify does not say the .zef file is %s: %s", what,
+           damaged ? "damaged" : "ok", cmd);
+#else
+  (void)dir, (void)tag, (void)damaged, (void)what;
+#endif
+}
+
 static void test_exact(int stage) {
   et_run r = run_at(stage, 8, 1);
   char dir[700], what[120];
@@ -267,6 +288,7 @@ static void test_exact(int stage) {
            "rank's %zu residual bytes", what, path, got, bytes);
   free(disk);
   zinc_ckpt_dir_close(d);
+  check_tool(dir, "ef", 0, what);
   et_model_free(&m);
   zinc_engine_destroy(e);
 
@@ -286,6 +308,7 @@ static void test_exact(int stage) {
     fclose(g);
   }
   MPI_Barrier(MPI_COMM_WORLD);
+  check_tool(dir, "ef", 1, what);
   memset(e->cx_ef, 0x33, e->cx_ef_bytes);
   zinc_status st = zinc_load_checkpoint(e, dir, "ef");
   ET_CHECK(st == ZINC_ERR_CORRUPT && strstr(zinc_last_error(), ".zef"),
