@@ -41,8 +41,9 @@
  * unit, about (N-1)/N x (1 + 4/block) bytes per trained element. Reset
  * (zeroed) every zeropp_loco_param.reset_T optimizer steps; saved in
  * checkpoints (engine/checkpoint/ef.c): every rank's bytes as they are,
- * given back bytewise to an engine of the same layout (dp_size, block and
- * every trained unit's shard offset and chunk). Into another layout they
+ * given back bytewise to an engine of the same layout (dp_size, block,
+ * every trained unit's shard offset and chunk, every parameter in the same
+ * places). Into another layout they
  * are resharded: every saved slice decoded to fp32 and summed per model
  * element over its senders in rank order (E, the error the old ranks
  * carried for that element); in the new layout the lowest rank other than

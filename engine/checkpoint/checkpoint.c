@@ -1036,7 +1036,7 @@ zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char 
   }
   /* 2. the shards' crcs, divided among the ranks (and the error-feedback
    * files when they will be read) */
-  zinc_ef_load_mode ef_mode = st == ZINC_OK ? zinc_ckpt_ef_mode(e, d, weights_only)
+  zinc_ef_load_mode ef_mode = st == ZINC_OK ? zinc_ckpt_ef_mode(e, d, map, weights_only)
                                             : ZINC_EF_LOAD_NONE;
   if (st == ZINC_OK) {
     for (int f = e->dp_rank; f < d->manifest->nfiles && st == ZINC_OK; f += e->dp_size)

@@ -12,8 +12,9 @@
  * Load, decided on every rank alike from the manifest and the settings:
  *   - the engine keeps no residuals: the saved ones are ignored (info line);
  *   - none saved, or a weights-only load: the residuals start at zero;
- *   - same dp_size, block and units: each rank's bytes come back exactly,
- *     so training resumes bit for bit;
+ *   - same dp_size, block and units, every parameter in the same places
+ *     of them: each rank's bytes come back exactly, so training resumes
+ *     bit for bit;
  *   - otherwise (another world size, stage, bucket layout or block size)
  *     they are resharded: every saved slice is decoded to fp32 and summed,
  *     per model element, over its senders in rank order, E = the error the
@@ -172,7 +173,30 @@ void zinc_ckpt_ef_describe_free(zinc_manifest_ef *ef) {
 
 /* ---------------------------------------------------------------- load */
 
-static int same_layout(const zinc_engine *e, const zinc_manifest_ef *ef) {
+/* Parameter pieces of this engine's layout, as a manifest lists them. */
+typedef struct {
+  zinc_manifest_piece *v;
+  int n, cap;
+} piece_vec;
+
+static zinc_status own_piece(zinc_engine *e, const zinc_unit *u, int ui, int r, int64_t chunk_off,
+                             int64_t param_off, int64_t len, void *vctx) {
+  piece_vec *l = vctx;
+  ZINC_CHECK(zinc_grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v, "layout pieces"));
+  l->v[l->n++] = (zinc_manifest_piece){r, u->shard_offset + chunk_off, param_off, len};
+  return ZINC_OK;
+}
+
+static int cmp_piece(const void *a, const void *b) {
+  const zinc_manifest_piece *x = a, *y = b;
+  return x->param_offset < y->param_offset ? -1 : x->param_offset > y->param_offset;
+}
+
+/* The saved bytes mean the same here: the same senders, block and units,
+ * and every parameter in the same places of the units (a model registered
+ * in another order can give equal units holding other elements). */
+static int same_layout(zinc_engine *e, const zinc_manifest *m, const int *map) {
+  const zinc_manifest_ef *ef = &m->ef;
   if (ef->dp_size != e->dp_size || ef->block != e->cx_grad.block ||
       ef->nunits != e->ntrain_units)
     return 0;
@@ -180,17 +204,32 @@ static int same_layout(const zinc_engine *e, const zinc_manifest_ef *ef) {
     if (ef->units[ui].shard_offset != e->units[ui].shard_offset ||
         ef->units[ui].chunk != e->units[ui].chunk)
       return 0;
-  return 1;
+  piece_vec l = {0};
+  int same = 1;
+  for (int i = 0; i < e->nparams && same; i++) {
+    const zinc_manifest_param *mp = &m->params[map[i]];
+    l.n = 0;
+    same = zinc_layout_for_each_piece(e, e->params[i], own_piece, &l) == ZINC_OK &&
+           l.n == mp->npieces;
+    if (same && l.n)
+      qsort(l.v, (size_t)l.n, sizeof *l.v, cmp_piece);
+    for (int k = 0; same && k < l.n; k++)
+      same = l.v[k].file == mp->pieces[k].file && l.v[k].file_offset == mp->pieces[k].file_offset &&
+             l.v[k].param_offset == mp->pieces[k].param_offset &&
+             l.v[k].length == mp->pieces[k].length;
+  }
+  free(l.v);
+  return same;
 }
 
-zinc_ef_load_mode zinc_ckpt_ef_mode(const zinc_engine *e, const zinc_ckpt_dir *d,
+zinc_ef_load_mode zinc_ckpt_ef_mode(zinc_engine *e, const zinc_ckpt_dir *d, const int *map,
                                     int weights_only) {
   const zinc_manifest_ef *ef = &d->manifest->ef;
   if (!e->cx_ef)
     return ZINC_EF_LOAD_NONE;
   if (!ef->present || weights_only)
     return ZINC_EF_LOAD_ZERO;
-  return same_layout(e, ef) ? ZINC_EF_LOAD_EXACT : ZINC_EF_LOAD_RESHARD;
+  return same_layout(e, d->manifest, map) ? ZINC_EF_LOAD_EXACT : ZINC_EF_LOAD_RESHARD;
 }
 
 /* The sender that carries chunk p's whole error after a reshard. */

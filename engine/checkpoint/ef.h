@@ -30,8 +30,10 @@ zinc_status zinc_ckpt_ef_write(zinc_engine *e, const char *path, zinc_ckpt_fault
 zinc_status zinc_ckpt_ef_describe(const zinc_engine *e, const uint32_t *crcs,
                                   const int64_t *bytes, zinc_manifest_ef *ef);
 void zinc_ckpt_ef_describe_free(zinc_manifest_ef *ef);
-/* Decide what a load of d does with the residuals. */
-zinc_ef_load_mode zinc_ckpt_ef_mode(const zinc_engine *e, const zinc_ckpt_dir *d,
+/* Decide what a load of d does with the residuals (map: as below; the
+ * parameters matched). Every rank decides alike: the manifest and the
+ * layout are the same on every rank. */
+zinc_ef_load_mode zinc_ckpt_ef_mode(zinc_engine *e, const zinc_ckpt_dir *d, const int *map,
                                     int weights_only);
 /* Restore (mode EXACT), reshard (RESHARD) or zero (ZERO) e->cx_ef from d;
  * map[i]: the manifest index of engine parameter i. Says which in an info

@@ -26,6 +26,7 @@
 
 #include "engine/memory/estimate.h"
 
+#include "base/fs.h"
 #include "engine/checkpoint/format.h"
 #include "engine/engine.h"
 #include "engine/engine_test.h"
@@ -140,23 +141,23 @@ static zinc_status add_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
   return ZINC_OK;
 }
 
-static double **expected_sums(zinc_engine *e, et_model *m, int seed) {
-  double **sum = calloc(TM_NPARAM, sizeof *sum);
+static double **expected_sums(zinc_engine *e, zinc_param **par, int npar, int seed) {
+  double **sum = calloc((size_t)npar, sizeof *sum);
   int64_t most = 0;
   for (int ui = 0; ui < e->ntrain_units; ui++)
     most = e->units[ui].chunk > most ? e->units[ui].chunk : most;
   sum_ctx c = {.e = e, .seed = seed, .buf = malloc(int8_bytes(most, e->cx_grad.block))};
-  for (int i = 0; i < TM_NPARAM; i++) {
-    sum[i] = calloc((size_t)zinc_param_numel(m->par[i]), sizeof **sum);
+  for (int i = 0; i < npar; i++) {
+    sum[i] = calloc((size_t)zinc_param_numel(par[i]), sizeof **sum);
     c.sum = sum[i];
-    ET_OK(zinc_layout_for_each_piece(e, m->par[i], add_piece, &c));
+    ET_OK(zinc_layout_for_each_piece(e, par[i], add_piece, &c));
   }
   free(c.buf);
   return sum;
 }
 
-static void free_sums(double **s) {
-  for (int i = 0; i < TM_NPARAM; i++)
+static void free_sums(double **s, int npar) {
+  for (int i = 0; i < npar; i++)
     free(s[i]);
   free(s);
 }
@@ -184,7 +185,10 @@ static zinc_status want_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
   return ZINC_OK;
 }
 
-static void check_reshard(zinc_engine *e, et_model *m, double **sum, const char *what) {
+/* par[i]: the parameter whose sums are sum[i] (by name, whatever order
+ * this engine registered them in). */
+static void check_reshard(zinc_engine *e, zinc_param **par, int npar, double **sum,
+                          const char *what) {
   check_ctx c = {.sum = sum, .what = what};
   int me = e->dp_rank;
   for (int ui = 0; ui < e->ntrain_units; ui++) {
@@ -198,10 +202,10 @@ static void check_reshard(zinc_engine *e, et_model *m, double **sum, const char 
           (const unsigned char *)e->cx_ef + e->cx_ef_off[ui] + (size_t)slot * slice_of(e, ui);
       int carries = me == (p == 0 ? 1 : 0);
       c.want = calloc((size_t)n, sizeof *c.want);
-      for (int i = 0; i < TM_NPARAM && carries; i++) {
+      for (int i = 0; i < npar && carries; i++) {
         int target[3] = {ui, p, i};
         void *args[2] = {&c, target};
-        ET_OK(zinc_layout_for_each_piece(e, m->par[i], want_piece, args));
+        ET_OK(zinc_layout_for_each_piece(e, par[i], want_piece, args));
       }
       for (int64_t b0 = 0; b0 < n && c.bad < 5; b0 += block) {
         int64_t b1 = b0 + block < n ? b0 + block : n;
@@ -255,6 +259,32 @@ static void check_tool(const char *dir, const char *tag, int damaged, const char
 #endif
 }
 
+/* manifest.json of dir/tag with the character `skip` after the first
+ * `key` (negative: inside it) replaced by c (0: another hex digit):
+ * refused naming error_feedback. */
+static void tamper(const char *dir, const char *tag, const char *key, int skip, char c) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s/manifest.json", dir, tag);
+  char *text = NULL;
+  size_t len = 0;
+  ET_OK(zinc_fs_read_all(path, &text, &len));
+  char *at = strstr(text, key);
+  ET_CHECK(at != NULL, "manifest %s has no %s", path, key);
+  if (!at) {
+    free(text);
+    return;
+  }
+  char *x = at + (long)strlen(key) + skip;
+  *x = c ? c : *x == '0' ? '1' : '0'; /* 0: another hex digit */
+  zinc_manifest *m = NULL;
+  zinc_status st = zinc_manifest_parse(text, len, path, &m);
+  ET_CHECK(st == ZINC_ERR_CORRUPT && strstr(zinc_last_error(), "error_feedback"),
+           "a manifest with %s changed parses: %s %s", key, zinc_status_name(st),
+           zinc_last_error());
+  zinc_manifest_free(m);
+  free(text);
+}
+
 static void test_exact(int stage) {
   et_run r = run_at(stage, 8, 1);
   char dir[700], what[120];
@@ -289,6 +319,13 @@ static void test_exact(int stage) {
   free(disk);
   zinc_ckpt_dir_close(d);
   check_tool(dir, "ef", 0, what);
+  if (et_rank == 0 && stage == 2) {
+    tamper(dir, "ef", "\"layout_crc32c\": \"", 0, 'x');  /* not hex */
+    tamper(dir, "ef", "\"layout_crc32c\": \"", 7, 0);    /* another crc */
+    tamper(dir, "ef", "\"codec\": \"int", 0, '4');      /* int4 */
+    tamper(dir, "ef", "\"block\": ", 0, '3');            /* 3, not 8: other sizes */
+    tamper(dir, "ef", "rank_00000.zef", -5, '9');         /* named for another rank */
+  }
   et_model_free(&m);
   zinc_engine_destroy(e);
 
@@ -335,7 +372,7 @@ static void test_reshard(int ranks, int stage, int block) {
   int seed = 100 + ranks + block;
   free(fill(e, seed));
   ET_OK(zinc_save_checkpoint(e, dir, "ef"));
-  double **sum = expected_sums(e, &m, seed);
+  double **sum = expected_sums(e, m.par, TM_NPARAM, seed);
   et_model_free(&m);
   zinc_engine_destroy(e);
 
@@ -348,7 +385,7 @@ static void test_reshard(int ranks, int stage, int block) {
     ET_OK(et_build(&m2, e2, &r2));
     memset(e2->cx_ef, 0x77, e2->cx_ef_bytes);
     ET_OK(zinc_load_checkpoint(e2, dir, "ef"));
-    check_reshard(e2, &m2, sum, what);
+    check_reshard(e2, m2.par, TM_NPARAM, sum, what);
     et_model_free(&m2);
     zinc_engine_destroy(e2);
     MPI_Comm_free(&sub);
@@ -356,7 +393,44 @@ static void test_reshard(int ranks, int stage, int block) {
     int64_t zero = 0; /* check_reshard's sum over the world */
     MPI_Allreduce(MPI_IN_PLACE, &zero, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
   }
-  free_sums(sum);
+  free_sums(sum, TM_NPARAM);
+}
+
+/* Two parameters of one size in one module, registered a, b or b, a: */
+static zinc_engine *open_pair(int swapped, zinc_param **par) {
+  et_run r = run_at(2, 8, 1);
+  r.reduce_bucket = 1000000;
+  zinc_engine *e = et_create(&r, NULL);
+  zinc_module *m = zinc_module_add(e, "pair");
+  int64_t n[1] = {300};
+  for (int k = 0; k < 2; k++) {
+    int i = swapped ? 1 - k : k;
+    par[i] = zinc_param_add(e, m, i ? "b" : "a", ZINC_F32, 1, n);
+  }
+  ET_OK(zinc_engine_build(e, NULL, NULL));
+  return e;
+}
+
+/* the same units holding other elements: resharded, not copied */
+static void test_reordered(void) {
+  char dir[700];
+  snprintf(dir, sizeof dir, "%s/reordered", root);
+  const char *what = "a model registered in another order (equal units)";
+  zinc_param *pa[2], *pb[2];
+  zinc_engine *e = open_pair(0, pa);
+  free(fill(e, 77));
+  ET_OK(zinc_save_checkpoint(e, dir, "ef"));
+  double **sum = expected_sums(e, pa, 2, 77);
+  int nunits = e->ntrain_units;
+  zinc_unit u0 = e->units[0];
+  zinc_engine_destroy(e);
+  e = open_pair(1, pb);
+  ET_CHECK(e->ntrain_units == nunits && e->units[0].chunk == u0.chunk &&
+           e->units[0].shard_offset == u0.shard_offset, "%s: the units differ", what);
+  ET_OK(zinc_load_checkpoint(e, dir, "ef"));
+  check_reshard(e, pb, 2, sum, what);
+  zinc_engine_destroy(e);
+  free_sums(sum, 2);
 }
 
 /* A save without residuals into an engine with them (zero), and one with
@@ -466,6 +540,7 @@ int main(int argc, char **argv) {
   if (et_world >= 3)
     test_reshard(et_world - 1, 3, 8); /* fewer ranks, another stage */
   test_absent();
+  test_reordered();
   test_estimate(1, 8);
   test_estimate(3, 256);
   int bad = et_failures;
