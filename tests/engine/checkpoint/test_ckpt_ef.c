@@ -18,6 +18,9 @@
  *  - no residuals saved (compression off) into an engine that keeps them:
  *    they become zero; residuals saved into an engine without them (or a
  *    single rank): ignored, the load succeeds;
+ *  - a save failing at any write of the last rank (ZINC_CKPT_FAULT; its
+ *    .zef among them) fails on every rank, leaves latest and no partial
+ *    directory, and latest still gives the residuals saved in it;
  *  - the memory estimator counts the residuals as the engine allocates
  *    them: (N - 1) INT8 slices of every trained unit's chunk, device
  *    gradient memory.
@@ -479,6 +482,41 @@ static void test_absent(void) {
   MPI_Comm_free(&one);
 }
 
+static void test_save_faults(void) {
+  et_run r = run_at(2, 8, 1);
+  char dir[700], cmd[2400];
+  snprintf(dir, sizeof dir, "%s/faults", root);
+  et_model m;
+  zinc_engine *e = et_open(&r, NULL, &m);
+  unsigned char *good = fill(e, 21);
+  ET_OK(zinc_save_checkpoint(e, dir, "good"));
+  free(fill(e, 22));
+  int zef = 0, n;
+  for (n = 1; n < 1000; n++) {
+    char spec[32];
+    snprintf(spec, sizeof spec, "EIO@%d", n);
+    if (et_rank == et_world - 1)
+      setenv("ZINC_CKPT_FAULT", spec, 1);
+    zinc_status st = zinc_save_checkpoint(e, dir, "bad");
+    unsetenv("ZINC_CKPT_FAULT");
+    if (st == ZINC_OK)
+      break;
+    zef |= strstr(zinc_last_error(), ".zef") != NULL;
+    snprintf(cmd, sizeof cmd, "test \"$(cat %s/latest)\" = good && ! test -e %s/.bad.partial",
+             dir, dir);
+    if (et_rank == 0)
+      ET_CHECK(system(cmd) == 0, "a save failing at write %d left latest changed or a partial "
+               "directory", n);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  ET_CHECK(zef, "none of the %d failing writes was of the .zef file", n - 1);
+  ET_OK(zinc_load_checkpoint(e, dir, "good"));
+  ET_CHECK(memcmp(e->cx_ef, good, e->cx_ef_bytes) == 0, "'good' lost its residuals");
+  free(good);
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+}
+
 static uint64_t estimate_grads(const et_run *r) {
   zinc_est_param p[TM_NPARAM];
   memset(p, 0, sizeof p);
@@ -541,6 +579,7 @@ int main(int argc, char **argv) {
     test_reshard(et_world - 1, 3, 8); /* fewer ranks, another stage */
   test_absent();
   test_reordered();
+  test_save_faults();
   test_estimate(1, 8);
   test_estimate(3, 256);
   int bad = et_failures;
