@@ -40,7 +40,16 @@
  * peer p != me) slice: (N-1) x zinc_codec_bytes(INT8, chunk) bytes per
  * unit, about (N-1)/N x (1 + 4/block) bytes per trained element. Reset
  * (zeroed) every zeropp_loco_param.reset_T optimizer steps; saved in
- * checkpoints (engine/checkpoint).
+ * checkpoints (engine/checkpoint/ef.c): every rank's bytes as they are,
+ * given back bytewise to an engine of the same layout (dp_size, block,
+ * every trained unit's shard offset and chunk, every parameter in the same
+ * places). Into another layout they
+ * are resharded: every saved slice decoded to fp32 and summed per model
+ * element over its senders in rank order (E, the error the old ranks
+ * carried for that element); in the new layout the lowest rank other than
+ * p (rank 0, or rank 1 for p == 0) carries all of E for chunk p of each
+ * unit, re-encoded INT8, and the other senders' slots for that chunk are
+ * zero. No residuals in the checkpoint: they start at zero.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -6,7 +6,9 @@
  * and exp_avg_sq of its chunks (chunk r of every unit, in shard order —
  * at stage 0 too, where every rank holds all of them) to rank_<r>.zshard;
  * rank 0 writes the manifest (every parameter's pieces, counters, loss
- * scaler, resolved config) and the checksums file. The compute copy of the
+ * scaler, resolved config) and the checksums file. With error feedback on
+ * (quantized gradients with zeropp_loco_param) each rank also writes its
+ * residuals to rank_<r>.zef, restored or resharded on load (ef.c). The compute copy of the
  * parameters is not saved: it is always the master rounded to the
  * parameter's dtype, and a load rebuilds it so.
  *
@@ -33,6 +35,7 @@
 
 #include "base/env.h"
 #include "base/fs.h"
+#include "engine/checkpoint/ef.h"
 #include "engine/checkpoint/format.h"
 #include "engine/engine.h"
 
@@ -460,9 +463,9 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
                                   zinc_ckpt_fault *fault) {
   zinc_manifest m = {0};
   zinc_status st = ZINC_OK;
-  char **names = calloc((size_t)e->dp_size + 3, sizeof *names);
-  uint32_t *crcs = calloc((size_t)e->dp_size + 3, sizeof *crcs);
-  int64_t *bytes = calloc((size_t)e->dp_size + 3, sizeof *bytes);
+  char **names = calloc(2 * (size_t)e->dp_size + 3, sizeof *names);
+  uint32_t *crcs = calloc(2 * (size_t)e->dp_size + 3, sizeof *crcs);
+  int64_t *bytes = calloc(2 * (size_t)e->dp_size + 3, sizeof *bytes);
   int nsums = e->dp_size + 1;
   m.files = calloc((size_t)e->dp_size, sizeof *m.files);
   m.params = calloc((size_t)e->nparams + 1, sizeof *m.params);
@@ -498,10 +501,17 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
     snprintf(name, sizeof name, "rank_%05d.zshard", r);
     names[r] = zinc_strdup(name);
     m.files[r] = (zinc_manifest_file){.name = names[r], .rank = r, .elements = e->shard_numel,
-                                      .bytes = file_info[2 * r + 1],
-                                      .crc32c = (uint32_t)file_info[2 * r]};
+                                      .bytes = file_info[4 * r + 1],
+                                      .crc32c = (uint32_t)file_info[4 * r]};
     crcs[r] = m.files[r].crc32c;
     bytes[r] = m.files[r].bytes;
+  }
+  if (e->cx_ef) { /* the error-feedback files, after the shards in the checksums */
+    for (int r = 0; r < e->dp_size; r++) {
+      crcs[e->dp_size + 3 + r] = (uint32_t)file_info[4 * r + 2];
+      bytes[e->dp_size + 3 + r] = file_info[4 * r + 3];
+    }
+    st = zinc_ckpt_ef_describe(e, crcs + e->dp_size + 3, bytes + e->dp_size + 3, &m.ef);
   }
   m.nparams = e->nparams;
   for (int i = 0; i < e->nparams && st == ZINC_OK; i++) {
@@ -567,6 +577,11 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
       goto out;
     names[nsums++] = zinc_strdup(extra);
   }
+  for (int r = 0; m.ef.present && r < e->dp_size; r++) {
+    names[nsums] = zinc_strdup(m.ef.files[r].name);
+    crcs[nsums] = m.ef.files[r].crc32c;
+    bytes[nsums++] = m.ef.files[r].bytes;
+  }
   sums = zinc_checksums_format((const char *const *)names, crcs, bytes, nsums);
   char *spath = zinc_path_join(partial, ZINC_CHECKSUMS_NAME);
   st = sums && spath ? zinc_ckpt_fault_hit(fault, "write", spath, 0) : ZINC_OK;
@@ -577,8 +592,9 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
                                   ZINC_CHECKSUMS_NAME, nsums, partial);
   free(spath);
 out:
-  for (int r = 0; names && r <= e->dp_size + 2; r++)
+  for (int r = 0; names && r < 2 * e->dp_size + 3; r++)
     free(names[r]);
+  zinc_ckpt_ef_describe_free(&m.ef);
   for (int i = 0; m.params && i < e->nparams; i++) {
     free(m.params[i].name);
     free(m.params[i].pieces);
@@ -604,14 +620,14 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
   snprintf(partial_name, sizeof partial_name, ".%s.partial", tag);
   char *final = zinc_path_join(dir, tag), *partial = zinc_path_join(dir, partial_name);
   char *shard = NULL;
-  int64_t *info = calloc(2 * (size_t)e->dp_size, sizeof *info);
+  int64_t *info = calloc(4 * (size_t)e->dp_size, sizeof *info);
   zinc_status st =
       final && partial && info
           ? ZINC_OK
           : zinc_error(ZINC_ERR_NOMEM, "checkpoint save %s/%s: no host memory for its paths and "
                        "the table of %d shards (%zu bytes); free host memory and retry", dir, tag,
                        e->dp_size, 2 * strlen(dir) + strlen(tag) + strlen(partial_name) + 4 +
-                           2 * (size_t)e->dp_size * sizeof *info);
+                           4 * (size_t)e->dp_size * sizeof *info);
   /* 1. rank 0: the directory, its lock, leftovers, an empty partial directory */
   publisher pub = {.dir = dir, .crash_at = zinc_env_int("ZINC_CKPT_CRASH_AT", 0, 0, 1 << 30)};
   zinc_ckpt_fault_init(&pub.fault);
@@ -665,10 +681,21 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
                : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the shard path "
                             "of rank %d (%zu bytes); free host memory and retry", e->dp_rank,
                             strlen(setdir) + strlen(name) + 2);
-    int64_t mine[2] = {crc, bytes};
+    /* the error-feedback residuals beside it */
+    uint32_t ef_crc = 0;
+    int64_t ef_bytes = 0;
+    if (st == ZINC_OK && e->cx_ef) {
+      snprintf(name, sizeof name, ZINC_EF_FILE_FORMAT, e->dp_rank);
+      char *efpath = zinc_path_join(setdir, name);
+      st = efpath ? zinc_ckpt_ef_write(e, efpath, &pub.fault, &ef_crc, &ef_bytes)
+                  : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the path "
+                               "of %s/%s; free host memory and retry", setdir, name);
+      free(efpath);
+    }
+    int64_t mine[4] = {crc, bytes, ef_crc, ef_bytes};
     st = zinc_engine_agree(e, ac, st);
     if (st == ZINC_OK)
-      st = zinc_comm_allgather(e->dp_host, mine, info, 2, ZINC_DT_I64);
+      st = zinc_comm_allgather(e->dp_host, mine, info, 4, ZINC_DT_I64);
   }
   /* 3. consolidated 16-bit weights when asked (collective) */
   const char *extra = e->cfg.stage3_gather_16bit_weights_on_model_save ? "model.safetensors" : NULL;
@@ -709,7 +736,7 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
   if (st == ZINC_OK) {
     int64_t total = 0;
     for (int r = 0; r < e->dp_size; r++)
-      total += info[2 * r + 1];
+      total += info[4 * r + 1] + info[4 * r + 3];
     zinc_log0(ZINC_LOG_INFO, "saved checkpoint %s: %d shards%s, %.1f MiB%s, step %lld, "
               "%.2f s", final, e->dp_size, e->mp_size > 1 ? " per model-parallel rank" : "",
               (double)total / (1 << 20), e->mp_size > 1 ? " (model-parallel rank 0)" : "",
@@ -1007,10 +1034,17 @@ zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char 
     if (st == ZINC_OK)
       st = agree_on_view(e, dir, d, e->world, e->world_size, 0);
   }
-  /* 2. the shards' crcs, divided among the ranks */
+  /* 2. the shards' crcs, divided among the ranks (and the error-feedback
+   * files when they will be read) */
+  zinc_ef_load_mode ef_mode = st == ZINC_OK ? zinc_ckpt_ef_mode(e, d, map, weights_only)
+                                            : ZINC_EF_LOAD_NONE;
   if (st == ZINC_OK) {
     for (int f = e->dp_rank; f < d->manifest->nfiles && st == ZINC_OK; f += e->dp_size)
       st = zinc_ckpt_dir_verify_file(d, f);
+    int ef_read = ef_mode == ZINC_EF_LOAD_EXACT || ef_mode == ZINC_EF_LOAD_RESHARD;
+    for (int f = e->dp_rank; ef_read && f < d->manifest->ef.dp_size && st == ZINC_OK;
+         f += e->dp_size)
+      st = zinc_ckpt_dir_verify_ef(d, f);
     st = zinc_engine_agree(e, ac, st);
   }
   if (st != ZINC_OK) {
@@ -1034,6 +1068,8 @@ zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char 
     c.mp = &d->manifest->params[map[i]];
     st = zinc_layout_for_each_piece(e, e->params[i], load_piece, &c);
   }
+  if (st == ZINC_OK)
+    st = zinc_ckpt_ef_load(e, d, map, ef_mode);
   /* the reads are local; agree on them before the parameter gathers */
   st = zinc_engine_agree(e, ac, st);
   if (st == ZINC_OK)

@@ -556,6 +556,20 @@ zinc_status zinc_ckpt_dir_open(const char *dir, const char *tag, zinc_ckpt_dir *
       goto out;
     }
   }
+  /* and every error-feedback file */
+  for (int i = 0; d->manifest->ef.present && i < d->manifest->ef.dp_size; i++) {
+    const zinc_manifest_file *f = &d->manifest->ef.files[i];
+    int found = 0;
+    for (int k = 0; k < nentries; k++)
+      if (!strcmp(entries[k].name, f->name))
+        found = entries[k].crc == f->crc32c && entries[k].bytes == f->bytes ? 1 : -1;
+    if (found != 1) {
+      st = zinc_error(ZINC_ERR_CORRUPT, "%s/%s: %s for error-feedback file %s", path,
+                      ZINC_CHECKSUMS_NAME, found ? "crc32c differs from the manifest" : "no entry",
+                      f->name);
+      goto out;
+    }
+  }
   d->path = path;
   d->tag = zinc_strdup(tag);
   path = NULL;
@@ -596,6 +610,24 @@ zinc_status zinc_ckpt_dir_verify_file(const zinc_ckpt_dir *d, int i) {
       st = zinc_shard_reader_verify(r, &f->crc32c, f->bytes);
   }
   zinc_shard_reader_close(r);
+  free(p);
+  return st;
+}
+
+zinc_status zinc_ckpt_dir_verify_ef(const zinc_ckpt_dir *d, int i) {
+  const zinc_manifest_file *f = &d->manifest->ef.files[i];
+  char *p = zinc_path_join(d->path, f->name);
+  if (!p)
+    return zinc_error(ZINC_ERR_NOMEM, "opening checkpoint: no host memory for the path of %s/%s "
+                      "(%zu bytes); free host memory and retry", d->path, f->name,
+                      strlen(d->path) + strlen(f->name) + 2);
+  uint32_t crc = 0;
+  int64_t bytes = 0;
+  zinc_status st = zinc_fs_crc32c(p, &crc, &bytes);
+  if (st == ZINC_OK && (crc != f->crc32c || bytes != f->bytes))
+    st = zinc_error(ZINC_ERR_CORRUPT, "error-feedback file %s holds %lld bytes with crc32c %08x; "
+                    "the manifest says %lld bytes with crc32c %08x (damaged or replaced)", p,
+                    (long long)bytes, crc, (long long)f->bytes, f->crc32c);
   free(p);
   return st;
 }

@@ -11,6 +11,9 @@
  *                       the trailer: "ZINCSHRD", version, rank, world,
  *                       nsections, elements, crc32c of each section, crc32c
  *                       of the trailer (little-endian, base/endian.h);
+ *   rank_NNNNN.zef      with error feedback on (engine/compress.c): the rank's
+ *                       residual bytes, raw (manifest.h, zinc_manifest_ef;
+ *                       engine/checkpoint/ef.c);
  *   manifest.json       engine/checkpoint/manifest.h (with every shard's crc32c);
  *   checksums.crc32c    "<crc32c> <bytes> <name>" per file, then
  *                       "self <crc32c of the lines above>".
@@ -130,6 +133,8 @@ typedef struct {
 zinc_status zinc_ckpt_dir_open(const char *dir, const char *tag, zinc_ckpt_dir **out);
 /* Verify shard file i completely (crc, trailer against the manifest). */
 zinc_status zinc_ckpt_dir_verify_file(const zinc_ckpt_dir *d, int i);
+/* Verify error-feedback file i completely (size and crc32c). */
+zinc_status zinc_ckpt_dir_verify_ef(const zinc_ckpt_dir *d, int i);
 void zinc_ckpt_dir_close(zinc_ckpt_dir *d);
 /* Validate a tag: 1..200 of the characters A-Z a-z 0-9 . _ - + = @ , ,
  * not starting with '.' or '-', not "latest" or "latest.*", not ending in

@@ -14,6 +14,71 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "base/endian.h"
+
+/* ------------------------------------------------- error feedback */
+
+uint32_t zinc_manifest_ef_layout_crc(const zinc_manifest_ef_unit *units, int n) {
+  uint32_t crc = 0;
+  for (int i = 0; i < n; i++) {
+    unsigned char b[16];
+    zinc_le_put_u64(b, (uint64_t)units[i].shard_offset);
+    zinc_le_put_u64(b + 8, (uint64_t)units[i].chunk);
+    crc = zinc_crc32c(crc, b, sizeof b);
+  }
+  return crc;
+}
+
+/* kernels/codec.h's INT8 layout (zinc_codec_bytes), written out so that
+ * the manifest stands alone (tools, the fuzzers): a fp32 scale per block,
+ * an int8 per element, rounded up to 16 bytes. */
+int64_t zinc_manifest_ef_slice_bytes(const zinc_manifest_ef *ef, int ui) {
+  int64_t n = ef->units[ui].chunk, nb = (n + ef->block - 1) / ef->block;
+  return (4 * nb + n + 15) / 16 * 16;
+}
+
+int64_t zinc_manifest_ef_file_bytes(const zinc_manifest_ef *ef) {
+  int64_t total = 0;
+  for (int ui = 0; ui < ef->nunits; ui++)
+    total += (int64_t)(ef->dp_size - 1) * zinc_manifest_ef_slice_bytes(ef, ui);
+  return total;
+}
+
+static json_t *file_json(const zinc_manifest_file *f, int with_elements) {
+  json_t *o = json_object();
+  json_object_set_new(o, "name", json_string(f->name));
+  json_object_set_new(o, "rank", json_integer(f->rank));
+  if (with_elements)
+    json_object_set_new(o, "elements", json_integer(f->elements));
+  json_object_set_new(o, "bytes", json_integer(f->bytes));
+  char crc[16];
+  snprintf(crc, sizeof crc, "%08x", f->crc32c);
+  json_object_set_new(o, "crc32c", json_string(crc));
+  return o;
+}
+
+static json_t *ef_json(const zinc_manifest_ef *ef) {
+  json_t *o = json_object();
+  char crc[16];
+  snprintf(crc, sizeof crc, "%08x", ef->layout_crc32c);
+  json_object_set_new(o, "codec", json_string("int8"));
+  json_object_set_new(o, "block", json_integer(ef->block));
+  json_object_set_new(o, "dp_size", json_integer(ef->dp_size));
+  json_object_set_new(o, "layout_crc32c", json_string(crc));
+  json_t *units = json_array();
+  for (int i = 0; i < ef->nunits; i++) {
+    json_t *a = json_array();
+    json_array_append_new(a, json_integer(ef->units[i].shard_offset));
+    json_array_append_new(a, json_integer(ef->units[i].chunk));
+    json_array_append_new(units, a);
+  }
+  json_object_set_new(o, "units", units);
+  json_t *files = json_array();
+  for (int i = 0; i < ef->dp_size; i++)
+    json_array_append_new(files, file_json(&ef->files[i], 0));
+  json_object_set_new(o, "files", files);
+  return o;
+}
 
 /* ------------------------------------------------------------- writing */
 
@@ -59,19 +124,11 @@ char *zinc_manifest_to_json(const zinc_manifest *m) {
     json_array_append_new(sections, json_string(m->sections[i]));
   json_object_set_new(root, "sections", sections);
   json_t *files = json_array();
-  for (int i = 0; i < m->nfiles; i++) {
-    const zinc_manifest_file *f = &m->files[i];
-    json_t *o = json_object();
-    json_object_set_new(o, "name", json_string(f->name));
-    json_object_set_new(o, "rank", json_integer(f->rank));
-    json_object_set_new(o, "elements", json_integer(f->elements));
-    json_object_set_new(o, "bytes", json_integer(f->bytes));
-    char crc[16];
-    snprintf(crc, sizeof crc, "%08x", f->crc32c);
-    json_object_set_new(o, "crc32c", json_string(crc));
-    json_array_append_new(files, o);
-  }
+  for (int i = 0; i < m->nfiles; i++)
+    json_array_append_new(files, file_json(&m->files[i], 1));
   json_object_set_new(root, "files", files);
+  if (m->ef.present)
+    json_object_set_new(root, "error_feedback", ef_json(&m->ef));
   json_t *params = json_array();
   for (int i = 0; i < m->nparams; i++) {
     const zinc_manifest_param *p = &m->params[i];
@@ -270,6 +327,104 @@ bad:
   return 0;
 }
 
+/* "error_feedback" (written since the residuals are saved): the codec,
+ * the unit layout (inside the shards, increasing, its crc matching), one
+ * file per saving rank, named by rank, of the size the layout gives. */
+static int parse_crc(reader *r, json_t *o, const char *key, const char *path, uint32_t *out) {
+  char *crc = NULL;
+  if (!get_str(r, o, key, path, &crc))
+    return 0;
+  char *end = NULL;
+  unsigned long c = strtoul(crc, &end, 16);
+  int ok = strlen(crc) == 8 && end && *end == '\0';
+  free(crc);
+  if (!ok)
+    return fail(r, path, "\"%s\" is not 8 hex digits", key);
+  *out = (uint32_t)c;
+  return 1;
+}
+
+static int parse_ef(reader *r, json_t *o, zinc_manifest *m) {
+  zinc_manifest_ef *ef = &m->ef;
+  const char *path = "error_feedback";
+  char *codec = NULL;
+  int64_t v;
+  if (!json_is_object(o))
+    return fail(r, path, "not an object");
+  if (!get_str(r, o, "codec", path, &codec))
+    return 0;
+  int ok = strcmp(codec, "int8") == 0 ||
+           fail(r, path, "\"codec\" is \"%s\"; residuals are saved as \"int8\"", codec);
+  free(codec);
+  if (!ok || !get_int(r, o, "block", path, 1, 1 << 20, &v))
+    return 0;
+  ef->block = (int)v;
+  if (!get_int(r, o, "dp_size", path, 1, 1 << 24, &v))
+    return 0;
+  ef->dp_size = (int)v;
+  if (ef->dp_size != m->dp_size)
+    return fail(r, path, "\"dp_size\" %d differs from the checkpoint's %d", ef->dp_size,
+                m->dp_size);
+  if (!parse_crc(r, o, "layout_crc32c", path, &ef->layout_crc32c))
+    return 0;
+  json_t *units = json_object_get(o, "units");
+  if (!json_is_array(units) || json_array_size(units) > (1u << 26))
+    return fail(r, path, "\"units\" must be an array of [shard_offset, chunk]");
+  ef->nunits = (int)json_array_size(units);
+  ef->units = calloc((size_t)ef->nunits + 1, sizeof *ef->units);
+  if (!ef->units)
+    return fail_nomem(r, path, "the unit table", ((size_t)ef->nunits + 1) * sizeof *ef->units);
+  int64_t end = 0, limit = m->nfiles > 0 ? m->files[0].elements : 0;
+  for (int i = 0; i < ef->nunits; i++) {
+    json_t *a = json_array_get(units, (size_t)i);
+    json_t *x = json_array_get(a, 0), *y = json_array_get(a, 1);
+    if (!json_is_array(a) || json_array_size(a) != 2 || !json_is_integer(x) ||
+        !json_is_integer(y))
+      return fail(r, path, "\"units\"[%d] is not [shard_offset, chunk]", i);
+    int64_t off = (int64_t)json_integer_value(x), chunk = (int64_t)json_integer_value(y);
+    if (off < end || chunk < 1 || chunk > limit || off > limit - chunk)
+      return fail(r, path, "\"units\"[%d] [%lld, %lld] overlaps the unit before it or lies "
+                  "outside the shards' %lld elements", i, (long long)off, (long long)chunk,
+                  (long long)limit);
+    ef->units[i] = (zinc_manifest_ef_unit){off, chunk};
+    end = off + chunk;
+  }
+  if (zinc_manifest_ef_layout_crc(ef->units, ef->nunits) != ef->layout_crc32c)
+    return fail(r, path, "\"layout_crc32c\" %08x does not match its units (%08x)",
+                ef->layout_crc32c, zinc_manifest_ef_layout_crc(ef->units, ef->nunits));
+  json_t *files = json_object_get(o, "files");
+  if (!json_is_array(files) || json_array_size(files) != (size_t)ef->dp_size)
+    return fail(r, path, "\"files\" must list one file per rank (%d)", ef->dp_size);
+  ef->files = calloc((size_t)ef->dp_size, sizeof *ef->files);
+  if (!ef->files)
+    return fail_nomem(r, path, "the file table", (size_t)ef->dp_size * sizeof *ef->files);
+  int64_t bytes = zinc_manifest_ef_file_bytes(ef);
+  for (int i = 0; i < ef->dp_size; i++) {
+    char fpath[48];
+    snprintf(fpath, sizeof fpath, "error_feedback.files[%d]", i);
+    json_t *f = json_array_get(files, (size_t)i);
+    zinc_manifest_file *mf = &ef->files[i];
+    if (!json_is_object(f))
+      return fail(r, fpath, "not an object");
+    if (!get_str(r, f, "name", fpath, &mf->name) ||
+        !get_int(r, f, "rank", fpath, 0, 1 << 24, &v) ||
+        !get_int(r, f, "bytes", fpath, 0, INT64_MAX, &mf->bytes) ||
+        !parse_crc(r, f, "crc32c", fpath, &mf->crc32c))
+      return 0;
+    mf->rank = (int)v;
+    char want[32];
+    snprintf(want, sizeof want, "rank_%05d.zef", i);
+    if (mf->rank != i || strcmp(mf->name, want) != 0)
+      return fail(r, fpath, "names \"%s\" of rank %d; entry %d must be %s of rank %d",
+                  mf->name, mf->rank, i, want, i);
+    if (mf->bytes != bytes)
+      return fail(r, fpath, "\"bytes\" %lld; its units at block %d over %d ranks make %lld",
+                  (long long)mf->bytes, ef->block, ef->dp_size, (long long)bytes);
+  }
+  ef->present = 1;
+  return 1;
+}
+
 zinc_status zinc_manifest_parse(const char *text, size_t len, const char *what,
                                 zinc_manifest **out) {
   *out = NULL;
@@ -438,6 +593,9 @@ zinc_status zinc_manifest_parse(const char *text, size_t len, const char *what,
       goto done;
     }
   }
+  json_t *efo = json_object_get(root, "error_feedback");
+  if (efo && !parse_ef(&r, efo, m))
+    goto done;
   json_t *params = json_object_get(root, "params");
   if (!json_is_array(params) || json_array_size(params) > (1u << 26)) {
     fail(&r, "params", "must be an array");
@@ -483,5 +641,9 @@ void zinc_manifest_free(zinc_manifest *m) {
     free(m->params[i].pieces);
   }
   free(m->params);
+  for (int i = 0; m->ef.files && i < m->ef.dp_size; i++)
+    free(m->ef.files[i].name);
+  free(m->ef.files);
+  free(m->ef.units);
   free(m);
 }

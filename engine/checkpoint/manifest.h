@@ -51,6 +51,37 @@ typedef struct {
   uint32_t crc32c;       /* of the whole file */
 } zinc_manifest_file;
 
+/* Error-feedback residuals of compressed gradients (engine/compress.c),
+ * saved when the engine kept them: one raw file per data-parallel rank,
+ * rank_NNNNN.zef, its cx_ef bytes as they were (for every trained unit in
+ * order, (dp_size - 1) INT8 codec slices of `block`, one per peer in
+ * increasing rank order skipping the saver). A later engine restores the
+ * bytes when its layout is the same (dp_size, block and every trained
+ * unit's shard offset and chunk); otherwise it reshards them
+ * (engine/checkpoint/ef.c). */
+typedef struct {
+  int64_t shard_offset;  /* the unit's chunk in every rank's shard (elements) */
+  int64_t chunk;         /* elements per rank */
+} zinc_manifest_ef_unit;
+
+typedef struct {
+  int present;           /* 0: none saved (older checkpoints, no compression) */
+  int block;             /* INT8 elements per scale */
+  int dp_size;           /* senders: one file each */
+  int nunits;            /* trained units, in order */
+  zinc_manifest_ef_unit *units;
+  uint32_t layout_crc32c; /* zinc_manifest_ef_layout_crc of units */
+  zinc_manifest_file *files; /* dp_size entries: rank_NNNNN.zef of rank i */
+} zinc_manifest_ef;
+
+/* crc32c of the units as little-endian (shard_offset, chunk) int64 pairs:
+ * the unit layout's fingerprint. */
+uint32_t zinc_manifest_ef_layout_crc(const zinc_manifest_ef_unit *units, int n);
+/* One residual slice of unit ui (zinc_codec_bytes of INT8 at the block). */
+int64_t zinc_manifest_ef_slice_bytes(const zinc_manifest_ef *ef, int ui);
+/* Bytes of one file: every unit's (dp_size - 1) slices. */
+int64_t zinc_manifest_ef_file_bytes(const zinc_manifest_ef *ef);
+
 typedef struct {
   int version;
   char *zinc_version;
@@ -78,6 +109,7 @@ typedef struct {
   int nfiles;
   zinc_manifest_param *params;
   int nparams;
+  zinc_manifest_ef ef;   /* "error_feedback": present 0 when absent */
 } zinc_manifest;
 
 /* JSON text of m (malloc'ed). */

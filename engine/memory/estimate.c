@@ -4,7 +4,9 @@
  * sizes the build would allocate (zinc_build_sizes); a frozen parameter
  * (zinc_est_param.frozen) counts as the build lays it out: parameter
  * memory only; with hpZ the secondary partition counts as parameter
- * memory on the device. Stage 3 adds the
+ * memory on the device; with quantized gradients and zeropp_loco_param the
+ * error-feedback residuals count as gradient memory on the device, sized
+ * as engine/compress.c allocates them (ef_bytes). Stage 3 adds the
  * gathered parameters at their peak: the largest module plus what the
  * prefetch window holds ahead of it, within stage3_max_live_parameters.
  */
@@ -14,6 +16,24 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "kernels/codec.h"
+
+/* The error-feedback residuals zinc_compress_init allocates: (N - 1) INT8
+ * slices of each trained unit's chunk, about (N - 1) / N x (1 + 4 / block)
+ * bytes per trained element. The estimate has no node map: it counts them
+ * whenever qgZ and LoCo are on over several ranks, as when the group spans
+ * nodes (with zinc.compression.scope "inter_node" on one node the engine
+ * quantizes nothing and keeps none). */
+static uint64_t ef_bytes(const zinc_engine *e) {
+  const zinc_settings *s = &e->cfg;
+  if (e->dp_size < 2 || !s->zero_quantized_gradients || s->stage < 1 || !s->loco_enabled)
+    return 0;
+  uint64_t total = 0;
+  zinc_codec c = {ZINC_CODEC_INT8, (int)s->compress_block_size};
+  for (int ui = 0; ui < e->ntrain_units; ui++)
+    total += (uint64_t)(e->dp_size - 1) * zinc_codec_bytes(c, e->units[ui].chunk);
+  return total ? total : 16;
+}
 
 zinc_status zinc_estimate_model(const zinc_settings *cfg, int dp_size, int64_t hidden_size,
                                 const zinc_est_param *params, int n, zinc_estimate *out) {
@@ -61,6 +81,7 @@ zinc_status zinc_estimate_model(const zinc_settings *cfg, int dp_size, int64_t h
   }
   if (st == ZINC_OK) {
     zinc_build_sizes(e, out->bytes);
+    out->bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += ef_bytes(e);
     out->formula = zinc_formula_model_states(e);
     out->params = e->psi[0] + e->psi[1] + e->psi[2];
     size_t largest_gather = 0, total_gather = 0;

@@ -3,7 +3,9 @@
  * profiler files zinc reads back: the first byte picks the parser, the rest
  * is the input.
  *   'M' the checkpoint manifest (JSON + its validation: pieces inside their
- *       files and parameters, covering each parameter exactly once)
+ *       files and parameters, covering each parameter exactly once; the
+ *       error-feedback units inside the shards, increasing, their files
+ *       the size the units make)
  *   'T' a shard file's 64-byte trailer
  *   'C' the checksums file (its self line, then the entries)
  *   'L' the memory timeline JSON
@@ -45,6 +47,24 @@ static void check_manifest(const zinc_manifest *m) {
     if (covered != p->numel)
       abort();
   }
+  const zinc_manifest_ef *ef = &m->ef;
+  if (!ef->present)
+    return;
+  int64_t end = 0, bytes = 0;
+  for (int u = 0; u < ef->nunits; u++) {
+    const zinc_manifest_ef_unit *x = &ef->units[u];
+    if (x->shard_offset < end || x->chunk < 1 || x->shard_offset + x->chunk > m->files[0].elements)
+      abort();
+    end = x->shard_offset + x->chunk;
+    int64_t nb = (x->chunk + ef->block - 1) / ef->block;
+    bytes += (int64_t)(ef->dp_size - 1) * ((4 * nb + x->chunk + 15) / 16 * 16);
+  }
+  if (ef->block < 1 || ef->dp_size != m->dp_size ||
+      zinc_manifest_ef_layout_crc(ef->units, ef->nunits) != ef->layout_crc32c)
+    abort();
+  for (int r = 0; r < ef->dp_size; r++)
+    if (ef->files[r].rank != r || ef->files[r].bytes != bytes)
+      abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -67,7 +87,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (!third || strcmp(again, third) != 0)
         abort();
       if (m2->step != m->step || m2->nfiles != m->nfiles || m2->nparams != m->nparams ||
-          m2->scaler_scale != m->scaler_scale)
+          m2->scaler_scale != m->scaler_scale || m2->ef.present != m->ef.present ||
+          m2->ef.nunits != m->ef.nunits || m2->ef.layout_crc32c != m->ef.layout_crc32c)
         abort();
       free(third);
       zinc_manifest_free(m2);

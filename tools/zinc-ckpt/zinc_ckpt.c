@@ -4,6 +4,7 @@
  *
  *   zinc-ckpt list   DIR [TAG]          tags, latest, and a checkpoint's contents
  *   zinc-ckpt verify DIR [TAG]          every checksum, the manifest, every shard
+ *                                       (and error-feedback file)
  *   zinc-ckpt export DIR [TAG] OUT.safetensors [--dtype f32|bf16|f16|param]
  *                                       consolidated weights (fp32 master,
  *                                       converted), one parameter at a time
@@ -102,6 +103,19 @@ static int cmd_list(const char *dir, const char *tag) {
   printf("  %d shard files, %.1f MiB; sections:", m->nfiles, (double)bytes / (1 << 20));
   for (int s = 0; s < m->nsections; s++)
     printf(" %s", m->sections[s]);
+  if (m->ef.present) {
+    int64_t efb = 0, elems = 0;
+    for (int i = 0; i < m->ef.dp_size; i++)
+      efb += m->ef.files[i].bytes;
+    for (int u = 0; u < m->ef.nunits; u++)
+      elems += m->ef.units[u].chunk * m->ef.dp_size;
+    printf("\n  error-feedback residuals: %d files (rank_NNNNN.zef), %.1f MiB; int8, block "
+           "%d, %d trained units (%lld elements), layout crc32c %08x", m->ef.dp_size,
+           (double)efb / (1 << 20), m->ef.block, m->ef.nunits, (long long)elems,
+           m->ef.layout_crc32c);
+  } else {
+    printf("\n  error-feedback residuals: none saved");
+  }
   printf("\n\n  %-40s %-6s %-20s %12s\n", "parameter", "dtype", "shape", "elements");
   for (int i = 0; i < m->nparams; i++) {
     const zinc_manifest_param *p = &m->params[i];
@@ -136,6 +150,16 @@ static int cmd_verify(const char *dir, const char *tag) {
     } else {
       printf("  %s: ok (%lld bytes, crc32c %08x)\n", d->manifest->files[i].name,
              (long long)d->manifest->files[i].bytes, d->manifest->files[i].crc32c);
+    }
+  }
+  for (int i = 0; d->manifest->ef.present && i < d->manifest->ef.dp_size; i++) {
+    const zinc_manifest_file *f = &d->manifest->ef.files[i];
+    st = zinc_ckpt_dir_verify_ef(d, i);
+    if (st != ZINC_OK) {
+      fprintf(stderr, "  %s: %s\n", f->name, zinc_last_error());
+      bad++;
+    } else {
+      printf("  %s: ok (%lld bytes, crc32c %08x)\n", f->name, (long long)f->bytes, f->crc32c);
     }
   }
   if (d->manifest->client_state_bytes >= 0) { /* the trainer's blob */
