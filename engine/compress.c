@@ -296,7 +296,9 @@ zinc_status zinc_compress_reduce_prepare(zinc_engine *e, zinc_reduction *r, zinc
                       .displs = displs,
                       .rcounts = r->cx_counts + 2 * n,
                       .rdispls = r->cx_counts + 3 * n,
-                      .logical_bytes = logical};
+                      .logical_bytes = logical,
+                      .codec_name = zinc_codec_name(e->cx_grad),
+                      .logical_kind = ZINC_COLL_REDUCE_SCATTER};
   /* the cursor now walks the received bytes */
   memcpy(cursor, displs, (size_t)n * sizeof *cursor);
   return ZINC_OK;

@@ -349,7 +349,11 @@ static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
                                  .recv = (char *)m->cx_wrecv + (size_t)e->dp_size * woff,
                                  .count = b,
                                  .dtype = ZINC_DT_U8,
-                                 .logical_bytes = (uint64_t)u->chunk * zinc_dtype_size(u->dtype)};
+                                 /* the comms logger: what the plain
+                                  * all-gather would send from here */
+                                 .logical_bytes = (uint64_t)(e->dp_size - 1) *
+                                                  (uint64_t)u->chunk * zinc_dtype_size(u->dtype),
+                                 .codec_name = zinc_codec_name(e->cx_weight)};
         woff += b;
         continue;
       }
