@@ -20,6 +20,8 @@
  *  - the hybrid policy (scope inter_node, the default): one node quantizes
  *    nothing (the exact run's bits); nodes faked with ZINC_COMM_NODE_SIZE
  *    quantize what crosses them.
+ *  - the wire (2 ranks): the comms logger's compressed rows hold the
+ *    codec layout's bytes and the plain collective's.
  *  - communication_data_type bf16 with fp32 parameters: within bf16's
  *    rounding of the uncompressed run, not equal to it.
  */
@@ -190,6 +192,85 @@ static void test_hybrid(void) {
   et_free_params(all);
 }
 
+/* The wire, as the comms logger counts it, against the closed form of the
+ * codec's layout (kernels/codec.h: fp32 scales then the payload, padded to
+ * 16 bytes), 2 ranks: one fp32 parameter of 8192 elements, one unit, a
+ * chunk of 4096 per rank. The int4 reduce-scatter sends its peer one
+ * encoded chunk: 16 scales (64 bytes) + 2048 bytes; the int8 all-gather
+ * 64 + 4096. The uncompressed figures: 4096 x 4 bytes each. */
+static zinc_status wire_init(const zinc_param *p, float *dst, int64_t n, void *ctx) {
+  (void)p;
+  (void)ctx;
+  for (int64_t i = 0; i < n; i++)
+    dst[i] = 0.001f * (float)(i % 97) - 0.05f;
+  return ZINC_OK;
+}
+
+static void test_wire(void) {
+  if (et_world != 2)
+    return;
+  const char *json =
+      "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\","
+      " \"params\": {\"lr\": 1e-3}}, \"comms_logger\": {\"enabled\": true},"
+      " \"zinc\": {\"compression\": {\"scope\": \"all\"}},"
+      " \"zero_optimization\": {\"stage\": 3, \"stage3_param_persistence_threshold\": 0,"
+      " \"zero_quantized_gradients\": true, \"zero_quantized_weights\": true}}";
+  zinc_config *cfg = NULL;
+  ET_OK(zinc_config_parse(json, &cfg));
+  zinc_options opt = ZINC_OPTIONS_INIT;
+  opt.device = ZINC_DEVICE_CPU;
+  opt.threads = 1;
+  zinc_engine *e = NULL;
+  ET_OK(zinc_engine_create(cfg, &opt, &e));
+  zinc_config_free(cfg);
+  zinc_module *m = zinc_module_add(e, "layer");
+  int64_t shape[2] = {2, 4096};
+  zinc_param *p = zinc_param_add(e, m, "w", ZINC_F32, 2, shape);
+  ET_OK(zinc_engine_build(e, wire_init, NULL));
+  ET_OK(zinc_comms_reset(e));
+  ET_OK(zinc_module_fetch(e, m));
+  float *g = zinc_param_grad(p);
+  for (int i = 0; i < 8192; i++)
+    g[i] = 0.01f * (float)((i * 7) % 13 - 6) * (float)(1 + et_rank);
+  ET_OK(zinc_module_grads_ready(e, m));
+  ET_OK(zinc_module_release(e, m));
+  ET_OK(zinc_backward_end(e));
+  ET_OK(zinc_step(e, NULL));
+  zinc_comms_stat rows[32];
+  for (int i = 0; i < 32; i++)
+    rows[i] = (zinc_comms_stat)ZINC_COMMS_STAT_INIT;
+  int n = 0;
+  ET_OK(zinc_comms_stats(e, rows, 32, &n));
+  int seen_rs = 0, seen_ag = 0;
+  for (int i = 0; i < n && i < 32; i++) {
+    const zinc_comms_stat *r = &rows[i];
+    uint64_t wire = r->wire_intra + r->wire_inter;
+    if (r->codec && !strcmp(r->name, "reduce_scatter")) {
+      seen_rs = 1;
+      ET_CHECK(!strcmp(r->codec, "int4") && r->count == 1 && wire == 64 + 2048 &&
+                   r->logical_bytes == 4096 * 4,
+               "reduce_scatter (%s): %llu calls, %llu bytes on the wire for %llu uncompressed; "
+               "want int4, 1 call, %d bytes for %d", r->codec, (unsigned long long)r->count,
+               (unsigned long long)wire, (unsigned long long)r->logical_bytes, 64 + 2048,
+               4096 * 4);
+    }
+    if (r->codec && !strcmp(r->name, "all_gather")) {
+      seen_ag = 1;
+      ET_CHECK(!strcmp(r->codec, "int8") && wire == r->count * (64 + 4096) &&
+                   r->logical_bytes == r->count * 4096 * 4,
+               "all_gather (%s): %llu calls, %llu bytes on the wire for %llu uncompressed; "
+               "want int8, %d and %d per call", r->codec, (unsigned long long)r->count,
+               (unsigned long long)wire, (unsigned long long)r->logical_bytes, 64 + 4096,
+               4096 * 4);
+    }
+    ET_CHECK(strcmp(r->name, "reduce_scatter") || r->codec, "a plain reduce-scatter ran beside "
+             "the compressed one");
+  }
+  ET_CHECK(seen_rs && seen_ag, "the comms logger has no compressed reduce-scatter (%d) or "
+           "all-gather (%d) row", seen_rs, seen_ag);
+  zinc_engine_destroy(e);
+}
+
 static void test_comm_dtype(void) {
   et_run r = base_run(2, 6);
   float **exact = train(r, NULL, NULL);
@@ -223,6 +304,7 @@ int main(int argc, char **argv) {
   test_close();
   test_reproducible();
   test_hybrid();
+  test_wire();
   test_comm_dtype();
   test_resume(3);
   test_resume(2);
