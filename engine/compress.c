@@ -5,6 +5,12 @@
  * (zero_quantized_weights: qwZ), the error-feedback residuals of the
  * gradients (zeropp_loco_param), and the policy that picks a codec for
  * every pair of ranks. The codecs are kernels/codec.h's, run by the device.
+ * (The design's layout puts codecs in comm/; they live in kernels/ because
+ * every loop over tensor elements is a kernel there, with its CUDA twin,
+ * and the compressed collectives are composed here from the comm's byte
+ * all-to-all-v and all-gather, so that comm/ keeps no element arithmetic
+ * beyond its sums and every backend gets compression for one new
+ * primitive.)
  *
  * Policy (docs/config.md "Compressed communication"), fixed at build:
  *   - gradients: pairs of data-parallel ranks on different nodes use the
