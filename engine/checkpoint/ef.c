@@ -419,7 +419,8 @@ static zinc_status load_reshard(zinc_engine *e, const zinc_ckpt_dir *d, const in
     st = zinc_calloc((void **)&enc, zinc_codec_bytes(int8_codec(e->cx_grad.block), most) + 16, 1,
                      "reshard encoding");
   for (int uo = 1; st == ZINC_OK && uo <= ef->nunits; uo++)
-    c.off[uo] = c.off[uo - 1] + (int64_t)(ef->dp_size - 1) * zinc_manifest_ef_slice_bytes(ef, uo - 1);
+    c.off[uo] = c.off[uo - 1] +
+                (int64_t)(ef->dp_size - 1) * zinc_manifest_ef_slice_bytes(ef, uo - 1);
   for (int i = 0; i < e->nparams && st == ZINC_OK; i++) {
     l.mparam = map[i];
     st = zinc_layout_for_each_piece(e, e->params[i], collect, &l);
