@@ -25,9 +25,11 @@
  *     the ranges of the old .zef files it needs (the directory is shared,
  *     as for the shards), through the manifest's pieces (model element ->
  *     old rank and shard offset -> old unit).
- * A rank sends chunk p of each unit through one residual per receiver, so
- * the total error that reaches element x over the next steps is the sum of
- * the slots for x; resharding keeps that sum up to one INT8 rounding.
+ * Every sender keeps one residual for chunk p (receiver p's), so what is
+ * fed back into element x of chunk p over the next steps is the sum of the
+ * senders' slots for x; resharding keeps that sum up to one INT8 rounding.
+ * Padding elements carry nothing over, nor do parameters that were frozen
+ * when saved (no residual) or are frozen now (no slot).
  *
  * The INT8 encode/decode below is kernels/codec.h's layout and
  * kernels/codec_math.h's arithmetic (scale m / 127, q = rint(x * 127 / m)
