@@ -29,7 +29,12 @@
  * fed back into element x of chunk p over the next steps is the sum of the
  * senders' slots for x; resharding keeps that sum up to one INT8 rounding.
  * Padding elements carry nothing over, nor do parameters that were frozen
- * when saved (no residual) or are frozen now (no slot).
+ * when saved (no residual) or are frozen now (no slot). Cost: a carrier
+ * reads (old dp_size - 1) saved bytes (and their scales) per element it
+ * carries, and rank 0 carries every chunk but chunk 0: about
+ * (M - 1) / M x (N - 1) bytes per trained element on rank 0 when N ranks
+ * saved and M load (a reshard is rare; an exact restore reads each rank's
+ * own file once).
  *
  * The INT8 encode/decode below is kernels/codec.h's layout and
  * kernels/codec_math.h's arithmetic (scale m / 127, q = rint(x * 127 / m)
