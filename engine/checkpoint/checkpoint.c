@@ -8,9 +8,9 @@
  * rank 0 writes the manifest (every parameter's pieces, counters, loss
  * scaler, resolved config) and the checksums file. With error feedback on
  * (quantized gradients with zeropp_loco_param) each rank also writes its
- * residuals to rank_<r>.zef, restored or resharded on load (ef.c). The compute copy of the
- * parameters is not saved: it is always the master rounded to the
- * parameter's dtype, and a load rebuilds it so.
+ * residuals to rank_<r>.zef, restored or resharded on load (ef.c). The
+ * compute copy of the parameters is not saved: it is always the master
+ * rounded to the parameter's dtype, and a load rebuilds it so.
  *
  * Crash safety (format.h, base/fs.h): files go to <dir>/.<tag>.partial, each rank
  * fsyncs its shard before rank 0 writes the manifest, the directory is

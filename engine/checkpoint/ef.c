@@ -25,9 +25,16 @@
  *     the ranges of the old .zef files it needs (the directory is shared,
  *     as for the shards), through the manifest's pieces (model element ->
  *     old rank and shard offset -> old unit).
- * A rank sends chunk p of each unit through one residual per receiver, so
- * the total error that reaches element x over the next steps is the sum of
- * the slots for x; resharding keeps that sum up to one INT8 rounding.
+ * Every sender keeps one residual for chunk p (receiver p's), so what is
+ * fed back into element x of chunk p over the next steps is the sum of the
+ * senders' slots for x; resharding keeps that sum up to one INT8 rounding.
+ * Padding elements carry nothing over, nor do parameters that were frozen
+ * when saved (no residual) or are frozen now (no slot). Cost: a carrier
+ * reads (old dp_size - 1) saved bytes (and their scales) per element it
+ * carries, and rank 0 carries every chunk but chunk 0: about
+ * (M - 1) / M x (N - 1) bytes per trained element on rank 0 when N ranks
+ * saved and M load (a reshard is rare; an exact restore reads each rank's
+ * own file once).
  *
  * The INT8 encode/decode below is kernels/codec.h's layout and
  * kernels/codec_math.h's arithmetic (scale m / 127, q = rint(x * 127 / m)
@@ -419,7 +426,8 @@ static zinc_status load_reshard(zinc_engine *e, const zinc_ckpt_dir *d, const in
     st = zinc_calloc((void **)&enc, zinc_codec_bytes(int8_codec(e->cx_grad.block), most) + 16, 1,
                      "reshard encoding");
   for (int uo = 1; st == ZINC_OK && uo <= ef->nunits; uo++)
-    c.off[uo] = c.off[uo - 1] + (int64_t)(ef->dp_size - 1) * zinc_manifest_ef_slice_bytes(ef, uo - 1);
+    c.off[uo] = c.off[uo - 1] +
+                (int64_t)(ef->dp_size - 1) * zinc_manifest_ef_slice_bytes(ef, uo - 1);
   for (int i = 0; i < e->nparams && st == ZINC_OK; i++) {
     l.mparam = map[i];
     st = zinc_layout_for_each_piece(e, e->params[i], collect, &l);

@@ -15,8 +15,8 @@
  *    the decoded residuals of each element (computed here from the
  *    generated slices, in double), within one INT8 rounding; every other
  *    slot is zero;
- *  - no residuals saved (compression off) into an engine that keeps them:
- *    they become zero; residuals saved into an engine without them (or a
+ *  - no residuals saved (compression off) into an engine that keeps them,
+ *    or a weights-only load: they become zero; residuals saved into an engine without them (or a
  *    single rank): ignored, the load succeeds;
  *  - a save failing at any write of the last rank (ZINC_CKPT_FAULT; its
  *    .zef among them) fails on every rank, leaves latest and no partial
@@ -462,6 +462,13 @@ static void test_absent(void) {
   ET_CHECK(zero, "a checkpoint without residuals left the engine's residuals nonzero");
   free(fill(e, 6));
   ET_OK(zinc_save_checkpoint(e, dir, "comp"));
+  /* a weights-only load starts the optimizer afresh: residuals zero too */
+  free(fill(e, 7));
+  ET_OK(zinc_load_checkpoint_ex(e, dir, "comp", ZINC_LOAD_WEIGHTS_ONLY));
+  zero = 1;
+  for (size_t k = 0; k < e->cx_ef_bytes; k++)
+    zero &= ((unsigned char *)e->cx_ef)[k] == 0;
+  ET_CHECK(zero, "a weights-only load kept residuals");
   et_model_free(&m);
   zinc_engine_destroy(e);
 
