@@ -36,10 +36,9 @@
  * saved and M load (a reshard is rare; an exact restore reads each rank's
  * own file once).
  *
- * The INT8 encode/decode below is kernels/codec.h's layout and
- * kernels/codec_math.h's arithmetic (scale m / 127, q = rint(x * 127 / m)
- * with the 2^64 pre-scale for denormal m), written here for the host; the
- * shared CPU codec functions can replace it once they are in this tree.
+ * The carried sums are encoded with the CPU codec (kernels/cpu_kernels.h)
+ * on the host; a partial range of a saved slice is decoded here as the
+ * codec does it, q * scale (kernels/codec.h).
  */
 #include "engine/checkpoint/ef.h"
 
@@ -54,6 +53,7 @@
 #include "base/endian.h"
 #include "base/fs.h"
 #include "kernels/codec.h"
+#include "kernels/cpu_kernels.h"
 
 #define EF_STAGE_BYTES ((size_t)4 << 20)
 #define EF_STAGE_ELEMS ((int64_t)1 << 20)
@@ -67,44 +67,6 @@ static float le_f32(const unsigned char *p) {
   float f;
   memcpy(&f, &b, 4);
   return f;
-}
-
-static uint32_t f32_bits(float x) {
-  uint32_t b;
-  memcpy(&b, &x, 4);
-  return b;
-}
-
-/* dst (n bytes, zinc_codec_bytes) = INT8 blocks of x[0..n). */
-static void int8_encode(const float *x, int64_t n, int block, unsigned char *dst) {
-  int64_t nb = (n + block - 1) / block;
-  memset(dst, 0, zinc_codec_bytes(int8_codec(block), n));
-  signed char *q = (signed char *)(dst + 4 * nb);
-  for (int64_t b = 0; b < nb; b++) {
-    int64_t lo = b * block, hi = lo + block < n ? lo + block : n;
-    uint32_t mbits = 0;
-    for (int64_t i = lo; i < hi; i++) {
-      uint32_t a = f32_bits(x[i]) & 0x7fffffffu;
-      mbits = a > mbits ? a : mbits;
-    }
-    float scale = 0.0f;
-    if (mbits >= 0x7f800000u) {
-      uint32_t nan = 0x7fc00000u;
-      memcpy(&scale, &nan, 4);
-    } else if (mbits != 0) {
-      float m;
-      memcpy(&m, &mbits, 4);
-      float pre = m < 0x1p-64f ? 0x1p64f : 1.0f;
-      scale = m / 127.0f;
-      float inv = 127.0f / (m * pre);
-      for (int64_t i = lo; i < hi; i++) {
-        float y = rintf((x[i] * pre) * inv);
-        y = y > 127.0f ? 127.0f : y < -127.0f ? -127.0f : y;
-        q[i] = (signed char)y;
-      }
-    }
-    zinc_le_put_u32(dst + 4 * b, f32_bits(scale));
-  }
 }
 
 /* ---------------------------------------------------------------- save */
@@ -443,7 +405,10 @@ static zinc_status load_reshard(zinc_engine *e, const zinc_ckpt_dir *d, const in
     if (st != ZINC_OK)
       break;
     size_t one = zinc_codec_bytes(int8_codec(e->cx_grad.block), u->chunk);
-    int8_encode(E, u->chunk, e->cx_grad.block, enc);
+    st = zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, int8_codec(e->cx_grad.block), enc, E,
+                               ZINC_F32, u->chunk, NULL, 0.0f);
+    if (st != ZINC_OK)
+      break;
     char *slot = (char *)e->cx_ef + e->cx_ef_off[ui] + (size_t)slot_of(e->dp_rank, p) * one;
     st = e->dev->ops->copy(e->dev, slot, enc, one, e->stream);
     if (st == ZINC_OK)
