@@ -75,6 +75,7 @@ __global__ void encode_warp_kernel(int kind, int64_t block, int64_t nb, float *s
   const int64_t warp = first_index() >> 5, nwarps = grid_stride() >> 5;
   for (int64_t b = warp; b < nb; b += nwarps) {
     const int64_t lo = b * block, hi = n - lo < block ? n : lo + block;
+    const float old_scale = ef_q ? ef_scales[b] : 0.0f;
     /* statistics */
     uint32_t mbits = 0;
     float lane_sum = 0.0f; /* SIGN1 lane `lane` (lanes 0..7) */
@@ -82,7 +83,7 @@ __global__ void encode_warp_kernel(int kind, int64_t block, int64_t nb, float *s
       const int64_t i = base + lane;
       float a = 0.0f;
       if (i < hi) {
-        float x = zinc_codec_x(src, sdt, ef_scales, ef_q, block, i);
+        float x = zinc_codec_x(src, sdt, old_scale, ef_q, i);
         uint32_t ab = zinc_codec_abs_bits(x);
         mbits = ab > mbits ? ab : mbits;
         a = fabsf(x);
@@ -106,7 +107,7 @@ __global__ void encode_warp_kernel(int kind, int64_t block, int64_t nb, float *s
     for (int64_t base = lo; base < hi; base += 32) {
       const int64_t i = base + lane;
       const bool valid = i < hi;
-      float x = valid ? zinc_codec_x(src, sdt, ef_scales, ef_q, block, i) : 0.0f;
+      float x = valid ? zinc_codec_x(src, sdt, old_scale, ef_q, i) : 0.0f;
       if (kind == ZINC_CODEC_SIGN1) {
         unsigned bits = __ballot_sync(kFull, valid && (zinc_f32_bits(x) >> 31));
         if (lane < 4 && base + 8 * lane < hi)
@@ -124,7 +125,6 @@ __global__ void encode_warp_kernel(int kind, int64_t block, int64_t nb, float *s
       }
     }
     if (ef_q) {
-      const float old_scale = ef_scales[b];
       uint32_t rbits = 0;
       for (int64_t base = lo; base < hi; base += 32) {
         const int64_t i = base + lane;

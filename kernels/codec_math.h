@@ -192,17 +192,13 @@ static ZINC_HD int64_t zinc_codec_group_blocks(int block) {
 
 /* ------------------------------------------------- one block, scalar */
 
-/* The decoded residual of element i of an INT8 ef block (scale, q). */
-static ZINC_HD float zinc_codec_ef_get(const float *ef_scales, const uint8_t *ef_q,
-                                       int64_t block, int64_t i) {
-  return zinc_codec_dequantize((int)(int8_t)ef_q[i], ef_scales[i / block]);
-}
-
-static ZINC_HD float zinc_codec_x(const void *src, int sdt, const float *ef_scales,
-                                  const uint8_t *ef_q, int64_t block, int64_t i) {
+/* x of element i: src, plus the old residual (ef_q not NULL) of the
+ * element's INT8 ef block, whose scale is ef_scale. */
+static ZINC_HD float zinc_codec_x(const void *src, int sdt, float ef_scale, const uint8_t *ef_q,
+                                  int64_t i) {
   float x = zinc_load_as_f32(src, i, sdt);
   if (ef_q)
-    x = x + zinc_codec_ef_get(ef_scales, ef_q, block, i);
+    x = x + zinc_codec_dequantize((int)(int8_t)ef_q[i], ef_scale);
   return x;
 }
 
@@ -241,12 +237,11 @@ static ZINC_HD float zinc_codec_ef_elem(int kind, const zinc_codec_quant *p, flo
 
 /* The block's statistics, elements [i, hi) (of a block starting at lo)
  * added to mbits and the SIGN1 lanes. */
-static ZINC_HD void zinc_codec_stats_tail(int kind, const void *src, int sdt,
-                                          const float *ef_scales, const uint8_t *ef_q,
-                                          int64_t block, int64_t lo, int64_t i, int64_t hi,
-                                          uint32_t *mbits, float *lanes) {
+static ZINC_HD void zinc_codec_stats_tail(int kind, const void *src, int sdt, float ef_scale,
+                                          const uint8_t *ef_q, int64_t lo, int64_t i,
+                                          int64_t hi, uint32_t *mbits, float *lanes) {
   for (; i < hi; i++) {
-    float x = zinc_codec_x(src, sdt, ef_scales, ef_q, block, i);
+    float x = zinc_codec_x(src, sdt, ef_scale, ef_q, i);
     uint32_t a = zinc_codec_abs_bits(x);
     *mbits = a > *mbits ? a : *mbits;
     if (kind == ZINC_CODEC_SIGN1)
@@ -256,11 +251,10 @@ static ZINC_HD void zinc_codec_stats_tail(int kind, const void *src, int sdt,
 
 static ZINC_HD void zinc_codec_payload_tail(int kind, const zinc_codec_quant *p, float scale,
                                             uint8_t *payload, const void *src, int sdt,
-                                            const float *ef_scales, const uint8_t *ef_q,
-                                            int64_t block, int64_t i, int64_t hi) {
+                                            float ef_scale, const uint8_t *ef_q, int64_t i,
+                                            int64_t hi) {
   for (; i < hi; i++)
-    zinc_codec_encode_elem(kind, p, scale, payload, i,
-                           zinc_codec_x(src, sdt, ef_scales, ef_q, block, i));
+    zinc_codec_encode_elem(kind, p, scale, payload, i, zinc_codec_x(src, sdt, ef_scale, ef_q, i));
 }
 
 static ZINC_HD void zinc_codec_ef_max_tail(int kind, const zinc_codec_quant *p, float scale,
@@ -317,14 +311,14 @@ static ZINC_HD void zinc_codec_encode_block(int kind, int64_t block, float *scal
   const int64_t lo = b * block, hi = n - lo < block ? n : lo + block;
   uint32_t mbits = 0;
   float lanes[ZINC_CODEC_SIGN1_LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
-  zinc_codec_stats_tail(kind, src, sdt, ef_scales, ef_q, block, lo, lo, hi, &mbits, lanes);
+  const float old_scale = ef_q ? ef_scales[b] : 0.0f;
+  zinc_codec_stats_tail(kind, src, sdt, old_scale, ef_q, lo, lo, hi, &mbits, lanes);
   zinc_codec_quant p;
   float scale = zinc_codec_block_scale(kind, mbits, lanes, hi - lo, &p);
-  zinc_codec_payload_tail(kind, &p, scale, payload, src, sdt, ef_scales, ef_q, block, lo, hi);
+  zinc_codec_payload_tail(kind, &p, scale, payload, src, sdt, old_scale, ef_q, lo, hi);
   scales[b] = scale;
   if (!ef_q)
     return;
-  const float old_scale = ef_scales[b];
   uint32_t rbits = 0;
   zinc_codec_ef_max_tail(kind, &p, scale, src, sdt, ef_q, old_scale, beta, omb, lo, hi, &rbits);
   zinc_codec_quant rp = zinc_codec_ef_quant(mbits, rbits);

@@ -1,7 +1,8 @@
 /*
  * cpu_kernels.h — the elementwise passes of the optimizer step on the CPU:
  * the fused optimizers (Adam/AdamW, Lamb's two passes, Lion, Adagrad, SGD),
- * sum of squares, fp32 accumulation and dtype casts.
+ * sum of squares, fp32 accumulation and dtype casts; and the codecs of
+ * compressed collectives (kernels/codec.h; driver in cpu_codec.c).
  * The cpu device (device/device_cpu.c) runs them as its kernels; the engine
  * may call them directly for the offloaded optimizer on the CUDA build.
  *
@@ -16,7 +17,8 @@
  *    so a chunk's partial depends only on its values, never on the path or
  *    the thread count;
  *  - casts: zinc_load_as_f32 then zinc_store_from_f32 (a cast to the same
- *    dtype copies the bits).
+ *    dtype copies the bits);
+ *  - codecs: kernels/codec_math.h's per-block passes and operation order.
  * NaN inputs give NaN outputs on every path (payloads follow the scalar
  * conversions; after arithmetic only NaN-ness is promised).
  *

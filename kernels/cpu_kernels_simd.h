@@ -465,9 +465,9 @@ SIMD_INLINE void simd_codec_block(int kind, int has_ef, int sdt, int64_t block, 
                                   uint8_t *payload, const void *src, int64_t n, int64_t b,
                                   float *ef_scales, uint8_t *ef_q, float beta, float omb) {
   const int64_t lo = b * block, hi = n - lo < block ? n : lo + block;
-  const float *ef_s = has_ef ? ef_scales : NULL;
+  const float old_scale = has_ef ? ef_scales[b] : 0.0f;
   const uint8_t *ef_p = has_ef ? ef_q : NULL;
-  const vf efs = vf_set1(has_ef ? ef_scales[b] : 0.0f);
+  const vf efs = vf_set1(old_scale);
   /* statistics */
   vi mx = vi_zero();
   __m256 acc8 = _mm256_setzero_ps();
@@ -481,7 +481,7 @@ SIMD_INLINE void simd_codec_block(int kind, int has_ef, int sdt, int64_t block, 
   uint32_t mbits = vi_hmax(mx);
   float lanes[ZINC_CODEC_SIGN1_LANES];
   _mm256_storeu_ps(lanes, acc8);
-  zinc_codec_stats_tail(kind, src, sdt, ef_s, ef_p, block, lo, i, hi, &mbits, lanes);
+  zinc_codec_stats_tail(kind, src, sdt, old_scale, ef_p, lo, i, hi, &mbits, lanes);
   zinc_codec_quant p;
   const float scale = zinc_codec_block_scale(kind, mbits, lanes, hi - lo, &p);
   /* payload */
@@ -489,7 +489,7 @@ SIMD_INLINE void simd_codec_block(int kind, int has_ef, int sdt, int64_t block, 
   const vf nqmax = vf_set1(-p.qmax), vscale = vf_set1(scale), zero = vf_set1(0.0f);
   int64_t head = (lo + 7) & ~(int64_t)7;
   head = head < hi ? head : hi;
-  zinc_codec_payload_tail(kind, &p, scale, payload, src, sdt, ef_s, ef_p, block, lo, head);
+  zinc_codec_payload_tail(kind, &p, scale, payload, src, sdt, old_scale, ef_p, lo, head);
   for (i = head; i + SIMD_W <= hi; i += SIMD_W) {
     vf x = simd_codec_x(src, sdt, ef_q, efs, i, has_ef);
     if (kind == ZINC_CODEC_SIGN1) {
@@ -502,12 +502,11 @@ SIMD_INLINE void simd_codec_block(int kind, int has_ef, int sdt, int64_t block, 
     else
       store_i4(payload + i / 2, y);
   }
-  zinc_codec_payload_tail(kind, &p, scale, payload, src, sdt, ef_s, ef_p, block, i, hi);
+  zinc_codec_payload_tail(kind, &p, scale, payload, src, sdt, old_scale, ef_p, i, hi);
   scales[b] = scale;
   if (!has_ef)
     return;
   /* the residual: its max, then INT8 (zinc_codec_ef_elem with vectors) */
-  const float old_scale = ef_scales[b];
   const vf vbeta = vf_set1(beta), vomb = vf_set1(omb);
 #define SIMD_EF_R(r, i)                                                                     \
   do {                                                                                      \

@@ -17,6 +17,8 @@
  *                      zinc_codec_error_bound of the element's block max
  *                      (<= 1 is what the bound promises; sign1 has none);
  *   rel L2             ||decoded - x|| / ||x||;
+ *   (after the table)  encode with error feedback (beta 0.8) for the block
+ *                      codecs, every path, one thread and the pool;
  *   crossover Gbit/s   the link rate below which sending the encoded bytes
  *                      plus encoding and decoding beats sending fp32,
  *                      with no overlap of compute and transfer:
@@ -222,6 +224,36 @@ int main(int argc, char **argv) {
   }
   printf("xover: the link rate (Gbit/s) below which encoding + sending the codec's bytes + "
          "decoding beats sending fp32 (no overlap)\n");
+
+  /* Encode with error feedback (beta 0.8): the residual is read, the block
+   * encoded, the new residual computed and written as INT8 (five passes
+   * over each block instead of two). */
+  printf("\nencode with error feedback (beta 0.8), GB/s of input fp32, 1 thread / pool:\n");
+  for (int k = 2; k < 5; k++) {
+    zinc_codec c = {kinds[k], block};
+    size_t ebytes = zinc_codec_bytes((zinc_codec){ZINC_CODEC_INT8, block}, n);
+    void *ef;
+    check(dev->ops->alloc(dev, ebytes, ZINC_LOC_DEVICE, ZINC_MEM_OTHER, &ef));
+    memset(ef, 0, ebytes);
+    printf("  %-6s", zinc_codec_name(c));
+    for (int p = 0; p <= (int)best; p++)
+      for (int t = 0; t < 2; t++) {
+        double bt = 1e30;
+        for (int rep = 0; rep < reps; rep++) {
+          double t0 = zinc_now();
+          check(zinc_cpu_codec_encode(t ? pool : NULL, (zinc_cpu_isa)p, c, enc, x, ZINC_F32, n,
+                                      ef, 0.8f));
+          double dt = zinc_now() - t0;
+          bt = dt < bt ? dt : bt;
+        }
+        if (t)
+          printf(" / %6.2f", gb / bt);
+        else
+          printf("   %s %6.2f", zinc_cpu_isa_name((zinc_cpu_isa)p), gb / bt);
+      }
+    printf("\n");
+    dev->ops->free(dev, ef, ebytes, ZINC_LOC_DEVICE, ZINC_MEM_OTHER);
+  }
   dev->ops->free(dev, x, (size_t)n * 4, ZINC_LOC_DEVICE, ZINC_MEM_OTHER);
   dev->ops->free(dev, dec, (size_t)n * 4, ZINC_LOC_DEVICE, ZINC_MEM_OTHER);
   dev->ops->free(dev, acc, (size_t)n * 4, ZINC_LOC_DEVICE, ZINC_MEM_OTHER);
