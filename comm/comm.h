@@ -104,8 +104,10 @@ typedef enum {
    * `count` is unused). Counts may differ per pair (zero allowed); both
    * sides must agree on them: rcounts[p] on rank r equals counts[r] on rank
    * p, and counts[r] == rcounts[r] (the self copy), which validate checks.
-   * A disagreement between ranks is not detected before the data moves: it
-   * ends in ZINC_ERR_COMM (a truncated message) or a timeout. The data is
+   * A disagreement between ranks is not detected before the data moves:
+   * the receiving rank fails with ZINC_ERR_COMM naming the sender (a piece
+   * shorter or longer than it expected, mpi) and the comm is unusable;
+   * its peers may complete or time out. The data is
    * moved, never combined (compressed reduce-scatter builds on it:
    * engine/compress.c). Send and recv must not overlap (validate checks
    * their extents). The arrays are copied by `start`: they may be reused
