@@ -138,8 +138,9 @@ static void a2a_free(a2a *x) {
   free(x->recv);
 }
 
-/* Run a batch, or start it (the arrays freed right after start: the
- * request must hold copies) and wait. */
+/* Run a batch, or start it (the batch and its all-to-all-v arrays
+ * overwritten right after start: the request must hold copies) and wait.
+ * The checks read the formula, never those arrays. */
 static void submit(zinc_comm *c, zinc_coll *colls, int n, int started, const char *what) {
   if (!started) {
     zinc_status st = c->ops->run(c, colls, n);
@@ -149,7 +150,15 @@ static void submit(zinc_comm *c, zinc_coll *colls, int n, int started, const cha
   zinc_comm_req *req = NULL;
   zinc_status st = c->ops->start(c, colls, n, &req);
   CHECK(st == ZINC_OK, "%s: start: %s", what, zinc_last_error());
-  memset(colls, 0, (size_t)n * sizeof *colls); /* the request holds its own copy */
+  /* the request holds its own copies of the batch and of the per-rank
+   * arrays: scribble over them before the batch runs */
+  for (int i = 0; i < n; i++) {
+    const size_t *arrays[4] = {colls[i].counts, colls[i].displs, colls[i].rcounts,
+                               colls[i].rdispls};
+    for (int k = 0; colls[i].kind == ZINC_COLL_ALLTOALLV && k < 4; k++)
+      memset((size_t *)arrays[k], 0xff, (size_t)c->size * sizeof(size_t));
+  }
+  memset(colls, 0, (size_t)n * sizeof *colls);
   if (req) {
     st = c->ops->wait(c, req);
     CHECK(st == ZINC_OK, "%s: wait: %s", what, zinc_last_error());
