@@ -36,6 +36,7 @@
  *  - all-gather: send holds count elements, recv size*count; in place when
  *    send == recv + rank*count.
  *  - all-reduce: in place when send == recv.
+ *  - all-to-all-v: never in place (send and recv must not overlap).
  * Failures come back as ZINC_ERR_COMM with a message naming the operation,
  * the peer where known, and the backend's error string. An operation that
  * has not completed after timeout_s fails the same way (the comm is then
