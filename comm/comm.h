@@ -36,6 +36,7 @@
  *  - all-gather: send holds count elements, recv size*count; in place when
  *    send == recv + rank*count.
  *  - all-reduce: in place when send == recv.
+ *  - all-to-all-v: never in place (send and recv must not overlap).
  * Failures come back as ZINC_ERR_COMM with a message naming the operation,
  * the peer where known, and the backend's error string. An operation that
  * has not completed after timeout_s fails the same way (the comm is then
@@ -104,8 +105,10 @@ typedef enum {
    * `count` is unused). Counts may differ per pair (zero allowed); both
    * sides must agree on them: rcounts[p] on rank r equals counts[r] on rank
    * p, and counts[r] == rcounts[r] (the self copy), which validate checks.
-   * A disagreement between ranks is not detected before the data moves: it
-   * ends in ZINC_ERR_COMM (a truncated message) or a timeout. The data is
+   * A disagreement between ranks is not detected before the data moves:
+   * the receiving rank fails with ZINC_ERR_COMM naming the sender (a piece
+   * shorter or longer than it expected, mpi) and the comm is unusable;
+   * its peers may complete or time out. The data is
    * moved, never combined (compressed reduce-scatter builds on it:
    * engine/compress.c). Send and recv must not overlap (validate checks
    * their extents). The arrays are copied by `start`: they may be reused

@@ -130,6 +130,7 @@ typedef struct {
                               NULL on the shared-memory path                 */
   MPI_Request *p2p_reqs;   /* (2 * size)                                      */
   int *p2p_peer;           /* (2 * size) the peer of each request             */
+  size_t *p2p_expect;      /* (2 * size) a receive's bytes; SIZE_MAX: a send  */
   int p2p_tag;             /* data tag; +1 for barrier tokens                 */
 
   /* nodes, for the comms logger's intra/inter split */

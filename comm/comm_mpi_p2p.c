@@ -19,7 +19,8 @@
  *    lost, and keeps progressing on a freed communicator.
  *
  * Every message sent is counted (zinc_mpi_count_wire) as the rank posts
- * it, barrier tokens included.
+ * it, barrier tokens included. Every message received must be as long as
+ * the receive posted for it: ranks that disagree on the counts fail.
  *
  * Messages are at most p2p_chunk_bytes (so counts fit MPI's int) and use one
  * tag for data and one for barrier tokens; MPI's non-overtaking rule keeps
@@ -62,6 +63,8 @@ zinc_status zinc_mpi_p2p_setup(zinc_mpi *m) {
                          "comm mpi p2p requests"));
   ZINC_CHECK(zinc_calloc((void **)&m->p2p_peer, 2 * (size_t)m->size, sizeof *m->p2p_peer,
                          "comm mpi p2p request peers"));
+  ZINC_CHECK(zinc_calloc((void **)&m->p2p_expect, 2 * (size_t)m->size, sizeof *m->p2p_expect,
+                         "comm mpi p2p receive sizes"));
   if (m->use_shm) /* only all-to-all-v comes here, and it receives in place */
     return ZINC_OK;
   return zinc_aligned_alloc((void **)&m->p2p_tmp, 64, (size_t)m->size * m->p2p_chunk_bytes,
@@ -71,9 +74,11 @@ zinc_status zinc_mpi_p2p_setup(zinc_mpi *m) {
 void zinc_mpi_p2p_teardown(zinc_mpi *m) {
   free(m->p2p_reqs);
   free(m->p2p_peer);
+  free(m->p2p_expect);
   free(m->p2p_tmp);
   m->p2p_reqs = NULL;
   m->p2p_peer = NULL;
+  m->p2p_expect = NULL;
   m->p2p_tmp = NULL;
 }
 
@@ -98,6 +103,7 @@ static zinc_status post_tagged(p2p_batch *b, int is_send, void *buf, size_t byte
              bytes);
     return zinc_mpi_error(rc, ctx, peer);
   }
+  m->p2p_expect[b->n] = is_send ? SIZE_MAX : bytes;
   m->p2p_peer[b->n++] = peer;
   if (is_send)
     zinc_mpi_count_wire(m, b->kind, peer, bytes);
@@ -148,6 +154,33 @@ static int pending_peers(p2p_batch *b, char *out, size_t len) {
   return count;
 }
 
+/* Every receive got the bytes it was posted for: a shorter message means
+ * the ranks disagree on the counts (an all-to-all-v's, typically), which
+ * would otherwise pass silently (a longer one fails as truncated). The
+ * pieces that follow would no longer line up: the comm fails. */
+static zinc_status check_lengths(p2p_batch *b, MPI_Status *stats, int n) {
+  zinc_mpi *m = b->m;
+  for (int i = 0; i < n; i++) {
+    if (m->p2p_expect[i] == SIZE_MAX)
+      continue;
+    int got = 0;
+    MPI_Get_count(&stats[i], MPI_BYTE, &got);
+    if ((size_t)got == m->p2p_expect[i])
+      continue;
+    zinc_status st = zinc_error(ZINC_ERR_COMM,
+                                "comm mpi: %s: rank %d sent a piece of %d bytes where this rank "
+                                "(%d) expected %zu: the ranks disagree on the counts (an "
+                                "all-to-all-v's rcounts[%d] here must equal counts[%d] there); "
+                                "the comm is unusable, destroy it",
+                                b->what, zinc_mpi_rank_name(m, m->p2p_peer[i]), got,
+                                zinc_mpi_rank_name(m, m->rank), m->p2p_expect[i],
+                                m->p2p_peer[i], m->rank);
+    zinc_mpi_fail(m);
+    return st;
+  }
+  return ZINC_OK;
+}
+
 /* Poll until every posted request has completed, the deadline passes or
  * the comm is aborted. */
 static zinc_status complete(p2p_batch *b) {
@@ -173,8 +206,9 @@ static zinc_status complete(p2p_batch *b) {
       return st;
     }
     if (flag) {
+      int n = b->n;
       b->n = 0;
-      return ZINC_OK;
+      return check_lengths(b, stats, n);
     }
     if (poll % P2P_POLLS_BEFORE_YIELD != P2P_POLLS_BEFORE_YIELD - 1)
       continue;

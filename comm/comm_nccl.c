@@ -195,10 +195,10 @@ static ncclResult_t enqueue(zinc_comm *c, const zinc_coll *o) {
       if (o->rcounts[p])
         res = ncclRecv((char *)o->recv + o->rdispls[p] * es, o->rcounts[p], t, p, ni->nccl,
                        ni->stream);
-      if (res == ncclSuccess && o->counts[p])
+      if ((res == ncclSuccess || res == ncclInProgress) && o->counts[p])
         res = ncclSend((const char *)o->send + o->displs[p] * es, o->counts[p], t, p, ni->nccl,
                        ni->stream);
-      if (res != ncclSuccess)
+      if (res != ncclSuccess && res != ncclInProgress) /* in progress: settled at group end */
         return res;
     }
     return ncclSuccess;

@@ -17,7 +17,8 @@
  *    the others, its logical bytes the uncompressed reduce-scatter's
  *    closed form (n-1) c es, the summary's line "reduce_scatter (int4): W
  *    on the wire for L uncompressed, R" with those figures, and prof_ops
- *    filtering by the op it stands for;
+ *    filtering by the op it stands for; a compressed all-gather (codec
+ *    "int8") is an all_gather row of its own;
  *  - the node-aware path (ZINC_COMM_NODE_SIZE=2, ranks a multiple of 2 and
  *    at least 4): reduce-scatter, all-gather and all-reduce, f32 and bf16,
  *    against the closed form of hier_wire() below, and the inter-node
@@ -451,6 +452,27 @@ static void compressed_rows(const char *path_name) {
           "%s: the summary lacks \"%s\":\n%s", path_name, line + 1, text);
   }
   free(text);
+  /* a compressed kind other than all-to-all-v stands for itself: an
+   * all-gather of int8 blocks (a 4-byte scale per 32), logical bytes the
+   * plain f32 all-gather's (n-1) c es */
+  zinc_comm_log_reset(log);
+  const size_t genc = count / 32 * (32 + 4);
+  uint8_t *gsend = calloc(genc, 1), *grecv = calloc((size_t)n * genc, 1);
+  zinc_coll gather = {.kind = ZINC_COLL_ALLGATHER, .send = gsend, .recv = grecv, .count = genc,
+                      .dtype = ZINC_DT_U8, .logical_bytes = (uint64_t)(n - 1) * count * es,
+                      .codec_name = "int8"};
+  OK(c->ops->run(c, &gather, 1));
+  OK(zinc_comm_log_stats(log, rows, 8, &nrows));
+  CHECK(nrows == 1 && rows[0].op == ZINC_COMMS_ALL_GATHER && rows[0].codec &&
+            !strcmp(rows[0].codec, "int8") && rows[0].msg_bytes == genc &&
+            rows[0].logical_bytes == (uint64_t)(n - 1) * count * es &&
+            rows[0].wire_intra + rows[0].wire_inter == (uint64_t)(n - 1) * genc,
+        "%s: compressed all-gather: %d rows, op %d codec %s msg %llu logical %llu wire %llu",
+        path_name, nrows, rows[0].op, rows[0].codec ? rows[0].codec : "NULL",
+        (unsigned long long)rows[0].msg_bytes, (unsigned long long)rows[0].logical_bytes,
+        (unsigned long long)(rows[0].wire_intra + rows[0].wire_inter));
+  free(gsend);
+  free(grecv);
   /* prof_ops: the compressed row counts as the op it stands for */
   zinc_comm_log_opts only = {.kinds = 1u << ZINC_COMMS_ALL_TO_ALL_V};
   zinc_comm_log *other = NULL;

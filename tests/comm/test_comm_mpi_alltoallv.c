@@ -18,6 +18,8 @@
  *     receive count, overflowing displacements, overlapping send and recv,
  *     a NULL buffer, a bad logical_kind): ZINC_ERR_INVALID naming what is
  *     wrong, and the comm stays usable;
+ *   - ranks that disagree on a pair's count: the receiver fails with
+ *     ZINC_ERR_COMM naming the sender (fewer bytes than expected, or more);
  *   - a late rank: every other rank fails with ZINC_ERR_COMM naming it
  *     within the timeout plus a margin, from run and from start/wait, on
  *     every path; later calls repeat the failure; destroy returns at once.
@@ -136,8 +138,9 @@ static void a2a_free(a2a *x) {
   free(x->recv);
 }
 
-/* Run a batch, or start it (the arrays freed right after start: the
- * request must hold copies) and wait. */
+/* Run a batch, or start it (the batch and its all-to-all-v arrays
+ * overwritten right after start: the request must hold copies) and wait.
+ * The checks read the formula, never those arrays. */
 static void submit(zinc_comm *c, zinc_coll *colls, int n, int started, const char *what) {
   if (!started) {
     zinc_status st = c->ops->run(c, colls, n);
@@ -147,7 +150,15 @@ static void submit(zinc_comm *c, zinc_coll *colls, int n, int started, const cha
   zinc_comm_req *req = NULL;
   zinc_status st = c->ops->start(c, colls, n, &req);
   CHECK(st == ZINC_OK, "%s: start: %s", what, zinc_last_error());
-  memset(colls, 0, (size_t)n * sizeof *colls); /* the request holds its own copy */
+  /* the request holds its own copies of the batch and of the per-rank
+   * arrays: scribble over them before the batch runs */
+  for (int i = 0; i < n; i++) {
+    const size_t *arrays[4] = {colls[i].counts, colls[i].displs, colls[i].rcounts,
+                               colls[i].rdispls};
+    for (int k = 0; colls[i].kind == ZINC_COLL_ALLTOALLV && k < 4; k++)
+      memset((size_t *)arrays[k], 0xff, (size_t)c->size * sizeof(size_t));
+  }
+  memset(colls, 0, (size_t)n * sizeof *colls);
   if (req) {
     st = c->ops->wait(c, req);
     CHECK(st == ZINC_OK, "%s: wait: %s", what, zinc_last_error());
@@ -429,6 +440,38 @@ static void test_late_rank(const char *path, int started) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* Rank 0 sends rank 1 `sent` elements where rank 1 expects 7 (every other
+ * pair 7): rank 1 fails with ZINC_ERR_COMM naming rank 0 (fewer bytes: the
+ * counts disagree; more: MPI truncates), whatever the path. */
+static void test_disagree(const char *path, size_t sent) {
+  zinc_comm *c = NULL;
+  CHECK_OK(zinc_comm_mpi_create(NULL, 5.0, &c));
+  if (!c)
+    return;
+  const int n = c->size, r = c->rank;
+  size_t cnt[n], dsp[n], rcnt[n], rdsp[n];
+  for (int k = 0; k < n; k++) {
+    cnt[k] = rcnt[k] = 7;
+    dsp[k] = rdsp[k] = 16 * (size_t)k;
+  }
+  if (r == 0)
+    cnt[1] = sent;
+  float send[16 * n], recv[16 * n];
+  memset(send, 0, sizeof send);
+  zinc_coll o = {.kind = ZINC_COLL_ALLTOALLV, .send = send, .recv = recv, .dtype = ZINC_F32,
+                 .counts = cnt, .displs = dsp, .rcounts = rcnt, .rdispls = rdsp};
+  zinc_status st = c->ops->run(c, &o, 1);
+  if (r == 1) {
+    CHECK(st == ZINC_ERR_COMM && names_rank(zinc_last_error(), 0) &&
+              (sent > 7 || strstr(zinc_last_error(), "disagree")),
+          "%s: rank 0 sends %zu where rank 1 expects 7: rank 1 got %s: %s", path, sent,
+          zinc_status_name(st), zinc_last_error());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  zinc_comm_destroy(c);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 /* ---------------------------------------------------------------- main */
 
 static void on_path(const char *path, uint32_t seed) {
@@ -488,6 +531,8 @@ int main(void) {
   if (size > 1) {
     test_late_rank("shm", 0);
     test_late_rank("shm", 1);
+    test_disagree("shm", 5);
+    test_disagree("shm", 9);
   }
   setenv("ZINC_COMM_MPI_SHM", "0", 1);
   setenv("ZINC_COMM_P2P_CHUNK", "512", 1);
