@@ -30,14 +30,8 @@
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 65536; /* grid-stride beyond this */
 
-unsigned grid_for(int64_t items) {
-  int64_t blocks = (items + kThreads - 1) / kThreads;
-  if (blocks < 1)
-    blocks = 1;
-  return (unsigned)(blocks < kMaxBlocks ? blocks : kMaxBlocks);
-}
+unsigned grid_for(int64_t items) { return zinc_cuda_grid_for(items, kThreads); }
 
 __device__ __forceinline__ int64_t first_index() {
   return (int64_t)blockIdx.x * blockDim.x + threadIdx.x;

@@ -14,14 +14,8 @@
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 65536; /* grid-stride beyond this */
 
-unsigned grid_for(int64_t items) {
-  int64_t blocks = (items + kThreads - 1) / kThreads;
-  if (blocks < 1)
-    blocks = 1;
-  return (unsigned)(blocks < kMaxBlocks ? blocks : kMaxBlocks);
-}
+unsigned grid_for(int64_t items) { return zinc_cuda_grid_for(items, kThreads); }
 
 bool dtype_ok(int dtype) {
   return dtype == ZINC_F32 || dtype == ZINC_BF16 || dtype == ZINC_F16;

@@ -34,6 +34,15 @@
 extern "C" {
 #endif
 
+/* Blocks of `threads` threads for a grid-stride loop over `items`: one per
+ * `threads` items, at least one, at most 65536 (the loop strides beyond). */
+static inline unsigned zinc_cuda_grid_for(int64_t items, int threads) {
+  int64_t blocks = (items + threads - 1) / threads;
+  if (blocks < 1)
+    blocks = 1;
+  return (unsigned)(blocks < 65536 ? blocks : 65536);
+}
+
 /* Segments (resp. chunks) described to one kernel launch through its
  * parameter block; longer lists are cut into several launches. */
 #define ZINC_CUDA_ADAM_SEGS_PER_LAUNCH 48
