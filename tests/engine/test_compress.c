@@ -20,6 +20,8 @@
  *  - the hybrid policy (scope inter_node, the default): one node quantizes
  *    nothing (the exact run's bits); nodes faked with ZINC_COMM_NODE_SIZE
  *    quantize what crosses them.
+ *  - lossless features keep a compressed run's bits: offload (cpu, nvme),
+ *    prefetch, overlap_comm, hpZ (4 ranks).
  *  - the wire (2 ranks): the comms logger's compressed rows hold the
  *    codec layout's bytes and the plain collective's.
  *  - communication_data_type bf16 with fp32 parameters: within bf16's
@@ -271,6 +273,40 @@ static void test_wire(void) {
   zinc_engine_destroy(e);
 }
 
+/* Lossless features never change a bit, compressed or not: a compressed
+ * stage-3 run (int4 gradients + LoCo, int8 weights) gives the same bits
+ * with the optimizer state and the parameters offloaded (cpu, nvme), with
+ * prefetch and overlap_comm off and on, and (4 ranks) with hpZ, whose
+ * in-group gathers copy the dequantized values. */
+static void test_lossless(void) {
+  et_run r = base_run(3, 5);
+  r.reuse = 0; /* every backward fetch gathers (hpZ's secondary is read) */
+  float **ref = train(r, QGZ QWZ LOCO, SCOPE_ALL);
+  char nvme[600];
+  snprintf(nvme, sizeof nvme, "%s/nvme", root);
+  for (int v = 0; v < 6; v++) {
+    et_run x = r;
+    const char *what = "";
+    switch (v) {
+    case 0: x.offload = "cpu"; what = "offload_optimizer cpu"; break;
+    case 1: x.offload_param = "cpu"; x.offload = "cpu"; what = "offload_param cpu"; break;
+    case 2: x.offload = "nvme"; x.offload_param = "nvme"; x.nvme_path = nvme;
+            what = "offload nvme"; break;
+    case 3: x.prefetch = 0; what = "prefetch off"; break;
+    case 4: x.overlap = !x.overlap; what = "overlap_comm toggled"; break;
+    case 5: if (et_world != 4) continue;
+            x.hpz = 2; what = "hpZ 2"; break;
+    }
+    float **got = train(x, QGZ QWZ LOCO, SCOPE_ALL);
+    char label[128];
+    snprintf(label, sizeof label, "compressed, %s", what);
+    ET_CHECK(et_same_bits(&r.shape, got, ref, label), "%s differs from the compressed run "
+             "without it", label);
+    et_free_params(got);
+  }
+  et_free_params(ref);
+}
+
 static void test_comm_dtype(void) {
   et_run r = base_run(2, 6);
   float **exact = train(r, NULL, NULL);
@@ -297,7 +333,7 @@ int main(int argc, char **argv) {
   }
   snprintf(root, sizeof root, "%s/compress_test_np%d", et_binary_dir(), et_world);
   char cmd[1024];
-  snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", root, root);
+  snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s/nvme", root, root);
   if (et_rank == 0 && system(cmd) != 0)
     return 1;
   MPI_Barrier(MPI_COMM_WORLD);
@@ -305,6 +341,7 @@ int main(int argc, char **argv) {
   test_reproducible();
   test_hybrid();
   test_wire();
+  test_lossless();
   test_comm_dtype();
   test_resume(3);
   test_resume(2);
