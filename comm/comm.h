@@ -40,8 +40,9 @@
  * Failures come back as ZINC_ERR_COMM with a message naming the operation,
  * the peer where known, and the backend's error string. An operation that
  * has not completed after timeout_s fails the same way (the comm is then
- * unusable: destroy it); a started one waited for, and a node barrier a
- * peer did not reach, may take up to min(timeout_s, 2 s) longer, so that the
+ * unusable: destroy it); a started one waited for may take up to
+ * min(max(timeout_s, 1 s), 2 s) longer, and a node barrier a peer did not
+ * reach up to min(timeout_s, 2 s) longer, so that the
  * failure names the ranks that did not arrive (a node peer that failed on
  * a rank lost beyond the node is repeated, naming that rank). Every later call on a failed comm fails at once
  * and repeats the first failure's message, so it still names the lost

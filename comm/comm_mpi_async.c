@@ -263,11 +263,13 @@ zinc_status zinc_mpi_worker_wait(zinc_mpi_worker *w, zinc_comm_req *req) {
   /* The worker runs the collective under the same timeout, from when it
    * took the batch up (later than the start under load); its own failure
    * names the ranks that did not arrive, which this side cannot know. So
-   * past the timeout, give it a grace of up to one more timeout (at most
-   * 2 s) to report before failing with the generic message. */
+   * past the timeout, give it a grace to report before failing with the
+   * generic message: one more timeout, at least 1 s (a loaded machine or a
+   * sanitizer build takes the batch up that much later) and at most 2 s. */
   int timed_out = wait_finished(w, req);
+  double grace = w->timeout_s < 1.0 ? 1.0 : w->timeout_s < 2.0 ? w->timeout_s : 2.0;
   if (timed_out)
-    timed_out = wait_finished_for(w, req, w->timeout_s < 2.0 ? w->timeout_s : 2.0);
+    timed_out = wait_finished_for(w, req, grace);
   if (timed_out) {
     /* From here the worker owns (and frees) the request: copy what the
      * message needs before letting go of the lock. */
