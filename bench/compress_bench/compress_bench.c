@@ -95,7 +95,7 @@ static double time_encode(const run *r, int reps) {
   double best = 1e30;
   for (int k = 0; k < reps; k++) {
     double t0 = zinc_now();
-    check(zinc_cpu_codec_encode(r->pool, r->isa, r->c, r->enc, r->x, ZINC_F32, r->n, NULL, 0));
+    check(zinc_cpu_codec_encode(r->pool, r->isa, r->c, r->enc, r->x, ZINC_F32, r->n, NULL, 0, 0));
     double t = zinc_now() - t0;
     best = t < best ? t : best;
   }
@@ -197,7 +197,7 @@ int main(int argc, char **argv) {
     zinc_codec c = {kinds[k], zinc_codec_is_block((zinc_codec){kinds[k], 0}) ? block : 0};
     double bits = zinc_codec_bits(c);
     double ratio_err = 0, rel_l2 = 0;
-    check(zinc_cpu_codec_encode(pool, best, c, enc, x, ZINC_F32, n, NULL, 0));
+    check(zinc_cpu_codec_encode(pool, best, c, enc, x, ZINC_F32, n, NULL, 0, 0));
     check(zinc_cpu_codec_decode(pool, best, c, dec, ZINC_F32, enc, n, 0));
     accuracy(c, x, dec, n, &ratio_err, &rel_l2);
     for (int p = 0; p <= (int)best; p++) { /* scalar, avx2, avx512 up to the best */
@@ -242,7 +242,7 @@ int main(int argc, char **argv) {
         for (int rep = 0; rep < reps; rep++) {
           double t0 = zinc_now();
           check(zinc_cpu_codec_encode(t ? pool : NULL, (zinc_cpu_isa)p, c, enc, x, ZINC_F32, n,
-                                      ef, 0.8f));
+                                      ef, 0.8f, 0));
           double dt = zinc_now() - t0;
           bt = dt < bt ? dt : bt;
         }

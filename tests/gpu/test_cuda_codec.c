@@ -82,8 +82,8 @@ static void codecs_match_cpu(void **state) {
             CUOK(cudaMemset(ef.at, 0, ebytes));
             for (int step = 0; step < (use_ef ? 3 : 1); step++) {
               ZOK(zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, c, want, src, sdt, n,
-                                        use_ef ? want_ef : NULL, 0.8f));
-              ZOK(d->ops->encode(d, NULL, c, e.at, s.at, sdt, n, use_ef ? ef.at : NULL, 0.8f));
+                                        use_ef ? want_ef : NULL, 0.8f, 0));
+              ZOK(d->ops->encode(d, NULL, c, e.at, s.at, sdt, n, use_ef ? ef.at : NULL, 0.8f, 0));
             }
             ZOK(d->ops->stream_sync(d, NULL));
             char what[128];
@@ -148,8 +148,8 @@ static void cast_codecs_every_16bit_pattern(void **state) {
     guarded_alloc(d, &e, zinc_codec_bytes(c, n), 0);
     guarded_alloc(d, &v, (size_t)n * 2, 6);
     guarded_upload(&s, src);
-    ZOK(zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, c, want, src, dt, n, NULL, 0.0f));
-    ZOK(d->ops->encode(d, NULL, c, e.at, s.at, dt, n, NULL, 0.0f));
+    ZOK(zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, c, want, src, dt, n, NULL, 0.0f, 0));
+    ZOK(d->ops->encode(d, NULL, c, e.at, s.at, dt, n, NULL, 0.0f, 0));
     ZOK(d->ops->decode(d, NULL, c, v.at, dt, e.at, n, 0));
     ZOK(d->ops->stream_sync(d, NULL));
     bad += guarded_download(&e, got, zinc_codec_name(c));
@@ -171,12 +171,12 @@ static void bad_arguments(void **state) {
   zinc_device *d = *state;
   float x = 0;
   assert_int_equal(d->ops->encode(d, NULL, (zinc_codec){ZINC_CODEC_INT8, 0}, &x, &x, ZINC_F32,
-                                  1, NULL, 0.0f), ZINC_ERR_INVALID);
+                                  1, NULL, 0.0f, 0), ZINC_ERR_INVALID);
   fprintf(stderr, "message: %s\n", zinc_last_error());
   assert_int_equal(d->ops->decode(d, NULL, (zinc_codec){ZINC_CODEC_INT4, 32}, &x, ZINC_F16, &x,
                                   1, 1), ZINC_ERR_INVALID);
   assert_int_equal(d->ops->encode(d, NULL, (zinc_codec){ZINC_CODEC_BF16, 0}, &x, &x, ZINC_F32,
-                                  1, &x, 0.5f), ZINC_ERR_INVALID);
+                                  1, &x, 0.5f, 0), ZINC_ERR_INVALID);
 }
 
 int main(void) {

@@ -192,7 +192,7 @@ static void codec_vs_reference(void **state) {
         char what[96];
         snprintf(what, sizeof what, "%s block %d n %lld", zinc_codec_name(c), B, (long long)n);
         assert_int_equal(zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, c, got, x, ZINC_F32,
-                                               n, NULL, 0.0f), ZINC_OK);
+                                               n, NULL, 0.0f, 0), ZINC_OK);
         assert_true(bytes % 16 == 0);
         bad += compare_bytes(what, got, want, bytes);
         for (int t = 0; t < 16; t++) /* nothing beyond the encoding */
@@ -243,7 +243,7 @@ static void codec_from_16bit(void **state) {
         x[i] = zinc_load_as_f32(src, i, sdt);
       ref_encode(c, x, n, want, want_v);
       assert_int_equal(zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, c, got, src, sdt, n,
-                                             NULL, 0.0f), ZINC_OK);
+                                             NULL, 0.0f, 0), ZINC_OK);
       bad += compare_bytes(zinc_codec_name(c), got, want, bytes);
       free(want);
       free(got);
@@ -339,7 +339,7 @@ static void ef_follows_formula(void **state) {
           fill_decades(&r, x, ZINC_F32, n, -2, 1);
         ref_ef_step(c, x, n, want, ref_ef, beta);
         assert_int_equal(zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, c, got, x, ZINC_F32,
-                                               n, ef, beta), ZINC_OK);
+                                               n, ef, beta, 0), ZINC_OK);
         char what[64];
         snprintf(what, sizeof what, "%s block %d step %d", zinc_codec_name(c), c.block, step);
         bad += compare_bytes(what, got, want, bytes);
@@ -371,7 +371,7 @@ static double ef_drift(zinc_codec c, const float *x, int64_t n, int use_ef, int 
   double *sum = calloc((size_t)n, sizeof(double)), *slack = calloc((size_t)n, sizeof(double));
   for (int t = 0; t < T; t++) {
     assert_int_equal(zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, c, enc, x, ZINC_F32, n,
-                                           use_ef ? ef : NULL, 0.0f), ZINC_OK);
+                                           use_ef ? ef : NULL, 0.0f, 0), ZINC_OK);
     assert_int_equal(zinc_cpu_codec_decode(NULL, ZINC_CPU_ISA_SCALAR, c, dec, ZINC_F32, enc, n,
                                            0), ZINC_OK);
     for (int64_t i = 0; i < n; i++) {
@@ -447,9 +447,9 @@ static void zero_ef_is_no_residual(void **state) {
     uint8_t *a = malloc(bytes), *b = malloc(bytes), *ef = calloc(1, ebytes), *ref_ef = calloc(1, ebytes);
     uint8_t *unused = malloc(bytes);
     assert_int_equal(zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, c, a, x, ZINC_F32, n, NULL,
-                                           0.0f), ZINC_OK);
+                                           0.0f, 0), ZINC_OK);
     assert_int_equal(zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, c, b, x, ZINC_F32, n, ef,
-                                           0.5f), ZINC_OK);
+                                           0.5f, 0), ZINC_OK);
     assert_int_equal(compare_bytes("wire with a zero ef", b, a, bytes), 0);
     ref_ef_step(c, x, n, unused, ref_ef, 0.5f);
     assert_int_equal(compare_bytes("residual", ef, ref_ef, ebytes), 0);
@@ -480,7 +480,7 @@ static void run_path(zinc_threadpool *pool, zinc_cpu_isa isa, zinc_codec c, cons
   o->dec16 = malloc((size_t)n * 2 + 2);
   memcpy(o->acc, acc0, (size_t)n * 4);
   for (int step = 0; step < (use_ef ? 3 : 1); step++)
-    assert_int_equal(zinc_cpu_codec_encode(pool, isa, c, o->enc, src, sdt, n, o->ef, 0.8f),
+    assert_int_equal(zinc_cpu_codec_encode(pool, isa, c, o->enc, src, sdt, n, o->ef, 0.8f, 0),
                      ZINC_OK);
   assert_int_equal(zinc_cpu_codec_decode(pool, isa, c, o->dec, ZINC_F32, o->enc, n, 0), ZINC_OK);
   assert_int_equal(zinc_cpu_codec_decode(pool, isa, c, o->dec16, ZINC_BF16, o->enc, n, 0),
@@ -578,7 +578,7 @@ static void cpu_device_ops(void **state) {
     got.acc = malloc((size_t)n * 4);
     memcpy(got.acc, x, (size_t)n * 4);
     for (int step = 0; step < (use_ef ? 3 : 1); step++)
-      assert_int_equal(d->ops->encode(d, NULL, c, got.enc, x, ZINC_F32, n, got.ef, 0.8f), ZINC_OK);
+      assert_int_equal(d->ops->encode(d, NULL, c, got.enc, x, ZINC_F32, n, got.ef, 0.8f, 0), ZINC_OK);
     assert_int_equal(d->ops->decode(d, NULL, c, got.acc, ZINC_F32, got.enc, n, 1), ZINC_OK);
     assert_int_equal(compare_bytes("cpu device encode", got.enc, want.enc, bytes), 0);
     if (use_ef)
@@ -620,11 +620,11 @@ static void bad_arguments(void **state) {
   for (size_t i = 0; i < sizeof enc_cases / sizeof enc_cases[0]; i++) {
     assert_int_equal(zinc_cpu_codec_encode(NULL, s, enc_cases[i].c, out, x, enc_cases[i].dtype,
                                            enc_cases[i].n, enc_cases[i].use_ef ? ef : NULL,
-                                           enc_cases[i].beta), ZINC_ERR_INVALID);
+                                           enc_cases[i].beta, 0), ZINC_ERR_INVALID);
     fprintf(stderr, "encode case %zu: %s\n", i, zinc_last_error());
   }
   assert_int_equal(zinc_cpu_codec_encode(NULL, s, (zinc_codec){ZINC_CODEC_INT8, 4}, NULL, x,
-                                         ZINC_F32, 8, NULL, 0), ZINC_ERR_INVALID);
+                                         ZINC_F32, 8, NULL, 0, 0), ZINC_ERR_INVALID);
   /* decode: accumulate into a 16-bit dtype, a bad dtype, negative n */
   assert_int_equal(zinc_cpu_codec_decode(NULL, s, (zinc_codec){ZINC_CODEC_INT8, 4}, out,
                                          ZINC_BF16, x, 8, 1), ZINC_ERR_INVALID);
@@ -641,7 +641,7 @@ static void bad_arguments(void **state) {
     assert_int_equal(ef[i], 0);
   /* n = 0 needs no buffers */
   assert_int_equal(zinc_cpu_codec_encode(NULL, s, (zinc_codec){ZINC_CODEC_INT4, 4}, NULL, NULL,
-                                         ZINC_F32, 0, NULL, 0), ZINC_OK);
+                                         ZINC_F32, 0, NULL, 0, 0), ZINC_OK);
   assert_int_equal(zinc_cpu_codec_decode(NULL, s, (zinc_codec){ZINC_CODEC_SIGN1, 4}, NULL,
                                          ZINC_F32, NULL, 0, 1), ZINC_OK);
 }
