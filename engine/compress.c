@@ -14,7 +14,9 @@
  *
  * Policy (docs/config.md "Compressed communication"), fixed at build:
  *   - gradients: pairs of data-parallel ranks on different nodes use the
- *     quantizing codec (int4 by default: aggressive); pairs on one node
+ *     quantizing codec (int4 by default: aggressive; or TernGrad's
+ *     stochastic ternary, zinc.compression.gradient_codec "terngrad",
+ *     seeded per slice by slice_seed); pairs on one node
  *     use communication_data_type's cast, or travel raw in the gradient
  *     dtype (zinc.compression.scope "inter_node", the default). With
  *     scope "all" every pair is quantized. All ranks on one node with
@@ -154,7 +156,9 @@ zinc_status zinc_compress_init(zinc_engine *e) {
               "(nothing crosses a node); set zinc.compression.scope to \"all\" to quantize "
               "anyway", n);
   if (qgz && (nnodes > 1 || all)) {
-    e->cx_grad = quant_codec(s->compress_gradient_bits, s->compress_block_size);
+    e->cx_grad = s->compress_gradient_codec == ZINC_GRAD_CODEC_TERNGRAD
+                     ? (zinc_codec){ZINC_CODEC_TERN2, (int)s->compress_block_size}
+                     : quant_codec(s->compress_gradient_bits, s->compress_block_size);
     e->cx_local = cast;
     e->cx_local_raw = !all;
   } else {
