@@ -139,9 +139,10 @@ static ZINC_HD float zinc_codec_tern_quantize(const zinc_codec_quant *p, float x
                                               int64_t i) {
   float prob = fabsf(x * p->pre) / (p->scale * p->pre);
   float u = (float)(uint32_t)(zinc_codec_tern_hash(seed, i) >> 40) * 0x1p-24f;
-  if (!(u < prob))
-    return 0.0f;
-  return (zinc_f32_bits(x) >> 31) ? -1.0f : 1.0f;
+  /* without a branch on the draw (a coin flip the predictor cannot learn):
+   * +-1.0f with x's sign, masked to +0.0f when not kept */
+  uint32_t keep = 0u - (uint32_t)(u < prob);
+  return zinc_bits_f32((0x3f800000u | (zinc_f32_bits(x) & 0x80000000u)) & keep);
 }
 
 #define ZINC_CODEC_SIGN1_LANES 8

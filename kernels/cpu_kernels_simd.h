@@ -558,10 +558,16 @@ static SIMD_FN void simd_codec_encode(int kind, int64_t block, float *scales, ui
     ENCODE_KIND(ZINC_CODEC_INT8)
     ENCODE_KIND(ZINC_CODEC_INT4)
     ENCODE_KIND(ZINC_CODEC_SIGN1)
-  default: /* TERN2: the reference, element by element (its hash is scalar) */
-    for (int64_t b = b0; b < b1; b++)
-      zinc_codec_encode_block(kind, block, scales, payload, src, sdt, n, b, ef_scales, ef_q,
-                              beta, omb, seed);
+  default: /* TERN2: the reference, element by element (its hash is scalar),
+            * specialised on the kind */
+    if (kind == ZINC_CODEC_TERN2)
+      for (int64_t b = b0; b < b1; b++)
+        zinc_codec_encode_block(ZINC_CODEC_TERN2, block, scales, payload, src, sdt, n, b,
+                                ef_scales, ef_q, beta, omb, seed);
+    else
+      for (int64_t b = b0; b < b1; b++)
+        zinc_codec_encode_block(kind, block, scales, payload, src, sdt, n, b, ef_scales, ef_q,
+                                beta, omb, seed);
   }
 #undef ENCODE_KIND
 #undef ENCODE_CASES
@@ -615,8 +621,12 @@ static SIMD_FN void simd_codec_decode(int kind, int64_t block, void *dst, int dd
     DECODE_KIND(ZINC_CODEC_INT4)
     DECODE_KIND(ZINC_CODEC_SIGN1)
   default:
-    zinc_cpu_codec_decode_tail(kind, block, dst, accumulate ? ZINC_F32 : ddt, scales, payload,
-                               accumulate, lo, hi);
+    if (kind == ZINC_CODEC_TERN2) /* scalar, specialised on the kind */
+      zinc_cpu_codec_decode_tail(ZINC_CODEC_TERN2, block, dst, accumulate ? ZINC_F32 : ddt,
+                                 scales, payload, accumulate, lo, hi);
+    else
+      zinc_cpu_codec_decode_tail(kind, block, dst, accumulate ? ZINC_F32 : ddt, scales,
+                                 payload, accumulate, lo, hi);
   }
 #undef DECODE_KIND
 #undef DECODE_CASE
