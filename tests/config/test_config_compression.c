@@ -330,6 +330,11 @@ static void idle_settings_warn_once(void **state) {
   expect_warnings("{\"zero_optimization\":{\"stage\":2,\"zero_quantized_gradients\":true,"
                   "\"zeropp_loco_param\":{}},\"zinc\":{\"compression\":{\"gradient_bits\":1}}}",
                   0, NULL);
+  /* TernGrad takes the place of the bit width's codec: no sign warning, and
+   * TernGrad without error feedback is its normal use */
+  expect_warnings("{\"zero_optimization\":{\"stage\":2,\"zero_quantized_gradients\":true},"
+                  "\"zinc\":{\"compression\":{\"gradient_bits\":1,"
+                  "\"gradient_codec\":\"terngrad\"}}}", 0, NULL);
   /* not in use (no qgZ): the bit width is idle, not wrong */
   expect_warnings("{\"zero_optimization\":{\"stage\":2},"
                   "\"zinc\":{\"compression\":{\"gradient_bits\":1}}}", 0, NULL);
