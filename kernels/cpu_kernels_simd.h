@@ -445,7 +445,9 @@ static SIMD_FN void simd_convert(void *dst, int ddt, const void *src, int sdt, i
  *   sum8_add(__m256 *acc, vf ax)
  *   vf_from_i8(p)  SIMD_W int8 -> floats;   store_i8(p, y) the reverse
  *   store_i4(p, y) SIMD_W / 2 bytes;  load_i4(p) SIMD_W nibbles as floats
- *   store_sign(p, x) SIMD_W / 8 bytes of sign bits;  load_sign(p, s) +-s */
+ *   store_sign(p, x) SIMD_W / 8 bytes of sign bits;  load_sign(p, s) +-s
+ *   load_i2(p) SIMD_W TERN2 2-bit fields as floats (decode only: TERN2's
+ *   encode is the scalar reference, its draw a 64-bit hash per element) */
 
 SIMD_INLINE vf simd_codec_x(const void *src, int sdt, const uint8_t *ef_q, vf efs, int64_t i,
                             int has_ef) {
@@ -593,6 +595,8 @@ SIMD_INLINE void simd_codec_decode_span(int kind, int ddt, int64_t block, void *
         v = vf_mul(vf_from_i8(payload + i), vs);
       else if (kind == ZINC_CODEC_INT4)
         v = vf_mul(load_i4(payload + i / 2), vs);
+      else if (kind == ZINC_CODEC_TERN2)
+        v = vf_mul(load_i2(payload + i / 4), vs);
       else
         v = load_sign(payload + i / 8, vs);
       if (acc)
@@ -620,13 +624,10 @@ static SIMD_FN void simd_codec_decode(int kind, int64_t block, void *dst, int dd
     DECODE_KIND(ZINC_CODEC_INT8)
     DECODE_KIND(ZINC_CODEC_INT4)
     DECODE_KIND(ZINC_CODEC_SIGN1)
+    DECODE_KIND(ZINC_CODEC_TERN2)
   default:
-    if (kind == ZINC_CODEC_TERN2) /* scalar, specialised on the kind */
-      zinc_cpu_codec_decode_tail(ZINC_CODEC_TERN2, block, dst, accumulate ? ZINC_F32 : ddt,
-                                 scales, payload, accumulate, lo, hi);
-    else
-      zinc_cpu_codec_decode_tail(kind, block, dst, accumulate ? ZINC_F32 : ddt, scales,
-                                 payload, accumulate, lo, hi);
+    zinc_cpu_codec_decode_tail(kind, block, dst, accumulate ? ZINC_F32 : ddt, scales, payload,
+                               accumulate, lo, hi);
   }
 #undef DECODE_KIND
 #undef DECODE_CASE
