@@ -19,10 +19,11 @@
  *  - casts: zinc_load_as_f32 then zinc_store_from_f32 (a cast to the same
  *    dtype copies the bits);
  *  - codecs: kernels/codec_math.h's per-block passes and operation order.
- *    TERN2 (TernGrad) runs the scalar block loop on every path: its draw
- *    is a 64-bit hash per element (AVX2 has no 64-bit multiply), so the
- *    AVX2 / AVX-512 tables call codec_math.h's reference for it, encode
- *    and decode (about 0.3 and 2-3 GB/s on one core, docs/benchmarks.md).
+ *    TERN2 (TernGrad) encodes with the scalar block loop on every path:
+ *    its draw is a 64-bit hash per element (AVX2 has no 64-bit multiply),
+ *    so the AVX2 / AVX-512 tables call codec_math.h's reference for it
+ *    (about 1 GB/s on one core, docs/benchmarks.md); its decode is
+ *    vectorised like the other block codecs'.
  * NaN inputs give NaN outputs on every path (payloads follow the scalar
  * conversions; after arithmetic only NaN-ness is promised).
  *
