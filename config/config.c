@@ -96,6 +96,7 @@ void zinc_settings_defaults(zinc_settings *s) {
   s->loco_err_beta = 0.8;
   s->loco_reset_T = 1024;
   s->compress_gradient_bits = 4;
+  s->compress_gradient_codec = ZINC_GRAD_CODEC_QUANT;
   s->compress_weight_bits = 8;
   s->compress_block_size = 256;
   s->compress_scope = ZINC_COMPRESS_INTER_NODE;

@@ -88,6 +88,11 @@ typedef struct {
 
 typedef enum { ZINC_OFFLOAD_NONE = 0, ZINC_OFFLOAD_CPU, ZINC_OFFLOAD_NVME } zinc_offload_device;
 typedef enum { ZINC_COMPRESS_INTER_NODE = 0, ZINC_COMPRESS_ALL } zinc_compress_scope;
+/* zinc.compression.gradient_codec: the codec of compressed gradients. */
+typedef enum {
+  ZINC_GRAD_CODEC_QUANT = 0, /* "quant": gradient_bits' block codec     */
+  ZINC_GRAD_CODEC_TERNGRAD,  /* "terngrad": TernGrad (kernels/codec.h) */
+} zinc_gradient_codec;
 /* optimizer.type; the optimizer's own kind (kernels/zinc_math.h) follows
  * from it (Adam and AdamW are one kind). */
 typedef enum { ZINC_OPTIM_ADAM = 0, ZINC_OPTIM_ADAMW, ZINC_OPTIM_LAMB, ZINC_OPTIM_LION,
@@ -269,6 +274,8 @@ typedef struct {
   /* zinc.compression: what DeepSpeed's keys leave fixed */
   int compress_gradient_bits;             /* 4: qgZ codec, 4 / 8 / 1 (1 = sign
                                              with a mean-|x| scale)          */
+  int compress_gradient_codec;            /* ZINC_GRAD_CODEC_QUANT (default) or
+                                             ZINC_GRAD_CODEC_TERNGRAD       */
   int compress_weight_bits;               /* 8: qwZ codec, 8 / 4             */
   int64_t compress_block_size;            /* 256 elements per fp32 scale     */
   int compress_scope;                     /* ZINC_COMPRESS_INTER_NODE (default:

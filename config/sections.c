@@ -737,6 +737,7 @@ static const zinc_key zinc_keys[] = {
  * elements carries one fp32 scale (32 / block_size more bits per element). */
 static const zinc_key compression_keys[] = {
     ZINC_KCUSTOM("gradient_bits"),
+    ZINC_KCUSTOM("gradient_codec"),
     ZINC_KCUSTOM("weight_bits"),
     {"block_size", ZINC_KEY_I64, offsetof(T, compress_block_size), 1, 1 << 20, 0, 0, NULL},
     ZINC_KCUSTOM("scope"),
@@ -777,7 +778,19 @@ static zinc_status read_compression(zinc_cfg_reader *r, const json_t *zinc, zinc
   ZINC_CHECK(read_bits(r, obj, "weight_bits", weight_bits, 2,
                        "4 or 8 (bits per weight element)", &s->compress_weight_bits));
   size_t m;
-  const json_t *v = zinc_cfg_enter(r, obj, "scope", &m);
+  const json_t *v = zinc_cfg_enter(r, obj, "gradient_codec", &m);
+  if (v) {
+    const char *name = json_is_string(v) ? json_string_value(v) : "";
+    if (strcmp(name, "quant") == 0)
+      s->compress_gradient_codec = ZINC_GRAD_CODEC_QUANT;
+    else if (strcmp(name, "terngrad") == 0)
+      s->compress_gradient_codec = ZINC_GRAD_CODEC_TERNGRAD;
+    else
+      return zinc_cfg_bad(r, v, "\"quant\" (gradient_bits' block codec) or \"terngrad\" "
+                          "(TernGrad: stochastic ternary, 2 bits per element)");
+    zinc_cfg_pop(r, m);
+  }
+  v = zinc_cfg_enter(r, obj, "scope", &m);
   if (v) {
     const char *name = json_is_string(v) ? json_string_value(v) : "";
     if (strcmp(name, "inter_node") == 0)

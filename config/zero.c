@@ -160,7 +160,7 @@ static void note_compression(zinc_cfg_reader *r, const zinc_settings *s) {
                   "it sets the error feedback of the quantized gradients; set "
                   "zero_quantized_gradients true or remove it", r->path);
   if (s->zero_quantized_gradients && s->stage > 0 && s->compress_gradient_bits == 1 &&
-      !s->loco_enabled)
+      s->compress_gradient_codec == ZINC_GRAD_CODEC_QUANT && !s->loco_enabled)
     zinc_cfg_warn(r, "zinc.compression.gradient_bits = 1 without %s.zeropp_loco_param: sign "
                   "compression with no error feedback will not converge (accepted, for "
                   "experiments); give zeropp_loco_param, or use 4 or 8 bits", r->path);

@@ -87,12 +87,13 @@ typedef struct {
   /* Codecs of compressed collectives (kernels/codec.h). encode: dst
    * (zinc_codec_bytes(c, n) bytes) = c(src (src_dtype, n elements)), with
    * error feedback through ef (NULL: none; else the INT8 residual of the
-   * slice, read and rewritten with ef_beta). decode: dst (dst_dtype) =
+   * slice, read and rewritten with ef_beta); seed: the draws of a
+   * stochastic codec (TERN2), ignored by the others. decode: dst (dst_dtype) =
    * decoded src when !accumulate; dst (must be f32) += decoded src when
    * accumulate. Bitwise the same on every backend. */
   zinc_status (*encode)(zinc_device *d, zinc_stream *s, zinc_codec c, void *dst,
                         const void *src, int src_dtype, int64_t n, void *ef,
-                        float ef_beta);
+                        float ef_beta, uint64_t seed);
   zinc_status (*decode)(zinc_device *d, zinc_stream *s, zinc_codec c, void *dst,
                         int dst_dtype, const void *src, int64_t n, int accumulate);
 

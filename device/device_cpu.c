@@ -196,9 +196,10 @@ static zinc_status cpu_cast(zinc_device *d, zinc_stream *s, void *dst, int dst_d
 
 static zinc_status cpu_encode(zinc_device *d, zinc_stream *s, zinc_codec codec, void *dst,
                               const void *src, int src_dtype, int64_t n, void *ef,
-                              float ef_beta) {
+                              float ef_beta, uint64_t seed) {
   cpu_impl *c = impl_of(d);
-  return zinc_cpu_codec_encode(c->pool, c->isa, codec, dst, src, src_dtype, n, ef, ef_beta);
+  return zinc_cpu_codec_encode(c->pool, c->isa, codec, dst, src, src_dtype, n, ef, ef_beta,
+                               seed);
 }
 
 static zinc_status cpu_decode(zinc_device *d, zinc_stream *s, zinc_codec codec, void *dst,

@@ -433,12 +433,12 @@ static zinc_status cuda_cast(zinc_device *d, zinc_stream *s, void *dst, int dst_
 
 static zinc_status cuda_encode(zinc_device *d, zinc_stream *s, zinc_codec c, void *dst,
                                const void *src, int src_dtype, int64_t n, void *ef,
-                               float ef_beta) {
+                               float ef_beta, uint64_t seed) {
   cuda_impl *ci = impl_of(d);
   ZINC_CHECK(zinc_codec_check("cuda codec encode", 1, c, dst, src, src_dtype, n, ef, ef_beta,
                               0));
   ZINC_CHECK(bind(ci));
-  cudaError_t err = zinc_cuda_codec_encode(c, dst, src, src_dtype, n, ef, ef_beta,
+  cudaError_t err = zinc_cuda_codec_encode(c, dst, src, src_dtype, n, ef, ef_beta, seed,
                                            raw_stream(ci, s));
   return err == cudaSuccess ? ZINC_OK
                             : cuda_fail(ci, err, "%s encode of %lld elements",

@@ -14,7 +14,9 @@
  *
  * Policy (docs/config.md "Compressed communication"), fixed at build:
  *   - gradients: pairs of data-parallel ranks on different nodes use the
- *     quantizing codec (int4 by default: aggressive); pairs on one node
+ *     quantizing codec (int4 by default: aggressive; or TernGrad's
+ *     stochastic ternary, zinc.compression.gradient_codec "terngrad",
+ *     seeded per slice by slice_seed); pairs on one node
  *     use communication_data_type's cast, or travel raw in the gradient
  *     dtype (zinc.compression.scope "inter_node", the default). With
  *     scope "all" every pair is quantized. All ranks on one node with
@@ -100,6 +102,28 @@ static int ef_on(const zinc_engine *e, zinc_codec c) {
   return e->cx_ef != NULL && zinc_codec_is_block(c);
 }
 
+/* The seed of a stochastic codec's draws (TERN2) for the slice of unit ui
+ * this rank sends to peer p: a mix of (optimizer step, micro-step, unit,
+ * sender, receiver), so every slice of every micro-step draws afresh,
+ * two senders of one slice draw independently (their rounding noise
+ * averages out in the owner's sum instead of adding up), and a run, a
+ * resumed run (both counters are in checkpoints) and another stage (the
+ * same units) draw the same bits. */
+static uint64_t mix64(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  h ^= h >> 31;
+  h *= 0xd6e8feb86659fd93ull;
+  return h ^ (h >> 32);
+}
+
+static uint64_t slice_seed(const zinc_engine *e, int ui, int p) {
+  uint64_t h = mix64(0x7465726e67726164ull, (uint64_t)e->step);
+  h = mix64(h, (uint64_t)e->micro_step);
+  h = mix64(h, (uint64_t)ui);
+  h = mix64(h, (uint64_t)e->dp_rank);
+  return mix64(h, (uint64_t)p);
+}
+
 /* The residual slot of (unit ui, peer p != me). */
 static void *ef_slice(const zinc_engine *e, int ui, int p) {
   const zinc_unit *u = &e->units[ui];
@@ -132,7 +156,9 @@ zinc_status zinc_compress_init(zinc_engine *e) {
               "(nothing crosses a node); set zinc.compression.scope to \"all\" to quantize "
               "anyway", n);
   if (qgz && (nnodes > 1 || all)) {
-    e->cx_grad = quant_codec(s->compress_gradient_bits, s->compress_block_size);
+    e->cx_grad = s->compress_gradient_codec == ZINC_GRAD_CODEC_TERNGRAD
+                     ? (zinc_codec){ZINC_CODEC_TERN2, (int)s->compress_block_size}
+                     : quant_codec(s->compress_gradient_bits, s->compress_block_size);
     e->cx_local = cast;
     e->cx_local_raw = !all;
   } else {
@@ -226,7 +252,7 @@ static zinc_status encode_unit(zinc_engine *e, zinc_reduction *r, int ui, const 
     else
       ZINC_CHECK(e->dev->ops->encode(e->dev, e->stream, c, dst, src, u->dtype, u->chunk,
                                      ef_on(e, c) ? ef_slice(e, ui, p) : NULL,
-                                     (float)e->cfg.loco_err_beta));
+                                     (float)e->cfg.loco_err_beta, slice_seed(e, ui, p)));
     r->cx_cursor[p] += b;
   }
   return ZINC_OK;
@@ -378,7 +404,8 @@ size_t zinc_compress_weight_bytes(const zinc_engine *e, int64_t chunk) {
 
 zinc_status zinc_compress_weight_encode(zinc_engine *e, void *dst, const void *src, int dtype,
                                         int64_t chunk) {
-  return e->dev->ops->encode(e->dev, e->stream, e->cx_weight, dst, src, dtype, chunk, NULL, 0.0f);
+  return e->dev->ops->encode(e->dev, e->stream, e->cx_weight, dst, src, dtype, chunk, NULL, 0.0f,
+                             0);
 }
 
 zinc_status zinc_compress_weight_decode(zinc_engine *e, void *dst, int dtype, const void *src,

@@ -8,7 +8,8 @@
 #include "kernels/codec.h"
 
 int zinc_codec_is_block(zinc_codec c) {
-  return c.kind == ZINC_CODEC_INT8 || c.kind == ZINC_CODEC_INT4 || c.kind == ZINC_CODEC_SIGN1;
+  return c.kind == ZINC_CODEC_INT8 || c.kind == ZINC_CODEC_INT4 || c.kind == ZINC_CODEC_SIGN1 ||
+         c.kind == ZINC_CODEC_TERN2;
 }
 
 static size_t round16(size_t b) { return (b + 15) & ~(size_t)15; }
@@ -26,8 +27,10 @@ size_t zinc_codec_bytes(zinc_codec c, int64_t n) {
   if (!zinc_codec_is_block(c) || c.block <= 0)
     return 0;
   size_t nb = (un + (size_t)c.block - 1) / (size_t)c.block;
-  size_t payload = c.kind == ZINC_CODEC_INT8 ? un : c.kind == ZINC_CODEC_INT4 ? (un + 1) / 2
-                                                                              : (un + 7) / 8;
+  size_t payload = c.kind == ZINC_CODEC_INT8   ? un
+                   : c.kind == ZINC_CODEC_INT4  ? (un + 1) / 2
+                   : c.kind == ZINC_CODEC_TERN2 ? (un + 3) / 4
+                                                : (un + 7) / 8;
   return round16(4 * nb + payload);
 }
 
@@ -40,13 +43,14 @@ double zinc_codec_bits(zinc_codec c) {
   case ZINC_CODEC_INT8: return 8 + scale_bits;
   case ZINC_CODEC_INT4: return 4 + scale_bits;
   case ZINC_CODEC_SIGN1: return 1 + scale_bits;
+  case ZINC_CODEC_TERN2: return 2 + scale_bits;
   default: return 0;
   }
 }
 
 const char *zinc_codec_name(zinc_codec c) {
   static const char *const names[ZINC_CODEC_NKINDS] = {"none", "fp32", "bf16", "fp16",
-                                                       "int8", "int4", "sign1"};
+                                                       "int8", "int4", "sign1", "terngrad"};
   return c.kind >= 0 && c.kind < ZINC_CODEC_NKINDS ? names[c.kind] : "?";
 }
 
@@ -65,6 +69,7 @@ double zinc_codec_error_bound(zinc_codec c, double m) {
     return a >= 65520.0 ? INFINITY : ldexp(a, -11) + ldexp(1.0, -25);
   case ZINC_CODEC_INT8: return a / 254.0 + ldexp(a, -21) + 128.0 * ldexp(1.0, -149);
   case ZINC_CODEC_INT4: return a / 14.0 + ldexp(a, -21) + 8.0 * ldexp(1.0, -149);
+  case ZINC_CODEC_TERN2: return a; /* decoded is 0 or +-m with x's sign: |x| <= m */
   default: return INFINITY;
   }
 }
@@ -74,7 +79,7 @@ zinc_status zinc_codec_check(const char *who, int encoding, zinc_codec c, void *
                              float ef_beta, int accumulate) {
   if (c.kind <= ZINC_CODEC_NONE || c.kind >= ZINC_CODEC_NKINDS)
     return zinc_error(ZINC_ERR_INVALID, "%s: codec kind %d; use one of fp32, bf16, fp16, int8, "
-                      "int4, sign1 (ZINC_CODEC_F32 .. ZINC_CODEC_SIGN1)", who, c.kind);
+                      "int4, sign1, terngrad (ZINC_CODEC_F32 .. ZINC_CODEC_TERN2)", who, c.kind);
   if (zinc_codec_is_block(c) && c.block <= 0)
     return zinc_error(ZINC_ERR_INVALID, "%s: %s codec with block %d; a block codec needs "
                       "block >= 1 elements per scale", who, zinc_codec_name(c), c.block);
@@ -90,7 +95,7 @@ zinc_status zinc_codec_check(const char *who, int encoding, zinc_codec c, void *
   if (encoding && ef) {
     if (!zinc_codec_is_block(c))
       return zinc_error(ZINC_ERR_INVALID, "%s: error feedback with the %s codec; it needs a "
-                        "block codec (int8, int4, sign1): pass ef NULL", who,
+                        "block codec (int8, int4, sign1, terngrad): pass ef NULL", who,
                         zinc_codec_name(c));
     if (!(ef_beta >= 0.0f && ef_beta <= 1.0f))
       return zinc_error(ZINC_ERR_INVALID, "%s: error feedback beta %g; it must be in [0, 1]",

@@ -11,7 +11,9 @@
  * j < 8 adds the |x| of elements j, j+8, j+16, j+24 of the chunk in turn
  * (shuffled down to it), so lane j sees its elements in block order, and
  * every thread combines the 8 lanes with zinc_codec_sign1_sum; INT4 bytes
- * are an even lane's nibble and its neighbour's, SIGN1 bytes a ballot. The
+ * are an even lane's nibble and its neighbour's, TERN2 bytes lane 4k's
+ * bit pair and its three neighbours' (each lane draws its own element's
+ * hash, codec_math.h's zinc_codec_q), SIGN1 bytes a ballot. The
  * per-element arithmetic is codec_math.h's (zinc_codec_x,
  * zinc_codec_quantize, zinc_codec_ef_elem, ...).
  * encode, other blocks: one thread per group of blocks
@@ -41,13 +43,14 @@ __device__ __forceinline__ int64_t grid_stride() { return (int64_t)gridDim.x * b
 
 __global__ void encode_kernel(int kind, int64_t block, int64_t group, int64_t nb, float *scales,
                               uint8_t *payload, const void *src, int sdt, int64_t n,
-                              float *ef_scales, uint8_t *ef_q, float beta, float omb) {
+                              float *ef_scales, uint8_t *ef_q, float beta, float omb,
+                              uint64_t seed) {
   int64_t groups = (nb + group - 1) / group;
   for (int64_t g = first_index(); g < groups; g += grid_stride()) {
     int64_t b1 = (g + 1) * group < nb ? (g + 1) * group : nb;
     for (int64_t b = g * group; b < b1; b++)
       zinc_codec_encode_block(kind, block, scales, payload, src, sdt, n, b, ef_scales, ef_q,
-                              beta, omb);
+                              beta, omb, seed);
   }
 }
 
@@ -64,7 +67,8 @@ __device__ __forceinline__ uint32_t warp_max(uint32_t v) {
 /* One warp per block of a block codec with block % 32 == 0 (see the top). */
 __global__ void encode_warp_kernel(int kind, int64_t block, int64_t nb, float *scales,
                                    uint8_t *payload, const void *src, int sdt, int64_t n,
-                                   float *ef_scales, uint8_t *ef_q, float beta, float omb) {
+                                   float *ef_scales, uint8_t *ef_q, float beta, float omb,
+                                   uint64_t seed) {
   const int lane = threadIdx.x & 31;
   const int64_t warp = first_index() >> 5, nwarps = grid_stride() >> 5;
   for (int64_t b = warp; b < nb; b += nwarps) {
@@ -108,8 +112,13 @@ __global__ void encode_warp_kernel(int kind, int64_t block, int64_t nb, float *s
           payload[base / 8 + lane] = (uint8_t)(bits >> (8 * lane));
         continue;
       }
-      int q = valid && !p.zero ? (int)zinc_codec_quantize(&p, x) : 0;
-      if (kind == ZINC_CODEC_INT8) {
+      int q = valid ? (int)zinc_codec_q(kind, &p, x, seed, i) : 0;
+      if (kind == ZINC_CODEC_TERN2) {
+        int t1 = __shfl_down_sync(kFull, q & 3, 1), t2 = __shfl_down_sync(kFull, q & 3, 2);
+        int t3 = __shfl_down_sync(kFull, q & 3, 3);
+        if (valid && !(lane & 3))
+          payload[i / 4] = (uint8_t)((q & 3) | (t1 << 2) | (t2 << 4) | (t3 << 6));
+      } else if (kind == ZINC_CODEC_INT8) {
         if (valid)
           payload[i] = (uint8_t)(int8_t)q;
       } else {
@@ -124,7 +133,7 @@ __global__ void encode_warp_kernel(int kind, int64_t block, int64_t nb, float *s
         const int64_t i = base + lane;
         if (i < hi) {
           uint32_t ab = zinc_codec_abs_bits(
-              zinc_codec_ef_elem(kind, &p, scale, src, sdt, ef_q, old_scale, i, beta, omb));
+              zinc_codec_ef_elem(kind, &p, scale, src, sdt, ef_q, old_scale, i, beta, omb, seed));
           rbits = ab > rbits ? ab : rbits;
         }
       }
@@ -136,7 +145,7 @@ __global__ void encode_warp_kernel(int kind, int64_t block, int64_t nb, float *s
           float q = 0.0f;
           if (!rp.zero)
             q = zinc_codec_quantize(&rp, zinc_codec_ef_elem(kind, &p, scale, src, sdt, ef_q,
-                                                            old_scale, i, beta, omb));
+                                                            old_scale, i, beta, omb, seed));
           ef_q[i] = (uint8_t)(int8_t)(int)q;
         }
       }
@@ -177,7 +186,8 @@ int cast_dtype(int kind) {
 
 extern "C" cudaError_t zinc_cuda_codec_encode(zinc_codec c, void *dst, const void *src,
                                               int src_dtype, int64_t n, void *ef,
-                                              float ef_beta, cudaStream_t stream) {
+                                              float ef_beta, uint64_t seed,
+                                              cudaStream_t stream) {
   if (n < 0 || !codec_ok(c) || !dtype_ok(src_dtype) || (ef && !zinc_codec_is_block(c)) ||
       (ef && !(ef_beta >= 0.0f && ef_beta <= 1.0f)))
     return cudaErrorInvalidValue;
@@ -205,11 +215,11 @@ extern "C" cudaError_t zinc_cuda_codec_encode(zinc_codec c, void *dst, const voi
   if (c.block % 32 == 0)
     encode_warp_kernel<<<grid_for(nb * 32), kThreads, 0, stream>>>(
         c.kind, c.block, nb, (float *)dst, payload, src, src_dtype, n, ef_scales, ef_q,
-        ef_beta, 1.0f - ef_beta);
+        ef_beta, 1.0f - ef_beta, seed);
   else
     encode_kernel<<<grid_for((nb + group - 1) / group), kThreads, 0, stream>>>(
         c.kind, c.block, group, nb, (float *)dst, payload, src, src_dtype, n, ef_scales, ef_q,
-        ef_beta, 1.0f - ef_beta);
+        ef_beta, 1.0f - ef_beta, seed);
   err = cudaGetLastError();
   size_t used = (size_t)(off + zinc_codec_payload_bytes(c.kind, n));
   if (err == cudaSuccess && total > used)

@@ -6,7 +6,7 @@
  * reader knows the codec and n):
  *
  *   cast codecs  F32 / BF16 / F16:  n elements of that type, nothing else.
- *   block codecs INT8 / INT4 / SIGN1, nb = ceil(n / block) blocks:
+ *   block codecs INT8 / INT4 / SIGN1 / TERN2, nb = ceil(n / block) blocks:
  *       float scale[nb];                      one fp32 per block
  *       payload:  INT8   n int8 values q in [-127, 127]
  *                 INT4   ceil(n/2) bytes, element 2i in the low nibble of
@@ -14,6 +14,9 @@
  *                        q in [-7, 7]
  *                 SIGN1  ceil(n/8) bytes, element 8i+j in bit j of byte i,
  *                        1 = negative
+ *                 TERN2  ceil(n/4) bytes, element 4i+j in bits 2j, 2j+1
+ *                        of byte i, a two's complement 2-bit q:
+ *                        00 = 0, 01 = +1, 11 = -1 (10 is never written)
  *   zinc_codec_bytes() rounds the total up to a multiple of 16 bytes so
  *   that consecutive slices stay aligned; the padding is zero.
  *
@@ -32,6 +35,16 @@
  * element k of the block into lane k % 8, the lanes combined in the fixed
  * order of kernels/codec_math.h), decoded value = ±scale by the sign bit
  * (-0.0 counts as negative).
+ * TERN2 (TernGrad, Wen et al. 2017), stochastic and unbiased: scale s =
+ * max |x| over the block (TernGrad's scaler taken per block instead of
+ * the paper's per layer, and without its gradient clipping at c sigma);
+ * element i becomes q = sign(x) * b, b = 1 with probability |x| / s, so
+ * E[q s] = x (up to 2^-24 s, the resolution of the draw). The draw is a
+ * counter-based hash of (seed, i), i the element's index in the slice,
+ * so the bytes are a pure function of (src, n, block, seed): the same on
+ * every run, thread split and backend (codec_math.h spells it out).
+ * Decoded value = q * s. Its error is bounded only by s per element.
+ * The encoder's `seed` argument feeds it; the other codecs ignore it.
  *
  * Error feedback (LoCo-style, zeropp_loco_param): `ef` is the residual
  * of the previous encoding of the same slice, itself stored as an INT8
@@ -74,6 +87,7 @@ typedef enum {
   ZINC_CODEC_INT8,
   ZINC_CODEC_INT4,
   ZINC_CODEC_SIGN1,
+  ZINC_CODEC_TERN2, /* TernGrad: stochastic ternary, "terngrad" */
   ZINC_CODEC_NKINDS
 } zinc_codec_kind;
 
@@ -86,15 +100,17 @@ typedef struct {
 size_t zinc_codec_bytes(zinc_codec c, int64_t n);
 /* Bits per element on the wire for large n (scales included). */
 double zinc_codec_bits(zinc_codec c);
-/* "none" "fp32" "bf16" "fp16" "int8" "int4" "sign1" */
+/* "none" "fp32" "bf16" "fp16" "int8" "int4" "sign1" "terngrad" */
 const char *zinc_codec_name(zinc_codec c);
-/* 1 for INT8, INT4, SIGN1. */
+/* 1 for INT8, INT4, SIGN1, TERN2. */
 int zinc_codec_is_block(zinc_codec c);
 /* The worst-case absolute error of one decoded element of a block whose
  * largest magnitude is m (INT8/INT4: m / (2 qmax) plus the fp32 roundings
  * of the quantizer and the scale, m 2^-21 + (qmax + 1) 2^-149; casts: half
  * an ulp of m plus half the smallest subnormal step, INFINITY for fp16 at
- * m >= 65520; SIGN1: no bound, returns INFINITY). */
+ * m >= 65520; SIGN1: no bound, returns INFINITY; TERN2: no deterministic
+ * bound below m itself, |decoded - x| <= m, returns m: TernGrad is
+ * unbiased instead, E[decoded] = x). */
 double zinc_codec_error_bound(zinc_codec c, double m);
 
 /* The argument checks every backend's encode (encoding 1) and decode run

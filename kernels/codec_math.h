@@ -31,6 +31,19 @@
  *     scale = sum / (float)len          (len: the block's element count)
  *   bit = the sign bit of x (so -0.0 is "negative"); decoded value is
  *   -scale when the bit is set, else scale.
+ * TERN2 (TernGrad): mbits and the quantizer as INT8's with qmax = 1, so
+ *   scale s = m (NaN for a non-finite block, 0 for m == 0, every q = 0);
+ *   otherwise, per element i (its index in the slice) of value x:
+ *     prob = |x * pre| / (m * pre)            (one correctly rounded
+ *                                              division, in [0, 1])
+ *     h    = splitmix64's output for state seed + (i + 1) * 0x9e3779b97f4a7c15
+ *            (z ^= z >> 30; z *= 0xbf58476d1ce4e5b9; z ^= z >> 27;
+ *             z *= 0x94d049bb133111eb; z ^= z >> 31; all mod 2^64)
+ *     u    = (float)(h >> 40) * 2^-24         (exact: 24 bits, in [0, 1))
+ *     q    = u < prob ? sign(x) : 0           (x = +-0 gives 0)
+ *   so P(q != 0) = ceil(prob 2^24) / 2^24: unbiased up to 2^-24 s, and
+ *   the block's largest element always keeps its +-s.
+ *   decoded value = (float)q * s.
  *
  * Error feedback (codec.h), per element of a block with residual d read
  * from the INT8 ef block (d = (float)q_ef * scale_ef):
@@ -59,7 +72,8 @@ extern "C" {
 #define ZINC_CODEC_TINY 0x1p-64f              /* below it, the 2^64 pre-scale */
 #define ZINC_CODEC_PRESCALE 0x1p64f
 
-/* The quantizer's integer limit: 127 (INT8), 7 (INT4), 1 otherwise. */
+/* The quantizer's integer limit: 127 (INT8), 7 (INT4), 1 otherwise
+ * (SIGN1, TERN2). */
 static ZINC_HD int zinc_codec_qmax(int kind) {
   return kind == ZINC_CODEC_INT8 ? 127 : kind == ZINC_CODEC_INT4 ? 7 : 1;
 }
@@ -111,6 +125,26 @@ static ZINC_HD float zinc_codec_quantize(const zinc_codec_quant *p, float x) {
 
 static ZINC_HD float zinc_codec_dequantize(int q, float scale) { return (float)q * scale; }
 
+/* TERN2's draw for element i: splitmix64 at counter i + 1 from seed. */
+static ZINC_HD uint64_t zinc_codec_tern_hash(uint64_t seed, int64_t i) {
+  uint64_t z = seed + (uint64_t)(i + 1) * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* TERN2's q of element i (value x, finite) of a block that is not zero:
+ * -1, 0 or +1 as a float (see the top of the file). */
+static ZINC_HD float zinc_codec_tern_quantize(const zinc_codec_quant *p, float x, uint64_t seed,
+                                              int64_t i) {
+  float prob = fabsf(x * p->pre) / (p->scale * p->pre);
+  float u = (float)(uint32_t)(zinc_codec_tern_hash(seed, i) >> 40) * 0x1p-24f;
+  /* without a branch on the draw (a coin flip the predictor cannot learn):
+   * +-1.0f with x's sign, masked to +0.0f when not kept */
+  uint32_t keep = 0u - (uint32_t)(u < prob);
+  return zinc_bits_f32((0x3f800000u | (zinc_f32_bits(x) & 0x80000000u)) & keep);
+}
+
 #define ZINC_CODEC_SIGN1_LANES 8
 
 /* SIGN1's lanes combined in the fixed order (see the top of the file). */
@@ -142,8 +176,9 @@ static ZINC_HD float zinc_codec_ef_residual(float d, float err, float beta, floa
 
 /* ------------------------------------------------------------ payload */
 
-/* The payload of element i of a block codec (its nibble or bit
- * sign-extended): int8 q, int4 q, or 1 for SIGN1's "negative". */
+/* The payload of element i of a block codec (its nibble, bit pair or bit
+ * sign-extended): int8 q, int4 q, TERN2's q, or 1 for SIGN1's
+ * "negative". */
 static ZINC_HD int zinc_codec_payload_get(int kind, const uint8_t *payload, int64_t i) {
   if (kind == ZINC_CODEC_INT8)
     return (int)(int8_t)payload[i];
@@ -151,12 +186,17 @@ static ZINC_HD int zinc_codec_payload_get(int kind, const uint8_t *payload, int6
     int nib = (payload[i >> 1] >> ((i & 1) * 4)) & 0xf;
     return nib >= 8 ? nib - 16 : nib;
   }
+  if (kind == ZINC_CODEC_TERN2) {
+    int two = (payload[i >> 2] >> ((i & 3) * 2)) & 3;
+    return two >= 2 ? two - 4 : two;
+  }
   return (payload[i >> 3] >> (i & 7)) & 1;
 }
 
 /* Store element i's payload. Elements must be stored in increasing order
  * by one writer per payload byte: the first element of a byte (i even for
- * INT4, i % 8 == 0 for SIGN1) writes the whole byte, the others OR in. */
+ * INT4, i % 4 == 0 for TERN2, i % 8 == 0 for SIGN1) writes the whole
+ * byte, the others OR in. */
 static ZINC_HD void zinc_codec_payload_put(int kind, uint8_t *payload, int64_t i, int v) {
   if (kind == ZINC_CODEC_INT8) {
     payload[i] = (uint8_t)(int8_t)v;
@@ -166,6 +206,9 @@ static ZINC_HD void zinc_codec_payload_put(int kind, uint8_t *payload, int64_t i
       payload[i >> 1] = (uint8_t)(payload[i >> 1] | (nib << 4));
     else
       payload[i >> 1] = nib;
+  } else if (kind == ZINC_CODEC_TERN2) {
+    uint8_t two = (uint8_t)((v & 3) << ((i & 3) * 2));
+    payload[i >> 2] = (i & 3) ? (uint8_t)(payload[i >> 2] | two) : two;
   } else {
     uint8_t bit = (uint8_t)((v & 1) << (i & 7));
     payload[i >> 3] = (i & 7) ? (uint8_t)(payload[i >> 3] | bit) : bit;
@@ -177,12 +220,16 @@ static ZINC_HD int64_t zinc_codec_payload_offset(int block, int64_t n) {
   return 4 * ((n + block - 1) / block);
 }
 static ZINC_HD int64_t zinc_codec_payload_bytes(int kind, int64_t n) {
-  return kind == ZINC_CODEC_INT8 ? n : kind == ZINC_CODEC_INT4 ? (n + 1) / 2 : (n + 7) / 8;
+  return kind == ZINC_CODEC_INT8    ? n
+         : kind == ZINC_CODEC_INT4  ? (n + 1) / 2
+         : kind == ZINC_CODEC_TERN2 ? (n + 3) / 4
+                                    : (n + 7) / 8;
 }
 
 /* Blocks per "group": the fewest whole blocks that end on a payload byte
- * boundary (8 / gcd(block, 8)), so that parallel writers of whole groups
- * never share a payload byte. */
+ * boundary of every kind (8 / gcd(block, 8): 8 elements per byte is the
+ * densest, SIGN1), so that parallel writers of whole groups never share a
+ * payload byte. */
 static ZINC_HD int64_t zinc_codec_group_blocks(int block) {
   int g = 8;
   while (g > 1 && ((int64_t)block * (g / 2)) % 8 == 0)
@@ -202,37 +249,51 @@ static ZINC_HD float zinc_codec_x(const void *src, int sdt, float ef_scale, cons
   return x;
 }
 
-/* Quantize element i (value x) of a block with quantizer p (INT8/INT4)
- * or scale (SIGN1) into the payload; returns deQ(Q(x)) as error feedback
- * uses it. */
+/* q of element i (value x) as a float: INT8/INT4 and TERN2 (seed: its
+ * draw) with quantizer p, 0 in a zero block. */
+static ZINC_HD float zinc_codec_q(int kind, const zinc_codec_quant *p, float x, uint64_t seed,
+                                  int64_t i) {
+  if (p->zero)
+    return 0.0f;
+  return kind == ZINC_CODEC_TERN2 ? zinc_codec_tern_quantize(p, x, seed, i)
+                                  : zinc_codec_quantize(p, x);
+}
+
+/* Quantize element i (value x) of a block with quantizer p (INT8/INT4/
+ * TERN2) or scale (SIGN1) into the payload; returns deQ(Q(x)) as error
+ * feedback uses it. */
 static ZINC_HD float zinc_codec_encode_elem(int kind, const zinc_codec_quant *p, float scale,
-                                            uint8_t *payload, int64_t i, float x) {
+                                            uint8_t *payload, int64_t i, float x,
+                                            uint64_t seed) {
   if (kind == ZINC_CODEC_SIGN1) {
     int neg = (int)(zinc_f32_bits(x) >> 31);
     zinc_codec_payload_put(kind, payload, i, neg);
     return zinc_codec_sign1_value(neg, scale);
   }
-  float y = p->zero ? 0.0f : zinc_codec_quantize(p, x);
+  float y = zinc_codec_q(kind, p, x, seed, i);
   zinc_codec_payload_put(kind, payload, i, (int)y);
   return y * scale;
 }
 
-/* deQ(Q(x)) of element value x without writing it (error feedback). */
+/* deQ(Q(x)) of element i, value x, without writing it (error feedback;
+ * TERN2 draws the same b as the encode, from seed and i). */
 static ZINC_HD float zinc_codec_requantize(int kind, const zinc_codec_quant *p, float scale,
-                                           float x) {
+                                           float x, uint64_t seed, int64_t i) {
   if (kind == ZINC_CODEC_SIGN1)
     return zinc_codec_sign1_value((int)(zinc_f32_bits(x) >> 31), scale);
-  float y = p->zero ? 0.0f : zinc_codec_quantize(p, x);
+  float y = zinc_codec_q(kind, p, x, seed, i);
   return y * scale;
 }
 
 /* The new residual r of element i (old residual block scale old_scale). */
 static ZINC_HD float zinc_codec_ef_elem(int kind, const zinc_codec_quant *p, float scale,
                                         const void *src, int sdt, const uint8_t *ef_q,
-                                        float old_scale, int64_t i, float beta, float omb) {
+                                        float old_scale, int64_t i, float beta, float omb,
+                                        uint64_t seed) {
   float d = zinc_codec_dequantize((int)(int8_t)ef_q[i], old_scale);
   float x = zinc_load_as_f32(src, i, sdt) + d;
-  return zinc_codec_ef_residual(d, x - zinc_codec_requantize(kind, p, scale, x), beta, omb);
+  return zinc_codec_ef_residual(d, x - zinc_codec_requantize(kind, p, scale, x, seed, i), beta,
+                                omb);
 }
 
 /* The block's statistics, elements [i, hi) (of a block starting at lo)
@@ -252,18 +313,19 @@ static ZINC_HD void zinc_codec_stats_tail(int kind, const void *src, int sdt, fl
 static ZINC_HD void zinc_codec_payload_tail(int kind, const zinc_codec_quant *p, float scale,
                                             uint8_t *payload, const void *src, int sdt,
                                             float ef_scale, const uint8_t *ef_q, int64_t i,
-                                            int64_t hi) {
+                                            int64_t hi, uint64_t seed) {
   for (; i < hi; i++)
-    zinc_codec_encode_elem(kind, p, scale, payload, i, zinc_codec_x(src, sdt, ef_scale, ef_q, i));
+    zinc_codec_encode_elem(kind, p, scale, payload, i, zinc_codec_x(src, sdt, ef_scale, ef_q, i),
+                           seed);
 }
 
 static ZINC_HD void zinc_codec_ef_max_tail(int kind, const zinc_codec_quant *p, float scale,
                                            const void *src, int sdt, const uint8_t *ef_q,
                                            float old_scale, float beta, float omb, int64_t i,
-                                           int64_t hi, uint32_t *rbits) {
+                                           int64_t hi, uint32_t *rbits, uint64_t seed) {
   for (; i < hi; i++) {
     uint32_t a = zinc_codec_abs_bits(
-        zinc_codec_ef_elem(kind, p, scale, src, sdt, ef_q, old_scale, i, beta, omb));
+        zinc_codec_ef_elem(kind, p, scale, src, sdt, ef_q, old_scale, i, beta, omb, seed));
     *rbits = a > *rbits ? a : *rbits;
   }
 }
@@ -271,12 +333,13 @@ static ZINC_HD void zinc_codec_ef_max_tail(int kind, const zinc_codec_quant *p, 
 static ZINC_HD void zinc_codec_ef_store_tail(int kind, const zinc_codec_quant *p, float scale,
                                              const zinc_codec_quant *rp, const void *src,
                                              int sdt, uint8_t *ef_q, float old_scale,
-                                             float beta, float omb, int64_t i, int64_t hi) {
+                                             float beta, float omb, int64_t i, int64_t hi,
+                                             uint64_t seed) {
   for (; i < hi; i++) {
     float q = 0.0f;
     if (!rp->zero)
       q = zinc_codec_quantize(
-          rp, zinc_codec_ef_elem(kind, p, scale, src, sdt, ef_q, old_scale, i, beta, omb));
+          rp, zinc_codec_ef_elem(kind, p, scale, src, sdt, ef_q, old_scale, i, beta, omb, seed));
     ef_q[i] = (uint8_t)(int8_t)(int)q;
   }
 }
@@ -303,11 +366,13 @@ static ZINC_HD zinc_codec_quant zinc_codec_ef_quant(uint32_t mbits, uint32_t rbi
  * NULL) the residual block b is read and rewritten. The reference every
  * backend reproduces: passes over the block (statistics, payload, and with
  * ef the max of the new residual, then the residual), each element
- * recomputed from src and the old residual in the same operations. */
+ * recomputed from src and the old residual in the same operations.
+ * seed: TERN2's draws (ignored by the other kinds). */
 static ZINC_HD void zinc_codec_encode_block(int kind, int64_t block, float *scales,
                                             uint8_t *payload, const void *src, int sdt,
                                             int64_t n, int64_t b, float *ef_scales,
-                                            uint8_t *ef_q, float beta, float omb) {
+                                            uint8_t *ef_q, float beta, float omb,
+                                            uint64_t seed) {
   const int64_t lo = b * block, hi = n - lo < block ? n : lo + block;
   uint32_t mbits = 0;
   float lanes[ZINC_CODEC_SIGN1_LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -315,14 +380,16 @@ static ZINC_HD void zinc_codec_encode_block(int kind, int64_t block, float *scal
   zinc_codec_stats_tail(kind, src, sdt, old_scale, ef_q, lo, lo, hi, &mbits, lanes);
   zinc_codec_quant p;
   float scale = zinc_codec_block_scale(kind, mbits, lanes, hi - lo, &p);
-  zinc_codec_payload_tail(kind, &p, scale, payload, src, sdt, old_scale, ef_q, lo, hi);
+  zinc_codec_payload_tail(kind, &p, scale, payload, src, sdt, old_scale, ef_q, lo, hi, seed);
   scales[b] = scale;
   if (!ef_q)
     return;
   uint32_t rbits = 0;
-  zinc_codec_ef_max_tail(kind, &p, scale, src, sdt, ef_q, old_scale, beta, omb, lo, hi, &rbits);
+  zinc_codec_ef_max_tail(kind, &p, scale, src, sdt, ef_q, old_scale, beta, omb, lo, hi, &rbits,
+                         seed);
   zinc_codec_quant rp = zinc_codec_ef_quant(mbits, rbits);
-  zinc_codec_ef_store_tail(kind, &p, scale, &rp, src, sdt, ef_q, old_scale, beta, omb, lo, hi);
+  zinc_codec_ef_store_tail(kind, &p, scale, &rp, src, sdt, ef_q, old_scale, beta, omb, lo, hi,
+                           seed);
   ef_scales[b] = rp.scale;
 }
 

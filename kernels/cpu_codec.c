@@ -41,6 +41,7 @@ typedef struct {
   float *ef_scales;
   uint8_t *ef_q;
   float beta, omb;
+  uint64_t seed;
   /* decode */
   void *dst;
   int ddt, accumulate;
@@ -53,7 +54,7 @@ static void encode_part(void *ctx, int64_t begin, int64_t end, int tid) {
   const codec_job *j = ctx;
   int64_t b0 = begin * j->group, b1 = end * j->group < j->nb ? end * j->group : j->nb;
   j->ops->codec_encode(j->kind, j->block, j->scales, j->payload, j->src, j->sdt, j->n, b0, b1,
-                       j->ef_scales, j->ef_q, j->beta, j->omb);
+                       j->ef_scales, j->ef_q, j->beta, j->omb, j->seed);
 }
 
 /* Units [begin, end) of 8 elements. */
@@ -66,7 +67,7 @@ static void decode_part(void *ctx, int64_t begin, int64_t end, int tid) {
 
 zinc_status zinc_cpu_codec_encode(zinc_threadpool *pool, zinc_cpu_isa isa, zinc_codec c,
                                   void *dst, const void *src, int src_dtype, int64_t n,
-                                  void *ef, float ef_beta) {
+                                  void *ef, float ef_beta, uint64_t seed) {
   ZINC_CHECK(zinc_codec_check("cpu codec encode", 1, c, dst, src, src_dtype, n, ef, ef_beta, 0));
   const zinc_cpu_isa_ops *ops;
   ZINC_CHECK(zinc_cpu_isa_table(isa, "codec encode", &ops));
@@ -83,7 +84,7 @@ zinc_status zinc_cpu_codec_encode(zinc_threadpool *pool, zinc_cpu_isa isa, zinc_
   codec_job j = {.ops = ops, .kind = c.kind, .block = c.block, .n = n,
                  .group = zinc_codec_group_blocks(c.block), .scales = dst,
                  .payload = (uint8_t *)dst + off, .src = src, .sdt = src_dtype,
-                 .beta = ef_beta, .omb = 1.0f - ef_beta};
+                 .beta = ef_beta, .omb = 1.0f - ef_beta, .seed = seed};
   j.nb = off / 4;
   if (ef) {
     j.ef_scales = ef;

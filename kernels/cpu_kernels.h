@@ -19,6 +19,11 @@
  *  - casts: zinc_load_as_f32 then zinc_store_from_f32 (a cast to the same
  *    dtype copies the bits);
  *  - codecs: kernels/codec_math.h's per-block passes and operation order.
+ *    TERN2 (TernGrad) encodes with the scalar block loop on every path:
+ *    its draw is a 64-bit hash per element (AVX2 has no 64-bit multiply),
+ *    so the AVX2 / AVX-512 tables call codec_math.h's reference for it
+ *    (about 1 GB/s on one core, docs/benchmarks.md); its decode is
+ *    vectorised like the other block codecs'.
  * NaN inputs give NaN outputs on every path (payloads follow the scalar
  * conversions; after arithmetic only NaN-ness is promised).
  *
@@ -105,7 +110,9 @@ zinc_status zinc_cpu_cast(zinc_threadpool *pool, zinc_cpu_isa isa, void *dst,
  * to src (n elements of src_dtype). ef: NULL, or the slice's INT8 residual
  * (zinc_codec_bytes({INT8, c.block}, n) bytes, zero-filled = no residual),
  * read and rewritten with ef_beta in [0, 1]; error feedback needs a block
- * codec. decode: dst (n elements of dst_dtype) = decoded src; with
+ * codec. seed: the draws of a stochastic codec (TERN2), ignored by the
+ * others; the bytes are a pure function of (c, src, n, ef, ef_beta, seed).
+ * decode: dst (n elements of dst_dtype) = decoded src; with
  * accumulate, dst must be f32 and the values are added (dst += v, one fp32
  * add per element). A cast codec decodes to another dtype through f32.
  * A cast codec's block is ignored. dst must not overlap src or ef.
@@ -113,7 +120,7 @@ zinc_status zinc_cpu_cast(zinc_threadpool *pool, zinc_cpu_isa isa, void *dst,
  * beta) return ZINC_ERR_INVALID naming them, with nothing written. */
 zinc_status zinc_cpu_codec_encode(zinc_threadpool *pool, zinc_cpu_isa isa, zinc_codec c,
                                   void *dst, const void *src, int src_dtype, int64_t n,
-                                  void *ef, float ef_beta);
+                                  void *ef, float ef_beta, uint64_t seed);
 zinc_status zinc_cpu_codec_decode(zinc_threadpool *pool, zinc_cpu_isa isa, zinc_codec c,
                                   void *dst, int dst_dtype, const void *src, int64_t n,
                                   int accumulate);

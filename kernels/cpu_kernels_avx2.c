@@ -158,6 +158,16 @@ AVX2_INLINE vf load_i4(const uint8_t *p) {
   return _mm256_cvtepi32_ps(q);
 }
 
+/* 8 TERN2 2-bit fields (2 bytes) sign-extended, as floats. */
+AVX2_INLINE vf load_i2(const uint8_t *p) {
+  uint16_t w;
+  memcpy(&w, p, 2);
+  __m256i q = _mm256_srlv_epi32(_mm256_set1_epi32((int)w),
+                                _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+  q = _mm256_srai_epi32(_mm256_slli_epi32(q, 30), 30);
+  return _mm256_cvtepi32_ps(q);
+}
+
 AVX2_INLINE void store_sign(uint8_t *p, vf x) { *p = (uint8_t)_mm256_movemask_ps(x); }
 
 AVX2_INLINE vf load_sign(const uint8_t *p, vf s) {

@@ -165,6 +165,17 @@ AVX512_INLINE vf load_i4(const uint8_t *p) {
   return _mm512_cvtepi32_ps(q);
 }
 
+/* 16 TERN2 2-bit fields (4 bytes) sign-extended, as floats. */
+AVX512_INLINE vf load_i2(const uint8_t *p) {
+  uint32_t w;
+  memcpy(&w, p, 4);
+  __m512i q = _mm512_srlv_epi32(_mm512_set1_epi32((int)w),
+                                _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22,
+                                                  24, 26, 28, 30));
+  q = _mm512_srai_epi32(_mm512_slli_epi32(q, 30), 30);
+  return _mm512_cvtepi32_ps(q);
+}
+
 AVX512_INLINE void store_sign(uint8_t *p, vf x) {
   uint16_t m = (uint16_t)_mm512_cmplt_epi32_mask(_mm512_castps_si512(x), _mm512_setzero_si512());
   memcpy(p, &m, 2);

@@ -46,10 +46,10 @@ typedef struct {
    * elements: scales, payload and (ef_q not NULL) the INT8 residual's
    * ef_scales and ef_q, indexed from the slice's start; b0 starts a group
    * (zinc_codec_group_blocks) so that no payload byte is shared with
-   * another caller. omb = 1 - beta. */
+   * another caller. omb = 1 - beta; seed: TERN2's draws. */
   void (*codec_encode)(int kind, int64_t block, float *scales, uint8_t *payload,
                        const void *src, int sdt, int64_t n, int64_t b0, int64_t b1,
-                       float *ef_scales, uint8_t *ef_q, float beta, float omb);
+                       float *ef_scales, uint8_t *ef_q, float beta, float omb, uint64_t seed);
   /* Block codec decode of elements [lo, hi) (indices from the slice's
    * start): dst (ddt) = value, or dst (f32) += value when accumulate. */
   void (*codec_decode)(int kind, int64_t block, void *dst, int ddt, const float *scales,

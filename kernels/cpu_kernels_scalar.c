@@ -52,22 +52,24 @@ static void scalar_convert(void *dst, int ddt, const void *src, int sdt, int64_t
  * fold away; the arithmetic is zinc_codec_encode_block's as written. */
 static void scalar_codec_encode(int kind, int64_t block, float *scales, uint8_t *payload,
                                 const void *src, int sdt, int64_t n, int64_t b0, int64_t b1,
-                                float *ef_scales, uint8_t *ef_q, float beta, float omb) {
+                                float *ef_scales, uint8_t *ef_q, float beta, float omb,
+                                uint64_t seed) {
 #define ENCODE_CASE(K, S)                                                                   \
   case (K) * 3 + (S):                                                                       \
     for (int64_t b = b0; b < b1; b++)                                                       \
       zinc_codec_encode_block((K), block, scales, payload, src, (S), n, b, ef_scales, ef_q,  \
-                              beta, omb);                                                   \
+                              beta, omb, seed);                                             \
     return;
 #define ENCODE_KIND(K) ENCODE_CASE(K, ZINC_F32) ENCODE_CASE(K, ZINC_BF16) ENCODE_CASE(K, ZINC_F16)
   switch (kind * 3 + sdt) {
     ENCODE_KIND(ZINC_CODEC_INT8)
     ENCODE_KIND(ZINC_CODEC_INT4)
     ENCODE_KIND(ZINC_CODEC_SIGN1)
+    ENCODE_KIND(ZINC_CODEC_TERN2)
   default:
     for (int64_t b = b0; b < b1; b++)
       zinc_codec_encode_block(kind, block, scales, payload, src, sdt, n, b, ef_scales, ef_q,
-                              beta, omb);
+                              beta, omb, seed);
   }
 #undef ENCODE_KIND
 #undef ENCODE_CASE
@@ -87,6 +89,7 @@ static void scalar_codec_decode(int kind, int64_t block, void *dst, int ddt,
     DECODE_KIND(ZINC_CODEC_INT8)
     DECODE_KIND(ZINC_CODEC_INT4)
     DECODE_KIND(ZINC_CODEC_SIGN1)
+    DECODE_KIND(ZINC_CODEC_TERN2)
   default:
     zinc_cpu_codec_decode_tail(kind, block, dst, ddt, scales, payload, accumulate, lo, hi);
   }

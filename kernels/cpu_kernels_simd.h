@@ -445,7 +445,9 @@ static SIMD_FN void simd_convert(void *dst, int ddt, const void *src, int sdt, i
  *   sum8_add(__m256 *acc, vf ax)
  *   vf_from_i8(p)  SIMD_W int8 -> floats;   store_i8(p, y) the reverse
  *   store_i4(p, y) SIMD_W / 2 bytes;  load_i4(p) SIMD_W nibbles as floats
- *   store_sign(p, x) SIMD_W / 8 bytes of sign bits;  load_sign(p, s) +-s */
+ *   store_sign(p, x) SIMD_W / 8 bytes of sign bits;  load_sign(p, s) +-s
+ *   load_i2(p) SIMD_W TERN2 2-bit fields as floats (decode only: TERN2's
+ *   encode is the scalar reference, its draw a 64-bit hash per element) */
 
 SIMD_INLINE vf simd_codec_x(const void *src, int sdt, const uint8_t *ef_q, vf efs, int64_t i,
                             int has_ef) {
@@ -463,7 +465,8 @@ SIMD_INLINE vf simd_codec_quantize(vf x, vf pre, vf inv, vf qmax, vf nqmax) {
 
 SIMD_INLINE void simd_codec_block(int kind, int has_ef, int sdt, int64_t block, float *scales,
                                   uint8_t *payload, const void *src, int64_t n, int64_t b,
-                                  float *ef_scales, uint8_t *ef_q, float beta, float omb) {
+                                  float *ef_scales, uint8_t *ef_q, float beta, float omb,
+                                  uint64_t seed) {
   const int64_t lo = b * block, hi = n - lo < block ? n : lo + block;
   const float old_scale = has_ef ? ef_scales[b] : 0.0f;
   const uint8_t *ef_p = has_ef ? ef_q : NULL;
@@ -489,7 +492,7 @@ SIMD_INLINE void simd_codec_block(int kind, int has_ef, int sdt, int64_t block, 
   const vf nqmax = vf_set1(-p.qmax), vscale = vf_set1(scale), zero = vf_set1(0.0f);
   int64_t head = (lo + 7) & ~(int64_t)7;
   head = head < hi ? head : hi;
-  zinc_codec_payload_tail(kind, &p, scale, payload, src, sdt, old_scale, ef_p, lo, head);
+  zinc_codec_payload_tail(kind, &p, scale, payload, src, sdt, old_scale, ef_p, lo, head, seed);
   for (i = head; i + SIMD_W <= hi; i += SIMD_W) {
     vf x = simd_codec_x(src, sdt, ef_q, efs, i, has_ef);
     if (kind == ZINC_CODEC_SIGN1) {
@@ -502,7 +505,7 @@ SIMD_INLINE void simd_codec_block(int kind, int has_ef, int sdt, int64_t block, 
     else
       store_i4(payload + i / 2, y);
   }
-  zinc_codec_payload_tail(kind, &p, scale, payload, src, sdt, old_scale, ef_p, i, hi);
+  zinc_codec_payload_tail(kind, &p, scale, payload, src, sdt, old_scale, ef_p, i, hi, seed);
   scales[b] = scale;
   if (!has_ef)
     return;
@@ -524,7 +527,8 @@ SIMD_INLINE void simd_codec_block(int kind, int has_ef, int sdt, int64_t block, 
     mx = vi_absmax(mx, r);
   }
   uint32_t rbits = vi_hmax(mx);
-  zinc_codec_ef_max_tail(kind, &p, scale, src, sdt, ef_q, old_scale, beta, omb, i, hi, &rbits);
+  zinc_codec_ef_max_tail(kind, &p, scale, src, sdt, ef_q, old_scale, beta, omb, i, hi, &rbits,
+                         seed);
   const zinc_codec_quant rp = zinc_codec_ef_quant(mbits, rbits);
   const vf rpre = vf_set1(rp.pre), rinv = vf_set1(rp.inv), rq = vf_set1(rp.qmax);
   const vf nrq = vf_set1(-rp.qmax);
@@ -534,20 +538,21 @@ SIMD_INLINE void simd_codec_block(int kind, int has_ef, int sdt, int64_t block, 
     store_i8(ef_q + i, rp.zero ? zero : simd_codec_quantize(r, rpre, rinv, rq, nrq));
   }
 #undef SIMD_EF_R
-  zinc_codec_ef_store_tail(kind, &p, scale, &rp, src, sdt, ef_q, old_scale, beta, omb, i, hi);
+  zinc_codec_ef_store_tail(kind, &p, scale, &rp, src, sdt, ef_q, old_scale, beta, omb, i, hi,
+                           seed);
   ef_scales[b] = rp.scale;
 }
 
 static SIMD_FN void simd_codec_encode(int kind, int64_t block, float *scales, uint8_t *payload,
                                       const void *src, int sdt, int64_t n, int64_t b0,
                                       int64_t b1, float *ef_scales, uint8_t *ef_q, float beta,
-                                      float omb) {
+                                      float omb, uint64_t seed) {
   const int has_ef = ef_q != NULL;
 #define ENCODE_CASE(K, S, E)                                                                \
   case ((K) * 3 + (S)) * 2 + (E):                                                           \
     for (int64_t b = b0; b < b1; b++)                                                       \
       simd_codec_block((K), (E), (S), block, scales, payload, src, n, b, ef_scales, ef_q,    \
-                       beta, omb);                                                          \
+                       beta, omb, seed);                                                    \
     return;
 #define ENCODE_CASES(K, S) ENCODE_CASE(K, S, 0) ENCODE_CASE(K, S, 1)
 #define ENCODE_KIND(K) ENCODE_CASES(K, ZINC_F32) ENCODE_CASES(K, ZINC_BF16) ENCODE_CASES(K, ZINC_F16)
@@ -555,10 +560,16 @@ static SIMD_FN void simd_codec_encode(int kind, int64_t block, float *scales, ui
     ENCODE_KIND(ZINC_CODEC_INT8)
     ENCODE_KIND(ZINC_CODEC_INT4)
     ENCODE_KIND(ZINC_CODEC_SIGN1)
-  default:
-    for (int64_t b = b0; b < b1; b++)
-      zinc_codec_encode_block(kind, block, scales, payload, src, sdt, n, b, ef_scales, ef_q,
-                              beta, omb);
+  default: /* TERN2: the reference, element by element (its hash is scalar),
+            * specialised on the kind */
+    if (kind == ZINC_CODEC_TERN2)
+      for (int64_t b = b0; b < b1; b++)
+        zinc_codec_encode_block(ZINC_CODEC_TERN2, block, scales, payload, src, sdt, n, b,
+                                ef_scales, ef_q, beta, omb, seed);
+    else
+      for (int64_t b = b0; b < b1; b++)
+        zinc_codec_encode_block(kind, block, scales, payload, src, sdt, n, b, ef_scales, ef_q,
+                                beta, omb, seed);
   }
 #undef ENCODE_KIND
 #undef ENCODE_CASES
@@ -584,6 +595,8 @@ SIMD_INLINE void simd_codec_decode_span(int kind, int ddt, int64_t block, void *
         v = vf_mul(vf_from_i8(payload + i), vs);
       else if (kind == ZINC_CODEC_INT4)
         v = vf_mul(load_i4(payload + i / 2), vs);
+      else if (kind == ZINC_CODEC_TERN2)
+        v = vf_mul(load_i2(payload + i / 4), vs);
       else
         v = load_sign(payload + i / 8, vs);
       if (acc)
@@ -611,6 +624,7 @@ static SIMD_FN void simd_codec_decode(int kind, int64_t block, void *dst, int dd
     DECODE_KIND(ZINC_CODEC_INT8)
     DECODE_KIND(ZINC_CODEC_INT4)
     DECODE_KIND(ZINC_CODEC_SIGN1)
+    DECODE_KIND(ZINC_CODEC_TERN2)
   default:
     zinc_cpu_codec_decode_tail(kind, block, dst, accumulate ? ZINC_F32 : ddt, scales, payload,
                                accumulate, lo, hi);

@@ -143,11 +143,12 @@ cudaError_t zinc_cuda_sumsq(const zinc_sumsq_chunk *chunks, int n, void *workspa
  * for bit. encode: dst (zinc_codec_bytes(c, n) bytes, padding zeroed) =
  * c(src (n, src_dtype)); ef NULL or the slice's INT8 residual
  * (zinc_codec_bytes({INT8, c.block}, n) bytes), read and rewritten with
- * ef_beta. decode: dst (n, dst_dtype) = decoded src, or dst (f32) += it
+ * ef_beta; seed: TERN2's draws. decode: dst (n, dst_dtype) = decoded src, or dst (f32) += it
  * when accumulate. cudaErrorInvalidValue for what zinc_codec_check
  * refuses (the device checks first and names it). */
 cudaError_t zinc_cuda_codec_encode(zinc_codec c, void *dst, const void *src, int src_dtype,
-                                   int64_t n, void *ef, float ef_beta, cudaStream_t stream);
+                                   int64_t n, void *ef, float ef_beta, uint64_t seed,
+                                   cudaStream_t stream);
 cudaError_t zinc_cuda_codec_decode(zinc_codec c, void *dst, int dst_dtype, const void *src,
                                    int64_t n, int accumulate, cudaStream_t stream);
 

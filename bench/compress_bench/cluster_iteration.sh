@@ -11,7 +11,9 @@
 #       BUILD: the build directory (build/cpu); RATES: tc rates in Mbit/s
 #       (default 1000 2500 10000; the unshaped veth link of the 2-core VM
 #       carries about 6 Gbit/s, so 10000 means "as fast as it goes")
-# Environment: PARAMS (16777216), MODULES (16), STEPS (3), DTYPE (f32).
+# Environment: PARAMS (16777216), MODULES (16), STEPS (3), DTYPE (f32),
+# CODEC (int4: qgZ int4 with LoCo; terngrad: TernGrad gradients, no error
+# feedback; step_bench --compress-codec), both with int8 weights.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$here/build/cpu}
@@ -31,8 +33,8 @@ for r in "${rates[@]}"; do
   echo "== link ${r} Mbit/s"
   "$cluster" run --name $name -- -n 2 --mca mpi_yield_when_idle 1 "$bench" \
       --params "${PARAMS:-16777216}" --modules "${MODULES:-16}" --steps "${STEPS:-3}" \
-      --dtype "${DTYPE:-f32}" --compress | tee /dev/stderr | \
-    awk -v r="$r" '/^exact / { e = $2 } /^qgZ int4/ { c = $6 } END { print r, e, c }' >> "$out"
+      --dtype "${DTYPE:-f32}" --compress --compress-codec "${CODEC:-int4}" | tee /dev/stderr | \
+    awk -v r="$r" '/^exact / { e = $2 } /^qgZ (int4|terngrad) / { c = $6 } END { print r, e, c }' >> "$out"
 done 2>&1
 "$cluster" down --name $name > /dev/null 2>&1 || true
 echo

@@ -6,7 +6,8 @@
  * Input: n fp32 gradients (16 M by default), Gaussian with a per-row scale
  * (rows of 4096, the scale log-normal over three decades, as layers'
  * gradients differ), seeded. For each codec (bf16, fp16, int8, int4,
- * sign1; block 256 for the block codecs), printed:
+ * sign1, terngrad; block 256 for the block codecs; terngrad at one fixed
+ * seed), printed:
  *   bits/el, ratio     bits per element on the wire (scales included) and
  *                      32 / that;
  *   enc, dec+add GB/s  encode and decode-accumulate (into fp32), in input
@@ -15,7 +16,8 @@
  *                      SIMD path of this CPU, measured in the same run;
  *   err/bound          max over elements of |decoded - x| divided by
  *                      zinc_codec_error_bound of the element's block max
- *                      (<= 1 is what the bound promises; sign1 has none);
+ *                      (<= 1 is what the bound promises; sign1 has none;
+ *                      terngrad's is the block max itself);
  *   rel L2             ||decoded - x|| / ||x||;
  *   (after the table)  encode with error feedback (beta 0.8) for the block
  *                      codecs, every path, one thread and the pool;
@@ -95,7 +97,7 @@ static double time_encode(const run *r, int reps) {
   double best = 1e30;
   for (int k = 0; k < reps; k++) {
     double t0 = zinc_now();
-    check(zinc_cpu_codec_encode(r->pool, r->isa, r->c, r->enc, r->x, ZINC_F32, r->n, NULL, 0));
+    check(zinc_cpu_codec_encode(r->pool, r->isa, r->c, r->enc, r->x, ZINC_F32, r->n, NULL, 0, 0));
     double t = zinc_now() - t0;
     best = t < best ? t : best;
   }
@@ -185,19 +187,20 @@ int main(int argc, char **argv) {
   printf("compress_bench: %lld M fp32 gradients (Gaussian, per-row scale), block %d, best of "
          "%d; GB/s of input fp32 bytes; pool = %d threads; SIMD path %s\n",
          (long long)mega, block, reps, all, zinc_cpu_isa_name(best));
-  printf("%-6s %7s %6s | %-6s %9s %9s %9s %9s | %9s %9s | %9s %9s\n", "", "", "", "",
+  printf("%-8s %7s %6s | %-6s %9s %9s %9s %9s | %9s %9s | %9s %9s\n", "", "", "", "",
          "encode", "dec+add", "encode", "dec+add", "max err", "", "xover", "xover");
-  printf("%-6s %7s %6s | %-6s %9s %9s %9s %9s | %9s %9s | %9s %9s\n", "codec", "bits/el",
+  printf("%-8s %7s %6s | %-6s %9s %9s %9s %9s | %9s %9s | %9s %9s\n", "codec", "bits/el",
          "ratio", "path", "1 thread", "1 thread", "pool", "pool", "/ bound", "rel L2",
          "1 thread", "pool");
   static const int kinds[] = {ZINC_CODEC_BF16, ZINC_CODEC_F16, ZINC_CODEC_INT8, ZINC_CODEC_INT4,
-                              ZINC_CODEC_SIGN1};
+                              ZINC_CODEC_SIGN1, ZINC_CODEC_TERN2};
+  const int nkinds = (int)(sizeof kinds / sizeof kinds[0]);
   const double gb = (double)n * 4 * 1e-9;
-  for (int k = 0; k < 5; k++) {
+  for (int k = 0; k < nkinds; k++) {
     zinc_codec c = {kinds[k], zinc_codec_is_block((zinc_codec){kinds[k], 0}) ? block : 0};
     double bits = zinc_codec_bits(c);
     double ratio_err = 0, rel_l2 = 0;
-    check(zinc_cpu_codec_encode(pool, best, c, enc, x, ZINC_F32, n, NULL, 0));
+    check(zinc_cpu_codec_encode(pool, best, c, enc, x, ZINC_F32, n, NULL, 0, 0));
     check(zinc_cpu_codec_decode(pool, best, c, dec, ZINC_F32, enc, n, 0));
     accuracy(c, x, dec, n, &ratio_err, &rel_l2);
     for (int p = 0; p <= (int)best; p++) { /* scalar, avx2, avx512 up to the best */
@@ -210,9 +213,9 @@ int main(int argc, char **argv) {
       double x1 = (32.0 - bits) * (double)n / (e1 + d1) * 1e-9;
       double xp = (32.0 - bits) * (double)n / (ep + dp) * 1e-9;
       if (p == 0)
-        printf("%-6s %7.3f %6.2f | ", zinc_codec_name(c), bits, 32.0 / bits);
+        printf("%-8s %7.3f %6.2f | ", zinc_codec_name(c), bits, 32.0 / bits);
       else
-        printf("%-6s %7s %6s | ", "", "", "");
+        printf("%-8s %7s %6s | ", "", "", "");
       printf("%-6s %9.2f %9.2f %9.2f %9.2f | ", zinc_cpu_isa_name(path), gb / e1, gb / d1,
              gb / ep, gb / dp);
       if (p == 0)
@@ -229,20 +232,20 @@ int main(int argc, char **argv) {
    * encoded, the new residual computed and written as INT8 (five passes
    * over each block instead of two). */
   printf("\nencode with error feedback (beta 0.8), GB/s of input fp32, 1 thread / pool:\n");
-  for (int k = 2; k < 5; k++) {
+  for (int k = 2; k < nkinds; k++) {
     zinc_codec c = {kinds[k], block};
     size_t ebytes = zinc_codec_bytes((zinc_codec){ZINC_CODEC_INT8, block}, n);
     void *ef;
     check(dev->ops->alloc(dev, ebytes, ZINC_LOC_DEVICE, ZINC_MEM_OTHER, &ef));
     memset(ef, 0, ebytes);
-    printf("  %-6s", zinc_codec_name(c));
+    printf("  %-8s", zinc_codec_name(c));
     for (int p = 0; p <= (int)best; p++)
       for (int t = 0; t < 2; t++) {
         double bt = 1e30;
         for (int rep = 0; rep < reps; rep++) {
           double t0 = zinc_now();
           check(zinc_cpu_codec_encode(t ? pool : NULL, (zinc_cpu_isa)p, c, enc, x, ZINC_F32, n,
-                                      ef, 0.8f));
+                                      ef, 0.8f, 0));
           double dt = zinc_now() - t0;
           bt = dt < bt ? dt : bt;
         }

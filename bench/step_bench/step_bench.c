@@ -15,6 +15,7 @@
  *
  *   mpirun -n 2 --oversubscribe step_bench [--params 67108864] [--modules 16]
  *          [--steps 3] [--dtype f32|bf16] [--no-torch] [--hpz H] [--compress]
+ *          [--compress-codec int4|terngrad]
  *
  * --hpz H times only stage 3, with zero_hpz_partition_size 1 and H in
  * alternating steps of the same run, and prints both and their ratio. Both
@@ -25,7 +26,9 @@
  *
  * --compress likewise times stage 3 exact against int4 gradients (LoCo
  * error feedback) and int8 weights (qgZ + qwZ), target 2.5x on two nodes
- * over a 1 Gbit/s link.
+ * over a 1 Gbit/s link; --compress-codec terngrad takes TernGrad
+ * gradients (zinc.compression.gradient_codec, no error feedback) instead
+ * of int4.
  */
 #include <math.h>
 #include <mpi.h>
@@ -48,6 +51,7 @@ typedef struct {
   int torch;
   int hpz;              /* > 0: only stage 3, hpZ 1 against this */
   int compress;         /* only stage 3, exact against qgZ + qwZ */
+  int terngrad;         /* --compress-codec terngrad: qgZ's codec is TernGrad */
 } bench_args;
 
 static void die(const char *what) {
@@ -272,6 +276,11 @@ static void run_compress(const bench_args *a, int rank) {
                    " \"zero_quantized_weights\": true,"
                    " \"zeropp_loco_param\": {\"err_beta\": 0.8, \"reset_T\": 1024}",
                    NULL}};
+  if (a->terngrad)
+    v[1] = (variant){"qgZ terngrad + qwZ int8",
+                     ", \"stage3_max_reuse_distance\": 0, \"zero_quantized_gradients\": true,"
+                     " \"zero_quantized_weights\": true",
+                     ", \"zinc\": {\"compression\": {\"gradient_codec\": \"terngrad\"}}"};
   run_pair(a, rank, v, "qgZ + qwZ", 2.5);
 }
 
@@ -440,9 +449,13 @@ int main(int argc, char **argv) {
       a.hpz = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--compress"))
       a.compress = 1;
+    else if (!strcmp(argv[i], "--compress-codec") && i + 1 < argc &&
+             (!strcmp(argv[i + 1], "int4") || !strcmp(argv[i + 1], "terngrad")))
+      a.terngrad = !strcmp(argv[++i], "terngrad");
     else {
       fprintf(stderr, "usage: %s [--params N] [--modules M] [--steps S] [--dtype f32|bf16] "
-              "[--no-torch] [--hpz H] [--compress]\n", argv[0]);
+              "[--no-torch] [--hpz H] [--compress] [--compress-codec int4|terngrad]\n",
+              argv[0]);
       return 2;
     }
   }

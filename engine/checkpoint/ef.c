@@ -406,7 +406,7 @@ static zinc_status load_reshard(zinc_engine *e, const zinc_ckpt_dir *d, const in
       break;
     size_t one = zinc_codec_bytes(int8_codec(e->cx_grad.block), u->chunk);
     st = zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, int8_codec(e->cx_grad.block), enc, E,
-                               ZINC_F32, u->chunk, NULL, 0.0f);
+                               ZINC_F32, u->chunk, NULL, 0.0f, 0);
     if (st != ZINC_OK)
       break;
     char *slot = (char *)e->cx_ef + e->cx_ef_off[ui] + (size_t)slot_of(e->dp_rank, p) * one;

@@ -37,6 +37,7 @@ static void defaults_when_absent(void **state) {
   assert_true(s->loco_err_beta == 0.8);
   assert_int_equal(s->loco_reset_T, 1024);
   assert_int_equal(s->compress_gradient_bits, 4);
+  assert_int_equal(s->compress_gradient_codec, ZINC_GRAD_CODEC_QUANT);
   assert_int_equal(s->compress_weight_bits, 8);
   assert_int_equal(s->compress_block_size, 256);
   assert_int_equal(s->compress_scope, ZINC_COMPRESS_INTER_NODE);
@@ -102,6 +103,9 @@ static const land_case land_cases[] = {
     {"{\"zinc\":{\"compression\":{\"gradient_bits\":8}}}", {FI(compress_gradient_bits, 8)}},
     {"{\"zinc\":{\"compression\":{\"gradient_bits\":1}}}", {FI(compress_gradient_bits, 1)}},
     {"{\"zinc\":{\"compression\":{\"gradient_bits\":4.0}}}", {{NULL, 0, F_INT, 0}}},
+    {"{\"zinc\":{\"compression\":{\"gradient_codec\":\"terngrad\"}}}",
+     {FI(compress_gradient_codec, ZINC_GRAD_CODEC_TERNGRAD)}},
+    {"{\"zinc\":{\"compression\":{\"gradient_codec\":\"quant\"}}}", {{NULL, 0, F_INT, 0}}},
     {"{\"zinc\":{\"compression\":{\"weight_bits\":4}}}", {FI(compress_weight_bits, 4)}},
     {"{\"zinc\":{\"compression\":{\"block_size\":100}}}", {FL(compress_block_size, 100)}},
     {"{\"zinc\":{\"compression\":{\"block_size\":1}}}", {FL(compress_block_size, 1)}},
@@ -189,6 +193,11 @@ static const bad_case bad_cases[] = {
     {COMP("gradient_bits", "0"), "zinc.compression.gradient_bits", "0", "1, 4 or 8"},
     {COMP("gradient_bits", "4.5"), "zinc.compression.gradient_bits", "4.5", "1, 4 or 8"},
     {COMP("gradient_bits", "\"4\""), "zinc.compression.gradient_bits", "\"4\"", "1, 4 or 8"},
+    {COMP("gradient_codec", "\"TernGrad\""), "zinc.compression.gradient_codec",
+     "\"TernGrad\"", "\"quant\" (gradient_bits' block codec) or \"terngrad\""},
+    {COMP("gradient_codec", "\"int4\""), "zinc.compression.gradient_codec", "\"int4\"",
+     "\"terngrad\""},
+    {COMP("gradient_codec", "2"), "zinc.compression.gradient_codec", "2", "\"quant\""},
     {COMP("weight_bits", "1"), "zinc.compression.weight_bits", "1", "4 or 8"},
     {COMP("weight_bits", "16"), "zinc.compression.weight_bits", "16", "4 or 8"},
     {COMP("block_size", "0"), "zinc.compression.block_size", "0", "1..1048576"},
@@ -321,6 +330,11 @@ static void idle_settings_warn_once(void **state) {
   expect_warnings("{\"zero_optimization\":{\"stage\":2,\"zero_quantized_gradients\":true,"
                   "\"zeropp_loco_param\":{}},\"zinc\":{\"compression\":{\"gradient_bits\":1}}}",
                   0, NULL);
+  /* TernGrad takes the place of the bit width's codec: no sign warning, and
+   * TernGrad without error feedback is its normal use */
+  expect_warnings("{\"zero_optimization\":{\"stage\":2,\"zero_quantized_gradients\":true},"
+                  "\"zinc\":{\"compression\":{\"gradient_bits\":1,"
+                  "\"gradient_codec\":\"terngrad\"}}}", 0, NULL);
   /* not in use (no qgZ): the bit width is idle, not wrong */
   expect_warnings("{\"zero_optimization\":{\"stage\":2},"
                   "\"zinc\":{\"compression\":{\"gradient_bits\":1}}}", 0, NULL);
@@ -358,7 +372,7 @@ static void settings_write_out_and_load_back(void **state) {
       "\"zero_quantized_gradients\":true,\"zero_quantized_weights\":true,"
       "\"zeropp_loco_param\":{\"err_beta\":0.3,\"reset_T\":33}},"
       "\"zinc\":{\"compression\":{\"gradient_bits\":1,\"weight_bits\":4,\"block_size\":96,"
-      "\"scope\":\"all\"}}}",
+      "\"scope\":\"all\",\"gradient_codec\":\"terngrad\"}}}",
       "{\"communication_data_type\":\"bf16\"}",
       "{\"communication_data_type\":\"fp32\"}",
   };
@@ -366,7 +380,7 @@ static void settings_write_out_and_load_back(void **state) {
       "\"communication_data_type\": \"fp16\"", "\"zero_quantized_gradients\": true",
       "\"zero_quantized_weights\": true", "\"err_beta\": 0.29999999999999999",
       "\"reset_T\": 33", "\"gradient_bits\": 1", "\"weight_bits\": 4", "\"block_size\": 96",
-      "\"scope\": \"all\"",
+      "\"scope\": \"all\"", "\"gradient_codec\": \"terngrad\"",
   };
   for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
     zinc_config *cfg = NULL, *back = NULL;
@@ -380,7 +394,8 @@ static void settings_write_out_and_load_back(void **state) {
       fail_msg("%s: settings differ after the round trip:\n%s", files[i], json);
     if (i == 0 && (!strstr(json, "\"communication_data_type\": null") ||
                    !strstr(json, "\"zeropp_loco_param\": null") ||
-                   !strstr(json, "\"scope\": \"inter_node\"")))
+                   !strstr(json, "\"scope\": \"inter_node\"") ||
+                   !strstr(json, "\"gradient_codec\": \"quant\"")))
       fail_msg("defaults not written as DeepSpeed's null / zinc's inter_node:\n%s", json);
     for (size_t w = 0; i == 1 && w < sizeof written / sizeof written[0]; w++)
       if (!strstr(json, written[w]))

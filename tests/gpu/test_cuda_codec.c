@@ -1,7 +1,8 @@
 /* test_cuda_codec.c — the codecs of kernels/codec.h on the GPU, byte for
  * byte and bit for bit against the CPU's scalar path (zinc_cpu_codec_*,
  * itself held to a reference in double by tests/kernels/test_codec.c), with
- * no tolerance: every codec, blocks 1, 7, 32, 256, odd lengths, f32 and
+ * no tolerance: every codec (TERN2 with the same seeds: its draws are
+ * codec_math.h's hash on both sides), blocks 1, 7, 32, 256, odd lengths, f32 and
  * 16-bit sources, error feedback over three steps (beta 0.8), decode to
  * every dtype and decode-accumulate. Values: spread magnitudes, zero
  * blocks, rounding ties, subnormals, tiny blocks (the 2^64 pre-scale),
@@ -47,10 +48,11 @@ static void codecs_match_cpu(void **state) {
   zinc_device *d = *state;
   test_rng rng = {0xC0DEC5ull};
   static const int kinds[] = {ZINC_CODEC_F32,  ZINC_CODEC_BF16, ZINC_CODEC_F16,
-                              ZINC_CODEC_INT8, ZINC_CODEC_INT4, ZINC_CODEC_SIGN1};
+                              ZINC_CODEC_INT8, ZINC_CODEC_INT4, ZINC_CODEC_SIGN1,
+                              ZINC_CODEC_TERN2};
   static const int blocks[] = {1, 7, 32, 256};
   size_t bad = 0;
-  for (int k = 0; k < 6; k++)
+  for (int k = 0; k < 7; k++)
     for (int bi = 0; bi < 4; bi++) {
       int is_block = kinds[k] >= ZINC_CODEC_INT8;
       if (!is_block && bi > 0)
@@ -81,9 +83,12 @@ static void codecs_match_cpu(void **state) {
             guarded_upload(&s, src);
             CUOK(cudaMemset(ef.at, 0, ebytes));
             for (int step = 0; step < (use_ef ? 3 : 1); step++) {
+              /* TERN2 draws afresh every step, as the engine seeds it */
+              uint64_t seed = 0x7e4a5eedull + 7919ull * (uint64_t)step;
               ZOK(zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, c, want, src, sdt, n,
-                                        use_ef ? want_ef : NULL, 0.8f));
-              ZOK(d->ops->encode(d, NULL, c, e.at, s.at, sdt, n, use_ef ? ef.at : NULL, 0.8f));
+                                        use_ef ? want_ef : NULL, 0.8f, seed));
+              ZOK(d->ops->encode(d, NULL, c, e.at, s.at, sdt, n, use_ef ? ef.at : NULL, 0.8f,
+                                 seed));
             }
             ZOK(d->ops->stream_sync(d, NULL));
             char what[128];
@@ -148,8 +153,8 @@ static void cast_codecs_every_16bit_pattern(void **state) {
     guarded_alloc(d, &e, zinc_codec_bytes(c, n), 0);
     guarded_alloc(d, &v, (size_t)n * 2, 6);
     guarded_upload(&s, src);
-    ZOK(zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, c, want, src, dt, n, NULL, 0.0f));
-    ZOK(d->ops->encode(d, NULL, c, e.at, s.at, dt, n, NULL, 0.0f));
+    ZOK(zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, c, want, src, dt, n, NULL, 0.0f, 0));
+    ZOK(d->ops->encode(d, NULL, c, e.at, s.at, dt, n, NULL, 0.0f, 0));
     ZOK(d->ops->decode(d, NULL, c, v.at, dt, e.at, n, 0));
     ZOK(d->ops->stream_sync(d, NULL));
     bad += guarded_download(&e, got, zinc_codec_name(c));
@@ -171,12 +176,12 @@ static void bad_arguments(void **state) {
   zinc_device *d = *state;
   float x = 0;
   assert_int_equal(d->ops->encode(d, NULL, (zinc_codec){ZINC_CODEC_INT8, 0}, &x, &x, ZINC_F32,
-                                  1, NULL, 0.0f), ZINC_ERR_INVALID);
+                                  1, NULL, 0.0f, 0), ZINC_ERR_INVALID);
   fprintf(stderr, "message: %s\n", zinc_last_error());
   assert_int_equal(d->ops->decode(d, NULL, (zinc_codec){ZINC_CODEC_INT4, 32}, &x, ZINC_F16, &x,
                                   1, 1), ZINC_ERR_INVALID);
   assert_int_equal(d->ops->encode(d, NULL, (zinc_codec){ZINC_CODEC_BF16, 0}, &x, &x, ZINC_F32,
-                                  1, &x, 0.5f), ZINC_ERR_INVALID);
+                                  1, &x, 0.5f, 0), ZINC_ERR_INVALID);
 }
 
 int main(void) {

@@ -14,6 +14,11 @@
  *    zero-filled ef is no residual;
  *  - every ISA path and pools of 1 and 3 threads give the scalar path's
  *    bytes and values, and so do the cpu device's encode/decode ops;
+ *  - TERN2 (TernGrad): the reference draws from its own splitmix64 written
+ *    here (every test above covers it, at seed kSeed); over 4000 seeds the
+ *    mean of the decodings is x within a few standard errors per element
+ *    and overall, every decoded value is 0 or s with x's sign; other seeds
+ *    give other bytes;
  *  - bad arguments are refused and nothing is written.
  */
 #include <setjmp.h>
@@ -30,8 +35,11 @@
 
 static const int kBlocks[] = {1, 7, 32, 256};
 static const int kKinds[] = {ZINC_CODEC_F32,  ZINC_CODEC_BF16, ZINC_CODEC_F16,
-                             ZINC_CODEC_INT8, ZINC_CODEC_INT4, ZINC_CODEC_SIGN1};
-#define NKINDS 6
+                             ZINC_CODEC_INT8, ZINC_CODEC_INT4, ZINC_CODEC_SIGN1,
+                             ZINC_CODEC_TERN2};
+#define NKINDS 7
+/* The draws of TERN2 (ignored by the other codecs). */
+static const uint64_t kSeed = 0x5eed0f7e57c0dec5ull;
 #define NAN_SCALE 0x7fc00000u
 
 static float bits_f(uint32_t u) {
@@ -76,9 +84,20 @@ typedef struct {
   float *values;  /* (n) the expected decoded values               */
 } ref_out;
 
+/* TERN2's draw of element i, from codec.h's words: splitmix64 (Vigna's
+ * constants) at counter i + 1, the top 24 bits as u in [0, 1). */
+static double ref_tern_u(uint64_t seed, int64_t i) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z = z ^ (z >> 31);
+  return ldexp((double)(z >> 40), -24);
+}
+
 /* The expected encoding of the n fp32 values x under a block codec and the
- * values it decodes to. */
-static void ref_block_encode(zinc_codec c, const float *x, int64_t n, uint8_t *out, float *dec) {
+ * values it decodes to; seed: TERN2's draws. */
+static void ref_block_encode(zinc_codec c, const float *x, int64_t n, uint8_t *out, float *dec,
+                             uint64_t seed) {
   const int64_t B = c.block, nb = (n + B - 1) / B;
   const int qmax = c.kind == ZINC_CODEC_INT8 ? 127 : 7;
   memset(out, 0, zinc_codec_bytes(c, n));
@@ -104,6 +123,16 @@ static void ref_block_encode(zinc_codec c, const float *x, int64_t n, uint8_t *o
         int neg = signbit(x[i]) != 0;
         pl[i / 8] |= (uint8_t)(neg << (i % 8));
         dec[i] = neg ? -scale : scale;
+      }
+    } else if (c.kind == ZINC_CODEC_TERN2) {
+      /* s = m; keep +-s with probability |x| / m (the fp32 quotient) */
+      scale = !finite ? bits_f(NAN_SCALE) : (float)m;
+      for (int64_t i = lo; i < hi; i++) {
+        int q = 0;
+        if (finite && m > 0 && ref_tern_u(seed, i) < (double)(float)(fabs((double)x[i]) / m))
+          q = signbit(x[i]) ? -1 : 1;
+        pl[i / 4] |= (uint8_t)((q & 3) << (2 * (i % 4)));
+        dec[i] = (float)((double)q * (double)scale);
       }
     } else {
       scale = !finite ? bits_f(NAN_SCALE) : (float)(m / qmax);
@@ -136,7 +165,7 @@ static int cast_dt(int kind) {
  * by test_cpu_cast), block codecs the reference above. */
 static void ref_encode(zinc_codec c, const float *x, int64_t n, uint8_t *out, float *dec) {
   if (is_block(c.kind)) {
-    ref_block_encode(c, x, n, out, dec);
+    ref_block_encode(c, x, n, out, dec, kSeed);
     return;
   }
   memset(out, 0, zinc_codec_bytes(c, n));
@@ -192,7 +221,7 @@ static void codec_vs_reference(void **state) {
         char what[96];
         snprintf(what, sizeof what, "%s block %d n %lld", zinc_codec_name(c), B, (long long)n);
         assert_int_equal(zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, c, got, x, ZINC_F32,
-                                               n, NULL, 0.0f), ZINC_OK);
+                                               n, NULL, 0.0f, kSeed), ZINC_OK);
         assert_true(bytes % 16 == 0);
         bad += compare_bytes(what, got, want, bytes);
         for (int t = 0; t < 16; t++) /* nothing beyond the encoding */
@@ -243,7 +272,7 @@ static void codec_from_16bit(void **state) {
         x[i] = zinc_load_as_f32(src, i, sdt);
       ref_encode(c, x, n, want, want_v);
       assert_int_equal(zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, c, got, src, sdt, n,
-                                             NULL, 0.0f), ZINC_OK);
+                                             NULL, 0.0f, kSeed), ZINC_OK);
       bad += compare_bytes(zinc_codec_name(c), got, want, bytes);
       free(want);
       free(got);
@@ -298,7 +327,7 @@ static void ref_ef_step(zinc_codec c, const float *src, int64_t n, uint8_t *out,
     d[i] = (float)((double)(int8_t)ef[4 * nb + i] * s);
     x[i] = (float)((double)src[i] + d[i]);
   }
-  ref_block_encode(c, x, n, out, dq);
+  ref_block_encode(c, x, n, out, dq, kSeed);
   float omb = (float)(1.0 - (double)beta);
   for (int64_t i = 0; i < n; i++) {
     float err = (float)((double)x[i] - dq[i]);
@@ -312,7 +341,7 @@ static void ref_ef_step(zinc_codec c, const float *src, int64_t n, uint8_t *out,
           rr[k] = 0.0f;
         break;
       }
-  ref_block_encode(ec, rr, n, ef, unused);
+  ref_block_encode(ec, rr, n, ef, unused, 0);
   free(d);
   free(x);
   free(dq);
@@ -324,7 +353,7 @@ static void ef_follows_formula(void **state) {
   test_rng r = {0xEF08ull};
   int64_t bad = 0;
   const float beta = 0.8f;
-  for (int k = ZINC_CODEC_INT8; k <= ZINC_CODEC_SIGN1; k++)
+  for (int k = ZINC_CODEC_INT8; k <= ZINC_CODEC_TERN2; k++)
     for (size_t bi = 0; bi < 4; bi++) {
       zinc_codec c = {k, kBlocks[bi]};
       const int64_t n = 3 * kBlocks[bi] + 5;
@@ -339,7 +368,7 @@ static void ef_follows_formula(void **state) {
           fill_decades(&r, x, ZINC_F32, n, -2, 1);
         ref_ef_step(c, x, n, want, ref_ef, beta);
         assert_int_equal(zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, c, got, x, ZINC_F32,
-                                               n, ef, beta), ZINC_OK);
+                                               n, ef, beta, kSeed), ZINC_OK);
         char what[64];
         snprintf(what, sizeof what, "%s block %d step %d", zinc_codec_name(c), c.block, step);
         bad += compare_bytes(what, got, want, bytes);
@@ -371,7 +400,7 @@ static double ef_drift(zinc_codec c, const float *x, int64_t n, int use_ef, int 
   double *sum = calloc((size_t)n, sizeof(double)), *slack = calloc((size_t)n, sizeof(double));
   for (int t = 0; t < T; t++) {
     assert_int_equal(zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, c, enc, x, ZINC_F32, n,
-                                           use_ef ? ef : NULL, 0.0f), ZINC_OK);
+                                           use_ef ? ef : NULL, 0.0f, kSeed), ZINC_OK);
     assert_int_equal(zinc_cpu_codec_decode(NULL, ZINC_CPU_ISA_SCALAR, c, dec, ZINC_F32, enc, n,
                                            0), ZINC_OK);
     for (int64_t i = 0; i < n; i++) {
@@ -441,15 +470,15 @@ static void zero_ef_is_no_residual(void **state) {
   const int64_t n = 515;
   float x[515];
   fill_decades(&r, x, ZINC_F32, n, -3, 1);
-  for (int k = ZINC_CODEC_INT8; k <= ZINC_CODEC_SIGN1; k++) {
+  for (int k = ZINC_CODEC_INT8; k <= ZINC_CODEC_TERN2; k++) {
     zinc_codec c = {k, 32};
     size_t bytes = zinc_codec_bytes(c, n), ebytes = zinc_codec_bytes((zinc_codec){ZINC_CODEC_INT8, 32}, n);
     uint8_t *a = malloc(bytes), *b = malloc(bytes), *ef = calloc(1, ebytes), *ref_ef = calloc(1, ebytes);
     uint8_t *unused = malloc(bytes);
     assert_int_equal(zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, c, a, x, ZINC_F32, n, NULL,
-                                           0.0f), ZINC_OK);
+                                           0.0f, kSeed), ZINC_OK);
     assert_int_equal(zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, c, b, x, ZINC_F32, n, ef,
-                                           0.5f), ZINC_OK);
+                                           0.5f, kSeed), ZINC_OK);
     assert_int_equal(compare_bytes("wire with a zero ef", b, a, bytes), 0);
     ref_ef_step(c, x, n, unused, ref_ef, 0.5f);
     assert_int_equal(compare_bytes("residual", ef, ref_ef, ebytes), 0);
@@ -480,7 +509,7 @@ static void run_path(zinc_threadpool *pool, zinc_cpu_isa isa, zinc_codec c, cons
   o->dec16 = malloc((size_t)n * 2 + 2);
   memcpy(o->acc, acc0, (size_t)n * 4);
   for (int step = 0; step < (use_ef ? 3 : 1); step++)
-    assert_int_equal(zinc_cpu_codec_encode(pool, isa, c, o->enc, src, sdt, n, o->ef, 0.8f),
+    assert_int_equal(zinc_cpu_codec_encode(pool, isa, c, o->enc, src, sdt, n, o->ef, 0.8f, kSeed),
                      ZINC_OK);
   assert_int_equal(zinc_cpu_codec_decode(pool, isa, c, o->dec, ZINC_F32, o->enc, n, 0), ZINC_OK);
   assert_int_equal(zinc_cpu_codec_decode(pool, isa, c, o->dec16, ZINC_BF16, o->enc, n, 0),
@@ -578,7 +607,7 @@ static void cpu_device_ops(void **state) {
     got.acc = malloc((size_t)n * 4);
     memcpy(got.acc, x, (size_t)n * 4);
     for (int step = 0; step < (use_ef ? 3 : 1); step++)
-      assert_int_equal(d->ops->encode(d, NULL, c, got.enc, x, ZINC_F32, n, got.ef, 0.8f), ZINC_OK);
+      assert_int_equal(d->ops->encode(d, NULL, c, got.enc, x, ZINC_F32, n, got.ef, 0.8f, kSeed), ZINC_OK);
     assert_int_equal(d->ops->decode(d, NULL, c, got.acc, ZINC_F32, got.enc, n, 1), ZINC_OK);
     assert_int_equal(compare_bytes("cpu device encode", got.enc, want.enc, bytes), 0);
     if (use_ef)
@@ -593,6 +622,86 @@ static void cpu_device_ops(void **state) {
   }
   free(x);
   zinc_device_destroy(d);
+}
+
+/* ------------------------------------------------------------- TernGrad */
+
+/* E[decoded] = x: over S seeds the mean of each element's decodings is
+ * within 6 standard errors (the draw is Bernoulli(|x| / s): variance
+ * |x| (s - |x|)) of x, plus the draw's 2^-24 s resolution; the sum over
+ * all elements of (mean - x), whose standard error is the root of the
+ * summed variances, within 5 of them. Every decoded value is 0 or s with
+ * x's sign, s the block's max |x|. */
+static void tern_unbiased(void **state) {
+  test_rng r = {0x7E44ull};
+  const int64_t n = 2000, S = 4000;
+  const zinc_codec c = {ZINC_CODEC_TERN2, 256};
+  float x[2000], dec[2000];
+  double sum[2000] = {0};
+  uint8_t *enc = malloc(zinc_codec_bytes(c, n));
+  for (int64_t i = 0; i < n; i++)
+    x[i] = (i % 97 == 0) ? 0.0f : rng_decades(&r, -3, 0) * ((i & 1) ? -1.0f : 1.0f);
+  int64_t bad = 0;
+  for (int64_t t = 0; t < S; t++) {
+    uint64_t seed = 0x1234567ull * (uint64_t)t + 99;
+    assert_int_equal(zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, c, enc, x, ZINC_F32, n,
+                                           NULL, 0.0f, seed), ZINC_OK);
+    assert_int_equal(zinc_cpu_codec_decode(NULL, ZINC_CPU_ISA_SCALAR, c, dec, ZINC_F32, enc, n,
+                                           0), ZINC_OK);
+    for (int64_t i = 0; i < n; i++) {
+      double m = block_max(c, x, n, i);
+      int ok = dec[i] == 0.0f || (dec[i] == (float)m && x[i] > 0) ||
+               (dec[i] == -(float)m && x[i] < 0);
+      if (!ok && bad++ < 8)
+        fprintf(stderr, "seed %lld element %lld: x %g decodes to %g, not 0 or %s%g\n",
+                (long long)t, (long long)i, (double)x[i], (double)dec[i], x[i] < 0 ? "-" : "",
+                m);
+      sum[i] += dec[i];
+    }
+  }
+  double total = 0, total_var = 0, worst = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double m = block_max(c, x, n, i), a = fabs((double)x[i]);
+    double var = a * (m - a), mean = sum[i] / (double)S;
+    double se = sqrt(var / (double)S), dev = fabs(mean - (double)x[i]);
+    worst = fmax(worst, se > 0 ? dev / se : 0);
+    if (!(dev <= 6.0 * se + ldexp(m, -23)) && bad++ < 8)
+      fprintf(stderr, "element %lld: mean of %lld decodings %.9g, x %.9g: %.3g standard "
+              "errors (%g) off\n", (long long)i, (long long)S, mean, (double)x[i],
+              se > 0 ? dev / se : INFINITY, se);
+    total += mean - (double)x[i];
+    total_var += var / (double)S;
+  }
+  fprintf(stderr, "terngrad: worst element %.2f standard errors off, the sum %.2f\n", worst,
+          total / sqrt(total_var));
+  if (!(fabs(total) <= 5.0 * sqrt(total_var)))
+    fail_msg("sum of (mean - x) %g, %g standard errors", total, total / sqrt(total_var));
+  free(enc);
+  assert_int_equal(bad, 0);
+}
+
+/* The seed changes the draws (and only for TERN2): two seeds give other
+ * bytes; INT8 ignores it. */
+static void tern_seed_matters(void **state) {
+  test_rng r = {0x5EEDull};
+  const int64_t n = 1000;
+  float x[1000];
+  fill_decades(&r, x, ZINC_F32, n, -2, 0);
+  for (int k = ZINC_CODEC_INT8; k <= ZINC_CODEC_TERN2; k++) {
+    zinc_codec c = {k, 64};
+    size_t bytes = zinc_codec_bytes(c, n);
+    uint8_t *a = malloc(bytes), *b = malloc(bytes);
+    assert_int_equal(zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, c, a, x, ZINC_F32, n,
+                                           NULL, 0.0f, 1), ZINC_OK);
+    assert_int_equal(zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, c, b, x, ZINC_F32, n,
+                                           NULL, 0.0f, 2), ZINC_OK);
+    int differ = memcmp(a, b, bytes) != 0;
+    if (differ != (k == ZINC_CODEC_TERN2))
+      fail_msg("%s: seeds 1 and 2 give %s bytes", zinc_codec_name(c),
+               differ ? "different" : "the same");
+    free(a);
+    free(b);
+  }
 }
 
 /* ------------------------------------------------------- bad arguments */
@@ -620,11 +729,11 @@ static void bad_arguments(void **state) {
   for (size_t i = 0; i < sizeof enc_cases / sizeof enc_cases[0]; i++) {
     assert_int_equal(zinc_cpu_codec_encode(NULL, s, enc_cases[i].c, out, x, enc_cases[i].dtype,
                                            enc_cases[i].n, enc_cases[i].use_ef ? ef : NULL,
-                                           enc_cases[i].beta), ZINC_ERR_INVALID);
+                                           enc_cases[i].beta, kSeed), ZINC_ERR_INVALID);
     fprintf(stderr, "encode case %zu: %s\n", i, zinc_last_error());
   }
   assert_int_equal(zinc_cpu_codec_encode(NULL, s, (zinc_codec){ZINC_CODEC_INT8, 4}, NULL, x,
-                                         ZINC_F32, 8, NULL, 0), ZINC_ERR_INVALID);
+                                         ZINC_F32, 8, NULL, 0, kSeed), ZINC_ERR_INVALID);
   /* decode: accumulate into a 16-bit dtype, a bad dtype, negative n */
   assert_int_equal(zinc_cpu_codec_decode(NULL, s, (zinc_codec){ZINC_CODEC_INT8, 4}, out,
                                          ZINC_BF16, x, 8, 1), ZINC_ERR_INVALID);
@@ -641,7 +750,7 @@ static void bad_arguments(void **state) {
     assert_int_equal(ef[i], 0);
   /* n = 0 needs no buffers */
   assert_int_equal(zinc_cpu_codec_encode(NULL, s, (zinc_codec){ZINC_CODEC_INT4, 4}, NULL, NULL,
-                                         ZINC_F32, 0, NULL, 0), ZINC_OK);
+                                         ZINC_F32, 0, NULL, 0, kSeed), ZINC_OK);
   assert_int_equal(zinc_cpu_codec_decode(NULL, s, (zinc_codec){ZINC_CODEC_SIGN1, 4}, NULL,
                                          ZINC_F32, NULL, 0, 1), ZINC_OK);
 }
@@ -656,6 +765,8 @@ int main(void) {
       cmocka_unit_test(zero_ef_is_no_residual),
       cmocka_unit_test(paths_agree),
       cmocka_unit_test(cpu_device_ops),
+      cmocka_unit_test(tern_unbiased),
+      cmocka_unit_test(tern_seed_matters),
       cmocka_unit_test(bad_arguments),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
