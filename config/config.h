@@ -88,6 +88,12 @@ typedef struct {
 
 typedef enum { ZINC_OFFLOAD_NONE = 0, ZINC_OFFLOAD_CPU, ZINC_OFFLOAD_NVME } zinc_offload_device;
 typedef enum { ZINC_COMPRESS_INTER_NODE = 0, ZINC_COMPRESS_ALL } zinc_compress_scope;
+/* zinc.compression.gradient_codec: the codec of the quantized gradient
+ * reduce-scatter (zero_quantized_gradients). */
+typedef enum {
+  ZINC_GRAD_CODEC_QUANT = 0, /* "quant": gradient_bits' block codec */
+  ZINC_GRAD_CODEC_DGC,       /* "dgc": top-k with a residual (Deep Gradient Compression) */
+} zinc_grad_codec;
 /* optimizer.type; the optimizer's own kind (kernels/zinc_math.h) follows
  * from it (Adam and AdamW are one kind). */
 typedef enum { ZINC_OPTIM_ADAM = 0, ZINC_OPTIM_ADAMW, ZINC_OPTIM_LAMB, ZINC_OPTIM_LION,
@@ -274,6 +280,13 @@ typedef struct {
   int compress_scope;                     /* ZINC_COMPRESS_INTER_NODE (default:
                                              compress only what crosses nodes)
                                              or ZINC_COMPRESS_ALL           */
+  int compress_gradient_codec;            /* ZINC_GRAD_CODEC_QUANT           */
+  double dgc_density;                     /* 0.001: top-k's kept fraction    */
+  int64_t dgc_warmup_steps;               /* 0: optimizer steps of the
+                                             exponential density warm-up   */
+  int dgc_residual;                       /* true: the unsent values wait in
+                                             an fp32 residual (false: dropped,
+                                             an experiment)                */
   int64_t max_consecutive_skips;          /* 50: zinc_step fails after this many
                                              consecutive steps skipped for
                                              inf/NaN gradients that lowering

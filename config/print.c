@@ -287,6 +287,13 @@ static json_t *settings_json(const zinc_settings *s) {
   put(cz, "weight_bits", json_integer(s->compress_weight_bits));
   put(cz, "block_size", json_integer(s->compress_block_size));
   put(cz, "scope", json_string(s->compress_scope == ZINC_COMPRESS_ALL ? "all" : "inter_node"));
+  put(cz, "gradient_codec",
+      json_string(s->compress_gradient_codec == ZINC_GRAD_CODEC_DGC ? "dgc" : "quant"));
+  json_t *dgc = json_object();
+  put(dgc, "density", json_real(s->dgc_density));
+  put(dgc, "warmup_steps", json_integer(s->dgc_warmup_steps));
+  put(dgc, "residual", json_boolean(s->dgc_residual));
+  put(cz, "dgc", dgc);
   put(z, "compression", cz);
   put(root, "zinc", z);
   return root;

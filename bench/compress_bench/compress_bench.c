@@ -194,7 +194,7 @@ int main(int argc, char **argv) {
                               ZINC_CODEC_SIGN1};
   const double gb = (double)n * 4 * 1e-9;
   for (int k = 0; k < 5; k++) {
-    zinc_codec c = {kinds[k], zinc_codec_is_block((zinc_codec){kinds[k], 0}) ? block : 0};
+    zinc_codec c = {kinds[k], zinc_codec_is_block((zinc_codec){kinds[k], 0, 0}) ? block : 0, 0};
     double bits = zinc_codec_bits(c);
     double ratio_err = 0, rel_l2 = 0;
     check(zinc_cpu_codec_encode(pool, best, c, enc, x, ZINC_F32, n, NULL, 0));
@@ -230,8 +230,8 @@ int main(int argc, char **argv) {
    * over each block instead of two). */
   printf("\nencode with error feedback (beta 0.8), GB/s of input fp32, 1 thread / pool:\n");
   for (int k = 2; k < 5; k++) {
-    zinc_codec c = {kinds[k], block};
-    size_t ebytes = zinc_codec_bytes((zinc_codec){ZINC_CODEC_INT8, block}, n);
+    zinc_codec c = {kinds[k], block, 0};
+    size_t ebytes = zinc_codec_bytes((zinc_codec){ZINC_CODEC_INT8, block, 0}, n);
     void *ef;
     check(dev->ops->alloc(dev, ebytes, ZINC_LOC_DEVICE, ZINC_MEM_OTHER, &ef));
     memset(ef, 0, ebytes);

@@ -55,14 +55,14 @@ static void codecs_match_cpu(void **state) {
       int is_block = kinds[k] >= ZINC_CODEC_INT8;
       if (!is_block && bi > 0)
         continue;
-      zinc_codec c = {kinds[k], is_block ? blocks[bi] : 0};
+      zinc_codec c = {kinds[k], is_block ? blocks[bi] : 0, 0};
       const int64_t ns[] = {1, blocks[bi] + 1, 3 * blocks[bi] + 5, 100003};
       for (int ni = 0; ni < 4; ni++)
         for (int sdt = ZINC_F32; sdt <= ZINC_BF16; sdt++)
           for (int use_ef = 0; use_ef <= is_block; use_ef++) {
             const int64_t n = ns[ni];
             const size_t bytes = zinc_codec_bytes(c, n);
-            const size_t ebytes = zinc_codec_bytes((zinc_codec){ZINC_CODEC_INT8, c.block}, n);
+            const size_t ebytes = zinc_codec_bytes((zinc_codec){ZINC_CODEC_INT8, c.block, 0}, n);
             float *x = malloc((size_t)n * 4), *acc0 = malloc((size_t)n * 4);
             void *src = malloc((size_t)n * 4);
             uint8_t *want = malloc(bytes), *got = malloc(bytes);
@@ -138,7 +138,7 @@ static void cast_codecs_every_16bit_pattern(void **state) {
   const int64_t n = 65536;
   size_t bad = 0;
   for (int k = ZINC_CODEC_BF16; k <= ZINC_CODEC_F16; k++) {
-    zinc_codec c = {k, 0};
+    zinc_codec c = {k, 0, 0};
     int dt = k == ZINC_CODEC_BF16 ? ZINC_BF16 : ZINC_F16;
     uint16_t *src = malloc((size_t)n * 2), *want = malloc((size_t)n * 2), *got = malloc((size_t)n * 2);
     for (int64_t i = 0; i < n; i++)
@@ -170,12 +170,12 @@ static void cast_codecs_every_16bit_pattern(void **state) {
 static void bad_arguments(void **state) {
   zinc_device *d = *state;
   float x = 0;
-  assert_int_equal(d->ops->encode(d, NULL, (zinc_codec){ZINC_CODEC_INT8, 0}, &x, &x, ZINC_F32,
+  assert_int_equal(d->ops->encode(d, NULL, (zinc_codec){ZINC_CODEC_INT8, 0, 0}, &x, &x, ZINC_F32,
                                   1, NULL, 0.0f), ZINC_ERR_INVALID);
   fprintf(stderr, "message: %s\n", zinc_last_error());
-  assert_int_equal(d->ops->decode(d, NULL, (zinc_codec){ZINC_CODEC_INT4, 32}, &x, ZINC_F16, &x,
+  assert_int_equal(d->ops->decode(d, NULL, (zinc_codec){ZINC_CODEC_INT4, 32, 0}, &x, ZINC_F16, &x,
                                   1, 1), ZINC_ERR_INVALID);
-  assert_int_equal(d->ops->encode(d, NULL, (zinc_codec){ZINC_CODEC_BF16, 0}, &x, &x, ZINC_F32,
+  assert_int_equal(d->ops->encode(d, NULL, (zinc_codec){ZINC_CODEC_BF16, 0, 0}, &x, &x, ZINC_F32,
                                   1, &x, 0.5f), ZINC_ERR_INVALID);
 }
 
