@@ -47,19 +47,21 @@ static float **train(et_run r, const char *zero_extra, const char *extra) {
 }
 
 /* Calibrated once at 2 and 4 ranks and frozen (measured figures beside). */
-#define BOUND_DGC 0.0 /* measured: to calibrate */
+/* SGD (momentum 0.9, lr 0.05: the paper's setting), 40 steps, density 1%:
+ * measured 11.25% (2 ranks), 12.36% (4); the residual dropped: 24.48%
+ * (2), 34.35% (4). */
+#define BOUND_DGC 0.16
 
 static void test_close(void) {
-  et_optim o = et_adamw_default();
-  o.lr = 1e-3;
-  et_run r = base_run(3, 20);
+  et_optim o = {.type = "SGD", .lr = 0.05, .momentum = 0.9};
+  et_run r = base_run(3, 40);
   r.optim = &o;
   float **exact = train(r, NULL, NULL);
   float **q = train(r, QGZ, DGC("0.01", "0", "true"));
   float **nores = train(r, QGZ, DGC("0.01", "0", "false"));
   double d = et_rel_l2(&r.shape, q, exact), dn = et_rel_l2(&r.shape, nores, exact);
   if (et_rank == 0)
-    printf("stage 3, DGC density 1%%, 20 steps: relative L2 %.4f%%; residual dropped: %.4f%%\n",
+    printf("stage 3, SGD, DGC density 1%%, 40 steps: relative L2 %.4f%%; residual dropped: %.4f%%\n",
            100 * d, 100 * dn);
   ET_CHECK(d <= BOUND_DGC && d > 0, "DGC: relative L2 %.4f%% not in (0, the frozen bound "
            "%.3f%%]", 100 * d, 100 * BOUND_DGC);
@@ -91,6 +93,113 @@ static void test_reproducible(void) {
     et_free_params(s[stage]);
 }
 
+static void test_resume(int stage) {
+  et_run r = base_run(stage, 6);
+  r.zero_extra = QGZ;
+  r.extra = DGC("0.01", "4", "true"); /* the density changes at every step up to 4 */
+  char ck[600];
+  snprintf(ck, sizeof ck, "%s/ck_stage%d", root, stage);
+  float **a = et_alloc_params(&r.shape), **b = et_alloc_params(&r.shape);
+  et_model m;
+  zinc_engine *e = et_open(&r, NULL, &m);
+  ET_OK(et_steps(&m, &r, 0, 3));
+  ET_OK(zinc_save_checkpoint(e, ck, "mid"));
+  ET_OK(et_steps(&m, &r, 3, 6));
+  for (int i = 0; i < TM_NPARAM; i++)
+    ET_OK(zinc_param_get_full(e, m.par[i], ZINC_STATE_PARAM, a[i]));
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+  e = et_open(&r, NULL, &m);
+  ET_OK(zinc_load_checkpoint(e, ck, "mid"));
+  ET_OK(et_steps(&m, &r, 3, 6));
+  for (int i = 0; i < TM_NPARAM; i++)
+    ET_OK(zinc_param_get_full(e, m.par[i], ZINC_STATE_PARAM, b[i]));
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+  char what[64];
+  snprintf(what, sizeof what, "stage %d resumed with DGC's residual", stage);
+  ET_CHECK(et_same_bits(&r.shape, b, a, what), "%s differs from the unbroken run", what);
+  et_free_params(a);
+  et_free_params(b);
+}
+
+/* The wire at 2 ranks: one fp32 parameter of 8192 elements, one unit, a
+ * chunk of 4096 per rank, 16 blocks of 256; density 1% after a warm-up
+ * of 4 steps. Step s keeps k_s = max(1, ceil(d_s x 256)) per block, d_s =
+ * max(1%, 4^-(s+1)) for s < 4, else 1%: the reduce-scatter sends its
+ * peer 16 k_s (fp32 value, uint16 index) pairs, padded to 16 bytes. */
+static zinc_status wire_init(const zinc_param *p, float *dst, int64_t n, void *ctx) {
+  (void)p;
+  (void)ctx;
+  for (int64_t i = 0; i < n; i++)
+    dst[i] = 0.001f * (float)(i % 97) - 0.05f;
+  return ZINC_OK;
+}
+
+static void test_wire(void) {
+  if (et_world != 2)
+    return;
+  const char *json =
+      "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"SGD\","
+      " \"params\": {\"lr\": 1e-2, \"momentum\": 0.9}}, \"comms_logger\": {\"enabled\": true},"
+      " \"zero_allow_untested_optimizer\": true, "
+      DGC("0.01", "4", "true") ","
+      " \"zero_optimization\": {\"stage\": 3, \"stage3_param_persistence_threshold\": 0,"
+      " \"zero_quantized_gradients\": true}}";
+  zinc_config *cfg = NULL;
+  ET_OK(zinc_config_parse(json, &cfg));
+  zinc_options opt = ZINC_OPTIONS_INIT;
+  opt.device = ZINC_DEVICE_CPU;
+  opt.threads = 1;
+  zinc_engine *e = NULL;
+  ET_OK(zinc_engine_create(cfg, &opt, &e));
+  zinc_config_free(cfg);
+  zinc_module *m = zinc_module_add(e, "layer");
+  int64_t shape[2] = {2, 4096};
+  zinc_param *p = zinc_param_add(e, m, "w", ZINC_F32, 2, shape);
+  ET_OK(zinc_engine_build(e, wire_init, NULL));
+  for (int step = 0; step < 6; step++) {
+    double d = 0.01;
+    if (step < 4) {
+      double w = pow(0.25, step + 1);
+      d = w > d ? w : d;
+    }
+    int64_t k = (int64_t)ceil(d * 256);
+    k = k < 1 ? 1 : k;
+    uint64_t want = (uint64_t)((16 * k * 6 + 15) / 16 * 16);
+    ET_OK(zinc_comms_reset(e));
+    ET_OK(zinc_module_fetch(e, m));
+    float *g = zinc_param_grad(p);
+    for (int i = 0; i < 8192; i++)
+      g[i] = 0.01f * (float)((i * 7) % 13 - 6) * (float)(1 + et_rank + step);
+    ET_OK(zinc_module_grads_ready(e, m));
+    ET_OK(zinc_module_release(e, m));
+    ET_OK(zinc_backward_end(e));
+    ET_OK(zinc_step(e, NULL));
+    zinc_comms_stat rows[32];
+    for (int i = 0; i < 32; i++)
+      rows[i] = (zinc_comms_stat)ZINC_COMMS_STAT_INIT;
+    int n = 0, seen = 0;
+    ET_OK(zinc_comms_stats(e, rows, 32, &n));
+    for (int i = 0; i < n && i < 32; i++) {
+      const zinc_comms_stat *r = &rows[i];
+      uint64_t wire = r->wire_intra + r->wire_inter;
+      if (!strcmp(r->name, "reduce_scatter")) {
+        seen = 1;
+        ET_CHECK(r->codec && !strcmp(r->codec, "topk") && r->count == 1 && wire == want &&
+                     r->logical_bytes == 4096 * 4,
+                 "step %d, reduce_scatter (%s): %llu calls, %llu bytes on the wire for %llu "
+                 "uncompressed; want topk, 1 call, %llu bytes (k %lld) for %d", step,
+                 r->codec ? r->codec : "plain", (unsigned long long)r->count,
+                 (unsigned long long)wire, (unsigned long long)r->logical_bytes,
+                 (unsigned long long)want, (long long)k, 4096 * 4);
+      }
+    }
+    ET_CHECK(seen, "step %d: the comms logger has no reduce-scatter row", step);
+  }
+  zinc_engine_destroy(e);
+}
+
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -110,6 +219,9 @@ int main(int argc, char **argv) {
   MPI_Barrier(MPI_COMM_WORLD);
   test_close();
   test_reproducible();
+  test_wire();
+  test_resume(3);
+  test_resume(1);
   int bad = et_failures;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (et_rank == 0) {
