@@ -103,12 +103,13 @@ static int node_of(const zinc_engine *e, int p) {
   return e->dp->node_of ? e->dp->node_of[p] : 0;
 }
 
-/* The codec of gradient slices between this rank and peer p. NONE: raw
+/* The codec of gradient slices between this rank and peer p in
+ * reduction r (whose cx_codec was fixed when it was encoded). NONE: raw
  * bytes of the unit's dtype. */
-static zinc_codec pair_codec(const zinc_engine *e, int p) {
+static zinc_codec pair_codec(const zinc_engine *e, const zinc_reduction *r, int p) {
   if (e->cx_local_raw && node_of(e, p) == node_of(e, e->dp_rank))
     return e->cx_local;
-  return grad_codec(e);
+  return r->cx_codec;
 }
 
 static size_t slice_bytes(zinc_codec c, int dtype, int64_t n) {
@@ -242,7 +243,7 @@ static zinc_status size_unit(zinc_engine *e, zinc_reduction *r, int ui, const ch
   const zinc_unit *u = &e->units[ui];
   for (int p = 0; p < e->dp_size; p++)
     if (p != e->dp_rank)
-      r->cx_counts[p] += slice_bytes(pair_codec(e, p), u->dtype, u->chunk);
+      r->cx_counts[p] += slice_bytes(pair_codec(e, r, p), u->dtype, u->chunk);
   return ZINC_OK;
 }
 
@@ -252,7 +253,7 @@ static zinc_status encode_unit(zinc_engine *e, zinc_reduction *r, int ui, const 
   for (int p = 0; p < e->dp_size; p++) {
     if (p == e->dp_rank)
       continue;
-    zinc_codec c = pair_codec(e, p);
+    zinc_codec c = pair_codec(e, r, p);
     char *dst = (char *)r->cx_send + r->cx_cursor[p];
     const char *src = grad + (size_t)p * (size_t)u->chunk * es;
     size_t b = slice_bytes(c, u->dtype, u->chunk);
@@ -289,6 +290,7 @@ int zinc_compress_grads(const zinc_engine *e) { return e->cx_grad.kind != ZINC_C
  * is what it receives from p. */
 zinc_status zinc_compress_reduce_prepare(zinc_engine *e, zinc_reduction *r, zinc_coll *coll) {
   int n = e->dp_size;
+  r->cx_codec = grad_codec(e);
   /* counts, displs, rcounts, rdispls, cursor */
   ZINC_CHECK(zinc_calloc((void **)&r->cx_counts, 5 * (size_t)n, sizeof(size_t),
                          "compressed reduction plan"));
@@ -339,7 +341,7 @@ zinc_status zinc_compress_reduce_prepare(zinc_engine *e, zinc_reduction *r, zinc
                       .rcounts = r->cx_counts + 2 * n,
                       .rdispls = r->cx_counts + 3 * n,
                       .logical_bytes = logical,
-                      .codec_name = zinc_codec_name(grad_codec(e)),
+                      .codec_name = zinc_codec_name(r->cx_codec),
                       .logical_kind = ZINC_COLL_REDUCE_SCATTER};
   /* the cursor now walks the received bytes */
   memcpy(cursor, displs, (size_t)n * sizeof *cursor);
@@ -360,7 +362,7 @@ static zinc_status sum_unit(zinc_engine *e, zinc_reduction *r, int ui, const cha
                                              u->chunk, first));
       continue;
     }
-    zinc_codec c = pair_codec(e, p);
+    zinc_codec c = pair_codec(e, r, p);
     const char *src = (const char *)r->cx_recv + r->cx_cursor[p];
     if (c.kind == ZINC_CODEC_NONE)
       ZINC_CHECK(e->dev->ops->accumulate_f32(e->dev, e->stream, dst, src, u->dtype, u->chunk,

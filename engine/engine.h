@@ -216,6 +216,8 @@ typedef struct {
   size_t *cx_counts;      /* (5 N) bytes: counts, displs, rcounts, rdispls,
                              and a cursor per peer                       */
   size_t *cx_cursor;      /* into cx_counts                              */
+  zinc_codec cx_codec;    /* the gradient codec this reduction was
+                             encoded with (DGC's k is the step's)       */
 } zinc_reduction;
 
 /* ------------------------------------------------------------- trace */
