@@ -15,6 +15,7 @@
  *
  *   mpirun -n 2 --oversubscribe step_bench [--params 67108864] [--modules 16]
  *          [--steps 3] [--dtype f32|bf16] [--no-torch] [--hpz H] [--compress]
+ *          [--dgc DENSITY]
  *
  * --hpz H times only stage 3, with zero_hpz_partition_size 1 and H in
  * alternating steps of the same run, and prints both and their ratio. Both
@@ -26,6 +27,9 @@
  * --compress likewise times stage 3 exact against int4 gradients (LoCo
  * error feedback) and int8 weights (qgZ + qwZ), target 2.5x on two nodes
  * over a 1 Gbit/s link.
+ *
+ * --dgc DENSITY likewise: exact against DGC's top-k gradients (block 256,
+ * the fp32 residual) at that density, parameters gathered exactly.
  */
 #include <math.h>
 #include <mpi.h>
@@ -48,6 +52,7 @@ typedef struct {
   int torch;
   int hpz;              /* > 0: only stage 3, hpZ 1 against this */
   int compress;         /* only stage 3, exact against qgZ + qwZ */
+  double dgc;           /* > 0: only stage 3, exact against DGC at this density */
 } bench_args;
 
 static void die(const char *what) {
@@ -275,6 +280,20 @@ static void run_compress(const bench_args *a, int rank) {
   run_pair(a, rank, v, "qgZ + qwZ", 2.5);
 }
 
+/* DGC (zinc.compression.gradient_codec "dgc", top-k of every block of
+ * 256 with its fp32 residual) at density a->dgc against exact, no reuse,
+ * the parameters gathered exactly. Scope inter_node, as --compress. */
+static void run_dgc(const bench_args *a, int rank) {
+  char top[256], label[64];
+  snprintf(top, sizeof top, ", \"zinc\": {\"compression\": {\"gradient_codec\": \"dgc\","
+           " \"dgc\": {\"density\": %.17g}}}", a->dgc);
+  snprintf(label, sizeof label, "dgc %g", a->dgc);
+  variant v[2] = {{"exact", ", \"stage3_max_reuse_distance\": 0", NULL},
+                  {label, ", \"stage3_max_reuse_distance\": 0, \"zero_quantized_gradients\": true",
+                   top}};
+  run_pair(a, rank, v, "DGC", 1.0);
+}
+
 /* Engine overhead, one rank: zinc's stage-0 step (the trainer's gradient
  * writes through the engine, reduction, norm, Adam) alternated with the
  * same arithmetic without the engine — zero and write the gradients (a
@@ -440,9 +459,11 @@ int main(int argc, char **argv) {
       a.hpz = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--compress"))
       a.compress = 1;
+    else if (!strcmp(argv[i], "--dgc") && i + 1 < argc)
+      a.dgc = atof(argv[++i]);
     else {
       fprintf(stderr, "usage: %s [--params N] [--modules M] [--steps S] [--dtype f32|bf16] "
-              "[--no-torch] [--hpz H] [--compress]\n", argv[0]);
+              "[--no-torch] [--hpz H] [--compress] [--dgc DENSITY]\n", argv[0]);
       return 2;
     }
   }
@@ -454,11 +475,13 @@ int main(int argc, char **argv) {
   if (rank == 0)
     printf("step_bench: %lld %s parameters in %d modules, %d ranks, best of %d steps\n",
            (long long)a.params, zinc_dtype_name(a.dtype), a.modules, size, a.steps);
-  if (a.hpz > 0 || a.compress) {
+  if (a.hpz > 0 || a.compress || a.dgc > 0) {
     if (a.hpz > 0)
       run_hpz(&a, rank);
     if (a.compress)
       run_compress(&a, rank);
+    if (a.dgc > 0)
+      run_dgc(&a, rank);
     MPI_Finalize();
     return 0;
   }

@@ -13,6 +13,11 @@
  *  - resume: 3 steps, save, 3 more equals load + the same 3, bit for bit
  *    (the fp32 residual travels in the checkpoint), during the warm-up so
  *    that the density changes across the save.
+ *  - reshard: DGC's fp32 residuals saved at block 256 and loaded at block
+ *    128 (another layout, so resharded): the sum over every rank's
+ *    residual slots of every element is kept (each element's summed error
+ *    carried whole by one sender), within fp32 rounding; and they are not
+ *    all zero.
  *  - the wire (2 ranks): the comms logger's reduce-scatter rows hold the
  *    TOPK layout's bytes for the density in force at each step of the
  *    warm-up: 6 bytes per kept element, k = max(1, ceil(density x block))
@@ -21,6 +26,7 @@
 #include <math.h>
 #include <mpi.h>
 
+#include "engine/engine.h"
 #include "engine_test.h"
 
 static char root[400];
@@ -123,6 +129,54 @@ static void test_resume(int stage) {
   et_free_params(b);
 }
 
+/* Sum and sum of |.| over every rank's fp32 residual slots (engine
+ * internals: e->cx_ef, the CPU device's memory). */
+static void residual_sums(const zinc_engine *e, double *sum, double *abs_sum) {
+  const float *r = e->cx_ef;
+  double s[2] = {0, 0};
+  for (size_t i = 0; r && i < e->cx_ef_bytes / 4; i++) {
+    s[0] += r[i];
+    s[1] += fabs((double)r[i]);
+  }
+  MPI_Allreduce(MPI_IN_PLACE, s, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  *sum = s[0];
+  *abs_sum = s[1];
+}
+
+#define DGC_BLOCK(block)                                                                      \
+  "\"zinc\": {\"compression\": {\"scope\": \"all\", \"gradient_codec\": \"dgc\", "              \
+  "\"block_size\": " block ", \"dgc\": {\"density\": 0.01}}}"
+
+static void test_reshard(void) {
+  et_run r = base_run(3, 3);
+  r.zero_extra = QGZ;
+  r.extra = DGC_BLOCK("256");
+  char ck[600];
+  snprintf(ck, sizeof ck, "%s/ck_reshard", root);
+  et_model m;
+  zinc_engine *e = et_open(&r, NULL, &m);
+  ET_OK(et_steps(&m, &r, 0, 3));
+  ET_OK(zinc_save_checkpoint(e, ck, "mid"));
+  double before, before_abs;
+  residual_sums(e, &before, &before_abs);
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+  r.extra = DGC_BLOCK("128");
+  e = et_open(&r, NULL, &m);
+  ET_OK(zinc_load_checkpoint(e, ck, "mid"));
+  double after, after_abs;
+  residual_sums(e, &after, &after_abs);
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+  if (et_rank == 0)
+    printf("DGC residual resharded from block 256 to 128: sum %.9g -> %.9g (|.| %.6g -> %.6g)\n",
+           before, after, before_abs, after_abs);
+  ET_CHECK(before_abs > 0, "no residual after 3 DGC steps");
+  ET_CHECK(fabs(after - before) <= 1e-5 * before_abs && after_abs <= before_abs * (1 + 1e-5),
+           "resharded DGC residuals: sum %.9g, |.| %.6g; saved %.9g, |.| %.6g", after, after_abs,
+           before, before_abs);
+}
+
 /* The wire at 2 ranks: one fp32 parameter of 8192 elements, one unit, a
  * chunk of 4096 per rank, 16 blocks of 256; density 1% after a warm-up
  * of 4 steps. Step s keeps k_s = max(1, ceil(d_s x 256)) per block, d_s =
@@ -222,6 +276,7 @@ int main(int argc, char **argv) {
   test_wire();
   test_resume(3);
   test_resume(1);
+  test_reshard();
   int bad = et_failures;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (et_rank == 0) {
