@@ -20,8 +20,9 @@
  * thread reads its blocks alone (uncoalesced), fine for the small blocks
  * this takes.
  * TOPK: one thread per codec block runs codec_math.h's
- * zinc_codec_topk_encode_block / _decode_block, the reference itself (33
- * passes over the block, uncoalesced: correctness before speed); decode
+ * zinc_codec_topk_encode_block / _decode_block, the reference itself (six
+ * passes over the block, a 256-entry histogram in local memory,
+ * uncoalesced: correctness before speed); decode
  * zeroes dst first unless it accumulates.
  * decode: one thread per element (grid-stride), coalesced. Cast codecs are
  * the cast and accumulate kernels of elementwise.cu, or a copy when the

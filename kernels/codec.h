@@ -58,8 +58,8 @@
  * Top-k selection (TOPK), per block of x = src (+ the residual): the k_b
  * elements of largest |x|, compared as the integer bits(x) & 0x7fffffff
  * (so a NaN counts largest, an inf next), ties taken lowest index first.
- * The threshold T = the k_b-th largest key, found bit by bit from the top
- * (31 counting passes); kept: every key > T, then the lowest-index keys
+ * The threshold T = the k_b-th largest key (a radix select: four counting
+ * passes over the block); kept: every key > T, then the lowest-index keys
  * == T until k_b are kept. Decoded: the kept values at their indices, 0
  * elsewhere (decode-accumulate adds the kept values only).
  * TOPK's error feedback (DGC's residual accumulation) keeps `ef` as n fp32

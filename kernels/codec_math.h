@@ -46,8 +46,8 @@
  * TOPK, one block [lo, hi) keeping kb = min(k, hi - lo) elements, x =
  * src (+ res, the fp32 residual, one add):
  *   key(x) = bits(x) & 0x7fffffff     (integer order = order of |x|)
- *   T      = the kb-th largest key: from t = 0, for bit 30 down to 0,
- *            t |= bit when at least kb keys are >= t | bit
+ *   T      = the kb-th largest key (a radix select in digits of 8, 8,
+ *            8 and 7 bits: four counting passes)
  *   above  = keys > T;  kept: key > T, or key == T among the first
  *            kb - above such keys in index order
  *   entries written in index order; with res: res = kept ? 0 : x, and 0
@@ -355,27 +355,38 @@ static ZINC_HD float zinc_codec_topk_x(const void *src, int sdt, const float *re
   return res ? x + res[i] : x;
 }
 
-/* Keys of [lo, hi) that are >= t. */
-static ZINC_HD int64_t zinc_codec_topk_count(const void *src, int sdt, const float *res,
-                                             int64_t lo, int64_t hi, uint32_t t) {
-  int64_t c = 0;
-  for (int64_t i = lo; i < hi; i++)
-    c += zinc_codec_abs_bits(zinc_codec_topk_x(src, sdt, res, i)) >= t;
-  return c;
-}
-
-/* T, the kb-th largest key of [lo, hi) (kb >= 1), and *above, the keys > T. */
+/* T, the kb-th largest key of [lo, hi) (1 <= kb <= hi - lo), and
+ * *above, the keys > T: a radix select over the key's 31 bits in digits of
+ * 8, 8, 8 and 7 bits from the top. At each digit a histogram of the keys
+ * that share the prefix found so far; the digits are walked from the
+ * largest, the keys in higher buckets (all > T) counted off, until the
+ * bucket holding the kb-th largest. Four counting passes; T is the same
+ * number whatever the method (the kb-th largest), so this is codec.h's
+ * "bit by bit" threshold computed in fewer passes. */
 static ZINC_HD uint32_t zinc_codec_topk_threshold(const void *src, int sdt, const float *res,
                                                   int64_t lo, int64_t hi, int64_t kb,
                                                   int64_t *above) {
-  uint32_t t = 0;
-  for (int bit = 30; bit >= 0; bit--) {
-    uint32_t c = t | (1u << bit);
-    if (zinc_codec_topk_count(src, sdt, res, lo, hi, c) >= kb)
-      t = c;
+  uint32_t prefix = 0, mask = 0;
+  int64_t need = kb;
+  for (int level = 0; level < 4; level++) {
+    const int shift = level == 3 ? 0 : 23 - 8 * level, width = level == 3 ? 7 : 8;
+    const uint32_t digit_mask = (1u << width) - 1u;
+    uint32_t hist[256];
+    for (int v = 0; v < 256; v++)
+      hist[v] = 0;
+    for (int64_t i = lo; i < hi; i++) {
+      uint32_t key = zinc_codec_abs_bits(zinc_codec_topk_x(src, sdt, res, i));
+      if ((key & mask) == prefix)
+        hist[(key >> shift) & digit_mask]++;
+    }
+    int v = (int)digit_mask;
+    for (; v > 0 && (int64_t)hist[v] < need; v--)
+      need -= hist[v];
+    prefix |= (uint32_t)v << shift;
+    mask |= digit_mask << shift;
   }
-  *above = zinc_codec_topk_count(src, sdt, res, lo, hi, t + 1u);
-  return t;
+  *above = kb - need;
+  return prefix;
 }
 
 /* First entry of block b and its count, for codec (block, k) over n. */
