@@ -18,6 +18,10 @@
  *    residual slots of every element is kept (each element's summed error
  *    carried whole by one sender), within fp32 rounding; and they are not
  *    all zero.
+ *  - memory: the engine's residuals are (N - 1) fp32 slices of every
+ *    trained unit's chunk (padded to 16 bytes), and the estimator's device
+ *    gradient bytes grow by exactly that with DGC on (0 with the residual
+ *    dropped).
  *  - the wire (2 ranks): the comms logger's reduce-scatter rows hold the
  *    TOPK layout's bytes for the density in force at each step of the
  *    warm-up: 6 bytes per kept element, k = max(1, ceil(density x block))
@@ -27,6 +31,7 @@
 #include <mpi.h>
 
 #include "engine/engine.h"
+#include "engine/memory/estimate.h"
 #include "engine_test.h"
 
 static char root[400];
@@ -177,6 +182,49 @@ static void test_reshard(void) {
            before, before_abs);
 }
 
+static uint64_t estimate_grads(const et_run *r) {
+  zinc_est_param p[TM_NPARAM];
+  memset(p, 0, sizeof p);
+  static const char *mods[4] = {"in", "mid", "scale", "out"};
+  for (int i = 0; i < TM_NPARAM; i++) {
+    snprintf(p[i].module, sizeof p[i].module, "%s", mods[et_param_module[i]]);
+    snprintf(p[i].name, sizeof p[i].name, "%s", tm_names[i]);
+    p[i].dtype = ZINC_F32;
+    p[i].ndim = 1;
+    p[i].shape[0] = tm_numel(&r->shape, i);
+  }
+  char *json = et_config_json(r);
+  zinc_config *cfg = NULL;
+  ET_OK(zinc_config_parse(json, &cfg));
+  free(json);
+  zinc_estimate est;
+  ET_OK(zinc_estimate_model(&cfg->s, et_world, 0, p, TM_NPARAM, &est));
+  zinc_config_free(cfg);
+  return est.bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS];
+}
+
+static void test_memory(int stage) {
+  et_run dgc = base_run(stage, 1), plain = base_run(stage, 1), dropped = base_run(stage, 1);
+  dgc.zero_extra = dropped.zero_extra = QGZ;
+  dgc.extra = DGC("0.01", "0", "true");
+  dropped.extra = DGC("0.01", "0", "false");
+  et_model m;
+  zinc_engine *e = et_open(&dgc, NULL, &m);
+  uint64_t want = 0;
+  for (int ui = 0; ui < e->ntrain_units; ui++)
+    want += (uint64_t)(et_world - 1) * (uint64_t)((4 * e->units[ui].chunk + 15) / 16 * 16);
+  ET_CHECK(e->cx_ef_bytes == want, "stage %d: the engine's DGC residuals are %zu bytes, want "
+           "%llu", stage, e->cx_ef_bytes, (unsigned long long)want);
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+  uint64_t with = estimate_grads(&dgc), without = estimate_grads(&plain),
+           none = estimate_grads(&dropped);
+  ET_CHECK(with - without == want && none == without, "stage %d: the estimator's device "
+           "gradient bytes grew by %llu with DGC's residual (want %llu) and by %llu without it "
+           "(want 0)", stage, (unsigned long long)(with - without), (unsigned long long)want,
+           (unsigned long long)(none - without));
+}
+
 /* The wire at 2 ranks: one fp32 parameter of 8192 elements, one unit, a
  * chunk of 4096 per rank, 16 blocks of 256; density 1% after a warm-up
  * of 4 steps. Step s keeps k_s = max(1, ceil(d_s x 256)) per block, d_s =
@@ -277,6 +325,8 @@ int main(int argc, char **argv) {
   test_resume(3);
   test_resume(1);
   test_reshard();
+  test_memory(3);
+  test_memory(1);
   int bad = et_failures;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (et_rank == 0) {
