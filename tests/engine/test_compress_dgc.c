@@ -17,7 +17,7 @@
  *    128 (another layout, so resharded): the sum over every rank's
  *    residual slots of every element is kept (each element's summed error
  *    carried whole by one sender), within fp32 rounding; and they are not
- *    all zero.
+ *    all zero. LoCo's int8 residuals loaded by a DGC engine likewise.
  *  - memory: the engine's residuals are (N - 1) fp32 slices of every
  *    trained unit's chunk (padded to 16 bytes), and the estimator's device
  *    gradient bytes grow by exactly that with DGC on (0 with the residual
@@ -152,6 +152,30 @@ static void residual_sums(const zinc_engine *e, double *sum, double *abs_sum) {
   "\"zinc\": {\"compression\": {\"scope\": \"all\", \"gradient_codec\": \"dgc\", "              \
   "\"block_size\": " block ", \"dgc\": {\"density\": 0.01}}}"
 
+/* The same sums over an INT8 (LoCo) residual: per trained unit, (N - 1)
+ * slices of fp32 scales then int8 values, each padded to 16 bytes. */
+static void int8_residual_sums(const zinc_engine *e, int block, double *sum, double *abs_sum) {
+  const unsigned char *base = e->cx_ef;
+  double s[2] = {0, 0};
+  size_t off = 0;
+  for (int ui = 0; base && ui < e->ntrain_units; ui++) {
+    int64_t n = e->units[ui].chunk, nb = (n + block - 1) / block;
+    size_t one = (size_t)((4 * nb + n + 15) / 16 * 16);
+    for (int slot = 0; slot < et_world - 1; slot++, off += one)
+      for (int64_t i = 0; i < n; i++) {
+        float scale;
+        memcpy(&scale, base + off + 4 * (size_t)(i / block), 4);
+        double v = (double)(float)((float)(signed char)base[off + 4 * (size_t)nb + (size_t)i] *
+                                   scale);
+        s[0] += v;
+        s[1] += fabs(v);
+      }
+  }
+  MPI_Allreduce(MPI_IN_PLACE, s, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  *sum = s[0];
+  *abs_sum = s[1];
+}
+
 static void test_reshard(void) {
   et_run r = base_run(3, 3);
   r.zero_extra = QGZ;
@@ -180,6 +204,31 @@ static void test_reshard(void) {
   ET_CHECK(fabs(after - before) <= 1e-5 * before_abs && after_abs <= before_abs * (1 + 1e-5),
            "resharded DGC residuals: sum %.9g, |.| %.6g; saved %.9g, |.| %.6g", after, after_abs,
            before, before_abs);
+  /* LoCo's int8 residuals saved, loaded by a DGC engine: decoded into its
+   * fp32 slots, the same sum */
+  r.zero_extra = QGZ "\"zeropp_loco_param\": {\"err_beta\": 0.8, \"reset_T\": 1024},";
+  r.extra = "\"zinc\": {\"compression\": {\"scope\": \"all\", \"block_size\": 64}}";
+  snprintf(ck, sizeof ck, "%s/ck_loco", root);
+  e = et_open(&r, NULL, &m);
+  ET_OK(et_steps(&m, &r, 0, 3));
+  ET_OK(zinc_save_checkpoint(e, ck, "mid"));
+  int8_residual_sums(e, 64, &before, &before_abs);
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+  r.zero_extra = QGZ;
+  r.extra = DGC_BLOCK("64");
+  e = et_open(&r, NULL, &m);
+  ET_OK(zinc_load_checkpoint(e, ck, "mid"));
+  residual_sums(e, &after, &after_abs);
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+  if (et_rank == 0)
+    printf("LoCo int8 residual loaded as DGC fp32: sum %.9g -> %.9g (|.| %.6g -> %.6g)\n",
+           before, after, before_abs, after_abs);
+  ET_CHECK(before_abs > 0 && fabs(after - before) <= 1e-5 * before_abs &&
+               after_abs <= before_abs * (1 + 1e-5),
+           "int8 residuals loaded as fp32: sum %.9g, |.| %.6g; saved %.9g, |.| %.6g", after,
+           after_abs, before, before_abs);
 }
 
 static uint64_t estimate_grads(const et_run *r) {
