@@ -100,6 +100,9 @@ void zinc_settings_defaults(zinc_settings *s) {
   s->compress_weight_bits = 8;
   s->compress_block_size = 256;
   s->compress_scope = ZINC_COMPRESS_INTER_NODE;
+  s->dgc_density = 0.001;
+  s->dgc_warmup_steps = 0;
+  s->dgc_residual = 1;
 
   s->aio_block_size = 1048576;
   s->aio_queue_depth = 8;

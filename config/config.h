@@ -88,10 +88,13 @@ typedef struct {
 
 typedef enum { ZINC_OFFLOAD_NONE = 0, ZINC_OFFLOAD_CPU, ZINC_OFFLOAD_NVME } zinc_offload_device;
 typedef enum { ZINC_COMPRESS_INTER_NODE = 0, ZINC_COMPRESS_ALL } zinc_compress_scope;
-/* zinc.compression.gradient_codec: the codec of compressed gradients. */
+/* zinc.compression.gradient_codec: the codec of the compressed gradient
+ * reduce-scatter (zero_quantized_gradients). */
 typedef enum {
   ZINC_GRAD_CODEC_QUANT = 0, /* "quant": gradient_bits' block codec     */
   ZINC_GRAD_CODEC_TERNGRAD,  /* "terngrad": TernGrad (kernels/codec.h) */
+  ZINC_GRAD_CODEC_DGC,       /* "dgc": top-k with a residual (Deep
+                                Gradient Compression)                   */
 } zinc_gradient_codec;
 /* optimizer.type; the optimizer's own kind (kernels/zinc_math.h) follows
  * from it (Adam and AdamW are one kind). */
@@ -274,13 +277,19 @@ typedef struct {
   /* zinc.compression: what DeepSpeed's keys leave fixed */
   int compress_gradient_bits;             /* 4: qgZ codec, 4 / 8 / 1 (1 = sign
                                              with a mean-|x| scale)          */
-  int compress_gradient_codec;            /* ZINC_GRAD_CODEC_QUANT (default) or
-                                             ZINC_GRAD_CODEC_TERNGRAD       */
+  int compress_gradient_codec;            /* ZINC_GRAD_CODEC_QUANT (default),
+                                             _TERNGRAD or _DGC              */
   int compress_weight_bits;               /* 8: qwZ codec, 8 / 4             */
   int64_t compress_block_size;            /* 256 elements per fp32 scale     */
   int compress_scope;                     /* ZINC_COMPRESS_INTER_NODE (default:
                                              compress only what crosses nodes)
                                              or ZINC_COMPRESS_ALL           */
+  double dgc_density;                     /* 0.001: top-k's kept fraction    */
+  int64_t dgc_warmup_steps;               /* 0: optimizer steps of the
+                                             exponential density warm-up   */
+  int dgc_residual;                       /* true: the unsent values wait in
+                                             an fp32 residual (false: dropped,
+                                             an experiment)                */
   int64_t max_consecutive_skips;          /* 50: zinc_step fails after this many
                                              consecutive steps skipped for
                                              inf/NaN gradients that lowering

@@ -284,11 +284,16 @@ static json_t *settings_json(const zinc_settings *s) {
   put(z, "max_consecutive_skips", json_integer(s->max_consecutive_skips));
   json_t *cz = json_object();
   put(cz, "gradient_bits", json_integer(s->compress_gradient_bits));
-  static const char *const grad_codecs[] = {"quant", "terngrad"};
+  static const char *const grad_codecs[] = {"quant", "terngrad", "dgc"};
   put(cz, "gradient_codec", json_string(grad_codecs[s->compress_gradient_codec]));
   put(cz, "weight_bits", json_integer(s->compress_weight_bits));
   put(cz, "block_size", json_integer(s->compress_block_size));
   put(cz, "scope", json_string(s->compress_scope == ZINC_COMPRESS_ALL ? "all" : "inter_node"));
+  json_t *dgc = json_object();
+  put(dgc, "density", json_real(s->dgc_density));
+  put(dgc, "warmup_steps", json_integer(s->dgc_warmup_steps));
+  put(dgc, "residual", json_boolean(s->dgc_residual));
+  put(cz, "dgc", dgc);
   put(z, "compression", cz);
   put(root, "zinc", z);
   return root;

@@ -741,6 +741,17 @@ static const zinc_key compression_keys[] = {
     ZINC_KCUSTOM("weight_bits"),
     {"block_size", ZINC_KEY_I64, offsetof(T, compress_block_size), 1, 1 << 20, 0, 0, NULL},
     ZINC_KCUSTOM("scope"),
+    ZINC_KCUSTOM("dgc"),
+};
+
+/* "zinc": {"compression": {"dgc": {...}}}: Deep Gradient Compression's
+ * top-k codec (kernels/codec.h ZINC_CODEC_TOPK, engine/compress.c). The
+ * density is at most 1 and above 0; the codec keeps at least one element
+ * per block. */
+static const zinc_key dgc_keys[] = {
+    ZINC_KF(T, "density", dgc_density, 0, 1, ZINC_KEY_LO_OPEN, 0),
+    ZINC_KL(T, "warmup_steps", dgc_warmup_steps, 0, 0, 0),
+    ZINC_KB(T, "residual", dgc_residual),
 };
 
 /* An integer key of obj that takes one of a few values (ascending, for the
@@ -785,9 +796,12 @@ static zinc_status read_compression(zinc_cfg_reader *r, const json_t *zinc, zinc
       s->compress_gradient_codec = ZINC_GRAD_CODEC_QUANT;
     else if (strcmp(name, "terngrad") == 0)
       s->compress_gradient_codec = ZINC_GRAD_CODEC_TERNGRAD;
+    else if (strcmp(name, "dgc") == 0)
+      s->compress_gradient_codec = ZINC_GRAD_CODEC_DGC;
     else
-      return zinc_cfg_bad(r, v, "\"quant\" (gradient_bits' block codec) or \"terngrad\" "
-                          "(TernGrad: stochastic ternary, 2 bits per element)");
+      return zinc_cfg_bad(r, v, "\"quant\" (gradient_bits' block codec), \"terngrad\" "
+                          "(TernGrad: stochastic ternary, 2 bits per element) or \"dgc\" "
+                          "(Deep Gradient Compression's top-k with a residual)");
     zinc_cfg_pop(r, m);
   }
   v = zinc_cfg_enter(r, obj, "scope", &m);
@@ -802,6 +816,16 @@ static zinc_status read_compression(zinc_cfg_reader *r, const json_t *zinc, zinc
                           "\"all\"");
     zinc_cfg_pop(r, m);
   }
+  const json_t *dgc;
+  size_t md = zinc_cfg_push(r, "dgc");
+  ZINC_CHECK(zinc_cfg_object(r, json_object_get(obj, "dgc"), &dgc));
+  if (dgc)
+    ZINC_CHECK(zinc_cfg_walk(r, dgc, dgc_keys, ZINC_KEY_COUNT(dgc_keys), s, sizeof *s));
+  zinc_cfg_pop(r, md);
+  if (s->compress_gradient_codec == ZINC_GRAD_CODEC_DGC && s->compress_block_size > 65536)
+    return zinc_error(ZINC_ERR_CONFIG, "%s.block_size = %lld: gradient_codec \"dgc\" stores "
+                      "16-bit indices inside a block, so the block is at most 65536 elements; "
+                      "lower block_size", r->path, (long long)s->compress_block_size);
 done:
   zinc_cfg_pop(r, mark);
   return ZINC_OK;

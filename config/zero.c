@@ -164,6 +164,14 @@ static void note_compression(zinc_cfg_reader *r, const zinc_settings *s) {
     zinc_cfg_warn(r, "zinc.compression.gradient_bits = 1 without %s.zeropp_loco_param: sign "
                   "compression with no error feedback will not converge (accepted, for "
                   "experiments); give zeropp_loco_param, or use 4 or 8 bits", r->path);
+  if (s->compress_gradient_codec == ZINC_GRAD_CODEC_DGC && !s->zero_quantized_gradients)
+    zinc_cfg_warn(r, "zinc.compression.gradient_codec = \"dgc\" has no effect without "
+                  "%s.zero_quantized_gradients: it picks the codec of the compressed gradient "
+                  "reduce-scatter; set zero_quantized_gradients true", r->path);
+  if (s->compress_gradient_codec == ZINC_GRAD_CODEC_DGC && s->loco_enabled)
+    zinc_cfg_warn(r, "%s.zeropp_loco_param is not used with zinc.compression.gradient_codec = "
+                  "\"dgc\": DGC keeps its own fp32 residual (zinc.compression.dgc.residual); "
+                  "remove zeropp_loco_param", r->path);
 }
 
 /* nvme_path: a string, or (zinc) a list of strings to stripe over. */

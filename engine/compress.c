@@ -64,32 +64,54 @@
 
 #include "engine/engine.h"
 
-static zinc_codec codec_none(void) { return (zinc_codec){ZINC_CODEC_NONE, 0}; }
+static zinc_codec codec_none(void) { return (zinc_codec){ZINC_CODEC_NONE, 0, 0}; }
 
 static zinc_codec cast_codec(int dtype) {
   switch (dtype) {
-  case ZINC_F32: return (zinc_codec){ZINC_CODEC_F32, 0};
-  case ZINC_BF16: return (zinc_codec){ZINC_CODEC_BF16, 0};
-  case ZINC_F16: return (zinc_codec){ZINC_CODEC_F16, 0};
+  case ZINC_F32: return (zinc_codec){ZINC_CODEC_F32, 0, 0};
+  case ZINC_BF16: return (zinc_codec){ZINC_CODEC_BF16, 0, 0};
+  case ZINC_F16: return (zinc_codec){ZINC_CODEC_F16, 0, 0};
   default: return codec_none();
   }
 }
 
 static zinc_codec quant_codec(int bits, int64_t block) {
   int kind = bits == 8 ? ZINC_CODEC_INT8 : bits == 4 ? ZINC_CODEC_INT4 : ZINC_CODEC_SIGN1;
-  return (zinc_codec){kind, (int)block};
+  return (zinc_codec){kind, (int)block, 0};
+}
+
+double zinc_compress_dgc_density(const zinc_settings *s, int64_t step) {
+  double d = s->dgc_density;
+  if (step >= 0 && step < s->dgc_warmup_steps) {
+    int64_t stage = 4 * step / s->dgc_warmup_steps; /* 0..3 */
+    double w = 0.25;
+    for (int64_t i = 0; i < stage; i++)
+      w *= 0.25;
+    d = w > d ? w : d;
+  }
+  return d;
+}
+
+/* The gradient codec of this reduction: DGC's k follows the density
+ * schedule of the optimizer step (the same on every rank). */
+static zinc_codec grad_codec(const zinc_engine *e) {
+  zinc_codec c = e->cx_grad;
+  if (c.kind == ZINC_CODEC_TOPK)
+    c.k = zinc_codec_topk_k(zinc_compress_dgc_density(&e->cfg, e->step), c.block);
+  return c;
 }
 
 static int node_of(const zinc_engine *e, int p) {
   return e->dp->node_of ? e->dp->node_of[p] : 0;
 }
 
-/* The codec of gradient slices between this rank and peer p. NONE: raw
+/* The codec of gradient slices between this rank and peer p in
+ * reduction r (whose cx_codec was fixed when it was encoded). NONE: raw
  * bytes of the unit's dtype. */
-static zinc_codec pair_codec(const zinc_engine *e, int p) {
+static zinc_codec pair_codec(const zinc_engine *e, const zinc_reduction *r, int p) {
   if (e->cx_local_raw && node_of(e, p) == node_of(e, e->dp_rank))
     return e->cx_local;
-  return e->cx_grad;
+  return r->cx_codec;
 }
 
 static size_t slice_bytes(zinc_codec c, int dtype, int64_t n) {
@@ -99,7 +121,11 @@ static size_t slice_bytes(zinc_codec c, int dtype, int64_t n) {
 }
 
 static int ef_on(const zinc_engine *e, zinc_codec c) {
-  return e->cx_ef != NULL && zinc_codec_is_block(c);
+  return e->cx_ef != NULL && (zinc_codec_is_block(c) || c.kind == ZINC_CODEC_TOPK);
+}
+
+size_t zinc_compress_ef_slice_bytes(zinc_codec grad, int64_t chunk) {
+  return zinc_codec_ef_bytes(grad, chunk);
 }
 
 /* The seed of a stochastic codec's draws (TERN2) for the slice of unit ui
@@ -127,7 +153,7 @@ static uint64_t slice_seed(const zinc_engine *e, int ui, int p) {
 /* The residual slot of (unit ui, peer p != me). */
 static void *ef_slice(const zinc_engine *e, int ui, int p) {
   const zinc_unit *u = &e->units[ui];
-  size_t one = zinc_codec_bytes((zinc_codec){ZINC_CODEC_INT8, e->cx_grad.block}, u->chunk);
+  size_t one = zinc_compress_ef_slice_bytes(e->cx_grad, u->chunk);
   int slot = p < e->dp_rank ? p : p - 1;
   return (char *)e->cx_ef + e->cx_ef_off[ui] + (size_t)slot * one;
 }
@@ -155,9 +181,12 @@ zinc_status zinc_compress_init(zinc_engine *e) {
               "node and zinc.compression.scope is \"inter_node\", so no gradient is quantized "
               "(nothing crosses a node); set zinc.compression.scope to \"all\" to quantize "
               "anyway", n);
+  int dgc = s->compress_gradient_codec == ZINC_GRAD_CODEC_DGC;
   if (qgz && (nnodes > 1 || all)) {
     e->cx_grad = s->compress_gradient_codec == ZINC_GRAD_CODEC_TERNGRAD
-                     ? (zinc_codec){ZINC_CODEC_TERN2, (int)s->compress_block_size}
+                     ? (zinc_codec){ZINC_CODEC_TERN2, (int)s->compress_block_size, 0}
+                 : dgc ? (zinc_codec){ZINC_CODEC_TOPK, (int)s->compress_block_size,
+                                      zinc_codec_topk_k(s->dgc_density, (int)s->compress_block_size)}
                      : quant_codec(s->compress_gradient_bits, s->compress_block_size);
     e->cx_local = cast;
     e->cx_local_raw = !all;
@@ -171,20 +200,26 @@ zinc_status zinc_compress_init(zinc_engine *e) {
               "node and zinc.compression.scope is \"inter_node\", so parameters are gathered "
               "exactly; set zinc.compression.scope to \"all\" to quantize anyway", n);
 
-  if (s->loco_enabled && zinc_codec_is_block(e->cx_grad)) {
+  int residual = dgc ? s->dgc_residual : s->loco_enabled;
+  if (residual && (zinc_codec_is_block(e->cx_grad) || e->cx_grad.kind == ZINC_CODEC_TOPK)) {
     size_t total = 0;
     ZINC_CHECK(zinc_calloc((void **)&e->cx_ef_off, (size_t)e->ntrain_units + 1,
                            sizeof *e->cx_ef_off, "error-feedback offsets"));
     for (int ui = 0; ui < e->ntrain_units; ui++) {
       e->cx_ef_off[ui] = total;
-      total += (size_t)(n - 1) *
-               zinc_codec_bytes((zinc_codec){ZINC_CODEC_INT8, e->cx_grad.block}, e->units[ui].chunk);
+      total += (size_t)(n - 1) * zinc_compress_ef_slice_bytes(e->cx_grad, e->units[ui].chunk);
     }
     e->cx_ef_bytes = total;
     ZINC_CHECK(zinc_engine_buffer_alloc(e, total ? total : 16, ZINC_LOC_DEVICE, ZINC_MEM_GRADS,
                                         &e->cx_ef, "gradient error-feedback residuals"));
     ZINC_CHECK(e->dev->ops->fill_zero(e->dev, e->cx_ef, total ? total : 16, e->stream));
   }
+  if (e->cx_grad.kind == ZINC_CODEC_TOPK)
+    zinc_log0(ZINC_LOG_INFO, "DGC: top-k of every %d gradient elements at density %g (k = %d "
+              "after %lld warm-up steps), %s", e->cx_grad.block, s->dgc_density, e->cx_grad.k,
+              (long long)s->dgc_warmup_steps,
+              e->cx_ef ? "the unsent values kept in an fp32 residual"
+                       : "the unsent values dropped (zinc.compression.dgc.residual false)");
   if (e->cx_grad.kind != ZINC_CODEC_NONE || e->cx_weight.kind != ZINC_CODEC_NONE)
     zinc_log0(ZINC_LOG_INFO, "compressed communication over %d ranks on %d node(s): gradients "
               "%s across nodes, %s inside a node%s; stage-3 parameters %s",
@@ -206,7 +241,8 @@ void zinc_compress_free(zinc_engine *e) {
 }
 
 zinc_status zinc_compress_step_end(zinc_engine *e) {
-  if (!e->cx_ef || e->cfg.loco_reset_T <= 0 || e->step % e->cfg.loco_reset_T != 0)
+  if (!e->cx_ef || e->cx_grad.kind == ZINC_CODEC_TOPK || e->cfg.loco_reset_T <= 0 ||
+      e->step % e->cfg.loco_reset_T != 0)
     return ZINC_OK;
   return e->dev->ops->fill_zero(e->dev, e->cx_ef, e->cx_ef_bytes ? e->cx_ef_bytes : 16,
                                 e->stream);
@@ -233,7 +269,7 @@ static zinc_status size_unit(zinc_engine *e, zinc_reduction *r, int ui, const ch
   const zinc_unit *u = &e->units[ui];
   for (int p = 0; p < e->dp_size; p++)
     if (p != e->dp_rank)
-      r->cx_counts[p] += slice_bytes(pair_codec(e, p), u->dtype, u->chunk);
+      r->cx_counts[p] += slice_bytes(pair_codec(e, r, p), u->dtype, u->chunk);
   return ZINC_OK;
 }
 
@@ -243,7 +279,7 @@ static zinc_status encode_unit(zinc_engine *e, zinc_reduction *r, int ui, const 
   for (int p = 0; p < e->dp_size; p++) {
     if (p == e->dp_rank)
       continue;
-    zinc_codec c = pair_codec(e, p);
+    zinc_codec c = pair_codec(e, r, p);
     char *dst = (char *)r->cx_send + r->cx_cursor[p];
     const char *src = grad + (size_t)p * (size_t)u->chunk * es;
     size_t b = slice_bytes(c, u->dtype, u->chunk);
@@ -252,7 +288,9 @@ static zinc_status encode_unit(zinc_engine *e, zinc_reduction *r, int ui, const 
     else
       ZINC_CHECK(e->dev->ops->encode(e->dev, e->stream, c, dst, src, u->dtype, u->chunk,
                                      ef_on(e, c) ? ef_slice(e, ui, p) : NULL,
-                                     (float)e->cfg.loco_err_beta, slice_seed(e, ui, p)));
+                                     c.kind == ZINC_CODEC_TOPK ? 0.0f
+                                                               : (float)e->cfg.loco_err_beta,
+                                     slice_seed(e, ui, p)));
     r->cx_cursor[p] += b;
   }
   return ZINC_OK;
@@ -279,6 +317,7 @@ int zinc_compress_grads(const zinc_engine *e) { return e->cx_grad.kind != ZINC_C
  * is what it receives from p. */
 zinc_status zinc_compress_reduce_prepare(zinc_engine *e, zinc_reduction *r, zinc_coll *coll) {
   int n = e->dp_size;
+  r->cx_codec = grad_codec(e);
   /* counts, displs, rcounts, rdispls, cursor */
   ZINC_CHECK(zinc_calloc((void **)&r->cx_counts, 5 * (size_t)n, sizeof(size_t),
                          "compressed reduction plan"));
@@ -329,7 +368,7 @@ zinc_status zinc_compress_reduce_prepare(zinc_engine *e, zinc_reduction *r, zinc
                       .rcounts = r->cx_counts + 2 * n,
                       .rdispls = r->cx_counts + 3 * n,
                       .logical_bytes = logical,
-                      .codec_name = zinc_codec_name(e->cx_grad),
+                      .codec_name = zinc_codec_name(r->cx_codec),
                       .logical_kind = ZINC_COLL_REDUCE_SCATTER};
   /* the cursor now walks the received bytes */
   memcpy(cursor, displs, (size_t)n * sizeof *cursor);
@@ -350,7 +389,7 @@ static zinc_status sum_unit(zinc_engine *e, zinc_reduction *r, int ui, const cha
                                              u->chunk, first));
       continue;
     }
-    zinc_codec c = pair_codec(e, p);
+    zinc_codec c = pair_codec(e, r, p);
     const char *src = (const char *)r->cx_recv + r->cx_cursor[p];
     if (c.kind == ZINC_CODEC_NONE)
       ZINC_CHECK(e->dev->ops->accumulate_f32(e->dev, e->stream, dst, src, u->dtype, u->chunk,

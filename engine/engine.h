@@ -216,6 +216,8 @@ typedef struct {
   size_t *cx_counts;      /* (5 N) bytes: counts, displs, rcounts, rdispls,
                              and a cursor per peer                       */
   size_t *cx_cursor;      /* into cx_counts                              */
+  zinc_codec cx_codec;    /* the gradient codec this reduction was
+                             encoded with (DGC's k is the step's)       */
 } zinc_reduction;
 
 /* ------------------------------------------------------------- trace */
@@ -382,7 +384,8 @@ struct zinc_engine {
                              (NONE: raw, the unit's dtype)              */
   int cx_local_raw;       /* scope inter_node: pairs on a node use cx_local */
   zinc_codec cx_weight;   /* stage-3 parameter gather (NONE: exact)     */
-  void *cx_ef;            /* (cx_ef_bytes) device: INT8 residuals, per
+  void *cx_ef;            /* (cx_ef_bytes) device: INT8 residuals (fp32
+                             for TOPK: DGC), per
                              trained unit (N-1) slices (cx_ef_off)      */
   size_t cx_ef_bytes;
   size_t *cx_ef_off;      /* (ntrain_units) byte offset of each unit's  */
@@ -626,6 +629,13 @@ void zinc_compress_scratch_free(zinc_engine *e);
 void zinc_compress_free(zinc_engine *e);
 /* After each optimizer step: zero the residuals every reset_T steps. */
 zinc_status zinc_compress_step_end(zinc_engine *e);
+/* DGC's density at optimizer step `step`: zinc.compression.dgc.density,
+ * raised during the first warmup_steps to 0.25, 0.0625, 0.015625,
+ * 0.00390625 over four equal quarters (whichever is larger). */
+double zinc_compress_dgc_density(const zinc_settings *s, int64_t step);
+/* Bytes of one error-feedback slice of `chunk` elements for gradient
+ * codec `grad`: fp32 for TOPK (DGC), INT8 blocks otherwise. */
+size_t zinc_compress_ef_slice_bytes(zinc_codec grad, int64_t chunk);
 int zinc_compress_grads(const zinc_engine *e);
 /* Encode reduction r's units and fill *coll with its all-to-all-v. */
 zinc_status zinc_compress_reduce_prepare(zinc_engine *e, zinc_reduction *r, zinc_coll *coll);

@@ -21,6 +21,11 @@
  * byte) running zinc_codec_encode_block, the reference itself; each
  * thread reads its blocks alone (uncoalesced), fine for the small blocks
  * this takes.
+ * TOPK: one thread per codec block runs codec_math.h's
+ * zinc_codec_topk_encode_block / _decode_block, the reference itself (six
+ * passes over the block, a 256-entry histogram in local memory,
+ * uncoalesced: correctness before speed); decode
+ * zeroes dst first unless it accumulates.
  * decode: one thread per element (grid-stride), coalesced. Cast codecs are
  * the cast and accumulate kernels of elementwise.cu, or a copy when the
  * dtypes are equal (the CPU's cast copies the bits then, signalling NaNs
@@ -158,6 +163,20 @@ __global__ void encode_warp_kernel(int kind, int64_t block, int64_t nb, float *s
   }
 }
 
+__global__ void topk_encode_kernel(int64_t block, int k, int64_t nb, float *values,
+                                   uint16_t *index, const void *src, int sdt, int64_t n,
+                                   float *res) {
+  for (int64_t b = first_index(); b < nb; b += grid_stride())
+    zinc_codec_topk_encode_block(block, k, values, index, src, sdt, n, b, res);
+}
+
+__global__ void topk_decode_kernel(int64_t block, int k, int64_t nb, void *dst, int ddt,
+                                   const float *values, const uint16_t *index, int64_t n,
+                                   int accumulate) {
+  for (int64_t b = first_index(); b < nb; b += grid_stride())
+    zinc_codec_topk_decode_block(block, k, dst, ddt, values, index, n, b, accumulate);
+}
+
 __global__ void decode_kernel(int kind, int64_t block, void *dst, int ddt, const float *scales,
                               const uint8_t *payload, int64_t n, int accumulate) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
@@ -174,6 +193,8 @@ bool dtype_ok(int dtype) {
 }
 
 bool codec_ok(zinc_codec c) {
+  if (c.kind == ZINC_CODEC_TOPK)
+    return c.block > 0 && c.block <= 65536 && c.k >= 1 && c.k <= c.block;
   return c.kind > ZINC_CODEC_NONE && c.kind < ZINC_CODEC_NKINDS &&
          (!zinc_codec_is_block(c) || c.block > 0);
 }
@@ -188,8 +209,10 @@ extern "C" cudaError_t zinc_cuda_codec_encode(zinc_codec c, void *dst, const voi
                                               int src_dtype, int64_t n, void *ef,
                                               float ef_beta, uint64_t seed,
                                               cudaStream_t stream) {
-  if (n < 0 || !codec_ok(c) || !dtype_ok(src_dtype) || (ef && !zinc_codec_is_block(c)) ||
-      (ef && !(ef_beta >= 0.0f && ef_beta <= 1.0f)))
+  const int topk = c.kind == ZINC_CODEC_TOPK;
+  if (n < 0 || !codec_ok(c) || !dtype_ok(src_dtype) ||
+      (ef && !zinc_codec_is_block(c) && !topk) ||
+      (ef && !(ef_beta >= 0.0f && ef_beta <= 1.0f)) || (ef && topk && ef_beta != 0.0f))
     return cudaErrorInvalidValue;
   if (n == 0)
     return cudaSuccess;
@@ -197,6 +220,19 @@ extern "C" cudaError_t zinc_cuda_codec_encode(zinc_codec c, void *dst, const voi
     return cudaErrorInvalidValue;
   const size_t total = zinc_codec_bytes(c, n);
   cudaError_t err;
+  if (topk) {
+    const int64_t entries = zinc_codec_topk_entries(c, n), nb = (n + c.block - 1) / c.block;
+    topk_encode_kernel<<<grid_for(nb), kThreads, 0, stream>>>(
+        c.block, c.k, nb, (float *)dst, (uint16_t *)((char *)dst + 4 * entries), src, src_dtype,
+        n, (float *)ef);
+    err = cudaGetLastError();
+    size_t used = (size_t)(6 * entries), etotal = zinc_codec_ef_bytes(c, n);
+    if (err == cudaSuccess && total > used)
+      err = zinc_cuda_fill_zero((char *)dst + used, total - used, stream);
+    if (err == cudaSuccess && ef && etotal > (size_t)(4 * n))
+      err = zinc_cuda_fill_zero((char *)ef + 4 * n, etotal - (size_t)(4 * n), stream);
+    return err;
+  }
   if (!zinc_codec_is_block(c)) {
     int cdt = cast_dtype(c.kind);
     size_t used = (size_t)n * (cdt == ZINC_F32 ? 4 : 2);
@@ -225,7 +261,7 @@ extern "C" cudaError_t zinc_cuda_codec_encode(zinc_codec c, void *dst, const voi
   if (err == cudaSuccess && total > used)
     err = zinc_cuda_fill_zero((char *)dst + used, total - used, stream);
   if (err == cudaSuccess && ef) {
-    size_t etotal = zinc_codec_bytes(zinc_codec{ZINC_CODEC_INT8, c.block}, n);
+    size_t etotal = zinc_codec_bytes(zinc_codec{ZINC_CODEC_INT8, c.block, 0}, n);
     size_t eused = (size_t)(off + n);
     if (etotal > eused)
       err = zinc_cuda_fill_zero((char *)ef + eused, etotal - eused, stream);
@@ -242,6 +278,19 @@ extern "C" cudaError_t zinc_cuda_codec_decode(zinc_codec c, void *dst, int dst_d
     return cudaSuccess;
   if (!dst || !src)
     return cudaErrorInvalidValue;
+  if (c.kind == ZINC_CODEC_TOPK) {
+    const int64_t entries = zinc_codec_topk_entries(c, n), nb = (n + c.block - 1) / c.block;
+    if (!accumulate) {
+      cudaError_t err = zinc_cuda_fill_zero(dst, (size_t)n * (dst_dtype == ZINC_F32 ? 4 : 2),
+                                            stream);
+      if (err != cudaSuccess)
+        return err;
+    }
+    topk_decode_kernel<<<grid_for(nb), kThreads, 0, stream>>>(
+        c.block, c.k, nb, dst, dst_dtype, (const float *)src,
+        (const uint16_t *)((const char *)src + 4 * entries), n, accumulate);
+    return cudaGetLastError();
+  }
   if (!zinc_codec_is_block(c)) {
     int cdt = cast_dtype(c.kind);
     if (accumulate)

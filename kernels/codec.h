@@ -17,6 +17,14 @@
  *                 TERN2  ceil(n/4) bytes, element 4i+j in bits 2j, 2j+1
  *                        of byte i, a two's complement 2-bit q:
  *                        00 = 0, 01 = +1, 11 = -1 (10 is never written)
+ *   top-k codec TOPK (Deep Gradient Compression), nb = ceil(n / block)
+ *   blocks, block <= 65536; block b of len_b elements keeps
+ *   k_b = min(k, len_b) elements, K = sum of k_b:
+ *       float    value[K];     the kept elements' x, exactly (fp32)
+ *       uint16_t index[K];     each one's index inside its block
+ *   block b's entries start at entry b * min(k, block) (only the last
+ *   block can be shorter), in increasing index order. 48 k / block bits
+ *   per element (0.1% density at block 1024: k = 2, 0.094 bits).
  *   zinc_codec_bytes() rounds the total up to a multiple of 16 bytes so
  *   that consecutive slices stay aligned; the padding is zero.
  *
@@ -60,6 +68,19 @@
  * (which the loss scaler skips) does not poison the following ones.
  * Error feedback needs a block codec and beta in [0, 1].
  *
+ * Top-k selection (TOPK), per block of x = src (+ the residual): the k_b
+ * elements of largest |x|, compared as the integer bits(x) & 0x7fffffff
+ * (so a NaN counts largest, an inf next), ties taken lowest index first.
+ * The threshold T = the k_b-th largest key (a radix select: four counting
+ * passes over the block); kept: every key > T, then the lowest-index keys
+ * == T until k_b are kept. Decoded: the kept values at their indices, 0
+ * elsewhere (decode-accumulate adds the kept values only).
+ * TOPK's error feedback (DGC's residual accumulation) keeps `ef` as n fp32
+ * values (4 n bytes, not an INT8 block): x = src + ef; the kept elements
+ * go on the wire; ef = x with the kept elements set to 0 (so sent +
+ * residual == x exactly, in fp32). A block holding an inf or NaN in x
+ * writes a zero residual block (as above). ef_beta must be 0.
+ *
  * Every backend (scalar, AVX2, AVX-512, CUDA) gives the same bytes and the
  * same decoded values, bit for bit: the per-element math lives once in the
  * ZINC_HD functions of kernels/codec_math.h, in kernels/zinc_math.h's
@@ -88,35 +109,47 @@ typedef enum {
   ZINC_CODEC_INT4,
   ZINC_CODEC_SIGN1,
   ZINC_CODEC_TERN2, /* TernGrad: stochastic ternary, "terngrad" */
+  ZINC_CODEC_TOPK,  /* top-k (value, index) pairs per block: DGC, "topk" */
   ZINC_CODEC_NKINDS
 } zinc_codec_kind;
 
 typedef struct {
   int kind;  /* zinc_codec_kind                                  */
-  int block; /* elements per scale (block codecs); 0 for casts   */
+  int block; /* elements per scale (block codecs) or per top-k
+                selection (TOPK); 0 for casts                      */
+  int k;     /* TOPK: elements kept per block (1..block); else 0  */
 } zinc_codec;
 
 /* Encoded bytes of n elements, a multiple of 16; 0 for NONE. */
 size_t zinc_codec_bytes(zinc_codec c, int64_t n);
 /* Bits per element on the wire for large n (scales included). */
 double zinc_codec_bits(zinc_codec c);
-/* "none" "fp32" "bf16" "fp16" "int8" "int4" "sign1" "terngrad" */
+/* "none" "fp32" "bf16" "fp16" "int8" "int4" "sign1" "terngrad" "topk" */
 const char *zinc_codec_name(zinc_codec c);
-/* 1 for INT8, INT4, SIGN1, TERN2. */
+/* 1 for INT8, INT4, SIGN1, TERN2 (a scale per block and a payload; not TOPK). */
 int zinc_codec_is_block(zinc_codec c);
+/* TOPK: elements kept per block of `block` for a density in (0, 1]:
+ * max(1, ceil(density * block)), at most block. */
+int zinc_codec_topk_k(double density, int block);
+/* TOPK: the kept entries of n elements (K above). */
+int64_t zinc_codec_topk_entries(zinc_codec c, int64_t n);
+/* Bytes of the error-feedback residual of n elements for codec c: fp32
+ * (TOPK), or an INT8 block codec at c's block. */
+size_t zinc_codec_ef_bytes(zinc_codec c, int64_t n);
 /* The worst-case absolute error of one decoded element of a block whose
  * largest magnitude is m (INT8/INT4: m / (2 qmax) plus the fp32 roundings
  * of the quantizer and the scale, m 2^-21 + (qmax + 1) 2^-149; casts: half
  * an ulp of m plus half the smallest subnormal step, INFINITY for fp16 at
  * m >= 65520; SIGN1: no bound, returns INFINITY; TERN2: no deterministic
  * bound below m itself, |decoded - x| <= m, returns m: TernGrad is
- * unbiased instead, E[decoded] = x). */
+ * unbiased instead, E[decoded] = x); TOPK: no bound, returns INFINITY). */
 double zinc_codec_error_bound(zinc_codec c, double m);
 
 /* The argument checks every backend's encode (encoding 1) and decode run
  * first: codec kind (not NONE) and block (> 0 for block codecs), dtype,
  * n >= 0, buffers not NULL when n > 0, error feedback only with a block
- * codec and beta in [0, 1], accumulate only into f32. ZINC_ERR_INVALID
+ * codec and beta in [0, 1] or TOPK and beta 0, TOPK's k in [1, block]
+ * and block <= 65536, accumulate only into f32. ZINC_ERR_INVALID
  * naming `who` and the bad argument. */
 zinc_status zinc_codec_check(const char *who, int encoding, zinc_codec c, void *dst,
                              const void *src, int dtype, int64_t n, const void *ef,

@@ -55,6 +55,18 @@
  * and the residual block is re-encoded INT8 from r, except that a block
  * whose x or r is not finite stores a zero residual (scale 0, q 0): the
  * overflowing step that the loss scaler skips does not poison the next.
+ *
+ * TOPK, one block [lo, hi) keeping kb = min(k, hi - lo) elements, x =
+ * src (+ res, the fp32 residual, one add):
+ *   key(x) = bits(x) & 0x7fffffff     (integer order = order of |x|)
+ *   T      = the kb-th largest key (a radix select in digits of 8, 8,
+ *            8 and 7 bits: four counting passes)
+ *   above  = keys > T;  kept: key > T, or key == T among the first
+ *            kb - above such keys in index order
+ *   entries written in index order; with res: res = kept ? 0 : x, and 0
+ *   over the whole block when any key >= 0x7f800000 (inf or NaN).
+ * Pure integer comparisons and one fp32 add per element: every path that
+ * runs these functions gives the same bytes.
  */
 #ifndef ZINC_CODEC_MATH_H
 #define ZINC_CODEC_MATH_H
@@ -400,6 +412,104 @@ static ZINC_HD float zinc_codec_decode_elem(int kind, int64_t block, const float
   float scale = scales[i / block];
   return kind == ZINC_CODEC_SIGN1 ? zinc_codec_sign1_value(v, scale)
                                   : zinc_codec_dequantize(v, scale);
+}
+
+/* ------------------------------------------------------------- TOPK */
+
+/* x of element i: src plus the fp32 residual (res not NULL). */
+static ZINC_HD float zinc_codec_topk_x(const void *src, int sdt, const float *res, int64_t i) {
+  float x = zinc_load_as_f32(src, i, sdt);
+  return res ? x + res[i] : x;
+}
+
+/* T, the kb-th largest key of [lo, hi) (1 <= kb <= hi - lo), and
+ * *above, the keys > T: a radix select over the key's 31 bits in digits of
+ * 8, 8, 8 and 7 bits from the top. At each digit a histogram of the keys
+ * that share the prefix found so far; the digits are walked from the
+ * largest, the keys in higher buckets (all > T) counted off, until the
+ * bucket holding the kb-th largest. Four counting passes; T is the same
+ * number whatever the method (the kb-th largest), so this is codec.h's
+ * "bit by bit" threshold computed in fewer passes. */
+static ZINC_HD uint32_t zinc_codec_topk_threshold(const void *src, int sdt, const float *res,
+                                                  int64_t lo, int64_t hi, int64_t kb,
+                                                  int64_t *above) {
+  uint32_t prefix = 0, mask = 0;
+  int64_t need = kb;
+  for (int level = 0; level < 4; level++) {
+    const int shift = level == 3 ? 0 : 23 - 8 * level, width = level == 3 ? 7 : 8;
+    const uint32_t digit_mask = (1u << width) - 1u;
+    uint32_t hist[256];
+    for (int v = 0; v < 256; v++)
+      hist[v] = 0;
+    for (int64_t i = lo; i < hi; i++) {
+      uint32_t key = zinc_codec_abs_bits(zinc_codec_topk_x(src, sdt, res, i));
+      if ((key & mask) == prefix)
+        hist[(key >> shift) & digit_mask]++;
+    }
+    int v = (int)digit_mask;
+    for (; v > 0 && (int64_t)hist[v] < need; v--)
+      need -= hist[v];
+    prefix |= (uint32_t)v << shift;
+    mask |= digit_mask << shift;
+  }
+  *above = kb - need;
+  return prefix;
+}
+
+/* First entry of block b and its count, for codec (block, k) over n. */
+static ZINC_HD int64_t zinc_codec_topk_first(int64_t block, int k, int64_t b) {
+  return b * (k < block ? k : block);
+}
+static ZINC_HD int64_t zinc_codec_topk_kb(int64_t block, int k, int64_t n, int64_t b) {
+  int64_t len = n - b * block < block ? n - b * block : block;
+  return k < len ? k : len;
+}
+
+/* Encode block b of TOPK: its entries into values / index (K entries
+ * each, K = zinc_codec_topk_entries), and with res the new residual. */
+static ZINC_HD void zinc_codec_topk_encode_block(int64_t block, int k, float *values,
+                                                 uint16_t *index, const void *src, int sdt,
+                                                 int64_t n, int64_t b, float *res) {
+  const int64_t lo = b * block, hi = n - lo < block ? n : lo + block;
+  const int64_t kb = zinc_codec_topk_kb(block, k, n, b);
+  int64_t above = 0;
+  const uint32_t t = zinc_codec_topk_threshold(src, sdt, res, lo, hi, kb, &above);
+  int64_t ties = kb - above, e = zinc_codec_topk_first(block, k, b);
+  uint32_t mbits = 0;
+  for (int64_t i = lo, tie = 0; i < hi; i++) {
+    float x = zinc_codec_topk_x(src, sdt, res, i);
+    uint32_t key = zinc_codec_abs_bits(x);
+    mbits = key > mbits ? key : mbits;
+    if (key > t || (key == t && tie++ < ties)) {
+      values[e] = x;
+      index[e] = (uint16_t)(i - lo);
+      e++;
+    }
+  }
+  if (!res)
+    return;
+  const int nonfinite = mbits >= ZINC_CODEC_NONFINITE_BITS;
+  for (int64_t i = lo, tie = 0; i < hi; i++) {
+    float x = zinc_codec_topk_x(src, sdt, res, i);
+    uint32_t key = zinc_codec_abs_bits(x);
+    int kept = key > t || (key == t && tie++ < ties);
+    res[i] = kept || nonfinite ? 0.0f : x;
+  }
+}
+
+/* Decode block b of TOPK into dst: each kept value stored at its index
+ * (dst already zeroed), or added (accumulate, dst f32). */
+static ZINC_HD void zinc_codec_topk_decode_block(int64_t block, int k, void *dst, int ddt,
+                                                 const float *values, const uint16_t *index,
+                                                 int64_t n, int64_t b, int accumulate) {
+  const int64_t e0 = zinc_codec_topk_first(block, k, b), kb = zinc_codec_topk_kb(block, k, n, b);
+  for (int64_t e = e0; e < e0 + kb; e++) {
+    int64_t i = b * block + index[e];
+    if (accumulate)
+      ((float *)dst)[i] = ((float *)dst)[i] + values[e];
+    else
+      zinc_store_from_f32(dst, i, ddt, values[e]);
+  }
 }
 
 #ifdef __cplusplus

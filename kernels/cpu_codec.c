@@ -9,7 +9,9 @@
  * two threads write one byte and each block is computed by one thread in
  * the reference order; decode is elementwise, split on multiples of 8
  * elements (whole payload bytes). Cast codecs are the cast and accumulate
- * kernels of cpu_kernels.c. Any split gives the same bytes.
+ * kernels of cpu_kernels.c. TOPK runs codec_math.h's block functions on
+ * every instruction set (its passes are integer compares: correctness
+ * first), split over whole blocks. Any split gives the same bytes.
  */
 #include <string.h>
 
@@ -49,6 +51,42 @@ typedef struct {
   const uint8_t *cpayload;
 } codec_job;
 
+typedef struct {
+  zinc_codec c;
+  int64_t n;
+  float *values;
+  uint16_t *index;
+  const void *src;
+  int sdt;
+  float *res;
+  void *dst;
+  int ddt, accumulate;
+} topk_job;
+
+/* TOPK blocks [begin, end). */
+static void topk_encode_part(void *ctx, int64_t begin, int64_t end, int tid) {
+  const topk_job *j = ctx;
+  for (int64_t b = begin; b < end; b++)
+    zinc_codec_topk_encode_block(j->c.block, j->c.k, j->values, j->index, j->src, j->sdt, j->n,
+                                 b, j->res);
+}
+
+static void topk_decode_part(void *ctx, int64_t begin, int64_t end, int tid) {
+  const topk_job *j = ctx;
+  for (int64_t b = begin; b < end; b++)
+    zinc_codec_topk_decode_block(j->c.block, j->c.k, j->dst, j->ddt, j->values, j->index, j->n,
+                                 b, j->accumulate);
+}
+
+static topk_job topk_layout(zinc_codec c, int64_t n, const void *enc) {
+  int64_t entries = zinc_codec_topk_entries(c, n);
+  topk_job j = {.c = c, .n = n, .values = (float *)enc};
+  j.index = (uint16_t *)((char *)enc + 4 * entries);
+  return j;
+}
+
+static int64_t topk_blocks(zinc_codec c, int64_t n) { return (n + c.block - 1) / c.block; }
+
 /* Groups [begin, end) of blocks. */
 static void encode_part(void *ctx, int64_t begin, int64_t end, int tid) {
   const codec_job *j = ctx;
@@ -74,6 +112,17 @@ zinc_status zinc_cpu_codec_encode(zinc_threadpool *pool, zinc_cpu_isa isa, zinc_
   if (n == 0)
     return ZINC_OK;
   const size_t total = zinc_codec_bytes(c, n);
+  if (c.kind == ZINC_CODEC_TOPK) {
+    topk_job j = topk_layout(c, n, dst);
+    j.src = src;
+    j.sdt = src_dtype;
+    j.res = ef;
+    zinc_threadpool_for(pool, topk_blocks(c, n), CODEC_GRAIN / c.block + 1, topk_encode_part, &j);
+    zero_padding(dst, (size_t)(6 * zinc_codec_topk_entries(c, n)), total);
+    if (ef)
+      zero_padding(ef, (size_t)(4 * n), zinc_codec_ef_bytes(c, n));
+    return ZINC_OK;
+  }
   if (!zinc_codec_is_block(c)) {
     int cdt = cast_dtype(c.kind);
     ZINC_CHECK(zinc_cpu_cast(pool, isa, dst, cdt, src, src_dtype, n));
@@ -95,7 +144,7 @@ zinc_status zinc_cpu_codec_encode(zinc_threadpool *pool, zinc_cpu_isa isa, zinc_
   zinc_threadpool_for(pool, groups, grain, encode_part, &j);
   zero_padding(dst, (size_t)(off + zinc_codec_payload_bytes(c.kind, n)), total);
   if (ef)
-    zero_padding(ef, (size_t)(off + n), zinc_codec_bytes((zinc_codec){ZINC_CODEC_INT8, c.block}, n));
+    zero_padding(ef, (size_t)(off + n), zinc_codec_bytes((zinc_codec){ZINC_CODEC_INT8, c.block, 0}, n));
   return ZINC_OK;
 }
 
@@ -108,6 +157,16 @@ zinc_status zinc_cpu_codec_decode(zinc_threadpool *pool, zinc_cpu_isa isa, zinc_
   ZINC_CHECK(zinc_cpu_isa_table(isa, "codec decode", &ops));
   if (n == 0)
     return ZINC_OK;
+  if (c.kind == ZINC_CODEC_TOPK) {
+    topk_job j = topk_layout(c, n, src);
+    j.dst = dst;
+    j.ddt = dst_dtype;
+    j.accumulate = accumulate;
+    if (!accumulate)
+      memset(dst, 0, (size_t)n * zinc_dtype_size(dst_dtype));
+    zinc_threadpool_for(pool, topk_blocks(c, n), CODEC_GRAIN / c.block + 1, topk_decode_part, &j);
+    return ZINC_OK;
+  }
   if (!zinc_codec_is_block(c)) {
     int cdt = cast_dtype(c.kind);
     if (accumulate)

@@ -21,6 +21,9 @@
  *   rel L2             ||decoded - x|| / ||x||;
  *   (after the table)  encode with error feedback (beta 0.8) for the block
  *                      codecs, every path, one thread and the pool;
+ *   (then)             DGC's top-k (TOPK) at densities 1% and 0.1%: bits,
+ *                      ratio, encode, encode through the fp32 residual,
+ *                      decode-accumulate, rel L2 of one round;
  *   crossover Gbit/s   the link rate below which sending the encoded bytes
  *                      plus encoding and decoding beats sending fp32,
  *                      with no overlap of compute and transfer:
@@ -197,7 +200,7 @@ int main(int argc, char **argv) {
   const int nkinds = (int)(sizeof kinds / sizeof kinds[0]);
   const double gb = (double)n * 4 * 1e-9;
   for (int k = 0; k < nkinds; k++) {
-    zinc_codec c = {kinds[k], zinc_codec_is_block((zinc_codec){kinds[k], 0}) ? block : 0};
+    zinc_codec c = {kinds[k], zinc_codec_is_block((zinc_codec){kinds[k], 0, 0}) ? block : 0, 0};
     double bits = zinc_codec_bits(c);
     double ratio_err = 0, rel_l2 = 0;
     check(zinc_cpu_codec_encode(pool, best, c, enc, x, ZINC_F32, n, NULL, 0, 0));
@@ -233,8 +236,8 @@ int main(int argc, char **argv) {
    * over each block instead of two). */
   printf("\nencode with error feedback (beta 0.8), GB/s of input fp32, 1 thread / pool:\n");
   for (int k = 2; k < nkinds; k++) {
-    zinc_codec c = {kinds[k], block};
-    size_t ebytes = zinc_codec_bytes((zinc_codec){ZINC_CODEC_INT8, block}, n);
+    zinc_codec c = {kinds[k], block, 0};
+    size_t ebytes = zinc_codec_bytes((zinc_codec){ZINC_CODEC_INT8, block, 0}, n);
     void *ef;
     check(dev->ops->alloc(dev, ebytes, ZINC_LOC_DEVICE, ZINC_MEM_OTHER, &ef));
     memset(ef, 0, ebytes);
@@ -257,6 +260,56 @@ int main(int argc, char **argv) {
     printf("\n");
     dev->ops->free(dev, ef, ebytes, ZINC_LOC_DEVICE, ZINC_MEM_OTHER);
   }
+  /* DGC's top-k (TOPK): one path (codec_math.h's block functions on every
+   * ISA). rel L2 of one round: what a single encoding loses (the residual
+   * carries it into later rounds); "+res" encodes through the fp32
+   * residual (x = g + residual, the residual rewritten). */
+  printf("\nDGC top-k (one path on every ISA), GB/s of input fp32, 1 thread / pool:\n");
+  printf("  %-22s %8s %7s | %15s %15s %15s | %8s\n", "codec", "bits/el", "ratio", "encode",
+         "enc+res", "dec+add", "rel L2");
+  static const struct {
+    int block;
+    double density;
+  } dgc[] = {{256, 0.01}, {256, 0.001}, {1000, 0.001}, {4096, 0.001}};
+  for (int k = 0; k < 4; k++) {
+    zinc_codec c = {ZINC_CODEC_TOPK, dgc[k].block, zinc_codec_topk_k(dgc[k].density, dgc[k].block)};
+    size_t rbytes = zinc_codec_ef_bytes(c, n);
+    void *res;
+    check(dev->ops->alloc(dev, rbytes, ZINC_LOC_DEVICE, ZINC_MEM_OTHER, &res));
+    memset(res, 0, rbytes);
+    double t[3][2];
+    for (int which = 0; which < 3; which++)
+      for (int th = 0; th < 2; th++) {
+        double bt = 1e30;
+        for (int rep = 0; rep < reps; rep++) {
+          double t0 = zinc_now();
+          if (which == 2)
+            check(zinc_cpu_codec_decode(th ? pool : NULL, best, c, acc, ZINC_F32, enc, n, 1));
+          else
+            check(zinc_cpu_codec_encode(th ? pool : NULL, best, c, enc, x, ZINC_F32, n,
+                                        which ? res : NULL, 0.0f, 0));
+          double dt = zinc_now() - t0;
+          bt = dt < bt ? dt : bt;
+        }
+        t[which][th] = bt;
+      }
+    check(zinc_cpu_codec_encode(pool, best, c, enc, x, ZINC_F32, n, NULL, 0.0f, 0));
+    check(zinc_cpu_codec_decode(pool, best, c, dec, ZINC_F32, enc, n, 0));
+    double e2 = 0, x2 = 0;
+    for (int64_t i = 0; i < n; i++) {
+      double e = (double)dec[i] - (double)x[i];
+      e2 += e * e;
+      x2 += (double)x[i] * x[i];
+    }
+    char name[64];
+    snprintf(name, sizeof name, "topk b%d d%g (k %d)", c.block, dgc[k].density, c.k);
+    double bits = zinc_codec_bits(c);
+    printf("  %-22s %8.4f %7.1f | %6.2f / %6.2f %6.2f / %6.2f %6.2f / %6.2f | %8.4f\n", name,
+           bits, 32.0 / bits, gb / t[0][0], gb / t[0][1], gb / t[1][0], gb / t[1][1],
+           gb / t[2][0], gb / t[2][1], sqrt(e2 / x2));
+    dev->ops->free(dev, res, rbytes, ZINC_LOC_DEVICE, ZINC_MEM_OTHER);
+  }
+
   dev->ops->free(dev, x, (size_t)n * 4, ZINC_LOC_DEVICE, ZINC_MEM_OTHER);
   dev->ops->free(dev, dec, (size_t)n * 4, ZINC_LOC_DEVICE, ZINC_MEM_OTHER);
   dev->ops->free(dev, acc, (size_t)n * 4, ZINC_LOC_DEVICE, ZINC_MEM_OTHER);

@@ -15,7 +15,7 @@
  *
  *   mpirun -n 2 --oversubscribe step_bench [--params 67108864] [--modules 16]
  *          [--steps 3] [--dtype f32|bf16] [--no-torch] [--hpz H] [--compress]
- *          [--compress-codec int4|terngrad]
+ *          [--compress-codec int4|terngrad] [--dgc DENSITY]
  *
  * --hpz H times only stage 3, with zero_hpz_partition_size 1 and H in
  * alternating steps of the same run, and prints both and their ratio. Both
@@ -29,6 +29,9 @@
  * over a 1 Gbit/s link; --compress-codec terngrad takes TernGrad
  * gradients (zinc.compression.gradient_codec, no error feedback) instead
  * of int4.
+ *
+ * --dgc DENSITY likewise: exact against DGC's top-k gradients (block 256,
+ * the fp32 residual) at that density, parameters gathered exactly.
  */
 #include <math.h>
 #include <mpi.h>
@@ -52,6 +55,7 @@ typedef struct {
   int hpz;              /* > 0: only stage 3, hpZ 1 against this */
   int compress;         /* only stage 3, exact against qgZ + qwZ */
   int terngrad;         /* --compress-codec terngrad: qgZ's codec is TernGrad */
+  double dgc;           /* > 0: only stage 3, exact against DGC at this density */
 } bench_args;
 
 static void die(const char *what) {
@@ -284,6 +288,20 @@ static void run_compress(const bench_args *a, int rank) {
   run_pair(a, rank, v, "qgZ + qwZ", 2.5);
 }
 
+/* DGC (zinc.compression.gradient_codec "dgc", top-k of every block of
+ * 256 with its fp32 residual) at density a->dgc against exact, no reuse,
+ * the parameters gathered exactly. Scope inter_node, as --compress. */
+static void run_dgc(const bench_args *a, int rank) {
+  char top[256], label[64];
+  snprintf(top, sizeof top, ", \"zinc\": {\"compression\": {\"gradient_codec\": \"dgc\","
+           " \"dgc\": {\"density\": %.17g}}}", a->dgc);
+  snprintf(label, sizeof label, "dgc %g", a->dgc);
+  variant v[2] = {{"exact", ", \"stage3_max_reuse_distance\": 0", NULL},
+                  {label, ", \"stage3_max_reuse_distance\": 0, \"zero_quantized_gradients\": true",
+                   top}};
+  run_pair(a, rank, v, "DGC", 1.0);
+}
+
 /* Engine overhead, one rank: zinc's stage-0 step (the trainer's gradient
  * writes through the engine, reduction, norm, Adam) alternated with the
  * same arithmetic without the engine — zero and write the gradients (a
@@ -452,10 +470,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--compress-codec") && i + 1 < argc &&
              (!strcmp(argv[i + 1], "int4") || !strcmp(argv[i + 1], "terngrad")))
       a.terngrad = !strcmp(argv[++i], "terngrad");
+    else if (!strcmp(argv[i], "--dgc") && i + 1 < argc)
+      a.dgc = atof(argv[++i]);
     else {
       fprintf(stderr, "usage: %s [--params N] [--modules M] [--steps S] [--dtype f32|bf16] "
-              "[--no-torch] [--hpz H] [--compress] [--compress-codec int4|terngrad]\n",
-              argv[0]);
+              "[--no-torch] [--hpz H] [--compress] [--compress-codec int4|terngrad] "
+              "[--dgc DENSITY]\n", argv[0]);
       return 2;
     }
   }
@@ -467,11 +487,13 @@ int main(int argc, char **argv) {
   if (rank == 0)
     printf("step_bench: %lld %s parameters in %d modules, %d ranks, best of %d steps\n",
            (long long)a.params, zinc_dtype_name(a.dtype), a.modules, size, a.steps);
-  if (a.hpz > 0 || a.compress) {
+  if (a.hpz > 0 || a.compress || a.dgc > 0) {
     if (a.hpz > 0)
       run_hpz(&a, rank);
     if (a.compress)
       run_compress(&a, rank);
+    if (a.dgc > 0)
+      run_dgc(&a, rank);
     MPI_Finalize();
     return 0;
   }

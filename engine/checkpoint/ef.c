@@ -6,7 +6,8 @@
  * rank_NNNNN.zef beside its shard (inside the partial directory, fsynced,
  * listed with its crc32c in the manifest and the checksums file, like the
  * shards). The manifest's "error_feedback" holds what decides whether the
- * bytes fit a later engine: codec (int8) and block, dp_size, and every
+ * bytes fit a later engine: codec (int8, or f32 for DGC's residual) and
+ * block, dp_size, and every
  * trained unit's (shard offset, chunk) in order with their crc32c.
  *
  * Load, decided on every rank alike from the manifest and the settings:
@@ -20,7 +21,8 @@
  *     per model element, over its senders in rank order, E = the error the
  *     old ranks carried for that element; in the new layout all of E goes
  *     to one sender — for chunk p of a unit the lowest rank other than p
- *     (rank 0, or rank 1 for p == 0) — re-encoded INT8 at the new block;
+ *     (rank 0, or rank 1 for p == 0) — re-encoded INT8 at the new block
+ *     (or stored fp32 when the new engine's residuals are DGC's);
  *     the other senders' slots for that chunk are zero. Each new rank reads
  *     the ranges of the old .zef files it needs (the directory is shared,
  *     as for the shards), through the manifest's pieces (model element ->
@@ -38,7 +40,8 @@
  *
  * The carried sums are encoded with the CPU codec (kernels/cpu_kernels.h)
  * on the host; a partial range of a saved slice is decoded here as the
- * codec does it, q * scale (kernels/codec.h).
+ * codec does it, q * scale (kernels/codec.h), or read as fp32. Saved and
+ * new formats may differ (int8 <-> f32): the sum E is fp32 either way.
  */
 #include "engine/checkpoint/ef.h"
 
@@ -58,7 +61,10 @@
 #define EF_STAGE_BYTES ((size_t)4 << 20)
 #define EF_STAGE_ELEMS ((int64_t)1 << 20)
 
-static zinc_codec int8_codec(int block) { return (zinc_codec){ZINC_CODEC_INT8, block}; }
+static zinc_codec int8_codec(int block) { return (zinc_codec){ZINC_CODEC_INT8, block, 0}; }
+
+static int engine_f32(const zinc_engine *e) { return e->cx_grad.kind == ZINC_CODEC_TOPK; }
+static const char *format_name(int f32) { return f32 ? "f32" : "int8"; }
 
 /* ---------------------------------------------------------------- INT8 */
 
@@ -105,6 +111,7 @@ zinc_status zinc_ckpt_ef_describe(const zinc_engine *e, const uint32_t *crcs,
                                   const int64_t *bytes, zinc_manifest_ef *ef) {
   memset(ef, 0, sizeof *ef);
   ef->block = e->cx_grad.block;
+  ef->f32 = engine_f32(e);
   ef->dp_size = e->dp_size;
   ef->nunits = e->ntrain_units;
   ef->units = calloc((size_t)e->ntrain_units + 1, sizeof *ef->units);
@@ -166,7 +173,7 @@ static int cmp_piece(const void *a, const void *b) {
  * in another order can give equal units holding other elements). */
 static int same_layout(zinc_engine *e, const zinc_manifest *m, const int *map) {
   const zinc_manifest_ef *ef = &m->ef;
-  if (ef->dp_size != e->dp_size || ef->block != e->cx_grad.block ||
+  if (ef->dp_size != e->dp_size || ef->block != e->cx_grad.block || ef->f32 != engine_f32(e) ||
       ef->nunits != e->ntrain_units)
     return 0;
   for (int ui = 0; ui < ef->nunits; ui++)
@@ -316,6 +323,15 @@ static zinc_status add_old(reshard_ctx *c, int uo, int q, int64_t j0, int64_t n,
     ZINC_CHECK(open_ef_file(c->d, s, c->fds));
     int64_t base = c->off[uo] + (int64_t)slot_of(s, q) * one;
     const char *name = ef->files[s].name;
+    if (ef->f32) { /* fp32 values, staged through q (4 bytes each, in pieces) */
+      for (int64_t k0 = 0; k0 < n; k0 += EF_STAGE_ELEMS / 4) {
+        int64_t m = n - k0 < EF_STAGE_ELEMS / 4 ? n - k0 : EF_STAGE_ELEMS / 4;
+        ZINC_CHECK(zinc_fs_pread_all(c->fds[s], name, c->q, (size_t)m * 4, base + 4 * (j0 + k0)));
+        for (int64_t k = 0; k < m; k++)
+          dst[k0 + k] += le_f32(c->q + 4 * k);
+      }
+      continue;
+    }
     ZINC_CHECK(zinc_fs_pread_all(c->fds[s], name, c->scales, (size_t)(b1 - b0 + 1) * 4,
                                  base + 4 * b0));
     ZINC_CHECK(zinc_fs_pread_all(c->fds[s], name, c->q, (size_t)n, base + 4 * nb + j0));
@@ -385,7 +401,7 @@ static zinc_status load_reshard(zinc_engine *e, const zinc_ckpt_dir *d, const in
   if (st == ZINC_OK)
     st = zinc_calloc((void **)&E, (size_t)(most ? most : 1), sizeof *E, "reshard sums");
   if (st == ZINC_OK)
-    st = zinc_calloc((void **)&enc, zinc_codec_bytes(int8_codec(e->cx_grad.block), most) + 16, 1,
+    st = zinc_calloc((void **)&enc, zinc_compress_ef_slice_bytes(e->cx_grad, most) + 16, 1,
                      "reshard encoding");
   for (int uo = 1; st == ZINC_OK && uo <= ef->nunits; uo++)
     c.off[uo] = c.off[uo - 1] +
@@ -404,9 +420,14 @@ static zinc_status load_reshard(zinc_engine *e, const zinc_ckpt_dir *d, const in
       st = gather_piece(&c, &l.v[k], E);
     if (st != ZINC_OK)
       break;
-    size_t one = zinc_codec_bytes(int8_codec(e->cx_grad.block), u->chunk);
-    st = zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, int8_codec(e->cx_grad.block), enc, E,
-                               ZINC_F32, u->chunk, NULL, 0.0f, 0);
+    size_t one = zinc_compress_ef_slice_bytes(e->cx_grad, u->chunk);
+    if (engine_f32(e)) { /* DGC's residual: E as it is (the raw bytes of cx_ef) */
+      memset(enc, 0, one);
+      memcpy(enc, E, (size_t)u->chunk * sizeof *E);
+    } else {
+      st = zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, int8_codec(e->cx_grad.block), enc, E,
+                                 ZINC_F32, u->chunk, NULL, 0.0f, 0);
+    }
     if (st != ZINC_OK)
       break;
     char *slot = (char *)e->cx_ef + e->cx_ef_off[ui] + (size_t)slot_of(e->dp_rank, p) * one;
@@ -433,9 +454,10 @@ zinc_status zinc_ckpt_ef_load(zinc_engine *e, const zinc_ckpt_dir *d, const int 
   switch (mode) {
   case ZINC_EF_LOAD_NONE:
     if (ef->present)
-      zinc_log0(ZINC_LOG_INFO, "checkpoint %s holds error-feedback residuals (%d ranks, int8 "
+      zinc_log0(ZINC_LOG_INFO, "checkpoint %s holds error-feedback residuals (%d ranks, %s "
                 "block %d); this engine keeps none (no quantized gradients with "
-                "zeropp_loco_param), so they are not loaded", d->path, ef->dp_size, ef->block);
+                "zeropp_loco_param or DGC's residual), so they are not loaded", d->path,
+                ef->dp_size, format_name(ef->f32), ef->block);
     return ZINC_OK;
   case ZINC_EF_LOAD_ZERO:
     zinc_log0(ZINC_LOG_INFO, "error-feedback residuals start at zero: %s", ef->present
@@ -444,15 +466,15 @@ zinc_status zinc_ckpt_ef_load(zinc_engine *e, const zinc_ckpt_dir *d, const int 
                                   e->stream);
   case ZINC_EF_LOAD_EXACT:
     ZINC_CHECK(load_exact(e, d));
-    zinc_log0(ZINC_LOG_INFO, "error-feedback residuals restored as saved (%d ranks, int8 "
-              "block %d)", ef->dp_size, ef->block);
+    zinc_log0(ZINC_LOG_INFO, "error-feedback residuals restored as saved (%d ranks, %s "
+              "block %d)", ef->dp_size, format_name(ef->f32), ef->block);
     return ZINC_OK;
   case ZINC_EF_LOAD_RESHARD:
     ZINC_CHECK(load_reshard(e, d, map));
-    zinc_log0(ZINC_LOG_INFO, "error-feedback residuals resharded from %d ranks (int8 block %d, "
-              "%d units) to %d ranks (block %d, %d units): each element's summed error is "
-              "carried by one sender", ef->dp_size, ef->block, ef->nunits, e->dp_size,
-              e->cx_grad.block, e->ntrain_units);
+    zinc_log0(ZINC_LOG_INFO, "error-feedback residuals resharded from %d ranks (%s block %d, "
+              "%d units) to %d ranks (%s block %d, %d units): each element's summed error is "
+              "carried by one sender", ef->dp_size, format_name(ef->f32), ef->block, ef->nunits,
+              e->dp_size, format_name(engine_f32(e)), e->cx_grad.block, e->ntrain_units);
     return ZINC_OK;
   }
   return ZINC_OK;

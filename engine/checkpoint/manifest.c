@@ -34,6 +34,8 @@ uint32_t zinc_manifest_ef_layout_crc(const zinc_manifest_ef_unit *units, int n) 
  * an int8 per element, rounded up to 16 bytes. */
 int64_t zinc_manifest_ef_slice_bytes(const zinc_manifest_ef *ef, int ui) {
   int64_t n = ef->units[ui].chunk, nb = (n + ef->block - 1) / ef->block;
+  if (ef->f32)
+    return (4 * n + 15) / 16 * 16;
   return (4 * nb + n + 15) / 16 * 16;
 }
 
@@ -61,7 +63,7 @@ static json_t *ef_json(const zinc_manifest_ef *ef) {
   json_t *o = json_object();
   char crc[16];
   snprintf(crc, sizeof crc, "%08x", ef->layout_crc32c);
-  json_object_set_new(o, "codec", json_string("int8"));
+  json_object_set_new(o, "codec", json_string(ef->f32 ? "f32" : "int8"));
   json_object_set_new(o, "block", json_integer(ef->block));
   json_object_set_new(o, "dp_size", json_integer(ef->dp_size));
   json_object_set_new(o, "layout_crc32c", json_string(crc));
@@ -353,8 +355,10 @@ static int parse_ef(reader *r, json_t *o, zinc_manifest *m) {
     return fail(r, path, "not an object");
   if (!get_str(r, o, "codec", path, &codec))
     return 0;
-  int ok = strcmp(codec, "int8") == 0 ||
-           fail(r, path, "\"codec\" is \"%s\"; residuals are saved as \"int8\"", codec);
+  ef->f32 = strcmp(codec, "f32") == 0;
+  int ok = ef->f32 || strcmp(codec, "int8") == 0 ||
+           fail(r, path, "\"codec\" is \"%s\"; residuals are saved as \"int8\" or \"f32\"",
+                codec);
   free(codec);
   if (!ok || !get_int(r, o, "block", path, 1, 1 << 20, &v))
     return 0;

@@ -54,7 +54,8 @@ typedef struct {
 /* Error-feedback residuals of compressed gradients (engine/compress.c),
  * saved when the engine kept them: one raw file per data-parallel rank,
  * rank_NNNNN.zef, its cx_ef bytes as they were (for every trained unit in
- * order, (dp_size - 1) INT8 codec slices of `block`, one per peer in
+ * order, (dp_size - 1) slices, INT8 codec slices of `block` or fp32
+ * (DGC's residual, `f32`), one per peer in
  * increasing rank order skipping the saver). A later engine restores the
  * bytes when its layout is the same (dp_size, block and every trained
  * unit's shard offset and chunk); otherwise it reshards them
@@ -66,7 +67,9 @@ typedef struct {
 
 typedef struct {
   int present;           /* 0: none saved (older checkpoints, no compression) */
-  int block;             /* INT8 elements per scale */
+  int block;             /* INT8 elements per scale (or DGC's block) */
+  int f32;               /* 1: "codec" "f32", 4 bytes per element (DGC);
+                            0: "int8" */
   int dp_size;           /* senders: one file each */
   int nunits;            /* trained units, in order */
   zinc_manifest_ef_unit *units;
@@ -77,7 +80,8 @@ typedef struct {
 /* crc32c of the units as little-endian (shard_offset, chunk) int64 pairs:
  * the unit layout's fingerprint. */
 uint32_t zinc_manifest_ef_layout_crc(const zinc_manifest_ef_unit *units, int n);
-/* One residual slice of unit ui (zinc_codec_bytes of INT8 at the block). */
+/* One residual slice of unit ui (zinc_codec_bytes of INT8 at the block,
+ * or 4 bytes per element for f32), rounded up to 16 bytes. */
 int64_t zinc_manifest_ef_slice_bytes(const zinc_manifest_ef *ef, int ui);
 /* Bytes of one file: every unit's (dp_size - 1) slices. */
 int64_t zinc_manifest_ef_file_bytes(const zinc_manifest_ef *ef);

@@ -18,20 +18,23 @@
 #include "engine/engine.h"
 #include "kernels/codec.h"
 
-/* The error-feedback residuals zinc_compress_init allocates: (N - 1) INT8
- * slices of each trained unit's chunk, about (N - 1) / N x (1 + 4 / block)
- * bytes per trained element. The estimate has no node map: it counts them
- * whenever qgZ and LoCo are on over several ranks, as when the group spans
- * nodes (with zinc.compression.scope "inter_node" on one node the engine
- * quantizes nothing and keeps none). */
+/* The error-feedback residuals zinc_compress_init allocates: (N - 1)
+ * slices of each trained unit's chunk, INT8 blocks (LoCo: about
+ * (N - 1) / N x (1 + 4 / block) bytes per trained element) or fp32 (DGC:
+ * (N - 1) / N x 4 bytes). The estimate has no node map: it counts them
+ * whenever qgZ and LoCo (or DGC's residual) are on over several ranks, as
+ * when the group spans nodes (with zinc.compression.scope "inter_node" on
+ * one node the engine quantizes nothing and keeps none). */
 static uint64_t ef_bytes(const zinc_engine *e) {
   const zinc_settings *s = &e->cfg;
-  if (e->dp_size < 2 || !s->zero_quantized_gradients || s->stage < 1 || !s->loco_enabled)
+  int dgc = s->compress_gradient_codec == ZINC_GRAD_CODEC_DGC;
+  if (e->dp_size < 2 || !s->zero_quantized_gradients || s->stage < 1 ||
+      !(dgc ? s->dgc_residual : s->loco_enabled))
     return 0;
   uint64_t total = 0;
-  zinc_codec c = {ZINC_CODEC_INT8, (int)s->compress_block_size};
+  zinc_codec c = {dgc ? ZINC_CODEC_TOPK : ZINC_CODEC_INT8, (int)s->compress_block_size, 0};
   for (int ui = 0; ui < e->ntrain_units; ui++)
-    total += (uint64_t)(e->dp_size - 1) * zinc_codec_bytes(c, e->units[ui].chunk);
+    total += (uint64_t)(e->dp_size - 1) * zinc_compress_ef_slice_bytes(c, e->units[ui].chunk);
   return total ? total : 16;
 }
 

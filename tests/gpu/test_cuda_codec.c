@@ -7,7 +7,7 @@
  * every dtype and decode-accumulate. Values: spread magnitudes, zero
  * blocks, rounding ties, subnormals, tiny blocks (the 2^64 pre-scale),
  * -0.0, inf and NaN blocks. Outputs are poisoned and nothing outside the
- * encoding may change. */
+ * encoding may change. TOPK (DGC) likewise, with its fp32 residual. */
 #include "gpu_test.h"
 
 #include "kernels/codec.h"
@@ -57,14 +57,14 @@ static void codecs_match_cpu(void **state) {
       int is_block = kinds[k] >= ZINC_CODEC_INT8;
       if (!is_block && bi > 0)
         continue;
-      zinc_codec c = {kinds[k], is_block ? blocks[bi] : 0};
+      zinc_codec c = {kinds[k], is_block ? blocks[bi] : 0, 0};
       const int64_t ns[] = {1, blocks[bi] + 1, 3 * blocks[bi] + 5, 100003};
       for (int ni = 0; ni < 4; ni++)
         for (int sdt = ZINC_F32; sdt <= ZINC_BF16; sdt++)
           for (int use_ef = 0; use_ef <= is_block; use_ef++) {
             const int64_t n = ns[ni];
             const size_t bytes = zinc_codec_bytes(c, n);
-            const size_t ebytes = zinc_codec_bytes((zinc_codec){ZINC_CODEC_INT8, c.block}, n);
+            const size_t ebytes = zinc_codec_bytes((zinc_codec){ZINC_CODEC_INT8, c.block, 0}, n);
             float *x = malloc((size_t)n * 4), *acc0 = malloc((size_t)n * 4);
             void *src = malloc((size_t)n * 4);
             uint8_t *want = malloc(bytes), *got = malloc(bytes);
@@ -143,7 +143,7 @@ static void cast_codecs_every_16bit_pattern(void **state) {
   const int64_t n = 65536;
   size_t bad = 0;
   for (int k = ZINC_CODEC_BF16; k <= ZINC_CODEC_F16; k++) {
-    zinc_codec c = {k, 0};
+    zinc_codec c = {k, 0, 0};
     int dt = k == ZINC_CODEC_BF16 ? ZINC_BF16 : ZINC_F16;
     uint16_t *src = malloc((size_t)n * 2), *want = malloc((size_t)n * 2), *got = malloc((size_t)n * 2);
     for (int64_t i = 0; i < n; i++)
@@ -172,15 +172,82 @@ static void cast_codecs_every_16bit_pattern(void **state) {
   assert_int_equal(bad, 0);
 }
 
+/* TOPK (DGC's top-k with its fp32 residual): three steps of encode
+ * through the residual, then decode and decode-accumulate, against the
+ * CPU's scalar path byte for byte; blocks 1, 7, 32, 256 and 4096, k from
+ * 1 to the block, ties and inf/NaN blocks among the values. */
+static void topk_matches_cpu(void **state) {
+  zinc_device *d = *state;
+  test_rng rng = {0x7095ull};
+  static const int blocks[] = {1, 7, 32, 256, 4096};
+  size_t bad = 0;
+  for (int bi = 0; bi < 5; bi++)
+    for (int ki = 0; ki < 3; ki++) {
+      int B = blocks[bi], k = ki == 0 ? 1 : ki == 1 ? (B + 3) / 4 : B;
+      zinc_codec c = {ZINC_CODEC_TOPK, B, k};
+      const int64_t n = 20 * (int64_t)B + 3 + bi;
+      float *x = malloc((size_t)n * 4), *acc0 = malloc((size_t)n * 4);
+      fill_cases(&rng, x, n, B, 127);
+      for (int64_t i = 0; i < n; i++)
+        acc0[i] = rng_uniform(&rng, -1.0f, 1.0f);
+      size_t bytes = zinc_codec_bytes(c, n), eb = zinc_codec_ef_bytes(c, n);
+      uint8_t *want = malloc(bytes), *got = malloc(bytes);
+      float *want_ef = calloc(eb, 1), *got_ef = malloc(eb);
+      float *want_v = malloc((size_t)n * 4), *got_v = malloc((size_t)n * 4);
+      guarded_buf s, e, r, v;
+      guarded_alloc(d, &s, (size_t)n * 4, 0);
+      guarded_alloc(d, &e, bytes, 16);
+      guarded_alloc(d, &r, eb, 4);
+      guarded_alloc(d, &v, (size_t)n * 4, 8);
+      guarded_upload(&s, x);
+      guarded_upload(&r, want_ef); /* zeros */
+      for (int step = 0; step < 3; step++) {
+        ZOK(zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, c, want, x, ZINC_F32, n, want_ef,
+                                  0.0f, 0));
+        ZOK(d->ops->encode(d, NULL, c, e.at, s.at, ZINC_F32, n, r.at, 0.0f, 0));
+      }
+      ZOK(d->ops->stream_sync(d, NULL));
+      char what[64];
+      snprintf(what, sizeof what, "topk block %d k %d", B, k);
+      bad += guarded_download(&e, got, what);
+      bad += compare_bytes(what, got, want, bytes);
+      bad += guarded_download(&r, got_ef, "topk residual");
+      bad += compare_bytes("topk residual", (const uint8_t *)got_ef, (const uint8_t *)want_ef, eb);
+      for (int acc = 0; acc < 2; acc++) {
+        memcpy(want_v, acc0, (size_t)n * 4);
+        guarded_upload(&v, acc0);
+        ZOK(zinc_cpu_codec_decode(NULL, ZINC_CPU_ISA_SCALAR, c, want_v, ZINC_F32, want, n, acc));
+        ZOK(d->ops->decode(d, NULL, c, v.at, ZINC_F32, e.at, n, acc));
+        ZOK(d->ops->stream_sync(d, NULL));
+        bad += guarded_download(&v, got_v, "topk decode");
+        bad += compare_bytes(acc ? "topk decode-accumulate" : "topk decode",
+                             (const uint8_t *)got_v, (const uint8_t *)want_v, (size_t)n * 4);
+      }
+      guarded_free(d, &s);
+      guarded_free(d, &e);
+      guarded_free(d, &r);
+      guarded_free(d, &v);
+      free(x);
+      free(acc0);
+      free(want);
+      free(got);
+      free(want_ef);
+      free(got_ef);
+      free(want_v);
+      free(got_v);
+    }
+  assert_int_equal(bad, 0);
+}
+
 static void bad_arguments(void **state) {
   zinc_device *d = *state;
   float x = 0;
-  assert_int_equal(d->ops->encode(d, NULL, (zinc_codec){ZINC_CODEC_INT8, 0}, &x, &x, ZINC_F32,
+  assert_int_equal(d->ops->encode(d, NULL, (zinc_codec){ZINC_CODEC_INT8, 0, 0}, &x, &x, ZINC_F32,
                                   1, NULL, 0.0f, 0), ZINC_ERR_INVALID);
   fprintf(stderr, "message: %s\n", zinc_last_error());
-  assert_int_equal(d->ops->decode(d, NULL, (zinc_codec){ZINC_CODEC_INT4, 32}, &x, ZINC_F16, &x,
+  assert_int_equal(d->ops->decode(d, NULL, (zinc_codec){ZINC_CODEC_INT4, 32, 0}, &x, ZINC_F16, &x,
                                   1, 1), ZINC_ERR_INVALID);
-  assert_int_equal(d->ops->encode(d, NULL, (zinc_codec){ZINC_CODEC_BF16, 0}, &x, &x, ZINC_F32,
+  assert_int_equal(d->ops->encode(d, NULL, (zinc_codec){ZINC_CODEC_BF16, 0, 0}, &x, &x, ZINC_F32,
                                   1, &x, 0.5f, 0), ZINC_ERR_INVALID);
 }
 
@@ -189,6 +256,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(codecs_match_cpu),
       cmocka_unit_test(cast_codecs_every_16bit_pattern),
+      cmocka_unit_test(topk_matches_cpu),
       cmocka_unit_test(bad_arguments),
   };
   return cmocka_run_group_tests(tests, gpu_group_setup, gpu_group_teardown);

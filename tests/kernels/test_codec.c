@@ -207,7 +207,7 @@ static void codec_vs_reference(void **state) {
   for (int k = 0; k < NKINDS; k++)
     for (size_t bi = 0; bi < sizeof kBlocks / sizeof kBlocks[0]; bi++) {
       const int B = kBlocks[bi];
-      zinc_codec c = {kKinds[k], is_block(kKinds[k]) ? B : 0};
+      zinc_codec c = {kKinds[k], is_block(kKinds[k]) ? B : 0, 0};
       const int64_t ns[] = {0, 1, B - 1, B + 1, 2 * B + 3, 8 * B + 5, 1001};
       for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
         const int64_t n = ns[ni];
@@ -262,7 +262,7 @@ static void codec_from_16bit(void **state) {
   const int64_t n = 777;
   for (int k = 0; k < NKINDS; k++)
     for (int sdt = ZINC_BF16; sdt <= ZINC_F16; sdt++) {
-      zinc_codec c = {kKinds[k], is_block(kKinds[k]) ? 32 : 0};
+      zinc_codec c = {kKinds[k], is_block(kKinds[k]) ? 32 : 0, 0};
       size_t bytes = zinc_codec_bytes(c, n);
       uint16_t src[777];
       float x[777], want_v[777];
@@ -287,7 +287,7 @@ static void decode_dtypes_and_accumulate(void **state) {
   const int64_t n = 1001;
   float x[1001], dec[1001], acc[1001], want_acc[1001];
   for (int k = 0; k < NKINDS; k++) {
-    zinc_codec c = {kKinds[k], is_block(kKinds[k]) ? 7 : 0};
+    zinc_codec c = {kKinds[k], is_block(kKinds[k]) ? 7 : 0, 0};
     size_t bytes = zinc_codec_bytes(c, n);
     uint8_t *enc = malloc(bytes);
     fill_cases(&r, x, n, 7, c.kind == ZINC_CODEC_INT4 ? 7 : 127);
@@ -317,7 +317,7 @@ static void decode_dtypes_and_accumulate(void **state) {
  * bytes) and ef (rewritten), with beta. */
 static void ref_ef_step(zinc_codec c, const float *src, int64_t n, uint8_t *out, uint8_t *ef,
                         float beta) {
-  zinc_codec ec = {ZINC_CODEC_INT8, c.block};
+  zinc_codec ec = {ZINC_CODEC_INT8, c.block, 0};
   const int64_t B = c.block, nb = (n + B - 1) / B;
   float *d = calloc((size_t)n, 4), *x = calloc((size_t)n, 4), *dq = calloc((size_t)n, 4);
   float *rr = malloc((size_t)n * 4), *unused = malloc((size_t)n * 4);
@@ -355,9 +355,9 @@ static void ef_follows_formula(void **state) {
   const float beta = 0.8f;
   for (int k = ZINC_CODEC_INT8; k <= ZINC_CODEC_TERN2; k++)
     for (size_t bi = 0; bi < 4; bi++) {
-      zinc_codec c = {k, kBlocks[bi]};
+      zinc_codec c = {k, kBlocks[bi], 0};
       const int64_t n = 3 * kBlocks[bi] + 5;
-      zinc_codec ec = {ZINC_CODEC_INT8, c.block};
+      zinc_codec ec = {ZINC_CODEC_INT8, c.block, 0};
       size_t bytes = zinc_codec_bytes(c, n), ebytes = zinc_codec_bytes(ec, n);
       uint8_t *got = malloc(bytes), *want = malloc(bytes);
       uint8_t *ef = calloc(1, ebytes), *ref_ef = calloc(1, ebytes);
@@ -393,7 +393,7 @@ static void ef_follows_formula(void **state) {
  * *identity_bad counts the elements where this does not hold. */
 static double ef_drift(zinc_codec c, const float *x, int64_t n, int use_ef, int T,
                        int64_t *identity_bad) {
-  const zinc_codec ec = {ZINC_CODEC_INT8, c.block};
+  const zinc_codec ec = {ZINC_CODEC_INT8, c.block, 0};
   size_t bytes = zinc_codec_bytes(c, n);
   uint8_t *enc = malloc(bytes), *ef = calloc(1, zinc_codec_bytes(ec, n));
   float *dec = malloc((size_t)n * 4), *res = malloc((size_t)n * 4);
@@ -445,7 +445,7 @@ static void ef_tracks_the_sum(void **state) {
     x[i] = rng_decades(&r, -2, 0);
   int64_t identity_bad = 0;
   for (int k = ZINC_CODEC_INT8; k <= ZINC_CODEC_SIGN1; k++) {
-    zinc_codec c = {k, 32};
+    zinc_codec c = {k, 32, 0};
     double with100 = ef_drift(c, x, n, 1, 100, &identity_bad);
     double with = ef_drift(c, x, n, 1, 200, &identity_bad);
     double without = ef_drift(c, x, n, 0, 200, &identity_bad);
@@ -471,8 +471,8 @@ static void zero_ef_is_no_residual(void **state) {
   float x[515];
   fill_decades(&r, x, ZINC_F32, n, -3, 1);
   for (int k = ZINC_CODEC_INT8; k <= ZINC_CODEC_TERN2; k++) {
-    zinc_codec c = {k, 32};
-    size_t bytes = zinc_codec_bytes(c, n), ebytes = zinc_codec_bytes((zinc_codec){ZINC_CODEC_INT8, 32}, n);
+    zinc_codec c = {k, 32, 0};
+    size_t bytes = zinc_codec_bytes(c, n), ebytes = zinc_codec_bytes((zinc_codec){ZINC_CODEC_INT8, 32, 0}, n);
     uint8_t *a = malloc(bytes), *b = malloc(bytes), *ef = calloc(1, ebytes), *ref_ef = calloc(1, ebytes);
     uint8_t *unused = malloc(bytes);
     assert_int_equal(zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, c, a, x, ZINC_F32, n, NULL,
@@ -501,7 +501,7 @@ typedef struct {
 static void run_path(zinc_threadpool *pool, zinc_cpu_isa isa, zinc_codec c, const void *src,
                      int sdt, int64_t n, int use_ef, const float *acc0, run_out *o) {
   size_t bytes = zinc_codec_bytes(c, n);
-  size_t ebytes = zinc_codec_bytes((zinc_codec){ZINC_CODEC_INT8, c.block}, n);
+  size_t ebytes = zinc_codec_bytes((zinc_codec){ZINC_CODEC_INT8, c.block, 0}, n);
   o->enc = malloc(bytes + 1);
   o->ef = use_ef ? calloc(1, ebytes + 1) : NULL;
   o->dec = malloc((size_t)n * 4 + 4);
@@ -538,7 +538,7 @@ static void paths_agree(void **state) {
   for (int k = 0; k < NKINDS; k++)
     for (size_t bi = 0; bi < 4; bi++)
       for (int sdt = 0; sdt < 3; sdt++) {
-        zinc_codec c = {kKinds[k], is_block(kKinds[k]) ? kBlocks[bi] : 0};
+        zinc_codec c = {kKinds[k], is_block(kKinds[k]) ? kBlocks[bi] : 0, 0};
         if (!is_block(c.kind) && bi > 0)
           continue;
         int64_t nn = n - (int64_t)bi; /* odd and even lengths */
@@ -553,7 +553,7 @@ static void paths_agree(void **state) {
           run_out ref;
           run_path(NULL, ZINC_CPU_ISA_SCALAR, c, src, sdt, nn, use_ef, acc0, &ref);
           size_t bytes = zinc_codec_bytes(c, nn);
-          size_t ebytes = zinc_codec_bytes((zinc_codec){ZINC_CODEC_INT8, c.block}, nn);
+          size_t ebytes = zinc_codec_bytes((zinc_codec){ZINC_CODEC_INT8, c.block, 0}, nn);
           for (int isa = 0; isa < ZINC_CPU_ISA_N; isa++) {
             if (!zinc_cpu_isa_supported((zinc_cpu_isa)isa))
               continue;
@@ -596,12 +596,12 @@ static void cpu_device_ops(void **state) {
   float *x = malloc((size_t)n * 4);
   fill_cases(&r, x, n, 32, 7);
   for (int k = 0; k < NKINDS; k++) {
-    zinc_codec c = {kKinds[k], is_block(kKinds[k]) ? 32 : 0};
+    zinc_codec c = {kKinds[k], is_block(kKinds[k]) ? 32 : 0, 0};
     int use_ef = is_block(c.kind);
     run_out want, got;
     run_path(NULL, ZINC_CPU_ISA_SCALAR, c, x, ZINC_F32, n, use_ef, x, &want);
     size_t bytes = zinc_codec_bytes(c, n);
-    size_t ebytes = zinc_codec_bytes((zinc_codec){ZINC_CODEC_INT8, 32}, n);
+    size_t ebytes = zinc_codec_bytes((zinc_codec){ZINC_CODEC_INT8, 32, 0}, n);
     got.enc = malloc(bytes);
     got.ef = use_ef ? calloc(1, ebytes) : NULL;
     got.acc = malloc((size_t)n * 4);
@@ -635,7 +635,7 @@ static void cpu_device_ops(void **state) {
 static void tern_unbiased(void **state) {
   test_rng r = {0x7E44ull};
   const int64_t n = 2000, S = 4000;
-  const zinc_codec c = {ZINC_CODEC_TERN2, 256};
+  const zinc_codec c = {ZINC_CODEC_TERN2, 256, 0};
   float x[2000], dec[2000];
   double sum[2000] = {0};
   uint8_t *enc = malloc(zinc_codec_bytes(c, n));
@@ -688,7 +688,7 @@ static void tern_seed_matters(void **state) {
   float x[1000];
   fill_decades(&r, x, ZINC_F32, n, -2, 0);
   for (int k = ZINC_CODEC_INT8; k <= ZINC_CODEC_TERN2; k++) {
-    zinc_codec c = {k, 64};
+    zinc_codec c = {k, 64, 0};
     size_t bytes = zinc_codec_bytes(c, n);
     uint8_t *a = malloc(bytes), *b = malloc(bytes);
     assert_int_equal(zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, c, a, x, ZINC_F32, n,
@@ -719,12 +719,12 @@ static void bad_arguments(void **state) {
     int use_ef;
     float beta;
   } enc_cases[] = {
-      {{ZINC_CODEC_NONE, 0}, ZINC_F32, 8, 0, 0},   {{ZINC_CODEC_NKINDS, 0}, ZINC_F32, 8, 0, 0},
-      {{-1, 0}, ZINC_F32, 8, 0, 0},                {{ZINC_CODEC_INT8, 0}, ZINC_F32, 8, 0, 0},
-      {{ZINC_CODEC_INT4, -3}, ZINC_F32, 8, 0, 0},  {{ZINC_CODEC_INT8, 4}, 3, 8, 0, 0},
-      {{ZINC_CODEC_INT8, 4}, ZINC_F32, -1, 0, 0},  {{ZINC_CODEC_BF16, 0}, ZINC_F32, 8, 1, 0},
-      {{ZINC_CODEC_SIGN1, 4}, ZINC_F32, 8, 1, 1.5f}, {{ZINC_CODEC_SIGN1, 4}, ZINC_F32, 8, 1, NAN},
-      {{ZINC_CODEC_SIGN1, 4}, ZINC_F32, 8, 1, -0.1f},
+      {{ZINC_CODEC_NONE, 0, 0}, ZINC_F32, 8, 0, 0},   {{ZINC_CODEC_NKINDS, 0, 0}, ZINC_F32, 8, 0, 0},
+      {{-1, 0, 0}, ZINC_F32, 8, 0, 0},                {{ZINC_CODEC_INT8, 0, 0}, ZINC_F32, 8, 0, 0},
+      {{ZINC_CODEC_INT4, -3, 0}, ZINC_F32, 8, 0, 0},  {{ZINC_CODEC_INT8, 4, 0}, 3, 8, 0, 0},
+      {{ZINC_CODEC_INT8, 4, 0}, ZINC_F32, -1, 0, 0},  {{ZINC_CODEC_BF16, 0, 0}, ZINC_F32, 8, 1, 0},
+      {{ZINC_CODEC_SIGN1, 4, 0}, ZINC_F32, 8, 1, 1.5f}, {{ZINC_CODEC_SIGN1, 4, 0}, ZINC_F32, 8, 1, NAN},
+      {{ZINC_CODEC_SIGN1, 4, 0}, ZINC_F32, 8, 1, -0.1f},
   };
   for (size_t i = 0; i < sizeof enc_cases / sizeof enc_cases[0]; i++) {
     assert_int_equal(zinc_cpu_codec_encode(NULL, s, enc_cases[i].c, out, x, enc_cases[i].dtype,
@@ -732,26 +732,26 @@ static void bad_arguments(void **state) {
                                            enc_cases[i].beta, kSeed), ZINC_ERR_INVALID);
     fprintf(stderr, "encode case %zu: %s\n", i, zinc_last_error());
   }
-  assert_int_equal(zinc_cpu_codec_encode(NULL, s, (zinc_codec){ZINC_CODEC_INT8, 4}, NULL, x,
+  assert_int_equal(zinc_cpu_codec_encode(NULL, s, (zinc_codec){ZINC_CODEC_INT8, 4, 0}, NULL, x,
                                          ZINC_F32, 8, NULL, 0, kSeed), ZINC_ERR_INVALID);
   /* decode: accumulate into a 16-bit dtype, a bad dtype, negative n */
-  assert_int_equal(zinc_cpu_codec_decode(NULL, s, (zinc_codec){ZINC_CODEC_INT8, 4}, out,
+  assert_int_equal(zinc_cpu_codec_decode(NULL, s, (zinc_codec){ZINC_CODEC_INT8, 4, 0}, out,
                                          ZINC_BF16, x, 8, 1), ZINC_ERR_INVALID);
   fprintf(stderr, "decode: %s\n", zinc_last_error());
-  assert_int_equal(zinc_cpu_codec_decode(NULL, s, (zinc_codec){ZINC_CODEC_INT8, 4}, out, 7, x,
+  assert_int_equal(zinc_cpu_codec_decode(NULL, s, (zinc_codec){ZINC_CODEC_INT8, 4, 0}, out, 7, x,
                                          8, 0), ZINC_ERR_INVALID);
-  assert_int_equal(zinc_cpu_codec_decode(NULL, s, (zinc_codec){ZINC_CODEC_INT8, 4}, out,
+  assert_int_equal(zinc_cpu_codec_decode(NULL, s, (zinc_codec){ZINC_CODEC_INT8, 4, 0}, out,
                                          ZINC_F32, x, -8, 0), ZINC_ERR_INVALID);
-  assert_int_equal(zinc_cpu_codec_decode(NULL, s, (zinc_codec){ZINC_CODEC_NONE, 0}, out,
+  assert_int_equal(zinc_cpu_codec_decode(NULL, s, (zinc_codec){ZINC_CODEC_NONE, 0, 0}, out,
                                          ZINC_F32, x, 8, 0), ZINC_ERR_INVALID);
   for (size_t i = 0; i < sizeof out; i++) /* nothing was written */
     assert_int_equal(out[i], 0x77);
   for (size_t i = 0; i < sizeof ef; i++)
     assert_int_equal(ef[i], 0);
   /* n = 0 needs no buffers */
-  assert_int_equal(zinc_cpu_codec_encode(NULL, s, (zinc_codec){ZINC_CODEC_INT4, 4}, NULL, NULL,
+  assert_int_equal(zinc_cpu_codec_encode(NULL, s, (zinc_codec){ZINC_CODEC_INT4, 4, 0}, NULL, NULL,
                                          ZINC_F32, 0, NULL, 0, kSeed), ZINC_OK);
-  assert_int_equal(zinc_cpu_codec_decode(NULL, s, (zinc_codec){ZINC_CODEC_SIGN1, 4}, NULL,
+  assert_int_equal(zinc_cpu_codec_decode(NULL, s, (zinc_codec){ZINC_CODEC_SIGN1, 4, 0}, NULL,
                                          ZINC_F32, NULL, 0, 1), ZINC_OK);
 }
 

@@ -109,9 +109,9 @@ static int cmd_list(const char *dir, const char *tag) {
       efb += m->ef.files[i].bytes;
     for (int u = 0; u < m->ef.nunits; u++)
       elems += m->ef.units[u].chunk * m->ef.dp_size;
-    printf("\n  error-feedback residuals: %d files (rank_NNNNN.zef), %.1f MiB; int8, block "
+    printf("\n  error-feedback residuals: %d files (rank_NNNNN.zef), %.1f MiB; %s, block "
            "%d, %d trained units (%lld elements), layout crc32c %08x", m->ef.dp_size,
-           (double)efb / (1 << 20), m->ef.block, m->ef.nunits, (long long)elems,
+           (double)efb / (1 << 20), m->ef.f32 ? "f32 (DGC)" : "int8", m->ef.block, m->ef.nunits, (long long)elems,
            m->ef.layout_crc32c);
   } else {
     printf("\n  error-feedback residuals: none saved");
