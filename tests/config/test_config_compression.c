@@ -194,7 +194,7 @@ static const bad_case bad_cases[] = {
     {COMP("gradient_bits", "4.5"), "zinc.compression.gradient_bits", "4.5", "1, 4 or 8"},
     {COMP("gradient_bits", "\"4\""), "zinc.compression.gradient_bits", "\"4\"", "1, 4 or 8"},
     {COMP("gradient_codec", "\"TernGrad\""), "zinc.compression.gradient_codec",
-     "\"TernGrad\"", "\"quant\" (gradient_bits' block codec) or \"terngrad\""},
+     "\"TernGrad\"", "\"quant\" (gradient_bits' block codec), \"terngrad\""},
     {COMP("gradient_codec", "\"int4\""), "zinc.compression.gradient_codec", "\"int4\"",
      "\"terngrad\""},
     {COMP("gradient_codec", "2"), "zinc.compression.gradient_codec", "2", "\"quant\""},
