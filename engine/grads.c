@@ -428,8 +428,8 @@ static zinc_status launch(zinc_engine *e) {
     free(colls);
     return ast;
   }
-  int k = compressed ? ncoll : 0; /* compressed: colls[0] is the exchange */
-  for (int i = 0; !compressed && i < e->npending; i++) {
+  /* compressed: colls[0] is the exchange; else one reduce-scatter per unit */
+  for (int i = 0, k = 0; !compressed && i < e->npending; i++) {
     zinc_module *m = e->modules[e->pending[i]];
     for (int s = 0; s < m->nsegs; s++) {
       const zinc_segment *seg = &m->segs[s];
@@ -445,7 +445,6 @@ static zinc_status launch(zinc_engine *e) {
       }
     }
   }
-  (void)k;
   if (compressed)
     ncoll = 1;
   e->nlaunched += e->npending;

@@ -689,6 +689,16 @@ static inline void et_dump_params(FILE *f, const tm_shape *sh, float **p) {
   fflush(f);
 }
 
+/* Train r with zero_optimization extras and top-level extras (NULL: none);
+ * the final fp32 parameters (et_free_params). */
+static inline float **et_train_with(et_run r, const char *zero_extra, const char *extra) {
+  float **p = et_alloc_params(&r.shape);
+  r.zero_extra = zero_extra;
+  r.extra = extra;
+  et_train(&r, p, NULL, NULL);
+  return p;
+}
+
 /* ||a - b|| / ||b|| over all parameters. */
 static inline double et_rel_l2(const tm_shape *sh, float **a, float **b) {
   double num = 0, den = 0;

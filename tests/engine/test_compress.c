@@ -54,11 +54,7 @@ static et_run base_run(int stage, int steps) {
 }
 
 static float **train(et_run r, const char *zero_extra, const char *extra) {
-  float **p = et_alloc_params(&r.shape);
-  r.zero_extra = zero_extra;
-  r.extra = extra;
-  et_train(&r, p, NULL, NULL);
-  return p;
+  return et_train_with(r, zero_extra, extra);
 }
 
 /* The bounds, calibrated once at 2 and 4 ranks and frozen (measured
