@@ -49,6 +49,7 @@
 #include "config/config.h"
 #include "comm/comm.h"
 #include "comm/comm_log.h"
+#include "engine/checkpoint/mstate.h"
 #include "device/device.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
@@ -391,6 +392,10 @@ struct zinc_engine {
   size_t *cx_ef_off;      /* (ntrain_units) byte offset of each unit's  */
   float *cx_scratch;      /* stages 0/1: (largest chunk) f32 sum        */
   size_t cx_scratch_bytes;
+  /* rank-local state of the compression methods, saved in checkpoints
+   * (engine/checkpoint/mstate.h) */
+  zinc_mstate_entry mstate[ZINC_MSTATE_MAX];
+  int nmstate;
 
   /* ---- trace */
   int recording;          /* first micro-batch: record and agree per event */
