@@ -1,0 +1,272 @@
+/*
+ * dga.c — Delayed Gradient Averaging (Zhu, Lin, Han et al., "Delayed
+ * Gradient Averaging: Tolerate the Communication Latency for Federated
+ * Learning", NeurIPS 2021), at ZeRO stage 0: the gradient all-reduce runs
+ * in the background for D optimizer steps instead of blocking the step.
+ *
+ * With g_t^i rank i's local gradient of step t (its sum over the window's
+ * micro-batches) and avg_t = (1/N) sum_j g_t^j, the optimizer of rank i
+ * consumes at step t
+ *
+ *   t <  D:  g_t^i
+ *   t >= D:  g_t^i + (avg_{t-D} - g_{t-D}^i)
+ *
+ * so that after the correction every step's local term is replaced by the
+ * average, D steps late. The all-reduce of g_t starts at step t and is
+ * waited for at step t + D: the communication overlaps D steps of
+ * computation. (The paper's update, with the optimizer as the map from
+ * gradient to update.) step.c divides the gradient it reads by
+ * N x gradient_accumulation_steps x loss scale, the units of the exact
+ * path's all-reduce sum, so this file writes N x that gradient:
+ *
+ *   G_t^i = N g_t^i + r (S_{t-D} - N g_{t-D}^i),   S = sum_j g^j,
+ *
+ * r = loss scale at t / loss scale at t - D (1 without fp16's dynamic
+ * scale), in fp32, rounded once to the gradient's dtype.
+ *
+ * The ring: D slots, slot k holding the step pushed as number c with
+ * c mod D = k: `local` (g_c^i, fp32, every trained unit in the whole-model
+ * index space of zinc_unit.full_offset) and `sum` (the buffer the
+ * all-reduce of `local` writes S_c into). 2 x D x 4 bytes per trained
+ * element, in host memory (the element loops run on the host; on the cuda
+ * device the gradient goes through a host staging copy each step). The
+ * all-reduce runs over a comm of its own (a split of the data-parallel
+ * host comm): a blocking collective on the data-parallel comm drains that
+ * comm's worker (comm_mpi.c), which would wait for the all-reduce at once.
+ * Its bytes are the exact all-reduce's (the logger's ring form,
+ * 2 (N - 1) / N x 4 bytes per element, as reduce-scatter + all-gather of
+ * fp32 gradients), only later, in an "all_reduce" row.
+ *
+ * Overflow: an inf/NaN in any rank's local gradient skips the step on
+ * every rank (agreed here, one small all-reduce), and the ring is left as
+ * it was: the skipped step's gradient is never sent, and the pending
+ * correction is applied at the next step that is not skipped.
+ *
+ * The ranks' parameters differ: rank i's carries its own last D local
+ * terms instead of the average. Nothing re-synchronises them; a saved
+ * checkpoint's shards hold chunk r of rank r's state (checkpoint.c), and
+ * the whole rank-local optimizer state is not the checkpoint's business
+ * (see docs/config.md). The pending corrections of the last D steps are
+ * never applied: zinc_engine_destroy waits for the all-reduces in flight
+ * (every rank started the same ones, and the comm's worker completes them
+ * without the caller) and drops them. A failed wait (a lost peer, the
+ * comm timeout) is agreed over the data-parallel group in the step, so
+ * every rank returns the error.
+ *
+ * Test-only: ZINC_DGA_DROP_CORRECTION=1 (base/env.h) leaves the correction
+ * out (pure local steps, the all-reduces still run), the broken variant the
+ * GPT gap test must tell apart.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/env.h"
+#include "engine/engine.h"
+
+struct zinc_dga {
+  int delay;              /* D >= 1 */
+  int64_t n;              /* fp32 elements of every trained unit: N x S  */
+  size_t ring_bytes;      /* D x n x 4, each of local and sum           */
+  float *local;           /* (D, n) host: the local gradients in flight  */
+  float *sum;             /* (D, n) host: their all-reduce sums          */
+  double *hdr;            /* (1 + D) host: [0] steps pushed; [1 + k]
+                             slot k's loss scale                        */
+  zinc_comm_req **req;    /* (D) the all-reduce of slot k, or NULL: done */
+  zinc_comm *comm;        /* the all-reduces' own comm (header comment)  */
+  void *staging;          /* cuda: (train_bytes) host copy of the
+                             gradient buffer; NULL on the cpu device    */
+  int drop_correction;    /* ZINC_DGA_DROP_CORRECTION (test-only)        */
+  int skip;               /* this step is skipped on every rank          */
+};
+
+/* ------------------------------------------------------------ setup */
+
+static size_t ring_bytes(int64_t n, int delay) { return (size_t)delay * (size_t)n * 4; }
+
+size_t zinc_dga_state_bytes(const zinc_settings *s, int dp_size, int64_t train_elems) {
+  if (s->dga_delay <= 0 || s->stage != 0 || dp_size < 2)
+    return 0;
+  return 2 * ring_bytes(train_elems, (int)s->dga_delay) + (size_t)(1 + s->dga_delay) * 8;
+}
+
+zinc_status zinc_dga_init(zinc_engine *e) {
+  const zinc_settings *s = &e->cfg;
+  if (s->dga_delay <= 0 || s->stage != 0)
+    return ZINC_OK;
+  if (e->dp_size < 2) {
+    zinc_log0(ZINC_LOG_INFO, "zinc.compression.delayed_averaging: one data-parallel rank, "
+              "nothing to average; the exact step runs");
+    return ZINC_OK;
+  }
+  if (e->mp_size > 1)
+    return zinc_error(ZINC_ERR_UNSUPPORTED, "zinc.compression.delayed_averaging with model "
+                      "parallelism (model_parallel_size %d) is not implemented; use "
+                      "model_parallel_size 1 or delay 0", e->mp_size);
+  struct zinc_dga *d = NULL;
+  ZINC_CHECK(zinc_calloc((void **)&d, 1, sizeof *d, "delayed averaging"));
+  e->dga = d;
+  d->delay = (int)s->dga_delay;
+  d->n = (int64_t)e->dp_size * e->train_shard_numel;
+  d->ring_bytes = ring_bytes(d->n, d->delay);
+  d->drop_correction = zinc_env_flag("ZINC_DGA_DROP_CORRECTION", 0);
+  ZINC_CHECK(zinc_calloc((void **)&d->req, (size_t)d->delay, sizeof *d->req,
+                         "delayed averaging requests"));
+  size_t bytes = d->ring_bytes ? d->ring_bytes : 16;
+  ZINC_CHECK(zinc_engine_buffer_alloc(e, bytes, ZINC_LOC_HOST, ZINC_MEM_GRADS,
+                                      (void **)&d->local, "delayed averaging: local gradients"));
+  ZINC_CHECK(zinc_engine_buffer_alloc(e, bytes, ZINC_LOC_HOST, ZINC_MEM_GRADS,
+                                      (void **)&d->sum, "delayed averaging: averaged gradients"));
+  ZINC_CHECK(zinc_engine_buffer_alloc(e, (size_t)(1 + d->delay) * 8, ZINC_LOC_HOST,
+                                      ZINC_MEM_GRADS, (void **)&d->hdr,
+                                      "delayed averaging: counters"));
+  memset(d->local, 0, bytes);
+  memset(d->sum, 0, bytes);
+  memset(d->hdr, 0, (size_t)(1 + d->delay) * 8);
+  if (e->dev->ops->is_gpu)
+    ZINC_CHECK(zinc_engine_buffer_alloc(e, e->train_bytes ? e->train_bytes : 16, ZINC_LOC_HOST,
+                                        ZINC_MEM_BUFFERS, &d->staging,
+                                        "delayed averaging: gradient staging"));
+  ZINC_CHECK(zinc_mstate_register(e, "dga.local", d->local, bytes, 1));
+  ZINC_CHECK(zinc_mstate_register(e, "dga.sum", d->sum, bytes, 1));
+  ZINC_CHECK(zinc_mstate_register(e, "dga.counters", d->hdr, (size_t)(1 + d->delay) * 8, 1));
+  ZINC_CHECK(e->dp_host->ops->split(e->dp_host, 0, e->dp_rank, &d->comm));
+  d->comm->log = e->comms_log;
+  d->comm->log_group = "data_parallel";
+  zinc_log0(ZINC_LOG_INFO, "delayed gradient averaging: delay %d steps, %zu bytes of snapshots "
+            "per rank", d->delay, 2 * d->ring_bytes);
+  return ZINC_OK;
+}
+
+zinc_status zinc_dga_settle(zinc_engine *e) {
+  struct zinc_dga *d = e->dga;
+  zinc_status st = ZINC_OK;
+  for (int k = 0; d && k < d->delay; k++) {
+    if (!d->req[k])
+      continue;
+    zinc_status w = zinc_engine_wait(e, d->comm, d->req[k]);
+    d->req[k] = NULL; /* consumed whatever wait returned (comm.h) */
+    if (w != ZINC_OK && st == ZINC_OK)
+      st = zinc_error_wrap(w, "delayed gradient averaging: the all-reduce of slot %d", k);
+  }
+  return st;
+}
+
+void zinc_dga_free(zinc_engine *e) {
+  struct zinc_dga *d = e->dga;
+  if (!d)
+    return;
+  /* the buffers must outlive the all-reduces that read and write them */
+  if (zinc_dga_settle(e) != ZINC_OK)
+    zinc_log(ZINC_LOG_WARN, "%s (at destroy; the pending corrections are dropped)",
+             zinc_last_error());
+  zinc_comm_destroy(d->comm);
+  size_t bytes = d->ring_bytes ? d->ring_bytes : 16;
+  zinc_engine_buffer_free(e, d->local, bytes, ZINC_LOC_HOST, ZINC_MEM_GRADS);
+  zinc_engine_buffer_free(e, d->sum, bytes, ZINC_LOC_HOST, ZINC_MEM_GRADS);
+  zinc_engine_buffer_free(e, d->hdr, (size_t)(1 + d->delay) * 8, ZINC_LOC_HOST, ZINC_MEM_GRADS);
+  zinc_engine_buffer_free(e, d->staging, e->train_bytes ? e->train_bytes : 16, ZINC_LOC_HOST,
+                          ZINC_MEM_BUFFERS);
+  free(d->req);
+  free(d);
+  e->dga = NULL;
+}
+
+int zinc_dga_skipped(const zinc_engine *e) { return e->dga ? e->dga->skip : 0; }
+
+/* ------------------------------------------------------------ the step */
+
+/* Unit ui's gradient where the host reads it: the gradient buffer (cpu
+ * device) or its staging copy (cuda). */
+static char *unit_grad(zinc_engine *e, int ui) {
+  const zinc_unit *u = &e->units[ui];
+  const zinc_segment *seg = &e->modules[u->module]->segs[u->segment];
+  char *p = zinc_unit_ptr(seg->grad, u);
+  if (e->dga->staging)
+    p = (char *)e->dga->staging + (p - (char *)e->grad_full);
+  return p;
+}
+
+/* 1 when this rank's local gradient holds an inf or NaN. */
+static int local_overflow(zinc_engine *e) {
+  for (int ui = 0; ui < e->ntrain_units; ui++) {
+    const zinc_unit *u = &e->units[ui];
+    const char *g = unit_grad(e, ui);
+    for (int64_t j = 0; j < u->numel; j++)
+      if (!isfinite(zinc_load_as_f32(g, j, u->dtype)))
+        return 1;
+  }
+  return 0;
+}
+
+/* The corrected gradient (header comment) into the gradient buffer, this
+ * step's local gradient into the slot; `old`: the slot holds a finished
+ * sum to apply. */
+static void correct(zinc_engine *e, int slot, int old, double ratio) {
+  struct zinc_dga *d = e->dga;
+  float N = (float)e->dp_size, r = (float)ratio;
+  float *local = d->local + (size_t)slot * (size_t)d->n;
+  const float *sum = d->sum + (size_t)slot * (size_t)d->n;
+  int apply = old && !d->drop_correction;
+  for (int ui = 0; ui < e->ntrain_units; ui++) {
+    const zinc_unit *u = &e->units[ui];
+    char *g = unit_grad(e, ui);
+    float *lo = local + u->full_offset;
+    const float *su = sum + u->full_offset;
+    for (int64_t j = 0; j < u->numel; j++) {
+      float now = zinc_load_as_f32(g, j, u->dtype);
+      float v = N * now;
+      if (apply)
+        v += r * (su[j] - N * lo[j]);
+      lo[j] = now;
+      zinc_store_from_f32(g, j, u->dtype, v);
+    }
+  }
+}
+
+zinc_status zinc_dga_step(zinc_engine *e) {
+  struct zinc_dga *d = e->dga;
+  d->skip = 0;
+  zinc_status st = zinc_engine_sync(e);
+  if (st == ZINC_OK && d->staging)
+    st = e->dev->ops->copy(e->dev, d->staging, e->grad_full, e->train_bytes, e->stream);
+  if (st == ZINC_OK && d->staging)
+    st = zinc_engine_sync(e);
+  double over = st == ZINC_OK ? (double)local_overflow(e) : 0.0, any = 0.0;
+  int64_t pushed = (int64_t)d->hdr[0];
+  int slot = (int)(pushed % d->delay), old = pushed >= d->delay;
+  /* the slot's all-reduce (D steps ago) must be done before it is reused */
+  if (st == ZINC_OK && d->req[slot]) {
+    st = zinc_engine_wait(e, d->comm, d->req[slot]);
+    d->req[slot] = NULL;
+    if (st != ZINC_OK)
+      zinc_error_wrap(st, "delayed gradient averaging: the all-reduce of step %lld's gradient",
+                      (long long)(pushed - d->delay + 1));
+  }
+  ZINC_CHECK(zinc_engine_agree(e, e->dp_host, st));
+  ZINC_CHECK(zinc_comm_allreduce(e->dp_host, &over, &any, 1, ZINC_DT_F64, ZINC_OP_MAX));
+  if (any != 0.0) {
+    d->skip = 1; /* the ring stays as it was (header comment) */
+    return ZINC_OK;
+  }
+  double scale = zinc_loss_scaler_scale(&e->scaler);
+  double ratio = old && d->hdr[1 + slot] > 0 ? scale / d->hdr[1 + slot] : 1.0;
+  correct(e, slot, old, ratio);
+  d->hdr[1 + slot] = scale;
+  d->hdr[0] = (double)(pushed + 1);
+  if (d->staging) {
+    ZINC_CHECK(e->dev->ops->copy(e->dev, e->grad_full, d->staging, e->train_bytes, e->stream));
+    ZINC_CHECK(zinc_engine_sync(e));
+  }
+  size_t off = (size_t)slot * (size_t)d->n;
+  zinc_coll c = {.kind = ZINC_COLL_ALLREDUCE, .send = d->local + off, .recv = d->sum + off,
+                 .count = (size_t)d->n, .dtype = ZINC_F32, .op = ZINC_OP_SUM};
+  st = d->comm->ops->start(d->comm, &c, 1, &d->req[slot]);
+  if (st != ZINC_OK)
+    d->req[slot] = NULL;
+  /* a rank that could not start it must not leave its peers waiting for it
+   * at step t + D */
+  return zinc_engine_agree(e, e->dp_host, st == ZINC_OK ? ZINC_OK
+                           : zinc_error_wrap(st, "delayed gradient averaging: starting the "
+                                             "all-reduce"));
+}

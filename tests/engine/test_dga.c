@@ -1,0 +1,339 @@
+/*
+ * test_dga.c — delayed gradient averaging (zinc.compression.delayed_averaging,
+ * engine/dga.c). Under mpirun (2 or 4 ranks), stage 0, the tiny model:
+ *
+ *  - reference: 10 steps with D = 1 and D = 2, SGD with momentum and AdamW,
+ *    against a double-precision simulation of every rank written here
+ *    (each rank's own parameters, its local gradient at them, the update
+ *    g_t^i + (avg_{t-D} - g_{t-D}^i) from step D on); each rank's
+ *    parameters within 1e-5 + 1e-4 |ref|. The same simulation with the
+ *    correction dropped (pure local steps) must be farther than that
+ *    (the comparison can tell a missing correction).
+ *  - overflow: an inf in rank 1's local gradient skips the step on every
+ *    rank; the next step trains.
+ *  - config: delay at stage 1 is refused with ZINC_ERR_CONFIG naming stage 0.
+ *  - the wire: the comms logger's bytes of DGA's all-reduces equal the
+ *    exact run's reduce-scatter + all-gather bytes over the same steps
+ *    (2 (N - 1) x 4 bytes per padded trained element per step: the same
+ *    bytes, only later), one all-reduce of N x S fp32 elements per step.
+ *  - memory: the estimator's host gradient bytes grow by the ring,
+ *    2 x D x N x S x 4 bytes (+ the counters).
+ */
+#include <math.h>
+#include <mpi.h>
+
+#include "engine/engine.h"
+#include "engine/memory/estimate.h"
+#include "engine_test.h"
+
+#define DGA_JSON(d) "\"zinc\": {\"compression\": {\"delayed_averaging\": {\"delay\": " d "}}}"
+
+static et_run base_run(int steps, const et_optim *o) {
+  et_run r = et_defaults();
+  r.stage = 0;
+  r.steps = steps;
+  r.clip = 0; /* each rank's own corrected gradient would be clipped: left out */
+  r.optim = o;
+  return r;
+}
+
+/* Every rank's training under DGA with delay D, in double (Adam's moments
+ * and the parameters rounded to fp32 between steps, as the engine keeps
+ * them), over world ranks; rank `me`'s final parameters into out. drop: no
+ * correction (pure local steps). */
+static void dga_reference(const et_run *r, int world, int D, int drop, int me, float **out) {
+  const tm_shape *sh = &r->shape;
+  const et_optim *o = r->optim;
+  int adam = et_optim_is_adam(o);
+  int S = r->steps;
+  float *P[8][TM_NPARAM], *G[TM_NPARAM];
+  double *Pd[8][TM_NPARAM], *M[8][TM_NPARAM], *V[8][TM_NPARAM], *d[TM_NPARAM];
+  double *hist[64][8][TM_NPARAM]; /* hist[s][rank]: local gradient of step s */
+  for (int i = 0; i < TM_NPARAM; i++) {
+    int64_t n = tm_numel(sh, i);
+    G[i] = calloc((size_t)n, 4);
+    d[i] = calloc((size_t)n, 8);
+    for (int k = 0; k < world; k++) {
+      P[k][i] = calloc((size_t)n, 4);
+      Pd[k][i] = calloc((size_t)n, 8);
+      M[k][i] = calloc((size_t)n, 8);
+      V[k][i] = calloc((size_t)n, 8);
+      for (int64_t j = 0; j < n; j++)
+        Pd[k][i][j] = P[k][i][j] = tm_init_value(sh, i, j);
+      for (int s = 0; s < S; s++)
+        hist[s][k][i] = calloc((size_t)n, 8);
+    }
+  }
+  for (int s = 0; s < S; s++) {
+    for (int k = 0; k < world; k++) {
+      for (int i = 0; i < TM_NPARAM; i++)
+        memset(G[i], 0, (size_t)tm_numel(sh, i) * 4);
+      tm_forward_backward(sh, P[k], G, ((int64_t)s * world + k) * r->micro, r->micro, 1.0f);
+      for (int i = 0; i < TM_NPARAM; i++)
+        for (int64_t j = 0; j < tm_numel(sh, i); j++)
+          hist[s][k][i][j] = G[i][j];
+    }
+    double t = s + 1, b1 = o->beta1, b2 = o->beta2, lr = o->lr;
+    for (int k = 0; k < world; k++)
+      for (int i = 0; i < TM_NPARAM; i++) {
+        int64_t n = tm_numel(sh, i);
+        for (int64_t j = 0; j < n; j++) {
+          d[i][j] = hist[s][k][i][j];
+          if (s >= D && !drop) {
+            double avg = 0;
+            for (int q = 0; q < world; q++)
+              avg += hist[s - D][q][i][j];
+            d[i][j] += avg / world - hist[s - D][k][i][j];
+          }
+        }
+        if (!adam) {
+          et_reference_update(o, s + 1, et_param_decays(i), n, Pd[k][i], M[k][i], V[k][i], d[i]);
+          for (int64_t j = 0; j < n; j++)
+            P[k][i][j] = (float)Pd[k][i][j];
+          continue;
+        }
+        double wd = et_param_decays(i) ? o->weight_decay : 0.0;
+        double bc1 = 1 - pow(b1, t), bc2 = 1 - pow(b2, t);
+        for (int64_t j = 0; j < n; j++) { /* AdamW (decoupled decay) */
+          double g = d[i][j];
+          M[k][i][j] = (float)(b1 * M[k][i][j] + (1 - b1) * g);
+          V[k][i][j] = (float)(b2 * V[k][i][j] + (1 - b2) * g * g);
+          double p = P[k][i][j] * (1 - lr * wd);
+          p -= lr / bc1 * M[k][i][j] / (sqrt(V[k][i][j]) / sqrt(bc2) + o->eps);
+          P[k][i][j] = (float)p;
+        }
+      }
+  }
+  for (int i = 0; i < TM_NPARAM; i++) {
+    memcpy(out[i], P[me][i], (size_t)tm_numel(sh, i) * 4);
+    free(G[i]);
+    free(d[i]);
+    for (int k = 0; k < world; k++) {
+      free(P[k][i]);
+      free(Pd[k][i]);
+      free(M[k][i]);
+      free(V[k][i]);
+      for (int s = 0; s < S; s++)
+        free(hist[s][k][i]);
+    }
+  }
+}
+
+/* Elements of got outside abs + rel |want|; prints the first few and the
+ * largest difference when report. */
+static int64_t outside(const tm_shape *sh, float **got, float **want, double abs_tol,
+                       double rel_tol, int report, const char *what) {
+  int64_t bad = 0;
+  double worst = 0;
+  for (int i = 0; i < TM_NPARAM; i++)
+    for (int64_t j = 0; j < tm_numel(sh, i); j++) {
+      double diff = fabs((double)got[i][j] - want[i][j]);
+      if (diff > worst)
+        worst = diff;
+      if (diff > abs_tol + rel_tol * fabs(want[i][j])) {
+        if (report && bad < 4)
+          fprintf(stderr, "[rank %d] %s: %s[%lld] = %.9g, reference %.9g\n", et_rank, what,
+                  tm_names[i], (long long)j, got[i][j], want[i][j]);
+        bad++;
+      }
+    }
+  if (report && bad)
+    fprintf(stderr, "[rank %d] %s: %lld elements outside, largest difference %.3g\n", et_rank,
+            what, (long long)bad, worst);
+  return bad;
+}
+
+/* Train r through zinc and return this rank's own parameters (its compute
+ * copy, read through a fetch): zinc_param_get_full at stage 0 assembles
+ * chunk q of every unit from rank q, which under DGA mixes the ranks. */
+static float **train_own(et_run r, const char *extra) {
+  r.extra = extra;
+  et_model m;
+  zinc_engine *e = et_open(&r, NULL, &m);
+  ET_OK(et_steps(&m, &r, 0, r.steps));
+  float **p = et_alloc_params(&r.shape);
+  for (int k = 0; k < 4; k++) {
+    ET_OK(zinc_module_fetch(e, m.mod[k]));
+    ET_OK(et_load_module(&m, &r.shape, r.dtype, k));
+    ET_OK(zinc_module_release(e, m.mod[k]));
+  }
+  for (int i = 0; i < TM_NPARAM; i++)
+    memcpy(p[i], m.P[i], (size_t)tm_numel(&r.shape, i) * 4);
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+  return p;
+}
+
+static void test_reference(const et_optim *o, int D) {
+  et_run r = base_run(10, o);
+  char extra[256];
+  snprintf(extra, sizeof extra, "\"zinc\": {\"compression\": {\"delayed_averaging\": "
+           "{\"delay\": %d}}}", D);
+  float **got = train_own(r, extra);
+  float **ref = et_alloc_params(&r.shape), **local = et_alloc_params(&r.shape);
+  dga_reference(&r, et_world, D, 0, et_rank, ref);
+  dga_reference(&r, et_world, D, 1, et_rank, local);
+  char what[128];
+  snprintf(what, sizeof what, "%s, delay %d", o->type, D);
+  int64_t bad = outside(&r.shape, got, ref, 1e-5, 1e-4, 1, what);
+  ET_CHECK(bad == 0, "%s: the parameters differ from the DGA reference", what);
+  int64_t far = outside(&r.shape, got, local, 1e-5, 1e-4, 0, what);
+  ET_CHECK(far > 0, "%s: the parameters also match pure local steps (no correction): the "
+           "comparison cannot tell the correction", what);
+  if (et_rank == 0)
+    printf("%s: within the reference; %lld elements off the uncorrected one\n", what,
+           (long long)far);
+  et_free_params(got);
+  et_free_params(ref);
+  et_free_params(local);
+}
+
+static void test_overflow(void) {
+  et_optim o = {.type = "SGD", .lr = 0.05, .momentum = 0.9};
+  et_run r = base_run(4, &o);
+  r.extra = DGA_JSON("1");
+  et_model m;
+  zinc_engine *e = et_open(&r, NULL, &m);
+  int N = zinc_dp_size(e);
+  for (int s = 0; s < 4; s++) {
+    float inf = INFINITY;
+    const float *inject = s == 2 && et_rank == 1 ? &inf : NULL;
+    et_micro_batch(&m, &r.shape, r.dtype, ((int64_t)s * N + et_rank) * r.micro, r.micro, inject);
+    zinc_step_info info = ZINC_STEP_INFO_INIT;
+    ET_OK(zinc_step(e, &info));
+    ET_CHECK(info.skipped == (s == 2), "step %d: skipped %d on rank %d (an inf on rank 1 at "
+             "step 2 only)", s, info.skipped, et_rank);
+  }
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+}
+
+static void test_config(void) {
+  const char *json = "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": "
+                     "{\"stage\": 1}, " DGA_JSON("2") "}";
+  zinc_config *cfg = NULL;
+  zinc_status st = zinc_config_parse(json, &cfg);
+  ET_CHECK(st == ZINC_ERR_CONFIG && strstr(zinc_last_error(), "stage 0"),
+           "delay at stage 1: %s (want ZINC_ERR_CONFIG naming stage 0): %s",
+           zinc_status_name(st), zinc_last_error());
+  zinc_config_free(cfg);
+}
+
+/* Bytes this rank sent, over the comms logger's rows of `name` whose
+ * message is at least min_msg bytes (the gradients', not the agreements'). */
+static uint64_t wire_of(zinc_engine *e, const char *name, uint64_t min_msg, uint64_t *calls) {
+  zinc_comms_stat rows[64];
+  for (int i = 0; i < 64; i++)
+    rows[i] = (zinc_comms_stat)ZINC_COMMS_STAT_INIT;
+  int n = 0;
+  ET_OK(zinc_comms_stats(e, rows, 64, &n));
+  uint64_t bytes = 0;
+  *calls = 0;
+  for (int i = 0; i < n && i < 64; i++)
+    if (!strcmp(rows[i].name, name) && rows[i].msg_bytes >= min_msg) {
+      bytes += rows[i].wire_intra + rows[i].wire_inter;
+      *calls += rows[i].count;
+    }
+  return bytes;
+}
+
+static void test_wire(void) {
+  et_optim o = {.type = "SGD", .lr = 0.05, .momentum = 0.9};
+  int steps = 3;
+  et_run r = base_run(steps, &o);
+  r.reduce_bucket = 1 << 20; /* one unit per module at most */
+  uint64_t got[2] = {0, 0}, calls[2] = {0, 0}, want = 0;
+  for (int dga = 0; dga < 2; dga++) {
+    r.extra = dga ? "\"comms_logger\": {\"enabled\": true}, " DGA_JSON("1")
+                  : "\"comms_logger\": {\"enabled\": true}";
+    et_model m;
+    zinc_engine *e = et_open(&r, NULL, &m);
+    ET_OK(zinc_comms_reset(e));
+    ET_OK(et_steps(&m, &r, 0, steps));
+    uint64_t S = (uint64_t)e->train_shard_numel;
+    want = (uint64_t)steps * 2 * (uint64_t)(et_world - 1) * S * 4;
+    if (dga) {
+      got[1] = wire_of(e, "all_reduce", (uint64_t)et_world * S * 4, &calls[1]);
+    } else {
+      uint64_t c1, c2;
+      got[0] = wire_of(e, "reduce_scatter", 1, &c1) + wire_of(e, "all_gather", 64, &c2);
+      calls[0] = c1 + c2;
+    }
+    et_model_free(&m);
+    zinc_engine_destroy(e);
+  }
+  if (et_rank == 0)
+    printf("wire over %d steps: exact %llu bytes, DGA %llu bytes in %llu all-reduces; closed "
+           "form %llu\n", steps, (unsigned long long)got[0], (unsigned long long)got[1],
+           (unsigned long long)calls[1], (unsigned long long)want);
+  ET_CHECK(got[1] == want && got[0] == want && calls[1] == (uint64_t)steps,
+           "the wire: DGA sent %llu bytes in %llu all-reduces, the exact run %llu; want %llu "
+           "(2 (N-1) x 4 bytes per padded element per step) in %d", (unsigned long long)got[1],
+           (unsigned long long)calls[1], (unsigned long long)got[0], (unsigned long long)want,
+           steps);
+}
+
+static uint64_t estimate_host_grads(const et_run *r) {
+  zinc_est_param p[TM_NPARAM];
+  memset(p, 0, sizeof p);
+  static const char *mods[4] = {"in", "mid", "scale", "out"};
+  for (int i = 0; i < TM_NPARAM; i++) {
+    snprintf(p[i].module, sizeof p[i].module, "%s", mods[et_param_module[i]]);
+    snprintf(p[i].name, sizeof p[i].name, "%s", tm_names[i]);
+    p[i].dtype = ZINC_F32;
+    p[i].ndim = 1;
+    p[i].shape[0] = tm_numel(&r->shape, i);
+  }
+  char *json = et_config_json(r);
+  zinc_config *cfg = NULL;
+  ET_OK(zinc_config_parse(json, &cfg));
+  free(json);
+  zinc_estimate est;
+  ET_OK(zinc_estimate_model(&cfg->s, et_world, 0, p, TM_NPARAM, &est));
+  zinc_config_free(cfg);
+  return est.bytes[ZINC_LOC_HOST][ZINC_MEM_GRADS];
+}
+
+static void test_memory(void) {
+  et_optim o = {.type = "SGD", .lr = 0.05, .momentum = 0.9};
+  et_run plain = base_run(1, &o), dga = base_run(1, &o);
+  dga.extra = DGA_JSON("3");
+  et_model m;
+  zinc_engine *e = et_open(&plain, NULL, &m);
+  uint64_t want = 2 * 3 * (uint64_t)et_world * (uint64_t)e->train_shard_numel * 4 + 4 * 8;
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+  uint64_t with = estimate_host_grads(&dga), without = estimate_host_grads(&plain);
+  ET_CHECK(with - without == want, "the estimator's host gradient bytes grew by %llu with "
+           "delay 3, want %llu (2 x D x N x S x 4 + the counters)",
+           (unsigned long long)(with - without), (unsigned long long)want);
+}
+
+int main(int argc, char **argv) {
+  int provided;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &et_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &et_world);
+  if (et_world < 2 || et_world > 8) {
+    if (et_rank == 0)
+      printf("SKIPPED: delayed gradient averaging needs 2 to 8 ranks\n");
+    MPI_Finalize();
+    return 77;
+  }
+  et_optim sgd = {.type = "SGD", .lr = 0.05, .momentum = 0.9};
+  et_optim adamw = et_adamw_default();
+  test_reference(&sgd, 1);
+  test_reference(&sgd, 2);
+  test_reference(&adamw, 1);
+  test_reference(&adamw, 2);
+  test_overflow();
+  test_config();
+  test_wire();
+  test_memory();
+  int bad = et_failures;
+  MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (et_rank == 0)
+    printf(bad ? "DGA tests FAILED\n" : "DGA tests passed at %d ranks\n", et_world);
+  MPI_Finalize();
+  return bad ? 1 : 0;
+}
