@@ -187,16 +187,34 @@ static char *unit_grad(zinc_engine *e, int ui) {
   return p;
 }
 
-/* 1 when this rank's local gradient holds an inf or NaN. */
-static int local_overflow(zinc_engine *e) {
-  for (int ui = 0; ui < e->ntrain_units; ui++) {
+/* *over = 1 when this rank's local gradient holds an inf or NaN: the
+ * device's sum of squares of every trained unit (non-finite then), on the
+ * gradient buffer itself. */
+static zinc_status local_overflow(zinc_engine *e, double *over) {
+  int n = e->ntrain_units;
+  zinc_sumsq_chunk *chunks = NULL;
+  double *partials = NULL;
+  zinc_status st = zinc_engine_host_calloc(e, (void **)&chunks, (size_t)n + 1, sizeof *chunks,
+                                           "delayed averaging: overflow check");
+  if (st == ZINC_OK)
+    st = zinc_engine_host_calloc(e, (void **)&partials, (size_t)n + 1, sizeof *partials,
+                                 "delayed averaging: overflow check");
+  for (int ui = 0; st == ZINC_OK && ui < n; ui++) {
     const zinc_unit *u = &e->units[ui];
-    const char *g = unit_grad(e, ui);
-    for (int64_t j = 0; j < u->numel; j++)
-      if (!isfinite(zinc_load_as_f32(g, j, u->dtype)))
-        return 1;
+    const zinc_segment *seg = &e->modules[u->module]->segs[u->segment];
+    chunks[ui] = (zinc_sumsq_chunk){zinc_unit_ptr(seg->grad, u), u->numel, u->dtype};
   }
-  return 0;
+  if (st == ZINC_OK)
+    st = e->dev->ops->sumsq(e->dev, e->stream, chunks, n, partials);
+  if (st == ZINC_OK)
+    st = zinc_engine_sync(e);
+  *over = 0.0;
+  for (int ui = 0; st == ZINC_OK && ui < n; ui++)
+    if (!isfinite(partials[ui]))
+      *over = 1.0;
+  free(chunks);
+  free(partials);
+  return st;
 }
 
 /* The corrected gradient (header comment) into the gradient buffer, this
@@ -213,6 +231,18 @@ static void correct(zinc_engine *e, int slot, int old, double ratio) {
     char *g = unit_grad(e, ui);
     float *lo = local + u->full_offset;
     const float *su = sum + u->full_offset;
+    if (u->dtype == ZINC_F32) { /* the same arithmetic, without the casts */
+      float *g32 = (float *)(void *)g;
+      for (int64_t j = 0; j < u->numel; j++) {
+        float now = g32[j];
+        float v = N * now;
+        if (apply)
+          v += r * (su[j] - N * lo[j]);
+        lo[j] = now;
+        g32[j] = v;
+      }
+      continue;
+    }
     for (int64_t j = 0; j < u->numel; j++) {
       float now = zinc_load_as_f32(g, j, u->dtype);
       float v = N * now;
@@ -227,12 +257,12 @@ static void correct(zinc_engine *e, int slot, int old, double ratio) {
 zinc_status zinc_dga_step(zinc_engine *e) {
   struct zinc_dga *d = e->dga;
   d->skip = 0;
-  zinc_status st = zinc_engine_sync(e);
+  double over = 0.0, any = 0.0;
+  zinc_status st = local_overflow(e, &over);
   if (st == ZINC_OK && d->staging)
     st = e->dev->ops->copy(e->dev, d->staging, e->grad_full, e->train_bytes, e->stream);
   if (st == ZINC_OK && d->staging)
     st = zinc_engine_sync(e);
-  double over = st == ZINC_OK ? (double)local_overflow(e) : 0.0, any = 0.0;
   int64_t pushed = (int64_t)d->hdr[0];
   int slot = (int)(pushed % d->delay), old = pushed >= d->delay;
   /* the slot's all-reduce (D steps ago) must be done before it is reused */

@@ -15,7 +15,7 @@
  *
  *   mpirun -n 2 --oversubscribe step_bench [--params 67108864] [--modules 16]
  *          [--steps 3] [--dtype f32|bf16] [--no-torch] [--hpz H] [--compress]
- *          [--compress-codec int4|terngrad] [--dgc DENSITY]
+ *          [--compress-codec int4|terngrad] [--dgc DENSITY] [--dga D]
  *
  * --hpz H times only stage 3, with zero_hpz_partition_size 1 and H in
  * alternating steps of the same run, and prints both and their ratio. Both
@@ -32,6 +32,10 @@
  *
  * --dgc DENSITY likewise: exact against DGC's top-k gradients (block 256,
  * the fp32 residual) at that density, parameters gathered exactly.
+ *
+ * --dga D: stage 0 only, the synchronous all-reduce against delayed
+ * gradient averaging with delay D (the all-reduce in the background for D
+ * steps).
  */
 #include <math.h>
 #include <mpi.h>
@@ -56,6 +60,7 @@ typedef struct {
   int compress;         /* only stage 3, exact against qgZ + qwZ */
   int terngrad;         /* --compress-codec terngrad: qgZ's codec is TernGrad */
   double dgc;           /* > 0: only stage 3, exact against DGC at this density */
+  int dga;              /* > 0: only stage 0, synchronous against DGA's delay */
 } bench_args;
 
 static void die(const char *what) {
@@ -230,11 +235,11 @@ typedef struct {
   const char *label, *extra, *top;
 } variant;
 
-static void run_pair(const bench_args *a, int rank, const variant v[2], const char *what,
-                     double target) {
+static void run_pair_at(const bench_args *a, int rank, int stage, const variant v[2],
+                        const char *what, double target) {
   bench_model b[2];
   for (int k = 0; k < 2; k++)
-    open_stage_with(a, 3, v[k].extra, v[k].top, MPI_COMM_WORLD, 0, &b[k]);
+    open_stage_with(a, stage, v[k].extra, v[k].top, MPI_COMM_WORLD, 0, &b[k]);
   timing best[2] = {{1e30, 1e30, 1e30, 1e30, 1e30, 1e30}, {1e30, 1e30, 1e30, 1e30, 1e30, 1e30}};
   for (int s = 0; s <= a->steps; s++)
     for (int k = 0; k < 2; k++) {
@@ -245,8 +250,8 @@ static void run_pair(const bench_args *a, int rank, const variant v[2], const ch
   close_stage(&b[0]);
   close_stage(&b[1]);
   if (rank == 0) {
-    printf("\n%-22s %10s %10s %10s %10s %10s\n", "stage 3", "step s", "fetch s", "bwd s",
-           "optim s", "comm wait");
+    printf("\n%-20s %d %10s %10s %10s %10s %10s\n", "stage", stage, "step s", "fetch s",
+           "bwd s", "optim s", "comm wait");
     for (int k = 0; k < 2; k++)
       printf("%-22s %10.3f %10.3f %10.3f %10.3f %10.3f\n", v[k].label, best[k].step,
              best[k].forward, best[k].backward, best[k].optim, best[k].comm);
@@ -254,6 +259,11 @@ static void run_pair(const bench_args *a, int rank, const variant v[2], const ch
     printf("%s: step %.3f s vs %.3f s without: %.2fx faster (target >= %.2fx) %s\n", what,
            best[1].step, best[0].step, ratio, target, ratio >= target ? "PASS" : "FAIL");
   }
+}
+
+static void run_pair(const bench_args *a, int rank, const variant v[2], const char *what,
+                     double target) {
+  run_pair_at(a, rank, 3, v, what, target);
 }
 
 /* hpZ: zero_hpz_partition_size 1 against H, no reuse (the backward pass
@@ -300,6 +310,20 @@ static void run_dgc(const bench_args *a, int rank) {
                   {label, ", \"stage3_max_reuse_distance\": 0, \"zero_quantized_gradients\": true",
                    top}};
   run_pair(a, rank, v, "DGC", 1.0);
+}
+
+/* Delayed gradient averaging (zinc.compression.delayed_averaging, stage 0)
+ * with delay D against stage 0's synchronous all-reduce: the step waits
+ * for the all-reduce started D steps earlier, so on a slow link the step
+ * time approaches the compute time (here: the gradient writes, the
+ * corrections and Adam). */
+static void run_dga(const bench_args *a, int rank) {
+  char top[160], label[64];
+  snprintf(top, sizeof top, ", \"zinc\": {\"compression\": {\"delayed_averaging\": "
+           "{\"delay\": %d}}}", a->dga);
+  snprintf(label, sizeof label, "dga %d", a->dga);
+  variant v[2] = {{"synchronous", "", NULL}, {label, "", top}};
+  run_pair_at(a, rank, 0, v, "DGA", 1.0);
 }
 
 /* Engine overhead, one rank: zinc's stage-0 step (the trainer's gradient
@@ -472,10 +496,12 @@ int main(int argc, char **argv) {
       a.terngrad = !strcmp(argv[++i], "terngrad");
     else if (!strcmp(argv[i], "--dgc") && i + 1 < argc)
       a.dgc = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--dga") && i + 1 < argc)
+      a.dga = atoi(argv[++i]);
     else {
       fprintf(stderr, "usage: %s [--params N] [--modules M] [--steps S] [--dtype f32|bf16] "
               "[--no-torch] [--hpz H] [--compress] [--compress-codec int4|terngrad] "
-              "[--dgc DENSITY]\n", argv[0]);
+              "[--dgc DENSITY] [--dga D]\n", argv[0]);
       return 2;
     }
   }
@@ -487,13 +513,15 @@ int main(int argc, char **argv) {
   if (rank == 0)
     printf("step_bench: %lld %s parameters in %d modules, %d ranks, best of %d steps\n",
            (long long)a.params, zinc_dtype_name(a.dtype), a.modules, size, a.steps);
-  if (a.hpz > 0 || a.compress || a.dgc > 0) {
+  if (a.hpz > 0 || a.compress || a.dgc > 0 || a.dga > 0) {
     if (a.hpz > 0)
       run_hpz(&a, rank);
     if (a.compress)
       run_compress(&a, rank);
     if (a.dgc > 0)
       run_dgc(&a, rank);
+    if (a.dga > 0)
+      run_dga(&a, rank);
     MPI_Finalize();
     return 0;
   }
