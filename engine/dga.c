@@ -43,10 +43,18 @@
  * correction is applied at the next step that is not skipped.
  *
  * The ranks' parameters differ: rank i's carries its own last D local
- * terms instead of the average. Nothing re-synchronises them; a saved
- * checkpoint's shards hold chunk r of rank r's state (checkpoint.c), and
- * the whole rank-local optimizer state is not the checkpoint's business
- * (see docs/config.md). The pending corrections of the last D steps are
+ * terms instead of the average. Nothing re-synchronises them during
+ * training (zinc_param_get_full assembles chunk r of every unit from rank
+ * r: a mix). A checkpoint save does (zinc_dga_sync): it waits for the
+ * all-reduces in flight, then every rank takes rank 0's parameters,
+ * optimizer state and pending local gradients (broadcasts), so that the
+ * checkpoint holds one model, rank 0's, and the ring (local gradients,
+ * finished sums, counters: mstate.h's "dga.*") is the same on every rank;
+ * the run goes on from that model exactly as a run resumed from the
+ * checkpoint does, bit for bit. A load first waits for the all-reduces in
+ * flight; a checkpoint without the ring (another world size, delay or
+ * method) starts it empty: plain local steps for D steps, as at the start.
+ * The pending corrections of the last D steps are
  * never applied: zinc_engine_destroy waits for the all-reduces in flight
  * (every rank started the same ones, and the comm's worker completes them
  * without the caller) and drops them. A failed wait (a lost peer, the
@@ -103,6 +111,10 @@ zinc_status zinc_dga_init(zinc_engine *e) {
     return zinc_error(ZINC_ERR_UNSUPPORTED, "zinc.compression.delayed_averaging with model "
                       "parallelism (model_parallel_size %d) is not implemented; use "
                       "model_parallel_size 1 or delay 0", e->mp_size);
+  if (s->offload_optimizer.device != ZINC_OFFLOAD_NONE || s->offload_param.device != ZINC_OFFLOAD_NONE)
+    return zinc_error(ZINC_ERR_UNSUPPORTED, "zinc.compression.delayed_averaging with an offloaded "
+                      "optimizer or parameters is not implemented; remove the offload sections "
+                      "or set delay 0");
   struct zinc_dga *d = NULL;
   ZINC_CHECK(zinc_calloc((void **)&d, 1, sizeof *d, "delayed averaging"));
   e->dga = d;
@@ -150,6 +162,31 @@ zinc_status zinc_dga_settle(zinc_engine *e) {
       st = zinc_error_wrap(w, "delayed gradient averaging: the all-reduce of slot %d", k);
   }
   return st;
+}
+
+zinc_status zinc_dga_sync(zinc_engine *e, int adopt_rank0) {
+  struct zinc_dga *d = e->dga;
+  ZINC_CHECK(zinc_engine_agree(e, e->dp_host, zinc_dga_settle(e)));
+  if (!adopt_rank0)
+    return ZINC_OK;
+  /* every rank the same model: rank 0's parameters, optimizer state and
+   * pending local gradients (the sums and counters agree already) */
+  zinc_coll c[4];
+  int n = 0;
+  c[n++] = (zinc_coll){.kind = ZINC_COLL_BROADCAST, .recv = e->param_full,
+                       .count = e->full_bytes, .dtype = ZINC_DT_U8};
+  float *state[3] = {e->master, e->exp_avg, e->exp_avg_sq};
+  for (int k = 0; k < 3; k++)
+    if (state[k])
+      c[n++] = (zinc_coll){.kind = ZINC_COLL_BROADCAST, .recv = state[k],
+                           .count = (size_t)e->opt_numel, .dtype = ZINC_F32};
+  zinc_status st = e->dp->ops->run(e->dp, c, n);
+  if (st == ZINC_OK)
+    st = zinc_comm_broadcast(e->dp_host, d->local, d->ring_bytes / 4, ZINC_F32, 0);
+  if (st != ZINC_OK)
+    return zinc_error_wrap(st, "delayed gradient averaging: taking rank 0's model before the "
+                           "checkpoint");
+  return ZINC_OK;
 }
 
 void zinc_dga_free(zinc_engine *e) {

@@ -645,6 +645,12 @@ int zinc_dga_skipped(const zinc_engine *e);
  * holds finished sums). Collective in effect: every rank waits for the
  * same all-reduces. */
 zinc_status zinc_dga_settle(zinc_engine *e);
+/* Before a checkpoint: wait for the all-reduces in flight (agreed over
+ * the data-parallel group); adopt_rank0 (a save): then every rank takes
+ * rank 0's parameters, optimizer state and pending local gradients, so
+ * that the checkpoint holds one model and the run goes on from it, as a
+ * resumed one does. Collective. */
+zinc_status zinc_dga_sync(zinc_engine *e, int adopt_rank0);
 /* The ring's bytes per rank (host memory) for the estimator: 0 when off. */
 size_t zinc_dga_state_bytes(const zinc_settings *s, int dp_size, int64_t train_elems);
 
