@@ -37,6 +37,14 @@
  * 2 (N - 1) / N x 4 bytes per element, as reduce-scatter + all-gather of
  * fp32 gradients), only later, in an "all_reduce" row.
  *
+ * Gradient clipping is local: each rank's gradient g_t^i is clipped by its
+ * own norm (DeepSpeed's coefficient, gradient_clipping / (norm + 1e-6),
+ * when the norm exceeds gradient_clipping) before it enters the ring, so
+ * the term applied at t and the one taken back at t + D are the same, and
+ * the average is of clipped local gradients; step.c clips nothing more.
+ * (Clipping the corrected gradient by its own norm would scale the two
+ * copies of a local term differently, and they would not cancel.)
+ *
  * Overflow: an inf/NaN in any rank's local gradient skips the step on
  * every rank (agreed here, one small all-reduce), and the ring is left as
  * it was: the skipped step's gradient is never sent, and the pending
@@ -226,8 +234,8 @@ static char *unit_grad(zinc_engine *e, int ui) {
 
 /* *over = 1 when this rank's local gradient holds an inf or NaN: the
  * device's sum of squares of every trained unit (non-finite then), on the
- * gradient buffer itself. */
-static zinc_status local_overflow(zinc_engine *e, double *over) {
+ * gradient buffer itself; *sumsq: the sum of squares (units in order). */
+static zinc_status local_overflow(zinc_engine *e, double *over, double *sumsq) {
   int n = e->ntrain_units;
   zinc_sumsq_chunk *chunks = NULL;
   double *partials = NULL;
@@ -246,20 +254,23 @@ static zinc_status local_overflow(zinc_engine *e, double *over) {
   if (st == ZINC_OK)
     st = zinc_engine_sync(e);
   *over = 0.0;
-  for (int ui = 0; st == ZINC_OK && ui < n; ui++)
+  *sumsq = 0.0;
+  for (int ui = 0; st == ZINC_OK && ui < n; ui++) {
     if (!isfinite(partials[ui]))
       *over = 1.0;
+    *sumsq += partials[ui];
+  }
   free(chunks);
   free(partials);
   return st;
 }
 
 /* The corrected gradient (header comment) into the gradient buffer, this
- * step's local gradient into the slot; `old`: the slot holds a finished
- * sum to apply. */
-static void correct(zinc_engine *e, int slot, int old, double ratio) {
+ * step's local gradient times `clip` into the slot; `old`: the slot holds a
+ * finished sum to apply. */
+static void correct(zinc_engine *e, int slot, int old, double ratio, double clip) {
   struct zinc_dga *d = e->dga;
-  float N = (float)e->dp_size, r = (float)ratio;
+  float N = (float)e->dp_size, r = (float)ratio, c = (float)clip;
   float *local = d->local + (size_t)slot * (size_t)d->n;
   const float *sum = d->sum + (size_t)slot * (size_t)d->n;
   int apply = old && !d->drop_correction;
@@ -271,7 +282,7 @@ static void correct(zinc_engine *e, int slot, int old, double ratio) {
     if (u->dtype == ZINC_F32) { /* the same arithmetic, without the casts */
       float *g32 = (float *)(void *)g;
       for (int64_t j = 0; j < u->numel; j++) {
-        float now = g32[j];
+        float now = c * g32[j];
         float v = N * now;
         if (apply)
           v += r * (su[j] - N * lo[j]);
@@ -281,7 +292,7 @@ static void correct(zinc_engine *e, int slot, int old, double ratio) {
       continue;
     }
     for (int64_t j = 0; j < u->numel; j++) {
-      float now = zinc_load_as_f32(g, j, u->dtype);
+      float now = c * zinc_load_as_f32(g, j, u->dtype);
       float v = N * now;
       if (apply)
         v += r * (su[j] - N * lo[j]);
@@ -294,8 +305,8 @@ static void correct(zinc_engine *e, int slot, int old, double ratio) {
 zinc_status zinc_dga_step(zinc_engine *e) {
   struct zinc_dga *d = e->dga;
   d->skip = 0;
-  double over = 0.0, any = 0.0;
-  zinc_status st = local_overflow(e, &over);
+  double over = 0.0, any = 0.0, sumsq = 0.0;
+  zinc_status st = local_overflow(e, &over, &sumsq);
   if (st == ZINC_OK && d->staging)
     st = e->dev->ops->copy(e->dev, d->staging, e->grad_full, e->train_bytes, e->stream);
   if (st == ZINC_OK && d->staging)
@@ -318,7 +329,12 @@ zinc_status zinc_dga_step(zinc_engine *e) {
   }
   double scale = zinc_loss_scaler_scale(&e->scaler);
   double ratio = old && d->hdr[1 + slot] > 0 ? scale / d->hdr[1 + slot] : 1.0;
-  correct(e, slot, old, ratio);
+  /* local clipping: this rank's gradient by its own norm, before it enters
+   * the ring (step.c then clips nothing) */
+  double norm = sqrt(sumsq) / (scale * (double)e->cfg.gradient_accumulation_steps), clip = 1.0;
+  if (e->cfg.gradient_clipping > 0 && norm > e->cfg.gradient_clipping)
+    clip = e->cfg.gradient_clipping / (norm + 1e-6);
+  correct(e, slot, old, ratio, clip);
   d->hdr[1 + slot] = scale;
   d->hdr[0] = (double)(pushed + 1);
   if (d->staging) {

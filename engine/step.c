@@ -481,8 +481,8 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
     return skip_limit(e);
   }
   double coef = 1.0;
-  if (e->cfg.gradient_clipping > 0 && norm > e->cfg.gradient_clipping)
-    coef = e->cfg.gradient_clipping / (norm + 1e-6);
+  if (e->cfg.gradient_clipping > 0 && norm > e->cfg.gradient_clipping && !e->dga)
+    coef = e->cfg.gradient_clipping / (norm + 1e-6); /* delayed averaging clips locally */
 
   zinc_opt_coef c[ZINC_MAX_PARAM_GROUPS]; /* one per parameter group */
   int ncoef = e->ngroups > 0 ? e->ngroups : 1; /* 0: every parameter frozen */

@@ -5,7 +5,8 @@
  *  - reference: 10 steps with D = 1 and D = 2, SGD with momentum and AdamW,
  *    against a double-precision simulation of every rank written here
  *    (each rank's own parameters, its local gradient at them, the update
- *    g_t^i + (avg_{t-D} - g_{t-D}^i) from step D on); each rank's
+ *    g_t^i + (avg_{t-D} - g_{t-D}^i) from step D on; and with gradient
+ *    clipping at 0.5, each local gradient clipped by its own norm); each rank's
  *    parameters within 1e-5 + 1e-4 |ref|. The same simulation with the
  *    correction dropped (pure local steps) must be farther than that
  *    (the comparison can tell a missing correction).
@@ -34,7 +35,6 @@ static et_run base_run(int steps, const et_optim *o) {
   et_run r = et_defaults();
   r.stage = 0;
   r.steps = steps;
-  r.clip = 0; /* each rank's own corrected gradient would be clipped: left out */
   r.optim = o;
   return r;
 }
@@ -42,8 +42,11 @@ static et_run base_run(int steps, const et_optim *o) {
 /* Every rank's training under DGA with delay D, in double (Adam's moments
  * and the parameters rounded to fp32 between steps, as the engine keeps
  * them), over world ranks; rank `me`'s final parameters into out. drop: no
- * correction (pure local steps). */
-static void dga_reference(const et_run *r, int world, int D, int drop, int me, float **out) {
+ * correction (pure local steps). r->clip > 0: each rank's local gradient
+ * clipped by its own norm (DeepSpeed's clip / (norm + 1e-6)) before
+ * anything else, counted in *clipped. */
+static void dga_reference(const et_run *r, int world, int D, int drop, int me, float **out,
+                          int *clipped) {
   const tm_shape *sh = &r->shape;
   const et_optim *o = r->optim;
   int adam = et_optim_is_adam(o);
@@ -71,9 +74,17 @@ static void dga_reference(const et_run *r, int world, int D, int drop, int me, f
       for (int i = 0; i < TM_NPARAM; i++)
         memset(G[i], 0, (size_t)tm_numel(sh, i) * 4);
       tm_forward_backward(sh, P[k], G, ((int64_t)s * world + k) * r->micro, r->micro, 1.0f);
+      double sq = 0, coef = 1.0; /* local clipping, by this rank's own norm */
       for (int i = 0; i < TM_NPARAM; i++)
         for (int64_t j = 0; j < tm_numel(sh, i); j++)
-          hist[s][k][i][j] = G[i][j];
+          sq += (double)G[i][j] * G[i][j];
+      if (r->clip > 0 && sqrt(sq) > r->clip) {
+        coef = r->clip / (sqrt(sq) + 1e-6);
+        (*clipped)++;
+      }
+      for (int i = 0; i < TM_NPARAM; i++)
+        for (int64_t j = 0; j < tm_numel(sh, i); j++)
+          hist[s][k][i][j] = (double)(float)(coef * G[i][j]);
     }
     double t = s + 1, b1 = o->beta1, b2 = o->beta2, lr = o->lr;
     for (int k = 0; k < world; k++)
@@ -166,25 +177,29 @@ static float **train_own(et_run r, const char *extra) {
   return p;
 }
 
-static void test_reference(const et_optim *o, int D) {
+static void test_reference(const et_optim *o, int D, double clip) {
   et_run r = base_run(10, o);
+  r.clip = clip;
   char extra[256];
   snprintf(extra, sizeof extra, "\"zinc\": {\"compression\": {\"delayed_averaging\": "
            "{\"delay\": %d}}}", D);
   float **got = train_own(r, extra);
   float **ref = et_alloc_params(&r.shape), **local = et_alloc_params(&r.shape);
-  dga_reference(&r, et_world, D, 0, et_rank, ref);
-  dga_reference(&r, et_world, D, 1, et_rank, local);
+  int clipped = 0, clipped_local = 0;
+  dga_reference(&r, et_world, D, 0, et_rank, ref, &clipped);
+  dga_reference(&r, et_world, D, 1, et_rank, local, &clipped_local);
   char what[128];
-  snprintf(what, sizeof what, "%s, delay %d", o->type, D);
+  snprintf(what, sizeof what, "%s, delay %d, clipping %g", o->type, D, clip);
+  ET_CHECK(clip == 0 || clipped > 0, "%s: no local gradient was clipped; lower the threshold",
+           what);
   int64_t bad = outside(&r.shape, got, ref, 1e-5, 1e-4, 1, what);
   ET_CHECK(bad == 0, "%s: the parameters differ from the DGA reference", what);
   int64_t far = outside(&r.shape, got, local, 1e-5, 1e-4, 0, what);
   ET_CHECK(far > 0, "%s: the parameters also match pure local steps (no correction): the "
            "comparison cannot tell the correction", what);
   if (et_rank == 0)
-    printf("%s: within the reference; %lld elements off the uncorrected one\n", what,
-           (long long)far);
+    printf("%s: within the reference (%d local gradients clipped); %lld elements off the "
+           "uncorrected one\n", what, clipped, (long long)far);
   et_free_params(got);
   et_free_params(ref);
   et_free_params(local);
@@ -407,10 +422,12 @@ int main(int argc, char **argv) {
   }
   et_optim sgd = {.type = "SGD", .lr = 0.05, .momentum = 0.9};
   et_optim adamw = et_adamw_default();
-  test_reference(&sgd, 1);
-  test_reference(&sgd, 2);
-  test_reference(&adamw, 1);
-  test_reference(&adamw, 2);
+  test_reference(&sgd, 1, 0);
+  test_reference(&sgd, 2, 0);
+  test_reference(&adamw, 1, 0);
+  test_reference(&adamw, 2, 0);
+  test_reference(&sgd, 2, 0.5);
+  test_reference(&adamw, 1, 0.5);
   test_overflow();
   test_config();
   test_wire();

@@ -30,8 +30,7 @@
 #       merged into the config (zero_optimization's objects merged key by
 #       key): the gap of the mean loss of the last 10 steps (with - without)
 #       must be <= BOUND when WANT is "within", > BOUND when WANT is
-#       "beyond" (a deliberately broken setting the bound must catch);
-#       env GAP_BASE: JSON members merged into both runs first
+#       "beyond" (a deliberately broken setting the bound must catch)
 #   gpt_e2e.sh monitors NP CONFIG STEPS
 #       the config plus "csv_monitor" and "tensorboard" sections and
 #       wall_clock_breakdown: gpt_monitors_check.py reads the logs back
@@ -97,21 +96,17 @@ stages)
   ;;
 gap)
   cfg=$(config "$1") steps=$2 bound=$3 want=$4 extra=$5; shift 5
-  python3 - "$cfg" "$extra" "$work/compressed.json" "${GAP_BASE:-{\}}" "$work/exact.json" <<'PY' || exit 1
+  python3 - "$cfg" "$extra" "$work/compressed.json" <<'PY' || exit 1
 import json, sys
-def merge(cfg, members):
-    for k, v in json.loads(members).items():
-        if isinstance(v, dict) and isinstance(cfg.get(k), dict):
-            cfg[k].update(v)
-        else:
-            cfg[k] = v
 cfg = json.load(open(sys.argv[1]))
-merge(cfg, sys.argv[4])
-json.dump(cfg, open(sys.argv[5], "w"), indent=1)
-merge(cfg, sys.argv[2])
+for k, v in json.loads(sys.argv[2]).items():
+    if isinstance(v, dict) and isinstance(cfg.get(k), dict):
+        cfg[k].update(v)
+    else:
+        cfg[k] = v
 json.dump(cfg, open(sys.argv[3], "w"), indent=1)
 PY
-  run exact "$work/exact.json" --steps "$steps" "$@"
+  run exact "$cfg" --steps "$steps" "$@"
   run compressed "$work/compressed.json" --steps "$steps" "$@"
   grep -m1 -E "compressed communication|delayed gradient averaging" "$work/compressed.out" || {
     echo "FAIL: the engine did not say it compresses"; exit 1; }
