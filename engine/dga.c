@@ -119,7 +119,8 @@ zinc_status zinc_dga_init(zinc_engine *e) {
     return zinc_error(ZINC_ERR_UNSUPPORTED, "zinc.compression.delayed_averaging with model "
                       "parallelism (model_parallel_size %d) is not implemented; use "
                       "model_parallel_size 1 or delay 0", e->mp_size);
-  if (s->offload_optimizer.device != ZINC_OFFLOAD_NONE || s->offload_param.device != ZINC_OFFLOAD_NONE)
+  if (s->offload_optimizer.device != ZINC_OFFLOAD_NONE ||
+      s->offload_param.device != ZINC_OFFLOAD_NONE)
     return zinc_error(ZINC_ERR_UNSUPPORTED, "zinc.compression.delayed_averaging with an offloaded "
                       "optimizer or parameters is not implemented; remove the offload sections "
                       "or set delay 0");
@@ -161,7 +162,7 @@ zinc_status zinc_dga_init(zinc_engine *e) {
 zinc_status zinc_dga_settle(zinc_engine *e) {
   struct zinc_dga *d = e->dga;
   zinc_status st = ZINC_OK;
-  for (int k = 0; d && k < d->delay; k++) {
+  for (int k = 0; d && d->req && k < d->delay; k++) {
     if (!d->req[k])
       continue;
     zinc_status w = zinc_engine_wait(e, d->comm, d->req[k]);

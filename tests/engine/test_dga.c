@@ -12,6 +12,8 @@
  *    (the comparison can tell a missing correction).
  *  - overflow: an inf in rank 1's local gradient skips the step on every
  *    rank; the next step trains.
+ *  - failure: an allocation failing on rank 1 in the step fails the step on
+ *    every rank with rank 1's message; destroy returns.
  *  - config: delay at stage 1 is refused with ZINC_ERR_CONFIG naming stage 0.
  *  - the wire: the comms logger's bytes of DGA's all-reduces equal the
  *    exact run's reduce-scatter + all-gather bytes over the same steps
@@ -225,6 +227,31 @@ static void test_overflow(void) {
   zinc_engine_destroy(e);
 }
 
+/* A failure on one rank in the step (an allocation of rank 1's overflow
+ * check) reaches every rank as the same error, within ET_AGREE_SECONDS;
+ * destroy then returns although an all-reduce is in flight. */
+static void test_failure(void) {
+  et_optim o = {.type = "SGD", .lr = 0.05, .momentum = 0.9};
+  et_run r = base_run(3, &o);
+  r.extra = DGA_JSON("1");
+  et_model m;
+  zinc_engine *e = et_open(&r, NULL, &m);
+  ET_OK(et_steps(&m, &r, 0, 2));
+  int N = zinc_dp_size(e);
+  et_micro_batch(&m, &r.shape, r.dtype, ((int64_t)2 * N + et_rank) * r.micro, r.micro, NULL);
+  if (et_rank == 1)
+    zinc_engine_inject_alloc_fault(e, 1);
+  double t0 = MPI_Wtime();
+  zinc_status st = zinc_step(e, NULL);
+  const char *needles[] = {"overflow check", NULL};
+  et_expect_everywhere(st, ZINC_ERR_NOMEM, MPI_Wtime() - t0, "an allocation failed on rank 1",
+                       needles, 1);
+  et_model_free(&m);
+  t0 = MPI_Wtime();
+  zinc_engine_destroy(e);
+  ET_CHECK(MPI_Wtime() - t0 < ET_AGREE_SECONDS, "destroy took %.1f s", MPI_Wtime() - t0);
+}
+
 static void test_config(void) {
   const char *json = "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": "
                      "{\"stage\": 1}, " DGA_JSON("2") "}";
@@ -429,6 +456,7 @@ int main(int argc, char **argv) {
   test_reference(&sgd, 2, 0.5);
   test_reference(&adamw, 1, 0.5);
   test_overflow();
+  test_failure();
   test_config();
   test_wire();
   test_memory();
