@@ -78,6 +78,8 @@
 #include <string.h>
 
 #include "base/env.h"
+#include "base/threadpool.h"
+#include "device/device_cpu.h"
 #include "engine/engine.h"
 
 struct zinc_dga {
@@ -266,40 +268,55 @@ static zinc_status local_overflow(zinc_engine *e, double *over, double *sumsq) {
   return st;
 }
 
+/* One unit's elements [begin, end) of the correction (correct below). */
+typedef struct {
+  float N, r, c;          /* dp_size, the loss-scale ratio, the clip factor */
+  int apply;              /* the slot holds a finished sum to apply */
+  char *g;                /* the unit's gradient (dtype) */
+  int dtype;
+  float *lo;              /* its local gradient in the slot */
+  const float *su;        /* its sum in the slot */
+} correct_ctx;
+
+static void correct_part(void *ctx, int64_t begin, int64_t end, int tid) {
+  (void)tid;
+  const correct_ctx *x = ctx;
+  if (x->dtype == ZINC_F32) { /* the same arithmetic, without the casts */
+    float *g32 = (float *)(void *)x->g;
+    for (int64_t j = begin; j < end; j++) {
+      float now = x->c * g32[j];
+      float v = x->N * now;
+      if (x->apply)
+        v += x->r * (x->su[j] - x->N * x->lo[j]);
+      x->lo[j] = now;
+      g32[j] = v;
+    }
+    return;
+  }
+  for (int64_t j = begin; j < end; j++) {
+    float now = x->c * zinc_load_as_f32(x->g, j, x->dtype);
+    float v = x->N * now;
+    if (x->apply)
+      v += x->r * (x->su[j] - x->N * x->lo[j]);
+    x->lo[j] = now;
+    zinc_store_from_f32(x->g, j, x->dtype, v);
+  }
+}
+
 /* The corrected gradient (header comment) into the gradient buffer, this
  * step's local gradient times `clip` into the slot; `old`: the slot holds a
- * finished sum to apply. */
+ * finished sum to apply. Element-wise, so split over the cpu device's
+ * threads (the caller alone on the cuda device, over the staging copy). */
 static void correct(zinc_engine *e, int slot, int old, double ratio, double clip) {
   struct zinc_dga *d = e->dga;
-  float N = (float)e->dp_size, r = (float)ratio, c = (float)clip;
+  zinc_threadpool *pool = e->dev->ops->is_gpu ? NULL : zinc_device_cpu_pool(e->dev);
   float *local = d->local + (size_t)slot * (size_t)d->n;
   const float *sum = d->sum + (size_t)slot * (size_t)d->n;
-  int apply = old && !d->drop_correction;
   for (int ui = 0; ui < e->ntrain_units; ui++) {
     const zinc_unit *u = &e->units[ui];
-    char *g = unit_grad(e, ui);
-    float *lo = local + u->full_offset;
-    const float *su = sum + u->full_offset;
-    if (u->dtype == ZINC_F32) { /* the same arithmetic, without the casts */
-      float *g32 = (float *)(void *)g;
-      for (int64_t j = 0; j < u->numel; j++) {
-        float now = c * g32[j];
-        float v = N * now;
-        if (apply)
-          v += r * (su[j] - N * lo[j]);
-        lo[j] = now;
-        g32[j] = v;
-      }
-      continue;
-    }
-    for (int64_t j = 0; j < u->numel; j++) {
-      float now = c * zinc_load_as_f32(g, j, u->dtype);
-      float v = N * now;
-      if (apply)
-        v += r * (su[j] - N * lo[j]);
-      lo[j] = now;
-      zinc_store_from_f32(g, j, u->dtype, v);
-    }
+    correct_ctx x = {(float)e->dp_size, (float)ratio, (float)clip, old && !d->drop_correction,
+                     unit_grad(e, ui), u->dtype, local + u->full_offset, sum + u->full_offset};
+    zinc_threadpool_for(pool, u->numel, 4096, correct_part, &x);
   }
 }
 
