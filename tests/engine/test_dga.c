@@ -6,7 +6,8 @@
  *    against a double-precision simulation of every rank written here
  *    (each rank's own parameters, its local gradient at them, the update
  *    g_t^i + (avg_{t-D} - g_{t-D}^i) from step D on; and with gradient
- *    clipping at 0.5, each local gradient clipped by its own norm); each rank's
+ *    clipping at 0.5, each local gradient clipped by its own norm; and with
+ *    gradient_accumulation_steps 2, the window's sum); each rank's
  *    parameters within 1e-5 + 1e-4 |ref|. The same simulation with the
  *    correction dropped (pure local steps) must be farther than that
  *    (the comparison can tell a missing correction).
@@ -53,12 +54,13 @@ static void dga_reference(const et_run *r, int world, int D, int drop, int me, f
   const et_optim *o = r->optim;
   int adam = et_optim_is_adam(o);
   int S = r->steps;
-  float *P[8][TM_NPARAM], *G[TM_NPARAM];
+  float *P[8][TM_NPARAM], *G[TM_NPARAM], *Gm[TM_NPARAM];
   double *Pd[8][TM_NPARAM], *M[8][TM_NPARAM], *V[8][TM_NPARAM], *d[TM_NPARAM];
   double *hist[64][8][TM_NPARAM]; /* hist[s][rank]: local gradient of step s */
   for (int i = 0; i < TM_NPARAM; i++) {
     int64_t n = tm_numel(sh, i);
     G[i] = calloc((size_t)n, 4);
+    Gm[i] = calloc((size_t)n, 4);
     d[i] = calloc((size_t)n, 8);
     for (int k = 0; k < world; k++) {
       P[k][i] = calloc((size_t)n, 4);
@@ -73,20 +75,29 @@ static void dga_reference(const et_run *r, int world, int D, int drop, int me, f
   }
   for (int s = 0; s < S; s++) {
     for (int k = 0; k < world; k++) {
+      /* the window's micro-batches summed in fp32 as a trainer adds them */
       for (int i = 0; i < TM_NPARAM; i++)
         memset(G[i], 0, (size_t)tm_numel(sh, i) * 4);
-      tm_forward_backward(sh, P[k], G, ((int64_t)s * world + k) * r->micro, r->micro, 1.0f);
+      for (int a = 0; a < r->gas; a++) {
+        for (int i = 0; i < TM_NPARAM; i++)
+          memset(Gm[i], 0, (size_t)tm_numel(sh, i) * 4);
+        tm_forward_backward(sh, P[k], Gm, (((int64_t)s * r->gas + a) * world + k) * r->micro,
+                            r->micro, 1.0f);
+        for (int i = 0; i < TM_NPARAM; i++)
+          for (int64_t j = 0; j < tm_numel(sh, i); j++)
+            G[i][j] += Gm[i][j];
+      }
       double sq = 0, coef = 1.0; /* local clipping, by this rank's own norm */
       for (int i = 0; i < TM_NPARAM; i++)
         for (int64_t j = 0; j < tm_numel(sh, i); j++)
-          sq += (double)G[i][j] * G[i][j];
+          sq += (double)G[i][j] * G[i][j] / ((double)r->gas * r->gas);
       if (r->clip > 0 && sqrt(sq) > r->clip) {
         coef = r->clip / (sqrt(sq) + 1e-6);
         (*clipped)++;
       }
       for (int i = 0; i < TM_NPARAM; i++)
         for (int64_t j = 0; j < tm_numel(sh, i); j++)
-          hist[s][k][i][j] = (double)(float)(coef * G[i][j]);
+          hist[s][k][i][j] = (double)(float)(coef * G[i][j]) / r->gas;
     }
     double t = s + 1, b1 = o->beta1, b2 = o->beta2, lr = o->lr;
     for (int k = 0; k < world; k++)
@@ -122,6 +133,7 @@ static void dga_reference(const et_run *r, int world, int D, int drop, int me, f
   for (int i = 0; i < TM_NPARAM; i++) {
     memcpy(out[i], P[me][i], (size_t)tm_numel(sh, i) * 4);
     free(G[i]);
+    free(Gm[i]);
     free(d[i]);
     for (int k = 0; k < world; k++) {
       free(P[k][i]);
@@ -165,7 +177,13 @@ static float **train_own(et_run r, const char *extra) {
   r.extra = extra;
   et_model m;
   zinc_engine *e = et_open(&r, NULL, &m);
-  ET_OK(et_steps(&m, &r, 0, r.steps));
+  int N = zinc_dp_size(e);
+  for (int s = 0; s < r.steps; s++)
+    for (int a = 0; a < r.gas; a++) {
+      et_micro_batch(&m, &r.shape, r.dtype, (((int64_t)s * r.gas + a) * N + et_rank) * r.micro,
+                     r.micro, NULL);
+      ET_OK(zinc_step(e, NULL));
+    }
   float **p = et_alloc_params(&r.shape);
   for (int k = 0; k < 4; k++) {
     ET_OK(zinc_module_fetch(e, m.mod[k]));
@@ -179,9 +197,10 @@ static float **train_own(et_run r, const char *extra) {
   return p;
 }
 
-static void test_reference(const et_optim *o, int D, double clip) {
+static void test_reference(const et_optim *o, int D, double clip, int gas) {
   et_run r = base_run(10, o);
   r.clip = clip;
+  r.gas = gas;
   char extra[256];
   snprintf(extra, sizeof extra, "\"zinc\": {\"compression\": {\"delayed_averaging\": "
            "{\"delay\": %d}}}", D);
@@ -191,7 +210,8 @@ static void test_reference(const et_optim *o, int D, double clip) {
   dga_reference(&r, et_world, D, 0, et_rank, ref, &clipped);
   dga_reference(&r, et_world, D, 1, et_rank, local, &clipped_local);
   char what[128];
-  snprintf(what, sizeof what, "%s, delay %d, clipping %g", o->type, D, clip);
+  snprintf(what, sizeof what, "%s, delay %d, clipping %g, accumulation %d", o->type, D, clip,
+           gas);
   ET_CHECK(clip == 0 || clipped > 0, "%s: no local gradient was clipped; lower the threshold",
            what);
   int64_t bad = outside(&r.shape, got, ref, 1e-5, 1e-4, 1, what);
@@ -449,12 +469,13 @@ int main(int argc, char **argv) {
   }
   et_optim sgd = {.type = "SGD", .lr = 0.05, .momentum = 0.9};
   et_optim adamw = et_adamw_default();
-  test_reference(&sgd, 1, 0);
-  test_reference(&sgd, 2, 0);
-  test_reference(&adamw, 1, 0);
-  test_reference(&adamw, 2, 0);
-  test_reference(&sgd, 2, 0.5);
-  test_reference(&adamw, 1, 0.5);
+  test_reference(&sgd, 1, 0, 1);
+  test_reference(&sgd, 2, 0, 1);
+  test_reference(&adamw, 1, 0, 1);
+  test_reference(&adamw, 2, 0, 1);
+  test_reference(&sgd, 2, 0.5, 1);
+  test_reference(&adamw, 1, 0.5, 1);
+  test_reference(&sgd, 2, 0.5, 2);
   test_overflow();
   test_failure();
   test_config();
