@@ -12,7 +12,8 @@
  *    correction dropped (pure local steps) must be farther than that
  *    (the comparison can tell a missing correction).
  *  - overflow: an inf in rank 1's local gradient skips the step on every
- *    rank; the next step trains.
+ *    rank, the ring unchanged; against the reference with that step
+ *    skipped (fp32 delay 1 and 2, fp16 with its loss scale halved).
  *  - failure: an allocation failing on rank 1 in the step fails the step on
  *    every rank with rank 1's message; destroy returns.
  *  - config: delay at stage 1 is refused with ZINC_ERR_CONFIG naming stage 0.
@@ -47,9 +48,12 @@ static et_run base_run(int steps, const et_optim *o) {
  * them), over world ranks; rank `me`'s final parameters into out. drop: no
  * correction (pure local steps). r->clip > 0: each rank's local gradient
  * clipped by its own norm (DeepSpeed's clip / (norm + 1e-6)) before
- * anything else, counted in *clipped. */
+ * anything else, counted in *clipped. skip >= 0: that step is skipped on
+ * every rank (an overflow): no update and nothing pushed, so the
+ * correction due then comes at the next step (the D-th pushed gradient
+ * back, not the D-th step back). */
 static void dga_reference(const et_run *r, int world, int D, int drop, int me, float **out,
-                          int *clipped) {
+                          int *clipped, int skip) {
   const tm_shape *sh = &r->shape;
   const et_optim *o = r->optim;
   int adam = et_optim_is_adam(o);
@@ -73,7 +77,11 @@ static void dga_reference(const et_run *r, int world, int D, int drop, int me, f
         hist[s][k][i] = calloc((size_t)n, 8);
     }
   }
+  int pushed[64], npushed = 0;
   for (int s = 0; s < S; s++) {
+    if (s == skip)
+      continue;
+    int back = npushed >= D ? pushed[npushed - D] : -1;
     for (int k = 0; k < world; k++) {
       /* the window's micro-batches summed in fp32 as a trainer adds them */
       for (int i = 0; i < TM_NPARAM; i++)
@@ -99,21 +107,22 @@ static void dga_reference(const et_run *r, int world, int D, int drop, int me, f
         for (int64_t j = 0; j < tm_numel(sh, i); j++)
           hist[s][k][i][j] = (double)(float)(coef * G[i][j]) / r->gas;
     }
-    double t = s + 1, b1 = o->beta1, b2 = o->beta2, lr = o->lr;
+    double t = npushed + 1, b1 = o->beta1, b2 = o->beta2, lr = o->lr;
     for (int k = 0; k < world; k++)
       for (int i = 0; i < TM_NPARAM; i++) {
         int64_t n = tm_numel(sh, i);
         for (int64_t j = 0; j < n; j++) {
           d[i][j] = hist[s][k][i][j];
-          if (s >= D && !drop) {
+          if (back >= 0 && !drop) {
             double avg = 0;
             for (int q = 0; q < world; q++)
-              avg += hist[s - D][q][i][j];
-            d[i][j] += avg / world - hist[s - D][k][i][j];
+              avg += hist[back][q][i][j];
+            d[i][j] += avg / world - hist[back][k][i][j];
           }
         }
         if (!adam) {
-          et_reference_update(o, s + 1, et_param_decays(i), n, Pd[k][i], M[k][i], V[k][i], d[i]);
+          et_reference_update(o, npushed + 1, et_param_decays(i), n, Pd[k][i], M[k][i], V[k][i],
+                              d[i]);
           for (int64_t j = 0; j < n; j++)
             P[k][i][j] = (float)Pd[k][i][j];
           continue;
@@ -129,6 +138,7 @@ static void dga_reference(const et_run *r, int world, int D, int drop, int me, f
           P[k][i][j] = (float)p;
         }
       }
+    pushed[npushed++] = s;
   }
   for (int i = 0; i < TM_NPARAM; i++) {
     memcpy(out[i], P[me][i], (size_t)tm_numel(sh, i) * 4);
@@ -207,8 +217,8 @@ static void test_reference(const et_optim *o, int D, double clip, int gas) {
   float **got = train_own(r, extra);
   float **ref = et_alloc_params(&r.shape), **local = et_alloc_params(&r.shape);
   int clipped = 0, clipped_local = 0;
-  dga_reference(&r, et_world, D, 0, et_rank, ref, &clipped);
-  dga_reference(&r, et_world, D, 1, et_rank, local, &clipped_local);
+  dga_reference(&r, et_world, D, 0, et_rank, ref, &clipped, -1);
+  dga_reference(&r, et_world, D, 1, et_rank, local, &clipped_local, -1);
   char what[128];
   snprintf(what, sizeof what, "%s, delay %d, clipping %g, accumulation %d", o->type, D, clip,
            gas);
@@ -227,14 +237,44 @@ static void test_reference(const et_optim *o, int D, double clip, int gas) {
   et_free_params(local);
 }
 
-static void test_overflow(void) {
+/* This rank's own parameters (fetched), fp32. */
+static float **own_params(et_model *m, const et_run *r) {
+  float **p = et_alloc_params(&r->shape);
+  ET_OK(zinc_eval_begin(m->e));
+  for (int k = 0; k < 4; k++) {
+    ET_OK(zinc_module_fetch(m->e, m->mod[k]));
+    ET_OK(et_load_module(m, &r->shape, r->dtype, k));
+    ET_OK(zinc_module_release(m->e, m->mod[k]));
+  }
+  ET_OK(zinc_eval_end(m->e));
+  for (int i = 0; i < TM_NPARAM; i++)
+    memcpy(p[i], m->P[i], (size_t)tm_numel(&r->shape, i) * 4);
+  return p;
+}
+
+/* Overflow: an inf in rank 1's local gradient at step 2 skips that step on
+ * every rank; the ring is left as it was, so step 3 applies the correction
+ * of the D-th gradient pushed before it (step 1 at delay 1, step 0 at
+ * delay 2), not of step 3 - D. Against
+ * the reference with step 2 skipped: fp32 at the reference's tolerance;
+ * fp16 (dynamic loss scale, halved by the overflow: the delayed term is
+ * rescaled by the ratio of the scales) at fp16's, 2e-3 + 2e-2 |ref|, far
+ * inside what a wrong ratio (a factor 2 on the correction) would give. */
+static void test_overflow(zinc_dtype dt, int D) {
   et_optim o = {.type = "SGD", .lr = 0.05, .momentum = 0.9};
-  et_run r = base_run(4, &o);
-  r.extra = DGA_JSON("1");
+  et_run r = base_run(6, &o);
+  r.clip = 0;
+  r.dtype = dt;
+  r.shape.dtype = dt;
+  char extra[160];
+  snprintf(extra, sizeof extra, "\"zinc\": {\"compression\": {\"delayed_averaging\": "
+           "{\"delay\": %d}}}", D);
+  r.extra = extra;
   et_model m;
   zinc_engine *e = et_open(&r, NULL, &m);
   int N = zinc_dp_size(e);
-  for (int s = 0; s < 4; s++) {
+  double scale0 = zinc_loss_scale(e);
+  for (int s = 0; s < r.steps; s++) {
     float inf = INFINITY;
     const float *inject = s == 2 && et_rank == 1 ? &inf : NULL;
     et_micro_batch(&m, &r.shape, r.dtype, ((int64_t)s * N + et_rank) * r.micro, r.micro, inject);
@@ -243,8 +283,21 @@ static void test_overflow(void) {
     ET_CHECK(info.skipped == (s == 2), "step %d: skipped %d on rank %d (an inf on rank 1 at "
              "step 2 only)", s, info.skipped, et_rank);
   }
+  ET_CHECK(dt != ZINC_F16 || zinc_loss_scale(e) < scale0, "fp16: the loss scale did not drop "
+           "(%g, was %g)", zinc_loss_scale(e), scale0);
+  float **got = own_params(&m, &r);
   et_model_free(&m);
   zinc_engine_destroy(e);
+  float **ref = et_alloc_params(&r.shape);
+  int clipped = 0;
+  dga_reference(&r, et_world, D, 0, et_rank, ref, &clipped, 2);
+  char what[96];
+  snprintf(what, sizeof what, "%s, delay %d, step 2 skipped", zinc_dtype_name(dt), D);
+  double abs_tol = dt == ZINC_F16 ? 2e-3 : 1e-5, rel_tol = dt == ZINC_F16 ? 2e-2 : 1e-4;
+  ET_CHECK(outside(&r.shape, got, ref, abs_tol, rel_tol, 1, what) == 0,
+           "%s: the parameters differ from the reference", what);
+  et_free_params(got);
+  et_free_params(ref);
 }
 
 /* A failure on one rank in the step (an allocation of rank 1's overflow
@@ -336,21 +389,6 @@ static void test_wire(void) {
            "(2 (N-1) x 4 bytes per padded element per step) in %d", (unsigned long long)got[1],
            (unsigned long long)calls[1], (unsigned long long)got[0], (unsigned long long)want,
            steps);
-}
-
-/* This rank's own parameters (fetched), fp32. */
-static float **own_params(et_model *m, const et_run *r) {
-  float **p = et_alloc_params(&r->shape);
-  ET_OK(zinc_eval_begin(m->e));
-  for (int k = 0; k < 4; k++) {
-    ET_OK(zinc_module_fetch(m->e, m->mod[k]));
-    ET_OK(et_load_module(m, &r->shape, r->dtype, k));
-    ET_OK(zinc_module_release(m->e, m->mod[k]));
-  }
-  ET_OK(zinc_eval_end(m->e));
-  for (int i = 0; i < TM_NPARAM; i++)
-    memcpy(p[i], m->P[i], (size_t)tm_numel(&r->shape, i) * 4);
-  return p;
 }
 
 /* Resume, delay 2, AdamW: 5 steps, save, 5 more equals load + the same 5,
@@ -476,7 +514,9 @@ int main(int argc, char **argv) {
   test_reference(&sgd, 2, 0.5, 1);
   test_reference(&adamw, 1, 0.5, 1);
   test_reference(&sgd, 2, 0.5, 2);
-  test_overflow();
+  test_overflow(ZINC_F32, 1);
+  test_overflow(ZINC_F32, 2);
+  test_overflow(ZINC_F16, 1);
   test_failure();
   test_config();
   test_wire();
