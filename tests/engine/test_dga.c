@@ -334,6 +334,17 @@ static void test_config(void) {
            "delay at stage 1: %s (want ZINC_ERR_CONFIG naming stage 0): %s",
            zinc_status_name(st), zinc_last_error());
   zinc_config_free(cfg);
+  cfg = NULL;
+  st = zinc_config_parse("{\"train_micro_batch_size_per_gpu\": 1, " DGA_JSON("-1") "}", &cfg);
+  ET_CHECK(st == ZINC_ERR_CONFIG && strstr(zinc_last_error(), "delay"),
+           "delay -1: %s (want ZINC_ERR_CONFIG naming the key): %s", zinc_status_name(st),
+           zinc_last_error());
+  zinc_config_free(cfg);
+  cfg = NULL;
+  st = zinc_config_parse("{\"train_micro_batch_size_per_gpu\": 1, " DGA_JSON("3") "}", &cfg);
+  ET_CHECK(st == ZINC_OK && cfg->s.dga_delay == 3, "delay 3 at stage 0: %s: %s",
+           zinc_status_name(st), zinc_last_error());
+  zinc_config_free(cfg);
 }
 
 /* Bytes this rank sent, over the comms logger's rows of `name` whose
