@@ -745,16 +745,16 @@ static const zinc_key compression_keys[] = {
     ZINC_KCUSTOM("delayed_averaging"),
 };
 
-/* "zinc": {"compression": {"dgc": {...}}}: Deep Gradient Compression's
- * top-k codec (kernels/codec.h ZINC_CODEC_TOPK, engine/compress.c). The
- * density is at most 1 and above 0; the codec keeps at least one element
- * per block. */
 /* "zinc": {"compression": {"delayed_averaging": {"delay": D}}}: Delayed
- * Gradient Averaging (engine/dga.c); D = 0 is off. Stage 0 only (zero.c). */
+ * Gradient Averaging (engine/dga.c); D = 0 is off. Stage 0 only (validate.c). */
 static const zinc_key dga_keys[] = {
     {"delay", ZINC_KEY_I64, offsetof(T, dga_delay), 0, 1024, 0, 0, NULL},
 };
 
+/* "zinc": {"compression": {"dgc": {...}}}: Deep Gradient Compression's
+ * top-k codec (kernels/codec.h ZINC_CODEC_TOPK, engine/compress.c). The
+ * density is at most 1 and above 0; the codec keeps at least one element
+ * per block. */
 static const zinc_key dgc_keys[] = {
     ZINC_KF(T, "density", dgc_density, 0, 1, ZINC_KEY_LO_OPEN, 0),
     ZINC_KL(T, "warmup_steps", dgc_warmup_steps, 0, 0, 0),

@@ -161,7 +161,9 @@ zinc_status zinc_dga_init(zinc_engine *e) {
   return ZINC_OK;
 }
 
-zinc_status zinc_dga_settle(zinc_engine *e) {
+/* Wait for the all-reduces in flight. Collective in effect: every rank
+ * waits for the same all-reduces, which the comm's worker completes. */
+static zinc_status settle(zinc_engine *e) {
   struct zinc_dga *d = e->dga;
   zinc_status st = ZINC_OK;
   for (int k = 0; d && d->req && k < d->delay; k++) {
@@ -177,7 +179,7 @@ zinc_status zinc_dga_settle(zinc_engine *e) {
 
 zinc_status zinc_dga_sync(zinc_engine *e, int adopt_rank0) {
   struct zinc_dga *d = e->dga;
-  ZINC_CHECK(zinc_engine_agree(e, e->dp_host, zinc_dga_settle(e)));
+  ZINC_CHECK(zinc_engine_agree(e, e->dp_host, settle(e)));
   if (!adopt_rank0)
     return ZINC_OK;
   /* every rank the same model: rank 0's parameters, optimizer state and
@@ -205,7 +207,7 @@ void zinc_dga_free(zinc_engine *e) {
   if (!d)
     return;
   /* the buffers must outlive the all-reduces that read and write them */
-  if (zinc_dga_settle(e) != ZINC_OK)
+  if (settle(e) != ZINC_OK)
     zinc_log(ZINC_LOG_WARN, "%s (at destroy; the pending corrections are dropped)",
              zinc_last_error());
   zinc_comm_destroy(d->comm);

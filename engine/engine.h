@@ -641,10 +641,6 @@ zinc_status zinc_dga_step(zinc_engine *e);
 /* The step must be skipped: an inf/NaN in some rank's local gradient
  * (agreed in zinc_dga_step); 0 when off. */
 int zinc_dga_skipped(const zinc_engine *e);
-/* Wait for the all-reduces in flight (before a save: the checkpoint then
- * holds finished sums). Collective in effect: every rank waits for the
- * same all-reduces. */
-zinc_status zinc_dga_settle(zinc_engine *e);
 /* Before a checkpoint: wait for the all-reduces in flight (agreed over
  * the data-parallel group); adopt_rank0 (a save): then every rank takes
  * rank 0's parameters, optimizer state and pending local gradients, so
