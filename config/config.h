@@ -290,6 +290,10 @@ typedef struct {
   int dgc_residual;                       /* true: the unsent values wait in
                                              an fp32 residual (false: dropped,
                                              an experiment)                */
+  int64_t dga_delay;                      /* 0: off; D >= 1: delayed gradient
+                                             averaging at stage 0 (engine/dga.c):
+                                             the all-reduce of step t's
+                                             gradient is applied at t + D   */
   int64_t max_consecutive_skips;          /* 50: zinc_step fails after this many
                                              consecutive steps skipped for
                                              inf/NaN gradients that lowering

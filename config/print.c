@@ -294,6 +294,9 @@ static json_t *settings_json(const zinc_settings *s) {
   put(dgc, "warmup_steps", json_integer(s->dgc_warmup_steps));
   put(dgc, "residual", json_boolean(s->dgc_residual));
   put(cz, "dgc", dgc);
+  json_t *dga = json_object();
+  put(dga, "delay", json_integer(s->dga_delay));
+  put(cz, "delayed_averaging", dga);
   put(z, "compression", cz);
   put(root, "zinc", z);
   return root;

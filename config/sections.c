@@ -742,6 +742,13 @@ static const zinc_key compression_keys[] = {
     {"block_size", ZINC_KEY_I64, offsetof(T, compress_block_size), 1, 1 << 20, 0, 0, NULL},
     ZINC_KCUSTOM("scope"),
     ZINC_KCUSTOM("dgc"),
+    ZINC_KCUSTOM("delayed_averaging"),
+};
+
+/* "zinc": {"compression": {"delayed_averaging": {"delay": D}}}: Delayed
+ * Gradient Averaging (engine/dga.c); D = 0 is off. Stage 0 only (validate.c). */
+static const zinc_key dga_keys[] = {
+    {"delay", ZINC_KEY_I64, offsetof(T, dga_delay), 0, 1024, 0, 0, NULL},
 };
 
 /* "zinc": {"compression": {"dgc": {...}}}: Deep Gradient Compression's
@@ -821,6 +828,12 @@ static zinc_status read_compression(zinc_cfg_reader *r, const json_t *zinc, zinc
   ZINC_CHECK(zinc_cfg_object(r, json_object_get(obj, "dgc"), &dgc));
   if (dgc)
     ZINC_CHECK(zinc_cfg_walk(r, dgc, dgc_keys, ZINC_KEY_COUNT(dgc_keys), s, sizeof *s));
+  zinc_cfg_pop(r, md);
+  const json_t *dga;
+  md = zinc_cfg_push(r, "delayed_averaging");
+  ZINC_CHECK(zinc_cfg_object(r, json_object_get(obj, "delayed_averaging"), &dga));
+  if (dga)
+    ZINC_CHECK(zinc_cfg_walk(r, dga, dga_keys, ZINC_KEY_COUNT(dga_keys), s, sizeof *s));
   zinc_cfg_pop(r, md);
   if (s->compress_gradient_codec == ZINC_GRAD_CODEC_DGC && s->compress_block_size > 65536)
     return zinc_error(ZINC_ERR_CONFIG, "%s.block_size = %lld: gradient_codec \"dgc\" stores "

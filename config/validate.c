@@ -91,6 +91,14 @@ static zinc_status check_zero(zinc_cfg_reader *r, const json_t *root, zinc_setti
                         "optimizer, which DeepSpeed runs with ZeRO stage %d only with that "
                         "flag (zinc implements it as torch.optim.SGD)", s->stage);
   }
+  /* Delayed gradient averaging (engine/dga.c) corrects the full local
+   * gradient with the full averaged one: every rank must hold both. */
+  if (s->dga_delay > 0 && s->stage != 0)
+    return zinc_error(ZINC_ERR_CONFIG, "zinc.compression.delayed_averaging.delay = %lld at "
+                      "zero_optimization.stage %d: delayed gradient averaging runs at stage 0 "
+                      "only (every rank corrects its full local gradient with the full "
+                      "averaged one, D steps late); set stage 0, or delay 0 to turn it off",
+                      (long long)s->dga_delay, s->stage);
   ZINC_CHECK(check_offload(r, root, s, "offload_optimizer", &s->offload_optimizer, 1));
   ZINC_CHECK(check_offload(r, root, s, "offload_param", &s->offload_param, 3));
   /* DeepSpeed 0.14.4 means to reject a ratio < 1 below stage 3, but its

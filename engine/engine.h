@@ -392,6 +392,8 @@ struct zinc_engine {
   size_t *cx_ef_off;      /* (ntrain_units) byte offset of each unit's  */
   float *cx_scratch;      /* stages 0/1: (largest chunk) f32 sum        */
   size_t cx_scratch_bytes;
+  /* ---- delayed gradient averaging (dga.c) */
+  struct zinc_dga *dga;   /* NULL: off (the synchronous reduction)       */
   /* rank-local state of the compression methods, saved in checkpoints
    * (engine/checkpoint/mstate.h) */
   zinc_mstate_entry mstate[ZINC_MSTATE_MAX];
@@ -625,6 +627,29 @@ zinc_status zinc_hpz_size(const zinc_settings *cfg, int dp_size, int *out);
 /* Bytes of the secondary partition (0 without hpZ); sets each unit's
  * secondary_byte. Needs the layout and e->hpz. */
 size_t zinc_stage3_secondary_layout(zinc_engine *e);
+/* -------------------------------------------------------------- dga.c */
+/* Delayed gradient averaging (zinc.compression.delayed_averaging, stage 0;
+ * dga.c's header): the ring of snapshots and its comm, after the layout
+ * (e->dga stays NULL when off); free waits for the all-reduces in flight. */
+zinc_status zinc_dga_init(zinc_engine *e);
+void zinc_dga_free(zinc_engine *e);
+/* In the step, in place of stage 0's gradient all-gather: this rank's
+ * corrected gradient (the all-reduce sum's units) into its gradient
+ * buffer, the all-reduce of its local gradient started. Collective over
+ * the data-parallel group. */
+zinc_status zinc_dga_step(zinc_engine *e);
+/* The step must be skipped: an inf/NaN in some rank's local gradient
+ * (agreed in zinc_dga_step); 0 when off. */
+int zinc_dga_skipped(const zinc_engine *e);
+/* Before a checkpoint: wait for the all-reduces in flight (agreed over
+ * the data-parallel group); adopt_rank0 (a save): then every rank takes
+ * rank 0's parameters, optimizer state and pending local gradients, so
+ * that the checkpoint holds one model and the run goes on from it, as a
+ * resumed one does. Collective. */
+zinc_status zinc_dga_sync(zinc_engine *e, int adopt_rank0);
+/* The ring's bytes per rank (host memory) for the estimator: 0 when off. */
+size_t zinc_dga_state_bytes(const zinc_settings *s, int dp_size, int64_t train_elems);
+
 /* --------------------------------------------------------- compress.c */
 /* The codecs for this layout and config (policy: compress.c's header),
  * the error-feedback residuals and the stage 0/1 scratch. After layout. */

@@ -167,6 +167,7 @@ zinc_status zinc_grads_init(zinc_engine *e) {
   }
   ZINC_CHECK(zinc_compress_init(e));
   ZINC_CHECK(zinc_compress_scratch(e));
+  ZINC_CHECK(zinc_dga_init(e));
   return ZINC_OK; /* the bucket ring: zinc_build_buffers, with the other comm memory */
 }
 
@@ -183,6 +184,7 @@ void zinc_grads_free(zinc_engine *e) {
       zinc_engine_comm_buffer_free(e, m->grad_area, m->grad_bytes, ZINC_MEM_BUFFERS, 0);
     m->grad_area = NULL;
   }
+  zinc_dga_free(e);
   zinc_compress_free(e);
   zinc_compress_scratch_free(e);
   if (e->grad_acc)
@@ -384,9 +386,21 @@ static zinc_status sums_to_grads(zinc_engine *e, zinc_module *m) {
 
 /* ------------------------------------------------------------ launch */
 
+/* Delayed averaging (stage 0, dga.c): the pending modules keep their local
+ * gradients (their f32 sums rounded in as the reduction would read them). */
+static zinc_status keep_local(zinc_engine *e) {
+  for (int i = 0; e->grad_acc && i < e->npending; i++)
+    ZINC_CHECK(sums_to_grads(e, e->modules[e->pending[i]]));
+  e->npending = 0;
+  e->pending_elems = 0;
+  return ZINC_OK;
+}
+
 static zinc_status launch(zinc_engine *e) {
   if (e->npending == 0)
     return ZINC_OK;
+  if (e->dga) /* delayed averaging: the step reduces, in the background (dga.c) */
+    return keep_local(e);
   int ncoll = 0;
   for (int i = 0; i < e->npending; i++) {
     zinc_module *m = e->modules[e->pending[i]];

@@ -460,12 +460,13 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
     fill_info(e, info, 0, lr);
     return ZINC_OK;
   }
-  if (e->cfg.stage == 0)
-    ZINC_CHECK(gather_units_in_place(e, 1, e->ntrain_units));
+  if (e->cfg.stage == 0) /* delayed averaging: this rank's corrected gradient (dga.c) */
+    ZINC_CHECK(e->dga ? zinc_dga_step(e) : gather_units_in_place(e, 1, e->ntrain_units));
 
   double total = 0.0;
   int overflow = 0;
   ZINC_CHECK(grad_sumsq(e, &total, &overflow));
+  overflow = overflow || zinc_dga_skipped(e); /* some rank's local gradient (dga.c) */
   double scale = zinc_loss_scaler_scale(&e->scaler);
   double base = 1.0 / (scale * (double)e->dp_size * (double)e->cfg.gradient_accumulation_steps);
   double norm = overflow ? INFINITY : sqrt(total) * base;
@@ -480,8 +481,8 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
     return skip_limit(e);
   }
   double coef = 1.0;
-  if (e->cfg.gradient_clipping > 0 && norm > e->cfg.gradient_clipping)
-    coef = e->cfg.gradient_clipping / (norm + 1e-6);
+  if (e->cfg.gradient_clipping > 0 && norm > e->cfg.gradient_clipping && !e->dga)
+    coef = e->cfg.gradient_clipping / (norm + 1e-6); /* delayed averaging clips locally */
 
   zinc_opt_coef c[ZINC_MAX_PARAM_GROUPS]; /* one per parameter group */
   int ncoef = e->ngroups > 0 ? e->ngroups : 1; /* 0: every parameter frozen */

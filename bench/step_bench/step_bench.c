@@ -15,7 +15,7 @@
  *
  *   mpirun -n 2 --oversubscribe step_bench [--params 67108864] [--modules 16]
  *          [--steps 3] [--dtype f32|bf16] [--no-torch] [--hpz H] [--compress]
- *          [--compress-codec int4|terngrad] [--dgc DENSITY]
+ *          [--compress-codec int4|terngrad] [--dgc DENSITY] [--dga D]
  *
  * --hpz H times only stage 3, with zero_hpz_partition_size 1 and H in
  * alternating steps of the same run, and prints both and their ratio. Both
@@ -32,6 +32,10 @@
  *
  * --dgc DENSITY likewise: exact against DGC's top-k gradients (block 256,
  * the fp32 residual) at that density, parameters gathered exactly.
+ *
+ * --dga D: stage 0 only, the synchronous all-reduce against delayed
+ * gradient averaging with delay D (the all-reduce in the background for D
+ * steps), each run back to back, the mean of --steps steps.
  */
 #include <math.h>
 #include <mpi.h>
@@ -56,6 +60,7 @@ typedef struct {
   int compress;         /* only stage 3, exact against qgZ + qwZ */
   int terngrad;         /* --compress-codec terngrad: qgZ's codec is TernGrad */
   double dgc;           /* > 0: only stage 3, exact against DGC at this density */
+  int dga;              /* > 0: only stage 0, synchronous against DGA's delay */
   int wire;             /* the pairs: comms_logger on, bytes per step printed */
 } bench_args;
 
@@ -332,6 +337,78 @@ static void run_dgc(const bench_args *a, int rank) {
   run_pair(a, rank, v, "DGC", 1.0);
 }
 
+/* Delayed gradient averaging (zinc.compression.delayed_averaging, stage 0)
+ * with delay D against stage 0's synchronous all-reduce: the step waits
+ * for the all-reduce started D steps earlier, so on a slow link the step
+ * time approaches the compute time (here: the gradient writes, the
+ * corrections and Adam). Not alternated as the pairs are: another engine's
+ * step between two of DGA's would give its all-reduce free time. Each
+ * variant runs its steps back to back; the figure is the mean of the steps
+ * after 1 + D warm-up steps (the pipeline full). */
+static timing mean_steps(const bench_args *a, const char *top, int warm, double *wire) {
+  bench_args aw = *a;
+  aw.wire = 1;
+  a = &aw;
+  bench_model b;
+  open_stage_with(a, 0, "", top, MPI_COMM_WORLD, 0, &b);
+  timing sum = {0, 0, 0, 0, 0, 0};
+  for (int s = 0; s < warm + a->steps; s++) {
+    if (s == warm && zinc_comms_reset(b.e) != ZINC_OK)
+      die("comms reset");
+    timing t = one_step(a, &b, MPI_COMM_WORLD);
+    if (s < warm)
+      continue;
+    sum.step += t.step / a->steps;
+    sum.forward += t.forward / a->steps;
+    sum.backward += t.backward / a->steps;
+    sum.optim += t.optim / a->steps;
+    sum.comm += t.comm / a->steps;
+  }
+  /* the comms logger counts an all-reduce when it completes, and DGA's
+   * last D are still in flight: bytes per gradient all-reduce counted
+   * (the row of the largest message), about one per step */
+  zinc_comms_stat rows[64];
+  for (int i = 0; i < 64; i++)
+    rows[i] = (zinc_comms_stat)ZINC_COMMS_STAT_INIT;
+  int n = 0;
+  if (zinc_comms_stats(b.e, rows, 64, &n) != ZINC_OK)
+    die("comms stats");
+  double total = 0;
+  uint64_t largest = 0, calls = (uint64_t)a->steps;
+  for (int i = 0; i < n && i < 64; i++) {
+    total += (double)(rows[i].wire_intra + rows[i].wire_inter);
+    if (top && rows[i].msg_bytes > largest) {
+      largest = rows[i].msg_bytes;
+      calls = rows[i].count;
+    }
+  }
+  *wire = calls ? total / (double)calls : 0;
+  close_stage(&b);
+  return sum;
+}
+
+static void run_dga(const bench_args *a, int rank) {
+  char top[160], label[64];
+  snprintf(top, sizeof top, ", \"zinc\": {\"compression\": {\"delayed_averaging\": "
+           "{\"delay\": %d}}}", a->dga);
+  snprintf(label, sizeof label, "dga %d", a->dga);
+  double wire[2];
+  timing t[2] = {mean_steps(a, NULL, 1, &wire[0]), mean_steps(a, top, 1 + a->dga, &wire[1])};
+  const char *names[2] = {"synchronous", label};
+  if (rank == 0) {
+    printf("\n%-20s %d %10s %10s %10s %10s %10s\n", "stage", 0, "step s", "fetch s", "bwd s",
+           "optim s", "comm wait");
+    for (int k = 0; k < 2; k++)
+      printf("%-22s %10.3f %10.3f %10.3f %10.3f %10.3f\n", names[k], t[k].step, t[k].forward,
+             t[k].backward, t[k].optim, t[k].comm);
+    /* the pairs' wording, which methods_cluster.sh reads */
+    printf("DGA: step %.3f s vs %.3f s without: %.2fx faster (mean of %d steps back to back)\n",
+           t[1].step, t[0].step, t[0].step / t[1].step, a->steps);
+    printf("DGA: rank 0 sent %.2f MB per step vs %.2f MB without: %.1fx fewer bytes\n",
+           wire[1] / 1e6, wire[0] / 1e6, wire[1] > 0 ? wire[0] / wire[1] : 0.0);
+  }
+}
+
 /* Engine overhead, one rank: zinc's stage-0 step (the trainer's gradient
  * writes through the engine, reduction, norm, Adam) alternated with the
  * same arithmetic without the engine — zero and write the gradients (a
@@ -502,10 +579,12 @@ int main(int argc, char **argv) {
       a.terngrad = !strcmp(argv[++i], "terngrad");
     else if (!strcmp(argv[i], "--dgc") && i + 1 < argc)
       a.dgc = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--dga") && i + 1 < argc)
+      a.dga = atoi(argv[++i]);
     else {
       fprintf(stderr, "usage: %s [--params N] [--modules M] [--steps S] [--dtype f32|bf16] "
               "[--no-torch] [--hpz H] [--compress] [--compress-codec int4|terngrad] "
-              "[--dgc DENSITY]\n", argv[0]);
+              "[--dgc DENSITY] [--dga D]\n", argv[0]);
       return 2;
     }
   }
@@ -517,13 +596,15 @@ int main(int argc, char **argv) {
   if (rank == 0)
     printf("step_bench: %lld %s parameters in %d modules, %d ranks, best of %d steps\n",
            (long long)a.params, zinc_dtype_name(a.dtype), a.modules, size, a.steps);
-  if (a.hpz > 0 || a.compress || a.dgc > 0) {
+  if (a.hpz > 0 || a.compress || a.dgc > 0 || a.dga > 0) {
     if (a.hpz > 0)
       run_hpz(&a, rank);
     if (a.compress)
       run_compress(&a, rank);
     if (a.dgc > 0)
       run_dgc(&a, rank);
+    if (a.dga > 0)
+      run_dga(&a, rank);
     MPI_Finalize();
     return 0;
   }

@@ -633,6 +633,8 @@ out:
 
 zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *tag) {
   ZINC_CHECK(check_call(e, dir, tag, "zinc_save_checkpoint", 1));
+  if (e->dga) /* delayed averaging: one model to save (engine/dga.c) */
+    ZINC_CHECK(zinc_dga_sync(e, 1));
   if (e->micro_step % e->cfg.gradient_accumulation_steps != 0)
     zinc_log0(ZINC_LOG_WARN, "saving checkpoint %s/%s in the middle of an accumulation "
               "window: the window's gradients are not saved", dir, tag);
@@ -1042,6 +1044,8 @@ zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char 
     return zinc_error(ZINC_ERR_INVALID, "zinc_load_checkpoint_ex: flags 0x%x has bits other "
                       "than ZINC_LOAD_WEIGHTS_ONLY", flags);
   int weights_only = (flags & ZINC_LOAD_WEIGHTS_ONLY) != 0;
+  if (e->dga) /* delayed averaging: no all-reduce may write into what is loaded */
+    ZINC_CHECK(zinc_dga_sync(e, 0));
   double t0 = zinc_now();
   void *client = NULL;
   int64_t client_bytes = 0;

@@ -108,7 +108,7 @@ json.dump(cfg, open(sys.argv[3], "w"), indent=1)
 PY
   run exact "$cfg" --steps "$steps" "$@"
   run compressed "$work/compressed.json" --steps "$steps" "$@"
-  grep -m1 "compressed communication" "$work/compressed.out" || {
+  grep -m1 -E "compressed communication|delayed gradient averaging" "$work/compressed.out" || {
     echo "FAIL: the engine did not say it compresses"; exit 1; }
   awk -F, -v b="$bound" -v want="$want" -v what="$extra" '
     FNR == 1 { f++ } FNR > 1 { l[f, FNR] = $2; n[f] = FNR }
