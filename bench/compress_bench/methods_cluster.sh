@@ -8,7 +8,9 @@
 #   bash bench/compress_bench/methods_cluster.sh [BUILD] [RATES...]
 #       BUILD: the build directory (build/cpu); RATES: tc rates in Mbit/s
 #       (default 10000 1000)
-# Environment: PARAMS (16777216), MODULES (16), STEPS (3), and METHODS: the
+# Environment: PARAMS (16777216), MODULES (16), STEPS (3), COMPUTE_MS (0:
+# step_bench --compute-ms, the emulated backward's milliseconds per step,
+# which methods that overlap communication need to show anything), and METHODS: the
 # step_bench flags of each method, separated by ';' (default: every method
 # step_bench knows).
 set -euo pipefail
@@ -35,7 +37,7 @@ for r in "${rates[@]}"; do
   for m in "${methods[@]}"; do
     # shellcheck disable=SC2086
     "$cluster" run --name $name -- -n 2 --mca mpi_yield_when_idle 1 "$bench" \
-        --params "${PARAMS:-16777216}" --modules "${MODULES:-16}" --steps "${STEPS:-3}" $m |
+        --params "${PARAMS:-16777216}" --modules "${MODULES:-16}" --steps "${STEPS:-3}" --compute-ms "${COMPUTE_MS:-0}" $m |
       awk -v r="$r" -v m="$m" '
         / step [0-9.]+ s vs [0-9.]+ s without/ { for (i = 1; i <= NF; i++) if ($i == "step") { c = $(i + 1); e = $(i + 4) } }
         / sent [0-9.]+ MB per step vs/ { for (i = 1; i <= NF; i++) if ($i == "sent") { cb = $(i + 1); eb = $(i + 6) } }

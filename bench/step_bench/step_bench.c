@@ -16,6 +16,13 @@
  *   mpirun -n 2 --oversubscribe step_bench [--params 67108864] [--modules 16]
  *          [--steps 3] [--dtype f32|bf16] [--no-torch] [--hpz H] [--compress]
  *          [--compress-codec int4|terngrad] [--dgc DENSITY] [--dga D]
+ *          [--compute-ms MS]
+ *
+ * --compute-ms MS: the backward pass also waits MS milliseconds per step,
+ * spread over the modules (a sleep: an accelerator computing while the
+ * host is idle), so that a method that overlaps communication with
+ * computation (delayed averaging, the overlapped reductions) has
+ * computation to hide behind. 0 by default: the step is the engine's work.
  *
  * --hpz H times only stage 3, with zero_hpz_partition_size 1 and H in
  * alternating steps of the same run, and prints both and their ratio. Both
@@ -42,6 +49,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/base.h"
 #include "device/device.h"
@@ -62,6 +70,7 @@ typedef struct {
   double dgc;           /* > 0: only stage 3, exact against DGC at this density */
   int dga;              /* > 0: only stage 0, synchronous against DGA's delay */
   int wire;             /* the pairs: comms_logger on, bytes per step printed */
+  double compute_ms;    /* --compute-ms: the model's backward, emulated per step */
 } bench_args;
 
 static void die(const char *what) {
@@ -173,6 +182,12 @@ static void close_stage(bench_model *b) {
   zinc_engine_destroy(b->e);
 }
 
+static void sleep_s(double s) {
+  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  while (nanosleep(&ts, &ts) != 0)
+    ;
+}
+
 /* One timed step. */
 static timing one_step(const bench_args *a, bench_model *b, MPI_Comm comm) {
   zinc_engine *e = b->e;
@@ -197,6 +212,8 @@ static timing one_step(const bench_args *a, bench_model *b, MPI_Comm comm) {
       if (!g)
         die("grad");
       memcpy(g, pattern, gbytes);
+      if (a->compute_ms > 0) /* an accelerator's backward: the host waits, idle */
+        sleep_s(a->compute_ms / 1e3 / a->modules);
       if (zinc_module_grads_ready(e, mods[i]) != ZINC_OK)
         die("grads_ready");
       zinc_module_release(e, mods[i]);
@@ -581,10 +598,12 @@ int main(int argc, char **argv) {
       a.dgc = atof(argv[++i]);
     else if (!strcmp(argv[i], "--dga") && i + 1 < argc)
       a.dga = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--compute-ms") && i + 1 < argc)
+      a.compute_ms = atof(argv[++i]);
     else {
       fprintf(stderr, "usage: %s [--params N] [--modules M] [--steps S] [--dtype f32|bf16] "
               "[--no-torch] [--hpz H] [--compress] [--compress-codec int4|terngrad] "
-              "[--dgc DENSITY] [--dga D]\n", argv[0]);
+              "[--dgc DENSITY] [--dga D] [--compute-ms MS]\n", argv[0]);
       return 2;
     }
   }
