@@ -61,6 +61,7 @@
 
 typedef struct zinc_prof zinc_prof;
 typedef struct zinc_nvme zinc_nvme;
+typedef struct zinc_powersgd zinc_powersgd;
 
 /* ------------------------------------------------------------- registry */
 
@@ -392,6 +393,7 @@ struct zinc_engine {
   size_t *cx_ef_off;      /* (ntrain_units) byte offset of each unit's  */
   float *cx_scratch;      /* stages 0/1: (largest chunk) f32 sum        */
   size_t cx_scratch_bytes;
+  zinc_powersgd *psgd;    /* PowerSGD at stages 0/1 (powersgd.c); NULL: off */
   /* rank-local state of the compression methods, saved in checkpoints
    * (engine/checkpoint/mstate.h) */
   zinc_mstate_entry mstate[ZINC_MSTATE_MAX];
@@ -656,6 +658,26 @@ zinc_status zinc_compress_weight_encode(zinc_engine *e, void *dst, const void *s
                                         int64_t chunk);
 zinc_status zinc_compress_weight_decode(zinc_engine *e, void *dst, int dtype, const void *src,
                                         int64_t chunk);
+
+/* --------------------------------------------------------- powersgd.c */
+/* gradient_codec "powersgd" at stage 0 or 1. */
+int zinc_powersgd_enabled(const zinc_settings *s);
+/* Its Q matrices, errors and scratch (after layout; ZINC_ERR_UNSUPPORTED
+ * on the cuda device), registered as method state. */
+zinc_status zinc_powersgd_init(zinc_engine *e);
+void zinc_powersgd_free(zinc_engine *e);
+/* Bytes zinc_powersgd_init allocates: state (Q's and errors, gradient
+ * memory) and scratch (buffers); 0 when off. Needs the registry only. */
+void zinc_powersgd_sizes(const zinc_engine *e, uint64_t *state, uint64_t *scratch);
+/* This window's reduction is PowerSGD's (iteration >= start_powerSGD_iter). */
+int zinc_powersgd_active(const zinc_engine *e);
+/* Reduce the launched modules (collective over dp): every rank's gradient
+ * buffer ends with the sum over ranks (approximated for the compressed
+ * parameters). */
+zinc_status zinc_powersgd_reduce(zinc_engine *e, const int *mods, int nmods);
+/* 1 (once) when the last window's gradients are whole on every rank (the
+ * stage-0 all-gather is not needed). */
+int zinc_powersgd_take_whole(zinc_engine *e);
 
 /* Gather the whole copy of persistent segments from the shards. */
 zinc_status zinc_stage3_gather_persistent(zinc_engine *e);

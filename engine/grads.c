@@ -167,6 +167,7 @@ zinc_status zinc_grads_init(zinc_engine *e) {
   }
   ZINC_CHECK(zinc_compress_init(e));
   ZINC_CHECK(zinc_compress_scratch(e));
+  ZINC_CHECK(zinc_powersgd_init(e));
   return ZINC_OK; /* the bucket ring: zinc_build_buffers, with the other comm memory */
 }
 
@@ -185,6 +186,7 @@ void zinc_grads_free(zinc_engine *e) {
   }
   zinc_compress_free(e);
   zinc_compress_scratch_free(e);
+  zinc_powersgd_free(e);
   if (e->grad_acc)
     zinc_engine_buffer_free(e, e->grad_acc, e->grad_acc_bytes, ZINC_LOC_DEVICE, ZINC_MEM_GRADS);
   e->grad_acc = NULL;
@@ -427,6 +429,12 @@ static zinc_status launch(zinc_engine *e) {
       zinc_compress_reduction_free(e, r);
     free(colls);
     return ast;
+  }
+  if (zinc_powersgd_active(e)) { /* PowerSGD's all-reduces instead (powersgd.c) */
+    free(colls);
+    e->npending = 0;
+    e->pending_elems = 0;
+    return zinc_powersgd_reduce(e, e->launched_modules + e->nlaunched, r->nmodules);
   }
   /* compressed: colls[0] is the exchange; else one reduce-scatter per unit */
   for (int i = 0, k = 0; !compressed && i < e->npending; i++) {

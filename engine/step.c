@@ -460,7 +460,7 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
     fill_info(e, info, 0, lr);
     return ZINC_OK;
   }
-  if (e->cfg.stage == 0)
+  if (e->cfg.stage == 0 && !zinc_powersgd_take_whole(e)) /* PowerSGD leaves it whole */
     ZINC_CHECK(gather_units_in_place(e, 1, e->ntrain_units));
 
   double total = 0.0;
