@@ -87,7 +87,7 @@
  * State (checkpointed, engine/checkpoint/mstate.h): "powersgd.q" (fp32,
  * sum of m r over the compressed parameters), "powersgd.error" (fp32, sum
  * of n m; only with use_error_feedback), "powersgd.q_ready" (host, one
- * int64: a kept Q exists).
+ * int64 per compressed parameter: its kept Q exists).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -109,7 +109,8 @@ struct zinc_powersgd {
   int *mat_of;            /* (nparams) index into mats, or -1 */
   float *q;               /* (q_numel) f32 device: the kept Q's (state) */
   float *err;             /* (err_numel) f32 device: the errors (state), or NULL */
-  int64_t *q_ready;       /* (1) host: 1 once a kept Q exists (state) */
+  int64_t *q_ready;       /* (nmats) host: 1 once the matrix's kept Q exists
+                             (state) */
   int64_t q_numel, err_numel, p_numel;
   float *p_wire, *q_wire; /* (p_numel), (q_numel) f32, comm memory: one
                              launch's P's and Q's, packed in launch order */
@@ -227,12 +228,14 @@ zinc_status zinc_powersgd_init(zinc_engine *e) {
                                         ZINC_MEM_GRADS, (void **)&ps->err, "PowerSGD errors"));
     memset(ps->err, 0, (size_t)ps->err_numel * 4);
   }
-  ZINC_CHECK(zinc_calloc((void **)&ps->q_ready, 1, sizeof *ps->q_ready, "PowerSGD flag"));
+  ZINC_CHECK(zinc_calloc((void **)&ps->q_ready, (size_t)ps->nmats + 1, sizeof *ps->q_ready,
+                         "PowerSGD flags"));
   ZINC_CHECK(zinc_mstate_register(e, "powersgd.q", ps->q, (size_t)ps->q_numel * 4, 0));
   if (ps->err)
     ZINC_CHECK(zinc_mstate_register(e, "powersgd.error", ps->err, (size_t)ps->err_numel * 4,
                                     0));
-  ZINC_CHECK(zinc_mstate_register(e, "powersgd.q_ready", ps->q_ready, sizeof *ps->q_ready, 1));
+  ZINC_CHECK(zinc_mstate_register(e, "powersgd.q_ready", ps->q_ready,
+                                  (size_t)ps->nmats * sizeof *ps->q_ready, 1));
   /* the scratch of one launch */
   ZINC_CHECK(zinc_engine_buffer_alloc(e, (size_t)ps->acc_numel * 8 + 8, ZINC_LOC_DEVICE,
                                       ZINC_MEM_BUFFERS, (void **)&ps->acc, "PowerSGD sums"));
@@ -300,7 +303,7 @@ static int orthogonalize(float *a, int64_t rows, int64_t r, double eps) {
     for (int64_t i = 0; i < rows; i++)
       ss += (double)a[i * r + c] * a[i * r + c];
     double norm = sqrt(ss), div = eps == 0 ? norm : norm + eps;
-    if (div == 0) {
+    if (norm == 0) { /* 0 / 0 with epsilon 0; stays 0 with epsilon */
       zero = 1;
       continue;
     }
@@ -430,7 +433,6 @@ zinc_status zinc_powersgd_reduce(zinc_engine *e, const int *mods, int nmods) {
     sect[1] = rest_section(z.rest[0]);
     sect[2] = sect[1] + rest_section(z.rest[1]);
   }
-  int fresh = !s->psgd_warm_start || !*ps->q_ready;
   FOR_PARAMS(e, mods, nmods, p) {
     const void *g = param_grad(e, p);
     int xi = ps->mat_of[p->index];
@@ -444,8 +446,9 @@ zinc_status zinc_powersgd_reduce(zinc_engine *e, const int *mods, int nmods) {
     }
     const psgd_matrix *x = &ps->mats[xi];
     float *q = ps->q + x->q_off;
-    if (fresh)
+    if (!s->psgd_warm_start || !ps->q_ready[xi])
       fresh_q(e, x, q, t);
+    ps->q_ready[xi] = 1;
     if (orthogonalize(q, x->m, x->r, s->psgd_orth_epsilon)) {
       fresh_q(e, x, q, t); /* a kept Q with a zero column would stay 0 */
       orthogonalize(q, x->m, x->r, s->psgd_orth_epsilon);
@@ -455,8 +458,6 @@ zinc_status zinc_powersgd_reduce(zinc_engine *e, const int *mods, int nmods) {
     qn += x->m * x->r;
     after += (x->n + x->m) * x->r;
   }
-  if (fresh)
-    *ps->q_ready = 1;
 
   /* 2. one batch: the rest's all-reduces and P's */
   zinc_coll colls[4];
