@@ -248,8 +248,8 @@ zinc_status zinc_powersgd_init(zinc_engine *e) {
   ZINC_CHECK(zinc_engine_comm_buffer_alloc(e, ps->rest_bytes, ZINC_MEM_BUFFERS,
                                            (void **)&ps->rest, &ps->rest_shared,
                                            "PowerSGD uncompressed gradients"));
-  zinc_log0(ZINC_LOG_INFO, "PowerSGD: %d of %d parameters compressed at rank %lld, from "
-            "iteration %lld (Q %lld, error %lld fp32 elements per rank)", ps->nmats,
+  zinc_log0(ZINC_LOG_INFO, "compressed communication: PowerSGD on %d of %d parameters at rank "
+            "%lld from iteration %lld (Q %lld, error %lld fp32 elements per rank)", ps->nmats,
             e->nparams, (long long)e->cfg.psgd_rank, (long long)e->cfg.psgd_start_iter,
             (long long)ps->q_numel, (long long)ps->err_numel);
   return ZINC_OK;
