@@ -29,10 +29,13 @@
  *    parameters' 4 numel, and the uncompressed figure (logical bytes) is
  *    the ring all-reduce of the compressed parameters, 2 (N - 1) / N x 4
  *    numel.
+ *  - memory: the profiler's and the estimator's gradient bytes grow by the
+ *    kept Q's and errors, their buffers by the scratch, in closed form.
  */
 #include <math.h>
 #include <mpi.h>
 
+#include "engine/memory/estimate.h"
 #include "engine_test.h"
 
 #define NPAR 5
@@ -59,6 +62,7 @@ typedef struct {
   int64_t start;
   double eps;
   int64_t seed;
+  int off;                /* gradient_codec left at "quant" (PowerSGD off) */
 } psgd_case;
 
 /* ------------------------------------------------ local gradients */
@@ -243,11 +247,12 @@ static void open_engine(const psgd_case *c, int logger, psgd_model *pm) {
            " \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 1.0, \"momentum\": 0,"
            " \"weight_decay\": 0}}, \"comms_logger\": {\"enabled\": %s},"
            " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 300},"
-           " \"zinc\": {\"compression\": {\"gradient_codec\": \"powersgd\", \"powersgd\": {"
+           " \"zinc\": {\"compression\": {\"gradient_codec\": \"%s\", \"powersgd\": {"
            "\"matrix_approximation_rank\": %d, \"start_powerSGD_iter\": %lld,"
            " \"use_error_feedback\": %s, \"warm_start\": %s, \"orthogonalization_epsilon\": %g,"
            " \"random_seed\": %lld}}}}",
-           c->gas, logger ? "true" : "false", c->stage, c->rank, (long long)c->start,
+           c->gas, logger ? "true" : "false", c->stage, c->off ? "quant" : "powersgd", c->rank,
+           (long long)c->start,
            c->ef ? "true" : "false", c->warm ? "true" : "false", c->eps, (long long)c->seed);
   zinc_config *cfg = NULL;
   ET_OK(zinc_config_parse(json, &cfg));
@@ -489,6 +494,79 @@ static void test_wire(int rank) {
   zinc_engine_destroy(pm.e);
 }
 
+/* Memory: the engine's device gradient bytes (the profiler) and the
+ * estimator's grow by the kept Q's and the errors, 4 (sum m r + 1) + 4 sum
+ * n m; the estimator's buffers by the scratch (none of either when off). */
+static void test_memory(int ef) {
+  psgd_case c = {.stage = 1, .rank = 2, .warm = 1, .ef = ef, .gas = 1, .steps = 1,
+                 .start = 2};
+  ref_param rp[NPAR];
+  ref_plan(&c, rp);
+  uint64_t want = 4, scratch = 8;
+  int64_t largest = 0;
+  uint64_t rest[3] = {0, 0, 0};
+  for (int j = 0; j < NPAR; j++) {
+    if (rp[j].compressed) {
+      want += 4 * (uint64_t)(rp[j].m * rp[j].r) + (ef ? 4 * (uint64_t)numel_of(j) : 0);
+      scratch += 4 * (uint64_t)((rp[j].n + rp[j].m) * rp[j].r);
+      largest = rp[j].m * rp[j].r > largest ? rp[j].m * rp[j].r : largest;
+    } else {
+      rest[ZINC_F32] += 4 * (uint64_t)numel_of(j);
+    }
+  }
+  scratch += 8 * (uint64_t)largest + (rest[ZINC_F32] + 63) / 64 * 64;
+  ref_free(rp);
+  uint64_t grads[2], buffers[2], est_grads[2], est_buffers[2];
+  for (int off = 0; off <= 1; off++) {
+    c.off = off;
+    psgd_model pm;
+    open_engine(&c, 0, &pm);
+    zinc_mem_stats ms = ZINC_MEM_STATS_INIT;
+    ET_OK(zinc_memory_stats(pm.e, &ms));
+    grads[off] = ms.current[ZINC_LOC_DEVICE][ZINC_MEM_GRADS];
+    buffers[off] = ms.current[ZINC_LOC_DEVICE][ZINC_MEM_BUFFERS];
+    zinc_engine_destroy(pm.e);
+    char json[1024];
+    snprintf(json, sizeof json, "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": "
+             "{\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3}}, \"zero_optimization\": "
+             "{\"stage\": 1, \"reduce_bucket_size\": 300}, \"zinc\": {\"compression\": "
+             "{\"gradient_codec\": \"%s\", \"powersgd\": {\"matrix_approximation_rank\": 2, "
+             "\"use_error_feedback\": %s}}}}", off ? "quant" : "powersgd", ef ? "true" : "false");
+    zinc_config *cfg = NULL;
+    ET_OK(zinc_config_parse(json, &cfg));
+    zinc_est_param ep[NPAR];
+    memset(ep, 0, sizeof ep);
+    for (int j = 0; j < NPAR; j++) {
+      snprintf(ep[j].module, sizeof ep[j].module, "%s", SPEC[j].module);
+      snprintf(ep[j].name, sizeof ep[j].name, "%s", SPEC[j].name);
+      ep[j].dtype = ZINC_F32;
+      ep[j].ndim = SPEC[j].ndim;
+      memcpy(ep[j].shape, SPEC[j].shape, sizeof SPEC[j].shape);
+    }
+    zinc_estimate est;
+    ET_OK(zinc_estimate_model(&cfg->s, et_world, 0, ep, NPAR, &est));
+    zinc_config_free(cfg);
+    est_grads[off] = est.bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS];
+    est_buffers[off] = est.bytes[ZINC_LOC_DEVICE][ZINC_MEM_BUFFERS];
+  }
+  if (et_rank == 0)
+    printf("%d ranks, error feedback %s: PowerSGD's state %llu bytes (engine +%llu, estimator "
+           "+%llu), scratch %llu (estimator +%llu)\n", et_world, ef ? "on" : "off",
+           (unsigned long long)want, (unsigned long long)(grads[0] - grads[1]),
+           (unsigned long long)(est_grads[0] - est_grads[1]), (unsigned long long)scratch,
+           (unsigned long long)(est_buffers[0] - est_buffers[1]));
+  ET_CHECK(grads[0] - grads[1] == want, "the engine's gradient bytes grew by %llu with "
+           "PowerSGD, want %llu", (unsigned long long)(grads[0] - grads[1]),
+           (unsigned long long)want);
+  ET_CHECK(est_grads[0] - est_grads[1] == want, "the estimator's gradient bytes grew by %llu "
+           "with PowerSGD, want %llu", (unsigned long long)(est_grads[0] - est_grads[1]),
+           (unsigned long long)want);
+  ET_CHECK(est_buffers[0] - est_buffers[1] == scratch && buffers[0] - buffers[1] == scratch,
+           "buffers grew by %llu (estimator) and %llu (engine) with PowerSGD, want %llu",
+           (unsigned long long)(est_buffers[0] - est_buffers[1]),
+           (unsigned long long)(buffers[0] - buffers[1]), (unsigned long long)scratch);
+}
+
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -504,6 +582,8 @@ int main(int argc, char **argv) {
   test_warm_start();
   test_wire(1);
   test_wire(2);
+  test_memory(1);
+  test_memory(0);
   int bad = et_failures;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (et_rank == 0)
