@@ -671,10 +671,13 @@ void zinc_powersgd_free(zinc_engine *e);
 void zinc_powersgd_sizes(const zinc_engine *e, uint64_t *state, uint64_t *scratch);
 /* This window's reduction is PowerSGD's (iteration >= start_powerSGD_iter). */
 int zinc_powersgd_active(const zinc_engine *e);
-/* Reduce the launched modules (collective over dp): every rank's gradient
- * buffer ends with the sum over ranks (approximated for the compressed
- * parameters). */
-zinc_status zinc_powersgd_reduce(zinc_engine *e, const int *mods, int nmods);
+/* A launched reduction of these modules: kept for the flush (every module
+ * is launched once per window). */
+zinc_status zinc_powersgd_defer(zinc_engine *e, const int *mods, int nmods);
+/* At the window's flush (collective over dp): the deferred modules reduced
+ * together; every rank's gradient buffer ends with the sum over ranks
+ * (approximated for the compressed parameters). */
+zinc_status zinc_powersgd_flush(zinc_engine *e);
 /* 1 (once) when the last window's gradients are whole on every rank (the
  * stage-0 all-gather is not needed). */
 int zinc_powersgd_take_whole(zinc_engine *e);

@@ -430,11 +430,11 @@ static zinc_status launch(zinc_engine *e) {
     free(colls);
     return ast;
   }
-  if (zinc_powersgd_active(e)) { /* PowerSGD's all-reduces instead (powersgd.c) */
+  if (zinc_powersgd_active(e)) { /* PowerSGD reduces them all at the flush (powersgd.c) */
     free(colls);
     e->npending = 0;
     e->pending_elems = 0;
-    return zinc_powersgd_reduce(e, e->launched_modules + e->nlaunched, r->nmodules);
+    return zinc_powersgd_defer(e, e->launched_modules + e->nlaunched, r->nmodules);
   }
   /* compressed: colls[0] is the exchange; else one reduce-scatter per unit */
   for (int i = 0, k = 0; !compressed && i < e->npending; i++) {
@@ -598,6 +598,7 @@ zinc_status zinc_grads_flush(zinc_engine *e) {
         ZINC_CHECK(enqueue(e, e->modules[mi]));
   ZINC_CHECK(launch(e));
   ZINC_CHECK(retire_all(e));
+  ZINC_CHECK(zinc_powersgd_flush(e));
   /* Modules that produced no gradient this window hold zeros. */
   for (int mi = 0; mi < e->nmodules; mi++) {
     zinc_module *m = e->modules[mi];

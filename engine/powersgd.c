@@ -18,8 +18,13 @@
  * boundary micro-batch, where zinc reduces: one compression per optimizer
  * step; the counter is in checkpoints). t < start_powerSGD_iter: the
  * engine's own exact reduction (PyTorch's vanilla all-reduce phase; this
- * file does nothing). From t = start_powerSGD_iter on, each launched
- * reduction (the modules of one bucket, grads.c) is handed here:
+ * file does nothing). From t = start_powerSGD_iter on, the window's
+ * launched reductions (buckets of modules, grads.c) are kept
+ * (zinc_powersgd_defer) and reduced together at the window's flush
+ * (zinc_grads_flush, from zinc_backward_end), once every gradient is
+ * complete, so that a step skipped for an inf or NaN anywhere can leave
+ * the state untouched (below); this runs on the caller's thread, without
+ * overlap_comm's overlap:
  *
  *   rest:  the exact parameters' gradients packed per dtype into one
  *          buffer, all-reduced (sum; 16-bit added in fp32 and rounded
@@ -27,8 +32,9 @@
  *   M_i  = G_i + E_i            (E_i: this rank's error; 0 without
  *                                use_error_feedback or before the first
  *                                compressed iteration)
- *   Q    = the kept Q (warm_start, after the first compressed iteration),
- *          else fresh normal draws (below); orthogonalized (Gram-Schmidt)
+ *   Q    = a copy of the kept Q (warm_start, after the matrix's first
+ *          compressed iteration), else fresh normal draws (below);
+ *          orthogonalized (Gram-Schmidt)
  *   P_i  = M_i Q;   P = sum_i P_i       (one all-reduce, in the same
  *                                        batch as the rest's)
  *   P    = orthogonalize(P)
@@ -78,11 +84,13 @@
  * dtype). No GPU path yet: on the cuda device zinc_powersgd_init fails
  * with ZINC_ERR_UNSUPPORTED.
  *
- * Non-finite gradients (fp16 overflow): when a launch's summed P holds an
- * inf or NaN (the same on every rank), its compressed gradients are set to
- * NaN so that the step is skipped as it would be after the exact
- * reduction, Q's all-reduce is not run, and the kept Q and the errors stay
- * as they were (PyTorch would keep the NaN in both for good).
+ * Non-finite gradients (fp16 overflow): when the summed P or the exact
+ * parameters' sums hold an inf or NaN (the same on every rank; an inf in
+ * any rank's M reaches P), the compressed gradients are set to NaN so that
+ * the step is skipped as it would be after the exact reduction, Q's
+ * all-reduce is not run, and the kept Q's, the errors and the flags stay
+ * bit for bit as they were: the skipped iteration leaves no trace (PyTorch
+ * would keep the NaN in both for good).
  *
  * State (checkpointed, engine/checkpoint/mstate.h): "powersgd.q" (fp32,
  * sum of m r over the compressed parameters), "powersgd.error" (fp32, sum
@@ -122,6 +130,9 @@ struct zinc_powersgd {
   int rest_shared;
   double *acc;            /* (acc_numel) f64 device: Q_i = M_i^T P's sums */
   int64_t acc_numel;
+  int *deferred;          /* (nmodules) modules launched this window, in
+                             launch order, reduced together at the flush */
+  int ndeferred;
   int whole;              /* this window's reduction was PowerSGD's */
   int64_t before, after;  /* elements before / after compression (stats) */
   int64_t next_report;
@@ -203,6 +214,8 @@ zinc_status zinc_powersgd_init(zinc_engine *e) {
                          "PowerSGD parameter map"));
   ZINC_CHECK(zinc_calloc((void **)&ps->mats, (size_t)e->nparams + 1, sizeof *ps->mats,
                          "PowerSGD matrices"));
+  ZINC_CHECK(zinc_calloc((void **)&ps->deferred, (size_t)e->nmodules + 1, sizeof *ps->deferred,
+                         "PowerSGD modules"));
   for (int i = 0; i < e->nparams; i++) {
     psgd_matrix *x = &ps->mats[ps->nmats];
     ps->mat_of[i] = -1;
@@ -273,6 +286,7 @@ void zinc_powersgd_free(zinc_engine *e) {
   free(ps->q_ready);
   free(ps->mats);
   free(ps->mat_of);
+  free(ps->deferred);
   free(ps);
   e->psgd = NULL;
 }
@@ -416,7 +430,7 @@ static void log_stats(zinc_engine *e, int64_t t) {
   ps->next_report = t + f;
 }
 
-zinc_status zinc_powersgd_reduce(zinc_engine *e, const int *mods, int nmods) {
+static zinc_status reduce_modules(zinc_engine *e, const int *mods, int nmods) {
   zinc_powersgd *ps = e->psgd;
   const zinc_settings *s = &e->cfg;
   const int64_t t = e->micro_step / s->gradient_accumulation_steps;
@@ -445,10 +459,11 @@ zinc_status zinc_powersgd_reduce(zinc_engine *e, const int *mods, int nmods) {
       continue;
     }
     const psgd_matrix *x = &ps->mats[xi];
-    float *q = ps->q + x->q_off;
+    float *q = ps->q_wire + qn; /* the kept Q changes only when the step is taken */
     if (!s->psgd_warm_start || !ps->q_ready[xi])
       fresh_q(e, x, q, t);
-    ps->q_ready[xi] = 1;
+    else
+      memcpy(q, ps->q + x->q_off, (size_t)(x->m * x->r) * sizeof *q);
     if (orthogonalize(q, x->m, x->r, s->psgd_orth_epsilon)) {
       fresh_q(e, x, q, t); /* a kept Q with a zero column would stay 0 */
       orthogonalize(q, x->m, x->r, s->psgd_orth_epsilon);
@@ -501,10 +516,14 @@ zinc_status zinc_powersgd_reduce(zinc_engine *e, const int *mods, int nmods) {
     return ZINC_OK;
   }
 
-  /* 3. a non-finite P (identical on every rank): NaN gradients, state kept */
+  /* 3. an inf or NaN in the summed P or the exact sums (identical on every
+   * rank: the step will be skipped): NaN gradients, the state kept */
   int finite = 1;
   for (int64_t k = 0; k < pn && finite; k++)
     finite = isfinite(ps->p_wire[k]);
+  for (int d = 0; d < 3 && finite; d++)
+    for (size_t k = 0; k < off[d] / zinc_dtype_size(d) && finite; k++)
+      finite = isfinite(zinc_load_as_f32(ps->rest + sect[d], (int64_t)k, d));
   if (!finite) {
     FOR_PARAMS(e, mods, nmods, p)
       if (ps->mat_of[p->index] >= 0)
@@ -545,9 +564,26 @@ zinc_status zinc_powersgd_reduce(zinc_engine *e, const int *mods, int nmods) {
     const psgd_matrix *x = &ps->mats[xi];
     decompress(param_grad(e, p), p->dtype, ps->err ? ps->err + x->err_off : NULL, x,
                ps->p_wire + pn, ps->q_wire + qn, ps->q + x->q_off, N);
+    ps->q_ready[xi] = 1;
     pn += x->n * x->r;
     qn += x->m * x->r;
   }
   log_stats(e, t);
   return ZINC_OK;
+}
+
+zinc_status zinc_powersgd_defer(zinc_engine *e, const int *mods, int nmods) {
+  zinc_powersgd *ps = e->psgd;
+  memcpy(ps->deferred + ps->ndeferred, mods, (size_t)nmods * sizeof *mods);
+  ps->ndeferred += nmods;
+  return ZINC_OK;
+}
+
+zinc_status zinc_powersgd_flush(zinc_engine *e) {
+  zinc_powersgd *ps = e->psgd;
+  if (!ps || ps->ndeferred == 0)
+    return ZINC_OK;
+  int n = ps->ndeferred;
+  ps->ndeferred = 0;
+  return reduce_modules(e, ps->deferred, n);
 }
