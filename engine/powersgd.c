@@ -121,7 +121,7 @@ struct zinc_powersgd {
                              (state) */
   int64_t q_numel, err_numel, p_numel;
   float *p_wire, *q_wire; /* (p_numel), (q_numel) f32, comm memory: one
-                             launch's P's and Q's, packed in launch order */
+                             step's P's and Q's, packed in launch order */
   size_t p_wire_bytes, q_wire_bytes;
   int p_shared, q_shared;
   char *rest;             /* (rest_bytes) comm memory: the exact
