@@ -76,7 +76,9 @@
  * numpy RandomState(random_seed) instead: other numbers, the same law.
  *
  * Arithmetic: on the cpu device, plain C loops in a fixed order — fp32
- * storage, every dot product accumulated in double — so results are the
+ * storage, every sum in double (M Q's dot products as four partial sums
+ * by element index mod 4, added (s0 + s1) + (s2 + s3); M^T P's and
+ * P Q^T's in index order) — so results are the
  * same bits run to run and identical on every rank (P and Q are all-reduced
  * before anything reads them). 16-bit gradients are read into fp32 and the
  * result rounded once into the parameter dtype; P, Q and the errors are
@@ -128,7 +130,9 @@ struct zinc_powersgd {
                              parameters' gradients, one section per dtype */
   size_t rest_bytes;
   int rest_shared;
-  double *acc;            /* (acc_numel) f64 device: Q_i = M_i^T P's sums */
+  double *acc;            /* (acc_numel) f64 device: psgd_work's sums, the
+                             largest m r + the largest m */
+  float *fwork;           /* (acc_numel) f32 device: psgd_work's row and Q */
   int64_t acc_numel;
   int *deferred;          /* (nmodules) modules launched this window, in
                              launch order, reduced together at the flush */
@@ -163,7 +167,7 @@ int zinc_powersgd_enabled(const zinc_settings *s) {
 
 /* Sizes of everything this file allocates, as zinc_powersgd_init does. */
 typedef struct {
-  int64_t q, err, p, acc;
+  int64_t q, err, p, acc; /* acc: the largest m r + the largest m */
   size_t rest[3];         /* bytes of the exact parameters, per dtype */
 } psgd_sizes;
 
@@ -171,6 +175,7 @@ static size_t rest_section(size_t bytes) { return (size_t)zinc_round_up((int64_t
 
 static void plan_sizes(const zinc_engine *e, psgd_sizes *z) {
   memset(z, 0, sizeof *z);
+  int64_t mr = 0, mm = 0;
   for (int i = 0; i < e->nparams; i++) {
     const zinc_param *p = e->params[i];
     int64_t n, m, r;
@@ -178,11 +183,13 @@ static void plan_sizes(const zinc_engine *e, psgd_sizes *z) {
       z->q += m * r;
       z->p += n * r;
       z->err += e->cfg.psgd_error_feedback ? n * m : 0;
-      z->acc = m * r > z->acc ? m * r : z->acc;
+      mr = m * r > mr ? m * r : mr;
+      mm = m > mm ? m : mm;
     } else if (!p->frozen) {
       z->rest[p->dtype] += (size_t)p->numel * zinc_dtype_size(p->dtype);
     }
   }
+  z->acc = mr + mm;
 }
 
 void zinc_powersgd_sizes(const zinc_engine *e, uint64_t *state, uint64_t *scratch) {
@@ -192,7 +199,7 @@ void zinc_powersgd_sizes(const zinc_engine *e, uint64_t *state, uint64_t *scratc
   psgd_sizes z;
   plan_sizes(e, &z);
   *state = (uint64_t)(z.q + 1 + z.err) * 4;
-  *scratch = (uint64_t)(z.p + z.q) * 4 + (uint64_t)(z.acc + 1) * 8;
+  *scratch = (uint64_t)(z.p + z.q) * 4 + (uint64_t)(z.acc + 1) * 12;
   for (int d = 0; d < 3; d++)
     *scratch += rest_section(z.rest[d]);
 }
@@ -252,6 +259,8 @@ zinc_status zinc_powersgd_init(zinc_engine *e) {
   /* the scratch of one launch */
   ZINC_CHECK(zinc_engine_buffer_alloc(e, (size_t)ps->acc_numel * 8 + 8, ZINC_LOC_DEVICE,
                                       ZINC_MEM_BUFFERS, (void **)&ps->acc, "PowerSGD sums"));
+  ZINC_CHECK(zinc_engine_buffer_alloc(e, (size_t)ps->acc_numel * 4 + 4, ZINC_LOC_DEVICE,
+                                      ZINC_MEM_BUFFERS, (void **)&ps->fwork, "PowerSGD rows"));
   ps->p_wire_bytes = (size_t)ps->p_numel * 4;
   ps->q_wire_bytes = (size_t)ps->q_numel * 4;
   ZINC_CHECK(zinc_engine_comm_buffer_alloc(e, ps->p_wire_bytes, ZINC_MEM_BUFFERS,
@@ -276,6 +285,8 @@ void zinc_powersgd_free(zinc_engine *e) {
   zinc_engine_buffer_free(e, ps->err, (size_t)ps->err_numel * 4, ZINC_LOC_DEVICE,
                           ZINC_MEM_GRADS);
   zinc_engine_buffer_free(e, ps->acc, (size_t)ps->acc_numel * 8 + 8, ZINC_LOC_DEVICE,
+                          ZINC_MEM_BUFFERS);
+  zinc_engine_buffer_free(e, ps->fwork, (size_t)ps->acc_numel * 4 + 4, ZINC_LOC_DEVICE,
                           ZINC_MEM_BUFFERS);
   if (ps->p_wire)
     zinc_engine_comm_buffer_free(e, ps->p_wire, ps->p_wire_bytes, ZINC_MEM_BUFFERS, ps->p_shared);
@@ -340,56 +351,109 @@ static void fresh_q(const zinc_engine *e, const psgd_matrix *x, float *q, int64_
                        (uint64_t)k);
 }
 
-/* Element (i, j) of M: the gradient plus the error. */
-static inline float m_at(const void *g, int dtype, const float *err, int64_t at) {
-  float v = zinc_load_as_f32(g, at, dtype);
-  return err ? v + err[at] : v;
+/* The matrix loops' scratch: one row of M and one transposed Q (fp32),
+ * their double sums. */
+typedef struct {
+  float *row;             /* (m) M's row i */
+  float *qt;              /* (r x m) a Q transposed */
+  double *acc;            /* (r x m) Q_i's sums */
+  double *drow;           /* (m) a row of P Q^T */
+} psgd_work;
+
+/* Row i of M in fp32: the gradient plus the error (one fp32 add). */
+static void load_row(const void *g, int dtype, const float *err, int64_t i, int64_t m,
+                     float *row) {
+  const int64_t base = i * m;
+  if (dtype == ZINC_F32)
+    memcpy(row, (const float *)g + base, (size_t)m * sizeof *row);
+  else
+    for (int64_t j = 0; j < m; j++)
+      row[j] = zinc_load_as_f32(g, base + j, dtype);
+  if (err)
+    for (int64_t j = 0; j < m; j++)
+      row[j] += err[base + j];
+}
+
+/* sum_j a[j] b[j] in double: four partial sums (by j mod 4) added as
+ * (s0 + s1) + (s2 + s3), a fixed order. */
+static double dot4(const float *a, const float *b, int64_t n) {
+  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    s0 += (double)a[j] * b[j];
+    s1 += (double)a[j + 1] * b[j + 1];
+    s2 += (double)a[j + 2] * b[j + 2];
+    s3 += (double)a[j + 3] * b[j + 3];
+  }
+  if (j < n)
+    s0 += (double)a[j] * b[j];
+  if (j + 1 < n)
+    s1 += (double)a[j + 1] * b[j + 1];
+  if (j + 2 < n)
+    s2 += (double)a[j + 2] * b[j + 2];
+  return (s0 + s1) + (s2 + s3);
+}
+
+/* (rows x r) row-major -> (r x rows). */
+static void transpose(const float *a, int64_t rows, int64_t r, float *at) {
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t k = 0; k < r; k++)
+      at[k * rows + i] = a[i * r + k];
 }
 
 /* p (n x r) = M q. */
 static void times_q(const void *g, int dtype, const float *err, const psgd_matrix *x,
-                    const float *q, float *p, double *acc) {
+                    const float *q, float *p, const psgd_work *w) {
+  transpose(q, x->m, x->r, w->qt);
   for (int64_t i = 0; i < x->n; i++) {
+    load_row(g, dtype, err, i, x->m, w->row);
     for (int64_t k = 0; k < x->r; k++)
-      acc[k] = 0;
-    for (int64_t j = 0; j < x->m; j++) {
-      double v = m_at(g, dtype, err, i * x->m + j);
-      for (int64_t k = 0; k < x->r; k++)
-        acc[k] += v * q[j * x->r + k];
-    }
-    for (int64_t k = 0; k < x->r; k++)
-      p[i * x->r + k] = (float)acc[k];
+      p[i * x->r + k] = (float)dot4(w->row, w->qt + k * x->m, x->m);
   }
 }
 
 /* q (m x r) = M^T p, rows of M in order. */
 static void times_p(const void *g, int dtype, const float *err, const psgd_matrix *x,
-                    const float *p, float *q, double *acc) {
-  memset(acc, 0, (size_t)(x->m * x->r) * sizeof *acc);
-  for (int64_t i = 0; i < x->n; i++)
-    for (int64_t j = 0; j < x->m; j++) {
-      double v = m_at(g, dtype, err, i * x->m + j);
-      for (int64_t k = 0; k < x->r; k++)
-        acc[j * x->r + k] += v * p[i * x->r + k];
+                    const float *p, float *q, const psgd_work *w) {
+  const int64_t m = x->m, r = x->r;
+  memset(w->acc, 0, (size_t)(m * r) * sizeof *w->acc);
+  for (int64_t i = 0; i < x->n; i++) {
+    load_row(g, dtype, err, i, m, w->row);
+    for (int64_t k = 0; k < r; k++) {
+      const double pk = p[i * r + k];
+      double *acc = w->acc + k * m;
+      for (int64_t j = 0; j < m; j++)
+        acc[j] += (double)w->row[j] * pk;
     }
-  for (int64_t k = 0; k < x->m * x->r; k++)
-    q[k] = (float)acc[k];
+  }
+  for (int64_t j = 0; j < m; j++)
+    for (int64_t k = 0; k < r; k++)
+      q[j * r + k] = (float)w->acc[k * m + j];
 }
 
-/* G = P Q^T (the sum), E = M - G / N, the kept Q = Q / N. */
+/* G = P Q^T (the sum; over k in order), E = M - G / N, the kept Q = Q / N. */
 static void decompress(void *g, int dtype, float *err, const psgd_matrix *x, const float *p,
-                       const float *q, float *kept, int nranks) {
-  for (int64_t i = 0; i < x->n; i++)
-    for (int64_t j = 0; j < x->m; j++) {
-      double s = 0;
-      for (int64_t k = 0; k < x->r; k++)
-        s += (double)p[i * x->r + k] * q[j * x->r + k];
-      int64_t at = i * x->m + j;
-      if (err)
-        err[at] = (float)((double)m_at(g, dtype, err, at) - s / nranks);
-      zinc_store_from_f32(g, at, dtype, (float)s);
+                       const float *q, float *kept, int nranks, const psgd_work *w) {
+  const int64_t m = x->m, r = x->r;
+  transpose(q, m, r, w->qt);
+  for (int64_t i = 0; i < x->n; i++) {
+    if (err)
+      load_row(g, dtype, err, i, m, w->row);
+    for (int64_t j = 0; j < m; j++)
+      w->drow[j] = 0;
+    for (int64_t k = 0; k < r; k++) {
+      const double pk = p[i * r + k];
+      const float *qk = w->qt + k * m;
+      for (int64_t j = 0; j < m; j++)
+        w->drow[j] += pk * qk[j];
     }
-  for (int64_t k = 0; k < x->m * x->r; k++)
+    for (int64_t j = 0; j < m; j++) {
+      if (err)
+        err[i * m + j] = (float)((double)w->row[j] - w->drow[j] / nranks);
+      zinc_store_from_f32(g, i * m + j, dtype, (float)w->drow[j]);
+    }
+  }
+  for (int64_t k = 0; k < m * r; k++)
     kept[k] = (float)((double)q[k] / nranks);
 }
 
@@ -436,6 +500,11 @@ static zinc_status reduce_modules(zinc_engine *e, const int *mods, int nmods) {
   const int64_t t = e->micro_step / s->gradient_accumulation_steps;
   const int N = e->dp_size;
   ZINC_CHECK(zinc_engine_sync(e)); /* the trainer's gradients are complete */
+  int64_t mr = 0; /* the scratch's halves: the largest m r, then the largest m */
+  for (int xi = 0; xi < ps->nmats; xi++)
+    mr = ps->mats[xi].m * ps->mats[xi].r > mr ? ps->mats[xi].m * ps->mats[xi].r : mr;
+  const psgd_work w = {.row = ps->fwork + mr, .qt = ps->fwork, .acc = ps->acc,
+                       .drow = ps->acc + mr};
 
   /* 1. the exact parameters packed per dtype; fresh or kept Q's; P = M Q */
   size_t sect[3], off[3] = {0, 0, 0};
@@ -468,7 +537,7 @@ static zinc_status reduce_modules(zinc_engine *e, const int *mods, int nmods) {
       fresh_q(e, x, q, t); /* a kept Q with a zero column would stay 0 */
       orthogonalize(q, x->m, x->r, s->psgd_orth_epsilon);
     }
-    times_q(g, p->dtype, ps->err ? ps->err + x->err_off : NULL, x, q, ps->p_wire + pn, ps->acc);
+    times_q(g, p->dtype, ps->err ? ps->err + x->err_off : NULL, x, q, ps->p_wire + pn, &w);
     pn += x->n * x->r;
     qn += x->m * x->r;
     after += (x->n + x->m) * x->r;
@@ -542,7 +611,7 @@ static zinc_status reduce_modules(zinc_engine *e, const int *mods, int nmods) {
     const psgd_matrix *x = &ps->mats[xi];
     orthogonalize(ps->p_wire + pn, x->n, x->r, s->psgd_orth_epsilon);
     times_p(param_grad(e, p), p->dtype, ps->err ? ps->err + x->err_off : NULL, x,
-            ps->p_wire + pn, ps->q_wire + qn, ps->acc);
+            ps->p_wire + pn, ps->q_wire + qn, &w);
     pn += x->n * x->r;
     qn += x->m * x->r;
   }
@@ -563,7 +632,7 @@ static zinc_status reduce_modules(zinc_engine *e, const int *mods, int nmods) {
       continue;
     const psgd_matrix *x = &ps->mats[xi];
     decompress(param_grad(e, p), p->dtype, ps->err ? ps->err + x->err_off : NULL, x,
-               ps->p_wire + pn, ps->q_wire + qn, ps->q + x->q_off, N);
+               ps->p_wire + pn, ps->q_wire + qn, ps->q + x->q_off, N, &w);
     ps->q_ready[xi] = 1;
     pn += x->n * x->r;
     qn += x->m * x->r;

@@ -573,19 +573,21 @@ static void test_memory(int ef) {
                  .start = 2};
   ref_param rp[NPAR];
   ref_plan(&c, rp);
-  uint64_t want = 4, scratch = 8;
-  int64_t largest = 0;
+  uint64_t want = 4, scratch = 12;
+  int64_t largest = 0, widest = 0;
   uint64_t rest[3] = {0, 0, 0};
   for (int j = 0; j < NPAR; j++) {
     if (rp[j].compressed) {
       want += 4 * (uint64_t)(rp[j].m * rp[j].r) + (ef ? 4 * (uint64_t)numel_of(j) : 0);
       scratch += 4 * (uint64_t)((rp[j].n + rp[j].m) * rp[j].r);
       largest = rp[j].m * rp[j].r > largest ? rp[j].m * rp[j].r : largest;
+      widest = rp[j].m > widest ? rp[j].m : widest;
     } else {
       rest[ZINC_F32] += 4 * (uint64_t)numel_of(j);
     }
   }
-  scratch += 8 * (uint64_t)largest + (rest[ZINC_F32] + 63) / 64 * 64;
+  /* the row work: (the largest m r + the largest m) doubles and floats */
+  scratch += 12 * (uint64_t)(largest + widest) + (rest[ZINC_F32] + 63) / 64 * 64;
   ref_free(rp);
   uint64_t grads[2], buffers[2], est_grads[2], est_buffers[2];
   for (int off = 0; off <= 1; off++) {
