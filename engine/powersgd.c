@@ -206,13 +206,9 @@ void zinc_powersgd_sizes(const zinc_engine *e, uint64_t *state, uint64_t *scratc
 
 /* ----------------------------------------------------- setup */
 
-zinc_status zinc_powersgd_init(zinc_engine *e) {
-  if (!zinc_powersgd_enabled(&e->cfg))
-    return ZINC_OK;
-  if (e->dev->ops->is_gpu)
-    return zinc_error(ZINC_ERR_UNSUPPORTED, "zinc.compression.gradient_codec = \"powersgd\": "
-                      "PowerSGD has no GPU path yet (its matrix products run on the cpu device "
-                      "only); use another gradient_codec or the cpu device");
+/* This rank's own part of zinc_powersgd_init: the plan, the state, the
+ * row work (nothing collective). */
+static zinc_status init_local(zinc_engine *e) {
   ZINC_CHECK(zinc_calloc((void **)&e->psgd, 1, sizeof *e->psgd, "PowerSGD state"));
   zinc_powersgd *ps = e->psgd;
   psgd_sizes z;
@@ -256,11 +252,24 @@ zinc_status zinc_powersgd_init(zinc_engine *e) {
                                     0));
   ZINC_CHECK(zinc_mstate_register(e, "powersgd.q_ready", ps->q_ready,
                                   (size_t)ps->nmats * sizeof *ps->q_ready, 1));
-  /* the scratch of one launch */
+  /* the row work */
   ZINC_CHECK(zinc_engine_buffer_alloc(e, (size_t)ps->acc_numel * 8 + 8, ZINC_LOC_DEVICE,
                                       ZINC_MEM_BUFFERS, (void **)&ps->acc, "PowerSGD sums"));
-  ZINC_CHECK(zinc_engine_buffer_alloc(e, (size_t)ps->acc_numel * 4 + 4, ZINC_LOC_DEVICE,
-                                      ZINC_MEM_BUFFERS, (void **)&ps->fwork, "PowerSGD rows"));
+  return zinc_engine_buffer_alloc(e, (size_t)ps->acc_numel * 4 + 4, ZINC_LOC_DEVICE,
+                                  ZINC_MEM_BUFFERS, (void **)&ps->fwork, "PowerSGD rows");
+}
+
+zinc_status zinc_powersgd_init(zinc_engine *e) {
+  if (!zinc_powersgd_enabled(&e->cfg))
+    return ZINC_OK;
+  if (e->dev->ops->is_gpu) /* every rank alike */
+    return zinc_error(ZINC_ERR_UNSUPPORTED, "zinc.compression.gradient_codec = \"powersgd\": "
+                      "PowerSGD has no GPU path yet (its matrix products run on the cpu device "
+                      "only); use another gradient_codec or the cpu device");
+  /* a rank that failed on its own stops every rank here, before the
+   * collective allocations of one step's wire buffers */
+  ZINC_CHECK(zinc_engine_agree(e, e->dp_host, init_local(e)));
+  zinc_powersgd *ps = e->psgd;
   ps->p_wire_bytes = (size_t)ps->p_numel * 4;
   ps->q_wire_bytes = (size_t)ps->q_numel * 4;
   ZINC_CHECK(zinc_engine_comm_buffer_alloc(e, ps->p_wire_bytes, ZINC_MEM_BUFFERS,

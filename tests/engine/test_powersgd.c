@@ -35,6 +35,9 @@
  *  - resume: saved mid-compression and loaded into a new engine, a run
  *    continues bit for bit (stages 0 and 1; warm start on and off); with
  *    PowerSGD's state zeroed after the load it does not.
+ *  - out of memory at each allocation of the build on the last rank: every
+ *    rank fails with ZINC_ERR_NOMEM (comm_timeout_s 60: a rank left waiting
+ *    in a collective fails the check instead of passing).
  *  - memory: the profiler's and the estimator's gradient bytes grow by the
  *    kept Q's and errors, their buffers by the scratch, in closed form.
  */
@@ -249,7 +252,10 @@ typedef struct {
   zinc_param *par[NPAR];
 } psgd_model;
 
-static void open_engine(const psgd_case *c, int logger, psgd_model *pm) {
+/* The engine of case c; the last rank's allocation number `fault` fails
+ * (0: none). The build's status. */
+static zinc_status open_engine_fault(const psgd_case *c, int logger, psgd_model *pm,
+                                     int64_t fault) {
   char json[2048];
   snprintf(json, sizeof json,
            "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d,"
@@ -257,7 +263,8 @@ static void open_engine(const psgd_case *c, int logger, psgd_model *pm) {
            " \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 1.0, \"momentum\": 0,"
            " \"weight_decay\": 0}}, \"comms_logger\": {\"enabled\": %s},"
            " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 300},"
-           " \"zinc\": {\"compression\": {\"gradient_codec\": \"%s\", \"powersgd\": {"
+           " \"zinc\": {\"comm_timeout_s\": 60, \"compression\": {\"gradient_codec\": \"%s\","
+           " \"powersgd\": {"
            "\"matrix_approximation_rank\": %d, \"start_powerSGD_iter\": %lld,"
            " \"use_error_feedback\": %s, \"warm_start\": %s, \"orthogonalization_epsilon\": %g,"
            " \"random_seed\": %lld}}}}",
@@ -276,7 +283,13 @@ static void open_engine(const psgd_case *c, int logger, psgd_model *pm) {
   for (int j = 0; j < NPAR; j++)
     pm->par[j] = zinc_param_add(pm->e, pm->mod[SPEC[j].module[0] - 'a'], SPEC[j].name, c->dtype,
                                 SPEC[j].ndim, SPEC[j].shape);
-  ET_OK(zinc_engine_build(pm->e, zero_init, NULL));
+  if (fault && et_rank == et_world - 1)
+    zinc_engine_inject_alloc_fault(pm->e, fault);
+  return zinc_engine_build(pm->e, zero_init, NULL);
+}
+
+static void open_engine(const psgd_case *c, int logger, psgd_model *pm) {
+  ET_OK(open_engine_fault(c, logger, pm, 0));
 }
 
 /* One micro-batch: this rank's local gradients, modules b then a. */
@@ -511,6 +524,30 @@ static void test_wire(int rank) {
 
 static char root[400];
 
+/* Out of memory at each allocation of the build in turn, on the last rank
+ * only: every rank fails with ZINC_ERR_NOMEM (none is left inside a
+ * collective), until the build needs no more. */
+static void test_nomem(void) {
+  psgd_case c = {.stage = 1, .rank = 2, .warm = 1, .ef = 1, .gas = 1, .start = 2};
+  int64_t n = 1;
+  for (;; n++) {
+    psgd_model pm;
+    zinc_status st = open_engine_fault(&c, 0, &pm, n);
+    int failed = st != ZINC_OK, nomem = st == ZINC_ERR_NOMEM, all = failed, any = failed;
+    MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    ET_CHECK(all == any && (!failed || nomem), "allocation %lld: rank %d returned %s (%s) "
+             "while another rank %s", (long long)n, et_rank, zinc_status_name(st),
+             failed ? zinc_last_error() : "", any ? "failed" : "did not");
+    zinc_engine_destroy(pm.e);
+    if (!any)
+      break;
+  }
+  if (et_rank == 0)
+    printf("%d ranks: NOMEM at each of the build's %lld allocations fails every rank\n",
+           et_world, (long long)n - 1);
+}
+
 /* Steps [from, to) of the case's training loop (accumulation 1). */
 static void steps(psgd_model *pm, int64_t from, int64_t to) {
   for (int64_t t = from; t < to; t++) {
@@ -663,6 +700,7 @@ int main(int argc, char **argv) {
   if (et_rank == 0 && system(cmd) != 0)
     return 1;
   MPI_Barrier(MPI_COMM_WORLD);
+  test_nomem();
   test_resume(1, 1);
   test_resume(0, 1);
   test_resume(1, 0);
