@@ -103,6 +103,15 @@ void zinc_settings_defaults(zinc_settings *s) {
   s->dgc_density = 0.001;
   s->dgc_warmup_steps = 0;
   s->dgc_residual = 1;
+  s->psgd_rank = 1;
+  s->psgd_start_iter = 1000;
+  s->psgd_min_compression_rate = 2;
+  s->psgd_error_feedback = 1;
+  s->psgd_warm_start = 1;
+  s->psgd_orth_epsilon = 0;
+  s->psgd_random_seed = 0;
+  s->psgd_stats_frequency = 10000;
+  s->psgd_batch_same_shape = 0;
 
   s->aio_block_size = 1048576;
   s->aio_queue_depth = 8;

@@ -95,6 +95,8 @@ typedef enum {
   ZINC_GRAD_CODEC_TERNGRAD,  /* "terngrad": TernGrad (kernels/codec.h) */
   ZINC_GRAD_CODEC_DGC,       /* "dgc": top-k with a residual (Deep
                                 Gradient Compression)                   */
+  ZINC_GRAD_CODEC_POWERSGD,  /* "powersgd": low-rank all-reduce at
+                                stages 0/1 (engine/powersgd.c)          */
 } zinc_gradient_codec;
 /* optimizer.type; the optimizer's own kind (kernels/zinc_math.h) follows
  * from it (Adam and AdamW are one kind). */
@@ -294,6 +296,18 @@ typedef struct {
                                              averaging at stage 0 (engine/dga.c):
                                              the all-reduce of step t's
                                              gradient is applied at t + D   */
+  /* zinc.compression.powersgd: PyTorch's PowerSGDState (engine/powersgd.c) */
+  int64_t psgd_rank;                      /* 1: matrix_approximation_rank  */
+  int64_t psgd_start_iter;                /* 1000: start_powerSGD_iter     */
+  double psgd_min_compression_rate;       /* 2: min_compression_rate       */
+  int psgd_error_feedback;                /* true: use_error_feedback      */
+  int psgd_warm_start;                    /* true: warm_start              */
+  double psgd_orth_epsilon;               /* 0: orthogonalization_epsilon  */
+  int64_t psgd_random_seed;               /* 0: random_seed                */
+  int64_t psgd_stats_frequency;           /* 10000: compression_stats_
+                                             logging_frequency (iterations) */
+  int psgd_batch_same_shape;              /* false: batch_tensors_with_same_
+                                             shape (no effect on numbers)  */
   int64_t max_consecutive_skips;          /* 50: zinc_step fails after this many
                                              consecutive steps skipped for
                                              inf/NaN gradients that lowering

@@ -284,7 +284,7 @@ static json_t *settings_json(const zinc_settings *s) {
   put(z, "max_consecutive_skips", json_integer(s->max_consecutive_skips));
   json_t *cz = json_object();
   put(cz, "gradient_bits", json_integer(s->compress_gradient_bits));
-  static const char *const grad_codecs[] = {"quant", "terngrad", "dgc"};
+  static const char *const grad_codecs[] = {"quant", "terngrad", "dgc", "powersgd"};
   put(cz, "gradient_codec", json_string(grad_codecs[s->compress_gradient_codec]));
   put(cz, "weight_bits", json_integer(s->compress_weight_bits));
   put(cz, "block_size", json_integer(s->compress_block_size));
@@ -297,6 +297,17 @@ static json_t *settings_json(const zinc_settings *s) {
   json_t *dga = json_object();
   put(dga, "delay", json_integer(s->dga_delay));
   put(cz, "delayed_averaging", dga);
+  json_t *psgd = json_object();
+  put(psgd, "matrix_approximation_rank", json_integer(s->psgd_rank));
+  put(psgd, "start_powerSGD_iter", json_integer(s->psgd_start_iter));
+  put(psgd, "min_compression_rate", json_real(s->psgd_min_compression_rate));
+  put(psgd, "use_error_feedback", json_boolean(s->psgd_error_feedback));
+  put(psgd, "warm_start", json_boolean(s->psgd_warm_start));
+  put(psgd, "orthogonalization_epsilon", json_real(s->psgd_orth_epsilon));
+  put(psgd, "random_seed", json_integer(s->psgd_random_seed));
+  put(psgd, "compression_stats_logging_frequency", json_integer(s->psgd_stats_frequency));
+  put(psgd, "batch_tensors_with_same_shape", json_boolean(s->psgd_batch_same_shape));
+  put(cz, "powersgd", psgd);
   put(z, "compression", cz);
   put(root, "zinc", z);
   return root;

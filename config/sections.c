@@ -743,6 +743,7 @@ static const zinc_key compression_keys[] = {
     ZINC_KCUSTOM("scope"),
     ZINC_KCUSTOM("dgc"),
     ZINC_KCUSTOM("delayed_averaging"),
+    ZINC_KCUSTOM("powersgd"),
 };
 
 /* "zinc": {"compression": {"delayed_averaging": {"delay": D}}}: Delayed
@@ -759,6 +760,20 @@ static const zinc_key dgc_keys[] = {
     ZINC_KF(T, "density", dgc_density, 0, 1, ZINC_KEY_LO_OPEN, 0),
     ZINC_KL(T, "warmup_steps", dgc_warmup_steps, 0, 0, 0),
     ZINC_KB(T, "residual", dgc_residual),
+};
+
+/* "zinc": {"compression": {"powersgd": {...}}}: PowerSGD's parameters with
+ * the names and defaults of PyTorch's PowerSGDState (engine/powersgd.c). */
+static const zinc_key powersgd_keys[] = {
+    ZINC_KL(T, "matrix_approximation_rank", psgd_rank, 1, 0, 0),
+    ZINC_KL(T, "start_powerSGD_iter", psgd_start_iter, 0, 0, 0),
+    ZINC_KF(T, "min_compression_rate", psgd_min_compression_rate, 0, HUGE_VAL, 0, 0),
+    ZINC_KB(T, "use_error_feedback", psgd_error_feedback),
+    ZINC_KB(T, "warm_start", psgd_warm_start),
+    ZINC_KF(T, "orthogonalization_epsilon", psgd_orth_epsilon, 0, HUGE_VAL, 0, 0),
+    ZINC_KL(T, "random_seed", psgd_random_seed, 0, 0, 0),
+    ZINC_KL(T, "compression_stats_logging_frequency", psgd_stats_frequency, 0, 0, 0),
+    ZINC_KB(T, "batch_tensors_with_same_shape", psgd_batch_same_shape),
 };
 
 /* An integer key of obj that takes one of a few values (ascending, for the
@@ -805,10 +820,13 @@ static zinc_status read_compression(zinc_cfg_reader *r, const json_t *zinc, zinc
       s->compress_gradient_codec = ZINC_GRAD_CODEC_TERNGRAD;
     else if (strcmp(name, "dgc") == 0)
       s->compress_gradient_codec = ZINC_GRAD_CODEC_DGC;
+    else if (strcmp(name, "powersgd") == 0)
+      s->compress_gradient_codec = ZINC_GRAD_CODEC_POWERSGD;
     else
       return zinc_cfg_bad(r, v, "\"quant\" (gradient_bits' block codec), \"terngrad\" "
-                          "(TernGrad: stochastic ternary, 2 bits per element) or \"dgc\" "
-                          "(Deep Gradient Compression's top-k with a residual)");
+                          "(TernGrad: stochastic ternary, 2 bits per element), \"dgc\" "
+                          "(Deep Gradient Compression's top-k with a residual) or "
+                          "\"powersgd\" (PowerSGD's low-rank all-reduce, stages 0 and 1)");
     zinc_cfg_pop(r, m);
   }
   v = zinc_cfg_enter(r, obj, "scope", &m);
@@ -834,6 +852,13 @@ static zinc_status read_compression(zinc_cfg_reader *r, const json_t *zinc, zinc
   ZINC_CHECK(zinc_cfg_object(r, json_object_get(obj, "delayed_averaging"), &dga));
   if (dga)
     ZINC_CHECK(zinc_cfg_walk(r, dga, dga_keys, ZINC_KEY_COUNT(dga_keys), s, sizeof *s));
+  zinc_cfg_pop(r, md);
+  const json_t *psgd;
+  md = zinc_cfg_push(r, "powersgd");
+  ZINC_CHECK(zinc_cfg_object(r, json_object_get(obj, "powersgd"), &psgd));
+  if (psgd)
+    ZINC_CHECK(zinc_cfg_walk(r, psgd, powersgd_keys, ZINC_KEY_COUNT(powersgd_keys), s,
+                             sizeof *s));
   zinc_cfg_pop(r, md);
   if (s->compress_gradient_codec == ZINC_GRAD_CODEC_DGC && s->compress_block_size > 65536)
     return zinc_error(ZINC_ERR_CONFIG, "%s.block_size = %lld: gradient_codec \"dgc\" stores "

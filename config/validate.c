@@ -99,6 +99,12 @@ static zinc_status check_zero(zinc_cfg_reader *r, const json_t *root, zinc_setti
                       "only (every rank corrects its full local gradient with the full "
                       "averaged one, D steps late); set stage 0, or delay 0 to turn it off",
                       (long long)s->dga_delay, s->stage);
+  /* Both replace stage 0's gradient all-reduce: one of them at a time. */
+  if (s->dga_delay > 0 && s->compress_gradient_codec == ZINC_GRAD_CODEC_POWERSGD)
+    return zinc_error(ZINC_ERR_CONFIG, "zinc.compression.delayed_averaging.delay = %lld with "
+                      "zinc.compression.gradient_codec \"powersgd\": both replace stage 0's "
+                      "gradient all-reduce and zinc runs one at a time; remove one of them",
+                      (long long)s->dga_delay);
   ZINC_CHECK(check_offload(r, root, s, "offload_optimizer", &s->offload_optimizer, 1));
   ZINC_CHECK(check_offload(r, root, s, "offload_param", &s->offload_param, 3));
   /* DeepSpeed 0.14.4 means to reject a ratio < 1 below stage 3, but its

@@ -168,6 +168,10 @@ static void note_compression(zinc_cfg_reader *r, const zinc_settings *s) {
     zinc_cfg_warn(r, "zinc.compression.gradient_codec = \"dgc\" has no effect without "
                   "%s.zero_quantized_gradients: it picks the codec of the compressed gradient "
                   "reduce-scatter; set zero_quantized_gradients true", r->path);
+  if (s->compress_gradient_codec == ZINC_GRAD_CODEC_POWERSGD && s->zero_quantized_gradients)
+    zinc_cfg_warn(r, "%s.zero_quantized_gradients is not used with zinc.compression."
+                  "gradient_codec = \"powersgd\": PowerSGD replaces the whole gradient "
+                  "reduction; remove zero_quantized_gradients", r->path);
   if (s->compress_gradient_codec == ZINC_GRAD_CODEC_DGC && s->loco_enabled)
     zinc_cfg_warn(r, "%s.zeropp_loco_param is not used with zinc.compression.gradient_codec = "
                   "\"dgc\": DGC keeps its own fp32 residual (zinc.compression.dgc.residual); "
@@ -299,6 +303,13 @@ zinc_status zinc_cfg_read_zero(zinc_cfg_reader *r, const json_t *v, zinc_setting
     zinc_cfg_warn(r, "%s.zero_hpz_partition_size = %d has no effect at stage %d: the "
                   "secondary parameter partition (hpZ) is a stage-3 feature; set stage 3 "
                   "or remove the key", r->path, s->zero_hpz_partition_size, s->stage);
+  if (s->compress_gradient_codec == ZINC_GRAD_CODEC_POWERSGD && s->stage >= 2)
+    return zinc_error(ZINC_ERR_CONFIG, "zinc.compression.gradient_codec = \"powersgd\" needs "
+                      "stage 0 or 1, not %s.stage = %d: PowerSGD multiplies each rank's whole "
+                      "local gradient matrix, and at stages 2 and 3 the gradient is "
+                      "reduce-scattered bucket by bucket as backward produces it, so no rank "
+                      "ever holds it whole; set stage 0 or 1, or pick another gradient_codec "
+                      "(\"quant\", \"terngrad\", \"dgc\")", r->path, s->stage);
   note_compression(r, s);
   zinc_cfg_pop(r, mark);
   return ZINC_OK;

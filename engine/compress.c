@@ -175,7 +175,8 @@ zinc_status zinc_compress_init(zinc_engine *e) {
     for (int ui = 0; ui < e->ntrain_units; ui++)
       if ((int)e->units[ui].dtype != s->communication_data_type)
         cast = cast_codec(s->communication_data_type);
-  int qgz = s->zero_quantized_gradients && s->stage >= 1;
+  int qgz = s->zero_quantized_gradients && s->stage >= 1 &&
+            s->compress_gradient_codec != ZINC_GRAD_CODEC_POWERSGD; /* powersgd.c's */
   if (qgz && nnodes == 1 && !all)
     zinc_log0(ZINC_LOG_WARN, "zero_quantized_gradients: all %d data-parallel ranks are on one "
               "node and zinc.compression.scope is \"inter_node\", so no gradient is quantized "

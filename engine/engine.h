@@ -61,6 +61,7 @@
 
 typedef struct zinc_prof zinc_prof;
 typedef struct zinc_nvme zinc_nvme;
+typedef struct zinc_powersgd zinc_powersgd;
 
 /* ------------------------------------------------------------- registry */
 
@@ -394,6 +395,7 @@ struct zinc_engine {
   size_t cx_scratch_bytes;
   /* ---- delayed gradient averaging (dga.c) */
   struct zinc_dga *dga;   /* NULL: off (the synchronous reduction)       */
+  zinc_powersgd *psgd;    /* PowerSGD at stages 0/1 (powersgd.c); NULL: off */
   /* rank-local state of the compression methods, saved in checkpoints
    * (engine/checkpoint/mstate.h) */
   zinc_mstate_entry mstate[ZINC_MSTATE_MAX];
@@ -681,6 +683,29 @@ zinc_status zinc_compress_weight_encode(zinc_engine *e, void *dst, const void *s
                                         int64_t chunk);
 zinc_status zinc_compress_weight_decode(zinc_engine *e, void *dst, int dtype, const void *src,
                                         int64_t chunk);
+
+/* --------------------------------------------------------- powersgd.c */
+/* gradient_codec "powersgd" at stage 0 or 1. */
+int zinc_powersgd_enabled(const zinc_settings *s);
+/* Its Q matrices, errors and scratch (after layout; ZINC_ERR_UNSUPPORTED
+ * on the cuda device), registered as method state. */
+zinc_status zinc_powersgd_init(zinc_engine *e);
+void zinc_powersgd_free(zinc_engine *e);
+/* Bytes zinc_powersgd_init allocates: state (Q's and errors, gradient
+ * memory) and scratch (buffers); 0 when off. Needs the registry only. */
+void zinc_powersgd_sizes(const zinc_engine *e, uint64_t *state, uint64_t *scratch);
+/* This window's reduction is PowerSGD's (iteration >= start_powerSGD_iter). */
+int zinc_powersgd_active(const zinc_engine *e);
+/* A launched reduction of these modules: kept for the flush (every module
+ * is launched once per window). */
+zinc_status zinc_powersgd_defer(zinc_engine *e, const int *mods, int nmods);
+/* At the window's flush (collective over dp): the deferred modules reduced
+ * together; every rank's gradient buffer ends with the sum over ranks
+ * (approximated for the compressed parameters). */
+zinc_status zinc_powersgd_flush(zinc_engine *e);
+/* 1 (once) when the last window's gradients are whole on every rank (the
+ * stage-0 all-gather is not needed). */
+int zinc_powersgd_take_whole(zinc_engine *e);
 
 /* Gather the whole copy of persistent segments from the shards. */
 zinc_status zinc_stage3_gather_persistent(zinc_engine *e);

@@ -168,6 +168,7 @@ zinc_status zinc_grads_init(zinc_engine *e) {
   ZINC_CHECK(zinc_compress_init(e));
   ZINC_CHECK(zinc_compress_scratch(e));
   ZINC_CHECK(zinc_dga_init(e));
+  ZINC_CHECK(zinc_powersgd_init(e));
   return ZINC_OK; /* the bucket ring: zinc_build_buffers, with the other comm memory */
 }
 
@@ -187,6 +188,7 @@ void zinc_grads_free(zinc_engine *e) {
   zinc_dga_free(e);
   zinc_compress_free(e);
   zinc_compress_scratch_free(e);
+  zinc_powersgd_free(e);
   if (e->grad_acc)
     zinc_engine_buffer_free(e, e->grad_acc, e->grad_acc_bytes, ZINC_LOC_DEVICE, ZINC_MEM_GRADS);
   e->grad_acc = NULL;
@@ -442,6 +444,12 @@ static zinc_status launch(zinc_engine *e) {
     free(colls);
     return ast;
   }
+  if (zinc_powersgd_active(e)) { /* PowerSGD reduces them all at the flush (powersgd.c) */
+    free(colls);
+    e->npending = 0;
+    e->pending_elems = 0;
+    return zinc_powersgd_defer(e, e->launched_modules + e->nlaunched, r->nmodules);
+  }
   /* compressed: colls[0] is the exchange; else one reduce-scatter per unit */
   for (int i = 0, k = 0; !compressed && i < e->npending; i++) {
     zinc_module *m = e->modules[e->pending[i]];
@@ -604,6 +612,7 @@ zinc_status zinc_grads_flush(zinc_engine *e) {
         ZINC_CHECK(enqueue(e, e->modules[mi]));
   ZINC_CHECK(launch(e));
   ZINC_CHECK(retire_all(e));
+  ZINC_CHECK(zinc_powersgd_flush(e));
   /* Modules that produced no gradient this window hold zeros. */
   for (int mi = 0; mi < e->nmodules; mi++) {
     zinc_module *m = e->modules[mi];

@@ -460,7 +460,9 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
     fill_info(e, info, 0, lr);
     return ZINC_OK;
   }
-  if (e->cfg.stage == 0) /* delayed averaging: this rank's corrected gradient (dga.c) */
+  /* stage 0: delayed averaging's corrected gradient (dga.c); PowerSGD
+   * leaves the whole gradient on every rank; otherwise the all-gather */
+  if (e->cfg.stage == 0 && !zinc_powersgd_take_whole(e))
     ZINC_CHECK(e->dga ? zinc_dga_step(e) : gather_units_in_place(e, 1, e->ntrain_units));
 
   double total = 0.0;

@@ -16,7 +16,7 @@
  *   mpirun -n 2 --oversubscribe step_bench [--params 67108864] [--modules 16]
  *          [--steps 3] [--dtype f32|bf16] [--no-torch] [--hpz H] [--compress]
  *          [--compress-codec int4|terngrad] [--dgc DENSITY] [--dga D]
- *          [--compute-ms MS]
+ *          [--powersgd RANK [--powersgd-stage 0|1]] [--compute-ms MS]
  *
  * --compute-ms MS: the backward pass also waits MS milliseconds per step,
  * spread over the modules (a sleep: an accelerator computing while the
@@ -43,6 +43,10 @@
  * --dga D: stage 0 only, the synchronous all-reduce against delayed
  * gradient averaging with delay D (the all-reduce in the background for D
  * steps), each run back to back, the mean of --steps steps.
+ * --powersgd RANK likewise at stage 1 (--powersgd-stage 0 for stage 0):
+ * the exact reduction against PowerSGD at matrix_approximation_rank RANK
+ * from the first step (start_powerSGD_iter 0, error feedback, warm start;
+ * every weight here is a (params / modules / 1024) x 1024 matrix).
  */
 #include <math.h>
 #include <mpi.h>
@@ -71,6 +75,8 @@ typedef struct {
   int dga;              /* > 0: only stage 0, synchronous against DGA's delay */
   int wire;             /* the pairs: comms_logger on, bytes per step printed */
   double compute_ms;    /* --compute-ms: the model's backward, emulated per step */
+  int psgd_rank;        /* > 0: only psgd_stage, exact against PowerSGD */
+  int psgd_stage;       /* 0 or 1 (default 1) */
 } bench_args;
 
 static void die(const char *what) {
@@ -277,8 +283,9 @@ static void run_pair(const bench_args *a, int rank, const variant v[2], const ch
   aw.wire = 1;
   a = &aw;
   bench_model b[2];
+  int stage = a->psgd_rank > 0 ? a->psgd_stage : 3; /* PowerSGD: stage 0 or 1 */
   for (int k = 0; k < 2; k++)
-    open_stage_with(a, 3, v[k].extra, v[k].top, MPI_COMM_WORLD, 0, &b[k]);
+    open_stage_with(a, stage, v[k].extra, v[k].top, MPI_COMM_WORLD, 0, &b[k]);
   timing best[2] = {{1e30, 1e30, 1e30, 1e30, 1e30, 1e30}, {1e30, 1e30, 1e30, 1e30, 1e30, 1e30}};
   for (int s = 0; s <= a->steps; s++)
     for (int k = 0; k < 2; k++) {
@@ -294,8 +301,8 @@ static void run_pair(const bench_args *a, int rank, const variant v[2], const ch
   close_stage(&b[0]);
   close_stage(&b[1]);
   if (rank == 0) {
-    printf("\n%-22s %10s %10s %10s %10s %10s\n", "stage 3", "step s", "fetch s", "bwd s",
-           "optim s", "comm wait");
+    printf("\n%-14s%-8d %10s %10s %10s %10s %10s\n", "stage", stage, "step s", "fetch s",
+           "bwd s", "optim s", "comm wait");
     for (int k = 0; k < 2; k++)
       printf("%-22s %10.3f %10.3f %10.3f %10.3f %10.3f\n", v[k].label, best[k].step,
              best[k].forward, best[k].backward, best[k].optim, best[k].comm);
@@ -424,6 +431,18 @@ static void run_dga(const bench_args *a, int rank) {
     printf("DGA: rank 0 sent %.2f MB per step vs %.2f MB without: %.1fx fewer bytes\n",
            wire[1] / 1e6, wire[0] / 1e6, wire[1] > 0 ? wire[0] / wire[1] : 0.0);
   }
+}
+
+/* PowerSGD (zinc.compression.gradient_codec "powersgd") at rank
+ * a->psgd_rank against the exact reduction, at stage a->psgd_stage. */
+static void run_powersgd(const bench_args *a, int rank) {
+  char top[256], label[64];
+  snprintf(top, sizeof top, ", \"zinc\": {\"compression\": {\"gradient_codec\": \"powersgd\","
+           " \"powersgd\": {\"matrix_approximation_rank\": %d, \"start_powerSGD_iter\": 0}}}",
+           a->psgd_rank);
+  snprintf(label, sizeof label, "powersgd %d", a->psgd_rank);
+  variant v[2] = {{"exact", "", NULL}, {label, "", top}};
+  run_pair(a, rank, v, label, 1.0);
 }
 
 /* Engine overhead, one rank: zinc's stage-0 step (the trainer's gradient
@@ -575,7 +594,7 @@ static int run_torch(const bench_args *a, int ranks, double *iteration) {
 
 int main(int argc, char **argv) {
   bench_args a = {.params = 64ll << 20, .modules = 16, .steps = 3, .dtype = ZINC_F32,
-                  .torch = 1};
+                  .torch = 1, .psgd_stage = 1};
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--params") && i + 1 < argc)
       a.params = atoll(argv[++i]);
@@ -600,10 +619,16 @@ int main(int argc, char **argv) {
       a.dga = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--compute-ms") && i + 1 < argc)
       a.compute_ms = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--powersgd") && i + 1 < argc)
+      a.psgd_rank = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--powersgd-stage") && i + 1 < argc &&
+             (!strcmp(argv[i + 1], "0") || !strcmp(argv[i + 1], "1")))
+      a.psgd_stage = atoi(argv[++i]);
     else {
       fprintf(stderr, "usage: %s [--params N] [--modules M] [--steps S] [--dtype f32|bf16] "
               "[--no-torch] [--hpz H] [--compress] [--compress-codec int4|terngrad] "
-              "[--dgc DENSITY] [--dga D] [--compute-ms MS]\n", argv[0]);
+              "[--dgc DENSITY] [--dga D] [--powersgd RANK [--powersgd-stage 0|1]] "
+              "[--compute-ms MS]\n", argv[0]);
       return 2;
     }
   }
@@ -615,7 +640,7 @@ int main(int argc, char **argv) {
   if (rank == 0)
     printf("step_bench: %lld %s parameters in %d modules, %d ranks, best of %d steps\n",
            (long long)a.params, zinc_dtype_name(a.dtype), a.modules, size, a.steps);
-  if (a.hpz > 0 || a.compress || a.dgc > 0 || a.dga > 0) {
+  if (a.hpz > 0 || a.compress || a.dgc > 0 || a.dga > 0 || a.psgd_rank > 0) {
     if (a.hpz > 0)
       run_hpz(&a, rank);
     if (a.compress)
@@ -624,6 +649,8 @@ int main(int argc, char **argv) {
       run_dgc(&a, rank);
     if (a.dga > 0)
       run_dga(&a, rank);
+    if (a.psgd_rank > 0)
+      run_powersgd(&a, rank);
     MPI_Finalize();
     return 0;
   }

@@ -87,6 +87,10 @@ zinc_status zinc_estimate_model(const zinc_settings *cfg, int dp_size, int64_t h
     out->bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += ef_bytes(e);
     out->bytes[ZINC_LOC_HOST][ZINC_MEM_GRADS] +=
         zinc_dga_state_bytes(&e->cfg, e->dp_size, (int64_t)e->dp_size * e->train_shard_numel);
+    uint64_t psgd_state, psgd_scratch; /* PowerSGD's Q's and errors, its scratch */
+    zinc_powersgd_sizes(e, &psgd_state, &psgd_scratch);
+    out->bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += psgd_state;
+    out->bytes[ZINC_LOC_DEVICE][ZINC_MEM_BUFFERS] += psgd_scratch;
     out->formula = zinc_formula_model_states(e);
     out->params = e->psi[0] + e->psi[1] + e->psi[2];
     size_t largest_gather = 0, total_gather = 0;

@@ -16,7 +16,8 @@
  *    skipped (fp32 delay 1 and 2, fp16 with its loss scale halved).
  *  - failure: an allocation failing on rank 1 in the step fails the step on
  *    every rank with rank 1's message; destroy returns.
- *  - config: delay at stage 1 is refused with ZINC_ERR_CONFIG naming stage 0.
+ *  - config: delay at stage 1 is refused with ZINC_ERR_CONFIG naming stage 0,
+ *    and beside PowerSGD (both replace stage 0's all-reduce).
  *  - the wire: the comms logger's bytes of DGA's all-reduces equal the
  *    exact run's reduce-scatter + all-gather bytes over the same steps
  *    (2 (N - 1) x 4 bytes per padded trained element per step: the same
@@ -343,6 +344,14 @@ static void test_config(void) {
   cfg = NULL;
   st = zinc_config_parse("{\"train_micro_batch_size_per_gpu\": 1, " DGA_JSON("3") "}", &cfg);
   ET_CHECK(st == ZINC_OK && cfg->s.dga_delay == 3, "delay 3 at stage 0: %s: %s",
+           zinc_status_name(st), zinc_last_error());
+  zinc_config_free(cfg);
+  cfg = NULL;
+  st = zinc_config_parse("{\"train_micro_batch_size_per_gpu\": 1, \"zinc\": {\"compression\": "
+                         "{\"gradient_codec\": \"powersgd\", \"delayed_averaging\": "
+                         "{\"delay\": 1}}}}", &cfg);
+  ET_CHECK(st == ZINC_ERR_CONFIG && strstr(zinc_last_error(), "powersgd"),
+           "delay with PowerSGD: %s (want ZINC_ERR_CONFIG naming both): %s",
            zinc_status_name(st), zinc_last_error());
   zinc_config_free(cfg);
 }
