@@ -198,7 +198,7 @@ static json_t *settings_json(const zinc_settings *s) {
     json_array_append_new(betas, real_or_auto(s, ZINC_AUTO_BETA1, s->beta1));
     json_array_append_new(betas, real_or_auto(s, ZINC_AUTO_BETA2, s->beta2));
   }
-  if (adam || t == ZINC_OPTIM_LAMB || t == ZINC_OPTIM_LION)
+  if (adam || t == ZINC_OPTIM_LAMB || t == ZINC_OPTIM_LION || t == ZINC_OPTIM_ZERO_ONE_ADAM)
     put(params, "betas", betas);
   else
     json_decref(betas);
@@ -212,6 +212,12 @@ static json_t *settings_json(const zinc_settings *s) {
   if (t == ZINC_OPTIM_LAMB) {
     put(params, "max_coeff", json_real(s->max_coeff));
     put(params, "min_coeff", json_real(s->min_coeff));
+  }
+  if (t == ZINC_OPTIM_ZERO_ONE_ADAM) {
+    put(params, "var_freeze_step", json_integer(s->var_freeze_step));
+    put(params, "var_update_scaler", json_integer(s->var_update_scaler));
+    put(params, "local_step_scaler", json_integer(s->local_step_scaler));
+    put(params, "local_step_clipper", json_integer(s->local_step_clipper));
   }
   if (t == ZINC_OPTIM_SGD) {
     put(params, "momentum", json_real(s->momentum));

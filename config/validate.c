@@ -79,6 +79,39 @@ static zinc_status check_offload(zinc_cfg_reader *r, const json_t *root,
   return ZINC_OK;
 }
 
+/* 0/1 Adam (engine/zoadam.c) keeps the whole model's momentum, variance and
+ * momentum accumulator on every rank and all-reduces them compressed
+ * itself, which is stage 0's layout; DeepSpeed runs it without ZeRO too.
+ * Its gradients are rank-local on most steps, so a global clipping norm
+ * does not exist there. */
+static zinc_status check_zero_one_adam(zinc_cfg_reader *r, const json_t *root,
+                                       const zinc_settings *s) {
+  if (s->optimizer != ZINC_OPTIM_ZERO_ONE_ADAM)
+    return ZINC_OK;
+  if (s->stage != 0) {
+    point_at(r, "zero_optimization.stage");
+    return zinc_cfg_bad(r, json_at(root, "zero_optimization.stage"),
+                        "0 with optimizer.type \"ZeroOneAdam\" (found stage %d): 0/1 Adam "
+                        "keeps and all-reduces the whole model's optimizer state on every "
+                        "rank, so it does not partition; set zero_optimization.stage to 0, "
+                        "or use \"Adam\" with ZeRO stage %d", s->stage, s->stage);
+  }
+  if (s->gradient_clipping > 0) {
+    point_at(r, "gradient_clipping");
+    return zinc_cfg_bad(r, json_at(root, "gradient_clipping"),
+                        "0 with optimizer.type \"ZeroOneAdam\": its gradients are rank-local "
+                        "on the steps it compresses, so there is no global norm to clip by "
+                        "(DeepSpeed's 0/1 Adam does not clip either)");
+  }
+  if (s->offload_optimizer.device != ZINC_OFFLOAD_NONE) {
+    point_at(r, "zero_optimization.offload_optimizer.device");
+    return zinc_cfg_bad(r, json_at(root, "zero_optimization.offload_optimizer.device"),
+                        "\"none\" with optimizer.type \"ZeroOneAdam\" (zinc updates its "
+                        "state where the parameters live)");
+  }
+  return ZINC_OK;
+}
+
 static zinc_status check_zero(zinc_cfg_reader *r, const json_t *root, zinc_settings *s) {
   /* DeepSpeed builds torch.optim.SGD from optimizer.type "SGD" and runs it
    * under ZeRO only with zero_allow_untested_optimizer; zinc asks the same
@@ -91,6 +124,7 @@ static zinc_status check_zero(zinc_cfg_reader *r, const json_t *root, zinc_setti
                         "optimizer, which DeepSpeed runs with ZeRO stage %d only with that "
                         "flag (zinc implements it as torch.optim.SGD)", s->stage);
   }
+  ZINC_CHECK(check_zero_one_adam(r, root, s));
   ZINC_CHECK(check_offload(r, root, s, "offload_optimizer", &s->offload_optimizer, 1));
   ZINC_CHECK(check_offload(r, root, s, "offload_param", &s->offload_param, 3));
   /* DeepSpeed 0.14.4 means to reject a ratio < 1 below stage 3, but its
