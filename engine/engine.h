@@ -61,6 +61,7 @@
 
 typedef struct zinc_prof zinc_prof;
 typedef struct zinc_nvme zinc_nvme;
+typedef struct zinc_zoadam zinc_zoadam;
 
 /* ------------------------------------------------------------- registry */
 
@@ -392,6 +393,7 @@ struct zinc_engine {
   size_t *cx_ef_off;      /* (ntrain_units) byte offset of each unit's  */
   float *cx_scratch;      /* stages 0/1: (largest chunk) f32 sum        */
   size_t cx_scratch_bytes;
+  zinc_zoadam *zoadam;    /* 0/1 Adam (zoadam.c): optimizer.type ZeroOneAdam */
   /* rank-local state of the compression methods, saved in checkpoints
    * (engine/checkpoint/mstate.h) */
   zinc_mstate_entry mstate[ZINC_MSTATE_MAX];
@@ -656,6 +658,24 @@ zinc_status zinc_compress_weight_encode(zinc_engine *e, void *dst, const void *s
                                         int64_t chunk);
 zinc_status zinc_compress_weight_decode(zinc_engine *e, void *dst, int dtype, const void *src,
                                         int64_t chunk);
+
+/* --------------------------------------------------------- zoadam.c */
+/* 0/1 Adam (optimizer.type "ZeroOneAdam", stage 0): its state, buffers and
+ * registered method state (no-op for another optimizer); after layout. */
+zinc_status zinc_zoadam_init(zinc_engine *e);
+void zinc_zoadam_free(zinc_engine *e);
+/* Its state and scratch bytes (the estimator's and the build's sizes). */
+void zinc_zoadam_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]);
+/* 1 when the coming step keeps the gradients rank-local (no all-reduce by
+ * the engine): 0/1 Adam's compressed and local steps over several ranks. */
+int zinc_zoadam_local_grads(zinc_engine *e);
+/* On such a step: the gradient norm's sum of squares and the inf/NaN flag
+ * agreed over the data-parallel ranks (collective); otherwise a no-op. */
+zinc_status zinc_zoadam_norm(zinc_engine *e, double *total, int *overflow);
+/* 0/1 Adam's communication and update of step e->step + 1 (lr before the
+ * group scales; grad_scale step.c's 1 / (loss scale x dp_size x
+ * accumulation)). Collective over the data-parallel group. */
+zinc_status zinc_zoadam_update(zinc_engine *e, double lr, double grad_scale);
 
 /* Gather the whole copy of persistent segments from the shards. */
 zinc_status zinc_stage3_gather_persistent(zinc_engine *e);

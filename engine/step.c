@@ -460,12 +460,13 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
     fill_info(e, info, 0, lr);
     return ZINC_OK;
   }
-  if (e->cfg.stage == 0)
+  if (e->cfg.stage == 0 && !zinc_zoadam_local_grads(e))
     ZINC_CHECK(gather_units_in_place(e, 1, e->ntrain_units));
 
   double total = 0.0;
   int overflow = 0;
   ZINC_CHECK(grad_sumsq(e, &total, &overflow));
+  ZINC_CHECK(zinc_zoadam_norm(e, &total, &overflow)); /* 0/1 Adam's rank-local steps */
   double scale = zinc_loss_scaler_scale(&e->scaler);
   double base = 1.0 / (scale * (double)e->dp_size * (double)e->cfg.gradient_accumulation_steps);
   double norm = overflow ? INFINITY : sqrt(total) * base;
@@ -508,6 +509,8 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
   }
   if (st != ZINC_OK)
     ; /* agreed below, with the update's own failures */
+  else if (e->zoadam) /* 0/1 Adam: its own communication and update */
+    st = zinc_zoadam_update(e, lr, base * coef);
   else if (zinc_nvme_opt_on_disk(e))
     st = zinc_nvme_step(e, c, ncoef, segs, e->nruns,
                         zinc_opt_two_pass(c[0].kind) ? ZINC_OPT_PASS_APPLY : ZINC_OPT_PASS_UPDATE,
