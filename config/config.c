@@ -61,6 +61,7 @@ void zinc_settings_defaults(zinc_settings *s) {
   s->max_coeff = 10.0;
   s->min_coeff = 0.01;
   s->bias_correction = 1;
+  s->onebit_freeze_step = 100000;
 
   s->scheduler = ZINC_SCHED_NONE;
   s->warmup_max_lr = 1e-3;

@@ -99,7 +99,8 @@ typedef enum {
 /* optimizer.type; the optimizer's own kind (kernels/zinc_math.h) follows
  * from it (Adam and AdamW are one kind). */
 typedef enum { ZINC_OPTIM_ADAM = 0, ZINC_OPTIM_ADAMW, ZINC_OPTIM_LAMB, ZINC_OPTIM_LION,
-               ZINC_OPTIM_ADAGRAD, ZINC_OPTIM_SGD } zinc_optim_type;
+               ZINC_OPTIM_ADAGRAD, ZINC_OPTIM_SGD,
+               ZINC_OPTIM_ONEBIT_ADAM /* "OneBitAdam" (engine/onebit_adam.c) */ } zinc_optim_type;
 typedef enum {
   ZINC_SCHED_NONE = 0,     /* constant lr */
   ZINC_SCHED_WARMUP_LR,    /* WarmupLR */
@@ -176,6 +177,10 @@ typedef struct {
   double max_coeff, min_coeff;            /* Lamb: 10, 0.01                */
   double momentum, dampening;             /* SGD: 0, 0                     */
   int nesterov;                           /* SGD: false                    */
+  /* OneBitAdam (DeepSpeed's 1-bit Adam, engine/onebit_adam.c) */
+  int64_t onebit_freeze_step;             /* 100000: exact Adam steps before
+                                             the compressed ones          */
+  int onebit_cuda_aware;                  /* false: stored, no effect      */
 
   /* ---- scheduler */
   zinc_sched_type scheduler;

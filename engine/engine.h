@@ -50,6 +50,7 @@
 #include "comm/comm.h"
 #include "comm/comm_log.h"
 #include "engine/checkpoint/mstate.h"
+#include "engine/onebit.h"
 #include "device/device.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
@@ -392,6 +393,12 @@ struct zinc_engine {
   size_t *cx_ef_off;      /* (ntrain_units) byte offset of each unit's  */
   float *cx_scratch;      /* stages 0/1: (largest chunk) f32 sum        */
   size_t cx_scratch_bytes;
+  /* 1-bit Adam (onebit_adam.c; optimizer.type "OneBitAdam", stage 0) */
+  zinc_onebit_plan ob_plan; /* one segment per trained parameter, in the
+                               optimizer arrays (N*S)                     */
+  float *ob_worker_error;  /* (ob_worker_bytes) device: padded momentum  */
+  float *ob_server_error;  /* (ob_server_bytes) device: this rank's chunks */
+  size_t ob_worker_bytes, ob_server_bytes;
   /* rank-local state of the compression methods, saved in checkpoints
    * (engine/checkpoint/mstate.h) */
   zinc_mstate_entry mstate[ZINC_MSTATE_MAX];
@@ -656,6 +663,25 @@ zinc_status zinc_compress_weight_encode(zinc_engine *e, void *dst, const void *s
                                         int64_t chunk);
 zinc_status zinc_compress_weight_decode(zinc_engine *e, void *dst, int dtype, const void *src,
                                         int64_t chunk);
+
+/* --------------------------------------------------------- onebit_adam.c */
+/* OneBitAdam at stage 0: the plan and the worker/server errors (registered
+ * as method state); nothing for another optimizer. After layout. */
+zinc_status zinc_onebit_adam_init(zinc_engine *e);
+void zinc_onebit_adam_free(zinc_engine *e);
+/* 1 when this step's gradients stay local (OneBitAdam, e->step >=
+ * freeze_step): grads.c reduces nothing, step.c gathers nothing. */
+int zinc_onebit_local_grads(const zinc_engine *e);
+/* After the local norm: every rank's squared norm and overflow agreed
+ * (onebit_adam.c's header says what the norm means). Collective. */
+zinc_status zinc_onebit_adam_norm(zinc_engine *e, double *total, int *overflow);
+/* The compressed step over the runs (segs as step.c builds them);
+ * local_scale turns a rank's gradient into its mean gradient, times the
+ * clipping coefficient. Collective over the data-parallel group. */
+zinc_status zinc_onebit_adam_step(zinc_engine *e, const zinc_opt_coef *c,
+                                  const zinc_opt_seg *segs, double local_scale);
+/* Bytes of the error buffers zinc_onebit_adam_init allocates (estimator). */
+uint64_t zinc_onebit_adam_state_bytes(const zinc_engine *e);
 
 /* Gather the whole copy of persistent segments from the shards. */
 zinc_status zinc_stage3_gather_persistent(zinc_engine *e);
