@@ -70,6 +70,7 @@ void zinc_settings_defaults(zinc_settings *s) {
   s->factor_max = 4.0;
   s->factor_min = 0.5;
   s->factor_threshold = 0.1;
+  s->onebit_freeze_step = 100000;
 
   s->scheduler = ZINC_SCHED_NONE;
   s->warmup_max_lr = 1e-3;

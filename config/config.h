@@ -100,6 +100,7 @@ typedef enum {
  * from it (Adam and AdamW are one kind). */
 typedef enum { ZINC_OPTIM_ADAM = 0, ZINC_OPTIM_ADAMW, ZINC_OPTIM_LAMB, ZINC_OPTIM_LION,
                ZINC_OPTIM_ADAGRAD, ZINC_OPTIM_SGD,
+               ZINC_OPTIM_ONEBIT_ADAM,   /* "OneBitAdam" (engine/onebit_adam.c) */
                ZINC_OPTIM_ZERO_ONE_ADAM, /* DeepSpeed's ZeroOneAdam (engine/zoadam.c) */
                ZINC_OPTIM_ONEBIT_LAMB    /* DeepSpeed's OneBitLamb: parsed, refused */
 } zinc_optim_type;
@@ -189,6 +190,10 @@ typedef struct {
   double coeff_beta;                      /* 0.9                           */
   double factor_max, factor_min;          /* 4.0, 0.5                      */
   double factor_threshold;                /* 0.1                           */
+  /* OneBitAdam (DeepSpeed's 1-bit Adam, engine/onebit_adam.c) */
+  int64_t onebit_freeze_step;             /* 100000: exact Adam steps before
+                                             the compressed ones          */
+  int onebit_cuda_aware;                  /* false: stored, no effect      */
 
   /* ---- scheduler */
   zinc_sched_type scheduler;

@@ -49,6 +49,7 @@ const char *zinc_optim_type_name(zinc_optim_type t) {
   case ZINC_OPTIM_SGD: return "SGD";
   case ZINC_OPTIM_ZERO_ONE_ADAM: return "ZeroOneAdam";
   case ZINC_OPTIM_ONEBIT_LAMB: return "OneBitLamb";
+  case ZINC_OPTIM_ONEBIT_ADAM: return "OneBitAdam";
   }
   return "unknown";
 }
@@ -330,6 +331,30 @@ static const zinc_key sgd_keys[] = {
     ZINC_KIGNORED("differentiable"),
 };
 
+/* DeepSpeed's OnebitAdam (deepspeed/runtime/fp16/onebit/adam.py): Adam
+ * until freeze_step, then the variance frozen and the momentum all-reduced
+ * 1-bit compressed (engine/onebit_adam.c). It never applies a bias
+ * correction whatever bias_correction says, and reads neither
+ * eps_inside_sqrt nor max_grad_norm (only their defaults are accepted
+ * here); cuda_aware and comm_backend_name pick DeepSpeed's transport:
+ * zinc's runs over its own data-parallel comm. */
+static const zinc_key onebit_adam_keys[] = {
+    ZINC_KF(T, "lr", lr, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
+    ZINC_KCUSTOM("betas"),
+    ZINC_KF(T, "eps", eps, 0, INF, ZINC_KEY_AUTO | ZINC_KEY_LO_OPEN, ZINC_AUTO_F64),
+    ZINC_KF(T, "weight_decay", weight_decay, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
+    ZINC_KL(T, "freeze_step", onebit_freeze_step, 0, 0, 0),
+    ZINC_KB_NOOP(T, "bias_correction", bias_correction,
+                 "DeepSpeed's OneBitAdam never applies a bias correction, nor does zinc's"),
+    ZINC_KB_NOOP(T, "cuda_aware", onebit_cuda_aware,
+                 "DeepSpeed's MPI transport option; zinc's compressed all-reduce runs over "
+                 "its own data-parallel comm"),
+    ZINC_KCUSTOM("comm_backend_name"),
+    ZINC_KCUSTOM("amsgrad"),
+    ZINC_KCUSTOM("max_grad_norm"),
+    ZINC_KCUSTOM("eps_inside_sqrt"),
+};
+
 /* DeepSpeed's ZeroOneAdam (0/1 Adam, engine/zoadam.c). It applies no bias
  * correction whatever bias_correction says; cuda_aware and
  * comm_backend_name pick DeepSpeed's transport, zinc's is the engine's
@@ -389,6 +414,8 @@ static const optim_spec optim_specs[] = {
     {"Lion", ZINC_OPTIM_LION, lion_keys, ZINC_KEY_COUNT(lion_keys), 1, 0},
     {"Adagrad", ZINC_OPTIM_ADAGRAD, adagrad_keys, ZINC_KEY_COUNT(adagrad_keys), 0, 1},
     {"SGD", ZINC_OPTIM_SGD, sgd_keys, ZINC_KEY_COUNT(sgd_keys), 0, 0},
+    {"OneBitAdam", ZINC_OPTIM_ONEBIT_ADAM, onebit_adam_keys, ZINC_KEY_COUNT(onebit_adam_keys),
+     1, 1},
     {"ZeroOneAdam", ZINC_OPTIM_ZERO_ONE_ADAM, zero_one_adam_keys,
      ZINC_KEY_COUNT(zero_one_adam_keys), 1, 1},
     {"OneBitLamb", ZINC_OPTIM_ONEBIT_LAMB, onebit_lamb_keys, ZINC_KEY_COUNT(onebit_lamb_keys), 1,
@@ -444,7 +471,7 @@ static zinc_status check_fixed_params(zinc_cfg_reader *r, const json_t *params) 
 /* DeepSpeed's optimizer names zinc does not implement (lower case), for a
  * precise message. */
 static const char *const deepspeed_optimizers[] = {
-    "onebitadam", "muadam", "muadamw", "musgd", "muon",
+    "muadam", "muadamw", "musgd", "muon",
 };
 
 /* [b1, b2] or "auto" (both kept "auto"); an element may be "auto" too, as
@@ -480,8 +507,8 @@ static zinc_status read_optimizer_type(zinc_cfg_reader *r, const json_t *obj,
   const json_t *v = json_object_get(obj, "type");
   size_t mark = zinc_cfg_push(r, "type");
   const char *type;
-  const char *expect = "\"Adam\", \"AdamW\", \"Lamb\", \"Lion\", \"Adagrad\", \"SGD\" or "
-                       "\"ZeroOneAdam\"";
+  const char *expect = "\"Adam\", \"AdamW\", \"Lamb\", \"Lion\", \"Adagrad\", \"SGD\", "
+                       "\"OneBitAdam\" or \"ZeroOneAdam\"";
   if (!v)
     return zinc_cfg_bad(r, NULL, "%s", expect);
   ZINC_CHECK(zinc_cfg_string(r, v, &type));
@@ -544,6 +571,16 @@ static zinc_status read_optimizer(zinc_cfg_reader *r, const json_t *root, zinc_s
                             "no AMSGrad variant)", spec->name);
       zinc_cfg_pop(r, m);
     }
+    if (s->optimizer == ZINC_OPTIM_ONEBIT_ADAM &&
+        (v = zinc_cfg_enter(r, params, "comm_backend_name", &m))) {
+      const char *name;
+      ZINC_CHECK(zinc_cfg_string(r, v, &name));
+      if (strcmp(name, "nccl") && strcmp(name, "mpi") && strcmp(name, "compressed"))
+        return zinc_cfg_bad(r, v, "\"nccl\", \"mpi\" or \"compressed\" (DeepSpeed's "
+                            "transports for OneBitAdam; zinc runs its compressed all-reduce "
+                            "over its own data-parallel comm whichever is named)");
+      zinc_cfg_pop(r, m);
+    }
     /* DeepSpeed: type AdamW is decoupled whatever adam_w_mode says. */
     v = json_object_get(params, "adam_w_mode");
     if (s->optimizer == ZINC_OPTIM_ADAMW && v && !s->adam_w_mode)
@@ -567,11 +604,11 @@ static zinc_status read_optimizer(zinc_cfg_reader *r, const json_t *root, zinc_s
   if (s->optimizer == ZINC_OPTIM_ONEBIT_LAMB) {
     zinc_cfg_push(r, "type");
     return zinc_cfg_bad(r, json_object_get(obj, "type"),
-                        "\"Adam\", \"AdamW\", \"Lamb\", \"Lion\", \"Adagrad\", \"SGD\" or "
-                        "\"ZeroOneAdam\": zinc reads OneBitLamb's params but does not "
+                        "\"Adam\", \"AdamW\", \"Lamb\", \"Lion\", \"Adagrad\", \"SGD\", "
+                        "\"OneBitAdam\" or \"ZeroOneAdam\": zinc reads OneBitLamb's params but does not "
                         "implement 1-bit LAMB yet, and never runs another optimizer in its "
-                        "place; use \"Lamb\" (uncompressed) or \"ZeroOneAdam\" (1-bit "
-                        "compressed)");
+                        "place; use \"Lamb\" (uncompressed), or \"OneBitAdam\" or "
+                        "\"ZeroOneAdam\" (1-bit compressed)");
   }
   if (s->optimizer == ZINC_OPTIM_ADAMW)
     s->adam_w_mode = 1;

@@ -125,6 +125,17 @@ static zinc_status check_zero(zinc_cfg_reader *r, const json_t *root, zinc_setti
                         "flag (zinc implements it as torch.optim.SGD)", s->stage);
   }
   ZINC_CHECK(check_zero_one_adam(r, root, s));
+  /* 1-bit Adam: every rank updates its whole momentum with its own
+   * gradient and all-reduces it compressed, so it needs the whole momentum
+   * on every rank (DeepSpeed refuses ZeRO with it too). */
+  if (s->optimizer == ZINC_OPTIM_ONEBIT_ADAM && s->stage >= 1) {
+    point_at(r, "zero_optimization.stage");
+    return zinc_cfg_bad(r, json_at(root, "zero_optimization.stage"),
+                        "0 with optimizer.type \"OneBitAdam\" (stage %d asked): 1-bit Adam "
+                        "all-reduces every rank's whole momentum, which stages 1-3 partition; "
+                        "DeepSpeed refuses ZeRO with it too. Set zero_optimization.stage to 0, "
+                        "or use Adam/AdamW with stage %d", s->stage, s->stage);
+  }
   ZINC_CHECK(check_offload(r, root, s, "offload_optimizer", &s->offload_optimizer, 1));
   ZINC_CHECK(check_offload(r, root, s, "offload_param", &s->offload_param, 3));
   /* DeepSpeed 0.14.4 means to reject a ratio < 1 below stage 3, but its

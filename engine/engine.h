@@ -50,6 +50,7 @@
 #include "comm/comm.h"
 #include "comm/comm_log.h"
 #include "engine/checkpoint/mstate.h"
+#include "engine/onebit.h"
 #include "device/device.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
@@ -394,6 +395,12 @@ struct zinc_engine {
   float *cx_scratch;      /* stages 0/1: (largest chunk) f32 sum        */
   size_t cx_scratch_bytes;
   zinc_zoadam *zoadam;    /* 0/1 Adam (zoadam.c): optimizer.type ZeroOneAdam */
+  /* 1-bit Adam (onebit_adam.c; optimizer.type "OneBitAdam", stage 0) */
+  zinc_onebit_plan ob_plan; /* one segment per trained parameter, in the
+                               optimizer arrays (N*S)                     */
+  float *ob_worker_error;  /* (ob_worker_bytes) device: padded momentum  */
+  float *ob_server_error;  /* (ob_server_bytes) device: this rank's chunks */
+  size_t ob_worker_bytes, ob_server_bytes;
   /* rank-local state of the compression methods, saved in checkpoints
    * (engine/checkpoint/mstate.h) */
   zinc_mstate_entry mstate[ZINC_MSTATE_MAX];
@@ -676,6 +683,24 @@ zinc_status zinc_zoadam_norm(zinc_engine *e, double *total, int *overflow);
  * group scales; grad_scale step.c's 1 / (loss scale x dp_size x
  * accumulation)). Collective over the data-parallel group. */
 zinc_status zinc_zoadam_update(zinc_engine *e, double lr, double grad_scale);
+/* --------------------------------------------------------- onebit_adam.c */
+/* OneBitAdam at stage 0: the plan and the worker/server errors (registered
+ * as method state); nothing for another optimizer. After layout. */
+zinc_status zinc_onebit_adam_init(zinc_engine *e);
+void zinc_onebit_adam_free(zinc_engine *e);
+/* 1 when this step's gradients stay local (OneBitAdam, e->step >=
+ * freeze_step): grads.c reduces nothing, step.c gathers nothing. */
+int zinc_onebit_local_grads(const zinc_engine *e);
+/* After the local norm: every rank's squared norm and overflow agreed
+ * (onebit_adam.c's header says what the norm means). Collective. */
+zinc_status zinc_onebit_adam_norm(zinc_engine *e, double *total, int *overflow);
+/* The compressed step over the runs (segs as step.c builds them);
+ * local_scale turns a rank's gradient into its mean gradient, times the
+ * clipping coefficient. Collective over the data-parallel group. */
+zinc_status zinc_onebit_adam_step(zinc_engine *e, const zinc_opt_coef *c,
+                                  const zinc_opt_seg *segs, double local_scale);
+/* Bytes of the error buffers zinc_onebit_adam_init allocates (estimator). */
+uint64_t zinc_onebit_adam_state_bytes(const zinc_engine *e);
 
 /* Gather the whole copy of persistent segments from the shards. */
 zinc_status zinc_stage3_gather_persistent(zinc_engine *e);

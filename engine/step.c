@@ -282,13 +282,16 @@ void zinc_opt_from_config(zinc_engine *e) {
   case ZINC_OPTIM_SGD: h.kind = ZINC_OPT_SGD; break;
   default: h.kind = ZINC_OPT_ADAM; break;
   }
+  /* OneBitAdam's exact steps: DeepSpeed's adam.py, no bias correction,
+   * the decay added to the update (onebit_adam.c) */
+  int onebit = s->optimizer == ZINC_OPTIM_ONEBIT_ADAM;
   h.lr = s->lr;
   h.beta1 = s->beta1;
   h.beta2 = s->beta2;
   h.eps = s->eps;
   h.weight_decay = s->weight_decay;
-  h.adamw = s->optimizer == ZINC_OPTIM_ADAMW ? 1 : s->adam_w_mode;
-  h.bias_correction = s->bias_correction;
+  h.adamw = s->optimizer == ZINC_OPTIM_ADAMW || onebit ? 1 : s->adam_w_mode;
+  h.bias_correction = onebit ? 0 : s->bias_correction;
   h.momentum = s->momentum;
   h.dampening = s->dampening;
   h.nesterov = s->nesterov;
@@ -460,13 +463,15 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
     fill_info(e, info, 0, lr);
     return ZINC_OK;
   }
-  if (e->cfg.stage == 0 && !zinc_zoadam_local_grads(e))
+  if (e->cfg.stage == 0 && !zinc_onebit_local_grads(e) && !zinc_zoadam_local_grads(e))
     ZINC_CHECK(gather_units_in_place(e, 1, e->ntrain_units));
 
   double total = 0.0;
   int overflow = 0;
   ZINC_CHECK(grad_sumsq(e, &total, &overflow));
   ZINC_CHECK(zinc_zoadam_norm(e, &total, &overflow)); /* 0/1 Adam's rank-local steps */
+  if (zinc_onebit_local_grads(e))
+    ZINC_CHECK(zinc_onebit_adam_norm(e, &total, &overflow));
   double scale = zinc_loss_scaler_scale(&e->scaler);
   double base = 1.0 / (scale * (double)e->dp_size * (double)e->cfg.gradient_accumulation_steps);
   double norm = overflow ? INFINITY : sqrt(total) * base;
@@ -511,6 +516,8 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
     ; /* agreed below, with the update's own failures */
   else if (e->zoadam) /* 0/1 Adam: its own communication and update */
     st = zinc_zoadam_update(e, lr, base * coef);
+  else if (zinc_onebit_local_grads(e))
+    st = zinc_onebit_adam_step(e, c, segs, base * coef * (double)e->dp_size);
   else if (zinc_nvme_opt_on_disk(e))
     st = zinc_nvme_step(e, c, ncoef, segs, e->nruns,
                         zinc_opt_two_pass(c[0].kind) ? ZINC_OPT_PASS_APPLY : ZINC_OPT_PASS_UPDATE,

@@ -85,6 +85,7 @@ zinc_status zinc_estimate_model(const zinc_settings *cfg, int dp_size, int64_t h
   if (st == ZINC_OK) {
     zinc_build_sizes(e, out->bytes);
     out->bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += ef_bytes(e);
+    out->bytes[ZINC_LOC_DEVICE][ZINC_MEM_OPTIM] += zinc_onebit_adam_state_bytes(e);
     out->formula = zinc_formula_model_states(e);
     out->params = e->psi[0] + e->psi[1] + e->psi[2];
     size_t largest_gather = 0, total_gather = 0;
