@@ -44,39 +44,33 @@
  * own, the norm and the inf/NaN check are summed over the ranks
  * (zinc_zoadam_norm), so every rank skips the same steps.
  *
- * The compressed all-reduce C of x (every trained parameter at once, one
- * scale per parameter; n its elements, N = dp_size, P = n rounded up to a
- * multiple of N x lcm(N, 8), the padding zero):
- *   worker:  y = x + worker_error;  a = ||y|| / sqrt(P);
- *            worker_error = y - a sign(y);  (sign(0) = +1)
- *            chunk j (P / N elements) of sign(y) goes to rank j as bits,
- *            a to every rank: one all-to-all-v of bytes and one all-gather
- *   server (rank j, its chunk): c = sum_i a_i sign_i / N (rank order)
- *            + server_error;  b = ||c|| / sqrt(P / N);
- *            server_error = c - b sign(c)
- *            sign(c) as bits and b to every rank: two all-gathers
- *   result:  chunk j = b_j sign(c_j).
- * Wire bytes per rank per C (the comms logger's ring closed form):
- *   2 (N - 1) (sum_p P_p / (8 N) + 4 nparams); nothing on steps that
- *   neither compress nor all-reduce (the frozen phase's local steps).
+ * The compressed all-reduce C is engine/onebit.h's (DeepSpeed's
+ * NcclBackend.compressed_allreduce for every trained parameter at once, one
+ * segment and one scale per parameter, its formulas and padding there):
+ * worker signs through one all-to-all-v, the worker scales through one
+ * all-gather, the server signs and scales through one all-gather. Wire
+ * bytes per rank per C (the comms logger's closed form, onebit.h), B =
+ * sum over parameters of padded(n) / N / 8:
+ *   (N - 1) (2 B + 8 nparams);
+ * plus, on every step whose gradients stay rank-local, the all-gather of
+ * two doubles that agrees the norm and the inf/NaN flag: 16 (N - 1); and
+ * nothing else on the frozen phase's local steps.
  * With one rank C is the identity (DeepSpeed skips its momentum update on
  * the compressed steps there; zinc applies the gradient).
- * Bits: 1 = +1, the first element in a byte's most significant bit
- * (cupy.packbits' order). Arithmetic per element in double, the state
- * stored in f32 (DeepSpeed's fp32 tensors); norms summed in double in
- * element order.
+ * Arithmetic per element in double, the state stored in f32 (DeepSpeed's
+ * fp32 tensors).
  *
  * State (ZINC_MEM_OPTIM; checkpointed through engine/checkpoint/mstate.h,
  * restored bitwise at the same layout — DeepSpeed resets the errors on
  * load): the engine's master / exp_avg / exp_avg_sq (stage 0: every
  * element on every rank), and here
  *   u             (opt_numel) f32, the momentum accumulator, stage-0 index
- *   worker_error  (sum_p P_p) f32, parameter-major
- *   server_error  (sum_p P_p / N) f32, parameter-major
+ *   worker_error  onebit.h's, padded per parameter
+ *   server_error  onebit.h's, this rank's server chunks
  *   lrs           (ZINC_MAX_PARAM_GROUPS) f64, host: sum of lr since the
  *                 last sync per parameter group (not a function of s)
- * Scratch (ZINC_MEM_BUFFERS): the buffer being compressed (sum_p P_p f32),
- * the sign bits sent, received and gathered, the scales.
+ * Scratch (ZINC_MEM_BUFFERS): what C reduces (opt_numel f32, stage-0
+ * index); onebit.h's plan keeps its own host wire buffers.
  * The cpu device only (the loops below run on the host).
  */
 #include <math.h>
@@ -84,17 +78,13 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/onebit.h"
 #include "optim/lr_schedule.h"
 
 typedef struct {
   const zinc_param *p;
   int64_t n;          /* elements */
-  int64_t padded;     /* P: n rounded up to N x lcm(N, 8) */
-  int64_t chunk;      /* P / N: each server's piece, a multiple of 8 */
-  int64_t opt;        /* first element in master / m / v / u */
-  int64_t werr_off;   /* into worker_error and the compress buffer */
-  int64_t serr_off;   /* into server_error */
-  int64_t bits_off;   /* byte offset of its chunk inside one rank's block */
+  int64_t opt;        /* first element in master / m / v / u / x */
 } zo_param;
 
 typedef struct {
@@ -105,44 +95,23 @@ typedef struct {
 struct zinc_zoadam {
   zo_param *params;
   int np;
-  int64_t total_padded, total_chunk; /* sum of P, sum of P / N */
-  size_t block;       /* bytes of sign bits per rank: total_chunk / 8 */
+  zinc_onebit_plan plan; /* one segment per parameter, offsets into x */
   float *u;           /* (opt_numel) */
-  float *werr;        /* (total_padded) */
-  float *serr;        /* (total_chunk) */
+  float *werr;        /* (plan.worker_error_elems) */
+  float *serr;        /* (plan.server_error_elems) */
   double *lrs;        /* (ZINC_MAX_PARAM_GROUPS) host */
-  float *x;           /* (total_padded) scratch: what C reduces, in place */
-  uint8_t *bits_send; /* (N x block) [rank j][param] chunk j's worker signs */
-  uint8_t *bits_recv; /* (N x block) [rank i][param] my chunk's, from i */
-  uint8_t *bits_srv;  /* (block) my chunk's server signs */
-  uint8_t *bits_all;  /* (N x block) [rank j][param] every server's */
-  float *scales;      /* (4 np) worker scales mine, server scales mine,
-                         then (N np) every rank's worker, (N np) server */
-  size_t *counts;     /* (4 N) all-to-all-v counts / displs both ways */
+  float *x;           /* (opt_numel) scratch: what C reduces, in place */
   zo_sched sched;
 };
 
-static int64_t gcd64(int64_t a, int64_t b) {
-  while (b) {
-    int64_t t = a % b;
-    a = b;
-    b = t;
-  }
-  return a;
-}
-
-/* The per-parameter plan (sizes and offsets) for the layout; 0 on success.
- * Fills z->params (allocated here) and the totals. */
-static zinc_status plan(const zinc_engine *e, zinc_zoadam *z) {
-  int64_t n_ranks = e->dp_size, lcm8 = 8 * n_ranks / gcd64(n_ranks, 8);
-  int64_t align = n_ranks * lcm8;
+/* The trained parameters, each one run of stage 0's optimizer index. */
+static zinc_status plan_params(const zinc_engine *e, zinc_zoadam *z) {
   int np = 0;
   for (int i = 0; i < e->nparams; i++)
     np += !e->params[i]->frozen && e->params[i]->numel > 0;
   ZINC_CHECK(zinc_calloc((void **)&z->params, (size_t)np + 1, sizeof *z->params,
                          "0/1 Adam parameter plan"));
   z->np = 0;
-  z->total_padded = z->total_chunk = 0;
   for (int i = 0; i < e->nparams; i++) {
     const zinc_param *p = e->params[i];
     if (p->frozen || p->numel == 0)
@@ -165,50 +134,41 @@ static zinc_status plan(const zinc_engine *e, zinc_zoadam *z) {
         u0 = NULL;
     }
     if (!u0)
-      return zinc_error(ZINC_ERR_UNSUPPORTED, "0/1 Adam: parameter \"%s\" is not one run of the "
-                        "stage-0 optimizer state", p->name);
+      return zinc_error(ZINC_ERR_UNSUPPORTED, "0/1 Adam: parameter \"%s\" is not one run of "
+                        "the stage-0 optimizer state", p->name);
     zo_param *q = &z->params[z->np++];
     q->p = p;
     q->n = p->numel;
-    q->padded = (int64_t)zinc_round_up((uint64_t)p->numel, (uint64_t)align);
-    q->chunk = q->padded / n_ranks;
     q->opt = u0->full_offset + (p->seg_offset - u0->seg_offset);
-    q->werr_off = z->total_padded;
-    q->serr_off = z->total_chunk;
-    q->bits_off = z->total_chunk / 8;
-    z->total_padded += q->padded;
-    z->total_chunk += q->chunk;
   }
-  z->block = (size_t)(z->total_chunk / 8);
   return ZINC_OK;
 }
 
-/* Bytes of the state and of the scratch for a plan. */
-static void plan_bytes(const zinc_engine *e, const zinc_zoadam *z, uint64_t *state,
-                       uint64_t *scratch) {
-  uint64_t n = (uint64_t)e->dp_size;
-  *state = 4 * (uint64_t)e->opt_numel + 4 * (uint64_t)z->total_padded +
-           4 * (uint64_t)z->total_chunk;
-  *scratch = 4 * (uint64_t)z->total_padded + (2 * n + 1) * z->block +
-             4 * (2 + 2 * n) * (uint64_t)z->np + 4 * n * sizeof(size_t);
+/* The engine memory 0/1 Adam adds: state (u and both errors) and scratch
+ * (x), in bytes. */
+static void zoadam_bytes(const zinc_engine *e, uint64_t *state, uint64_t *scratch) {
+  uint64_t werr = 0, serr = 0;
+  for (int i = 0; i < e->nparams; i++) {
+    const zinc_param *p = e->params[i];
+    if (p->frozen || p->numel == 0)
+      continue;
+    int64_t padded = zinc_onebit_padded(p->numel, e->dp_size);
+    werr += (uint64_t)padded;
+    serr += (uint64_t)(padded / e->dp_size);
+  }
+  *state = 4 * ((uint64_t)e->opt_numel + werr + serr);
+  *scratch = 4 * (uint64_t)e->opt_numel;
 }
 
 void zinc_zoadam_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]) {
   if (e->cfg.optimizer != ZINC_OPTIM_ZERO_ONE_ADAM)
     return;
-  zinc_zoadam z = {0};
-  if (plan(e, &z) != ZINC_OK) {
-    free(z.params);
-    return;
-  }
   uint64_t state, scratch;
-  plan_bytes(e, &z, &state, &scratch);
+  zoadam_bytes(e, &state, &scratch);
   bytes[ZINC_LOC_DEVICE][ZINC_MEM_OPTIM] += state;
   bytes[ZINC_LOC_DEVICE][ZINC_MEM_BUFFERS] += scratch;
   bytes[ZINC_LOC_HOST][ZINC_MEM_OPTIM] += ZINC_MAX_PARAM_GROUPS * sizeof(double);
-  free(z.params);
 }
-
 /* ------------------------------------------------------------ schedule */
 
 static int frozen_at(const zinc_settings *c, int64_t s) { return s >= c->var_freeze_step + 2; }
@@ -254,33 +214,26 @@ void zinc_zoadam_free(zinc_engine *e) {
   zinc_zoadam *z = e->zoadam;
   if (!z)
     return;
-  uint64_t n = (uint64_t)e->dp_size;
   zinc_engine_buffer_free(e, z->u, (size_t)e->opt_numel * 4, ZINC_LOC_DEVICE, ZINC_MEM_OPTIM);
-  zinc_engine_buffer_free(e, z->werr, (size_t)z->total_padded * 4, ZINC_LOC_DEVICE,
+  zinc_engine_buffer_free(e, z->werr, z->plan.worker_error_bytes, ZINC_LOC_DEVICE,
                           ZINC_MEM_OPTIM);
-  zinc_engine_buffer_free(e, z->serr, (size_t)z->total_chunk * 4, ZINC_LOC_DEVICE,
+  zinc_engine_buffer_free(e, z->serr, z->plan.server_error_bytes, ZINC_LOC_DEVICE,
                           ZINC_MEM_OPTIM);
   zinc_engine_buffer_free(e, z->lrs, ZINC_MAX_PARAM_GROUPS * sizeof(double), ZINC_LOC_HOST,
                           ZINC_MEM_OPTIM);
-  zinc_engine_buffer_free(e, z->x, (size_t)z->total_padded * 4, ZINC_LOC_DEVICE,
-                          ZINC_MEM_BUFFERS);
-  zinc_engine_buffer_free(e, z->bits_send, n * z->block, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS);
-  zinc_engine_buffer_free(e, z->bits_recv, n * z->block, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS);
-  zinc_engine_buffer_free(e, z->bits_srv, z->block, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS);
-  zinc_engine_buffer_free(e, z->bits_all, n * z->block, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS);
-  zinc_engine_buffer_free(e, z->scales, 4 * (2 + 2 * n) * (size_t)z->np, ZINC_LOC_DEVICE,
-                          ZINC_MEM_BUFFERS);
-  zinc_engine_buffer_free(e, z->counts, 4 * n * sizeof(size_t), ZINC_LOC_HOST,
-                          ZINC_MEM_BUFFERS);
+  zinc_engine_buffer_free(e, z->x, (size_t)e->opt_numel * 4, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS);
+  zinc_onebit_plan_free(&z->plan);
   free(z->params);
   free(z);
   e->zoadam = NULL;
 }
 
+/* An engine buffer of `bytes`, zeroed (memory the host reads: the cpu
+ * device). */
 static zinc_status alloc_zeroed(zinc_engine *e, size_t bytes, int loc, int cat, void **out,
                                 const char *what) {
-  ZINC_CHECK(zinc_engine_buffer_alloc(e, bytes ? bytes : 16, loc, cat, out, what));
-  memset(*out, 0, bytes ? bytes : 16);
+  ZINC_CHECK(zinc_engine_buffer_alloc(e, bytes, loc, cat, out, what));
+  memset(*out, 0, bytes);
   return ZINC_OK;
 }
 
@@ -304,146 +257,51 @@ zinc_status zinc_zoadam_init(zinc_engine *e) {
   zinc_zoadam *z = NULL;
   ZINC_CHECK(zinc_calloc((void **)&z, 1, sizeof *z, "0/1 Adam state"));
   e->zoadam = z;
-  ZINC_CHECK(plan(e, z));
-  size_t n = (size_t)e->dp_size;
-  ZINC_CHECK(alloc_zeroed(e, (size_t)e->opt_numel * 4, ZINC_LOC_DEVICE, ZINC_MEM_OPTIM,
-                          (void **)&z->u, "0/1 Adam momentum accumulator"));
-  ZINC_CHECK(alloc_zeroed(e, (size_t)z->total_padded * 4, ZINC_LOC_DEVICE, ZINC_MEM_OPTIM,
+  ZINC_CHECK(plan_params(e, z));
+  zinc_onebit_seg *segs = NULL;
+  ZINC_CHECK(zinc_calloc((void **)&segs, (size_t)z->np + 1, sizeof *segs, "0/1 Adam segments"));
+  for (int i = 0; i < z->np; i++)
+    segs[i] = (zinc_onebit_seg){z->params[i].opt, z->params[i].n};
+  zinc_status st = z->np > 0 ? zinc_onebit_plan_init(&z->plan, segs, z->np, e->dp_size,
+                                                     e->dp_rank)
+                             : ZINC_OK;
+  free(segs);
+  ZINC_CHECK(st);
+  size_t opt_bytes = (size_t)e->opt_numel * 4;
+  ZINC_CHECK(alloc_zeroed(e, opt_bytes, ZINC_LOC_DEVICE, ZINC_MEM_OPTIM, (void **)&z->u,
+                          "0/1 Adam momentum accumulator"));
+  ZINC_CHECK(alloc_zeroed(e, z->plan.worker_error_bytes, ZINC_LOC_DEVICE, ZINC_MEM_OPTIM,
                           (void **)&z->werr, "0/1 Adam worker error"));
-  ZINC_CHECK(alloc_zeroed(e, (size_t)z->total_chunk * 4, ZINC_LOC_DEVICE, ZINC_MEM_OPTIM,
+  ZINC_CHECK(alloc_zeroed(e, z->plan.server_error_bytes, ZINC_LOC_DEVICE, ZINC_MEM_OPTIM,
                           (void **)&z->serr, "0/1 Adam server error"));
   ZINC_CHECK(alloc_zeroed(e, ZINC_MAX_PARAM_GROUPS * sizeof(double), ZINC_LOC_HOST,
                           ZINC_MEM_OPTIM, (void **)&z->lrs, "0/1 Adam lr sums"));
-  ZINC_CHECK(alloc_zeroed(e, (size_t)z->total_padded * 4, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS,
-                          (void **)&z->x, "0/1 Adam compress buffer"));
-  ZINC_CHECK(alloc_zeroed(e, n * z->block, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS,
-                          (void **)&z->bits_send, "0/1 Adam sign bits"));
-  ZINC_CHECK(alloc_zeroed(e, n * z->block, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS,
-                          (void **)&z->bits_recv, "0/1 Adam sign bits"));
-  ZINC_CHECK(alloc_zeroed(e, z->block, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS,
-                          (void **)&z->bits_srv, "0/1 Adam sign bits"));
-  ZINC_CHECK(alloc_zeroed(e, n * z->block, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS,
-                          (void **)&z->bits_all, "0/1 Adam sign bits"));
-  ZINC_CHECK(alloc_zeroed(e, 4 * (2 + 2 * n) * (size_t)z->np, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS,
-                          (void **)&z->scales, "0/1 Adam scales"));
-  ZINC_CHECK(alloc_zeroed(e, 4 * n * sizeof(size_t), ZINC_LOC_HOST, ZINC_MEM_BUFFERS,
-                          (void **)&z->counts, "0/1 Adam exchange counts"));
-  ZINC_CHECK(zinc_mstate_register(e, "zoadam.momentum_accumulator", z->u,
-                                  (size_t)e->opt_numel * 4, 0));
+  ZINC_CHECK(alloc_zeroed(e, opt_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS, (void **)&z->x,
+                          "0/1 Adam compress buffer"));
+  ZINC_CHECK(zinc_mstate_register(e, "zoadam.momentum_accumulator", z->u, opt_bytes, 0));
   ZINC_CHECK(zinc_mstate_register(e, "zoadam.worker_error", z->werr,
-                                  (size_t)z->total_padded * 4, 0));
+                                  z->plan.worker_error_bytes, 0));
   ZINC_CHECK(zinc_mstate_register(e, "zoadam.server_error", z->serr,
-                                  (size_t)z->total_chunk * 4, 0));
+                                  z->plan.server_error_bytes, 0));
   ZINC_CHECK(zinc_mstate_register(e, "zoadam.lrs", z->lrs,
                                   ZINC_MAX_PARAM_GROUPS * sizeof(double), 1));
-  zinc_log0(ZINC_LOG_INFO, "0/1 Adam: %d parameters, %lld elements compressed per all-reduce "
-            "(%zu bytes of signs per rank), var_freeze_step %lld", z->np,
-            (long long)z->total_padded, z->block, (long long)c->var_freeze_step);
+  zinc_log0(ZINC_LOG_INFO, "0/1 Adam: %d parameters, %zu bytes of signs per rank and "
+            "compressed all-reduce, var_freeze_step %lld", z->np, z->plan.bits_bytes,
+            (long long)c->var_freeze_step);
   return ZINC_OK;
 }
 
-/* ------------------------------------------------ compressed all-reduce */
-
-static int sign_bit(const uint8_t *bits, int64_t i) { return (bits[i >> 3] >> (7 - (i & 7))) & 1; }
-
-/* Signs of y[0, n) into bits (n a multiple of 8): 1 where y >= 0 (or NaN). */
-static void pack_signs(const float *y, int64_t n, uint8_t *bits) {
-  for (int64_t i = 0; i < n; i += 8) {
-    uint8_t b = 0;
-    for (int k = 0; k < 8; k++)
-      b = (uint8_t)(b << 1 | !(y[i + k] < 0.0f));
-    bits[i >> 3] = b;
-  }
-}
-
-static double rms(const float *y, int64_t n) {
-  double s = 0.0;
-  for (int64_t i = 0; i < n; i++)
-    s += (double)y[i] * (double)y[i];
-  return sqrt(s / (double)n);
-}
-
-/* C (the header) of z->x in place: every parameter's padded buffer
- * replaced by the compressed average over the data-parallel ranks.
- * Collective over e->dp. */
+/* C (the header) of the parameters' runs of z->x, in place. Collective
+ * over the data-parallel group (nothing with one rank). */
 static zinc_status compressed_allreduce(zinc_engine *e, zinc_zoadam *z) {
-  int n = e->dp_size, me = e->dp_rank, np = z->np;
-  float *wscale = z->scales, *sscale = z->scales + np;
-  float *all_w = z->scales + 2 * (size_t)np, *all_s = all_w + (size_t)n * np;
-  /* worker: error feedback, scale, signs chunk by chunk to their servers */
-  for (int i = 0; i < np; i++) {
-    const zo_param *q = &z->params[i];
-    float *y = z->x + q->werr_off, *err = z->werr + q->werr_off;
-    for (int64_t k = 0; k < q->padded; k++)
-      y[k] = (float)((double)y[k] + (double)err[k]);
-    float a = (float)rms(y, q->padded);
-    wscale[i] = a;
-    for (int64_t k = 0; k < q->padded; k++)
-      err[k] = (float)((double)y[k] - (y[k] < 0.0f ? -(double)a : (double)a));
-    for (int j = 0; j < n; j++)
-      pack_signs(y + (int64_t)j * q->chunk, q->chunk, z->bits_send + (size_t)j * z->block +
-                                                          (size_t)q->bits_off);
-  }
-  size_t *counts = z->counts, *displs = counts + n, *rcounts = displs + n,
-         *rdispls = rcounts + n;
-  for (int j = 0; j < n; j++) {
-    counts[j] = rcounts[j] = z->block;
-    displs[j] = rdispls[j] = (size_t)j * z->block;
-  }
-  zinc_coll phase1[2] = {
-      {.kind = ZINC_COLL_ALLTOALLV, .send = z->bits_send, .recv = z->bits_recv,
-       .dtype = ZINC_DT_U8, .counts = counts, .displs = displs, .rcounts = rcounts,
-       .rdispls = rdispls, .codec_name = "sign1", .logical_kind = ZINC_COLL_ALLREDUCE,
-       .logical_bytes = 2 * (uint64_t)(n - 1) * 4 * (uint64_t)z->total_padded / (uint64_t)n},
-      {.kind = ZINC_COLL_ALLGATHER, .send = wscale, .recv = all_w, .count = (size_t)np,
-       .dtype = ZINC_F32},
-  };
+  if (e->dp_size < 2 || z->np == 0)
+    return ZINC_OK;
   double t0 = zinc_now();
-  zinc_status st = e->dp->ops->run(e->dp, phase1, 2);
+  zinc_status st = zinc_onebit_allreduce(&z->plan, e->dev, e->stream, e->dp_host, z->x, z->werr,
+                                         z->serr);
   e->t_comm_wait += zinc_now() - t0;
   if (st != ZINC_OK)
-    return zinc_error_wrap(st, "0/1 Adam compressed all-reduce (signs to the servers)");
-  /* server: my chunk of every parameter, summed over the workers in rank
-   * order, error feedback, scale, signs */
-  for (int i = 0; i < np; i++) {
-    const zo_param *q = &z->params[i];
-    float *c = z->x + q->werr_off + (int64_t)me * q->chunk; /* my chunk's slot: free now */
-    float *err = z->serr + q->serr_off;
-    for (int64_t k = 0; k < q->chunk; k++) {
-      double sum = 0.0;
-      for (int r = 0; r < n; r++) {
-        double a = (double)all_w[(size_t)r * np + i] / (double)n;
-        sum += sign_bit(z->bits_recv + (size_t)r * z->block + (size_t)q->bits_off, k) ? a : -a;
-      }
-      c[k] = (float)(sum + (double)err[k]);
-    }
-    float b = (float)rms(c, q->chunk);
-    sscale[i] = b;
-    for (int64_t k = 0; k < q->chunk; k++)
-      err[k] = (float)((double)c[k] - (c[k] < 0.0f ? -(double)b : (double)b));
-    pack_signs(c, q->chunk, z->bits_srv + q->bits_off);
-  }
-  zinc_coll phase2[2] = {
-      {.kind = ZINC_COLL_ALLGATHER, .send = z->bits_srv, .recv = z->bits_all,
-       .count = z->block, .dtype = ZINC_DT_U8},
-      {.kind = ZINC_COLL_ALLGATHER, .send = sscale, .recv = all_s, .count = (size_t)np,
-       .dtype = ZINC_F32},
-  };
-  t0 = zinc_now();
-  st = e->dp->ops->run(e->dp, phase2, 2);
-  e->t_comm_wait += zinc_now() - t0;
-  if (st != ZINC_OK)
-    return zinc_error_wrap(st, "0/1 Adam compressed all-reduce (server signs)");
-  for (int i = 0; i < np; i++) {
-    const zo_param *q = &z->params[i];
-    for (int j = 0; j < n; j++) {
-      float b = all_s[(size_t)j * np + i];
-      const uint8_t *bits = z->bits_all + (size_t)j * z->block + (size_t)q->bits_off;
-      float *out = z->x + q->werr_off + (int64_t)j * q->chunk;
-      for (int64_t k = 0; k < q->chunk; k++)
-        out[k] = sign_bit(bits, k) ? b : -b;
-    }
-  }
+    return zinc_error_wrap(st, "0/1 Adam's compressed all-reduce");
   return ZINC_OK;
 }
 
@@ -509,11 +367,10 @@ zinc_status zinc_zoadam_update(zinc_engine *e, double lr, double grad_scale) {
     for (int i = 0; i < z->np; i++) {
       const zo_param *q = &z->params[i];
       const zinc_segment *seg = &q->p->module->segs[q->p->segment];
-      float *y = z->x + q->werr_off;
+      float *y = z->x + q->opt;
       for (int64_t j = 0; j < q->n; j++)
         y[j] = (float)((double)zinc_load_as_f32(seg->grad, q->p->seg_offset + j, seg->dtype) *
                        gscale);
-      memset(y + q->n, 0, (size_t)(q->padded - q->n) * 4);
     }
     st = compressed_allreduce(e, z);
   }
@@ -524,7 +381,7 @@ zinc_status zinc_zoadam_update(zinc_engine *e, double lr, double grad_scale) {
     double wd = q->p->decay ? c->wd : 0.0;
     float *p = master_of(e, q), *m = e->exp_avg + q->opt, *v = e->exp_avg_sq + q->opt;
     float *u = z->u + q->opt;
-    const float *compressed = z->x + q->werr_off;
+    const float *compressed = z->x + q->opt;
     for (int64_t j = 0; j < q->n; j++) {
       double g = (double)zinc_load_as_f32(seg->grad, q->p->seg_offset + j, seg->dtype) * gscale;
       if (!frozen && !full && n > 1)
@@ -548,21 +405,19 @@ zinc_status zinc_zoadam_update(zinc_engine *e, double lr, double grad_scale) {
       const zo_param *q = &z->params[i];
       const zo_coef *c = &co[q->p->group];
       float *p = master_of(e, q), *v = e->exp_avg_sq + q->opt, *u = z->u + q->opt;
-      float *y = z->x + q->werr_off;
+      float *y = z->x + q->opt;
       for (int64_t j = 0; j < q->n; j++) {
         p[j] = (float)((double)p[j] - (double)u[j]);
         y[j] = (float)((double)u[j] * (sqrt((double)v[j]) + c->eps));
       }
-      memset(y + q->n, 0, (size_t)(q->padded - q->n) * 4);
     }
-    if (n > 1)
-      st = compressed_allreduce(e, z);
+    st = compressed_allreduce(e, z);
     for (int i = 0; st == ZINC_OK && i < z->np; i++) {
       const zo_param *q = &z->params[i];
       const zo_coef *c = &co[q->p->group];
       double lrs = z->lrs[q->p->group];
       float *p = master_of(e, q), *m = e->exp_avg + q->opt, *v = e->exp_avg_sq + q->opt;
-      const float *y = z->x + q->werr_off;
+      const float *y = z->x + q->opt;
       for (int64_t j = 0; j < q->n; j++) {
         m[j] = (float)(-(double)y[j] / lrs);
         p[j] = (float)((double)p[j] + (double)y[j] / (sqrt((double)v[j]) + c->eps));
@@ -583,8 +438,8 @@ zinc_status zinc_zoadam_update(zinc_engine *e, double lr, double grad_scale) {
   if (st == ZINC_OK && !frozen && s == cfg->var_freeze_step + 1) {
     /* the last variance step: the errors carried gradients, from now on
      * they carry accumulated momenta */
-    memset(z->werr, 0, (size_t)z->total_padded * 4);
-    memset(z->serr, 0, (size_t)z->total_chunk * 4);
+    memset(z->werr, 0, z->plan.worker_error_bytes);
+    memset(z->serr, 0, z->plan.server_error_bytes);
   }
   if (st == ZINC_OK)
     sched_advance(cfg, &z->sched);

@@ -90,7 +90,9 @@ static void own_params(et_model *m, float **out) {
 
 /* One tensor of the compressed all-reduce over `n` simulated ranks:
  * x[r] (padded elements) in place, werr[r] (padded), serr[r] (padded / n,
- * server r's). DeepSpeed's NcclBackend.compressed_allreduce. */
+ * server r's). DeepSpeed's NcclBackend.compressed_allreduce, its tensors
+ * f32: the server's sum of the workers' sign x scale / n added in f32 in
+ * rank order, the scales' sums of squares in double. */
 static void ref_compress(int n, int64_t padded, float **x, float **werr, float **serr) {
   int64_t chunk = padded / n;
   double a[8];
@@ -100,7 +102,7 @@ static void ref_compress(int n, int64_t padded, float **x, float **werr, float *
       x[r][k] = (float)((double)x[r][k] + werr[r][k]);
       sq += (double)x[r][k] * x[r][k];
     }
-    a[r] = (float)sqrt(sq / (double)padded);
+    a[r] = (float)(sqrt(sq) / sqrt((double)padded));
     for (int64_t k = 0; k < padded; k++)
       werr[r][k] = (float)((double)x[r][k] - (x[r][k] >= 0.0f ? a[r] : -a[r]));
   }
@@ -109,15 +111,15 @@ static void ref_compress(int n, int64_t padded, float **x, float **werr, float *
     float *c = calloc((size_t)chunk, 4);
     double sq = 0;
     for (int64_t k = 0; k < chunk; k++) {
-      double sum = 0;
+      float sum = 0.0f;
       for (int r = 0; r < n; r++) {
-        double share = a[r] / (double)n;
+        float share = (float)a[r] * (1.0f / (float)n);
         sum += x[r][j * chunk + k] >= 0.0f ? share : -share;
       }
-      c[k] = (float)(sum + serr[j][k]);
+      c[k] = sum + serr[j][k];
       sq += (double)c[k] * c[k];
     }
-    double b = (float)sqrt(sq / (double)chunk);
+    double b = (float)(sqrt(sq) / sqrt((double)chunk));
     for (int64_t k = 0; k < chunk; k++) {
       serr[j][k] = (float)((double)c[k] - (c[k] >= 0.0f ? b : -b));
       out[j * chunk + k] = (float)(c[k] >= 0.0f ? b : -b);
@@ -351,25 +353,27 @@ static void test_reference_and_wire(void) {
                rows[i].codec ? " " : "", rows[i].codec ? rows[i].codec : "",
                (unsigned long long)rows[i].msg_bytes, (unsigned long long)rows[i].count,
                (unsigned long long)wire);
-      if (rows[i].codec && !strcmp(rows[i].codec, "sign1")) {
+      if (rows[i].codec && !strcmp(rows[i].codec, "onebit") &&
+          !strcmp(rows[i].name, "reduce_scatter")) {
         sign_wire += wire;
         sign_calls += rows[i].count;
       }
-      if (!strcmp(rows[i].name, "reduce_scatter"))
+      if (!rows[i].codec && !strcmp(rows[i].name, "reduce_scatter"))
         rs_wire += wire;
       if (!strcmp(rows[i].name, "all_gather"))
         gathers += wire;
     }
     const char *what = kind == 0 ? "full" : kind == 1 ? "compressing" : "local";
     /* zoadam.c's closed form: C puts (N - 1) x block bytes of worker signs
-     * through the all-to-all-v, as many server signs through an all-gather,
-     * and two all-gathers of one f32 scale per parameter; the rank-local
-     * steps add the norm's all-gather of two doubles */
+     * through the all-to-all-v (a "reduce_scatter (onebit)" row), the
+     * server signs and one f32 scale per parameter through an all-gather,
+     * the worker scales through another; the rank-local steps add the
+     * norm's all-gather of two doubles */
     uint64_t want_sign = kind == 1 ? (uint64_t)(n - 1) * block : 0;
     uint64_t want_gathers = kind == 1 ? (uint64_t)(n - 1) * (block + 2 * 4 * TM_NPARAM + 16)
                             : kind == 2 ? (uint64_t)(n - 1) * 16 : gathers;
     ET_CHECK(sign_wire == want_sign && sign_calls == (kind == 1 ? 1u : 0u),
-             "step %d (%s): compressed row %llu bytes in %llu calls, want %llu in %d", s, what,
+             "step %d (%s): onebit reduce-scatter row %llu bytes in %llu calls, want %llu in %d", s, what,
              (unsigned long long)sign_wire, (unsigned long long)sign_calls,
              (unsigned long long)want_sign, kind == 1);
     ET_CHECK(gathers == want_gathers, "step %d (%s): all-gathers %llu bytes, want %llu", s,
