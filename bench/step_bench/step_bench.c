@@ -56,6 +56,7 @@ typedef struct {
   int compress;         /* only stage 3, exact against qgZ + qwZ */
   int terngrad;         /* --compress-codec terngrad: qgZ's codec is TernGrad */
   double dgc;           /* > 0: only stage 3, exact against DGC at this density */
+  int wire;             /* the pairs: comms_logger on, bytes per step printed */
 } bench_args;
 
 static void die(const char *what) {
@@ -113,7 +114,7 @@ typedef struct {
  * top-level members (each after a comma); NULL for none. */
 static void open_stage_with(const bench_args *a, int stage, const char *extra, const char *top,
                             MPI_Comm comm, int threads, bench_model *b) {
-  char json[2048];
+  char json[2400];
   if (!extra)
     extra = "";
   if (!top)
@@ -126,9 +127,9 @@ static void open_stage_with(const bench_args *a, int stage, const char *extra, c
            " \"zero_optimization\": {\"stage\": %d, \"overlap_comm\": %s,"
            " \"reduce_bucket_size\": 50000000, \"allgather_bucket_size\": 50000000,"
            " \"stage3_prefetch_bucket_size\": 50000000, \"stage3_param_persistence_threshold\": 0"
-           "%s}%s}",
+           "%s}%s%s}",
            a->dtype == ZINC_BF16 ? "true" : "false", stage, stage >= 2 ? "true" : "false", extra,
-           top);
+           top, a->wire ? ", \"comms_logger\": {\"enabled\": true}" : "");
   zinc_engine *e = create_engine(json, comm, threads);
   int64_t per = a->params / a->modules;
   zinc_module **mods = calloc((size_t)a->modules, sizeof *mods);
@@ -230,8 +231,29 @@ typedef struct {
   const char *label, *extra, *top;
 } variant;
 
+/* Bytes this rank sent per step since the counters were reset (the comms
+ * logger's wire bytes), and what the same ops would have sent
+ * uncompressed (their logical bytes; a plain row's wire bytes). */
+static void wire_per_step(zinc_engine *e, int steps, double *wire, double *logical) {
+  zinc_comms_stat rows[64];
+  for (int i = 0; i < 64; i++)
+    rows[i] = (zinc_comms_stat)ZINC_COMMS_STAT_INIT;
+  int n = 0;
+  *wire = *logical = 0;
+  if (zinc_comms_stats(e, rows, 64, &n) != ZINC_OK)
+    die("comms stats");
+  for (int i = 0; i < n && i < 64; i++) {
+    double w = (double)(rows[i].wire_intra + rows[i].wire_inter);
+    *wire += w / steps;
+    *logical += (rows[i].codec ? (double)rows[i].logical_bytes : w) / steps;
+  }
+}
+
 static void run_pair(const bench_args *a, int rank, const variant v[2], const char *what,
                      double target) {
+  bench_args aw = *a;
+  aw.wire = 1;
+  a = &aw;
   bench_model b[2];
   for (int k = 0; k < 2; k++)
     open_stage_with(a, 3, v[k].extra, v[k].top, MPI_COMM_WORLD, 0, &b[k]);
@@ -239,9 +261,14 @@ static void run_pair(const bench_args *a, int rank, const variant v[2], const ch
   for (int s = 0; s <= a->steps; s++)
     for (int k = 0; k < 2; k++) {
       timing t = one_step(a, &b[k], MPI_COMM_WORLD);
+      if (s == 0 && zinc_comms_reset(b[k].e) != ZINC_OK) /* count the timed steps */
+        die("comms reset");
       if (s > 0 && t.step < best[k].step)
         best[k] = t;
     }
+  double wire[2], logical[2];
+  for (int k = 0; k < 2; k++)
+    wire_per_step(b[k].e, a->steps, &wire[k], &logical[k]);
   close_stage(&b[0]);
   close_stage(&b[1]);
   if (rank == 0) {
@@ -253,6 +280,9 @@ static void run_pair(const bench_args *a, int rank, const variant v[2], const ch
     double ratio = best[0].step / best[1].step;
     printf("%s: step %.3f s vs %.3f s without: %.2fx faster (target >= %.2fx) %s\n", what,
            best[1].step, best[0].step, ratio, target, ratio >= target ? "PASS" : "FAIL");
+    printf("%s: rank 0 sent %.2f MB per step vs %.2f MB without: %.1fx fewer bytes (the same "
+           "ops uncompressed: %.2f MB)\n", what, wire[1] / 1e6, wire[0] / 1e6,
+           wire[1] > 0 ? wire[0] / wire[1] : 0.0, logical[1] / 1e6);
   }
 }
 
