@@ -69,6 +69,10 @@
  *   server_error  onebit.h's, this rank's server chunks
  *   lrs           (ZINC_MAX_PARAM_GROUPS) f64, host: sum of lr since the
  *                 last sync per parameter group (not a function of s)
+ * and, registered beside them, this rank's whole master and exp_avg (the
+ * ranks' own between syncs; a checkpoint's shards hold each chunk's
+ * owner's). The schedule's counters are a function of s (recomputed after
+ * a load).
  * Scratch (ZINC_MEM_BUFFERS): what C reduces (opt_numel f32, stage-0
  * index); onebit.h's plan keeps its own host wire buffers.
  * The cpu device only (the loops below run on the host).
@@ -285,6 +289,16 @@ zinc_status zinc_zoadam_init(zinc_engine *e) {
                                   z->plan.server_error_bytes, 0));
   ZINC_CHECK(zinc_mstate_register(e, "zoadam.lrs", z->lrs,
                                   ZINC_MAX_PARAM_GROUPS * sizeof(double), 1));
+  /* Between syncs every rank's parameters and momentum are its own; the
+   * shards of a checkpoint keep each chunk's owner's values (DeepSpeed
+   * keeps rank 0's), so every rank's whole copy is kept here too and a
+   * resume continues bit for bit whatever the step. (The variance is the
+   * same on every rank.) */
+  ZINC_CHECK(zinc_mstate_register(e, "zoadam.master",
+                                  e->master_in_params ? e->param_full : (void *)e->master,
+                                  e->master_in_params ? e->full_bytes
+                                                      : (size_t)e->opt_numel * 4, 0));
+  ZINC_CHECK(zinc_mstate_register(e, "zoadam.exp_avg", e->exp_avg, opt_bytes, 0));
   zinc_log0(ZINC_LOG_INFO, "0/1 Adam: %d parameters, %zu bytes of signs per rank and "
             "compressed all-reduce, var_freeze_step %lld", z->np, z->plan.bits_bytes,
             (long long)c->var_freeze_step);

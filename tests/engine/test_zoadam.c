@@ -15,6 +15,12 @@
  *    and syncs at growing intervals.
  *  - the ranks really diverge between syncs (local steps are local) and the
  *    run is not plain Adam's.
+ *  - resume: 25 steps, save (the frozen phase, between two syncs: the
+ *    ranks' parameters differ, the errors and the accumulator are not
+ *    zero), 15 more, against a new engine that loads the save and trains
+ *    the 15: every rank's parameters equal bit for bit; the same load with
+ *    0/1 Adam's own state (accumulator, errors, lr sums) zeroed ends
+ *    elsewhere (the state really travels in the checkpoint).
  *  - the wire: per step, the comms logger's bytes equal the closed form of
  *    zoadam.c's header: the compressed row ("sign1") (N - 1) x block on
  *    steps that compress, nothing of it (and no gradient reduce-scatter)
@@ -22,6 +28,7 @@
  */
 #include <mpi.h>
 
+#include "engine/engine.h"
 #include "engine_test.h"
 
 #define STEPS 40
@@ -410,6 +417,49 @@ static void test_reference_and_wire(void) {
   zinc_engine_destroy(e);
 }
 
+/* Steps [from, to] (1-based) of this rank's trainer. */
+static void train_steps(et_model *m, int from, int to) {
+  int n = zinc_dp_size(m->e), me = zinc_dp_rank(m->e);
+  for (int s = from; s <= to; s++) {
+    et_micro_batch(m, &SHAPE, ZINC_F32, ((int64_t)(s - 1) * n + me) * MICRO, MICRO, NULL);
+    ET_OK(zinc_step(m->e, NULL));
+  }
+}
+
+static void test_resume(const char *dir) {
+  enum { SAVE_AT = 25 };
+  et_model m;
+  zinc_engine *e = open_engine(&m, 0);
+  train_steps(&m, 1, SAVE_AT);
+  ET_OK(zinc_save_checkpoint(e, dir, "mid"));
+  train_steps(&m, SAVE_AT + 1, STEPS);
+  float **straight = et_alloc_params(&SHAPE);
+  own_params(&m, straight);
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+  for (int zeroed = 0; zeroed < 2; zeroed++) {
+    e = open_engine(&m, 0);
+    ET_OK(zinc_load_checkpoint(e, dir, "mid"));
+    for (int i = 0; zeroed && i < e->nmstate; i++)
+      if (strcmp(e->mstate[i].name, "zoadam.master") && strcmp(e->mstate[i].name, "zoadam.exp_avg"))
+        memset(e->mstate[i].ptr, 0, e->mstate[i].bytes);
+    train_steps(&m, SAVE_AT + 1, STEPS);
+    float **resumed = et_alloc_params(&SHAPE);
+    own_params(&m, resumed);
+    if (!zeroed)
+      ET_CHECK(et_same_bits(&SHAPE, resumed, straight, "resumed at step 25"),
+               "a resumed 0/1 Adam run differs from the straight one");
+    else {
+      double d = et_rel_l2(&SHAPE, resumed, straight);
+      ET_CHECK(d > 0, "resumed with 0/1 Adam's state zeroed, yet the same parameters");
+    }
+    et_free_params(resumed);
+    et_model_free(&m);
+    zinc_engine_destroy(e);
+  }
+  et_free_params(straight);
+}
+
 int main(int argc, char **argv) {
   int provided, world;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -420,6 +470,13 @@ int main(int argc, char **argv) {
     return 77;
   }
   test_reference_and_wire();
+  char dir[512], cmd[600];
+  snprintf(dir, sizeof dir, "%s/zoadam_test_np%d", et_binary_dir(), world);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (et_rank == 0 && system(cmd) != 0)
+    return 1;
+  MPI_Barrier(MPI_COMM_WORLD);
+  test_resume(dir);
   int bad = et_failures;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (et_rank == 0)
