@@ -73,6 +73,8 @@
  * ranks' own between syncs; a checkpoint's shards hold each chunk's
  * owner's). The schedule's counters are a function of s (recomputed after
  * a load).
+ * ZINC_ZOADAM_NO_ERROR_FEEDBACK=1 (docs/environment.md) zeroes both errors
+ * before every C: the broken setting the GPT gap test must catch.
  * Scratch (ZINC_MEM_BUFFERS): what C reduces (opt_numel f32, stage-0
  * index); onebit.h's plan keeps its own host wire buffers.
  * The cpu device only (the loops below run on the host).
@@ -81,6 +83,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "engine/engine.h"
 #include "engine/onebit.h"
 #include "optim/lr_schedule.h"
@@ -299,9 +302,13 @@ zinc_status zinc_zoadam_init(zinc_engine *e) {
                                   e->master_in_params ? e->full_bytes
                                                       : (size_t)e->opt_numel * 4, 0));
   ZINC_CHECK(zinc_mstate_register(e, "zoadam.exp_avg", e->exp_avg, opt_bytes, 0));
-  zinc_log0(ZINC_LOG_INFO, "0/1 Adam: %d parameters, %zu bytes of signs per rank and "
-            "compressed all-reduce, var_freeze_step %lld", z->np, z->plan.bits_bytes,
-            (long long)c->var_freeze_step);
+  zinc_log0(ZINC_LOG_INFO, "0/1 Adam: compressed communication of %d parameters, %zu bytes "
+            "of signs per rank and all-reduce, var_freeze_step %lld", z->np,
+            z->plan.bits_bytes, (long long)c->var_freeze_step);
+  if (zinc_env_flag("ZINC_ZOADAM_NO_ERROR_FEEDBACK", 0))
+    zinc_log0(ZINC_LOG_WARN, "ZINC_ZOADAM_NO_ERROR_FEEDBACK: 0/1 Adam's error buffers are "
+              "zeroed before every compressed all-reduce (a deliberately broken setting for "
+              "tests)");
   return ZINC_OK;
 }
 
@@ -310,6 +317,10 @@ zinc_status zinc_zoadam_init(zinc_engine *e) {
 static zinc_status compressed_allreduce(zinc_engine *e, zinc_zoadam *z) {
   if (e->dp_size < 2 || z->np == 0)
     return ZINC_OK;
+  if (zinc_env_flag("ZINC_ZOADAM_NO_ERROR_FEEDBACK", 0)) { /* the broken setting of tests */
+    memset(z->werr, 0, z->plan.worker_error_bytes);
+    memset(z->serr, 0, z->plan.server_error_bytes);
+  }
   double t0 = zinc_now();
   zinc_status st = zinc_onebit_allreduce(&z->plan, e->dev, e->stream, e->dp_host, z->x, z->werr,
                                          z->serr);
