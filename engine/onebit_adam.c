@@ -248,9 +248,14 @@ static zinc_status momentum_pass(zinc_engine *e, const zinc_opt_coef *c,
     const zinc_opt_coef *k = &c[s->coef];
     host_run h;
     ZINC_CHECK(host_open(e, s, &h));
-    for (int64_t j = 0; j < s->n; j++) {
-      float g = zinc_load_as_f32(h.grad, j, s->grad_dtype) * scale;
-      h.m[j] = fmaf(k->beta1, h.m[j], k->one_minus_beta1 * g);
+    float b1 = k->beta1, c1 = k->one_minus_beta1 * scale;
+    if (s->grad_dtype == ZINC_F32) {
+      const float *g = h.grad;
+      for (int64_t j = 0; j < s->n; j++)
+        h.m[j] = b1 * h.m[j] + c1 * g[j];
+    } else {
+      for (int64_t j = 0; j < s->n; j++)
+        h.m[j] = b1 * h.m[j] + c1 * zinc_load_as_f32(h.grad, j, s->grad_dtype);
     }
     ZINC_CHECK(host_close(e, s, &h));
   }
@@ -265,16 +270,12 @@ static zinc_status update_pass(zinc_engine *e, const zinc_opt_coef *c,
     const zinc_opt_coef *k = &c[s->coef];
     host_run h;
     ZINC_CHECK(host_open(e, s, &h));
-    for (int64_t j = 0; j < s->n; j++) {
-      float p = h.master[j];
-      float d = sqrtf(h.v[j]) + k->eps;
-      if (s->decay)
-        p = p * k->decay_factor;
-      p = fmaf(-k->step_size, h.m[j] / d, p);
-      h.master[j] = p;
-      if (h.param_out)
-        zinc_store_from_f32(h.param_out, j, s->param_dtype, p);
-    }
+    float decay = s->decay ? k->decay_factor : 1.0f, lr = k->step_size, eps = k->eps;
+    for (int64_t j = 0; j < s->n; j++)
+      h.master[j] = h.master[j] * decay - lr * (h.m[j] / (sqrtf(h.v[j]) + eps));
+    if (h.param_out)
+      for (int64_t j = 0; j < s->n; j++)
+        zinc_store_from_f32(h.param_out, j, s->param_dtype, h.master[j]);
     ZINC_CHECK(host_close(e, s, &h));
   }
   return ZINC_OK;
