@@ -104,7 +104,7 @@ static double sgn(double v) { return v < 0 ? -1.0 : 1.0; }
 static float in_dtype(const et_run *r, float v) {
   if (r->dtype == ZINC_F32)
     return v;
-  uint16_t h;
+  float h; /* room for any dtype */
   zinc_store_from_f32(&h, 0, r->dtype, v);
   return zinc_load_as_f32(&h, 0, r->dtype);
 }
