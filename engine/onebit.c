@@ -133,15 +133,16 @@ static float rms_scale(const float *v, int64_t n) {
 /* Pack the signs of v (n, a multiple of 8) into bits. */
 static void pack_signs(unsigned char *bits, const float *v, int64_t n) {
   for (int64_t i = 0; i < n; i += 8) {
-    unsigned char b = 0;
+    unsigned b = 0;
     for (int j = 0; j < 8; j++)
-      b |= (unsigned char)(!(v[i + j] < 0.0f) << (7 - j));
-    bits[i / 8] = b;
+      b |= (unsigned)!(v[i + j] < 0.0f) << (7 - j);
+    bits[i >> 3] = (unsigned char)b;
   }
 }
 
 static inline float bit_sign(const unsigned char *bits, int64_t i) {
-  return (bits[i / 8] >> (7 - i % 8)) & 1 ? 1.0f : -1.0f;
+  uint64_t u = (uint64_t)i;
+  return (bits[u >> 3] >> (7 - (u & 7))) & 1 ? 1.0f : -1.0f;
 }
 
 /* Worker side of segment s: b = x (padding 0) + w; scale a; w = b - a sign(b);
@@ -171,9 +172,10 @@ static float server_encode(zinc_onebit_plan *p, int s, float *e, const size_t *b
     sum[i] = 0.0f;
   for (int r = 0; r < p->nranks; r++) {
     const unsigned char *bits = p->recv_bits + (size_t)r * p->bits_bytes + bit_at[s];
-    float a = p->scales[(size_t)r * p->nseg + s] * inv;
-    for (int64_t i = 0; i < c; i++)
-      sum[i] += bit_sign(bits, i) * a;
+    float a = p->scales[(size_t)r * p->nseg + s] * inv, pm[2] = {-a, a};
+    for (int64_t i = 0; i < c; i += 8)
+      for (int j = 0; j < 8; j++)
+        sum[i + j] += pm[(bits[i >> 3] >> (7 - j)) & 1];
   }
   for (int64_t i = 0; i < c; i++)
     sum[i] += e[i];
@@ -194,8 +196,9 @@ static void decode_result(const zinc_onebit_plan *p, int s, float *x, const size
     memcpy(&scale, m + 4 * (size_t)s, 4);
     const unsigned char *bits = m + 4 * (size_t)p->nseg + bit_at[s];
     int64_t lo = (int64_t)k * c, hi = lo + c < n ? lo + c : n;
+    float pm[2] = {-scale, scale};
     for (int64_t i = lo; i < hi; i++)
-      x[i] = scale * bit_sign(bits, i - lo);
+      x[i] = pm[(bits[(uint64_t)(i - lo) >> 3] >> (7 - ((uint64_t)(i - lo) & 7))) & 1];
   }
 }
 

@@ -15,7 +15,7 @@
  *
  *   mpirun -n 2 --oversubscribe step_bench [--params 67108864] [--modules 16]
  *          [--steps 3] [--dtype f32|bf16] [--no-torch] [--hpz H] [--compress]
- *          [--compress-codec int4|terngrad] [--dgc DENSITY]
+ *          [--compress-codec int4|terngrad] [--dgc DENSITY] [--onebit]
  *
  * --hpz H times only stage 3, with zero_hpz_partition_size 1 and H in
  * alternating steps of the same run, and prints both and their ratio. Both
@@ -32,6 +32,10 @@
  *
  * --dgc DENSITY likewise: exact against DGC's top-k gradients (block 256,
  * the fp32 residual) at that density, parameters gathered exactly.
+ *
+ * --onebit times stage 0: exact AdamW against OneBitAdam (same lr and
+ * decay) after its freeze_step 1 (the warm-up step is untimed): no
+ * gradient reduction, the momentum all-reduced 1-bit (engine/onebit.h).
  */
 #include <math.h>
 #include <mpi.h>
@@ -56,6 +60,10 @@ typedef struct {
   int compress;         /* only stage 3, exact against qgZ + qwZ */
   int terngrad;         /* --compress-codec terngrad: qgZ's codec is TernGrad */
   double dgc;           /* > 0: only stage 3, exact against DGC at this density */
+  int onebit;           /* only stage 0, exact AdamW against OneBitAdam */
+  int pair_stage;       /* the stage run_pair times (3; 0 for --onebit) */
+  const char *pair_optimizer[2]; /* run_pair's two "optimizer" values (NULL:
+                                    open_stage_with's AdamW) */
   int wire;             /* the pairs: comms_logger on, bytes per step printed */
 } bench_args;
 
@@ -111,25 +119,29 @@ typedef struct {
 } bench_model;
 
 /* extra: more zero_optimization members (each after a comma), top: more
- * top-level members (each after a comma); NULL for none. */
+ * top-level members (each after a comma); NULL for none. optimizer: the
+ * "optimizer" member's value (NULL: AdamW, lr 1e-3, weight_decay 0.01). */
 static void open_stage_with(const bench_args *a, int stage, const char *extra, const char *top,
-                            MPI_Comm comm, int threads, bench_model *b) {
+                            const char *optimizer, MPI_Comm comm, int threads,
+                            bench_model *b) {
   char json[2400];
   if (!extra)
     extra = "";
   if (!top)
     top = "";
+  if (!optimizer)
+    optimizer = "{\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3, \"weight_decay\": 0.01}}";
   snprintf(json, sizeof json,
            "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 1,"
            " \"gradient_clipping\": 1.0,"
-           " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3, \"weight_decay\": 0.01}},"
+           " \"optimizer\": %s,"
            " \"bf16\": {\"enabled\": %s},"
            " \"zero_optimization\": {\"stage\": %d, \"overlap_comm\": %s,"
            " \"reduce_bucket_size\": 50000000, \"allgather_bucket_size\": 50000000,"
            " \"stage3_prefetch_bucket_size\": 50000000, \"stage3_param_persistence_threshold\": 0"
            "%s}%s%s}",
-           a->dtype == ZINC_BF16 ? "true" : "false", stage, stage >= 2 ? "true" : "false", extra,
-           top, a->wire ? ", \"comms_logger\": {\"enabled\": true}" : "");
+           optimizer, a->dtype == ZINC_BF16 ? "true" : "false", stage, stage >= 2 ? "true" : "false",
+           extra, top, a->wire ? ", \"comms_logger\": {\"enabled\": true}" : "");
   zinc_engine *e = create_engine(json, comm, threads);
   int64_t per = a->params / a->modules;
   zinc_module **mods = calloc((size_t)a->modules, sizeof *mods);
@@ -158,7 +170,7 @@ static void open_stage(const bench_args *a, int stage, int hpz, MPI_Comm comm, i
   if (hpz > 0)
     snprintf(extra, sizeof extra, ", \"zero_hpz_partition_size\": %d,"
              " \"stage3_max_reuse_distance\": 0", hpz);
-  open_stage_with(a, stage, extra, NULL, comm, threads, b);
+  open_stage_with(a, stage, extra, NULL, NULL, comm, threads, b);
 }
 
 static void close_stage(bench_model *b) {
@@ -256,7 +268,8 @@ static void run_pair(const bench_args *a, int rank, const variant v[2], const ch
   a = &aw;
   bench_model b[2];
   for (int k = 0; k < 2; k++)
-    open_stage_with(a, 3, v[k].extra, v[k].top, MPI_COMM_WORLD, 0, &b[k]);
+    open_stage_with(a, a->pair_stage, v[k].extra, v[k].top, a->pair_optimizer[k],
+                    MPI_COMM_WORLD, 0, &b[k]);
   timing best[2] = {{1e30, 1e30, 1e30, 1e30, 1e30, 1e30}, {1e30, 1e30, 1e30, 1e30, 1e30, 1e30}};
   for (int s = 0; s <= a->steps; s++)
     for (int k = 0; k < 2; k++) {
@@ -272,7 +285,9 @@ static void run_pair(const bench_args *a, int rank, const variant v[2], const ch
   close_stage(&b[0]);
   close_stage(&b[1]);
   if (rank == 0) {
-    printf("\n%-22s %10s %10s %10s %10s %10s\n", "stage 3", "step s", "fetch s", "bwd s",
+    char stage[16];
+    snprintf(stage, sizeof stage, "stage %d", a->pair_stage);
+    printf("\n%-22s %10s %10s %10s %10s %10s\n", stage, "step s", "fetch s", "bwd s",
            "optim s", "comm wait");
     for (int k = 0; k < 2; k++)
       printf("%-22s %10.3f %10.3f %10.3f %10.3f %10.3f\n", v[k].label, best[k].step,
@@ -316,6 +331,17 @@ static void run_compress(const bench_args *a, int rank) {
                      " \"zero_quantized_weights\": true",
                      ", \"zinc\": {\"compression\": {\"gradient_codec\": \"terngrad\"}}"};
   run_pair(a, rank, v, "qgZ + qwZ", 2.5);
+}
+
+/* 1-bit Adam at stage 0 after its freeze_step (1: the untimed warm-up
+ * step) against exact AdamW, same lr and decay. */
+static void run_onebit(const bench_args *a, int rank) {
+  bench_args s0 = *a;
+  s0.pair_stage = 0;
+  s0.pair_optimizer[1] = "{\"type\": \"OneBitAdam\", \"params\": {\"lr\": 1e-3,"
+                         " \"weight_decay\": 0.01, \"freeze_step\": 1}}";
+  variant v[2] = {{"exact adamw", NULL, NULL}, {"onebit adam", NULL, NULL}};
+  run_pair(&s0, rank, v, "OneBitAdam", 2.0);
 }
 
 /* DGC (zinc.compression.gradient_codec "dgc", top-k of every block of
@@ -481,7 +507,7 @@ static int run_torch(const bench_args *a, int ranks, double *iteration) {
 
 int main(int argc, char **argv) {
   bench_args a = {.params = 64ll << 20, .modules = 16, .steps = 3, .dtype = ZINC_F32,
-                  .torch = 1};
+                  .torch = 1, .pair_stage = 3};
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--params") && i + 1 < argc)
       a.params = atoll(argv[++i]);
@@ -502,10 +528,12 @@ int main(int argc, char **argv) {
       a.terngrad = !strcmp(argv[++i], "terngrad");
     else if (!strcmp(argv[i], "--dgc") && i + 1 < argc)
       a.dgc = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--onebit"))
+      a.onebit = 1;
     else {
       fprintf(stderr, "usage: %s [--params N] [--modules M] [--steps S] [--dtype f32|bf16] "
               "[--no-torch] [--hpz H] [--compress] [--compress-codec int4|terngrad] "
-              "[--dgc DENSITY]\n", argv[0]);
+              "[--dgc DENSITY] [--onebit]\n", argv[0]);
       return 2;
     }
   }
@@ -517,13 +545,15 @@ int main(int argc, char **argv) {
   if (rank == 0)
     printf("step_bench: %lld %s parameters in %d modules, %d ranks, best of %d steps\n",
            (long long)a.params, zinc_dtype_name(a.dtype), a.modules, size, a.steps);
-  if (a.hpz > 0 || a.compress || a.dgc > 0) {
+  if (a.hpz > 0 || a.compress || a.dgc > 0 || a.onebit) {
     if (a.hpz > 0)
       run_hpz(&a, rank);
     if (a.compress)
       run_compress(&a, rank);
     if (a.dgc > 0)
       run_dgc(&a, rank);
+    if (a.onebit)
+      run_onebit(&a, rank);
     MPI_Finalize();
     return 0;
   }

@@ -6,7 +6,9 @@
  * memory only; with hpZ the secondary partition counts as parameter
  * memory on the device; with quantized gradients and zeropp_loco_param the
  * error-feedback residuals count as gradient memory on the device, sized
- * as engine/compress.c allocates them (ef_bytes). Stage 3 adds the
+ * as engine/compress.c allocates them (ef_bytes); OneBitAdam's worker and
+ * server errors count as optimizer memory on the device
+ * (zinc_onebit_adam_state_bytes). Stage 3 adds the
  * gathered parameters at their peak: the largest module plus what the
  * prefetch window holds ahead of it, within stage3_max_live_parameters.
  */

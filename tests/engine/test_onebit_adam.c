@@ -22,12 +22,16 @@
  *   - the same with bf16 parameters and gradients (the simulation rounds
  *     the compute copy, each rank's gradient and the exact all-reduce's sum
  *     to bf16; the master and the momentum are fp32);
+ *   - memory: the error buffers' closed form under optimizer states, and
+ *     the estimator's figure equal to the measured one;
  *   - the config keys (defaults, DeepSpeed's transport keys, refusals), and
  *     stage 2 refused with ZINC_ERR_CONFIG naming the stage.
  */
 #include <mpi.h>
 
 #include "config/config.h"
+#include "engine/engine.h"
+#include "engine/memory/estimate.h"
 #include "engine_test.h"
 
 #define FREEZE 3
@@ -100,7 +104,7 @@ static double sgn(double v) { return v < 0 ? -1.0 : 1.0; }
 static float in_dtype(const et_run *r, float v) {
   if (r->dtype == ZINC_F32)
     return v;
-  uint16_t h;
+  float h; /* room for any dtype */
   zinc_store_from_f32(&h, 0, r->dtype, v);
   return zinc_load_as_f32(&h, 0, r->dtype);
 }
@@ -498,6 +502,48 @@ static void test_config(void) {
   }
 }
 
+/* Memory: the OneBitAdam engine holds, under optimizer states on the
+ * device, the AdamW engine's bytes plus its error buffers, 4 (padded(n) +
+ * padded(n) / N) bytes per trained parameter of n elements (the closed
+ * form here); the estimator says the same. */
+static void test_memory(void) {
+  et_run r = base_run();
+  et_model m, ma;
+  zinc_engine *e = onebit_open(r, FREEZE, NULL, &m);
+  zinc_engine *adamw = et_open(&r, NULL, &ma);
+  zinc_mem_stats st = ZINC_MEM_STATS_INIT, sa = ZINC_MEM_STATS_INIT;
+  ET_OK(zinc_memory_stats(e, &st));
+  ET_OK(zinc_memory_stats(adamw, &sa));
+  uint64_t errors = 0;
+  for (int i = 0; i < TM_NPARAM; i++) {
+    uint64_t padded = (uint64_t)padded_len(tm_numel(&r.shape, i), et_world);
+    errors += 4 * (padded + padded / et_world);
+  }
+  uint64_t got = st.current[ZINC_LOC_DEVICE][ZINC_MEM_OPTIM],
+           base = sa.current[ZINC_LOC_DEVICE][ZINC_MEM_OPTIM];
+  ET_CHECK(got == base + errors, "OneBitAdam's optimizer bytes %llu, want AdamW's %llu + the "
+           "error buffers' %llu", (unsigned long long)got, (unsigned long long)base,
+           (unsigned long long)errors);
+  zinc_est_param p[TM_NPARAM];
+  static const char *mods[4] = {"in", "mid", "scale", "out"};
+  for (int i = 0; i < TM_NPARAM; i++) {
+    memset(&p[i], 0, sizeof p[i]);
+    snprintf(p[i].module, sizeof p[i].module, "%s", mods[et_param_module[i]]);
+    snprintf(p[i].name, sizeof p[i].name, "%s", tm_names[i]);
+    p[i].dtype = r.dtype;
+    p[i].ndim = zinc_param_shape(m.par[i], p[i].shape);
+  }
+  zinc_estimate est;
+  ET_OK(zinc_estimate_model(&e->cfg, et_world, 0, p, TM_NPARAM, &est));
+  ET_CHECK(est.bytes[ZINC_LOC_DEVICE][ZINC_MEM_OPTIM] == got, "the estimator's optimizer bytes "
+           "%llu, measured %llu", (unsigned long long)est.bytes[ZINC_LOC_DEVICE][ZINC_MEM_OPTIM],
+           (unsigned long long)got);
+  et_model_free(&m);
+  et_model_free(&ma);
+  zinc_engine_destroy(e);
+  zinc_engine_destroy(adamw);
+}
+
 static void test_stage_refused(void) {
   const char *json = "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": "
                      "{\"stage\": 2}, \"optimizer\": {\"type\": \"OneBitAdam\", \"params\": "
@@ -527,6 +573,7 @@ int main(int argc, char **argv) {
   test_reference(ZINC_BF16, 1e-4);
   test_wire();
   test_overflow();
+  test_memory();
   int bad = et_failures;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (et_rank == 0)
