@@ -15,7 +15,8 @@
  *
  *   mpirun -n 2 --oversubscribe step_bench [--params 67108864] [--modules 16]
  *          [--steps 3] [--dtype f32|bf16] [--no-torch] [--hpz H] [--compress]
- *          [--compress-codec int4|terngrad] [--dgc DENSITY] [--onebit]
+ *          [--compress-codec int4|terngrad] [--dgc DENSITY] [--onebit] [--zoadam]
+ *          [--zoadam-local H]
  *
  * --hpz H times only stage 3, with zero_hpz_partition_size 1 and H in
  * alternating steps of the same run, and prints both and their ratio. Both
@@ -36,6 +37,11 @@
  * --onebit times stage 0: exact AdamW against OneBitAdam (same lr and
  * decay) after its freeze_step 1 (the warm-up step is untimed): no
  * gradient reduction, the momentum all-reduced 1-bit (engine/onebit.h).
+ *
+ * --zoadam likewise: exact AdamW against ZeroOneAdam (0/1 Adam) with its
+ * variance frozen after the warm-up step and a sync every step
+ * (--zoadam-local H: a sync every H steps, the local steps between move
+ * nothing but the norm's agreement).
  */
 #include <math.h>
 #include <mpi.h>
@@ -61,6 +67,8 @@ typedef struct {
   int terngrad;         /* --compress-codec terngrad: qgZ's codec is TernGrad */
   double dgc;           /* > 0: only stage 3, exact against DGC at this density */
   int onebit;           /* only stage 0, exact AdamW against OneBitAdam */
+  int zoadam;           /* only stage 0, exact AdamW against ZeroOneAdam */
+  int zoadam_local;     /* > 1: its local_step_clipper (a sync every H steps) */
   int pair_stage;       /* the stage run_pair times (3; 0 for --onebit) */
   const char *pair_optimizer[2]; /* run_pair's two "optimizer" values (NULL:
                                     open_stage_with's AdamW) */
@@ -133,14 +141,16 @@ static void open_stage_with(const bench_args *a, int stage, const char *extra, c
     optimizer = "{\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3, \"weight_decay\": 0.01}}";
   snprintf(json, sizeof json,
            "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 1,"
-           " \"gradient_clipping\": 1.0,"
+           " \"gradient_clipping\": %s,"
            " \"optimizer\": %s,"
            " \"bf16\": {\"enabled\": %s},"
            " \"zero_optimization\": {\"stage\": %d, \"overlap_comm\": %s,"
            " \"reduce_bucket_size\": 50000000, \"allgather_bucket_size\": 50000000,"
            " \"stage3_prefetch_bucket_size\": 50000000, \"stage3_param_persistence_threshold\": 0"
            "%s}%s%s}",
-           optimizer, a->dtype == ZINC_BF16 ? "true" : "false", stage, stage >= 2 ? "true" : "false",
+           /* 0/1 Adam refuses clipping: its gradients are rank-local */
+           strstr(optimizer, "ZeroOneAdam") ? "0" : "1.0", optimizer,
+           a->dtype == ZINC_BF16 ? "true" : "false", stage, stage >= 2 ? "true" : "false",
            extra, top, a->wire ? ", \"comms_logger\": {\"enabled\": true}" : "");
   zinc_engine *e = create_engine(json, comm, threads);
   int64_t per = a->params / a->modules;
@@ -344,6 +354,30 @@ static void run_onebit(const bench_args *a, int rank) {
   run_pair(&s0, rank, v, "OneBitAdam", 2.0);
 }
 
+/* 0/1 Adam at stage 0 against exact AdamW, same lr and decay: the
+ * variance frozen after the first (untimed) step, then a sync every step
+ * (DeepSpeed's local_step_scaler 32678 keeps the interval at 1 this
+ * early): no gradient reduction, the momentum accumulator all-reduced
+ * 1-bit (engine/zoadam.c, engine/onebit.h). With --zoadam-local H the
+ * interval doubles every step up to H (local_step_scaler 1,
+ * local_step_clipper H): one sync every H steps, the local steps between
+ * move nothing but the norm's two doubles. */
+static void run_zoadam(const bench_args *a, int rank) {
+  bench_args s0 = *a;
+  s0.pair_stage = 0;
+  static char zo[320];
+  if (a->zoadam_local > 1)
+    snprintf(zo, sizeof zo, "{\"type\": \"ZeroOneAdam\", \"params\": {\"lr\": 1e-3,"
+             " \"weight_decay\": 0.01, \"var_freeze_step\": 0, \"local_step_scaler\": 1,"
+             " \"local_step_clipper\": %d}}", a->zoadam_local);
+  else
+    snprintf(zo, sizeof zo, "{\"type\": \"ZeroOneAdam\", \"params\": {\"lr\": 1e-3,"
+             " \"weight_decay\": 0.01, \"var_freeze_step\": 0}}");
+  s0.pair_optimizer[1] = zo;
+  variant v[2] = {{"exact adamw", NULL, NULL}, {"0/1 adam", NULL, NULL}};
+  run_pair(&s0, rank, v, "ZeroOneAdam", 2.0);
+}
+
 /* DGC (zinc.compression.gradient_codec "dgc", top-k of every block of
  * 256 with its fp32 residual) at density a->dgc against exact, no reuse,
  * the parameters gathered exactly. Scope inter_node, as --compress. */
@@ -530,10 +564,14 @@ int main(int argc, char **argv) {
       a.dgc = atof(argv[++i]);
     else if (!strcmp(argv[i], "--onebit"))
       a.onebit = 1;
+    else if (!strcmp(argv[i], "--zoadam"))
+      a.zoadam = 1;
+    else if (!strcmp(argv[i], "--zoadam-local") && i + 1 < argc)
+      a.zoadam = 1, a.zoadam_local = atoi(argv[++i]);
     else {
       fprintf(stderr, "usage: %s [--params N] [--modules M] [--steps S] [--dtype f32|bf16] "
               "[--no-torch] [--hpz H] [--compress] [--compress-codec int4|terngrad] "
-              "[--dgc DENSITY] [--onebit]\n", argv[0]);
+              "[--dgc DENSITY] [--onebit] [--zoadam] [--zoadam-local H]\n", argv[0]);
       return 2;
     }
   }
@@ -545,7 +583,7 @@ int main(int argc, char **argv) {
   if (rank == 0)
     printf("step_bench: %lld %s parameters in %d modules, %d ranks, best of %d steps\n",
            (long long)a.params, zinc_dtype_name(a.dtype), a.modules, size, a.steps);
-  if (a.hpz > 0 || a.compress || a.dgc > 0 || a.onebit) {
+  if (a.hpz > 0 || a.compress || a.dgc > 0 || a.onebit || a.zoadam) {
     if (a.hpz > 0)
       run_hpz(&a, rank);
     if (a.compress)
@@ -554,6 +592,8 @@ int main(int argc, char **argv) {
       run_dgc(&a, rank);
     if (a.onebit)
       run_onebit(&a, rank);
+    if (a.zoadam)
+      run_zoadam(&a, rank);
     MPI_Finalize();
     return 0;
   }
