@@ -21,6 +21,11 @@
  *    the 15: every rank's parameters equal bit for bit; the same load with
  *    0/1 Adam's own state (accumulator, errors, lr sums) zeroed ends
  *    elsewhere (the state really travels in the checkpoint).
+ *  - memory: the AdamW engine's optimizer bytes plus the accumulator (4
+ *    bytes per stage-0 optimizer element) and both errors (4 (padded(n) +
+ *    padded(n) / N) per parameter) on the device, the lr sums on the host,
+ *    the compress buffer under buffers; the estimator says the same;
+ *    gradient_clipping "auto" (1.0) refused at build, naming the key.
  *  - the wire: per step, the comms logger's bytes equal the closed form of
  *    zoadam.c's header: the compressed row ("sign1") (N - 1) x block on
  *    steps that compress, nothing of it (and no gradient reduce-scatter)
@@ -29,6 +34,7 @@
 #include <mpi.h>
 
 #include "engine/engine.h"
+#include "engine/memory/estimate.h"
 #include "engine_test.h"
 
 #define STEPS 40
@@ -417,6 +423,85 @@ static void test_reference_and_wire(void) {
   zinc_engine_destroy(e);
 }
 
+static void test_memory(void) {
+  et_model m, ma;
+  zinc_engine *e = open_engine(&m, 0);
+  int n = zinc_dp_size(e);
+  et_run r = et_defaults();
+  zinc_engine *adamw = et_open(&r, NULL, &ma);
+  zinc_mem_stats st = ZINC_MEM_STATS_INIT, sa = ZINC_MEM_STATS_INIT;
+  ET_OK(zinc_memory_stats(e, &st));
+  ET_OK(zinc_memory_stats(adamw, &sa));
+  int64_t lcm8 = 8 * n / gcd(n, 8);
+  uint64_t errors = 0;
+  for (int i = 0; i < TM_NPARAM; i++) {
+    uint64_t align = (uint64_t)(n * lcm8), numel = (uint64_t)tm_numel(&SHAPE, i);
+    uint64_t padded = (numel + align - 1) / align * align;
+    errors += 4 * (padded + padded / (uint64_t)n);
+  }
+  uint64_t accumulator = 4 * (uint64_t)e->opt_numel;
+  const int D = ZINC_LOC_DEVICE, H = ZINC_LOC_HOST;
+  ET_CHECK(st.current[D][ZINC_MEM_OPTIM] == sa.current[D][ZINC_MEM_OPTIM] + accumulator + errors,
+           "optimizer bytes %llu, want AdamW's %llu + the accumulator's %llu + the errors' %llu",
+           (unsigned long long)st.current[D][ZINC_MEM_OPTIM],
+           (unsigned long long)sa.current[D][ZINC_MEM_OPTIM], (unsigned long long)accumulator,
+           (unsigned long long)errors);
+  ET_CHECK(st.current[H][ZINC_MEM_OPTIM] ==
+               sa.current[H][ZINC_MEM_OPTIM] + ZINC_MAX_PARAM_GROUPS * sizeof(double),
+           "host optimizer bytes %llu, want %llu + the lr sums",
+           (unsigned long long)st.current[H][ZINC_MEM_OPTIM],
+           (unsigned long long)sa.current[H][ZINC_MEM_OPTIM]);
+  ET_CHECK(st.current[D][ZINC_MEM_BUFFERS] == sa.current[D][ZINC_MEM_BUFFERS] + accumulator,
+           "buffer bytes %llu, want AdamW's %llu + the compress buffer's %llu",
+           (unsigned long long)st.current[D][ZINC_MEM_BUFFERS],
+           (unsigned long long)sa.current[D][ZINC_MEM_BUFFERS], (unsigned long long)accumulator);
+  zinc_est_param p[TM_NPARAM];
+  static const char *mods[4] = {"in", "mid", "scale", "out"};
+  for (int i = 0; i < TM_NPARAM; i++) {
+    memset(&p[i], 0, sizeof p[i]);
+    snprintf(p[i].module, sizeof p[i].module, "%s", mods[et_param_module[i]]);
+    snprintf(p[i].name, sizeof p[i].name, "%s", tm_names[i]);
+    p[i].dtype = ZINC_F32;
+    p[i].ndim = zinc_param_shape(m.par[i], p[i].shape);
+  }
+  zinc_estimate est;
+  ET_OK(zinc_estimate_model(&e->cfg, n, 0, p, TM_NPARAM, &est));
+  for (int loc = 0; loc < ZINC_LOC_N; loc++)
+    for (int cat = 0; cat < ZINC_MEM_NCAT; cat++)
+      if (cat == ZINC_MEM_OPTIM || cat == ZINC_MEM_BUFFERS)
+        ET_CHECK(est.bytes[loc][cat] == st.current[loc][cat],
+                 "the estimator's bytes (location %d, category %d) %llu, measured %llu", loc,
+                 cat, (unsigned long long)est.bytes[loc][cat],
+                 (unsigned long long)st.current[loc][cat]);
+  et_model_free(&m);
+  et_model_free(&ma);
+  zinc_engine_destroy(e);
+  zinc_engine_destroy(adamw);
+  /* "auto" clipping resolves to 1.0: refused when the engine is built */
+  zinc_config *cfg = NULL;
+  ET_OK(zinc_config_parse("{\"train_micro_batch_size_per_gpu\": 1, \"gradient_clipping\": "
+                          "\"auto\", \"optimizer\": {\"type\": \"ZeroOneAdam\"}}", &cfg));
+  zinc_options opt = ZINC_OPTIONS_INIT;
+  opt.device = ZINC_DEVICE_CPU;
+  opt.threads = 1;
+  zinc_status bst = zinc_engine_create(cfg, &opt, &e);
+  zinc_config_free(cfg);
+  if (bst == ZINC_OK) {
+    et_model_register(&m, e, &SHAPE, ZINC_F32);
+    m.ictx.shape = &SHAPE;
+    bst = zinc_engine_build(e, et_init, &m.ictx);
+    et_model_free(&m);
+    ET_CHECK(bst == ZINC_ERR_CONFIG && strstr(zinc_last_error(), "gradient_clipping"),
+             "gradient_clipping auto with ZeroOneAdam: %s, %s", zinc_status_name(bst),
+             zinc_last_error());
+    zinc_engine_destroy(e);
+  } else {
+    ET_CHECK(bst == ZINC_ERR_CONFIG && strstr(zinc_last_error(), "gradient_clipping"),
+             "gradient_clipping auto with ZeroOneAdam: %s, %s", zinc_status_name(bst),
+             zinc_last_error());
+  }
+}
+
 /* Steps [from, to] (1-based) of this rank's trainer. */
 static void train_steps(et_model *m, int from, int to) {
   int n = zinc_dp_size(m->e), me = zinc_dp_rank(m->e);
@@ -477,6 +562,7 @@ int main(int argc, char **argv) {
     return 1;
   MPI_Barrier(MPI_COMM_WORLD);
   test_resume(dir);
+  test_memory();
   int bad = et_failures;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (et_rank == 0)
