@@ -377,8 +377,8 @@ static const zinc_key zero_one_adam_keys[] = {
     ZINC_KCUSTOM("eps_inside_sqrt"),
 };
 
-/* DeepSpeed's OneBitLamb: every key read and checked, the optimizer
- * refused after them (read_optimizer). */
+/* DeepSpeed's OneBitLamb (1-bit LAMB, engine/onebit_lamb.c); cuda_aware
+ * and comm_backend_name as for ZeroOneAdam. */
 static const zinc_key onebit_lamb_keys[] = {
     ZINC_KF(T, "lr", lr, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
     ZINC_KCUSTOM("betas"),
@@ -508,7 +508,7 @@ static zinc_status read_optimizer_type(zinc_cfg_reader *r, const json_t *obj,
   size_t mark = zinc_cfg_push(r, "type");
   const char *type;
   const char *expect = "\"Adam\", \"AdamW\", \"Lamb\", \"Lion\", \"Adagrad\", \"SGD\", "
-                       "\"OneBitAdam\" or \"ZeroOneAdam\"";
+                       "\"OneBitAdam\", \"ZeroOneAdam\" or \"OneBitLamb\"";
   if (!v)
     return zinc_cfg_bad(r, NULL, "%s", expect);
   ZINC_CHECK(zinc_cfg_string(r, v, &type));
@@ -601,15 +601,6 @@ static zinc_status read_optimizer(zinc_cfg_reader *r, const json_t *root, zinc_s
     }
   }
   zinc_cfg_pop(r, pmark);
-  if (s->optimizer == ZINC_OPTIM_ONEBIT_LAMB) {
-    zinc_cfg_push(r, "type");
-    return zinc_cfg_bad(r, json_object_get(obj, "type"),
-                        "\"Adam\", \"AdamW\", \"Lamb\", \"Lion\", \"Adagrad\", \"SGD\", "
-                        "\"OneBitAdam\" or \"ZeroOneAdam\": zinc reads OneBitLamb's params but does not "
-                        "implement 1-bit LAMB yet, and never runs another optimizer in its "
-                        "place; use \"Lamb\" (uncompressed), or \"OneBitAdam\" or "
-                        "\"ZeroOneAdam\" (1-bit compressed)");
-  }
   if (s->optimizer == ZINC_OPTIM_ADAMW)
     s->adam_w_mode = 1;
 done:

@@ -79,35 +79,36 @@ static zinc_status check_offload(zinc_cfg_reader *r, const json_t *root,
   return ZINC_OK;
 }
 
-/* 0/1 Adam (engine/zoadam.c) keeps the whole model's momentum, variance and
- * momentum accumulator on every rank and all-reduces them compressed
- * itself, which is stage 0's layout; DeepSpeed runs it without ZeRO too.
- * Its gradients are rank-local on most steps, so a global clipping norm
- * does not exist there. */
+/* 0/1 Adam (engine/zoadam.c) and 1-bit LAMB (engine/onebit_lamb.c) keep
+ * the whole model's momentum and variance on every rank and all-reduce
+ * them compressed themselves, which is stage 0's layout; DeepSpeed runs
+ * them without ZeRO too. Their gradients are rank-local on the compressed
+ * steps, so a global clipping norm does not exist there. */
 static zinc_status check_zero_one_adam(zinc_cfg_reader *r, const json_t *root,
                                        const zinc_settings *s) {
-  if (s->optimizer != ZINC_OPTIM_ZERO_ONE_ADAM)
+  if (s->optimizer != ZINC_OPTIM_ZERO_ONE_ADAM && s->optimizer != ZINC_OPTIM_ONEBIT_LAMB)
     return ZINC_OK;
+  const char *type = zinc_optim_type_name(s->optimizer);
   if (s->stage != 0) {
     point_at(r, "zero_optimization.stage");
     return zinc_cfg_bad(r, json_at(root, "zero_optimization.stage"),
-                        "0 with optimizer.type \"ZeroOneAdam\" (found stage %d): 0/1 Adam "
-                        "keeps and all-reduces the whole model's optimizer state on every "
-                        "rank, so it does not partition; set zero_optimization.stage to 0, "
-                        "or use \"Adam\" with ZeRO stage %d", s->stage, s->stage);
+                        "0 with optimizer.type \"%s\" (found stage %d): it keeps and "
+                        "all-reduces the whole model's optimizer state on every rank, so it "
+                        "does not partition; set zero_optimization.stage to 0, or use \"%s\" "
+                        "with ZeRO stage %d", type, s->stage,
+                        s->optimizer == ZINC_OPTIM_ONEBIT_LAMB ? "Lamb" : "Adam", s->stage);
   }
   if (s->gradient_clipping > 0) {
     point_at(r, "gradient_clipping");
     return zinc_cfg_bad(r, json_at(root, "gradient_clipping"),
-                        "0 with optimizer.type \"ZeroOneAdam\": its gradients are rank-local "
-                        "on the steps it compresses, so there is no global norm to clip by "
-                        "(DeepSpeed's 0/1 Adam does not clip either)");
+                        "0 with optimizer.type \"%s\": its gradients are rank-local on the "
+                        "steps it compresses, so there is no global norm to clip by", type);
   }
   if (s->offload_optimizer.device != ZINC_OFFLOAD_NONE) {
     point_at(r, "zero_optimization.offload_optimizer.device");
     return zinc_cfg_bad(r, json_at(root, "zero_optimization.offload_optimizer.device"),
-                        "\"none\" with optimizer.type \"ZeroOneAdam\" (zinc updates its "
-                        "state where the parameters live)");
+                        "\"none\" with optimizer.type \"%s\" (zinc updates its state where "
+                        "the parameters live)", type);
   }
   return ZINC_OK;
 }

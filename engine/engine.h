@@ -395,6 +395,7 @@ struct zinc_engine {
   float *cx_scratch;      /* stages 0/1: (largest chunk) f32 sum        */
   size_t cx_scratch_bytes;
   zinc_zoadam *zoadam;    /* 0/1 Adam (zoadam.c): optimizer.type ZeroOneAdam */
+  struct zinc_onebit_lamb *onebit_lamb; /* 1-bit LAMB (onebit_lamb.c): OneBitLamb */
   /* 1-bit Adam (onebit_adam.c; optimizer.type "OneBitAdam", stage 0) */
   zinc_onebit_plan ob_plan; /* one segment per trained parameter, in the
                                optimizer arrays (N*S)                     */
@@ -683,6 +684,15 @@ zinc_status zinc_zoadam_norm(zinc_engine *e, double *total, int *overflow);
  * group scales; grad_scale step.c's 1 / (loss scale x dp_size x
  * accumulation)). Collective over the data-parallel group. */
 zinc_status zinc_zoadam_update(zinc_engine *e, double lr, double grad_scale);
+/* --------------------------------------------------------- onebit_lamb.c */
+/* 1-bit LAMB (optimizer.type "OneBitLamb", stage 0), the same five calls
+ * as 0/1 Adam's above. */
+zinc_status zinc_onebit_lamb_init(zinc_engine *e);
+void zinc_onebit_lamb_free(zinc_engine *e);
+void zinc_onebit_lamb_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]);
+int zinc_onebit_lamb_local_grads(const zinc_engine *e);
+zinc_status zinc_onebit_lamb_norm(zinc_engine *e, double *total, int *overflow);
+zinc_status zinc_onebit_lamb_update(zinc_engine *e, double lr, double grad_scale);
 /* --------------------------------------------------------- onebit_adam.c */
 /* OneBitAdam at stage 0: the plan and the worker/server errors (registered
  * as method state); nothing for another optimizer. After layout. */

@@ -463,13 +463,15 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
     fill_info(e, info, 0, lr);
     return ZINC_OK;
   }
-  if (e->cfg.stage == 0 && !zinc_onebit_local_grads(e) && !zinc_zoadam_local_grads(e))
+  if (e->cfg.stage == 0 && !zinc_onebit_local_grads(e) && !zinc_zoadam_local_grads(e) &&
+      !zinc_onebit_lamb_local_grads(e))
     ZINC_CHECK(gather_units_in_place(e, 1, e->ntrain_units));
 
   double total = 0.0;
   int overflow = 0;
   ZINC_CHECK(grad_sumsq(e, &total, &overflow));
   ZINC_CHECK(zinc_zoadam_norm(e, &total, &overflow)); /* 0/1 Adam's rank-local steps */
+  ZINC_CHECK(zinc_onebit_lamb_norm(e, &total, &overflow)); /* 1-bit LAMB's */
   if (zinc_onebit_local_grads(e))
     ZINC_CHECK(zinc_onebit_adam_norm(e, &total, &overflow));
   double scale = zinc_loss_scaler_scale(&e->scaler);
@@ -516,6 +518,8 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
     ; /* agreed below, with the update's own failures */
   else if (e->zoadam) /* 0/1 Adam: its own communication and update */
     st = zinc_zoadam_update(e, lr, base * coef);
+  else if (e->onebit_lamb) /* 1-bit LAMB: likewise */
+    st = zinc_onebit_lamb_update(e, lr, base * coef);
   else if (zinc_onebit_local_grads(e))
     st = zinc_onebit_adam_step(e, c, segs, base * coef * (double)e->dp_size);
   else if (zinc_nvme_opt_on_disk(e))

@@ -3,8 +3,8 @@
  * "OneBitLamb" (docs/config.md "0/1 Adam and 1-bit LAMB"): DeepSpeed's
  * defaults when absent, every param landing in its field, 0/1 Adam refused
  * at ZeRO stages 1-3 (the message names the stage and what to do), with
- * gradient_clipping and with an offloaded optimizer, and OneBitLamb refused
- * after its params are read, saying zinc does not implement it yet.
+ * gradient_clipping and with an offloaded optimizer; OneBitLamb's keys
+ * likewise.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -103,20 +103,42 @@ static void zoadam_stage_refused(void **state) {
               "{\"type\": \"ZeroOneAdam\"}}", clip, 2);
 }
 
-/* OneBitLamb: its params are read (a bad one is named), then refused. */
-static void onebit_lamb_refused(void **state) {
+/* OneBitLamb: DeepSpeed's defaults, every key landing, stages 1-3 and
+ * clipping refused. */
+static void onebit_lamb_keys(void **state) {
   (void)state;
-  const char *const words[] = {"optimizer.type", "\"OneBitLamb\"",
-                               "does not implement 1-bit LAMB yet", "\"Lamb\""};
-  parse_fails("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"OneBitLamb\", \"params\": "
-              "{\"lr\": 0.01, \"betas\": [0.9, 0.99], \"eps\": 1e-6, \"weight_decay\": 0.1, "
-              "\"max_coeff\": 0.3, \"min_coeff\": 0.01, \"freeze_step\": 10, "
-              "\"coeff_beta\": 0.8, \"factor_max\": 3.0, \"factor_min\": 0.4, "
-              "\"factor_threshold\": 0.2, \"cuda_aware\": false, "
-              "\"comm_backend_name\": \"nccl\"}}}", words, 4);
+  zinc_config *cfg = parse_ok("{\"train_batch_size\": 8, \"optimizer\": {\"type\": "
+                              "\"OneBitLamb\"}}");
+  const zinc_settings *s = &cfg->s;
+  assert_int_equal(s->optimizer, ZINC_OPTIM_ONEBIT_LAMB);
+  assert_int_equal(s->freeze_step, 100000);
+  assert_true(s->max_coeff == 10.0 && s->min_coeff == 0.01 && s->coeff_beta == 0.9);
+  assert_true(s->factor_max == 4.0 && s->factor_min == 0.5 && s->factor_threshold == 0.1);
+  zinc_config_free(cfg);
+  cfg = parse_ok("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"OneBitLamb\", "
+                 "\"params\": {\"lr\": 0.01, \"betas\": [0.8, 0.99], \"eps\": 1e-6, "
+                 "\"weight_decay\": 0.1, \"max_coeff\": 0.3, \"min_coeff\": 0.02, "
+                 "\"freeze_step\": 10, \"coeff_beta\": 0.8, \"factor_max\": 3.0, "
+                 "\"factor_min\": 0.4, \"factor_threshold\": 0.2, \"cuda_aware\": false, "
+                 "\"comm_backend_name\": \"nccl\"}}}");
+  s = &cfg->s;
+  assert_true(s->lr == 0.01 && s->beta1 == 0.8 && s->beta2 == 0.99 && s->eps == 1e-6);
+  assert_true(s->weight_decay == 0.1 && s->max_coeff == 0.3 && s->min_coeff == 0.02);
+  assert_int_equal(s->freeze_step, 10);
+  assert_true(s->coeff_beta == 0.8 && s->factor_max == 3.0 && s->factor_min == 0.4 &&
+              s->factor_threshold == 0.2);
+  assert_int_equal(zinc_config_warning_count(cfg), 0);
+  zinc_config_free(cfg);
   const char *const bad[] = {"optimizer.params.coeff_beta", "2"};
   parse_fails("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"OneBitLamb\", \"params\": "
               "{\"coeff_beta\": 2}}}", bad, 2);
+  const char *const stage[] = {"zero_optimization.stage", "found stage 2",
+                               "\"Lamb\" with ZeRO stage 2"};
+  parse_fails("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2}, "
+              "\"optimizer\": {\"type\": \"OneBitLamb\"}}", stage, 3);
+  const char *const clip[] = {"gradient_clipping", "rank-local"};
+  parse_fails("{\"train_batch_size\": 8, \"gradient_clipping\": 1.0, \"optimizer\": "
+              "{\"type\": \"OneBitLamb\"}}", clip, 2);
 }
 
 int main(void) {
@@ -124,7 +146,7 @@ int main(void) {
       cmocka_unit_test(zoadam_defaults),
       cmocka_unit_test(zoadam_params_land),
       cmocka_unit_test(zoadam_stage_refused),
-      cmocka_unit_test(onebit_lamb_refused),
+      cmocka_unit_test(onebit_lamb_keys),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
