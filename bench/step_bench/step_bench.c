@@ -16,7 +16,7 @@
  *   mpirun -n 2 --oversubscribe step_bench [--params 67108864] [--modules 16]
  *          [--steps 3] [--dtype f32|bf16] [--no-torch] [--hpz H] [--compress]
  *          [--compress-codec int4|terngrad] [--dgc DENSITY] [--onebit] [--zoadam]
- *          [--zoadam-local H]
+ *          [--zoadam-local H] [--onebit-lamb]
  *
  * --hpz H times only stage 3, with zero_hpz_partition_size 1 and H in
  * alternating steps of the same run, and prints both and their ratio. Both
@@ -42,6 +42,9 @@
  * variance frozen after the warm-up step and a sync every step
  * (--zoadam-local H: a sync every H steps, the local steps between move
  * nothing but the norm's agreement).
+ *
+ * --onebit-lamb likewise: exact AdamW against OneBitLamb (1-bit LAMB)
+ * after its freeze_step 1: the whole momentum all-reduced 1-bit.
  */
 #include <math.h>
 #include <mpi.h>
@@ -69,6 +72,7 @@ typedef struct {
   int onebit;           /* only stage 0, exact AdamW against OneBitAdam */
   int zoadam;           /* only stage 0, exact AdamW against ZeroOneAdam */
   int zoadam_local;     /* > 1: its local_step_clipper (a sync every H steps) */
+  int onebit_lamb;      /* only stage 0, exact AdamW against OneBitLamb */
   int pair_stage;       /* the stage run_pair times (3; 0 for --onebit) */
   const char *pair_optimizer[2]; /* run_pair's two "optimizer" values (NULL:
                                     open_stage_with's AdamW) */
@@ -148,8 +152,10 @@ static void open_stage_with(const bench_args *a, int stage, const char *extra, c
            " \"reduce_bucket_size\": 50000000, \"allgather_bucket_size\": 50000000,"
            " \"stage3_prefetch_bucket_size\": 50000000, \"stage3_param_persistence_threshold\": 0"
            "%s}%s%s}",
-           /* 0/1 Adam refuses clipping: its gradients are rank-local */
-           strstr(optimizer, "ZeroOneAdam") ? "0" : "1.0", optimizer,
+           /* 0/1 Adam and 1-bit LAMB refuse clipping: their gradients are
+            * rank-local */
+           strstr(optimizer, "ZeroOneAdam") || strstr(optimizer, "OneBitLamb") ? "0" : "1.0",
+           optimizer,
            a->dtype == ZINC_BF16 ? "true" : "false", stage, stage >= 2 ? "true" : "false",
            extra, top, a->wire ? ", \"comms_logger\": {\"enabled\": true}" : "");
   zinc_engine *e = create_engine(json, comm, threads);
@@ -378,6 +384,19 @@ static void run_zoadam(const bench_args *a, int rank) {
   run_pair(&s0, rank, v, "ZeroOneAdam", 2.0);
 }
 
+/* 1-bit LAMB at stage 0 after its freeze_step (1: the untimed warm-up
+ * step) against exact AdamW, same lr and decay: no gradient reduction,
+ * the whole momentum all-reduced 1-bit as one segment
+ * (engine/onebit_lamb.c). */
+static void run_onebit_lamb(const bench_args *a, int rank) {
+  bench_args s0 = *a;
+  s0.pair_stage = 0;
+  s0.pair_optimizer[1] = "{\"type\": \"OneBitLamb\", \"params\": {\"lr\": 1e-3,"
+                         " \"weight_decay\": 0.01, \"freeze_step\": 1}}";
+  variant v[2] = {{"exact adamw", NULL, NULL}, {"1-bit lamb", NULL, NULL}};
+  run_pair(&s0, rank, v, "OneBitLamb", 2.0);
+}
+
 /* DGC (zinc.compression.gradient_codec "dgc", top-k of every block of
  * 256 with its fp32 residual) at density a->dgc against exact, no reuse,
  * the parameters gathered exactly. Scope inter_node, as --compress. */
@@ -566,12 +585,14 @@ int main(int argc, char **argv) {
       a.onebit = 1;
     else if (!strcmp(argv[i], "--zoadam"))
       a.zoadam = 1;
+    else if (!strcmp(argv[i], "--onebit-lamb"))
+      a.onebit_lamb = 1;
     else if (!strcmp(argv[i], "--zoadam-local") && i + 1 < argc)
       a.zoadam = 1, a.zoadam_local = atoi(argv[++i]);
     else {
       fprintf(stderr, "usage: %s [--params N] [--modules M] [--steps S] [--dtype f32|bf16] "
               "[--no-torch] [--hpz H] [--compress] [--compress-codec int4|terngrad] "
-              "[--dgc DENSITY] [--onebit] [--zoadam] [--zoadam-local H]\n", argv[0]);
+              "[--dgc DENSITY] [--onebit] [--zoadam] [--zoadam-local H] [--onebit-lamb]\n", argv[0]);
       return 2;
     }
   }
@@ -583,7 +604,7 @@ int main(int argc, char **argv) {
   if (rank == 0)
     printf("step_bench: %lld %s parameters in %d modules, %d ranks, best of %d steps\n",
            (long long)a.params, zinc_dtype_name(a.dtype), a.modules, size, a.steps);
-  if (a.hpz > 0 || a.compress || a.dgc > 0 || a.onebit || a.zoadam) {
+  if (a.hpz > 0 || a.compress || a.dgc > 0 || a.onebit || a.zoadam || a.onebit_lamb) {
     if (a.hpz > 0)
       run_hpz(&a, rank);
     if (a.compress)
@@ -594,6 +615,8 @@ int main(int argc, char **argv) {
       run_onebit(&a, rank);
     if (a.zoadam)
       run_zoadam(&a, rank);
+    if (a.onebit_lamb)
+      run_onebit_lamb(&a, rank);
     MPI_Finalize();
     return 0;
   }
