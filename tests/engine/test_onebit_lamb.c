@@ -14,12 +14,17 @@
  *  - the wire per step: warm-up steps reduce the gradient exactly; every
  *    compression step moves one segment's signs and scales, (N - 1) (2 B
  *    + 8) bytes, plus the norm's 16 (N - 1), and no gradient reduction.
+ *  - memory: the AdamW engine's optimizer bytes plus v_fresh (4 bytes per
+ *    stage-0 optimizer element) and one segment's errors (4 (padded(sum
+ *    n) + padded / N)), four doubles per parameter on the host, the
+ *    concatenated momentum and m_last under buffers; the estimator equal.
  *  - resume: a save in the compression phase, loaded into a new engine,
  *    continues bit for bit; with the method state zeroed it does not.
  */
 #include <mpi.h>
 
 #include "engine/engine.h"
+#include "engine/memory/estimate.h"
 #include "engine_test.h"
 
 #define STEPS 30
@@ -368,6 +373,56 @@ static void test_reference_and_wire(void) {
   zinc_engine_destroy(e);
 }
 
+static void test_memory(void) {
+  et_model m, ma;
+  zinc_engine *e = open_engine(&m, 0);
+  int n = zinc_dp_size(e);
+  et_run r = et_defaults();
+  zinc_engine *adamw = et_open(&r, NULL, &ma);
+  zinc_mem_stats st = ZINC_MEM_STATS_INIT, sa = ZINC_MEM_STATS_INIT;
+  ET_OK(zinc_memory_stats(e, &st));
+  ET_OK(zinc_memory_stats(adamw, &sa));
+  int64_t lcm8 = 8 * n / gcd(n, 8), align = n * lcm8;
+  uint64_t padded = (uint64_t)((flat_numel() + align - 1) / align * align);
+  uint64_t opt = 4 * (uint64_t)e->opt_numel, errors = 4 * (padded + padded / (uint64_t)n);
+  const int D = ZINC_LOC_DEVICE, H = ZINC_LOC_HOST;
+  ET_CHECK(st.current[D][ZINC_MEM_OPTIM] == sa.current[D][ZINC_MEM_OPTIM] + opt + errors,
+           "optimizer bytes %llu, want AdamW's %llu + v_fresh %llu + errors %llu",
+           (unsigned long long)st.current[D][ZINC_MEM_OPTIM],
+           (unsigned long long)sa.current[D][ZINC_MEM_OPTIM], (unsigned long long)opt,
+           (unsigned long long)errors);
+  ET_CHECK(st.current[H][ZINC_MEM_OPTIM] ==
+               sa.current[H][ZINC_MEM_OPTIM] + 4 * TM_NPARAM * sizeof(double),
+           "host optimizer bytes %llu", (unsigned long long)st.current[H][ZINC_MEM_OPTIM]);
+  ET_CHECK(st.current[D][ZINC_MEM_BUFFERS] ==
+               sa.current[D][ZINC_MEM_BUFFERS] + opt + 4 * (uint64_t)flat_numel(),
+           "buffer bytes %llu, want AdamW's %llu + m_last + the concatenated momentum",
+           (unsigned long long)st.current[D][ZINC_MEM_BUFFERS],
+           (unsigned long long)sa.current[D][ZINC_MEM_BUFFERS]);
+  zinc_est_param p[TM_NPARAM];
+  static const char *mods[4] = {"in", "mid", "scale", "out"};
+  for (int i = 0; i < TM_NPARAM; i++) {
+    memset(&p[i], 0, sizeof p[i]);
+    snprintf(p[i].module, sizeof p[i].module, "%s", mods[et_param_module[i]]);
+    snprintf(p[i].name, sizeof p[i].name, "%s", tm_names[i]);
+    p[i].dtype = ZINC_F32;
+    p[i].ndim = zinc_param_shape(m.par[i], p[i].shape);
+  }
+  zinc_estimate est;
+  ET_OK(zinc_estimate_model(&e->cfg, n, 0, p, TM_NPARAM, &est));
+  for (int loc = 0; loc < ZINC_LOC_N; loc++)
+    for (int cat = 0; cat < ZINC_MEM_NCAT; cat++)
+      if (cat == ZINC_MEM_OPTIM || cat == ZINC_MEM_BUFFERS)
+        ET_CHECK(est.bytes[loc][cat] == st.current[loc][cat],
+                 "the estimator's bytes (location %d, category %d) %llu, measured %llu", loc,
+                 cat, (unsigned long long)est.bytes[loc][cat],
+                 (unsigned long long)st.current[loc][cat]);
+  et_model_free(&m);
+  et_model_free(&ma);
+  zinc_engine_destroy(e);
+  zinc_engine_destroy(adamw);
+}
+
 static void test_resume(const char *dir) {
   enum { SAVE_AT = 15 };
   et_model m;
@@ -419,6 +474,7 @@ int main(int argc, char **argv) {
     return 1;
   MPI_Barrier(MPI_COMM_WORLD);
   test_resume(dir);
+  test_memory();
   int bad = et_failures;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (et_rank == 0)
