@@ -21,6 +21,10 @@
  *    the 15: every rank's parameters equal bit for bit; the same load with
  *    0/1 Adam's own state (accumulator, errors, lr sums) zeroed ends
  *    elsewhere (the state really travels in the checkpoint).
+ *  - overflow: an inf in one rank's gradient on a compressing step and on a
+ *    local step makes every rank skip that step (the norm's agreement): no
+ *    rank's parameters change, no rank counts the step, and the next step
+ *    trains on.
  *  - memory: the AdamW engine's optimizer bytes plus the accumulator (4
  *    bytes per stage-0 optimizer element) and both errors (4 (padded(n) +
  *    padded(n) / N) per parameter) on the device, the lr sums on the host,
@@ -423,6 +427,50 @@ static void test_reference_and_wire(void) {
   zinc_engine_destroy(e);
 }
 
+/* Steps [from, to] (1-based) of this rank's trainer. */
+static void train_steps(et_model *m, int from, int to) {
+  int n = zinc_dp_size(m->e), me = zinc_dp_rank(m->e);
+  for (int s = from; s <= to; s++) {
+    et_micro_batch(m, &SHAPE, ZINC_F32, ((int64_t)(s - 1) * n + me) * MICRO, MICRO, NULL);
+    ET_OK(zinc_step(m->e, NULL));
+  }
+}
+
+static void test_overflow(void) {
+  et_model m;
+  zinc_engine *e = open_engine(&m, 0);
+  int n = zinc_dp_size(e), me = zinc_dp_rank(e);
+  float **before = et_alloc_params(&SHAPE), **after = et_alloc_params(&SHAPE);
+  /* step 3 compresses the gradient; step 25 is a local step (local_step_
+   * interval 2 after step 24) */
+  static const int at[2] = {3, 25};
+  int done = 0;
+  for (int k = 0; k < 2; k++) {
+    train_steps(&m, done + 1, at[k] - 1);
+    done = at[k] - 1;
+    own_params(&m, before);
+    float inf = INFINITY;
+    double loss;
+    ET_OK(et_micro_batch_status(&m, &SHAPE, ZINC_F32, ((int64_t)(at[k] - 1) * n + me) * MICRO,
+                                MICRO, me == n - 1 ? &inf : NULL, &loss));
+    zinc_step_info info = ZINC_STEP_INFO_INIT;
+    ET_OK(zinc_step(e, &info));
+    own_params(&m, after);
+    ET_CHECK(info.skipped && info.step == done,
+             "step %d with an inf on rank %d: skipped %d, steps taken %lld (want %d)", at[k],
+             n - 1, info.skipped, (long long)info.step, done);
+    ET_CHECK(et_same_bits(&SHAPE, after, before, "after the skipped step"),
+             "step %d: the parameters changed on a skipped step", at[k]);
+  }
+  train_steps(&m, done + 1, done + 2);
+  own_params(&m, after);
+  ET_CHECK(et_rel_l2(&SHAPE, after, before) > 0, "no training after the skipped steps");
+  et_free_params(before);
+  et_free_params(after);
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+}
+
 static void test_memory(void) {
   et_model m, ma;
   zinc_engine *e = open_engine(&m, 0);
@@ -502,15 +550,6 @@ static void test_memory(void) {
   }
 }
 
-/* Steps [from, to] (1-based) of this rank's trainer. */
-static void train_steps(et_model *m, int from, int to) {
-  int n = zinc_dp_size(m->e), me = zinc_dp_rank(m->e);
-  for (int s = from; s <= to; s++) {
-    et_micro_batch(m, &SHAPE, ZINC_F32, ((int64_t)(s - 1) * n + me) * MICRO, MICRO, NULL);
-    ET_OK(zinc_step(m->e, NULL));
-  }
-}
-
 static void test_resume(const char *dir) {
   enum { SAVE_AT = 25 };
   et_model m;
@@ -563,6 +602,7 @@ int main(int argc, char **argv) {
   MPI_Barrier(MPI_COMM_WORLD);
   test_resume(dir);
   test_memory();
+  test_overflow();
   int bad = et_failures;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (et_rank == 0)
