@@ -60,6 +60,7 @@ typedef struct {
   int compress;         /* only stage 3, exact against qgZ + qwZ */
   int terngrad;         /* --compress-codec terngrad: qgZ's codec is TernGrad */
   double dgc;           /* > 0: only stage 3, exact against DGC at this density */
+  int wire;             /* the pairs: comms_logger on, bytes per step printed */
   int onebit;           /* only stage 0, exact AdamW against OneBitAdam */
   int pair_stage;       /* the stage run_pair times (3; 0 for --onebit) */
   const char *pair_optimizer[2]; /* run_pair's two "optimizer" values (NULL:
@@ -123,7 +124,7 @@ typedef struct {
 static void open_stage_with(const bench_args *a, int stage, const char *extra, const char *top,
                             const char *optimizer, MPI_Comm comm, int threads,
                             bench_model *b) {
-  char json[2048];
+  char json[2400];
   if (!extra)
     extra = "";
   if (!top)
@@ -138,9 +139,10 @@ static void open_stage_with(const bench_args *a, int stage, const char *extra, c
            " \"zero_optimization\": {\"stage\": %d, \"overlap_comm\": %s,"
            " \"reduce_bucket_size\": 50000000, \"allgather_bucket_size\": 50000000,"
            " \"stage3_prefetch_bucket_size\": 50000000, \"stage3_param_persistence_threshold\": 0"
-           "%s}%s}",
-           optimizer, a->dtype == ZINC_BF16 ? "true" : "false", stage, stage >= 2 ? "true" : "false", extra,
-           top);
+           "%s}%s%s}",
+           optimizer, a->dtype == ZINC_BF16 ? "true" : "false", stage,
+           stage >= 2 ? "true" : "false", extra, top,
+           a->wire ? ", \"comms_logger\": {\"enabled\": true}" : "");
   zinc_engine *e = create_engine(json, comm, threads);
   int64_t per = a->params / a->modules;
   zinc_module **mods = calloc((size_t)a->modules, sizeof *mods);
@@ -242,8 +244,29 @@ typedef struct {
   const char *label, *extra, *top;
 } variant;
 
+/* Bytes this rank sent per step since the counters were reset (the comms
+ * logger's wire bytes), and what the same ops would have sent
+ * uncompressed (their logical bytes; a plain row's wire bytes). */
+static void wire_per_step(zinc_engine *e, int steps, double *wire, double *logical) {
+  zinc_comms_stat rows[64];
+  for (int i = 0; i < 64; i++)
+    rows[i] = (zinc_comms_stat)ZINC_COMMS_STAT_INIT;
+  int n = 0;
+  *wire = *logical = 0;
+  if (zinc_comms_stats(e, rows, 64, &n) != ZINC_OK)
+    die("comms stats");
+  for (int i = 0; i < n && i < 64; i++) {
+    double w = (double)(rows[i].wire_intra + rows[i].wire_inter);
+    *wire += w / steps;
+    *logical += (rows[i].codec ? (double)rows[i].logical_bytes : w) / steps;
+  }
+}
+
 static void run_pair(const bench_args *a, int rank, const variant v[2], const char *what,
                      double target) {
+  bench_args aw = *a;
+  aw.wire = 1;
+  a = &aw;
   bench_model b[2];
   for (int k = 0; k < 2; k++)
     open_stage_with(a, a->pair_stage, v[k].extra, v[k].top, a->pair_optimizer[k],
@@ -252,9 +275,14 @@ static void run_pair(const bench_args *a, int rank, const variant v[2], const ch
   for (int s = 0; s <= a->steps; s++)
     for (int k = 0; k < 2; k++) {
       timing t = one_step(a, &b[k], MPI_COMM_WORLD);
+      if (s == 0 && zinc_comms_reset(b[k].e) != ZINC_OK) /* count the timed steps */
+        die("comms reset");
       if (s > 0 && t.step < best[k].step)
         best[k] = t;
     }
+  double wire[2], logical[2];
+  for (int k = 0; k < 2; k++)
+    wire_per_step(b[k].e, a->steps, &wire[k], &logical[k]);
   close_stage(&b[0]);
   close_stage(&b[1]);
   if (rank == 0) {
@@ -268,6 +296,9 @@ static void run_pair(const bench_args *a, int rank, const variant v[2], const ch
     double ratio = best[0].step / best[1].step;
     printf("%s: step %.3f s vs %.3f s without: %.2fx faster (target >= %.2fx) %s\n", what,
            best[1].step, best[0].step, ratio, target, ratio >= target ? "PASS" : "FAIL");
+    printf("%s: rank 0 sent %.2f MB per step vs %.2f MB without: %.1fx fewer bytes (the same "
+           "ops uncompressed: %.2f MB)\n", what, wire[1] / 1e6, wire[0] / 1e6,
+           wire[1] > 0 ? wire[0] / wire[1] : 0.0, logical[1] / 1e6);
   }
 }
 

@@ -36,10 +36,14 @@
 #include "base/env.h"
 #include "base/fs.h"
 #include "engine/checkpoint/ef.h"
+#include "engine/checkpoint/mstate_io.h"
 #include "engine/checkpoint/format.h"
 #include "engine/engine.h"
 
 #define STAGING_ELEMS (1 << 20) /* 4 MiB of f32 between device and file */
+/* per rank, gathered after the shards are written: shard crc and bytes,
+ * error-feedback file crc and bytes, method-state file crc and bytes */
+#define INFO 6
 
 static const char *section_names[3] = {"fp32_master", "exp_avg", "exp_avg_sq"};
 
@@ -463,9 +467,11 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
                                   zinc_ckpt_fault *fault) {
   zinc_manifest m = {0};
   zinc_status st = ZINC_OK;
-  char **names = calloc(2 * (size_t)e->dp_size + 3, sizeof *names);
-  uint32_t *crcs = calloc(2 * (size_t)e->dp_size + 3, sizeof *crcs);
-  int64_t *bytes = calloc(2 * (size_t)e->dp_size + 3, sizeof *bytes);
+  /* checksums: shards, manifest, client state, extra, .zef files, .zms files */
+  size_t nnames = 3 * (size_t)e->dp_size + 3;
+  char **names = calloc(nnames, sizeof *names);
+  uint32_t *crcs = calloc(nnames, sizeof *crcs);
+  int64_t *bytes = calloc(nnames, sizeof *bytes);
   int nsums = e->dp_size + 1;
   m.files = calloc((size_t)e->dp_size, sizeof *m.files);
   m.params = calloc((size_t)e->nparams + 1, sizeof *m.params);
@@ -501,17 +507,26 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
     snprintf(name, sizeof name, "rank_%05d.zshard", r);
     names[r] = zinc_strdup(name);
     m.files[r] = (zinc_manifest_file){.name = names[r], .rank = r, .elements = e->shard_numel,
-                                      .bytes = file_info[4 * r + 1],
-                                      .crc32c = (uint32_t)file_info[4 * r]};
+                                      .bytes = file_info[INFO * r + 1],
+                                      .crc32c = (uint32_t)file_info[INFO * r]};
     crcs[r] = m.files[r].crc32c;
     bytes[r] = m.files[r].bytes;
   }
   if (e->cx_ef) { /* the error-feedback files, after the shards in the checksums */
     for (int r = 0; r < e->dp_size; r++) {
-      crcs[e->dp_size + 3 + r] = (uint32_t)file_info[4 * r + 2];
-      bytes[e->dp_size + 3 + r] = file_info[4 * r + 3];
+      crcs[e->dp_size + 3 + r] = (uint32_t)file_info[INFO * r + 2];
+      bytes[e->dp_size + 3 + r] = file_info[INFO * r + 3];
     }
     st = zinc_ckpt_ef_describe(e, crcs + e->dp_size + 3, bytes + e->dp_size + 3, &m.ef);
+  }
+  if (st == ZINC_OK && e->nmstate > 0) { /* the method-state files, after those */
+    uint32_t *mc = crcs + 2 * e->dp_size + 3;
+    int64_t *mb = bytes + 2 * e->dp_size + 3;
+    for (int r = 0; r < e->dp_size; r++) {
+      mc[r] = (uint32_t)file_info[INFO * r + 4];
+      mb[r] = file_info[INFO * r + 5];
+    }
+    st = zinc_ckpt_mstate_describe(e, mc, mb, &m.ms);
   }
   m.nparams = e->nparams;
   for (int i = 0; i < e->nparams && st == ZINC_OK; i++) {
@@ -582,6 +597,11 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
     crcs[nsums] = m.ef.files[r].crc32c;
     bytes[nsums++] = m.ef.files[r].bytes;
   }
+  for (int r = 0; m.ms.present && r < e->dp_size; r++) {
+    names[nsums] = zinc_strdup(m.ms.files[r].name);
+    crcs[nsums] = m.ms.files[r].crc32c;
+    bytes[nsums++] = m.ms.files[r].bytes;
+  }
   sums = zinc_checksums_format((const char *const *)names, crcs, bytes, nsums);
   char *spath = zinc_path_join(partial, ZINC_CHECKSUMS_NAME);
   st = sums && spath ? zinc_ckpt_fault_hit(fault, "write", spath, 0) : ZINC_OK;
@@ -592,9 +612,10 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
                                   ZINC_CHECKSUMS_NAME, nsums, partial);
   free(spath);
 out:
-  for (int r = 0; names && r < 2 * e->dp_size + 3; r++)
+  for (size_t r = 0; names && r < nnames; r++)
     free(names[r]);
   zinc_ckpt_ef_describe_free(&m.ef);
+  zinc_manifest_mstate_free(&m.ms);
   for (int i = 0; m.params && i < e->nparams; i++) {
     free(m.params[i].name);
     free(m.params[i].pieces);
@@ -620,14 +641,14 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
   snprintf(partial_name, sizeof partial_name, ".%s.partial", tag);
   char *final = zinc_path_join(dir, tag), *partial = zinc_path_join(dir, partial_name);
   char *shard = NULL;
-  int64_t *info = calloc(4 * (size_t)e->dp_size, sizeof *info);
+  int64_t *info = calloc(INFO * (size_t)e->dp_size, sizeof *info);
   zinc_status st =
       final && partial && info
           ? ZINC_OK
           : zinc_error(ZINC_ERR_NOMEM, "checkpoint save %s/%s: no host memory for its paths and "
                        "the table of %d shards (%zu bytes); free host memory and retry", dir, tag,
                        e->dp_size, 2 * strlen(dir) + strlen(tag) + strlen(partial_name) + 4 +
-                           4 * (size_t)e->dp_size * sizeof *info);
+                           INFO * (size_t)e->dp_size * sizeof *info);
   /* 1. rank 0: the directory, its lock, leftovers, an empty partial directory */
   publisher pub = {.dir = dir, .crash_at = zinc_env_int("ZINC_CKPT_CRASH_AT", 0, 0, 1 << 30)};
   zinc_ckpt_fault_init(&pub.fault);
@@ -692,10 +713,21 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
                                "of %s/%s; free host memory and retry", setdir, name);
       free(efpath);
     }
-    int64_t mine[4] = {crc, bytes, ef_crc, ef_bytes};
+    /* the compression methods' state beside it */
+    uint32_t ms_crc = 0;
+    int64_t ms_bytes = 0;
+    if (st == ZINC_OK && e->nmstate > 0) {
+      snprintf(name, sizeof name, ZINC_MSTATE_FILE_FORMAT, e->dp_rank);
+      char *mspath = zinc_path_join(setdir, name);
+      st = mspath ? zinc_ckpt_mstate_write(e, mspath, &pub.fault, &ms_crc, &ms_bytes)
+                  : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the path "
+                               "of %s/%s; free host memory and retry", setdir, name);
+      free(mspath);
+    }
+    int64_t mine[INFO] = {crc, bytes, ef_crc, ef_bytes, ms_crc, ms_bytes};
     st = zinc_engine_agree(e, ac, st);
     if (st == ZINC_OK)
-      st = zinc_comm_allgather(e->dp_host, mine, info, 4, ZINC_DT_I64);
+      st = zinc_comm_allgather(e->dp_host, mine, info, INFO, ZINC_DT_I64);
   }
   /* 3. consolidated 16-bit weights when asked (collective) */
   const char *extra = e->cfg.stage3_gather_16bit_weights_on_model_save ? "model.safetensors" : NULL;
@@ -736,7 +768,7 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
   if (st == ZINC_OK) {
     int64_t total = 0;
     for (int r = 0; r < e->dp_size; r++)
-      total += info[4 * r + 1] + info[4 * r + 3];
+      total += info[INFO * r + 1] + info[INFO * r + 3] + info[INFO * r + 5];
     zinc_log0(ZINC_LOG_INFO, "saved checkpoint %s: %d shards%s, %.1f MiB%s, step %lld, "
               "%.2f s", final, e->dp_size, e->mp_size > 1 ? " per model-parallel rank" : "",
               (double)total / (1 << 20), e->mp_size > 1 ? " (model-parallel rank 0)" : "",
@@ -1038,6 +1070,11 @@ zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char 
    * files when they will be read) */
   zinc_ef_load_mode ef_mode = st == ZINC_OK ? zinc_ckpt_ef_mode(e, d, map, weights_only)
                                             : ZINC_EF_LOAD_NONE;
+  char ms_why[256];
+  zinc_mstate_load_mode ms_mode = st == ZINC_OK
+                                      ? zinc_ckpt_mstate_mode(e, d, weights_only, ms_why,
+                                                              sizeof ms_why)
+                                      : ZINC_MSTATE_LOAD_NONE;
   if (st == ZINC_OK) {
     for (int f = e->dp_rank; f < d->manifest->nfiles && st == ZINC_OK; f += e->dp_size)
       st = zinc_ckpt_dir_verify_file(d, f);
@@ -1045,6 +1082,8 @@ zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char 
     for (int f = e->dp_rank; ef_read && f < d->manifest->ef.dp_size && st == ZINC_OK;
          f += e->dp_size)
       st = zinc_ckpt_dir_verify_ef(d, f);
+    if (st == ZINC_OK && ms_mode == ZINC_MSTATE_LOAD_EXACT)
+      st = zinc_ckpt_dir_verify_mstate(d, e->dp_rank); /* the file this rank reads */
     st = zinc_engine_agree(e, ac, st);
   }
   if (st != ZINC_OK) {
@@ -1070,6 +1109,8 @@ zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char 
   }
   if (st == ZINC_OK)
     st = zinc_ckpt_ef_load(e, d, map, ef_mode);
+  if (st == ZINC_OK)
+    st = zinc_ckpt_mstate_load(e, d, ms_mode, ms_why);
   /* the reads are local; agree on them before the parameter gathers */
   st = zinc_engine_agree(e, ac, st);
   if (st == ZINC_OK)

@@ -614,8 +614,8 @@ zinc_status zinc_ckpt_dir_verify_file(const zinc_ckpt_dir *d, int i) {
   return st;
 }
 
-zinc_status zinc_ckpt_dir_verify_ef(const zinc_ckpt_dir *d, int i) {
-  const zinc_manifest_file *f = &d->manifest->ef.files[i];
+zinc_status zinc_ckpt_dir_verify_whole(const zinc_ckpt_dir *d, const zinc_manifest_file *f,
+                                       const char *what) {
   char *p = zinc_path_join(d->path, f->name);
   if (!p)
     return zinc_error(ZINC_ERR_NOMEM, "opening checkpoint: no host memory for the path of %s/%s "
@@ -625,11 +625,15 @@ zinc_status zinc_ckpt_dir_verify_ef(const zinc_ckpt_dir *d, int i) {
   int64_t bytes = 0;
   zinc_status st = zinc_fs_crc32c(p, &crc, &bytes);
   if (st == ZINC_OK && (crc != f->crc32c || bytes != f->bytes))
-    st = zinc_error(ZINC_ERR_CORRUPT, "error-feedback file %s holds %lld bytes with crc32c %08x; "
-                    "the manifest says %lld bytes with crc32c %08x (damaged or replaced)", p,
+    st = zinc_error(ZINC_ERR_CORRUPT, "%s file %s holds %lld bytes with crc32c %08x; the "
+                    "manifest says %lld bytes with crc32c %08x (damaged or replaced)", what, p,
                     (long long)bytes, crc, (long long)f->bytes, f->crc32c);
   free(p);
   return st;
+}
+
+zinc_status zinc_ckpt_dir_verify_ef(const zinc_ckpt_dir *d, int i) {
+  return zinc_ckpt_dir_verify_whole(d, &d->manifest->ef.files[i], "error-feedback");
 }
 
 void zinc_ckpt_dir_close(zinc_ckpt_dir *d) {

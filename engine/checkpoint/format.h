@@ -14,6 +14,10 @@
  *   rank_NNNNN.zef      with error feedback on (engine/compress.c): the rank's
  *                       residual bytes, raw (manifest.h, zinc_manifest_ef;
  *                       engine/checkpoint/ef.c);
+ *   rank_NNNNN.zms      with a compression method that keeps rank-local
+ *                       state (1-bit Adam's errors, PowerSGD's Q, ...):
+ *                       its registered buffers, raw, in order (mstate.h,
+ *                       zinc_manifest_mstate; engine/checkpoint/mstate.c);
  *   manifest.json       engine/checkpoint/manifest.h (with every shard's crc32c);
  *   checksums.crc32c    "<crc32c> <bytes> <name>" per file, then
  *                       "self <crc32c of the lines above>".
@@ -135,6 +139,10 @@ zinc_status zinc_ckpt_dir_open(const char *dir, const char *tag, zinc_ckpt_dir *
 zinc_status zinc_ckpt_dir_verify_file(const zinc_ckpt_dir *d, int i);
 /* Verify error-feedback file i completely (size and crc32c). */
 zinc_status zinc_ckpt_dir_verify_ef(const zinc_ckpt_dir *d, int i);
+/* Verify a file read whole (size and crc32c against f); `what` names its
+ * kind in the message ("error-feedback", "method-state"). */
+zinc_status zinc_ckpt_dir_verify_whole(const zinc_ckpt_dir *d, const zinc_manifest_file *f,
+                                       const char *what);
 void zinc_ckpt_dir_close(zinc_ckpt_dir *d);
 /* Validate a tag: 1..200 of the characters A-Z a-z 0-9 . _ - + = @ , ,
  * not starting with '.' or '-', not "latest" or "latest.*", not ending in

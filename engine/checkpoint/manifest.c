@@ -82,6 +82,34 @@ static json_t *ef_json(const zinc_manifest_ef *ef) {
   return o;
 }
 
+static json_t *mstate_json(const zinc_manifest_mstate *ms) {
+  json_t *o = json_object();
+  json_object_set_new(o, "dp_size", json_integer(ms->dp_size));
+  json_t *entries = json_array();
+  for (int i = 0; i < ms->nentries; i++) {
+    json_t *x = json_object();
+    json_object_set_new(x, "name", json_string(ms->entries[i].name));
+    json_object_set_new(x, "bytes", json_integer(ms->entries[i].bytes));
+    json_array_append_new(entries, x);
+  }
+  json_object_set_new(o, "entries", entries);
+  json_t *files = json_array();
+  for (int i = 0; i < ms->dp_size; i++)
+    json_array_append_new(files, file_json(&ms->files[i], 0));
+  json_object_set_new(o, "files", files);
+  return o;
+}
+
+void zinc_manifest_mstate_free(zinc_manifest_mstate *ms) {
+  for (int i = 0; ms->entries && i < ms->nentries; i++)
+    free(ms->entries[i].name);
+  for (int r = 0; ms->files && r < ms->dp_size; r++)
+    free(ms->files[r].name);
+  free(ms->entries);
+  free(ms->files);
+  memset(ms, 0, sizeof *ms);
+}
+
 /* ------------------------------------------------------------- writing */
 
 static json_t *str_or_null(const char *s) { return s ? json_string(s) : json_null(); }
@@ -131,6 +159,8 @@ char *zinc_manifest_to_json(const zinc_manifest *m) {
   json_object_set_new(root, "files", files);
   if (m->ef.present)
     json_object_set_new(root, "error_feedback", ef_json(&m->ef));
+  if (m->ms.present)
+    json_object_set_new(root, "method_state", mstate_json(&m->ms));
   json_t *params = json_array();
   for (int i = 0; i < m->nparams; i++) {
     const zinc_manifest_param *p = &m->params[i];
@@ -429,6 +459,78 @@ static int parse_ef(reader *r, json_t *o, zinc_manifest *m) {
   return 1;
 }
 
+/* "method_state": dp_size (the checkpoint's), the entries (unique names of
+ * 1..47 bytes, sizes >= 0), one file per rank, named by rank, holding the
+ * sum of the entries' bytes. */
+static int parse_mstate(reader *r, json_t *o, zinc_manifest *m) {
+  zinc_manifest_mstate *ms = &m->ms;
+  const char *path = "method_state";
+  int64_t v;
+  if (!json_is_object(o))
+    return fail(r, path, "not an object");
+  if (!get_int(r, o, "dp_size", path, 1, 1 << 24, &v))
+    return 0;
+  if (v != m->dp_size)
+    return fail(r, path, "\"dp_size\" %lld differs from the checkpoint's %d", (long long)v,
+                m->dp_size);
+  json_t *entries = json_object_get(o, "entries");
+  if (!json_is_array(entries) || json_array_size(entries) > 1024)
+    return fail(r, path, "\"entries\" must be an array of {name, bytes} (at most 1024)");
+  ms->nentries = (int)json_array_size(entries);
+  ms->entries = calloc((size_t)ms->nentries + 1, sizeof *ms->entries);
+  ms->files = calloc((size_t)m->dp_size, sizeof *ms->files);
+  if (!ms->entries || !ms->files)
+    return fail_nomem(r, path, "the entry and file tables",
+                      ((size_t)ms->nentries + 1) * sizeof *ms->entries +
+                          (size_t)m->dp_size * sizeof *ms->files);
+  ms->dp_size = m->dp_size; /* from here zinc_manifest_free frees the files' names */
+  int64_t total = 0;
+  for (int i = 0; i < ms->nentries; i++) {
+    char epath[48];
+    snprintf(epath, sizeof epath, "method_state.entries[%d]", i);
+    json_t *x = json_array_get(entries, (size_t)i);
+    if (!json_is_object(x))
+      return fail(r, epath, "not an object");
+    if (!get_str(r, x, "name", epath, &ms->entries[i].name) ||
+        !get_int(r, x, "bytes", epath, 0, INT64_MAX / 1024, &ms->entries[i].bytes))
+      return 0;
+    size_t nl = strlen(ms->entries[i].name);
+    if (nl == 0 || nl > 47)
+      return fail(r, epath, "\"name\" must be 1..47 bytes");
+    for (int j = 0; j < i; j++)
+      if (!strcmp(ms->entries[j].name, ms->entries[i].name))
+        return fail(r, epath, "\"%s\" listed twice", ms->entries[i].name);
+    total += ms->entries[i].bytes;
+  }
+  json_t *files = json_object_get(o, "files");
+  if (!json_is_array(files) || json_array_size(files) != (size_t)m->dp_size)
+    return fail(r, path, "\"files\" must list one file per rank (%d)", m->dp_size);
+  for (int i = 0; i < m->dp_size; i++) {
+    char fpath[48];
+    snprintf(fpath, sizeof fpath, "method_state.files[%d]", i);
+    json_t *f = json_array_get(files, (size_t)i);
+    zinc_manifest_file *mf = &ms->files[i];
+    if (!json_is_object(f))
+      return fail(r, fpath, "not an object");
+    if (!get_str(r, f, "name", fpath, &mf->name) ||
+        !get_int(r, f, "rank", fpath, 0, 1 << 24, &v) ||
+        !get_int(r, f, "bytes", fpath, 0, INT64_MAX, &mf->bytes) ||
+        !parse_crc(r, f, "crc32c", fpath, &mf->crc32c))
+      return 0;
+    mf->rank = (int)v;
+    char want[32];
+    snprintf(want, sizeof want, "rank_%05d.zms", i);
+    if (mf->rank != i || strcmp(mf->name, want) != 0)
+      return fail(r, fpath, "names \"%s\" of rank %d; entry %d must be %s of rank %d",
+                  mf->name, mf->rank, i, want, i);
+    if (mf->bytes != total)
+      return fail(r, fpath, "\"bytes\" %lld; its entries make %lld", (long long)mf->bytes,
+                  (long long)total);
+  }
+  ms->present = 1;
+  return 1;
+}
+
 zinc_status zinc_manifest_parse(const char *text, size_t len, const char *what,
                                 zinc_manifest **out) {
   *out = NULL;
@@ -600,6 +702,9 @@ zinc_status zinc_manifest_parse(const char *text, size_t len, const char *what,
   json_t *efo = json_object_get(root, "error_feedback");
   if (efo && !parse_ef(&r, efo, m))
     goto done;
+  json_t *mso = json_object_get(root, "method_state");
+  if (mso && !parse_mstate(&r, mso, m))
+    goto done;
   json_t *params = json_object_get(root, "params");
   if (!json_is_array(params) || json_array_size(params) > (1u << 26)) {
     fail(&r, "params", "must be an array");
@@ -648,6 +753,7 @@ void zinc_manifest_free(zinc_manifest *m) {
   for (int i = 0; m->ef.files && i < m->ef.dp_size; i++)
     free(m->ef.files[i].name);
   free(m->ef.files);
+  zinc_manifest_mstate_free(&m->ms);
   free(m->ef.units);
   free(m);
 }

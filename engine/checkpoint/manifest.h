@@ -86,6 +86,24 @@ int64_t zinc_manifest_ef_slice_bytes(const zinc_manifest_ef *ef, int ui);
 /* Bytes of one file: every unit's (dp_size - 1) slices. */
 int64_t zinc_manifest_ef_file_bytes(const zinc_manifest_ef *ef);
 
+/* The compression methods' rank-local state (engine/checkpoint/mstate.h),
+ * saved when the engine registered any: one raw file per data-parallel
+ * rank, rank_NNNNN.zms, the registered buffers in order. Every rank
+ * registers the same entries (names and bytes), so every file holds the
+ * sum of the entries' bytes. */
+typedef struct {
+  char *name;            /* "<method>.<buffer>" */
+  int64_t bytes;
+} zinc_manifest_mstate_entry;
+
+typedef struct {
+  int present;           /* 0: none saved */
+  int dp_size;           /* one file per rank */
+  int nentries;
+  zinc_manifest_mstate_entry *entries;
+  zinc_manifest_file *files; /* dp_size entries: rank_NNNNN.zms of rank i */
+} zinc_manifest_mstate;
+
 typedef struct {
   int version;
   char *zinc_version;
@@ -114,7 +132,11 @@ typedef struct {
   zinc_manifest_param *params;
   int nparams;
   zinc_manifest_ef ef;   /* "error_feedback": present 0 when absent */
+  zinc_manifest_mstate ms; /* "method_state": present 0 when absent */
 } zinc_manifest;
+
+/* Free what a writer or the parser allocated in *ms, and clear it. */
+void zinc_manifest_mstate_free(zinc_manifest_mstate *ms);
 
 /* JSON text of m (malloc'ed). */
 char *zinc_manifest_to_json(const zinc_manifest *m);

@@ -3,10 +3,18 @@
  * (mstate.h): the registry; save and load.
  */
 #include "engine/checkpoint/mstate.h"
+#include "engine/checkpoint/mstate_io.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#include "engine/engine.h"
+#include "base/fs.h"
+
+#define MS_STAGE_BYTES ((size_t)4 << 20)
 
 zinc_status zinc_mstate_register(zinc_engine *e, const char *name, void *ptr, size_t bytes,
                                  int host) {
@@ -31,4 +39,193 @@ zinc_status zinc_mstate_register(zinc_engine *e, const char *name, void *ptr, si
 void zinc_mstate_clear(zinc_engine *e) {
   memset(e->mstate, 0, sizeof e->mstate);
   e->nmstate = 0;
+}
+
+/* ---------------------------------------------------------------- save */
+
+int64_t zinc_mstate_total(const zinc_engine *e) {
+  int64_t total = 0;
+  for (int i = 0; i < e->nmstate; i++)
+    total += (int64_t)e->mstate[i].bytes;
+  return total;
+}
+
+zinc_status zinc_ckpt_mstate_write(zinc_engine *e, const char *path, zinc_ckpt_fault *fault,
+                                   uint32_t *crc, int64_t *bytes) {
+  *crc = 0;
+  *bytes = 0;
+  unsigned char *stage = NULL;
+  ZINC_CHECK(zinc_aligned_alloc((void **)&stage, 64, MS_STAGE_BYTES, "method-state staging"));
+  int fd = zinc_fs_create_new(path, 0600);
+  zinc_status st = fd >= 0 ? ZINC_OK : zinc_fs_error("create", path, 0, errno);
+  int64_t at = 0;
+  for (int i = 0; i < e->nmstate && st == ZINC_OK; i++) {
+    const zinc_mstate_entry *m = &e->mstate[i];
+    for (size_t off = 0; st == ZINC_OK && off < m->bytes; off += MS_STAGE_BYTES) {
+      size_t n = m->bytes - off < MS_STAGE_BYTES ? m->bytes - off : MS_STAGE_BYTES;
+      const char *src = (const char *)m->ptr + off;
+      if (m->host) {
+        memcpy(stage, src, n);
+      } else {
+        st = e->dev->ops->copy(e->dev, stage, src, n, e->stream);
+        if (st == ZINC_OK)
+          st = zinc_engine_sync(e);
+      }
+      if (st == ZINC_OK)
+        st = zinc_ckpt_fault_hit(fault, "write", path, at);
+      if (st == ZINC_OK)
+        st = zinc_fs_pwrite_all(fd, path, stage, n, at);
+      *crc = zinc_crc32c(*crc, stage, n);
+      at += (int64_t)n;
+    }
+  }
+  if (st == ZINC_OK && fsync(fd) != 0)
+    st = zinc_fs_error("fsync", path, at, errno);
+  if (fd >= 0)
+    close(fd);
+  if (st != ZINC_OK && fd >= 0)
+    unlink(path);
+  *bytes = at;
+  free(stage);
+  return st;
+}
+
+zinc_status zinc_ckpt_mstate_describe(const zinc_engine *e, const uint32_t *crcs,
+                                      const int64_t *bytes, zinc_manifest_mstate *ms) {
+  memset(ms, 0, sizeof *ms);
+  ms->entries = calloc((size_t)e->nmstate + 1, sizeof *ms->entries);
+  ms->files = calloc((size_t)e->dp_size, sizeof *ms->files);
+  ms->nentries = e->nmstate;
+  ms->dp_size = e->dp_size;
+  int ok = ms->entries && ms->files;
+  for (int i = 0; ok && i < e->nmstate; i++) {
+    ms->entries[i] = (zinc_manifest_mstate_entry){zinc_strdup(e->mstate[i].name),
+                                                  (int64_t)e->mstate[i].bytes};
+    ok = ms->entries[i].name != NULL;
+  }
+  for (int r = 0; ok && r < e->dp_size; r++) {
+    char name[32];
+    snprintf(name, sizeof name, ZINC_MSTATE_FILE_FORMAT, r);
+    ms->files[r] = (zinc_manifest_file){.name = zinc_strdup(name), .rank = r,
+                                        .bytes = bytes[r], .crc32c = crcs[r]};
+    ok = ms->files[r].name != NULL;
+  }
+  if (!ok) {
+    zinc_manifest_mstate_free(ms);
+    return zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the method-state "
+                      "table of %d entries; free host memory and retry", e->nmstate);
+  }
+  int64_t total = zinc_mstate_total(e);
+  for (int r = 0; r < e->dp_size; r++)
+    if (bytes[r] != total) {
+      int64_t b = bytes[r];
+      zinc_manifest_mstate_free(ms);
+      return zinc_error(ZINC_ERR_INVALID, "checkpoint save: rank %d's method state holds %lld "
+                        "bytes, rank %d's %lld; every rank must register the same buffers", r,
+                        (long long)b, e->dp_rank, (long long)total);
+    }
+  ms->present = 1;
+  return ZINC_OK;
+}
+
+/* ---------------------------------------------------------------- load */
+
+zinc_mstate_load_mode zinc_ckpt_mstate_mode(const zinc_engine *e, const zinc_ckpt_dir *d,
+                                            int weights_only, char *why, size_t cap) {
+  const zinc_manifest_mstate *ms = &d->manifest->ms;
+  why[0] = '\0';
+  if (e->nmstate == 0)
+    return ZINC_MSTATE_LOAD_NONE;
+  if (weights_only) {
+    snprintf(why, cap, "a weights-only load");
+    return ZINC_MSTATE_LOAD_ZERO;
+  }
+  if (!ms->present) {
+    snprintf(why, cap, "the checkpoint holds none");
+    return ZINC_MSTATE_LOAD_ZERO;
+  }
+  if (ms->dp_size != e->dp_size) {
+    snprintf(why, cap, "saved by %d data-parallel ranks, loaded by %d", ms->dp_size,
+             e->dp_size);
+    return ZINC_MSTATE_LOAD_ZERO;
+  }
+  if (ms->nentries != e->nmstate) {
+    snprintf(why, cap, "%d buffers saved, %d kept now", ms->nentries, e->nmstate);
+    return ZINC_MSTATE_LOAD_ZERO;
+  }
+  for (int i = 0; i < e->nmstate; i++)
+    if (strcmp(ms->entries[i].name, e->mstate[i].name) ||
+        ms->entries[i].bytes != (int64_t)e->mstate[i].bytes) {
+      snprintf(why, cap, "buffer %d saved as \"%s\" of %lld bytes, kept now as \"%s\" of %zu "
+               "bytes", i, ms->entries[i].name, (long long)ms->entries[i].bytes,
+               e->mstate[i].name, e->mstate[i].bytes);
+      return ZINC_MSTATE_LOAD_ZERO;
+    }
+  return ZINC_MSTATE_LOAD_EXACT;
+}
+
+static zinc_status fill_entry(zinc_engine *e, const zinc_mstate_entry *m, const void *src,
+                              size_t off, size_t n) {
+  if (m->host) {
+    if (src)
+      memcpy((char *)m->ptr + off, src, n);
+    else
+      memset((char *)m->ptr + off, 0, n);
+    return ZINC_OK;
+  }
+  if (src)
+    return e->dev->ops->copy(e->dev, (char *)m->ptr + off, src, n, e->stream);
+  return e->dev->ops->fill_zero(e->dev, (char *)m->ptr + off, n, e->stream);
+}
+
+zinc_status zinc_ckpt_mstate_load(zinc_engine *e, const zinc_ckpt_dir *d,
+                                  zinc_mstate_load_mode mode, const char *why) {
+  if (mode == ZINC_MSTATE_LOAD_NONE)
+    return ZINC_OK;
+  if (mode == ZINC_MSTATE_LOAD_ZERO) {
+    zinc_status st = ZINC_OK;
+    for (int i = 0; i < e->nmstate && st == ZINC_OK; i++)
+      st = fill_entry(e, &e->mstate[i], NULL, 0, e->mstate[i].bytes);
+    if (st == ZINC_OK)
+      st = zinc_engine_sync(e);
+    if (st == ZINC_OK)
+      zinc_log0(ZINC_LOG_INFO, "checkpoint %s: the compression method's state (%s, ...) starts "
+                "from zero: %s", d->path, e->mstate[0].name, why);
+    return st;
+  }
+  const zinc_manifest_file *f = &d->manifest->ms.files[e->dp_rank];
+  char *path = zinc_path_join(d->path, f->name);
+  unsigned char *stage = NULL;
+  zinc_status st = path ? zinc_aligned_alloc((void **)&stage, 64, MS_STAGE_BYTES,
+                                             "method-state staging")
+                        : zinc_error(ZINC_ERR_NOMEM, "checkpoint load: no host memory for the "
+                                     "path of %s/%s", d->path, f->name);
+  int fd = st == ZINC_OK ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+  if (st == ZINC_OK && fd < 0)
+    st = zinc_fs_error("open", path, 0, errno);
+  int64_t at = 0;
+  for (int i = 0; i < e->nmstate && st == ZINC_OK; i++) {
+    const zinc_mstate_entry *m = &e->mstate[i];
+    for (size_t off = 0; st == ZINC_OK && off < m->bytes; off += MS_STAGE_BYTES) {
+      size_t n = m->bytes - off < MS_STAGE_BYTES ? m->bytes - off : MS_STAGE_BYTES;
+      st = zinc_fs_pread_all(fd, path, stage, n, at);
+      if (st == ZINC_OK)
+        st = fill_entry(e, m, stage, off, n);
+      if (st == ZINC_OK)
+        st = zinc_engine_sync(e); /* the staging buffer is reused */
+      at += (int64_t)n;
+    }
+  }
+  if (fd >= 0)
+    close(fd);
+  if (st == ZINC_OK)
+    zinc_log0(ZINC_LOG_INFO, "checkpoint %s: the compression method's state restored (%d "
+              "buffers, %lld bytes per rank)", d->path, e->nmstate, (long long)at);
+  free(stage);
+  free(path);
+  return st;
+}
+
+zinc_status zinc_ckpt_dir_verify_mstate(const zinc_ckpt_dir *d, int i) {
+  return zinc_ckpt_dir_verify_whole(d, &d->manifest->ms.files[i], "method-state");
 }

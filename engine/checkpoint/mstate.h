@@ -47,5 +47,8 @@ typedef struct {
 zinc_status zinc_mstate_register(zinc_engine *e, const char *name, void *ptr, size_t bytes,
                                  int host);
 void zinc_mstate_clear(zinc_engine *e);
+/* Bytes of the registered buffers together (one rank's .zms file). */
+int64_t zinc_mstate_total(const zinc_engine *e);
+
 
 #endif /* ZINC_CKPT_MSTATE_H */

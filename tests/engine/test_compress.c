@@ -23,7 +23,8 @@
  *  - lossless features keep a compressed run's bits: offload (cpu, nvme),
  *    prefetch, overlap_comm, hpZ (4 ranks).
  *  - the wire (2 ranks): the comms logger's compressed rows hold the
- *    codec layout's bytes and the plain collective's.
+ *    codec layout's bytes (int4, TernGrad, DGC's top-k pairs) and the
+ *    plain collective's.
  *  - communication_data_type bf16 with fp32 parameters: within bf16's
  *    rounding of the uncompressed run, not equal to it.
  *  - TernGrad (zinc.compression.gradient_codec "terngrad", no error
@@ -328,6 +329,11 @@ static void test_wire(void) {
   /* 16 scales + 4096 elements at 2 bits, already a multiple of 16 */
   test_wire_codec("\"scope\": \"all\", \"gradient_codec\": \"terngrad\"", "terngrad",
                   64 + 1024);
+  /* DGC at density 1%: k = 3 of every block of 256, (fp32 value, uint16
+   * index) pairs: 16 blocks x 3 x 6 bytes, a multiple of 16; 56.9x fewer
+   * than the 16384 bytes of fp32 */
+  test_wire_codec("\"scope\": \"all\", \"gradient_codec\": \"dgc\", \"dgc\": {\"density\": "
+                  "0.01, \"warmup_steps\": 0}", "topk", 16 * 3 * 6);
 }
 
 /* TernGrad, unbiased, without error feedback: close to the exact run (its

@@ -116,6 +116,12 @@ static int cmd_list(const char *dir, const char *tag) {
   } else {
     printf("\n  error-feedback residuals: none saved");
   }
+  if (m->ms.present) {
+    printf("\n  compression method state: %d files (rank_NNNNN.zms), %.1f KiB each:",
+           m->ms.dp_size, (double)m->ms.files[0].bytes / 1024);
+    for (int i = 0; i < m->ms.nentries; i++)
+      printf(" %s (%lld B)", m->ms.entries[i].name, (long long)m->ms.entries[i].bytes);
+  }
   printf("\n\n  %-40s %-6s %-20s %12s\n", "parameter", "dtype", "shape", "elements");
   for (int i = 0; i < m->nparams; i++) {
     const zinc_manifest_param *p = &m->params[i];
@@ -135,6 +141,23 @@ static int cmd_list(const char *dir, const char *tag) {
   return 0;
 }
 
+/* Files read whole (error-feedback residuals, method state): size and
+ * crc32c against the manifest; the number that failed. */
+static int verify_whole(const zinc_ckpt_dir *d, const zinc_manifest_file *files, int n,
+                        const char *what) {
+  int bad = 0;
+  for (int i = 0; files && i < n; i++) {
+    const zinc_manifest_file *f = &files[i];
+    if (zinc_ckpt_dir_verify_whole(d, f, what) != ZINC_OK) {
+      fprintf(stderr, "  %s: %s\n", f->name, zinc_last_error());
+      bad++;
+    } else {
+      printf("  %s: ok (%lld bytes, crc32c %08x)\n", f->name, (long long)f->bytes, f->crc32c);
+    }
+  }
+  return bad;
+}
+
 static int cmd_verify(const char *dir, const char *tag) {
   zinc_ckpt_dir *d;
   zinc_status st = open_dir(dir, tag, &d);
@@ -152,16 +175,10 @@ static int cmd_verify(const char *dir, const char *tag) {
              (long long)d->manifest->files[i].bytes, d->manifest->files[i].crc32c);
     }
   }
-  for (int i = 0; d->manifest->ef.present && i < d->manifest->ef.dp_size; i++) {
-    const zinc_manifest_file *f = &d->manifest->ef.files[i];
-    st = zinc_ckpt_dir_verify_ef(d, i);
-    if (st != ZINC_OK) {
-      fprintf(stderr, "  %s: %s\n", f->name, zinc_last_error());
-      bad++;
-    } else {
-      printf("  %s: ok (%lld bytes, crc32c %08x)\n", f->name, (long long)f->bytes, f->crc32c);
-    }
-  }
+  bad += verify_whole(d, d->manifest->ef.present ? d->manifest->ef.files : NULL,
+                      d->manifest->ef.dp_size, "error-feedback");
+  bad += verify_whole(d, d->manifest->ms.present ? d->manifest->ms.files : NULL,
+                      d->manifest->ms.dp_size, "method-state");
   if (d->manifest->client_state_bytes >= 0) { /* the trainer's blob */
     char path[4096], *data = NULL;
     size_t len = 0;
