@@ -22,6 +22,9 @@
  *   - the same with bf16 parameters and gradients (the simulation rounds
  *     the compute copy, each rank's gradient and the exact all-reduce's sum
  *     to bf16; the master and the momentum are fp32);
+ *   - resume: saved inside the compressed phase and loaded into a new
+ *     engine, the same bits as the straight run; the errors restored
+ *     bytewise; with them zeroed after the load, other bits (2+ ranks);
  *   - memory: the error buffers' closed form under optimizer states, and
  *     the estimator's figure equal to the measured one;
  *   - the config keys (defaults, DeepSpeed's transport keys, refusals), and
@@ -502,6 +505,81 @@ static void test_config(void) {
   }
 }
 
+/* Resume: a run saved at step FREEZE + 2 (inside the compressed phase, the
+ * errors nonzero) and continued, against a new engine that loads the
+ * checkpoint and continues: the same parameters bit for bit, the worker
+ * and server errors back bytewise after the load; and, with 2+ ranks (one
+ * rank compresses nothing), the same load with the errors then zeroed
+ * ends elsewhere: the restored errors are what the bits depend on. */
+static char root[512];
+
+static void errors_copy(zinc_engine *e, unsigned char **w, unsigned char **s) {
+  *w = malloc(e->ob_worker_bytes);
+  *s = malloc(e->ob_server_bytes);
+  memcpy(*w, e->ob_worker_error, e->ob_worker_bytes); /* the cpu device: host memory */
+  memcpy(*s, e->ob_server_error, e->ob_server_bytes);
+}
+
+static void test_resume(void) {
+  et_run r = base_run();
+  int k = FREEZE + 2;
+  char dir[700];
+  snprintf(dir, sizeof dir, "%s/resume", root);
+  et_model m;
+  zinc_engine *e = onebit_open(r, FREEZE, NULL, &m);
+  ET_OK(et_steps(&m, &r, 0, k));
+  ET_OK(zinc_save_checkpoint(e, dir, "t"));
+  unsigned char *w_saved, *s_saved;
+  errors_copy(e, &w_saved, &s_saved);
+  size_t wb = e->ob_worker_bytes, sb = e->ob_server_bytes;
+  int nonzero = 0;
+  for (size_t i = 0; i < wb; i++)
+    nonzero |= w_saved[i];
+  ET_CHECK(et_world == 1 || nonzero, "the worker error is zero at step %d", k);
+  ET_OK(et_steps(&m, &r, k, STEPS));
+  float **straight = et_alloc_params(&r.shape), **got = et_alloc_params(&r.shape);
+  et_get_params(&m, straight);
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+
+  for (int zeroed = 0; zeroed < 2; zeroed++) {
+    if (zeroed && et_world == 1)
+      break;
+    e = onebit_open(r, FREEZE, NULL, &m);
+    ET_OK(zinc_load_checkpoint(e, dir, "t"));
+    if (!zeroed)
+      ET_CHECK(e->ob_worker_bytes == wb && e->ob_server_bytes == sb &&
+                   !memcmp(e->ob_worker_error, w_saved, wb) &&
+                   !memcmp(e->ob_server_error, s_saved, sb),
+               "rank %d: the loaded worker/server errors differ from the saved ones", et_rank);
+    else {
+      memset(e->ob_worker_error, 0, e->ob_worker_bytes);
+      memset(e->ob_server_error, 0, e->ob_server_bytes);
+    }
+    ET_OK(et_steps(&m, &r, k, STEPS));
+    et_get_params(&m, got);
+    if (!zeroed)
+      ET_CHECK(et_same_bits(&r.shape, got, straight, "resumed OneBitAdam"),
+               "the resumed run differs from the straight one");
+    else {
+      int same = 1;
+      for (int i = 0; i < TM_NPARAM; i++)
+        same &= !memcmp(got[i], straight[i], (size_t)tm_numel(&r.shape, i) * 4);
+      ET_CHECK(!same, "resuming with the errors zeroed gives the straight run's bits: the "
+               "test cannot tell restored errors from lost ones");
+    }
+    et_model_free(&m);
+    zinc_engine_destroy(e);
+  }
+  if (et_rank == 0)
+    printf("OneBitAdam at %d ranks: resumed at step %d, the same bits as the straight run%s\n",
+           et_world, k, et_world > 1 ? "; with the errors zeroed, not" : "");
+  free(w_saved);
+  free(s_saved);
+  et_free_params(straight);
+  et_free_params(got);
+}
+
 /* Memory: the OneBitAdam engine holds, under optimizer states on the
  * device, the AdamW engine's bytes plus its error buffers, 4 (padded(n) +
  * padded(n) / N) bytes per trained parameter of n elements (the closed
@@ -567,6 +645,12 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return 77;
   }
+  snprintf(root, sizeof root, "%s/onebit_adam_np%d", et_binary_dir(), et_world);
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", root, root);
+  if (et_rank == 0 && system(cmd) != 0)
+    return 1;
+  MPI_Barrier(MPI_COMM_WORLD);
   test_config();
   test_stage_refused();
   test_reference(ZINC_F32, 1e-4);
@@ -574,11 +658,18 @@ int main(int argc, char **argv) {
   test_wire();
   test_overflow();
   test_memory();
+  test_resume();
   int bad = et_failures;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (et_rank == 0)
+  if (et_rank == 0) {
+    if (!bad) {
+      snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+      if (system(cmd) != 0)
+        bad = 1;
+    }
     printf(bad ? "OneBitAdam tests FAILED\n" : "OneBitAdam tests passed at %d ranks\n",
            et_world);
+  }
   MPI_Finalize();
   return bad ? 1 : 0;
 }
