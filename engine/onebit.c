@@ -298,7 +298,7 @@ zinc_status zinc_onebit_allreduce(zinc_onebit_plan *p, zinc_device *dev, zinc_st
                       comm->size);
   if (p->nranks == 1 || p->nseg == 0)
     return ZINC_OK;
-  if (dev && dev->ops->is_gpu)
+  if (dev && (dev->ops->is_gpu || p->staged))
     return allreduce_staged(p, dev, s, comm, buf, worker_error, server_error);
   return allreduce_host(p, comm, buf, worker_error, server_error);
 }

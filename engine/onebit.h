@@ -117,6 +117,9 @@ typedef struct {
   unsigned char *gathered; /* (nranks * (4 nseg + B)) every rank's */
   float *decoded;          /* (max chunk) the server's sum */
   size_t *a2a;             /* (4 nranks) counts, displs, rcounts, rdispls */
+  int staged;              /* tests: 1 takes the GPU path (host copies
+                              through dev->ops->copy) on any device, so that
+                              the cpu build runs it; 0 after plan_init */
 } zinc_onebit_plan;
 
 /* padded(n) for a comm of nranks. */

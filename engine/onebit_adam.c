@@ -197,7 +197,7 @@ typedef struct {
 
 static zinc_status host_open(zinc_engine *e, const zinc_opt_seg *s, host_run *h) {
   memset(h, 0, sizeof *h);
-  if (!e->dev->ops->is_gpu) {
+  if (!e->dev->ops->is_gpu && !e->ob_plan.staged) { /* staged: tests, onebit.h */
     *h = (host_run){s->master, s->exp_avg, s->exp_avg_sq, s->grad, s->param_out, NULL};
     return ZINC_OK;
   }

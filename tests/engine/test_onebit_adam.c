@@ -25,6 +25,7 @@
  *   - resume: saved inside the compressed phase and loaded into a new
  *     engine, the same bits as the straight run; the errors restored
  *     bytewise; with them zeroed after the load, other bits (2+ ranks);
+ *   - the GPU path (host copies) forced on the cpu device: the same bits;
  *   - memory: the error buffers' closed form under optimizer states, and
  *     the estimator's figure equal to the measured one;
  *   - the config keys (defaults, DeepSpeed's transport keys, refusals), and
@@ -580,6 +581,27 @@ static void test_resume(void) {
   et_free_params(got);
 }
 
+/* The GPU path (each run's arrays and the all-reduce's buffers through
+ * host copies) forced on the cpu device: the same bits as in place. */
+static void test_staged(void) {
+  et_run r = base_run();
+  float **p[2];
+  for (int staged = 0; staged < 2; staged++) {
+    et_model m;
+    zinc_engine *e = onebit_open(r, FREEZE, NULL, &m);
+    e->ob_plan.staged = staged;
+    ET_OK(et_steps(&m, &r, 0, STEPS));
+    p[staged] = et_alloc_params(&r.shape);
+    et_get_params(&m, p[staged]);
+    et_model_free(&m);
+    zinc_engine_destroy(e);
+  }
+  ET_CHECK(et_same_bits(&r.shape, p[1], p[0], "OneBitAdam staged"),
+           "OneBitAdam through host copies differs from in place");
+  et_free_params(p[0]);
+  et_free_params(p[1]);
+}
+
 /* Memory: the OneBitAdam engine holds, under optimizer states on the
  * device, the AdamW engine's bytes plus its error buffers, 4 (padded(n) +
  * padded(n) / N) bytes per trained parameter of n elements (the closed
@@ -659,6 +681,7 @@ int main(int argc, char **argv) {
   test_overflow();
   test_memory();
   test_resume();
+  test_staged();
   int bad = et_failures;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (et_rank == 0) {
