@@ -122,11 +122,15 @@ zinc_status zinc_onebit_plan_init(zinc_onebit_plan *p, const zinc_onebit_seg *se
 
 static inline float sign_of(float v) { return v < 0.0f ? -1.0f : 1.0f; }
 
-/* ||v|| / sqrt(n): the sum of squares in double, in element order. */
+/* ||v|| / sqrt(n): the sum of squares in double, element i into lane i % 4
+ * (n is a multiple of 8), the lanes added as (0 + 1) + (2 + 3): a fixed
+ * order, so the same bits on every rank and run. */
 static float rms_scale(const float *v, int64_t n) {
-  double ss = 0.0;
-  for (int64_t i = 0; i < n; i++)
-    ss += (double)v[i] * (double)v[i];
+  double lane[4] = {0.0, 0.0, 0.0, 0.0};
+  for (int64_t i = 0; i < n; i += 4)
+    for (int j = 0; j < 4; j++)
+      lane[j] += (double)v[i + j] * (double)v[i + j];
+  double ss = (lane[0] + lane[1]) + (lane[2] + lane[3]);
   return (float)(sqrt(ss) / sqrt((double)n));
 }
 

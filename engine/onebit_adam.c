@@ -249,13 +249,14 @@ static zinc_status momentum_pass(zinc_engine *e, const zinc_opt_coef *c,
     host_run h;
     ZINC_CHECK(host_open(e, s, &h));
     float b1 = k->beta1, c1 = k->one_minus_beta1 * scale;
+    float *restrict m = h.m;
     if (s->grad_dtype == ZINC_F32) {
-      const float *g = h.grad;
+      const float *restrict g = h.grad;
       for (int64_t j = 0; j < s->n; j++)
-        h.m[j] = b1 * h.m[j] + c1 * g[j];
+        m[j] = b1 * m[j] + c1 * g[j];
     } else {
       for (int64_t j = 0; j < s->n; j++)
-        h.m[j] = b1 * h.m[j] + c1 * zinc_load_as_f32(h.grad, j, s->grad_dtype);
+        m[j] = b1 * m[j] + c1 * zinc_load_as_f32(h.grad, j, s->grad_dtype);
     }
     ZINC_CHECK(host_close(e, s, &h));
   }
@@ -271,8 +272,10 @@ static zinc_status update_pass(zinc_engine *e, const zinc_opt_coef *c,
     host_run h;
     ZINC_CHECK(host_open(e, s, &h));
     float decay = s->decay ? k->decay_factor : 1.0f, lr = k->step_size, eps = k->eps;
+    float *restrict p = h.master;
+    const float *restrict m = h.m, *restrict v = h.v;
     for (int64_t j = 0; j < s->n; j++)
-      h.master[j] = h.master[j] * decay - lr * (h.m[j] / (sqrtf(h.v[j]) + eps));
+      p[j] = p[j] * decay - lr * (m[j] / (sqrtf(v[j]) + eps));
     if (h.param_out)
       for (int64_t j = 0; j < s->n; j++)
         zinc_store_from_f32(h.param_out, j, s->param_dtype, h.master[j]);
