@@ -26,7 +26,8 @@
  *   worker (every rank r):
  *     b_r     = x_r + w_r                       (padded; fp32)
  *     a_r     = ||b_r||_2 / sqrt(padded(n))     (one fp32 scale; the sum of
- *                                                squares in double)
+ *                                                squares in double, in the
+ *                                                fixed order of onebit.c)
  *     w_r     = b_r - a_r * sign(b_r)
  *     send sign bits of chunk k of b_r to rank k; all-gather a_r
  *   server (rank k, its chunk k):
