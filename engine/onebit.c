@@ -226,7 +226,9 @@ static zinc_status allreduce_host(zinc_onebit_plan *p, zinc_comm *comm, float *b
        .codec_name = "onebit", .logical_kind = ZINC_COLL_REDUCE_SCATTER},
       {.kind = ZINC_COLL_ALLGATHER, .send = mine, .recv = p->scales, .count = (size_t)p->nseg,
        .dtype = ZINC_F32}};
+  double t0 = zinc_now();
   zinc_status st = comm->ops->run(comm, phase1, 2);
+  p->comm_seconds += zinc_now() - t0;
   if (st != ZINC_OK) {
     free(bit_at);
     return zinc_error_wrap(st, "1-bit compressed all-reduce, phase 1 (worker signs and scales)");
@@ -239,7 +241,9 @@ static zinc_status allreduce_host(zinc_onebit_plan *p, zinc_comm *comm, float *b
   zinc_coll phase2 = {.kind = ZINC_COLL_ALLGATHER, .send = p->server_msg, .recv = p->gathered,
                       .count = msg, .dtype = ZINC_DT_U8, .logical_bytes = fp32_half,
                       .codec_name = "onebit"};
+  t0 = zinc_now();
   st = comm->ops->run(comm, &phase2, 1);
+  p->comm_seconds += zinc_now() - t0;
   if (st != ZINC_OK) {
     free(bit_at);
     return zinc_error_wrap(st, "1-bit compressed all-reduce, phase 2 (server signs and scales)");

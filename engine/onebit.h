@@ -118,6 +118,9 @@ typedef struct {
   unsigned char *gathered; /* (nranks * (4 nseg + B)) every rank's */
   float *decoded;          /* (max chunk) the server's sum */
   size_t *a2a;             /* (4 nranks) counts, displs, rcounts, rdispls */
+  double comm_seconds;     /* time spent inside the two batches of
+                              collectives, summed over calls (the engine
+                              adds it to its comm wait)                  */
   int staged;              /* tests: 1 takes the GPU path (host copies
                               through dev->ops->copy) on any device, so that
                               the cpu build runs it; 0 after plan_init */

@@ -298,8 +298,10 @@ zinc_status zinc_onebit_adam_step(zinc_engine *e, const zinc_opt_coef *c,
     ZINC_CHECK(e->dev->ops->fill_zero(e->dev, e->ob_server_error, e->ob_server_bytes, e->stream));
     ZINC_CHECK(zinc_engine_sync(e));
   }
+  double waited = e->ob_plan.comm_seconds;
   st = zinc_onebit_allreduce(&e->ob_plan, e->dev, e->stream, e->dp_host, e->exp_avg,
                              e->ob_worker_error, e->ob_server_error);
+  e->t_comm_wait += e->ob_plan.comm_seconds - waited;
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "1-bit Adam: compressed momentum all-reduce (step %lld)",
                            (long long)e->step + 1);
