@@ -162,9 +162,14 @@ void zinc_onebit_adam_free(zinc_engine *e) {
 zinc_status zinc_onebit_adam_norm(zinc_engine *e, double *total, int *overflow) {
   double mine[2] = {*total, *overflow ? 1.0 : 0.0};
   double *all = NULL;
-  ZINC_CHECK(zinc_calloc((void **)&all, 2 * (size_t)e->dp_size, sizeof *all,
-                         "1-bit Adam norms"));
-  zinc_status st = ZINC_OK;
+  zinc_status st = zinc_engine_host_calloc(e, (void **)&all, 2 * (size_t)e->dp_size,
+                                           sizeof *all, "1-bit Adam norms");
+  /* a rank that could not allocate must not leave its peers in the gather */
+  st = zinc_engine_agree(e, e->dp_host, st);
+  if (st != ZINC_OK) {
+    free(all);
+    return st;
+  }
   if (e->dp_size > 1)
     st = zinc_comm_allgather(e->dp_host, mine, all, 2, ZINC_DT_F64);
   else
