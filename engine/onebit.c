@@ -122,11 +122,15 @@ zinc_status zinc_onebit_plan_init(zinc_onebit_plan *p, const zinc_onebit_seg *se
 
 static inline float sign_of(float v) { return v < 0.0f ? -1.0f : 1.0f; }
 
-/* ||v|| / sqrt(n): the sum of squares in double, in element order. */
+/* ||v|| / sqrt(n): the sum of squares in double, element i into lane i % 4
+ * (n is a multiple of 8), the lanes added as (0 + 1) + (2 + 3): a fixed
+ * order, so the same bits on every rank and run. */
 static float rms_scale(const float *v, int64_t n) {
-  double ss = 0.0;
-  for (int64_t i = 0; i < n; i++)
-    ss += (double)v[i] * (double)v[i];
+  double lane[4] = {0.0, 0.0, 0.0, 0.0};
+  for (int64_t i = 0; i < n; i += 4)
+    for (int j = 0; j < 4; j++)
+      lane[j] += (double)v[i + j] * (double)v[i + j];
+  double ss = (lane[0] + lane[1]) + (lane[2] + lane[3]);
   return (float)(sqrt(ss) / sqrt((double)n));
 }
 
@@ -222,7 +226,9 @@ static zinc_status allreduce_host(zinc_onebit_plan *p, zinc_comm *comm, float *b
        .codec_name = "onebit", .logical_kind = ZINC_COLL_REDUCE_SCATTER},
       {.kind = ZINC_COLL_ALLGATHER, .send = mine, .recv = p->scales, .count = (size_t)p->nseg,
        .dtype = ZINC_F32}};
+  double t0 = zinc_now();
   zinc_status st = comm->ops->run(comm, phase1, 2);
+  p->comm_seconds += zinc_now() - t0;
   if (st != ZINC_OK) {
     free(bit_at);
     return zinc_error_wrap(st, "1-bit compressed all-reduce, phase 1 (worker signs and scales)");
@@ -235,7 +241,9 @@ static zinc_status allreduce_host(zinc_onebit_plan *p, zinc_comm *comm, float *b
   zinc_coll phase2 = {.kind = ZINC_COLL_ALLGATHER, .send = p->server_msg, .recv = p->gathered,
                       .count = msg, .dtype = ZINC_DT_U8, .logical_bytes = fp32_half,
                       .codec_name = "onebit"};
+  t0 = zinc_now();
   st = comm->ops->run(comm, &phase2, 1);
+  p->comm_seconds += zinc_now() - t0;
   if (st != ZINC_OK) {
     free(bit_at);
     return zinc_error_wrap(st, "1-bit compressed all-reduce, phase 2 (server signs and scales)");
@@ -298,7 +306,7 @@ zinc_status zinc_onebit_allreduce(zinc_onebit_plan *p, zinc_device *dev, zinc_st
                       comm->size);
   if (p->nranks == 1 || p->nseg == 0)
     return ZINC_OK;
-  if (dev && dev->ops->is_gpu)
+  if (dev && (dev->ops->is_gpu || p->staged))
     return allreduce_staged(p, dev, s, comm, buf, worker_error, server_error);
   return allreduce_host(p, comm, buf, worker_error, server_error);
 }

@@ -26,7 +26,8 @@
  *   worker (every rank r):
  *     b_r     = x_r + w_r                       (padded; fp32)
  *     a_r     = ||b_r||_2 / sqrt(padded(n))     (one fp32 scale; the sum of
- *                                                squares in double)
+ *                                                squares in double, in the
+ *                                                fixed order of onebit.c)
  *     w_r     = b_r - a_r * sign(b_r)
  *     send sign bits of chunk k of b_r to rank k; all-gather a_r
  *   server (rank k, its chunk k):
@@ -117,6 +118,12 @@ typedef struct {
   unsigned char *gathered; /* (nranks * (4 nseg + B)) every rank's */
   float *decoded;          /* (max chunk) the server's sum */
   size_t *a2a;             /* (4 nranks) counts, displs, rcounts, rdispls */
+  double comm_seconds;     /* time spent inside the two batches of
+                              collectives, summed over calls (the engine
+                              adds it to its comm wait)                  */
+  int staged;              /* tests: 1 takes the GPU path (host copies
+                              through dev->ops->copy) on any device, so that
+                              the cpu build runs it; 0 after plan_init */
 } zinc_onebit_plan;
 
 /* padded(n) for a comm of nranks. */

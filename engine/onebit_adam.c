@@ -162,9 +162,14 @@ void zinc_onebit_adam_free(zinc_engine *e) {
 zinc_status zinc_onebit_adam_norm(zinc_engine *e, double *total, int *overflow) {
   double mine[2] = {*total, *overflow ? 1.0 : 0.0};
   double *all = NULL;
-  ZINC_CHECK(zinc_calloc((void **)&all, 2 * (size_t)e->dp_size, sizeof *all,
-                         "1-bit Adam norms"));
-  zinc_status st = ZINC_OK;
+  zinc_status st = zinc_engine_host_calloc(e, (void **)&all, 2 * (size_t)e->dp_size,
+                                           sizeof *all, "1-bit Adam norms");
+  /* a rank that could not allocate must not leave its peers in the gather */
+  st = zinc_engine_agree(e, e->dp_host, st);
+  if (st != ZINC_OK) {
+    free(all);
+    return st;
+  }
   if (e->dp_size > 1)
     st = zinc_comm_allgather(e->dp_host, mine, all, 2, ZINC_DT_F64);
   else
@@ -197,7 +202,7 @@ typedef struct {
 
 static zinc_status host_open(zinc_engine *e, const zinc_opt_seg *s, host_run *h) {
   memset(h, 0, sizeof *h);
-  if (!e->dev->ops->is_gpu) {
+  if (!e->dev->ops->is_gpu && !e->ob_plan.staged) { /* staged: tests, onebit.h */
     *h = (host_run){s->master, s->exp_avg, s->exp_avg_sq, s->grad, s->param_out, NULL};
     return ZINC_OK;
   }
@@ -249,13 +254,14 @@ static zinc_status momentum_pass(zinc_engine *e, const zinc_opt_coef *c,
     host_run h;
     ZINC_CHECK(host_open(e, s, &h));
     float b1 = k->beta1, c1 = k->one_minus_beta1 * scale;
+    float *restrict m = h.m;
     if (s->grad_dtype == ZINC_F32) {
-      const float *g = h.grad;
+      const float *restrict g = h.grad;
       for (int64_t j = 0; j < s->n; j++)
-        h.m[j] = b1 * h.m[j] + c1 * g[j];
+        m[j] = b1 * m[j] + c1 * g[j];
     } else {
       for (int64_t j = 0; j < s->n; j++)
-        h.m[j] = b1 * h.m[j] + c1 * zinc_load_as_f32(h.grad, j, s->grad_dtype);
+        m[j] = b1 * m[j] + c1 * zinc_load_as_f32(h.grad, j, s->grad_dtype);
     }
     ZINC_CHECK(host_close(e, s, &h));
   }
@@ -271,8 +277,10 @@ static zinc_status update_pass(zinc_engine *e, const zinc_opt_coef *c,
     host_run h;
     ZINC_CHECK(host_open(e, s, &h));
     float decay = s->decay ? k->decay_factor : 1.0f, lr = k->step_size, eps = k->eps;
+    float *restrict p = h.master;
+    const float *restrict m = h.m, *restrict v = h.v;
     for (int64_t j = 0; j < s->n; j++)
-      h.master[j] = h.master[j] * decay - lr * (h.m[j] / (sqrtf(h.v[j]) + eps));
+      p[j] = p[j] * decay - lr * (m[j] / (sqrtf(v[j]) + eps));
     if (h.param_out)
       for (int64_t j = 0; j < s->n; j++)
         zinc_store_from_f32(h.param_out, j, s->param_dtype, h.master[j]);
@@ -295,8 +303,10 @@ zinc_status zinc_onebit_adam_step(zinc_engine *e, const zinc_opt_coef *c,
     ZINC_CHECK(e->dev->ops->fill_zero(e->dev, e->ob_server_error, e->ob_server_bytes, e->stream));
     ZINC_CHECK(zinc_engine_sync(e));
   }
+  double waited = e->ob_plan.comm_seconds;
   st = zinc_onebit_allreduce(&e->ob_plan, e->dev, e->stream, e->dp_host, e->exp_avg,
                              e->ob_worker_error, e->ob_server_error);
+  e->t_comm_wait += e->ob_plan.comm_seconds - waited;
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "1-bit Adam: compressed momentum all-reduce (step %lld)",
                            (long long)e->step + 1);

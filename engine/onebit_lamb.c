@@ -297,9 +297,11 @@ zinc_status zinc_onebit_lamb_update(zinc_engine *e, double lr_base, double grad_
       memset(z->werr, 0, z->plan.worker_error_bytes);
       memset(z->serr, 0, z->plan.server_error_bytes);
     }
+    double waited = z->plan.comm_seconds; /* the time inside its collectives */
     if (n > 1 && z->flat_n > 0)
       st = zinc_onebit_allreduce(&z->plan, e->dev, e->stream, e->dp_host, z->flat, z->werr,
                                  z->serr);
+    e->t_comm_wait += z->plan.comm_seconds - waited;
     if (st != ZINC_OK)
       return zinc_error_wrap(st, "1-bit LAMB's compressed all-reduce");
   }

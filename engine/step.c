@@ -3,6 +3,8 @@
  *
  *   1. stage 0: all-gather the reduced gradients (its all-reduce is
  *      reduce-scatter + all-gather, so the arithmetic matches stages 1-3);
+ *      none after OneBitAdam's freeze_step (onebit_adam.c: local gradients,
+ *      the norm agreed over the ranks, its own compressed step in 5);
  *   2. sum of squares of every owned chunk (canonical order, kernels/
  *      zinc_math.h), summed per rank in unit order, then over ranks in rank
  *      order: the same bits at every stage; with model parallelism also

@@ -69,6 +69,7 @@ typedef struct {
   int compress;         /* only stage 3, exact against qgZ + qwZ */
   int terngrad;         /* --compress-codec terngrad: qgZ's codec is TernGrad */
   double dgc;           /* > 0: only stage 3, exact against DGC at this density */
+  int wire;             /* the pairs: comms_logger on, bytes per step printed */
   int onebit;           /* only stage 0, exact AdamW against OneBitAdam */
   int zoadam;           /* only stage 0, exact AdamW against ZeroOneAdam */
   int zoadam_local;     /* > 1: its local_step_clipper (a sync every H steps) */
@@ -76,7 +77,6 @@ typedef struct {
   int pair_stage;       /* the stage run_pair times (3; 0 for --onebit) */
   const char *pair_optimizer[2]; /* run_pair's two "optimizer" values (NULL:
                                     open_stage_with's AdamW) */
-  int wire;             /* the pairs: comms_logger on, bytes per step printed */
 } bench_args;
 
 static void die(const char *what) {

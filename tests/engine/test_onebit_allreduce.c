@@ -15,6 +15,8 @@
  *     server error, within 1e-5 of the largest magnitude (fp32 against
  *     double; the signs agree);
  *   - the output is the same on every rank (bitwise);
+ *   - the GPU path (every buffer through host copies) forced on the cpu
+ *     device: the same bits as the in-place path;
  *   - one segment whose values are all zero (sign(0) = +1: the first call
  *     gives +scale of the worker error = 0, so 0; the error stays 0).
  */
@@ -97,7 +99,9 @@ typedef struct {
   double *e[8];            /* [rank] (sum chunk) */
 } sim;
 
-static void test_allreduce(zinc_comm *comm, zinc_device *dev) {
+/* staged: the GPU path (host copies) on the cpu device; its results are
+ * also checked against the unstaged call's, bit for bit. */
+static void test_allreduce(zinc_comm *comm, zinc_device *dev, int staged) {
   int N = nranks_;
   zinc_onebit_seg seg[NSEG];
   int64_t at = GAP;
@@ -108,6 +112,9 @@ static void test_allreduce(zinc_comm *comm, zinc_device *dev) {
   int64_t total = at;
   zinc_onebit_plan p;
   OK(zinc_onebit_plan_init(&p, seg, NSEG, N, rank_));
+  zinc_onebit_plan q; /* the other path, for the bitwise comparison */
+  OK(zinc_onebit_plan_init(&q, seg, NSEG, N, rank_));
+  p.staged = staged;
   int64_t sum_pad = 0, sum_chunk = 0;
   for (int s = 0; s < NSEG; s++) {
     sum_pad += zinc_onebit_padded(seg_n[s], N);
@@ -123,6 +130,8 @@ static void test_allreduce(zinc_comm *comm, zinc_device *dev) {
 
   float *buf = malloc((size_t)total * 4), *we = calloc((size_t)sum_pad, 4),
         *se = calloc((size_t)sum_chunk, 4), *all = malloc((size_t)total * 4 * N);
+  float *buf2 = malloc((size_t)total * 4), *we2 = calloc((size_t)sum_pad, 4),
+        *se2 = calloc((size_t)sum_chunk, 4);
   sim m;
   for (int r = 0; r < N; r++) {
     m.w[r] = calloc((size_t)sum_pad, sizeof(double));
@@ -136,7 +145,12 @@ static void test_allreduce(zinc_comm *comm, zinc_device *dev) {
     for (int s = 0; s < NSEG; s++)
       for (int64_t i = 0; i < seg_n[s]; i++)
         buf[seg[s].offset + i] = input(t, rank_, s, i);
+    memcpy(buf2, buf, (size_t)total * 4);
     OK(zinc_onebit_allreduce(&p, dev, NULL, comm, buf, we, se));
+    OK(zinc_onebit_allreduce(&q, dev, NULL, comm, buf2, we2, se2));
+    CHECK(!memcmp(buf, buf2, (size_t)total * 4) && !memcmp(we, we2, (size_t)sum_pad * 4) &&
+              !memcmp(se, se2, (size_t)sum_chunk * 4),
+          "call %d: the %s path differs from the other one", t, staged ? "staged" : "host");
     /* the simulation */
     int64_t woff = 0, eoff = 0;
     double scale_max = 0.0;
@@ -212,8 +226,8 @@ static void test_allreduce(zinc_comm *comm, zinc_device *dev) {
             (long long)i, buf[seg[5].offset + i]);
   }
   if (rank_ == 0)
-    printf("1-bit all-reduce at %d ranks: %d calls, largest difference from the double "
-           "simulation %.3g\n", N, CALLS, worst);
+    printf("1-bit all-reduce at %d ranks%s: %d calls, largest difference from the double "
+           "simulation %.3g\n", N, staged ? " (staged copies)" : "", CALLS, worst);
   for (int r = 0; r < N; r++) {
     free(m.w[r]);
     free(m.e[r]);
@@ -223,7 +237,11 @@ static void test_allreduce(zinc_comm *comm, zinc_device *dev) {
   free(we);
   free(se);
   free(all);
+  free(buf2);
+  free(we2);
+  free(se2);
   zinc_onebit_plan_free(&p);
+  zinc_onebit_plan_free(&q);
 }
 
 int main(int argc, char **argv) {
@@ -242,7 +260,8 @@ int main(int argc, char **argv) {
   zinc_device *dev = NULL;
   OK(zinc_comm_mpi_create(NULL, 60.0, &comm));
   OK(zinc_device_cpu_create(1, 0, &dev));
-  test_allreduce(comm, dev);
+  test_allreduce(comm, dev, 0);
+  test_allreduce(comm, dev, 1);
   dev->ops->destroy(dev);
   zinc_comm_destroy(comm);
   int bad = failures;

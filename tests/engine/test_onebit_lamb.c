@@ -92,24 +92,28 @@ static void own_params(et_model *m, float **out) {
  * x[r] (padded elements) in place, werr[r] (padded), serr[r] (padded / n,
  * server r's). DeepSpeed's NcclBackend.compressed_allreduce, its tensors
  * f32: the server's sum of the workers' sign x scale / n added in f32 in
- * rank order, the scales' sums of squares in double. */
+ * rank order, the scales' sums of squares in double in onebit.h's fixed
+ * order (element k into lane k % 4, then (0 + 1) + (2 + 3)). */
+static double sumsq_lanes(const float *v, int64_t n) {
+  double lane[4] = {0, 0, 0, 0};
+  for (int64_t k = 0; k < n; k++)
+    lane[k % 4] += (double)v[k] * v[k];
+  return (lane[0] + lane[1]) + (lane[2] + lane[3]);
+}
+
 static void ref_compress(int n, int64_t padded, float **x, float **werr, float **serr) {
   int64_t chunk = padded / n;
   double a[8];
   for (int r = 0; r < n; r++) {
-    double sq = 0;
-    for (int64_t k = 0; k < padded; k++) {
+    for (int64_t k = 0; k < padded; k++)
       x[r][k] = (float)((double)x[r][k] + werr[r][k]);
-      sq += (double)x[r][k] * x[r][k];
-    }
-    a[r] = (float)(sqrt(sq) / sqrt((double)padded));
+    a[r] = (float)(sqrt(sumsq_lanes(x[r], padded)) / sqrt((double)padded));
     for (int64_t k = 0; k < padded; k++)
       werr[r][k] = (float)((double)x[r][k] - (x[r][k] >= 0.0f ? a[r] : -a[r]));
   }
   float *out = calloc((size_t)padded, 4);
   for (int j = 0; j < n; j++) {
     float *c = calloc((size_t)chunk, 4);
-    double sq = 0;
     for (int64_t k = 0; k < chunk; k++) {
       float sum = 0.0f;
       for (int r = 0; r < n; r++) {
@@ -117,9 +121,8 @@ static void ref_compress(int n, int64_t padded, float **x, float **werr, float *
         sum += x[r][j * chunk + k] >= 0.0f ? share : -share;
       }
       c[k] = sum + serr[j][k];
-      sq += (double)c[k] * c[k];
     }
-    double b = (float)(sqrt(sq) / sqrt((double)chunk));
+    double b = (float)(sqrt(sumsq_lanes(c, chunk)) / sqrt((double)chunk));
     for (int64_t k = 0; k < chunk; k++) {
       serr[j][k] = (float)((double)c[k] - (c[k] >= 0.0f ? b : -b));
       out[j * chunk + k] = (float)(c[k] >= 0.0f ? b : -b);
