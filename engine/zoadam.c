@@ -77,13 +77,17 @@
  * before every C: the broken setting the GPT gap test must catch.
  * Scratch (ZINC_MEM_BUFFERS): what C reduces (opt_numel f32, stage-0
  * index); onebit.h's plan keeps its own host wire buffers.
- * The cpu device only (the loops below run on the host).
+ * The cpu device only: the loops below run on the host, each parameter
+ * split over the cpu device's threads (element by element: the same bits
+ * with any number of threads).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/env.h"
+#include "base/threadpool.h"
+#include "device/device_cpu.h"
 #include "engine/engine.h"
 #include "engine/onebit.h"
 #include "optim/lr_schedule.h"
@@ -369,6 +373,76 @@ static float *master_of(const zinc_engine *e, const zo_param *q) {
   return e->master + q->opt;
 }
 
+/* One pass of the update over elements [begin, end) of one parameter:
+ * every element on its own, so the cpu device's threads split a
+ * parameter with the same bits as one thread. */
+enum { ZO_GRAD, ZO_STEP, ZO_UNDO, ZO_SYNC, ZO_COPY };
+
+typedef struct {
+  const zinc_engine *e;
+  const zinc_zoadam *z;
+  const zo_param *q;
+  const zo_coef *c;
+  int pass, frozen, full, compressed;
+  double gscale, wd, lrs;
+} zo_job;
+
+static void zo_part(void *ctx, int64_t begin, int64_t end, int tid) {
+  (void)tid;
+  const zo_job *jb = ctx;
+  const zo_param *q = jb->q;
+  const zo_coef *c = jb->c;
+  const zinc_segment *seg = &q->p->module->segs[q->p->segment];
+  float *p = master_of(jb->e, q), *m = jb->e->exp_avg + q->opt, *v = jb->e->exp_avg_sq + q->opt;
+  float *u = jb->z->u + q->opt, *y = jb->z->x + q->opt;
+  for (int64_t j = begin; j < end; j++) {
+    switch (jb->pass) {
+    case ZO_GRAD:
+      y[j] = (float)((double)zinc_load_as_f32(seg->grad, q->p->seg_offset + j, seg->dtype) *
+                     jb->gscale);
+      break;
+    case ZO_STEP: {
+      double g = jb->compressed ? (double)y[j]
+                                : (double)zinc_load_as_f32(seg->grad, q->p->seg_offset + j,
+                                                           seg->dtype) * jb->gscale;
+      if (jb->full)
+        v[j] = (float)(c->b2 * v[j] + (1.0 - c->b2) * g * g);
+      m[j] = (float)(c->b1 * m[j] + (1.0 - c->b1) * g);
+      double d = (double)m[j] / (sqrt((double)v[j]) + c->eps) + jb->wd * p[j];
+      p[j] = (float)((double)p[j] - c->lr * d);
+      if (jb->frozen)
+        u[j] = (float)((double)u[j] - c->lr * d);
+      break;
+    }
+    case ZO_UNDO:
+      p[j] = (float)((double)p[j] - (double)u[j]);
+      y[j] = (float)((double)u[j] * (sqrt((double)v[j]) + c->eps));
+      break;
+    case ZO_SYNC:
+      m[j] = (float)(-(double)y[j] / jb->lrs);
+      p[j] = (float)((double)p[j] + (double)y[j] / (sqrt((double)v[j]) + c->eps));
+      u[j] = 0.0f;
+      break;
+    default: /* ZO_COPY: the compute copy from the master */
+      zinc_store_from_f32(seg->full, q->p->seg_offset + j, seg->dtype, p[j]);
+      break;
+    }
+  }
+}
+
+/* Pass `pass` over every parameter, each split over the threads. */
+static void zo_pass(const zinc_engine *e, zo_job *jb, const zo_coef *co, int pass) {
+  zinc_threadpool *pool = zinc_device_cpu_pool(e->dev);
+  jb->pass = pass;
+  for (int i = 0; i < jb->z->np; i++) {
+    jb->q = &jb->z->params[i];
+    jb->c = &co[jb->q->p->group];
+    jb->wd = jb->q->p->decay ? jb->c->wd : 0.0;
+    jb->lrs = jb->z->lrs[jb->q->p->group];
+    zinc_threadpool_for(pool, jb->q->n, 1024, zo_part, jb);
+  }
+}
+
 zinc_status zinc_zoadam_update(zinc_engine *e, double lr, double grad_scale) {
   zinc_zoadam *z = e->zoadam;
   const zinc_settings *cfg = &e->cfg;
@@ -376,90 +450,39 @@ zinc_status zinc_zoadam_update(zinc_engine *e, double lr, double grad_scale) {
   const zo_sched *k = sched_at(z, cfg, s);
   int frozen = frozen_at(cfg, s), full = !frozen && s % k->var_interval == 0;
   int sync = frozen && s % k->local_interval == 0;
-  int local = zinc_zoadam_local_grads(e);
   int n = e->dp_size;
-  /* local gradients are this rank's sum over its micro-batches: no
-   * division by the ranks */
-  double gscale = local ? grad_scale * n : grad_scale;
   double b1, b2;
   zinc_betas_at(cfg, e->step, &b1, &b2);
   zo_coef co[ZINC_MAX_PARAM_GROUPS];
   for (int g = 0; g < e->ngroups; g++)
     co[g] = (zo_coef){lr * e->groups[g].lr_scale, e->groups[g].weight_decay, b1, b2, cfg->eps};
+  /* local gradients are this rank's sum over its micro-batches: no
+   * division by the ranks */
+  zo_job jb = {.e = e, .z = z, .frozen = frozen, .full = full,
+               .compressed = !frozen && !full && n > 1,
+               .gscale = zinc_zoadam_local_grads(e) ? grad_scale * n : grad_scale};
   zinc_status st = ZINC_OK;
-
-  if (!frozen && !full && n > 1) { /* the compressed gradient */
-    for (int i = 0; i < z->np; i++) {
-      const zo_param *q = &z->params[i];
-      const zinc_segment *seg = &q->p->module->segs[q->p->segment];
-      float *y = z->x + q->opt;
-      for (int64_t j = 0; j < q->n; j++)
-        y[j] = (float)((double)zinc_load_as_f32(seg->grad, q->p->seg_offset + j, seg->dtype) *
-                       gscale);
-    }
+  if (jb.compressed) { /* the compressed gradient */
+    zo_pass(e, &jb, co, ZO_GRAD);
     st = compressed_allreduce(e, z);
   }
-  for (int i = 0; st == ZINC_OK && i < z->np; i++) {
-    const zo_param *q = &z->params[i];
-    const zinc_segment *seg = &q->p->module->segs[q->p->segment];
-    const zo_coef *c = &co[q->p->group];
-    double wd = q->p->decay ? c->wd : 0.0;
-    float *p = master_of(e, q), *m = e->exp_avg + q->opt, *v = e->exp_avg_sq + q->opt;
-    float *u = z->u + q->opt;
-    const float *compressed = z->x + q->opt;
-    for (int64_t j = 0; j < q->n; j++) {
-      double g = (double)zinc_load_as_f32(seg->grad, q->p->seg_offset + j, seg->dtype) * gscale;
-      if (!frozen && !full && n > 1)
-        g = compressed[j];
-      if (full)
-        v[j] = (float)(c->b2 * v[j] + (1.0 - c->b2) * g * g);
-      m[j] = (float)(c->b1 * m[j] + (1.0 - c->b1) * g);
-      double d = (double)m[j] / (sqrt((double)v[j]) + c->eps) + wd * p[j];
-      p[j] = (float)((double)p[j] - c->lr * d);
-      if (frozen)
-        u[j] = (float)((double)u[j] - c->lr * d);
-    }
-  }
+  if (st == ZINC_OK)
+    zo_pass(e, &jb, co, ZO_STEP);
   if (st == ZINC_OK && frozen)
     for (int g = 0; g < e->ngroups; g++)
       z->lrs[g] += co[g].lr;
   if (st == ZINC_OK && sync) {
     /* undo the local steps, all-reduce the accumulated momentum in the
      * variance's scale, and take the averaged step */
-    for (int i = 0; i < z->np; i++) {
-      const zo_param *q = &z->params[i];
-      const zo_coef *c = &co[q->p->group];
-      float *p = master_of(e, q), *v = e->exp_avg_sq + q->opt, *u = z->u + q->opt;
-      float *y = z->x + q->opt;
-      for (int64_t j = 0; j < q->n; j++) {
-        p[j] = (float)((double)p[j] - (double)u[j]);
-        y[j] = (float)((double)u[j] * (sqrt((double)v[j]) + c->eps));
-      }
-    }
+    zo_pass(e, &jb, co, ZO_UNDO);
     st = compressed_allreduce(e, z);
-    for (int i = 0; st == ZINC_OK && i < z->np; i++) {
-      const zo_param *q = &z->params[i];
-      const zo_coef *c = &co[q->p->group];
-      double lrs = z->lrs[q->p->group];
-      float *p = master_of(e, q), *m = e->exp_avg + q->opt, *v = e->exp_avg_sq + q->opt;
-      const float *y = z->x + q->opt;
-      for (int64_t j = 0; j < q->n; j++) {
-        m[j] = (float)(-(double)y[j] / lrs);
-        p[j] = (float)((double)p[j] + (double)y[j] / (sqrt((double)v[j]) + c->eps));
-      }
-      memset(z->u + q->opt, 0, (size_t)q->n * 4);
-    }
-    if (st == ZINC_OK)
+    if (st == ZINC_OK) {
+      zo_pass(e, &jb, co, ZO_SYNC);
       memset(z->lrs, 0, ZINC_MAX_PARAM_GROUPS * sizeof(double));
+    }
   }
-  /* the compute copy from the master */
-  for (int i = 0; st == ZINC_OK && !e->master_in_params && i < z->np; i++) {
-    const zo_param *q = &z->params[i];
-    const zinc_segment *seg = &q->p->module->segs[q->p->segment];
-    const float *p = master_of(e, q);
-    for (int64_t j = 0; j < q->n; j++)
-      zinc_store_from_f32(seg->full, q->p->seg_offset + j, seg->dtype, p[j]);
-  }
+  if (st == ZINC_OK && !e->master_in_params)
+    zo_pass(e, &jb, co, ZO_COPY);
   if (st == ZINC_OK && !frozen && s == cfg->var_freeze_step + 1) {
     /* the last variance step: the errors carried gradients, from now on
      * they carry accumulated momenta */

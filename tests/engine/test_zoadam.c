@@ -9,7 +9,8 @@
  *    local_step_counter updated at the end of each step as zoadam.py does,
  *    the error buffers zeroed when the variance freezes, lrs summed), in
  *    double with the state rounded to f32 where DeepSpeed keeps f32
- *    tensors. Small var_freeze_step / var_update_scaler /
+ *    tensors, the engine's update split over two threads. Small
+ *    var_freeze_step / var_update_scaler /
  *    local_step_scaler / local_step_clipper so that 40 steps cross every
  *    phase: full steps, compressed-gradient steps, the freeze, local steps
  *    and syncs at growing intervals.
@@ -77,7 +78,7 @@ static zinc_engine *open_engine(et_model *m, int comms) {
   free(json);
   zinc_options opt = ZINC_OPTIONS_INIT;
   opt.device = ZINC_DEVICE_CPU;
-  opt.threads = 1;
+  opt.threads = 2; /* the update splits the larger parameters (W0, W1) over them */
   zinc_engine *e = NULL;
   ET_OK(zinc_engine_create(cfg, &opt, &e));
   zinc_config_free(cfg);
