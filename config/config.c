@@ -61,6 +61,16 @@ void zinc_settings_defaults(zinc_settings *s) {
   s->max_coeff = 10.0;
   s->min_coeff = 0.01;
   s->bias_correction = 1;
+  s->var_freeze_step = 100000;
+  s->var_update_scaler = 16;
+  s->local_step_scaler = 32678;
+  s->local_step_clipper = 16;
+  s->freeze_step = 100000;
+  s->coeff_beta = 0.9;
+  s->factor_max = 4.0;
+  s->factor_min = 0.5;
+  s->factor_threshold = 0.1;
+  s->onebit_freeze_step = 100000;
 
   s->scheduler = ZINC_SCHED_NONE;
   s->warmup_max_lr = 1e-3;

@@ -101,7 +101,11 @@ typedef enum {
 /* optimizer.type; the optimizer's own kind (kernels/zinc_math.h) follows
  * from it (Adam and AdamW are one kind). */
 typedef enum { ZINC_OPTIM_ADAM = 0, ZINC_OPTIM_ADAMW, ZINC_OPTIM_LAMB, ZINC_OPTIM_LION,
-               ZINC_OPTIM_ADAGRAD, ZINC_OPTIM_SGD } zinc_optim_type;
+               ZINC_OPTIM_ADAGRAD, ZINC_OPTIM_SGD,
+               ZINC_OPTIM_ONEBIT_ADAM,   /* "OneBitAdam" (engine/onebit_adam.c) */
+               ZINC_OPTIM_ZERO_ONE_ADAM, /* DeepSpeed's ZeroOneAdam (engine/zoadam.c) */
+               ZINC_OPTIM_ONEBIT_LAMB    /* DeepSpeed's OneBitLamb (engine/onebit_lamb.c) */
+} zinc_optim_type;
 typedef enum {
   ZINC_SCHED_NONE = 0,     /* constant lr */
   ZINC_SCHED_WARMUP_LR,    /* WarmupLR */
@@ -178,6 +182,20 @@ typedef struct {
   double max_coeff, min_coeff;            /* Lamb: 10, 0.01                */
   double momentum, dampening;             /* SGD: 0, 0                     */
   int nesterov;                           /* SGD: false                    */
+  /* ZeroOneAdam (DeepSpeed's defaults; engine/zoadam.c) */
+  int64_t var_freeze_step;                /* 100000                        */
+  int64_t var_update_scaler;              /* 16                            */
+  int64_t local_step_scaler;              /* 32678                         */
+  int64_t local_step_clipper;             /* 16                            */
+  /* OneBitLamb (DeepSpeed's defaults; parsed, not implemented) */
+  int64_t freeze_step;                    /* 100000                        */
+  double coeff_beta;                      /* 0.9                           */
+  double factor_max, factor_min;          /* 4.0, 0.5                      */
+  double factor_threshold;                /* 0.1                           */
+  /* OneBitAdam (DeepSpeed's 1-bit Adam, engine/onebit_adam.c) */
+  int64_t onebit_freeze_step;             /* 100000: exact Adam steps before
+                                             the compressed ones          */
+  int onebit_cuda_aware;                  /* false: stored, no effect      */
 
   /* ---- scheduler */
   zinc_sched_type scheduler;

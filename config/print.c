@@ -188,6 +188,7 @@ static json_t *settings_json(const zinc_settings *s) {
   json_t *opt = json_object(), *params = json_object(), *betas = json_array();
   zinc_optim_type t = s->optimizer;
   int adam = t == ZINC_OPTIM_ADAM || t == ZINC_OPTIM_ADAMW;
+  int onebit = t == ZINC_OPTIM_ONEBIT_ADAM;
   put(opt, "type", json_string(zinc_optim_type_name(t)));
   put(params, "lr", real_or_auto(s, ZINC_AUTO_LR, s->lr));
   uint32_t both = ZINC_AUTO_BIT(ZINC_AUTO_BETA1) | ZINC_AUTO_BIT(ZINC_AUTO_BETA2);
@@ -198,7 +199,8 @@ static json_t *settings_json(const zinc_settings *s) {
     json_array_append_new(betas, real_or_auto(s, ZINC_AUTO_BETA1, s->beta1));
     json_array_append_new(betas, real_or_auto(s, ZINC_AUTO_BETA2, s->beta2));
   }
-  if (adam || t == ZINC_OPTIM_LAMB || t == ZINC_OPTIM_LION)
+  if (adam || onebit || t == ZINC_OPTIM_LAMB || t == ZINC_OPTIM_LION ||
+      t == ZINC_OPTIM_ZERO_ONE_ADAM)
     put(params, "betas", betas);
   else
     json_decref(betas);
@@ -213,6 +215,14 @@ static json_t *settings_json(const zinc_settings *s) {
     put(params, "max_coeff", json_real(s->max_coeff));
     put(params, "min_coeff", json_real(s->min_coeff));
   }
+  if (t == ZINC_OPTIM_ZERO_ONE_ADAM) {
+    put(params, "var_freeze_step", json_integer(s->var_freeze_step));
+    put(params, "var_update_scaler", json_integer(s->var_update_scaler));
+    put(params, "local_step_scaler", json_integer(s->local_step_scaler));
+    put(params, "local_step_clipper", json_integer(s->local_step_clipper));
+  }
+  if (onebit)
+    put(params, "freeze_step", json_integer(s->onebit_freeze_step));
   if (t == ZINC_OPTIM_SGD) {
     put(params, "momentum", json_real(s->momentum));
     put(params, "dampening", json_real(s->dampening));

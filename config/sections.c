@@ -47,6 +47,9 @@ const char *zinc_optim_type_name(zinc_optim_type t) {
   case ZINC_OPTIM_LION: return "Lion";
   case ZINC_OPTIM_ADAGRAD: return "Adagrad";
   case ZINC_OPTIM_SGD: return "SGD";
+  case ZINC_OPTIM_ZERO_ONE_ADAM: return "ZeroOneAdam";
+  case ZINC_OPTIM_ONEBIT_LAMB: return "OneBitLamb";
+  case ZINC_OPTIM_ONEBIT_ADAM: return "OneBitAdam";
   }
   return "unknown";
 }
@@ -328,6 +331,74 @@ static const zinc_key sgd_keys[] = {
     ZINC_KIGNORED("differentiable"),
 };
 
+/* DeepSpeed's OnebitAdam (deepspeed/runtime/fp16/onebit/adam.py): Adam
+ * until freeze_step, then the variance frozen and the momentum all-reduced
+ * 1-bit compressed (engine/onebit_adam.c). It never applies a bias
+ * correction whatever bias_correction says, and reads neither
+ * eps_inside_sqrt nor max_grad_norm (only their defaults are accepted
+ * here); cuda_aware and comm_backend_name pick DeepSpeed's transport:
+ * zinc's runs over its own data-parallel comm. */
+static const zinc_key onebit_adam_keys[] = {
+    ZINC_KF(T, "lr", lr, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
+    ZINC_KCUSTOM("betas"),
+    ZINC_KF(T, "eps", eps, 0, INF, ZINC_KEY_AUTO | ZINC_KEY_LO_OPEN, ZINC_AUTO_F64),
+    ZINC_KF(T, "weight_decay", weight_decay, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
+    ZINC_KL(T, "freeze_step", onebit_freeze_step, 0, 0, 0),
+    ZINC_KB_NOOP(T, "bias_correction", bias_correction,
+                 "DeepSpeed's OneBitAdam never applies a bias correction, nor does zinc's"),
+    ZINC_KB_NOOP(T, "cuda_aware", onebit_cuda_aware,
+                 "DeepSpeed's MPI transport option; zinc's compressed all-reduce runs over "
+                 "its own data-parallel comm"),
+    ZINC_KCUSTOM("comm_backend_name"),
+    ZINC_KCUSTOM("amsgrad"),
+    ZINC_KCUSTOM("max_grad_norm"),
+    ZINC_KCUSTOM("eps_inside_sqrt"),
+};
+
+/* DeepSpeed's ZeroOneAdam (0/1 Adam, engine/zoadam.c). It applies no bias
+ * correction whatever bias_correction says; cuda_aware and
+ * comm_backend_name pick DeepSpeed's transport, zinc's is the engine's
+ * data-parallel comm. */
+static const zinc_key zero_one_adam_keys[] = {
+    ZINC_KF(T, "lr", lr, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
+    ZINC_KCUSTOM("betas"),
+    ZINC_KF(T, "eps", eps, 0, INF, ZINC_KEY_AUTO | ZINC_KEY_LO_OPEN, ZINC_AUTO_F64),
+    ZINC_KF(T, "weight_decay", weight_decay, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
+    ZINC_KB_NOOP(T, "bias_correction", bias_correction,
+                 "DeepSpeed's 0/1 Adam applies no bias correction, nor does zinc's"),
+    ZINC_KL(T, "var_freeze_step", var_freeze_step, 0, 0, 0),
+    ZINC_KL(T, "var_update_scaler", var_update_scaler, 1, 0, 0),
+    ZINC_KL(T, "local_step_scaler", local_step_scaler, 1, 0, 0),
+    ZINC_KL(T, "local_step_clipper", local_step_clipper, 1, 0, 0),
+    ZINC_KINERT("cuda_aware", "false"),
+    ZINC_KINERT("comm_backend_name", "\"nccl\""),
+    ZINC_KCUSTOM("amsgrad"),
+    ZINC_KCUSTOM("max_grad_norm"),
+    ZINC_KCUSTOM("eps_inside_sqrt"),
+};
+
+/* DeepSpeed's OneBitLamb (1-bit LAMB, engine/onebit_lamb.c); cuda_aware
+ * and comm_backend_name as for ZeroOneAdam. */
+static const zinc_key onebit_lamb_keys[] = {
+    ZINC_KF(T, "lr", lr, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
+    ZINC_KCUSTOM("betas"),
+    ZINC_KF(T, "eps", eps, 0, INF, ZINC_KEY_AUTO | ZINC_KEY_LO_OPEN, ZINC_AUTO_F64),
+    ZINC_KF(T, "weight_decay", weight_decay, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
+    ZINC_KB(T, "bias_correction", bias_correction),
+    ZINC_KF(T, "max_coeff", max_coeff, 0, INF, 0, 0),
+    ZINC_KF(T, "min_coeff", min_coeff, 0, INF, 0, 0),
+    ZINC_KL(T, "freeze_step", freeze_step, 0, 0, 0),
+    ZINC_KF(T, "coeff_beta", coeff_beta, 0, 1, 0, 0),
+    ZINC_KF(T, "factor_max", factor_max, 0, INF, 0, 0),
+    ZINC_KF(T, "factor_min", factor_min, 0, INF, 0, 0),
+    ZINC_KF(T, "factor_threshold", factor_threshold, 0, INF, 0, 0),
+    ZINC_KINERT("cuda_aware", "false"),
+    ZINC_KINERT("comm_backend_name", "\"nccl\""),
+    ZINC_KCUSTOM("amsgrad"),
+    ZINC_KCUSTOM("max_grad_norm"),
+    ZINC_KCUSTOM("eps_inside_sqrt"),
+};
+
 typedef struct {
   const char *name;         /* optimizer.type, as written out */
   zinc_optim_type type;
@@ -343,6 +414,12 @@ static const optim_spec optim_specs[] = {
     {"Lion", ZINC_OPTIM_LION, lion_keys, ZINC_KEY_COUNT(lion_keys), 1, 0},
     {"Adagrad", ZINC_OPTIM_ADAGRAD, adagrad_keys, ZINC_KEY_COUNT(adagrad_keys), 0, 1},
     {"SGD", ZINC_OPTIM_SGD, sgd_keys, ZINC_KEY_COUNT(sgd_keys), 0, 0},
+    {"OneBitAdam", ZINC_OPTIM_ONEBIT_ADAM, onebit_adam_keys, ZINC_KEY_COUNT(onebit_adam_keys),
+     1, 1},
+    {"ZeroOneAdam", ZINC_OPTIM_ZERO_ONE_ADAM, zero_one_adam_keys,
+     ZINC_KEY_COUNT(zero_one_adam_keys), 1, 1},
+    {"OneBitLamb", ZINC_OPTIM_ONEBIT_LAMB, onebit_lamb_keys, ZINC_KEY_COUNT(onebit_lamb_keys), 1,
+     1},
 };
 
 /* The defaults that depend on the type (DeepSpeed's and torch's
@@ -394,7 +471,7 @@ static zinc_status check_fixed_params(zinc_cfg_reader *r, const json_t *params) 
 /* DeepSpeed's optimizer names zinc does not implement (lower case), for a
  * precise message. */
 static const char *const deepspeed_optimizers[] = {
-    "onebitadam", "onebitlamb", "zerooneadam", "muadam", "muadamw", "musgd", "muon",
+    "muadam", "muadamw", "musgd", "muon",
 };
 
 /* [b1, b2] or "auto" (both kept "auto"); an element may be "auto" too, as
@@ -430,7 +507,8 @@ static zinc_status read_optimizer_type(zinc_cfg_reader *r, const json_t *obj,
   const json_t *v = json_object_get(obj, "type");
   size_t mark = zinc_cfg_push(r, "type");
   const char *type;
-  const char *expect = "\"Adam\", \"AdamW\", \"Lamb\", \"Lion\", \"Adagrad\" or \"SGD\"";
+  const char *expect = "\"Adam\", \"AdamW\", \"Lamb\", \"Lion\", \"Adagrad\", \"SGD\", "
+                       "\"OneBitAdam\", \"ZeroOneAdam\" or \"OneBitLamb\"";
   if (!v)
     return zinc_cfg_bad(r, NULL, "%s", expect);
   ZINC_CHECK(zinc_cfg_string(r, v, &type));
@@ -491,6 +569,16 @@ static zinc_status read_optimizer(zinc_cfg_reader *r, const json_t *root, zinc_s
       if (amsgrad)
         return zinc_cfg_bad(r, v, "false (zinc's %s, like DeepSpeed's fused optimizers, has "
                             "no AMSGrad variant)", spec->name);
+      zinc_cfg_pop(r, m);
+    }
+    if (s->optimizer == ZINC_OPTIM_ONEBIT_ADAM &&
+        (v = zinc_cfg_enter(r, params, "comm_backend_name", &m))) {
+      const char *name;
+      ZINC_CHECK(zinc_cfg_string(r, v, &name));
+      if (strcmp(name, "nccl") && strcmp(name, "mpi") && strcmp(name, "compressed"))
+        return zinc_cfg_bad(r, v, "\"nccl\", \"mpi\" or \"compressed\" (DeepSpeed's "
+                            "transports for OneBitAdam; zinc runs its compressed all-reduce "
+                            "over its own data-parallel comm whichever is named)");
       zinc_cfg_pop(r, m);
     }
     /* DeepSpeed: type AdamW is decoupled whatever adam_w_mode says. */

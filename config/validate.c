@@ -79,6 +79,40 @@ static zinc_status check_offload(zinc_cfg_reader *r, const json_t *root,
   return ZINC_OK;
 }
 
+/* 0/1 Adam (engine/zoadam.c) and 1-bit LAMB (engine/onebit_lamb.c) keep
+ * the whole model's momentum and variance on every rank and all-reduce
+ * them compressed themselves, which is stage 0's layout; DeepSpeed runs
+ * them without ZeRO too. Their gradients are rank-local on the compressed
+ * steps, so a global clipping norm does not exist there. */
+static zinc_status check_zero_one_adam(zinc_cfg_reader *r, const json_t *root,
+                                       const zinc_settings *s) {
+  if (s->optimizer != ZINC_OPTIM_ZERO_ONE_ADAM && s->optimizer != ZINC_OPTIM_ONEBIT_LAMB)
+    return ZINC_OK;
+  const char *type = zinc_optim_type_name(s->optimizer);
+  if (s->stage != 0) {
+    point_at(r, "zero_optimization.stage");
+    return zinc_cfg_bad(r, json_at(root, "zero_optimization.stage"),
+                        "0 with optimizer.type \"%s\" (found stage %d): it keeps and "
+                        "all-reduces the whole model's optimizer state on every rank, so it "
+                        "does not partition; set zero_optimization.stage to 0, or use \"%s\" "
+                        "with ZeRO stage %d", type, s->stage,
+                        s->optimizer == ZINC_OPTIM_ONEBIT_LAMB ? "Lamb" : "Adam", s->stage);
+  }
+  if (s->gradient_clipping > 0) {
+    point_at(r, "gradient_clipping");
+    return zinc_cfg_bad(r, json_at(root, "gradient_clipping"),
+                        "0 with optimizer.type \"%s\": its gradients are rank-local on the "
+                        "steps it compresses, so there is no global norm to clip by", type);
+  }
+  if (s->offload_optimizer.device != ZINC_OFFLOAD_NONE) {
+    point_at(r, "zero_optimization.offload_optimizer.device");
+    return zinc_cfg_bad(r, json_at(root, "zero_optimization.offload_optimizer.device"),
+                        "\"none\" with optimizer.type \"%s\" (zinc updates its state where "
+                        "the parameters live)", type);
+  }
+  return ZINC_OK;
+}
+
 static zinc_status check_zero(zinc_cfg_reader *r, const json_t *root, zinc_settings *s) {
   /* DeepSpeed builds torch.optim.SGD from optimizer.type "SGD" and runs it
    * under ZeRO only with zero_allow_untested_optimizer; zinc asks the same
@@ -105,6 +139,35 @@ static zinc_status check_zero(zinc_cfg_reader *r, const json_t *root, zinc_setti
                       "zinc.compression.gradient_codec \"powersgd\": both replace stage 0's "
                       "gradient all-reduce and zinc runs one at a time; remove one of them",
                       (long long)s->dga_delay);
+  /* The 1-bit optimizers communicate themselves (the momentum, 1-bit) and
+   * keep the gradients rank-local: nothing for PowerSGD or delayed
+   * averaging to reduce. */
+  int onebit_family = s->optimizer == ZINC_OPTIM_ONEBIT_ADAM ||
+                      s->optimizer == ZINC_OPTIM_ZERO_ONE_ADAM ||
+                      s->optimizer == ZINC_OPTIM_ONEBIT_LAMB;
+  if (onebit_family && (s->dga_delay > 0 ||
+                        s->compress_gradient_codec == ZINC_GRAD_CODEC_POWERSGD)) {
+    point_at(r, "optimizer.type");
+    return zinc_cfg_bad(r, json_at(root, "optimizer.type"),
+                        "an optimizer other than the 1-bit ones with %s: OneBitAdam, "
+                        "ZeroOneAdam and OneBitLamb all-reduce their own compressed momentum "
+                        "and leave the gradients rank-local; remove %s or use Adam/AdamW",
+                        s->dga_delay > 0 ? "zinc.compression.delayed_averaging"
+                                         : "zinc.compression.gradient_codec \"powersgd\"",
+                        s->dga_delay > 0 ? "delayed_averaging" : "gradient_codec");
+  }
+  ZINC_CHECK(check_zero_one_adam(r, root, s));
+  /* 1-bit Adam: every rank updates its whole momentum with its own
+   * gradient and all-reduces it compressed, so it needs the whole momentum
+   * on every rank (DeepSpeed refuses ZeRO with it too). */
+  if (s->optimizer == ZINC_OPTIM_ONEBIT_ADAM && s->stage >= 1) {
+    point_at(r, "zero_optimization.stage");
+    return zinc_cfg_bad(r, json_at(root, "zero_optimization.stage"),
+                        "0 with optimizer.type \"OneBitAdam\" (stage %d asked): 1-bit Adam "
+                        "all-reduces every rank's whole momentum, which stages 1-3 partition; "
+                        "DeepSpeed refuses ZeRO with it too. Set zero_optimization.stage to 0, "
+                        "or use Adam/AdamW with stage %d", s->stage, s->stage);
+  }
   ZINC_CHECK(check_offload(r, root, s, "offload_optimizer", &s->offload_optimizer, 1));
   ZINC_CHECK(check_offload(r, root, s, "offload_param", &s->offload_param, 3));
   /* DeepSpeed 0.14.4 means to reject a ratio < 1 below stage 3, but its

@@ -148,6 +148,8 @@ void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_
                                           (uint64_t)opt_numel;
   bytes[ZINC_LOC_HOST][ZINC_MEM_BUFFERS] += zinc_offload_staging_bytes(e);
   zinc_nvme_sizes(e, bytes);
+  zinc_zoadam_sizes(e, bytes);
+  zinc_onebit_lamb_sizes(e, bytes);
 }
 
 /* All parameters f32, optimizer state on the device, parameters not on

@@ -50,6 +50,7 @@
 #include "comm/comm.h"
 #include "comm/comm_log.h"
 #include "engine/checkpoint/mstate.h"
+#include "engine/onebit.h"
 #include "device/device.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
@@ -62,6 +63,7 @@
 typedef struct zinc_prof zinc_prof;
 typedef struct zinc_nvme zinc_nvme;
 typedef struct zinc_powersgd zinc_powersgd;
+typedef struct zinc_zoadam zinc_zoadam;
 
 /* ------------------------------------------------------------- registry */
 
@@ -396,6 +398,14 @@ struct zinc_engine {
   /* ---- delayed gradient averaging (dga.c) */
   struct zinc_dga *dga;   /* NULL: off (the synchronous reduction)       */
   zinc_powersgd *psgd;    /* PowerSGD at stages 0/1 (powersgd.c); NULL: off */
+  zinc_zoadam *zoadam;    /* 0/1 Adam (zoadam.c): optimizer.type ZeroOneAdam */
+  struct zinc_onebit_lamb *onebit_lamb; /* 1-bit LAMB (onebit_lamb.c): OneBitLamb */
+  /* 1-bit Adam (onebit_adam.c; optimizer.type "OneBitAdam", stage 0) */
+  zinc_onebit_plan ob_plan; /* one segment per trained parameter, in the
+                               optimizer arrays (N*S)                     */
+  float *ob_worker_error;  /* (ob_worker_bytes) device: padded momentum  */
+  float *ob_server_error;  /* (ob_server_bytes) device: this rank's chunks */
+  size_t ob_worker_bytes, ob_server_bytes;
   /* rank-local state of the compression methods, saved in checkpoints
    * (engine/checkpoint/mstate.h) */
   zinc_mstate_entry mstate[ZINC_MSTATE_MAX];
@@ -706,6 +716,50 @@ zinc_status zinc_powersgd_flush(zinc_engine *e);
 /* 1 (once) when the last window's gradients are whole on every rank (the
  * stage-0 all-gather is not needed). */
 int zinc_powersgd_take_whole(zinc_engine *e);
+/* --------------------------------------------------------- zoadam.c */
+/* 0/1 Adam (optimizer.type "ZeroOneAdam", stage 0): its state, buffers and
+ * registered method state (no-op for another optimizer); after layout. */
+zinc_status zinc_zoadam_init(zinc_engine *e);
+void zinc_zoadam_free(zinc_engine *e);
+/* Its state and scratch bytes (the estimator's and the build's sizes). */
+void zinc_zoadam_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]);
+/* 1 when the coming step keeps the gradients rank-local (no all-reduce by
+ * the engine): 0/1 Adam's compressed and local steps over several ranks. */
+int zinc_zoadam_local_grads(zinc_engine *e);
+/* On such a step: the gradient norm's sum of squares and the inf/NaN flag
+ * agreed over the data-parallel ranks (collective); otherwise a no-op. */
+zinc_status zinc_zoadam_norm(zinc_engine *e, double *total, int *overflow);
+/* 0/1 Adam's communication and update of step e->step + 1 (lr before the
+ * group scales; grad_scale step.c's 1 / (loss scale x dp_size x
+ * accumulation)). Collective over the data-parallel group. */
+zinc_status zinc_zoadam_update(zinc_engine *e, double lr, double grad_scale);
+/* --------------------------------------------------------- onebit_lamb.c */
+/* 1-bit LAMB (optimizer.type "OneBitLamb", stage 0), the same five calls
+ * as 0/1 Adam's above. */
+zinc_status zinc_onebit_lamb_init(zinc_engine *e);
+void zinc_onebit_lamb_free(zinc_engine *e);
+void zinc_onebit_lamb_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]);
+int zinc_onebit_lamb_local_grads(const zinc_engine *e);
+zinc_status zinc_onebit_lamb_norm(zinc_engine *e, double *total, int *overflow);
+zinc_status zinc_onebit_lamb_update(zinc_engine *e, double lr, double grad_scale);
+/* --------------------------------------------------------- onebit_adam.c */
+/* OneBitAdam at stage 0: the plan and the worker/server errors (registered
+ * as method state); nothing for another optimizer. After layout. */
+zinc_status zinc_onebit_adam_init(zinc_engine *e);
+void zinc_onebit_adam_free(zinc_engine *e);
+/* 1 when this step's gradients stay local (OneBitAdam, e->step >=
+ * freeze_step): grads.c reduces nothing, step.c gathers nothing. */
+int zinc_onebit_local_grads(const zinc_engine *e);
+/* After the local norm: every rank's squared norm and overflow agreed
+ * (onebit_adam.c's header says what the norm means). Collective. */
+zinc_status zinc_onebit_adam_norm(zinc_engine *e, double *total, int *overflow);
+/* The compressed step over the runs (segs as step.c builds them);
+ * local_scale turns a rank's gradient into its mean gradient, times the
+ * clipping coefficient. Collective over the data-parallel group. */
+zinc_status zinc_onebit_adam_step(zinc_engine *e, const zinc_opt_coef *c,
+                                  const zinc_opt_seg *segs, double local_scale);
+/* Bytes of the error buffers zinc_onebit_adam_init allocates (estimator). */
+uint64_t zinc_onebit_adam_state_bytes(const zinc_engine *e);
 
 /* Gather the whole copy of persistent segments from the shards. */
 zinc_status zinc_stage3_gather_persistent(zinc_engine *e);

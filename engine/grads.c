@@ -169,6 +169,9 @@ zinc_status zinc_grads_init(zinc_engine *e) {
   ZINC_CHECK(zinc_compress_scratch(e));
   ZINC_CHECK(zinc_dga_init(e));
   ZINC_CHECK(zinc_powersgd_init(e));
+  ZINC_CHECK(zinc_zoadam_init(e));
+  ZINC_CHECK(zinc_onebit_lamb_init(e));
+  ZINC_CHECK(zinc_onebit_adam_init(e));
   return ZINC_OK; /* the bucket ring: zinc_build_buffers, with the other comm memory */
 }
 
@@ -189,6 +192,9 @@ void zinc_grads_free(zinc_engine *e) {
   zinc_compress_free(e);
   zinc_compress_scratch_free(e);
   zinc_powersgd_free(e);
+  zinc_zoadam_free(e);
+  zinc_onebit_lamb_free(e);
+  zinc_onebit_adam_free(e);
   if (e->grad_acc)
     zinc_engine_buffer_free(e, e->grad_acc, e->grad_acc_bytes, ZINC_LOC_DEVICE, ZINC_MEM_GRADS);
   e->grad_acc = NULL;
@@ -403,6 +409,17 @@ static zinc_status launch(zinc_engine *e) {
     return ZINC_OK;
   if (e->dga) /* delayed averaging: the step reduces, in the background (dga.c) */
     return keep_local(e);
+  /* 1-bit Adam and 1-bit LAMB after freeze_step, 0/1 Adam's compressed
+   * and local steps (zoadam.c): no reduction, the step reads this rank's own gradients */
+  if (zinc_onebit_local_grads(e) || zinc_zoadam_local_grads(e) ||
+      zinc_onebit_lamb_local_grads(e)) {
+    zinc_status st = ZINC_OK;
+    for (int i = 0; e->grad_acc && st == ZINC_OK && i < e->npending; i++)
+      st = sums_to_grads(e, e->modules[e->pending[i]]);
+    e->npending = 0;
+    e->pending_elems = 0;
+    return st;
+  }
   int ncoll = 0;
   for (int i = 0; i < e->npending; i++) {
     zinc_module *m = e->modules[e->pending[i]];

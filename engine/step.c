@@ -3,6 +3,8 @@
  *
  *   1. stage 0: all-gather the reduced gradients (its all-reduce is
  *      reduce-scatter + all-gather, so the arithmetic matches stages 1-3);
+ *      none after OneBitAdam's freeze_step (onebit_adam.c: local gradients,
+ *      the norm agreed over the ranks, its own compressed step in 5);
  *   2. sum of squares of every owned chunk (canonical order, kernels/
  *      zinc_math.h), summed per rank in unit order, then over ranks in rank
  *      order: the same bits at every stage; with model parallelism also
@@ -282,13 +284,16 @@ void zinc_opt_from_config(zinc_engine *e) {
   case ZINC_OPTIM_SGD: h.kind = ZINC_OPT_SGD; break;
   default: h.kind = ZINC_OPT_ADAM; break;
   }
+  /* OneBitAdam's exact steps: DeepSpeed's adam.py, no bias correction,
+   * the decay added to the update (onebit_adam.c) */
+  int onebit = s->optimizer == ZINC_OPTIM_ONEBIT_ADAM;
   h.lr = s->lr;
   h.beta1 = s->beta1;
   h.beta2 = s->beta2;
   h.eps = s->eps;
   h.weight_decay = s->weight_decay;
-  h.adamw = s->optimizer == ZINC_OPTIM_ADAMW ? 1 : s->adam_w_mode;
-  h.bias_correction = s->bias_correction;
+  h.adamw = s->optimizer == ZINC_OPTIM_ADAMW || onebit ? 1 : s->adam_w_mode;
+  h.bias_correction = onebit ? 0 : s->bias_correction;
   h.momentum = s->momentum;
   h.dampening = s->dampening;
   h.nesterov = s->nesterov;
@@ -461,14 +466,20 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
     return ZINC_OK;
   }
   /* stage 0: delayed averaging's corrected gradient (dga.c); PowerSGD
-   * leaves the whole gradient on every rank; otherwise the all-gather */
-  if (e->cfg.stage == 0 && !zinc_powersgd_take_whole(e))
+   * leaves the whole gradient on every rank; the 1-bit optimizers' local
+   * steps read each rank's own; otherwise the all-gather */
+  if (e->cfg.stage == 0 && !zinc_powersgd_take_whole(e) && !zinc_onebit_local_grads(e) &&
+      !zinc_zoadam_local_grads(e) && !zinc_onebit_lamb_local_grads(e))
     ZINC_CHECK(e->dga ? zinc_dga_step(e) : gather_units_in_place(e, 1, e->ntrain_units));
 
   double total = 0.0;
   int overflow = 0;
   ZINC_CHECK(grad_sumsq(e, &total, &overflow));
   overflow = overflow || zinc_dga_skipped(e); /* some rank's local gradient (dga.c) */
+  ZINC_CHECK(zinc_zoadam_norm(e, &total, &overflow)); /* 0/1 Adam's rank-local steps */
+  ZINC_CHECK(zinc_onebit_lamb_norm(e, &total, &overflow)); /* 1-bit LAMB's */
+  if (zinc_onebit_local_grads(e))
+    ZINC_CHECK(zinc_onebit_adam_norm(e, &total, &overflow));
   double scale = zinc_loss_scaler_scale(&e->scaler);
   double base = 1.0 / (scale * (double)e->dp_size * (double)e->cfg.gradient_accumulation_steps);
   double norm = overflow ? INFINITY : sqrt(total) * base;
@@ -511,6 +522,12 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
   }
   if (st != ZINC_OK)
     ; /* agreed below, with the update's own failures */
+  else if (e->zoadam) /* 0/1 Adam: its own communication and update */
+    st = zinc_zoadam_update(e, lr, base * coef);
+  else if (e->onebit_lamb) /* 1-bit LAMB: likewise */
+    st = zinc_onebit_lamb_update(e, lr, base * coef);
+  else if (zinc_onebit_local_grads(e))
+    st = zinc_onebit_adam_step(e, c, segs, base * coef * (double)e->dp_size);
   else if (zinc_nvme_opt_on_disk(e))
     st = zinc_nvme_step(e, c, ncoef, segs, e->nruns,
                         zinc_opt_two_pass(c[0].kind) ? ZINC_OPT_PASS_APPLY : ZINC_OPT_PASS_UPDATE,

@@ -16,7 +16,8 @@
  *   mpirun -n 2 --oversubscribe step_bench [--params 67108864] [--modules 16]
  *          [--steps 3] [--dtype f32|bf16] [--no-torch] [--hpz H] [--compress]
  *          [--compress-codec int4|terngrad] [--dgc DENSITY] [--dga D]
- *          [--powersgd RANK [--powersgd-stage 0|1]] [--compute-ms MS]
+ *          [--powersgd RANK [--powersgd-stage 0|1]] [--onebit] [--zoadam]
+ *          [--zoadam-local H] [--onebit-lamb] [--compute-ms MS]
  *
  * --compute-ms MS: the backward pass also waits MS milliseconds per step,
  * spread over the modules (a sleep: an accelerator computing while the
@@ -47,6 +48,18 @@
  * the exact reduction against PowerSGD at matrix_approximation_rank RANK
  * from the first step (start_powerSGD_iter 0, error feedback, warm start;
  * every weight here is a (params / modules / 1024) x 1024 matrix).
+
+ * --onebit times stage 0: exact AdamW against OneBitAdam (same lr and
+ * decay) after its freeze_step 1 (the warm-up step is untimed): no
+ * gradient reduction, the momentum all-reduced 1-bit (engine/onebit.h).
+ *
+ * --zoadam likewise: exact AdamW against ZeroOneAdam (0/1 Adam) with its
+ * variance frozen after the warm-up step and a sync every step
+ * (--zoadam-local H: a sync every H steps, the local steps between move
+ * nothing but the norm's agreement).
+ *
+ * --onebit-lamb likewise: exact AdamW against OneBitLamb (1-bit LAMB)
+ * after its freeze_step 1: the whole momentum all-reduced 1-bit.
  */
 #include <math.h>
 #include <mpi.h>
@@ -77,6 +90,13 @@ typedef struct {
   double compute_ms;    /* --compute-ms: the model's backward, emulated per step */
   int psgd_rank;        /* > 0: only psgd_stage, exact against PowerSGD */
   int psgd_stage;       /* 0 or 1 (default 1) */
+  int onebit;           /* only stage 0, exact AdamW against OneBitAdam */
+  int zoadam;           /* only stage 0, exact AdamW against ZeroOneAdam */
+  int zoadam_local;     /* > 1: its local_step_clipper (a sync every H steps) */
+  int onebit_lamb;      /* only stage 0, exact AdamW against OneBitLamb */
+  int pair_stage;       /* the stage run_pair times (3; 0 for --onebit) */
+  const char *pair_optimizer[2]; /* run_pair's two "optimizer" values (NULL:
+                                    open_stage_with's AdamW) */
 } bench_args;
 
 static void die(const char *what) {
@@ -131,25 +151,33 @@ typedef struct {
 } bench_model;
 
 /* extra: more zero_optimization members (each after a comma), top: more
- * top-level members (each after a comma); NULL for none. */
+ * top-level members (each after a comma); NULL for none. optimizer: the
+ * "optimizer" member's value (NULL: AdamW, lr 1e-3, weight_decay 0.01). */
 static void open_stage_with(const bench_args *a, int stage, const char *extra, const char *top,
-                            MPI_Comm comm, int threads, bench_model *b) {
+                            const char *optimizer, MPI_Comm comm, int threads,
+                            bench_model *b) {
   char json[2400];
   if (!extra)
     extra = "";
   if (!top)
     top = "";
+  if (!optimizer)
+    optimizer = "{\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3, \"weight_decay\": 0.01}}";
   snprintf(json, sizeof json,
            "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 1,"
-           " \"gradient_clipping\": 1.0,"
-           " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3, \"weight_decay\": 0.01}},"
+           " \"gradient_clipping\": %s,"
+           " \"optimizer\": %s,"
            " \"bf16\": {\"enabled\": %s},"
            " \"zero_optimization\": {\"stage\": %d, \"overlap_comm\": %s,"
            " \"reduce_bucket_size\": 50000000, \"allgather_bucket_size\": 50000000,"
            " \"stage3_prefetch_bucket_size\": 50000000, \"stage3_param_persistence_threshold\": 0"
            "%s}%s%s}",
-           a->dtype == ZINC_BF16 ? "true" : "false", stage, stage >= 2 ? "true" : "false", extra,
-           top, a->wire ? ", \"comms_logger\": {\"enabled\": true}" : "");
+           /* 0/1 Adam and 1-bit LAMB refuse clipping: their gradients are
+            * rank-local */
+           strstr(optimizer, "ZeroOneAdam") || strstr(optimizer, "OneBitLamb") ? "0" : "1.0",
+           optimizer,
+           a->dtype == ZINC_BF16 ? "true" : "false", stage, stage >= 2 ? "true" : "false",
+           extra, top, a->wire ? ", \"comms_logger\": {\"enabled\": true}" : "");
   zinc_engine *e = create_engine(json, comm, threads);
   int64_t per = a->params / a->modules;
   zinc_module **mods = calloc((size_t)a->modules, sizeof *mods);
@@ -178,7 +206,7 @@ static void open_stage(const bench_args *a, int stage, int hpz, MPI_Comm comm, i
   if (hpz > 0)
     snprintf(extra, sizeof extra, ", \"zero_hpz_partition_size\": %d,"
              " \"stage3_max_reuse_distance\": 0", hpz);
-  open_stage_with(a, stage, extra, NULL, comm, threads, b);
+  open_stage_with(a, stage, extra, NULL, NULL, comm, threads, b);
 }
 
 static void close_stage(bench_model *b) {
@@ -283,9 +311,9 @@ static void run_pair(const bench_args *a, int rank, const variant v[2], const ch
   aw.wire = 1;
   a = &aw;
   bench_model b[2];
-  int stage = a->psgd_rank > 0 ? a->psgd_stage : 3; /* PowerSGD: stage 0 or 1 */
   for (int k = 0; k < 2; k++)
-    open_stage_with(a, stage, v[k].extra, v[k].top, MPI_COMM_WORLD, 0, &b[k]);
+    open_stage_with(a, a->pair_stage, v[k].extra, v[k].top, a->pair_optimizer[k],
+                    MPI_COMM_WORLD, 0, &b[k]);
   timing best[2] = {{1e30, 1e30, 1e30, 1e30, 1e30, 1e30}, {1e30, 1e30, 1e30, 1e30, 1e30, 1e30}};
   for (int s = 0; s <= a->steps; s++)
     for (int k = 0; k < 2; k++) {
@@ -301,8 +329,10 @@ static void run_pair(const bench_args *a, int rank, const variant v[2], const ch
   close_stage(&b[0]);
   close_stage(&b[1]);
   if (rank == 0) {
-    printf("\n%-14s%-8d %10s %10s %10s %10s %10s\n", "stage", stage, "step s", "fetch s",
-           "bwd s", "optim s", "comm wait");
+    char stage[16];
+    snprintf(stage, sizeof stage, "stage %d", a->pair_stage);
+    printf("\n%-22s %10s %10s %10s %10s %10s\n", stage, "step s", "fetch s", "bwd s",
+           "optim s", "comm wait");
     for (int k = 0; k < 2; k++)
       printf("%-22s %10.3f %10.3f %10.3f %10.3f %10.3f\n", v[k].label, best[k].step,
              best[k].forward, best[k].backward, best[k].optim, best[k].comm);
@@ -347,6 +377,54 @@ static void run_compress(const bench_args *a, int rank) {
   run_pair(a, rank, v, "qgZ + qwZ", 2.5);
 }
 
+/* 1-bit Adam at stage 0 after its freeze_step (1: the untimed warm-up
+ * step) against exact AdamW, same lr and decay. */
+static void run_onebit(const bench_args *a, int rank) {
+  bench_args s0 = *a;
+  s0.pair_stage = 0;
+  s0.pair_optimizer[1] = "{\"type\": \"OneBitAdam\", \"params\": {\"lr\": 1e-3,"
+                         " \"weight_decay\": 0.01, \"freeze_step\": 1}}";
+  variant v[2] = {{"exact adamw", NULL, NULL}, {"onebit adam", NULL, NULL}};
+  run_pair(&s0, rank, v, "OneBitAdam", 2.0);
+}
+
+/* 0/1 Adam at stage 0 against exact AdamW, same lr and decay: the
+ * variance frozen after the first (untimed) step, then a sync every step
+ * (DeepSpeed's local_step_scaler 32678 keeps the interval at 1 this
+ * early): no gradient reduction, the momentum accumulator all-reduced
+ * 1-bit (engine/zoadam.c, engine/onebit.h). With --zoadam-local H the
+ * interval doubles every step up to H (local_step_scaler 1,
+ * local_step_clipper H): one sync every H steps, the local steps between
+ * move nothing but the norm's two doubles. */
+static void run_zoadam(const bench_args *a, int rank) {
+  bench_args s0 = *a;
+  s0.pair_stage = 0;
+  static char zo[320];
+  if (a->zoadam_local > 1)
+    snprintf(zo, sizeof zo, "{\"type\": \"ZeroOneAdam\", \"params\": {\"lr\": 1e-3,"
+             " \"weight_decay\": 0.01, \"var_freeze_step\": 0, \"local_step_scaler\": 1,"
+             " \"local_step_clipper\": %d}}", a->zoadam_local);
+  else
+    snprintf(zo, sizeof zo, "{\"type\": \"ZeroOneAdam\", \"params\": {\"lr\": 1e-3,"
+             " \"weight_decay\": 0.01, \"var_freeze_step\": 0}}");
+  s0.pair_optimizer[1] = zo;
+  variant v[2] = {{"exact adamw", NULL, NULL}, {"0/1 adam", NULL, NULL}};
+  run_pair(&s0, rank, v, "ZeroOneAdam", 2.0);
+}
+
+/* 1-bit LAMB at stage 0 after its freeze_step (1: the untimed warm-up
+ * step) against exact AdamW, same lr and decay: no gradient reduction,
+ * the whole momentum all-reduced 1-bit as one segment
+ * (engine/onebit_lamb.c). */
+static void run_onebit_lamb(const bench_args *a, int rank) {
+  bench_args s0 = *a;
+  s0.pair_stage = 0;
+  s0.pair_optimizer[1] = "{\"type\": \"OneBitLamb\", \"params\": {\"lr\": 1e-3,"
+                         " \"weight_decay\": 0.01, \"freeze_step\": 1}}";
+  variant v[2] = {{"exact adamw", NULL, NULL}, {"1-bit lamb", NULL, NULL}};
+  run_pair(&s0, rank, v, "OneBitLamb", 2.0);
+}
+
 /* DGC (zinc.compression.gradient_codec "dgc", top-k of every block of
  * 256 with its fp32 residual) at density a->dgc against exact, no reuse,
  * the parameters gathered exactly. Scope inter_node, as --compress. */
@@ -374,7 +452,7 @@ static timing mean_steps(const bench_args *a, const char *top, int warm, double 
   aw.wire = 1;
   a = &aw;
   bench_model b;
-  open_stage_with(a, 0, "", top, MPI_COMM_WORLD, 0, &b);
+  open_stage_with(a, 0, "", top, NULL, MPI_COMM_WORLD, 0, &b);
   timing sum = {0, 0, 0, 0, 0, 0};
   for (int s = 0; s < warm + a->steps; s++) {
     if (s == warm && zinc_comms_reset(b.e) != ZINC_OK)
@@ -442,7 +520,9 @@ static void run_powersgd(const bench_args *a, int rank) {
            a->psgd_rank);
   snprintf(label, sizeof label, "powersgd %d", a->psgd_rank);
   variant v[2] = {{"exact", "", NULL}, {label, "", top}};
-  run_pair(a, rank, v, label, 1.0);
+  bench_args ap = *a;
+  ap.pair_stage = a->psgd_stage;
+  run_pair(&ap, rank, v, label, 1.0);
 }
 
 /* Engine overhead, one rank: zinc's stage-0 step (the trainer's gradient
@@ -594,7 +674,7 @@ static int run_torch(const bench_args *a, int ranks, double *iteration) {
 
 int main(int argc, char **argv) {
   bench_args a = {.params = 64ll << 20, .modules = 16, .steps = 3, .dtype = ZINC_F32,
-                  .torch = 1, .psgd_stage = 1};
+                  .torch = 1, .psgd_stage = 1, .pair_stage = 3};
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--params") && i + 1 < argc)
       a.params = atoll(argv[++i]);
@@ -624,10 +704,19 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--powersgd-stage") && i + 1 < argc &&
              (!strcmp(argv[i + 1], "0") || !strcmp(argv[i + 1], "1")))
       a.psgd_stage = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--onebit"))
+      a.onebit = 1;
+    else if (!strcmp(argv[i], "--zoadam"))
+      a.zoadam = 1;
+    else if (!strcmp(argv[i], "--onebit-lamb"))
+      a.onebit_lamb = 1;
+    else if (!strcmp(argv[i], "--zoadam-local") && i + 1 < argc)
+      a.zoadam = 1, a.zoadam_local = atoi(argv[++i]);
     else {
       fprintf(stderr, "usage: %s [--params N] [--modules M] [--steps S] [--dtype f32|bf16] "
               "[--no-torch] [--hpz H] [--compress] [--compress-codec int4|terngrad] "
               "[--dgc DENSITY] [--dga D] [--powersgd RANK [--powersgd-stage 0|1]] "
+              "[--onebit] [--zoadam] [--zoadam-local H] [--onebit-lamb] "
               "[--compute-ms MS]\n", argv[0]);
       return 2;
     }
@@ -640,7 +729,8 @@ int main(int argc, char **argv) {
   if (rank == 0)
     printf("step_bench: %lld %s parameters in %d modules, %d ranks, best of %d steps\n",
            (long long)a.params, zinc_dtype_name(a.dtype), a.modules, size, a.steps);
-  if (a.hpz > 0 || a.compress || a.dgc > 0 || a.dga > 0 || a.psgd_rank > 0) {
+  if (a.hpz > 0 || a.compress || a.dgc > 0 || a.dga > 0 || a.psgd_rank > 0 || a.onebit ||
+      a.zoadam || a.onebit_lamb) {
     if (a.hpz > 0)
       run_hpz(&a, rank);
     if (a.compress)
@@ -651,6 +741,12 @@ int main(int argc, char **argv) {
       run_dga(&a, rank);
     if (a.psgd_rank > 0)
       run_powersgd(&a, rank);
+    if (a.onebit)
+      run_onebit(&a, rank);
+    if (a.zoadam)
+      run_zoadam(&a, rank);
+    if (a.onebit_lamb)
+      run_onebit_lamb(&a, rank);
     MPI_Finalize();
     return 0;
   }

@@ -6,7 +6,9 @@
  * memory only; with hpZ the secondary partition counts as parameter
  * memory on the device; with quantized gradients and zeropp_loco_param the
  * error-feedback residuals count as gradient memory on the device, sized
- * as engine/compress.c allocates them (ef_bytes). Stage 3 adds the
+ * as engine/compress.c allocates them (ef_bytes); OneBitAdam's worker and
+ * server errors count as optimizer memory on the device
+ * (zinc_onebit_adam_state_bytes). Stage 3 adds the
  * gathered parameters at their peak: the largest module plus what the
  * prefetch window holds ahead of it, within stage3_max_live_parameters.
  */
@@ -91,6 +93,7 @@ zinc_status zinc_estimate_model(const zinc_settings *cfg, int dp_size, int64_t h
     zinc_powersgd_sizes(e, &psgd_state, &psgd_scratch);
     out->bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += psgd_state;
     out->bytes[ZINC_LOC_DEVICE][ZINC_MEM_BUFFERS] += psgd_scratch;
+    out->bytes[ZINC_LOC_DEVICE][ZINC_MEM_OPTIM] += zinc_onebit_adam_state_bytes(e);
     out->formula = zinc_formula_model_states(e);
     out->params = e->psi[0] + e->psi[1] + e->psi[2];
     size_t largest_gather = 0, total_gather = 0;

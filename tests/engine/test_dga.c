@@ -17,7 +17,8 @@
  *  - failure: an allocation failing on rank 1 in the step fails the step on
  *    every rank with rank 1's message; destroy returns.
  *  - config: delay at stage 1 is refused with ZINC_ERR_CONFIG naming stage 0,
- *    and beside PowerSGD (both replace stage 0's all-reduce).
+ *    beside PowerSGD (both replace stage 0's all-reduce) and beside the 1-bit
+ *    optimizers (which keep the gradients rank-local), as is PowerSGD.
  *  - the wire: the comms logger's bytes of DGA's all-reduces equal the
  *    exact run's reduce-scatter + all-gather bytes over the same steps
  *    (2 (N - 1) x 4 bytes per padded trained element per step: the same
@@ -354,6 +355,25 @@ static void test_config(void) {
            "delay with PowerSGD: %s (want ZINC_ERR_CONFIG naming both): %s",
            zinc_status_name(st), zinc_last_error());
   zinc_config_free(cfg);
+  /* the 1-bit optimizers communicate themselves: neither DGA nor PowerSGD */
+  static const char *const beside[] = {DGA_JSON("1"),
+                                        "\"zinc\": {\"compression\": {\"gradient_codec\": "
+                                        "\"powersgd\"}}"};
+  static const char *const types[] = {"OneBitAdam", "ZeroOneAdam", "OneBitLamb"};
+  for (int b = 0; b < 2; b++)
+    for (int t = 0; t < 3; t++) {
+      char text[512];
+      snprintf(text, sizeof text, "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_clipping\": "
+               "0, \"optimizer\": {\"type\": \"%s\", \"params\": {\"lr\": 1e-3}}, %s}",
+               types[t], beside[b]);
+      cfg = NULL;
+      st = zinc_config_parse(text, &cfg);
+      ET_CHECK(st == ZINC_ERR_CONFIG && strstr(zinc_last_error(), "optimizer.type") &&
+               strstr(zinc_last_error(), b ? "powersgd" : "delayed_averaging"),
+               "%s with %s: %s (want ZINC_ERR_CONFIG naming both): %s", types[t],
+               b ? "PowerSGD" : "delayed averaging", zinc_status_name(st), zinc_last_error());
+      zinc_config_free(cfg);
+    }
 }
 
 /* Bytes this rank sent, over the comms logger's rows of `name` whose
