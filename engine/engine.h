@@ -406,6 +406,7 @@ struct zinc_engine {
   float *ob_worker_error;  /* (ob_worker_bytes) device: padded momentum  */
   float *ob_server_error;  /* (ob_server_bytes) device: this rank's chunks */
   size_t ob_worker_bytes, ob_server_bytes;
+  double *ob_norms;        /* (2 N) host: the 1-bit optimizers' norm gather */
   /* rank-local state of the compression methods, saved in checkpoints
    * (engine/checkpoint/mstate.h) */
   zinc_mstate_entry mstate[ZINC_MSTATE_MAX];
@@ -750,14 +751,24 @@ void zinc_onebit_adam_free(zinc_engine *e);
 /* 1 when this step's gradients stay local (OneBitAdam, e->step >=
  * freeze_step): grads.c reduces nothing, step.c gathers nothing. */
 int zinc_onebit_local_grads(const zinc_engine *e);
-/* After the local norm: every rank's squared norm and overflow agreed
- * (onebit_adam.c's header says what the norm means). Collective. */
-zinc_status zinc_onebit_adam_norm(zinc_engine *e, double *total, int *overflow);
-/* The compressed step over the runs (segs as step.c builds them);
- * local_scale turns a rank's gradient into its mean gradient, times the
- * clipping coefficient. Collective over the data-parallel group. */
+/* The 1-bit optimizers' rank-local steps, after the local norm: every
+ * rank's squared norm and overflow gathered (into e->ob_norms, allocated
+ * at build by zinc_onebit_norms_init) and summed in rank order; *total
+ * becomes N x the sum, *overflow any rank's (onebit_adam.c's header says
+ * what the norm means). Collective over the data-parallel group. */
+zinc_status zinc_onebit_norm_agree(zinc_engine *e, const char *who, double *total,
+                                   int *overflow);
+zinc_status zinc_onebit_norms_init(zinc_engine *e);
+void zinc_onebit_norms_free(zinc_engine *e);
+/* The compressed step over the runs (segs as step.c builds them); every
+ * rank calls it with st, its status so far (segs unused unless ZINC_OK),
+ * which is agreed before the collectives; local_scale turns a rank's
+ * gradient into its mean gradient, times the clipping coefficient.
+ * Returns the update's local status (the caller agrees on it). Collective
+ * over the data-parallel group. */
 zinc_status zinc_onebit_adam_step(zinc_engine *e, const zinc_opt_coef *c,
-                                  const zinc_opt_seg *segs, double local_scale);
+                                  const zinc_opt_seg *segs, zinc_status st,
+                                  double local_scale);
 /* Bytes of the error buffers zinc_onebit_adam_init allocates (estimator). */
 uint64_t zinc_onebit_adam_state_bytes(const zinc_engine *e);
 

@@ -172,6 +172,7 @@ zinc_status zinc_grads_init(zinc_engine *e) {
   ZINC_CHECK(zinc_zoadam_init(e));
   ZINC_CHECK(zinc_onebit_lamb_init(e));
   ZINC_CHECK(zinc_onebit_adam_init(e));
+  ZINC_CHECK(zinc_onebit_norms_init(e));
   return ZINC_OK; /* the bucket ring: zinc_build_buffers, with the other comm memory */
 }
 
@@ -195,6 +196,7 @@ void zinc_grads_free(zinc_engine *e) {
   zinc_zoadam_free(e);
   zinc_onebit_lamb_free(e);
   zinc_onebit_adam_free(e);
+  zinc_onebit_norms_free(e);
   if (e->grad_acc)
     zinc_engine_buffer_free(e, e->grad_acc, e->grad_acc_bytes, ZINC_LOC_DEVICE, ZINC_MEM_GRADS);
   e->grad_acc = NULL;

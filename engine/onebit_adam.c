@@ -159,33 +159,47 @@ void zinc_onebit_adam_free(zinc_engine *e) {
   zinc_onebit_plan_free(&e->ob_plan);
 }
 
-zinc_status zinc_onebit_adam_norm(zinc_engine *e, double *total, int *overflow) {
-  double mine[2] = {*total, *overflow ? 1.0 : 0.0};
-  double *all = NULL;
-  zinc_status st = zinc_engine_host_calloc(e, (void **)&all, 2 * (size_t)e->dp_size,
-                                           sizeof *all, "1-bit Adam norms");
-  /* a rank that could not allocate must not leave its peers in the gather */
-  st = zinc_engine_agree(e, e->dp_host, st);
-  if (st != ZINC_OK) {
-    free(all);
-    return st;
-  }
-  if (e->dp_size > 1)
+/* The 1-bit optimizers (OneBitAdam, ZeroOneAdam, OneBitLamb) at stage 0:
+ * the buffer their norm agreement gathers into, allocated with the
+ * engine so that no step allocates before that collective. */
+static int onebit_family(const zinc_engine *e) {
+  int o = e->cfg.optimizer;
+  return e->cfg.stage == 0 && (o == ZINC_OPTIM_ONEBIT_ADAM || o == ZINC_OPTIM_ZERO_ONE_ADAM ||
+                               o == ZINC_OPTIM_ONEBIT_LAMB);
+}
+
+zinc_status zinc_onebit_norms_init(zinc_engine *e) {
+  if (!onebit_family(e))
+    return ZINC_OK;
+  return zinc_calloc((void **)&e->ob_norms, 2 * (size_t)e->dp_size, sizeof *e->ob_norms,
+                     "the 1-bit optimizers' norm agreement");
+}
+
+void zinc_onebit_norms_free(zinc_engine *e) {
+  free(e->ob_norms);
+  e->ob_norms = NULL;
+}
+
+zinc_status zinc_onebit_norm_agree(zinc_engine *e, const char *who, double *total,
+                                   int *overflow) {
+  int n = e->dp_size;
+  double mine[2] = {*overflow ? 1.0 : *total, *overflow ? 1.0 : 0.0}, *all = e->ob_norms;
+  zinc_status st = ZINC_OK;
+  if (n > 1)
     st = zinc_comm_allgather(e->dp_host, mine, all, 2, ZINC_DT_F64);
   else
     memcpy(all, mine, sizeof mine);
+  if (st != ZINC_OK)
+    return zinc_error_wrap(st, "%s: agreeing on the gradient norm", who);
   double sum = 0.0;
   int any = 0;
-  for (int r = 0; st == ZINC_OK && r < e->dp_size; r++) {
+  for (int r = 0; r < n; r++) {
     sum += all[2 * r];
     any |= all[2 * r + 1] != 0.0;
   }
-  free(all);
-  if (st != ZINC_OK)
-    return zinc_error_wrap(st, "1-bit Adam: agreeing on the gradient norm");
   /* the step scales sqrt(total) by 1 / (loss_scale N gas): N x the sum
-   * gives sqrt(sum / N) / (loss_scale gas) */
-  *total = sum * (double)e->dp_size;
+   * gives sqrt(sum / N) / (loss_scale gas), the ranks' root mean square */
+  *total = sum * (double)n;
   *overflow = any || !isfinite(*total);
   return ZINC_OK;
 }
@@ -290,13 +304,17 @@ static zinc_status update_pass(zinc_engine *e, const zinc_opt_coef *c,
 }
 
 zinc_status zinc_onebit_adam_step(zinc_engine *e, const zinc_opt_coef *c,
-                                  const zinc_opt_seg *segs, double local_scale) {
-  zinc_status st = zinc_engine_sync(e);
+                                  const zinc_opt_seg *segs, zinc_status st,
+                                  double local_scale) {
   if (st == ZINC_OK)
+    st = zinc_engine_sync(e);
+  if (st == ZINC_OK) {
     st = momentum_pass(e, c, segs, (float)local_scale);
-  if (st != ZINC_OK)
-    zinc_error_wrap(st, "1-bit Adam: momentum (step %lld)", (long long)e->step + 1);
-  /* local failures reach every rank before the collectives */
+    if (st != ZINC_OK)
+      zinc_error_wrap(st, "1-bit Adam: momentum (step %lld)", (long long)e->step + 1);
+  }
+  /* local failures (this one's, the caller's) reach every rank before the
+   * collectives; every rank agrees exactly once here */
   ZINC_CHECK(zinc_engine_agree(e, e->dp_host, st));
   if (no_error_feedback()) {
     ZINC_CHECK(e->dev->ops->fill_zero(e->dev, e->ob_worker_error, e->ob_worker_bytes, e->stream));

@@ -225,24 +225,7 @@ zinc_status zinc_onebit_lamb_init(zinc_engine *e) {
 zinc_status zinc_onebit_lamb_norm(zinc_engine *e, double *total, int *overflow) {
   if (!zinc_onebit_lamb_local_grads(e))
     return ZINC_OK;
-  int n = e->dp_size;
-  double mine[2] = {*overflow ? 1.0 : *total, *overflow ? 1.0 : 0.0};
-  double *all = NULL;
-  ZINC_CHECK(zinc_engine_host_calloc(e, (void **)&all, 2 * (size_t)n, sizeof *all,
-                                     "1-bit LAMB norms"));
-  zinc_status st = zinc_comm_allgather(e->dp_host, mine, all, 2, ZINC_DT_F64);
-  double sum = 0.0;
-  int bad = 0;
-  for (int r = 0; r < n; r++) {
-    sum += all[2 * r];
-    bad |= all[2 * r + 1] != 0.0;
-  }
-  free(all);
-  if (st != ZINC_OK)
-    return zinc_error_wrap(st, "1-bit LAMB: agreeing the gradient norm");
-  *total = sum * n;
-  *overflow = bad || !isfinite(sum);
-  return ZINC_OK;
+  return zinc_onebit_norm_agree(e, "1-bit LAMB", total, overflow);
 }
 
 static float *master_of(const zinc_engine *e, const lb_param *q) {

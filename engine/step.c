@@ -479,7 +479,7 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
   ZINC_CHECK(zinc_zoadam_norm(e, &total, &overflow)); /* 0/1 Adam's rank-local steps */
   ZINC_CHECK(zinc_onebit_lamb_norm(e, &total, &overflow)); /* 1-bit LAMB's */
   if (zinc_onebit_local_grads(e))
-    ZINC_CHECK(zinc_onebit_adam_norm(e, &total, &overflow));
+    ZINC_CHECK(zinc_onebit_norm_agree(e, "1-bit Adam", &total, &overflow));
   double scale = zinc_loss_scaler_scale(&e->scaler);
   double base = 1.0 / (scale * (double)e->dp_size * (double)e->cfg.gradient_accumulation_steps);
   double norm = overflow ? INFINITY : sqrt(total) * base;
@@ -520,14 +520,18 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
       return st; /* agreed: every rank has it */
     }
   }
-  if (st != ZINC_OK)
+  if (zinc_onebit_local_grads(e)) /* every rank: st agreed before its collectives */
+    st = zinc_onebit_adam_step(e, c, segs, st, base * coef * (double)e->dp_size);
+  else if (e->zoadam || e->onebit_lamb) {
+    /* 0/1 Adam, 1-bit LAMB: their own communication and update, on every
+     * rank whatever st (they read no segs); a failure before them is
+     * agreed below, after their collectives */
+    zinc_status ust = e->zoadam ? zinc_zoadam_update(e, lr, base * coef)
+                                : zinc_onebit_lamb_update(e, lr, base * coef);
+    if (st == ZINC_OK)
+      st = ust;
+  } else if (st != ZINC_OK)
     ; /* agreed below, with the update's own failures */
-  else if (e->zoadam) /* 0/1 Adam: its own communication and update */
-    st = zinc_zoadam_update(e, lr, base * coef);
-  else if (e->onebit_lamb) /* 1-bit LAMB: likewise */
-    st = zinc_onebit_lamb_update(e, lr, base * coef);
-  else if (zinc_onebit_local_grads(e))
-    st = zinc_onebit_adam_step(e, c, segs, base * coef * (double)e->dp_size);
   else if (zinc_nvme_opt_on_disk(e))
     st = zinc_nvme_step(e, c, ncoef, segs, e->nruns,
                         zinc_opt_two_pass(c[0].kind) ? ZINC_OPT_PASS_APPLY : ZINC_OPT_PASS_UPDATE,

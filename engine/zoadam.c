@@ -339,27 +339,9 @@ static zinc_status compressed_allreduce(zinc_engine *e, zinc_zoadam *z) {
 zinc_status zinc_zoadam_norm(zinc_engine *e, double *total, int *overflow) {
   if (!zinc_zoadam_local_grads(e))
     return ZINC_OK;
-  /* each rank's own gradients: sum the squares over the ranks (N x the
-   * mean, so that step.c's division by dp_size gives the ranks' root mean
-   * square) and let an inf/NaN on any rank skip the step on every rank */
-  int n = e->dp_size;
-  double mine[2] = {*overflow ? 1.0 : *total, *overflow ? 1.0 : 0.0};
-  double *all = NULL;
-  ZINC_CHECK(zinc_engine_host_calloc(e, (void **)&all, 2 * (size_t)n, sizeof *all,
-                                     "0/1 Adam norms"));
-  zinc_status st = zinc_comm_allgather(e->dp_host, mine, all, 2, ZINC_DT_F64);
-  double sum = 0.0;
-  int bad = 0;
-  for (int r = 0; r < n; r++) {
-    sum += all[2 * r];
-    bad |= all[2 * r + 1] != 0.0;
-  }
-  free(all);
-  if (st != ZINC_OK)
-    return zinc_error_wrap(st, "0/1 Adam: agreeing the gradient norm");
-  *total = sum * n;
-  *overflow = bad || !isfinite(sum);
-  return ZINC_OK;
+  /* each rank's own gradients: an inf/NaN on any rank skips the step on
+   * every rank (onebit_adam.c) */
+  return zinc_onebit_norm_agree(e, "0/1 Adam", total, overflow);
 }
 
 typedef struct {

@@ -28,6 +28,9 @@
  *     engine, the same bits as the straight run; the errors restored
  *     bytewise; with them zeroed after the load, other bits (2+ ranks);
  *   - the GPU path (host copies) forced on the cpu device: the same bits;
+ *   - out of memory at every engine allocation of the build and of two
+ *     compressed steps on the last rank: ZINC_ERR_NOMEM on every rank,
+ *     naming it, within seconds;
  *   - memory: the error buffers' closed form under optimizer states, and
  *     the estimator's figure equal to the measured one;
  *   - the config keys (defaults, DeepSpeed's transport keys, refusals), and
@@ -52,9 +55,9 @@ static const char *const adamw_default =
     "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"betas\": [0.9, 0.999], \"eps\": 1e-8, "
     "\"weight_decay\": 0.01}}";
 
-/* An engine for run r with OneBitAdam (freeze_step `freeze`) in place of
- * the default optimizer, and `extra` top-level members. */
-static zinc_engine *onebit_open(et_run r, int freeze, const char *extra, et_model *m) {
+/* An engine (not built) for run r with OneBitAdam (freeze_step `freeze`)
+ * in place of the default optimizer, and `extra` top-level members. */
+static zinc_engine *onebit_create(et_run r, int freeze, const char *extra) {
   r.extra = extra;
   char *json = et_config_json(&r), *at = strstr(json, adamw_default);
   if (!at) {
@@ -83,6 +86,12 @@ static zinc_engine *onebit_open(et_run r, int freeze, const char *extra, et_mode
   zinc_config_free(cfg);
   et_rank = zinc_rank(e);
   et_world = zinc_world_size(e);
+  return e;
+}
+
+/* The same, with the tiny model registered and built. */
+static zinc_engine *onebit_open(et_run r, int freeze, const char *extra, et_model *m) {
+  zinc_engine *e = onebit_create(r, freeze, extra);
   ET_OK(et_build(m, e, &r));
   return e;
 }
@@ -618,6 +627,58 @@ static void test_staged(void) {
   et_free_params(p[1]);
 }
 
+/* Out of memory at the n-th engine allocation on the last rank, n = 1, 2,
+ * ... : in the build (the error buffers among them) until it succeeds, and
+ * in two compressed steps until they need no more; every rank returns
+ * ZINC_ERR_NOMEM naming that rank within seconds (a peer left in a
+ * collective would show as a slow call: the comm timeout is 60 s). */
+static void test_nomem(void) {
+  et_run r = base_run();
+  const char *timeout = "  \"zinc\": {\"comm_timeout_s\": 60}";
+  int last = et_world - 1, build_faults = 0, step_faults = 0;
+  for (int64_t n = 1; n < 1000; n++) {
+    et_model m;
+    zinc_engine *e = onebit_create(r, FREEZE, timeout);
+    if (et_rank == last)
+      zinc_engine_inject_alloc_fault(e, n);
+    double t0 = MPI_Wtime();
+    zinc_status st = et_build(&m, e, &r);
+    if (st == ZINC_OK) {
+      et_model_free(&m);
+      zinc_engine_destroy(e);
+      break;
+    }
+    build_faults++;
+    et_expect_everywhere(st, ZINC_ERR_NOMEM, MPI_Wtime() - t0, "OneBitAdam build", NULL,
+                         et_world > 1 ? last : -1);
+    et_model_free(&m);
+    zinc_engine_destroy(e);
+  }
+  for (int64_t n = 1; n < 1000; n++) {
+    et_model m;
+    zinc_engine *e = onebit_open(r, FREEZE, timeout, &m);
+    ET_OK(et_steps(&m, &r, 0, FREEZE));
+    if (et_rank == last)
+      zinc_engine_inject_alloc_fault(e, n);
+    double t0 = MPI_Wtime();
+    zinc_status st = et_steps(&m, &r, FREEZE, FREEZE + 2);
+    int failed = st != ZINC_OK, any = failed;
+    MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any) {
+      step_faults++;
+      et_expect_everywhere(st, ZINC_ERR_NOMEM, MPI_Wtime() - t0, "OneBitAdam step", NULL,
+                           et_world > 1 ? last : -1);
+    }
+    et_model_free(&m);
+    zinc_engine_destroy(e);
+    if (!any)
+      break;
+  }
+  if (et_rank == 0)
+    printf("OneBitAdam out of memory at %d ranks: %d build and %d compressed-step allocations "
+           "failed alike on every rank\n", et_world, build_faults, step_faults);
+}
+
 /* Memory: the OneBitAdam engine holds, under optimizer states on the
  * device, the AdamW engine's bytes plus its error buffers, 4 (padded(n) +
  * padded(n) / N) bytes per trained parameter of n elements (the closed
@@ -703,6 +764,7 @@ int main(int argc, char **argv) {
   test_memory();
   test_resume();
   test_staged();
+  test_nomem();
   int bad = et_failures;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (et_rank == 0) {
