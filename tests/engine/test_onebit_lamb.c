@@ -26,6 +26,7 @@
 #include "engine/engine.h"
 #include "engine/memory/estimate.h"
 #include "engine_test.h"
+#include "onebit_ref.h"
 
 #define STEPS 30
 #define FREEZE 10
@@ -70,68 +71,6 @@ static zinc_engine *open_engine(et_model *m, int comms) {
   m->ictx.shape = &SHAPE;
   ET_OK(zinc_engine_build(e, et_init, &m->ictx));
   return e;
-}
-
-/* This rank's own parameters (its compute copy: at stage 0 every rank
- * holds the whole model, and 0/1 Adam's ranks differ between syncs). */
-static void own_params(et_model *m, float **out) {
-  ET_OK(zinc_eval_begin(m->e));
-  for (int k = 0; k < 4; k++) {
-    ET_OK(zinc_module_fetch(m->e, m->mod[k]));
-    for (int i = 0; i < TM_NPARAM; i++)
-      if (et_param_module[i] == k)
-        memcpy(out[i], zinc_param_data(m->par[i]), (size_t)tm_numel(&SHAPE, i) * 4);
-    ET_OK(zinc_module_release(m->e, m->mod[k]));
-  }
-  ET_OK(zinc_eval_end(m->e));
-}
-
-/* ------------------------------------------------------------ reference */
-
-/* One tensor of the compressed all-reduce over `n` simulated ranks:
- * x[r] (padded elements) in place, werr[r] (padded), serr[r] (padded / n,
- * server r's). DeepSpeed's NcclBackend.compressed_allreduce, its tensors
- * f32: the server's sum of the workers' sign x scale / n added in f32 in
- * rank order, the scales' sums of squares in double in onebit.h's fixed
- * order (element k into lane k % 4, then (0 + 1) + (2 + 3)). */
-static double sumsq_lanes(const float *v, int64_t n) {
-  double lane[4] = {0, 0, 0, 0};
-  for (int64_t k = 0; k < n; k++)
-    lane[k % 4] += (double)v[k] * v[k];
-  return (lane[0] + lane[1]) + (lane[2] + lane[3]);
-}
-
-static void ref_compress(int n, int64_t padded, float **x, float **werr, float **serr) {
-  int64_t chunk = padded / n;
-  double a[8];
-  for (int r = 0; r < n; r++) {
-    for (int64_t k = 0; k < padded; k++)
-      x[r][k] = (float)((double)x[r][k] + werr[r][k]);
-    a[r] = (float)(sqrt(sumsq_lanes(x[r], padded)) / sqrt((double)padded));
-    for (int64_t k = 0; k < padded; k++)
-      werr[r][k] = (float)((double)x[r][k] - (x[r][k] >= 0.0f ? a[r] : -a[r]));
-  }
-  float *out = calloc((size_t)padded, 4);
-  for (int j = 0; j < n; j++) {
-    float *c = calloc((size_t)chunk, 4);
-    for (int64_t k = 0; k < chunk; k++) {
-      float sum = 0.0f;
-      for (int r = 0; r < n; r++) {
-        float share = (float)a[r] * (1.0f / (float)n);
-        sum += x[r][j * chunk + k] >= 0.0f ? share : -share;
-      }
-      c[k] = sum + serr[j][k];
-    }
-    double b = (float)(sqrt(sumsq_lanes(c, chunk)) / sqrt((double)chunk));
-    for (int64_t k = 0; k < chunk; k++) {
-      serr[j][k] = (float)((double)c[k] - (c[k] >= 0.0f ? b : -b));
-      out[j * chunk + k] = (float)(c[k] >= 0.0f ? b : -b);
-    }
-    free(c);
-  }
-  for (int r = 0; r < n; r++)
-    memcpy(x[r], out, (size_t)padded * 4);
-  free(out);
 }
 
 /* The comm's canonical sum over ranks [lo, hi) (comm/comm.h): a fixed
@@ -350,7 +289,7 @@ static void test_reference_and_wire(void) {
                (unsigned long long)((n - 1) * (block + 8 + 16)));
   }
   float **got = et_alloc_params(&SHAPE);
-  own_params(&m, got);
+  own_params(&m, &SHAPE, got);
   double worst = 0;
   int shown = 0;
   for (int i = 0; i < TM_NPARAM; i++)
@@ -434,7 +373,7 @@ static void test_resume(const char *dir) {
   ET_OK(zinc_save_checkpoint(e, dir, "mid"));
   train_steps(&m, SAVE_AT + 1, STEPS);
   float **straight = et_alloc_params(&SHAPE);
-  own_params(&m, straight);
+  own_params(&m, &SHAPE, straight);
   et_model_free(&m);
   zinc_engine_destroy(e);
   for (int zeroed = 0; zeroed < 2; zeroed++) {
@@ -446,7 +385,7 @@ static void test_resume(const char *dir) {
         memset(e->mstate[i].ptr, 0, e->mstate[i].bytes);
     train_steps(&m, SAVE_AT + 1, STEPS);
     float **resumed = et_alloc_params(&SHAPE);
-    own_params(&m, resumed);
+    own_params(&m, &SHAPE, resumed);
     if (!zeroed)
       ET_CHECK(et_same_bits(&SHAPE, resumed, straight, "resumed at step 15"),
                "a resumed 1-bit LAMB run differs from the straight one");

@@ -41,6 +41,7 @@
 #include "engine/engine.h"
 #include "engine/memory/estimate.h"
 #include "engine_test.h"
+#include "onebit_ref.h"
 
 #define STEPS 40
 #define FREEZE 20      /* var_freeze_step */
@@ -88,68 +89,6 @@ static zinc_engine *open_engine(et_model *m, int comms) {
   m->ictx.shape = &SHAPE;
   ET_OK(zinc_engine_build(e, et_init, &m->ictx));
   return e;
-}
-
-/* This rank's own parameters (its compute copy: at stage 0 every rank
- * holds the whole model, and 0/1 Adam's ranks differ between syncs). */
-static void own_params(et_model *m, float **out) {
-  ET_OK(zinc_eval_begin(m->e));
-  for (int k = 0; k < 4; k++) {
-    ET_OK(zinc_module_fetch(m->e, m->mod[k]));
-    for (int i = 0; i < TM_NPARAM; i++)
-      if (et_param_module[i] == k)
-        memcpy(out[i], zinc_param_data(m->par[i]), (size_t)tm_numel(&SHAPE, i) * 4);
-    ET_OK(zinc_module_release(m->e, m->mod[k]));
-  }
-  ET_OK(zinc_eval_end(m->e));
-}
-
-/* ------------------------------------------------------------ reference */
-
-/* One tensor of the compressed all-reduce over `n` simulated ranks:
- * x[r] (padded elements) in place, werr[r] (padded), serr[r] (padded / n,
- * server r's). DeepSpeed's NcclBackend.compressed_allreduce, its tensors
- * f32: the server's sum of the workers' sign x scale / n added in f32 in
- * rank order, the scales' sums of squares in double in onebit.h's fixed
- * order (element k into lane k % 4, then (0 + 1) + (2 + 3)). */
-static double sumsq_lanes(const float *v, int64_t n) {
-  double lane[4] = {0, 0, 0, 0};
-  for (int64_t k = 0; k < n; k++)
-    lane[k % 4] += (double)v[k] * v[k];
-  return (lane[0] + lane[1]) + (lane[2] + lane[3]);
-}
-
-static void ref_compress(int n, int64_t padded, float **x, float **werr, float **serr) {
-  int64_t chunk = padded / n;
-  double a[8];
-  for (int r = 0; r < n; r++) {
-    for (int64_t k = 0; k < padded; k++)
-      x[r][k] = (float)((double)x[r][k] + werr[r][k]);
-    a[r] = (float)(sqrt(sumsq_lanes(x[r], padded)) / sqrt((double)padded));
-    for (int64_t k = 0; k < padded; k++)
-      werr[r][k] = (float)((double)x[r][k] - (x[r][k] >= 0.0f ? a[r] : -a[r]));
-  }
-  float *out = calloc((size_t)padded, 4);
-  for (int j = 0; j < n; j++) {
-    float *c = calloc((size_t)chunk, 4);
-    for (int64_t k = 0; k < chunk; k++) {
-      float sum = 0.0f;
-      for (int r = 0; r < n; r++) {
-        float share = (float)a[r] * (1.0f / (float)n);
-        sum += x[r][j * chunk + k] >= 0.0f ? share : -share;
-      }
-      c[k] = sum + serr[j][k];
-    }
-    double b = (float)(sqrt(sumsq_lanes(c, chunk)) / sqrt((double)chunk));
-    for (int64_t k = 0; k < chunk; k++) {
-      serr[j][k] = (float)((double)c[k] - (c[k] >= 0.0f ? b : -b));
-      out[j * chunk + k] = (float)(c[k] >= 0.0f ? b : -b);
-    }
-    free(c);
-  }
-  for (int r = 0; r < n; r++)
-    memcpy(x[r], out, (size_t)padded * 4);
-  free(out);
 }
 
 typedef struct {
@@ -352,7 +291,7 @@ static void test_reference_and_wire(void) {
     ref_step(&R, n, s);
     if (getenv("ZOADAM_TEST_TRACE")) {
       float **now = et_alloc_params(&SHAPE);
-      own_params(&m, now);
+      own_params(&m, &SHAPE, now);
       double d = 0;
       for (int i = 0; i < TM_NPARAM; i++)
         for (int64_t j = 0; j < tm_numel(&SHAPE, i); j++)
@@ -406,7 +345,7 @@ static void test_reference_and_wire(void) {
            "the schedule crossed %d full, %d compressing, %d local steps", kinds_seen[0],
            kinds_seen[1], kinds_seen[2]);
   float **got = et_alloc_params(&SHAPE);
-  own_params(&m, got);
+  own_params(&m, &SHAPE, got);
   /* the reference mirrors every f32 rounding and the comm's sum order:
    * the same bits are expected */
   double worst = worst_rel(got, R.P[me], "engine vs reference");
@@ -452,14 +391,14 @@ static void test_overflow(void) {
   for (int k = 0; k < 2; k++) {
     train_steps(&m, done + 1, at[k] - 1);
     done = at[k] - 1;
-    own_params(&m, before);
+    own_params(&m, &SHAPE, before);
     float inf = INFINITY;
     double loss;
     ET_OK(et_micro_batch_status(&m, &SHAPE, ZINC_F32, ((int64_t)(at[k] - 1) * n + me) * MICRO,
                                 MICRO, me == n - 1 ? &inf : NULL, &loss));
     zinc_step_info info = ZINC_STEP_INFO_INIT;
     ET_OK(zinc_step(e, &info));
-    own_params(&m, after);
+    own_params(&m, &SHAPE, after);
     ET_CHECK(info.skipped && info.step == done,
              "step %d with an inf on rank %d: skipped %d, steps taken %lld (want %d)", at[k],
              n - 1, info.skipped, (long long)info.step, done);
@@ -467,7 +406,7 @@ static void test_overflow(void) {
              "step %d: the parameters changed on a skipped step", at[k]);
   }
   train_steps(&m, done + 1, done + 2);
-  own_params(&m, after);
+  own_params(&m, &SHAPE, after);
   ET_CHECK(et_rel_l2(&SHAPE, after, before) > 0, "no training after the skipped steps");
   et_free_params(before);
   et_free_params(after);
@@ -562,7 +501,7 @@ static void test_resume(const char *dir) {
   ET_OK(zinc_save_checkpoint(e, dir, "mid"));
   train_steps(&m, SAVE_AT + 1, STEPS);
   float **straight = et_alloc_params(&SHAPE);
-  own_params(&m, straight);
+  own_params(&m, &SHAPE, straight);
   et_model_free(&m);
   zinc_engine_destroy(e);
   for (int zeroed = 0; zeroed < 2; zeroed++) {
@@ -573,7 +512,7 @@ static void test_resume(const char *dir) {
         memset(e->mstate[i].ptr, 0, e->mstate[i].bytes);
     train_steps(&m, SAVE_AT + 1, STEPS);
     float **resumed = et_alloc_params(&SHAPE);
-    own_params(&m, resumed);
+    own_params(&m, &SHAPE, resumed);
     if (!zeroed)
       ET_CHECK(et_same_bits(&SHAPE, resumed, straight, "resumed at step 25"),
                "a resumed 0/1 Adam run differs from the straight one");
