@@ -82,8 +82,8 @@ static zinc_status check_offload(zinc_cfg_reader *r, const json_t *root,
 /* 0/1 Adam (engine/zoadam.c) and 1-bit LAMB (engine/onebit_lamb.c) keep
  * the whole model's momentum and variance on every rank and all-reduce
  * them compressed themselves, which is stage 0's layout; DeepSpeed runs
- * them without ZeRO too. Their gradients are rank-local on the compressed
- * steps, so a global clipping norm does not exist there. */
+ * them without ZeRO too. On their rank-local steps gradient_clipping clips
+ * by the ranks' agreed root-mean-square norm (engine/onebit_adam.c). */
 static zinc_status check_zero_one_adam(zinc_cfg_reader *r, const json_t *root,
                                        const zinc_settings *s) {
   if (s->optimizer != ZINC_OPTIM_ZERO_ONE_ADAM && s->optimizer != ZINC_OPTIM_ONEBIT_LAMB)
@@ -97,12 +97,6 @@ static zinc_status check_zero_one_adam(zinc_cfg_reader *r, const json_t *root,
                         "does not partition; set zero_optimization.stage to 0, or use \"%s\" "
                         "with ZeRO stage %d", type, s->stage,
                         s->optimizer == ZINC_OPTIM_ONEBIT_LAMB ? "Lamb" : "Adam", s->stage);
-  }
-  if (s->gradient_clipping > 0) {
-    point_at(r, "gradient_clipping");
-    return zinc_cfg_bad(r, json_at(root, "gradient_clipping"),
-                        "0 with optimizer.type \"%s\": its gradients are rank-local on the "
-                        "steps it compresses, so there is no global norm to clip by", type);
   }
   if (s->offload_optimizer.device != ZINC_OFFLOAD_NONE) {
     point_at(r, "zero_optimization.offload_optimizer.device");

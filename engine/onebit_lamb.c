@@ -149,11 +149,6 @@ zinc_status zinc_onebit_lamb_init(zinc_engine *e) {
     return zinc_error(ZINC_ERR_CONFIG, "optimizer.type \"OneBitLamb\" at ZeRO stage %d: 1-bit "
                       "LAMB keeps and all-reduces the whole momentum on every rank; set "
                       "zero_optimization.stage to 0", c->stage);
-  if (c->gradient_clipping > 0)
-    return zinc_error(ZINC_ERR_CONFIG, "gradient_clipping = %g with optimizer.type "
-                      "\"OneBitLamb\": its gradients are rank-local after freeze_step, so "
-                      "there is no global norm to clip by; set gradient_clipping to 0",
-                      c->gradient_clipping);
   if (e->dev->ops->is_gpu)
     return zinc_error(ZINC_ERR_UNSUPPORTED, "optimizer.type \"OneBitLamb\" on the %s device: "
                       "zinc's 1-bit LAMB runs on the cpu device only so far", e->dev->ops->name);

@@ -256,11 +256,6 @@ zinc_status zinc_zoadam_init(zinc_engine *e) {
     return zinc_error(ZINC_ERR_CONFIG, "optimizer.type \"ZeroOneAdam\" at ZeRO stage %d: 0/1 "
                       "Adam keeps and all-reduces the whole optimizer state on every rank; "
                       "set zero_optimization.stage to 0", c->stage);
-  if (c->gradient_clipping > 0)
-    return zinc_error(ZINC_ERR_CONFIG, "gradient_clipping = %g with optimizer.type "
-                      "\"ZeroOneAdam\": its gradients are rank-local on the steps it "
-                      "compresses, so there is no global norm to clip by; set "
-                      "gradient_clipping to 0", c->gradient_clipping);
   if (e->dev->ops->is_gpu)
     return zinc_error(ZINC_ERR_UNSUPPORTED, "optimizer.type \"ZeroOneAdam\" on the %s device: "
                       "zinc's 0/1 Adam runs on the cpu device only so far; use \"Adam\" there "

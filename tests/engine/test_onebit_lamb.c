@@ -45,17 +45,22 @@
 
 static const tm_shape SHAPE = {{TM_D0, TM_D1, TM_D2, TM_D3}, ZINC_F32};
 
+/* gradient_clipping of the run (0: none), the reference's clipped steps */
+static double g_clip;
+static int g_clipped;
+#define CLIP 0.05
+
 static zinc_engine *open_engine(et_model *m, int comms) {
   char json[2048];
   snprintf(json, sizeof json,
            "{\"train_micro_batch_size_per_gpu\": %d, \"gradient_accumulation_steps\": 1,"
-           " \"gradient_clipping\": 0, \"steps_per_print\": 1000,"
+           " \"gradient_clipping\": %g, \"steps_per_print\": 1000,"
            " \"optimizer\": {\"type\": \"OneBitLamb\", \"params\": {\"lr\": %g,"
            " \"betas\": [%g, %g], \"eps\": %g, \"weight_decay\": %g, \"max_coeff\": %g,"
            " \"min_coeff\": %g, \"freeze_step\": %d, \"coeff_beta\": %g, \"factor_max\": %g,"
            " \"factor_min\": %g, \"factor_threshold\": %g}},"
            " \"zero_optimization\": {\"stage\": 0, \"reduce_bucket_size\": 1000}%s}",
-           MICRO, LR, B1, B2, EPS, WD, MAXC, MINC, FREEZE, CBETA, FMAX, FMIN, FTHR,
+           MICRO, g_clip, LR, B1, B2, EPS, WD, MAXC, MINC, FREEZE, CBETA, FMAX, FMIN, FTHR,
            comms ? ", \"comms_logger\": {\"enabled\": true}" : "");
   zinc_config *cfg = NULL;
   ET_OK(zinc_config_parse(json, &cfg));
@@ -147,6 +152,30 @@ static void ref_step(ref_state *R, int n, int s) {
     for (int i = 0; i < TM_NPARAM; i++)
       G[r][i] = calloc((size_t)tm_numel(&SHAPE, i), 4);
     tm_forward_backward(&SHAPE, R->P[r], G[r], ((int64_t)(s - 1) * n + r) * MICRO, MICRO, 1.0f);
+  }
+  if (g_clip > 0) {
+    /* the engine's norm: of the averaged gradient in the warm-up, the
+     * ranks' root mean square after it; DeepSpeed's coefficient */
+    double sq = 0;
+    for (int i = 0; i < TM_NPARAM; i++)
+      for (int64_t j = 0; j < tm_numel(&SHAPE, i); j++) {
+        double avg = 0;
+        for (int r = 0; r < n; r++) {
+          avg += G[r][i][j];
+          if (s > FREEZE)
+            sq += (double)G[r][i][j] * G[r][i][j] / n;
+        }
+        if (s <= FREEZE)
+          sq += (avg / n) * (avg / n);
+      }
+    double norm = sqrt(sq);
+    if (norm > g_clip) {
+      g_clipped++;
+      for (int r = 0; r < n; r++)
+        for (int i = 0; i < TM_NPARAM; i++)
+          for (int64_t j = 0; j < tm_numel(&SHAPE, i); j++)
+            G[r][i][j] = (float)(G[r][i][j] * (g_clip / (norm + 1e-6)));
+    }
   }
   if (s <= FREEZE) { /* warm-up: LAMB on the exactly reduced gradient */
     for (int i = 0; i < TM_NPARAM; i++) {
@@ -258,13 +287,20 @@ static void test_reference_and_wire(void) {
   et_model m;
   zinc_engine *e = open_engine(&m, 1);
   int n = zinc_dp_size(e), me = zinc_dp_rank(e);
-  ref_state R;
+  ref_state R, R0; /* R0: the same run unclipped, when clipping */
   ref_init(&R, n);
+  ref_init(&R0, n);
   uint64_t block = (uint64_t)(R.padded / n / 8);
   for (int s = 1; s <= STEPS; s++) {
     ET_OK(zinc_comms_reset(e));
     train_steps(&m, s, s);
     ref_step(&R, n, s);
+    if (g_clip > 0) {
+      double clip = g_clip;
+      g_clip = 0;
+      ref_step(&R0, n, s);
+      g_clip = clip;
+    }
     zinc_comms_stat rows[32];
     for (int i = 0; i < 32; i++)
       rows[i] = (zinc_comms_stat)ZINC_COMMS_STAT_INIT;
@@ -290,27 +326,38 @@ static void test_reference_and_wire(void) {
   }
   float **got = et_alloc_params(&SHAPE);
   own_params(&m, &SHAPE, got);
-  double worst = 0;
+  double worst = 0, rel = 0, rel0 = 0;
   int shown = 0;
   for (int i = 0; i < TM_NPARAM; i++)
     for (int64_t j = 0; j < tm_numel(&SHAPE, i); j++) {
       double d = fabs((double)got[i][j] - R.P[me][i][j]);
-      if (d > 0 && shown++ < 5)
+      rel = fmax(rel, d / (1e-6 + fabs((double)R.P[me][i][j])));
+      rel0 = fmax(rel0, fabs((double)got[i][j] - R0.P[me][i][j]) /
+                            (1e-6 + fabs((double)R0.P[me][i][j])));
+      if (d > 0 && g_clip == 0 && shown++ < 5)
         fprintf(stderr, "[rank %d] %s[%lld] got %.9g want %.9g\n", et_rank, tm_names[i],
                 (long long)j, got[i][j], R.P[me][i][j]);
       worst = fmax(worst, d);
     }
-  ET_CHECK(worst == 0, "rank %d: largest difference %.3g from the reference", me, worst);
+  /* with clipping the coefficient comes from a norm summed in another
+   * order: within 1e-3 relative, and at least 20x closer than unclipped */
+  ET_CHECK(g_clip > 0 ? rel <= 1e-3 && rel0 > 20 * rel : worst == 0, "rank %d: largest "
+           "difference %.3g (relative %.3g; %.3g from the unclipped run) from the reference, "
+           "gradient_clipping %g", me, worst, rel, rel0, g_clip);
+  ET_CHECK(g_clip == 0 || g_clipped > STEPS / 4, "gradient_clipping %g clipped %d of %d steps",
+           g_clip, g_clipped, STEPS);
   double moved = 0;
   for (int i = 0; i < TM_NPARAM; i++)
     for (int64_t j = 0; j < tm_numel(&SHAPE, i); j++)
       moved = fmax(moved, fabs((double)got[i][j] - tm_init_value(&SHAPE, i, j)));
   ET_CHECK(moved > 1e-4, "the parameters hardly moved (%.3g)", moved);
   if (et_rank == 0)
-    printf("1-bit LAMB, %d ranks: largest difference from the reference %.3g (moved %.3g)\n", n,
-           worst, moved);
+    printf("1-bit LAMB, %d ranks, gradient_clipping %g (%d steps clipped): largest difference "
+           "from the reference %.3g, relative %.3g (moved %.3g; the unclipped run %.3g away)\n",
+           n, g_clip, g_clipped, worst, rel, moved, g_clip > 0 ? rel0 : 0.0);
   et_free_params(got);
   ref_free(&R, n);
+  ref_free(&R0, n);
   et_model_free(&m);
   zinc_engine_destroy(e);
 }
@@ -409,6 +456,9 @@ int main(int argc, char **argv) {
     return 77;
   }
   test_reference_and_wire();
+  g_clip = CLIP; /* DeepSpeed clips with 1-bit LAMB too (its engine, by local norms) */
+  test_reference_and_wire();
+  g_clip = 0;
   char dir[512], cmd[600];
   snprintf(dir, sizeof dir, "%s/onebit_lamb_test_np%d", et_binary_dir(), world);
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
