@@ -294,7 +294,7 @@ void zinc_opt_from_config(zinc_engine *e) {
   h.weight_decay = s->weight_decay;
   h.adamw = s->optimizer == ZINC_OPTIM_ADAMW || onebit ? 1 : s->adam_w_mode;
   h.bias_correction = onebit ? 0 : s->bias_correction;
-  h.momentum = s->momentum;
+  h.momentum = zinc_dgc_momentum_on(s, e->dp_size) ? 0.0 : s->momentum; /* dgc.c's */
   h.dampening = s->dampening;
   h.nesterov = s->nesterov;
   h.min_coeff = s->min_coeff;
