@@ -303,6 +303,18 @@ static zinc_status encode_unit(zinc_engine *e, zinc_reduction *r, int ui, const 
   return ZINC_OK;
 }
 
+/* DGC's local clipping (dgc.c): the batch is the window's whole local
+ * gradient */
+static zinc_status local_norm_unit(zinc_engine *e, zinc_reduction *r, int ui, const char *grad) {
+  (void)r;
+  return zinc_dgc_local_norm_add(e, ui, grad);
+}
+
+static zinc_status local_scale_unit(zinc_engine *e, zinc_reduction *r, int ui, const char *grad) {
+  (void)r;
+  return zinc_dgc_local_scale(e, ui, (char *)grad);
+}
+
 static void release_staging(zinc_engine *e, zinc_reduction *r) {
   if (r->cx_send)
     zinc_engine_buffer_free(e, r->cx_send, r->cx_send_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS);
@@ -343,6 +355,10 @@ zinc_status zinc_compress_reduce_prepare(zinc_engine *e, zinc_reduction *r, zinc
   if (st == ZINC_OK)
     st = zinc_engine_buffer_alloc(e, r->cx_send_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS,
                                   &r->cx_recv, "compressed gradients received");
+  if (st == ZINC_OK && zinc_dgc_clips_locally(e))
+    st = for_units(e, r, local_norm_unit);
+  if (st == ZINC_OK && zinc_dgc_clips_locally(e))
+    st = for_units(e, r, local_scale_unit);
   if (st == ZINC_OK) {
     memcpy(cursor, displs, (size_t)n * sizeof *cursor);
     st = for_units(e, r, encode_unit);

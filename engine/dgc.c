@@ -31,9 +31,21 @@
  * uint16 index arrays) with a host loop: the cpu device only; on the cuda
  * device zinc_dgc_init fails with ZINC_ERR_UNSUPPORTED.
  *
+ * Local gradient clipping (zinc.compression.dgc.local_clipping, the
+ * paper's Section 3.3 and Algorithm 1): before g enters the velocity,
+ *   g <- g min(1, c N^-1/2 / (||g|| + 1e-6)),  c = gradient_clipping,
+ * ||g|| over the rank's whole local gradient; the step's global clipping
+ * is then off. The norm must be known before the first slice is encoded:
+ * at stage 1 the window's reductions wait for the flush
+ * (zinc_dgc_clips_locally stops grads.c's bucket launches), which reduces
+ * them as one batch whose prepare clips them first (compress.c); stages
+ * 2/3 reduce bucket by bucket as backward produces the gradient and are
+ * refused.
+ *
  * ZINC_TEST_DGC_NO_MASK=1 (tests only, docs/environment.md) skips the
  * masking, the mutation the GPT gap test shows diverging.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +54,7 @@
 #include "engine/checkpoint/mstate.h"
 #include "engine/engine.h"
 #include "kernels/codec.h"
+#include "kernels/zinc_math.h"
 
 typedef struct zinc_dgc zinc_dgc;
 
@@ -52,6 +65,10 @@ struct zinc_dgc {
   size_t vel_bytes, res_bytes, own_bytes_total;
   size_t *vel_off, *res_off, *bytes_off; /* (ntrain_units) in elements / bytes */
   float m;             /* SGD's momentum                                          */
+  int local_clip;      /* zinc.compression.dgc.local_clipping                     */
+  double sq;           /* local clipping: the sum of squares so far               */
+  int have_coef;       /* ... and the coefficient of this batch, once computed    */
+  float coef;
   int no_mask;         /* ZINC_TEST_DGC_NO_MASK                                   */
 };
 
@@ -126,6 +143,17 @@ static zinc_status check_config(const zinc_engine *e) {
   if (s->fp16_enabled)
     return zinc_error(ZINC_ERR_CONFIG, "%s = true with fp16.enabled: the velocity would carry "
                       "loss-scaled gradients across skipped steps; use bf16 or fp32", key);
+  if (s->dgc_local_clipping && s->stage != 1)
+    return zinc_error(ZINC_ERR_CONFIG, "zinc.compression.dgc.local_clipping = true at stage %d: "
+                      "the local gradient's norm must be known before its first slice is "
+                      "encoded, which zinc arranges at stage 1 only (the window's reductions "
+                      "wait for the flush); at stages 2/3 the gradient is reduced bucket by "
+                      "bucket as backward produces it; use stage 1 or set local_clipping false",
+                      s->stage);
+  if (s->dgc_local_clipping && !(s->gradient_clipping > 0))
+    return zinc_error(ZINC_ERR_CONFIG, "zinc.compression.dgc.local_clipping = true needs "
+                      "gradient_clipping > 0 (each rank clips to gradient_clipping N^-1/2); set "
+                      "gradient_clipping or local_clipping false");
   if (e->dev->ops->is_gpu)
     return zinc_error(ZINC_ERR_UNSUPPORTED, "%s = true: momentum factor masking has no GPU "
                       "path yet (it runs on the cpu device only); set it false or use the cpu "
@@ -134,7 +162,13 @@ static zinc_status check_config(const zinc_engine *e) {
 }
 
 zinc_status zinc_dgc_init(zinc_engine *e) {
-  if (!zinc_dgc_momentum_on(&e->cfg, e->dp_size))
+  const zinc_settings *s = &e->cfg;
+  if (s->dgc_local_clipping && s->compress_gradient_codec == ZINC_GRAD_CODEC_DGC &&
+      !s->dgc_momentum_correction)
+    return zinc_error(ZINC_ERR_CONFIG, "zinc.compression.dgc.local_clipping = true needs "
+                      "zinc.compression.dgc.momentum_correction true (zinc clips the local "
+                      "gradient on its way into the velocity); set both or neither");
+  if (!zinc_dgc_momentum_on(s, e->dp_size))
     return ZINC_OK;
   ZINC_CHECK(check_config(e));
   zinc_dgc *g;
@@ -148,6 +182,7 @@ zinc_status zinc_dgc_init(zinc_engine *e) {
         g->bytes_off);
   g->m = (float)e->cfg.momentum;
   g->no_mask = zinc_env_flag("ZINC_TEST_DGC_NO_MASK", 0);
+  g->local_clip = e->cfg.dgc_local_clipping;
   ZINC_CHECK(zinc_engine_buffer_alloc(e, g->vel_bytes, ZINC_LOC_DEVICE, ZINC_MEM_GRADS,
                                       (void **)&g->vel, "DGC velocities"));
   ZINC_CHECK(zinc_engine_buffer_alloc(e, g->res_bytes, ZINC_LOC_DEVICE, ZINC_MEM_GRADS,
@@ -219,4 +254,38 @@ zinc_status zinc_dgc_own_decode(zinc_engine *e, zinc_codec c, int ui, float *dst
   zinc_dgc *g = e->dgc;
   return e->dev->ops->decode(e->dev, e->stream, c, dst, ZINC_F32, g->own_bytes + g->bytes_off[ui],
                              e->units[ui].chunk, accumulate);
+}
+
+/* ------------------------------------------------ local gradient clipping */
+
+int zinc_dgc_clips_locally(const zinc_engine *e) { return e->dgc && e->dgc->local_clip; }
+
+zinc_status zinc_dgc_local_norm_add(zinc_engine *e, int ui, const char *grad) {
+  zinc_dgc *g = e->dgc;
+  const zinc_unit *u = &e->units[ui];
+  if (g->have_coef) { /* a new batch */
+    g->have_coef = 0;
+    g->sq = 0;
+  }
+  ZINC_CHECK(zinc_engine_sync(e)); /* the host reads the gradient */
+  for (int64_t i = 0; i < u->numel; i++) {
+    double x = zinc_load_as_f32(grad, i, u->dtype);
+    g->sq += x * x;
+  }
+  return ZINC_OK;
+}
+
+zinc_status zinc_dgc_local_scale(zinc_engine *e, int ui, char *grad) {
+  zinc_dgc *g = e->dgc;
+  const zinc_unit *u = &e->units[ui];
+  if (!g->have_coef) {
+    double norm = sqrt(g->sq), thr = e->cfg.gradient_clipping / sqrt((double)e->dp_size);
+    g->coef = norm > thr ? (float)(thr / (norm + 1e-6)) : 1.0f;
+    g->have_coef = 1;
+  }
+  if (g->coef == 1.0f)
+    return ZINC_OK;
+  for (int64_t i = 0; i < u->numel; i++)
+    zinc_store_from_f32(grad, i, u->dtype, zinc_load_as_f32(grad, i, u->dtype) * g->coef);
+  return ZINC_OK;
 }

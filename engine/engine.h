@@ -715,6 +715,15 @@ uint64_t zinc_dgc_state_bytes(const zinc_engine *e);
  * for zinc_dgc_own_decode; dst and ef ignored). */
 zinc_status zinc_dgc_encode_slice(zinc_engine *e, zinc_codec c, int ui, int p, const char *src,
                                   void *dst, void *ef);
+/* DGC's local gradient clipping is on (stage 1): the window's reductions
+ * wait for the flush, which reduces them as one batch; the step's global
+ * clipping is off. */
+int zinc_dgc_clips_locally(const zinc_engine *e);
+/* The local clipping of that batch: the norm over every unit's whole
+ * local gradient (norm_add), then each scaled by
+ * min(1, gradient_clipping N^-1/2 / (norm + 1e-6)) (scale). */
+zinc_status zinc_dgc_local_norm_add(zinc_engine *e, int ui, const char *grad);
+zinc_status zinc_dgc_local_scale(zinc_engine *e, int ui, char *grad);
 /* dst (f32) (+)= the owner's own encoded slice of unit ui. */
 zinc_status zinc_dgc_own_decode(zinc_engine *e, zinc_codec c, int ui, float *dst,
                                 int accumulate);

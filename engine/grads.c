@@ -586,8 +586,8 @@ zinc_status zinc_grads_open(zinc_engine *e, zinc_module *m) {
 static zinc_status enqueue(zinc_engine *e, zinc_module *m) {
   e->pending[e->npending++] = m->index;
   e->pending_elems += m->numel;
-  if (e->pending_elems >= e->cfg.reduce_bucket_size)
-    return launch(e);
+  if (e->pending_elems >= e->cfg.reduce_bucket_size && !zinc_dgc_clips_locally(e))
+    return launch(e); /* (DGC's local clipping reduces the window at the flush) */
   return ZINC_OK;
 }
 

@@ -494,7 +494,8 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
     return skip_limit(e);
   }
   double coef = 1.0;
-  if (e->cfg.gradient_clipping > 0 && norm > e->cfg.gradient_clipping && !e->dga)
+  if (e->cfg.gradient_clipping > 0 && norm > e->cfg.gradient_clipping && !e->dga &&
+      !zinc_dgc_clips_locally(e)) /* DGC's local clipping: dgc.c */
     coef = e->cfg.gradient_clipping / (norm + 1e-6); /* delayed averaging clips locally */
 
   zinc_opt_coef c[ZINC_MAX_PARAM_GROUPS]; /* one per parameter group */

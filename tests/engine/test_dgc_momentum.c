@@ -14,6 +14,9 @@
  *    SGD p <- p - lr sum / N in double. Within 1e-6 relative L2 (measured
  *    2.6e-8 at 2 ranks); with the
  *    masking switched off (ZINC_TEST_DGC_NO_MASK) farther than 10x that.
+ *  - local clipping (stage 1): the same with each rank's local gradient
+ *    clipped to gradient_clipping / sqrt(N) first; the global clipping
+ *    instead differs.
  *  - resume: 3 steps, save, 3 more equals load + the same 3, bit for bit
  *    (velocities and the own residuals in the method state); the velocity
  *    zeroed after the load gives other bits.
@@ -21,7 +24,9 @@
  *    gradient bytes grow by N + 1 fp32 slices per unit plus the own TOPK
  *    slices.
  *  - refusals: Adam, SGD without momentum, nesterov, the residual off,
- *    scope inter_node on one node, stage 2 with accumulation: ZINC_ERR_CONFIG.
+ *    scope inter_node on one node, stage 2 with accumulation; local
+ *    clipping at stage 2, without gradient_clipping, without momentum
+ *    correction: ZINC_ERR_CONFIG.
  */
 #include <math.h>
 #include <mpi.h>
@@ -79,8 +84,10 @@ static int64_t **slice_map(zinc_engine *e, et_model *m, const tm_shape *sh) {
 
 /* The reference of DGC with momentum correction over `world` ranks, run
  * r's steps; map/nunits/chunk: the engine's slices. */
+static int ref_clipped; /* local gradients the reference clipped */
+
 static void reference(const et_run *r, int world, int64_t **map, int nunits,
-                      const int64_t *chunk, int mask, float **final) {
+                      const int64_t *chunk, int mask, double clip, float **final) {
   const tm_shape *sh = &r->shape;
   float *P[TM_NPARAM], *Gl[TM_NPARAM], *U[8][TM_NPARAM], *V[8][TM_NPARAM], *L[8][TM_NPARAM];
   double *Pd[TM_NPARAM], *S[TM_NPARAM];
@@ -104,6 +111,19 @@ static void reference(const et_run *r, int world, int64_t **map, int nunits,
       for (int i = 0; i < TM_NPARAM; i++)
         memset(L[k][i], 0, (size_t)tm_numel(sh, i) * 4);
       tm_forward_backward(sh, P, L[k], ((int64_t)s * world + k) * r->micro, r->micro, 1.0f);
+      if (clip > 0) { /* local clipping to clip / sqrt(N) */
+        double sq = 0, thr = clip / sqrt((double)world);
+        for (int i = 0; i < TM_NPARAM; i++)
+          for (int64_t j = 0; j < tm_numel(sh, i); j++)
+            sq += (double)L[k][i][j] * L[k][i][j];
+        if (sqrt(sq) > thr) {
+          float c = (float)(thr / (sqrt(sq) + 1e-6));
+          ref_clipped++;
+          for (int i = 0; i < TM_NPARAM; i++)
+            for (int64_t j = 0; j < tm_numel(sh, i); j++)
+              L[k][i][j] = L[k][i][j] * c;
+        }
+      }
     }
     for (int i = 0; i < TM_NPARAM; i++)
       memset(S[i], 0, (size_t)tm_numel(sh, i) * 8);
@@ -206,8 +226,8 @@ static void test_reference(int stage) {
   float **got = train_engine(r, 0, &map, &nunits, &chunk);
   float **broken = train_engine(r, 1, NULL, NULL, NULL);
   float **want = et_alloc_params(&r.shape), **unmasked = et_alloc_params(&r.shape);
-  reference(&r, et_world, map, nunits, chunk, 1, want);
-  reference(&r, et_world, map, nunits, chunk, 0, unmasked);
+  reference(&r, et_world, map, nunits, chunk, 1, 0, want);
+  reference(&r, et_world, map, nunits, chunk, 0, 0, unmasked);
   double d = et_rel_l2(&r.shape, got, want), db = et_rel_l2(&r.shape, broken, want),
          dr = et_rel_l2(&r.shape, unmasked, want), dbr = et_rel_l2(&r.shape, broken, unmasked);
   if (et_rank == 0)
@@ -228,6 +248,46 @@ static void test_reference(int stage) {
   et_free_params(broken);
   et_free_params(want);
   et_free_params(unmasked);
+}
+
+/* Local clipping (stage 1, gradient_clipping 0.3): each rank's local
+ * gradient clipped to 0.3 / sqrt(N) before it enters the velocity; the
+ * global clipping off. Against the reference with that clipping, and
+ * (the mutation) the engine without local clipping must differ. */
+#define MC_CLIP                                                                               \
+  "\"zinc\": {\"compression\": {\"scope\": \"all\", \"gradient_codec\": \"dgc\", "              \
+  "\"block_size\": 256, \"dgc\": {\"density\": 0.01, \"momentum_correction\": true, "            \
+  "\"local_clipping\": true}}}"
+
+static void test_local_clipping(void) {
+  et_optim o = sgd();
+  et_run r = mc_run(1, 12);
+  r.optim = &o;
+  r.clip = 0.3;
+  r.extra = MC_CLIP;
+  int64_t **map, *chunk;
+  int nunits;
+  float **got = train_engine(r, 0, &map, &nunits, &chunk);
+  r.extra = MC("all", "true"); /* no local clipping: the global one */
+  float **global = train_engine(r, 0, NULL, NULL, NULL);
+  float **want = et_alloc_params(&r.shape);
+  ref_clipped = 0;
+  reference(&r, et_world, map, nunits, chunk, 1, 0.3, want);
+  double d = et_rel_l2(&r.shape, got, want), dg = et_rel_l2(&r.shape, global, want);
+  if (et_rank == 0)
+    printf("local clipping, %d ranks: relative L2 %.3g to the reference (%d of %d local "
+           "gradients clipped); the global clipping instead %.3g\n", et_world, d, ref_clipped,
+           et_world * r.steps, dg);
+  ET_CHECK(ref_clipped > 0, "the reference clipped no local gradient: raise the test's load");
+  ET_CHECK(d <= 1e-6, "local clipping differs from the reference by %.3g", d);
+  ET_CHECK(dg > 1e-3, "the global clipping matches the local one's reference (%.3g)", dg);
+  for (int ui = 0; ui < nunits; ui++)
+    free(map[ui]);
+  free(map);
+  free(chunk);
+  et_free_params(got);
+  et_free_params(global);
+  et_free_params(want);
 }
 
 static void test_resume(int stage) {
@@ -374,6 +434,17 @@ static void test_refusals(void) {
   r.optim = &o;
   r.gas = 2;
   expect_refused("stage 2 with gradient_accumulation_steps 2", r, ZINC_ERR_CONFIG);
+  r.gas = 1;
+  r.clip = 1.0;
+  r.extra = MC_CLIP;
+  expect_refused("local clipping at stage 2", r, ZINC_ERR_CONFIG);
+  r.stage = 1;
+  r.clip = 0;
+  expect_refused("local clipping without gradient_clipping", r, ZINC_ERR_CONFIG);
+  r.clip = 1.0;
+  r.extra = "\"zinc\": {\"compression\": {\"scope\": \"all\", \"gradient_codec\": \"dgc\", "
+            "\"dgc\": {\"local_clipping\": true}}}";
+  expect_refused("local clipping without momentum correction", r, ZINC_ERR_CONFIG);
 }
 
 int main(int argc, char **argv) {
@@ -395,6 +466,7 @@ int main(int argc, char **argv) {
   MPI_Barrier(MPI_COMM_WORLD);
   test_reference(1);
   test_reference(2);
+  test_local_clipping();
   test_resume(1);
   test_resume(2);
   test_memory(1);
