@@ -5,13 +5,13 @@
  *
  *  - reference: 12 SGD steps (momentum 0.9, lr 0.05, no decay, no
  *    clipping) of the tiny model at density 1% (k = 3 of every 256),
- *    stages 1 and 2, against a reference written here: every rank's local
+ *    stages 1, 2 and 3, against a reference written here: every rank's local
  *    gradient (tm_forward_backward on its own samples), per rank and
  *    element u <- m u + g, x = v + u (fp32, as the algorithm keeps them),
  *    top-k per block of 256 of every slice (the engine's units give the
  *    slices; ties lowest index first), v <- x with the kept ones 0,
  *    u <- u with the kept ones 0; the owner's sum over ranks and plain
- *    SGD p <- p - lr sum / N in double. Within 1e-6 relative L2 (measured
+ *    SGD p <- p - lr sum / N in double (stage 3 too). Within 1e-6 relative L2 (measured
  *    2.6e-8 at 2 ranks); with the
  *    masking switched off (ZINC_TEST_DGC_NO_MASK) farther than 10x that.
  *  - local clipping (stage 1): the same with each rank's local gradient
@@ -368,12 +368,20 @@ static void test_memory(int stage) {
   uint64_t want = 0;
   et_model m;
   zinc_engine *e = et_open(&mc, NULL, &m);
+  uint64_t state = 0, want_state = 0;
   for (int ui = 0; ui < e->ntrain_units; ui++) {
     int64_t n = e->units[ui].chunk, kept = 0;
     for (int64_t b0 = 0; b0 < n; b0 += BLOCK)
       kept += n - b0 < KEEP ? n - b0 : KEEP;
     want += (uint64_t)(et_world + 1) * 4 * (uint64_t)n + (uint64_t)((6 * kept + 15) / 16 * 16);
+    want_state += (uint64_t)(et_world + 1) * 4 * (uint64_t)n;
   }
+  for (int k = 0; k < e->nmstate; k++) /* the engine's velocities and own residuals */
+    if (strncmp(e->mstate[k].name, "dgc.", 4) == 0)
+      state += e->mstate[k].bytes;
+  ET_CHECK(state == want_state, "stage %d: the engine's DGC method state is %llu bytes, want "
+           "%llu ((N + 1) fp32 slices per unit)", stage, (unsigned long long)state,
+           (unsigned long long)want_state);
   
   et_model_free(&m);
   zinc_engine_destroy(e);
@@ -466,10 +474,12 @@ int main(int argc, char **argv) {
   MPI_Barrier(MPI_COMM_WORLD);
   test_reference(1);
   test_reference(2);
+  test_reference(3);
   test_local_clipping();
   test_resume(1);
   test_resume(2);
   test_memory(1);
+  test_memory(3);
   test_refusals();
   int bad = et_failures;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
