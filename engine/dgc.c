@@ -114,6 +114,18 @@ uint64_t zinc_dgc_state_bytes(const zinc_engine *e) {
   return (uint64_t)v + r + b;
 }
 
+/* Some pair of data-parallel ranks travels exact (scope inter_node, two
+ * ranks on one node): the same answer on every rank. */
+static int exact_pairs(const zinc_engine *e) {
+  if (!e->cx_local_raw)
+    return 0;
+  for (int p = 0; p < e->dp_size; p++)
+    for (int q = p + 1; q < e->dp_size; q++)
+      if ((e->dp->node_of ? e->dp->node_of[p] : 0) == (e->dp->node_of ? e->dp->node_of[q] : 0))
+        return 1;
+  return 0;
+}
+
 /* What momentum correction needs of the rest of the configuration. */
 static zinc_status check_config(const zinc_engine *e) {
   const zinc_settings *s = &e->cfg;
@@ -130,10 +142,11 @@ static zinc_status check_config(const zinc_engine *e) {
   if (!s->dgc_residual)
     return zinc_error(ZINC_ERR_CONFIG, "%s = true needs zinc.compression.dgc.residual true: the "
                       "velocity is accumulated into the residual before top-k", key);
-  if (e->cx_grad.kind != ZINC_CODEC_TOPK || e->cx_local_raw)
+  if (e->cx_grad.kind != ZINC_CODEC_TOPK || exact_pairs(e))
     return zinc_error(ZINC_ERR_CONFIG, "%s = true needs every pair of data-parallel ranks on "
-                      "the top-k codec (SGD's momentum is off, so an exact pair would lose it); "
-                      "set zinc.compression.scope \"all\"", key);
+                      "the top-k codec (SGD's momentum is off, so an exact pair would lose it), "
+                      "but with zinc.compression.scope \"inter_node\" the ranks of one node "
+                      "exchange exact gradients; set zinc.compression.scope \"all\"", key);
   if (s->stage >= 2 && s->gradient_accumulation_steps > 1)
     return zinc_error(ZINC_ERR_CONFIG, "%s = true at stage %d with gradient_accumulation_steps "
                       "%lld: stages 2/3 reduce every micro-batch, and the velocity must see "
