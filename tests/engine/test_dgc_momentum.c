@@ -27,6 +27,9 @@
  *    scope inter_node on one node, stage 2 with accumulation; local
  *    clipping at stage 2, without gradient_clipping, without momentum
  *    correction: ZINC_ERR_CONFIG.
+ *  - nodes (ZINC_COMM_NODE_SIZE): scope inter_node with one rank per node
+ *    equals scope all bit for bit (2 ranks); two ranks on a node refused
+ *    (4 ranks).
  */
 #include <math.h>
 #include <mpi.h>
@@ -455,6 +458,31 @@ static void test_refusals(void) {
   expect_refused("local clipping without momentum correction", r, ZINC_ERR_CONFIG);
 }
 
+/* Scope inter_node over emulated nodes (ZINC_COMM_NODE_SIZE): one rank
+ * per node (every pair on top-k) trains as scope "all" does, bit for bit;
+ * two ranks per node is refused. */
+static void test_nodes(void) {
+  et_optim o = sgd();
+  et_run r = mc_run(1, 4);
+  r.optim = &o;
+  if (et_world == 2) {
+    float **all = train_engine(r, 0, NULL, NULL, NULL);
+    setenv("ZINC_COMM_NODE_SIZE", "1", 1);
+    r.extra = MC("inter_node", "true");
+    float **inter = train_engine(r, 0, NULL, NULL, NULL);
+    unsetenv("ZINC_COMM_NODE_SIZE");
+    ET_CHECK(et_same_bits(&r.shape, inter, all, "scope inter_node, one rank per node"),
+             "scope inter_node with one rank per node differs from scope all");
+    et_free_params(all);
+    et_free_params(inter);
+  } else if (et_world == 4) {
+    setenv("ZINC_COMM_NODE_SIZE", "2", 1);
+    r.extra = MC("inter_node", "true");
+    expect_refused("scope inter_node, two nodes of 2 ranks", r, ZINC_ERR_CONFIG);
+    unsetenv("ZINC_COMM_NODE_SIZE");
+  }
+}
+
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -481,6 +509,7 @@ int main(int argc, char **argv) {
   test_memory(1);
   test_memory(3);
   test_refusals();
+  test_nodes();
   int bad = et_failures;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (et_rank == 0) {
