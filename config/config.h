@@ -310,6 +310,14 @@ typedef struct {
   int dgc_residual;                       /* true: the unsent values wait in
                                              an fp32 residual (false: dropped,
                                              an experiment)                */
+  int dgc_momentum_correction;            /* false: DGC's momentum correction
+                                             and factor masking, SGD's
+                                             momentum moved into the codec
+                                             path (engine/dgc.c)           */
+  int dgc_local_clipping;                 /* false: with momentum correction,
+                                             each rank's local gradient
+                                             clipped to gradient_clipping
+                                             N^-1/2 (stage 1)              */
   int64_t dga_delay;                      /* 0: off; D >= 1: delayed gradient
                                              averaging at stage 0 (engine/dga.c):
                                              the all-reduce of step t's

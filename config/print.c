@@ -303,6 +303,8 @@ static json_t *settings_json(const zinc_settings *s) {
   put(dgc, "density", json_real(s->dgc_density));
   put(dgc, "warmup_steps", json_integer(s->dgc_warmup_steps));
   put(dgc, "residual", json_boolean(s->dgc_residual));
+  put(dgc, "momentum_correction", json_boolean(s->dgc_momentum_correction));
+  put(dgc, "local_clipping", json_boolean(s->dgc_local_clipping));
   put(cz, "dgc", dgc);
   json_t *dga = json_object();
   put(dga, "delay", json_integer(s->dga_delay));

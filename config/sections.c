@@ -848,6 +848,8 @@ static const zinc_key dgc_keys[] = {
     ZINC_KF(T, "density", dgc_density, 0, 1, ZINC_KEY_LO_OPEN, 0),
     ZINC_KL(T, "warmup_steps", dgc_warmup_steps, 0, 0, 0),
     ZINC_KB(T, "residual", dgc_residual),
+    ZINC_KB(T, "momentum_correction", dgc_momentum_correction),
+    ZINC_KB(T, "local_clipping", dgc_local_clipping),
 };
 
 /* "zinc": {"compression": {"powersgd": {...}}}: PowerSGD's parameters with

@@ -34,8 +34,9 @@
  *      peer-major: [p][unit] encoded slices.
  *   2. one all-to-all-v of bytes over the data-parallel comm.
  *   3. retire: for each unit, the owner adds rank 0, 1, ..., N-1's
- *      contributions in fp32 in rank order — its own slice exactly, the
- *      others decoded — into the gradient partition (stages 2/3), or into
+ *      contributions in fp32 in rank order — its own slice exactly (with
+ *      DGC's momentum correction: through its own top-k, engine/dgc.c),
+ *      the others decoded — into the gradient partition (stages 2/3), or into
  *      an f32 scratch cast into its own slot of the gradient buffer
  *      (stages 0/1, where the step reads the reduced chunk there).
  * Reproducible: every decision depends on the layout and the config only,
@@ -278,13 +279,18 @@ static zinc_status encode_unit(zinc_engine *e, zinc_reduction *r, int ui, const 
   const zinc_unit *u = &e->units[ui];
   size_t es = zinc_dtype_size(u->dtype);
   for (int p = 0; p < e->dp_size; p++) {
-    if (p == e->dp_rank)
+    const char *src = grad + (size_t)p * (size_t)u->chunk * es;
+    if (p == e->dp_rank) {
+      if (e->dgc) /* momentum correction: the own slice through top-k too */
+        ZINC_CHECK(zinc_dgc_encode_slice(e, r->cx_codec, ui, p, src, NULL, NULL));
       continue;
+    }
     zinc_codec c = pair_codec(e, r, p);
     char *dst = (char *)r->cx_send + r->cx_cursor[p];
-    const char *src = grad + (size_t)p * (size_t)u->chunk * es;
     size_t b = slice_bytes(c, u->dtype, u->chunk);
-    if (c.kind == ZINC_CODEC_NONE)
+    if (e->dgc)
+      ZINC_CHECK(zinc_dgc_encode_slice(e, c, ui, p, src, dst, ef_slice(e, ui, p)));
+    else if (c.kind == ZINC_CODEC_NONE)
       ZINC_CHECK(e->dev->ops->copy(e->dev, dst, src, (size_t)u->chunk * es, e->stream));
     else
       ZINC_CHECK(e->dev->ops->encode(e->dev, e->stream, c, dst, src, u->dtype, u->chunk,
@@ -295,6 +301,18 @@ static zinc_status encode_unit(zinc_engine *e, zinc_reduction *r, int ui, const 
     r->cx_cursor[p] += b;
   }
   return ZINC_OK;
+}
+
+/* DGC's local clipping (dgc.c): the batch is the window's whole local
+ * gradient */
+static zinc_status local_norm_unit(zinc_engine *e, zinc_reduction *r, int ui, const char *grad) {
+  (void)r;
+  return zinc_dgc_local_norm_add(e, ui, grad);
+}
+
+static zinc_status local_scale_unit(zinc_engine *e, zinc_reduction *r, int ui, const char *grad) {
+  (void)r;
+  return zinc_dgc_local_scale(e, ui, (char *)grad);
 }
 
 static void release_staging(zinc_engine *e, zinc_reduction *r) {
@@ -337,6 +355,10 @@ zinc_status zinc_compress_reduce_prepare(zinc_engine *e, zinc_reduction *r, zinc
   if (st == ZINC_OK)
     st = zinc_engine_buffer_alloc(e, r->cx_send_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS,
                                   &r->cx_recv, "compressed gradients received");
+  if (st == ZINC_OK && zinc_dgc_clips_locally(e))
+    st = for_units(e, r, local_norm_unit);
+  if (st == ZINC_OK && zinc_dgc_clips_locally(e))
+    st = for_units(e, r, local_scale_unit);
   if (st == ZINC_OK) {
     memcpy(cursor, displs, (size_t)n * sizeof *cursor);
     st = for_units(e, r, encode_unit);
@@ -384,6 +406,10 @@ static zinc_status sum_unit(zinc_engine *e, zinc_reduction *r, int ui, const cha
   size_t es = zinc_dtype_size(u->dtype);
   for (int p = 0; p < e->dp_size; p++) {
     int first = p == 0 && !accumulate;
+    if (p == e->dp_rank && e->dgc) {
+      ZINC_CHECK(zinc_dgc_own_decode(e, r->cx_codec, ui, dst, !first));
+      continue;
+    }
     if (p == e->dp_rank) {
       ZINC_CHECK(e->dev->ops->accumulate_f32(e->dev, e->stream, dst,
                                              grad + (size_t)p * (size_t)u->chunk * es, u->dtype,

@@ -395,6 +395,7 @@ struct zinc_engine {
   size_t *cx_ef_off;      /* (ntrain_units) byte offset of each unit's  */
   float *cx_scratch;      /* stages 0/1: (largest chunk) f32 sum        */
   size_t cx_scratch_bytes;
+  struct zinc_dgc *dgc;   /* DGC's momentum correction (dgc.c); NULL: off */
   /* ---- delayed gradient averaging (dga.c) */
   struct zinc_dga *dga;   /* NULL: off (the synchronous reduction)       */
   zinc_powersgd *psgd;    /* PowerSGD at stages 0/1 (powersgd.c); NULL: off */
@@ -694,6 +695,38 @@ zinc_status zinc_compress_weight_encode(zinc_engine *e, void *dst, const void *s
                                         int64_t chunk);
 zinc_status zinc_compress_weight_decode(zinc_engine *e, void *dst, int dtype, const void *src,
                                         int64_t chunk);
+
+/* -------------------------------------------------------------- dgc.c */
+/* DGC's momentum correction (zinc.compression.dgc.momentum_correction)
+ * is on for this configuration over dp_size ranks: SGD then runs with
+ * momentum 0 (the momentum is in what was sent). */
+int zinc_dgc_momentum_on(const zinc_settings *s, int dp_size);
+/* Its velocities, the owner's residuals and encoded slices, after
+ * zinc_compress_init (e->dgc stays NULL when off); registered as method
+ * state. ZINC_ERR_CONFIG for a configuration it cannot serve,
+ * ZINC_ERR_UNSUPPORTED on the cuda device. */
+zinc_status zinc_dgc_init(zinc_engine *e);
+void zinc_dgc_free(zinc_engine *e);
+/* Bytes zinc_dgc_init allocates (gradient memory on the device). */
+uint64_t zinc_dgc_state_bytes(const zinc_engine *e);
+/* Encode unit ui's slice src for rank p into dst through the velocity,
+ * the residual ef and top-k with codec c, then mask the velocity at the
+ * kept indices (p == me: the owner's own slice, its own residual, kept
+ * for zinc_dgc_own_decode; dst and ef ignored). */
+zinc_status zinc_dgc_encode_slice(zinc_engine *e, zinc_codec c, int ui, int p, const char *src,
+                                  void *dst, void *ef);
+/* DGC's local gradient clipping is on (stage 1): the window's reductions
+ * wait for the flush, which reduces them as one batch; the step's global
+ * clipping is off. */
+int zinc_dgc_clips_locally(const zinc_engine *e);
+/* The local clipping of that batch: the norm over every unit's whole
+ * local gradient (norm_add), then each scaled by
+ * min(1, gradient_clipping N^-1/2 / (norm + 1e-6)) (scale). */
+zinc_status zinc_dgc_local_norm_add(zinc_engine *e, int ui, const char *grad);
+zinc_status zinc_dgc_local_scale(zinc_engine *e, int ui, char *grad);
+/* dst (f32) (+)= the owner's own encoded slice of unit ui. */
+zinc_status zinc_dgc_own_decode(zinc_engine *e, zinc_codec c, int ui, float *dst,
+                                int accumulate);
 
 /* --------------------------------------------------------- powersgd.c */
 /* gradient_codec "powersgd" at stage 0 or 1. */

@@ -166,6 +166,7 @@ zinc_status zinc_grads_init(zinc_engine *e) {
     }
   }
   ZINC_CHECK(zinc_compress_init(e));
+  ZINC_CHECK(zinc_dgc_init(e));
   ZINC_CHECK(zinc_compress_scratch(e));
   ZINC_CHECK(zinc_dga_init(e));
   ZINC_CHECK(zinc_powersgd_init(e));
@@ -190,6 +191,7 @@ void zinc_grads_free(zinc_engine *e) {
     m->grad_area = NULL;
   }
   zinc_dga_free(e);
+  zinc_dgc_free(e);
   zinc_compress_free(e);
   zinc_compress_scratch_free(e);
   zinc_powersgd_free(e);
@@ -584,8 +586,8 @@ zinc_status zinc_grads_open(zinc_engine *e, zinc_module *m) {
 static zinc_status enqueue(zinc_engine *e, zinc_module *m) {
   e->pending[e->npending++] = m->index;
   e->pending_elems += m->numel;
-  if (e->pending_elems >= e->cfg.reduce_bucket_size)
-    return launch(e);
+  if (e->pending_elems >= e->cfg.reduce_bucket_size && !zinc_dgc_clips_locally(e))
+    return launch(e); /* (DGC's local clipping reduces the window at the flush) */
   return ZINC_OK;
 }
 

@@ -294,7 +294,7 @@ void zinc_opt_from_config(zinc_engine *e) {
   h.weight_decay = s->weight_decay;
   h.adamw = s->optimizer == ZINC_OPTIM_ADAMW || onebit ? 1 : s->adam_w_mode;
   h.bias_correction = onebit ? 0 : s->bias_correction;
-  h.momentum = s->momentum;
+  h.momentum = zinc_dgc_momentum_on(s, e->dp_size) ? 0.0 : s->momentum; /* dgc.c's */
   h.dampening = s->dampening;
   h.nesterov = s->nesterov;
   h.min_coeff = s->min_coeff;
@@ -494,7 +494,8 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
     return skip_limit(e);
   }
   double coef = 1.0;
-  if (e->cfg.gradient_clipping > 0 && norm > e->cfg.gradient_clipping && !e->dga)
+  if (e->cfg.gradient_clipping > 0 && norm > e->cfg.gradient_clipping && !e->dga &&
+      !zinc_dgc_clips_locally(e)) /* DGC's local clipping: dgc.c */
     coef = e->cfg.gradient_clipping / (norm + 1e-6); /* delayed averaging clips locally */
 
   zinc_opt_coef c[ZINC_MAX_PARAM_GROUPS]; /* one per parameter group */

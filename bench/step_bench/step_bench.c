@@ -15,7 +15,7 @@
  *
  *   mpirun -n 2 --oversubscribe step_bench [--params 67108864] [--modules 16]
  *          [--steps 3] [--dtype f32|bf16] [--no-torch] [--hpz H] [--compress]
- *          [--compress-codec int4|terngrad] [--dgc DENSITY] [--dga D]
+ *          [--compress-codec int4|terngrad] [--dgc DENSITY [--dgc-momentum]] [--dga D]
  *          [--powersgd RANK [--powersgd-stage 0|1]] [--onebit] [--zoadam]
  *          [--zoadam-local H] [--onebit-lamb] [--compute-ms MS]
  *
@@ -39,7 +39,9 @@
  * of int4.
  *
  * --dgc DENSITY likewise: exact against DGC's top-k gradients (block 256,
- * the fp32 residual) at that density, parameters gathered exactly.
+ * the fp32 residual) at that density, parameters gathered exactly;
+ * --dgc-momentum: SGD (momentum 0.9) in both runs and DGC's momentum
+ * correction (engine/dgc.c) with scope "all".
  *
  * --dga D: stage 0 only, the synchronous all-reduce against delayed
  * gradient averaging with delay D (the all-reduce in the background for D
@@ -85,6 +87,8 @@ typedef struct {
   int compress;         /* only stage 3, exact against qgZ + qwZ */
   int terngrad;         /* --compress-codec terngrad: qgZ's codec is TernGrad */
   double dgc;           /* > 0: only stage 3, exact against DGC at this density */
+  int dgc_momentum;     /* with --dgc: SGD (momentum 0.9) in both, DGC's
+                           momentum correction on, scope "all" */
   int dga;              /* > 0: only stage 0, synchronous against DGA's delay */
   int wire;             /* the pairs: comms_logger on, bytes per step printed */
   double compute_ms;    /* --compute-ms: the model's backward, emulated per step */
@@ -429,11 +433,20 @@ static void run_onebit_lamb(const bench_args *a, int rank) {
  * 256 with its fp32 residual) at density a->dgc against exact, no reuse,
  * the parameters gathered exactly. Scope inter_node, as --compress. */
 static void run_dgc(const bench_args *a, int rank) {
-  char top[256], label[64];
-  snprintf(top, sizeof top, ", \"zinc\": {\"compression\": {\"gradient_codec\": \"dgc\","
-           " \"dgc\": {\"density\": %.17g}}}", a->dgc);
-  snprintf(label, sizeof label, "dgc %g", a->dgc);
-  variant v[2] = {{"exact", ", \"stage3_max_reuse_distance\": 0", NULL},
+  char top[384], label[64];
+  bench_args am = *a;
+  if (a->dgc_momentum) { /* engine/dgc.c: SGD with momentum in both runs */
+    am.pair_optimizer[0] = am.pair_optimizer[1] =
+        "{\"type\": \"SGD\", \"params\": {\"lr\": 1e-3, \"momentum\": 0.9}}";
+    a = &am;
+  }
+  snprintf(top, sizeof top, ", \"zinc\": {\"compression\": {\"gradient_codec\": \"dgc\",%s"
+           " \"dgc\": {\"density\": %.17g%s}}}%s", a->dgc_momentum ? " \"scope\": \"all\"," : "",
+           a->dgc, a->dgc_momentum ? ", \"momentum_correction\": true" : "",
+           a->dgc_momentum ? ", \"zero_allow_untested_optimizer\": true" : "");
+  snprintf(label, sizeof label, "dgc %g%s", a->dgc, a->dgc_momentum ? " momentum" : "");
+  variant v[2] = {{"exact", ", \"stage3_max_reuse_distance\": 0",
+                   a->dgc_momentum ? ", \"zero_allow_untested_optimizer\": true" : NULL},
                   {label, ", \"stage3_max_reuse_distance\": 0, \"zero_quantized_gradients\": true",
                    top}};
   run_pair(a, rank, v, "DGC", 1.0);
@@ -695,6 +708,8 @@ int main(int argc, char **argv) {
       a.terngrad = !strcmp(argv[++i], "terngrad");
     else if (!strcmp(argv[i], "--dgc") && i + 1 < argc)
       a.dgc = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--dgc-momentum"))
+      a.dgc_momentum = 1;
     else if (!strcmp(argv[i], "--dga") && i + 1 < argc)
       a.dga = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--compute-ms") && i + 1 < argc)
@@ -715,7 +730,7 @@ int main(int argc, char **argv) {
     else {
       fprintf(stderr, "usage: %s [--params N] [--modules M] [--steps S] [--dtype f32|bf16] "
               "[--no-torch] [--hpz H] [--compress] [--compress-codec int4|terngrad] "
-              "[--dgc DENSITY] [--dga D] [--powersgd RANK [--powersgd-stage 0|1]] "
+              "[--dgc DENSITY [--dgc-momentum]] [--dga D] [--powersgd RANK [--powersgd-stage 0|1]] "
               "[--onebit] [--zoadam] [--zoadam-local H] [--onebit-lamb] "
               "[--compute-ms MS]\n", argv[0]);
       return 2;

@@ -6,7 +6,8 @@
  * memory only; with hpZ the secondary partition counts as parameter
  * memory on the device; with quantized gradients and zeropp_loco_param the
  * error-feedback residuals count as gradient memory on the device, sized
- * as engine/compress.c allocates them (ef_bytes); OneBitAdam's worker and
+ * as engine/compress.c allocates them (ef_bytes), with DGC's momentum
+ * correction its velocities and own slices (zinc_dgc_state_bytes); OneBitAdam's worker and
  * server errors count as optimizer memory on the device
  * (zinc_onebit_adam_state_bytes). Stage 3 adds the
  * gathered parameters at their peak: the largest module plus what the
@@ -86,7 +87,7 @@ zinc_status zinc_estimate_model(const zinc_settings *cfg, int dp_size, int64_t h
   }
   if (st == ZINC_OK) {
     zinc_build_sizes(e, out->bytes);
-    out->bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += ef_bytes(e);
+    out->bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += ef_bytes(e) + zinc_dgc_state_bytes(e);
     out->bytes[ZINC_LOC_HOST][ZINC_MEM_GRADS] +=
         zinc_dga_state_bytes(&e->cfg, e->dp_size, (int64_t)e->dp_size * e->train_shard_numel);
     uint64_t psgd_state, psgd_scratch; /* PowerSGD's Q's and errors, its scratch */

@@ -25,7 +25,8 @@
  *  - the wire (2 ranks): the comms logger's reduce-scatter rows hold the
  *    TOPK layout's bytes for the density in force at each step of the
  *    warm-up: 6 bytes per kept element, k = max(1, ceil(density x block))
- *    per block, padded to 16 bytes.
+ *    per block, padded to 16 bytes; the same with momentum correction
+ *    (engine/dgc.c: the owner's own top-k stays off the wire).
  */
 #include <math.h>
 #include <mpi.h>
@@ -283,16 +284,24 @@ static zinc_status wire_init(const zinc_param *p, float *dst, int64_t n, void *c
   return ZINC_OK;
 }
 
-static void test_wire(void) {
+#define WIRE_HEAD                                                                             \
+  "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"SGD\","                        \
+  " \"params\": {\"lr\": 1e-2, \"momentum\": 0.9}}, \"comms_logger\": {\"enabled\": true},"         \
+  " \"zero_allow_untested_optimizer\": true, "
+#define WIRE_TAIL                                                                             \
+  ", \"zero_optimization\": {\"stage\": 3, \"stage3_param_persistence_threshold\": 0,"            \
+  " \"zero_quantized_gradients\": true}}"
+
+/* mc: with momentum correction (engine/dgc.c), whose own slice stays off
+ * the wire: the same bytes. */
+static void test_wire(int mc) {
   if (et_world != 2)
     return;
   const char *json =
-      "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"SGD\","
-      " \"params\": {\"lr\": 1e-2, \"momentum\": 0.9}}, \"comms_logger\": {\"enabled\": true},"
-      " \"zero_allow_untested_optimizer\": true, "
-      DGC("0.01", "4", "true") ","
-      " \"zero_optimization\": {\"stage\": 3, \"stage3_param_persistence_threshold\": 0,"
-      " \"zero_quantized_gradients\": true}}";
+      mc ? WIRE_HEAD "\"zinc\": {\"compression\": {\"scope\": \"all\", \"gradient_codec\": "
+                     "\"dgc\", \"block_size\": 256, \"dgc\": {\"density\": 0.01, \"warmup_steps\": "
+                     "4, \"momentum_correction\": true}}}" WIRE_TAIL
+         : WIRE_HEAD DGC("0.01", "4", "true") WIRE_TAIL;
   zinc_config *cfg = NULL;
   ET_OK(zinc_config_parse(json, &cfg));
   zinc_options opt = ZINC_OPTIONS_INIT;
@@ -366,7 +375,8 @@ int main(int argc, char **argv) {
   MPI_Barrier(MPI_COMM_WORLD);
   test_close();
   test_reproducible();
-  test_wire();
+  test_wire(0);
+  test_wire(1);
   test_resume(3);
   test_resume(1);
   test_reshard();

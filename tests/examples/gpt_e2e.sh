@@ -30,7 +30,9 @@
 #       merged into the config (zero_optimization's objects merged key by
 #       key): the gap of the mean loss of the last 10 steps (with - without)
 #       must be <= BOUND when WANT is "within", > BOUND when WANT is
-#       "beyond" (a deliberately broken setting the bound must catch)
+#       "beyond" (a deliberately broken setting the bound must catch);
+#       JSON's member "base" (if any) is merged into both runs first (e.g.
+#       another optimizer for the exact run too)
 #   gpt_e2e.sh monitors NP CONFIG STEPS
 #       the config plus "csv_monitor" and "tensorboard" sections and
 #       wall_clock_breakdown: gpt_monitors_check.py reads the logs back
@@ -96,17 +98,22 @@ stages)
   ;;
 gap)
   cfg=$(config "$1") steps=$2 bound=$3 want=$4 extra=$5; shift 5
-  python3 - "$cfg" "$extra" "$work/compressed.json" <<'PY' || exit 1
+  python3 - "$cfg" "$extra" "$work/compressed.json" "$work/exact.json" <<'PY' || exit 1
 import json, sys
 cfg = json.load(open(sys.argv[1]))
-for k, v in json.loads(sys.argv[2]).items():
-    if isinstance(v, dict) and isinstance(cfg.get(k), dict):
-        cfg[k].update(v)
-    else:
-        cfg[k] = v
+def merge(cfg, extra):
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(cfg.get(k), dict):
+            cfg[k].update(v)
+        else:
+            cfg[k] = v
+extra = json.loads(sys.argv[2])
+merge(cfg, extra.pop("base", {}))  # "base": members of both runs
+json.dump(cfg, open(sys.argv[4], "w"), indent=1)
+merge(cfg, extra)
 json.dump(cfg, open(sys.argv[3], "w"), indent=1)
 PY
-  run exact "$cfg" --steps "$steps" "$@"
+  run exact "$work/exact.json" --steps "$steps" "$@"
   run compressed "$work/compressed.json" --steps "$steps" "$@"
   grep -m1 -E "compressed communication|delayed gradient averaging" "$work/compressed.out" || {
     echo "FAIL: the engine did not say it compresses"; exit 1; }
