@@ -70,6 +70,27 @@ run() { # run NAME CONFIG FLAGS...: gpt_train with --log-csv $work/NAME.csv
   fi
 }
 
+# A gap test's exact run is the same for every test of the same config,
+# steps and flags (the runs are deterministic), so its CSV is kept in
+# GPT_E2E_CACHE (default: gap_exact_cache beside gpt_train) under a hash of
+# the exact config (the scratch path masked), the rank count, the flags and
+# the size and mtime of gpt_train and libzinc: a rebuild starts afresh.
+exact_run() { # exact_run CONFIG FLAGS...: $work/exact.csv
+  local cfg=$1; shift
+  local cache=${GPT_E2E_CACHE:-$(dirname "$GPT_TRAIN")/gap_exact_cache} key lib
+  lib=$(ldd "$GPT_TRAIN" 2>/dev/null | awk '/libzinc/ { print $3 }')
+  key=$( { sed "s|$work|WORK|g" "$cfg"; echo "np $np $*"
+           stat -c '%s %Y' "$GPT_TRAIN" ${lib:+"$lib"}; } | sha256sum | cut -c1-32)
+  if [ -s "$cache/$key.csv" ]; then
+    cp "$cache/$key.csv" "$work/exact.csv"
+    echo "+ the exact run: the same as an earlier test's ($cache/$key.csv)"
+    return
+  fi
+  run exact "$cfg" "$@"
+  mkdir -p "$cache" && cp "$work/exact.csv" "$cache/$key.csv.$$" &&
+    mv "$cache/$key.csv.$$" "$cache/$key.csv"
+}
+
 case $mode in
 loss)
   cfg=$(config "$1") steps=$2 threshold=$3; shift 3
@@ -113,7 +134,7 @@ json.dump(cfg, open(sys.argv[4], "w"), indent=1)
 merge(cfg, extra)
 json.dump(cfg, open(sys.argv[3], "w"), indent=1)
 PY
-  run exact "$work/exact.json" --steps "$steps" "$@"
+  exact_run "$work/exact.json" --steps "$steps" "$@"
   run compressed "$work/compressed.json" --steps "$steps" "$@"
   grep -m1 -E "compressed communication|delayed gradient averaging" "$work/compressed.out" || {
     echo "FAIL: the engine did not say it compresses"; exit 1; }
