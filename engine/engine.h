@@ -848,8 +848,15 @@ zinc_status zinc_params_from_master(zinc_engine *e);
 
 /* --------------------------------------------------------- offload.c */
 /* 1 when the offloaded optimizer goes through staging copies: offload cpu
- * on the cuda device (or on the cpu device with ZINC_OFFLOAD_STAGING=1). */
+ * or nvme on the cuda device (or on the cpu device with
+ * ZINC_OFFLOAD_STAGING=1). */
 int zinc_offload_staged(const zinc_engine *e);
+/* For the NVMe sub-group pipeline (offload_nvme.c), which stages its
+ * gradients and parameters through the same slots: elements per slot, and
+ * whether gradients come from / parameters go to device memory. */
+int64_t zinc_offload_staging_group(const zinc_engine *e);
+int zinc_offload_grads_on_device(const zinc_engine *e);
+int zinc_offload_params_on_device(const zinc_engine *e);
 /* Elements per sub-group of the offloaded step (cpu and NVMe):
  * zero_optimization.sub_group_size, at most the optimizer partition, at
  * least 1. DeepSpeed's 0 makes every parameter its own sub-group; zinc's

@@ -65,11 +65,12 @@ typedef struct {
 
 static int staging_forced(void) { return zinc_env_flag("ZINC_OFFLOAD_STAGING", 0); }
 
+/* Offloaded optimizer state, in host memory or on NVMe (ZeRO-Infinity:
+ * offload_nvme.c runs its sub-groups through the same staging slots). */
 int zinc_offload_staged(const zinc_engine *e) {
-  if (e->cfg.offload_optimizer.device != ZINC_OFFLOAD_CPU)
+  if (e->cfg.offload_optimizer.device != ZINC_OFFLOAD_CPU &&
+      e->cfg.offload_optimizer.device != ZINC_OFFLOAD_NVME)
     return 0;
-  if (e->cfg.stage == 3 && e->cfg.offload_param.device == ZINC_OFFLOAD_NVME)
-    return 0; /* step.c stages those parameters to the swap area itself */
   return (e->dev && e->dev->ops->is_gpu) || staging_forced();
 }
 
@@ -333,3 +334,9 @@ zinc_status zinc_offload_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef,
     return zinc_error_wrap(st, "offloaded optimizer step (%d sub-groups)", ng);
   return ZINC_OK;
 }
+
+/* For offload_nvme.c's sub-group pipeline, which stages through the same
+ * slots: the slot's size in elements, and which side needs copies. */
+int64_t zinc_offload_staging_group(const zinc_engine *e) { return group_elems(e); }
+int zinc_offload_grads_on_device(const zinc_engine *e) { return grads_on_device(e); }
+int zinc_offload_params_on_device(const zinc_engine *e) { return params_on_device(e); }

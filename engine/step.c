@@ -406,7 +406,9 @@ static zinc_status adam_params_on_disk(zinc_engine *e, const zinc_opt_coef *c, i
     const zinc_unit *u = &e->units[run->unit];
     zinc_opt_seg s = segs[i];
     s.param_out = staging;
-    st = e->dev->ops->optim(e->dev, e->stream, c, ncoef, &s, 1,
+    /* staged (the cuda device): the state is host memory, the CPU steps it */
+    zinc_device *d = e->off.ready ? e->off.host : e->dev;
+    st = d->ops->optim(d, e->off.ready ? NULL : e->stream, c, ncoef, &s, 1,
                             zinc_opt_two_pass(c->kind) ? ZINC_OPT_PASS_APPLY
                                                        : ZINC_OPT_PASS_UPDATE, NULL);
     size_t es = zinc_dtype_size(u->dtype);
