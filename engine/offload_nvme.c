@@ -23,10 +23,14 @@
  * Parameter swap area (offload_param.device nvme, stage 3): one region of
  * shard_bytes holding this rank's chunks in shard order; a fetch (or a
  * prefetch) reads the module's contiguous byte range of it into one of
- * offload_param.buffer_count host buffers for the all-gather. Each buffer
- * is as large as the largest module's range, which must fit in
- * offload_param.buffer_size elements (checked at build); when all are in
- * use, stage3.c completes the oldest gather to free one.
+ * offload_param.buffer_count host buffers (pinned on the cuda device),
+ * copies each chunk into its own slot of the gathered buffer in device
+ * memory and all-gathers in place there (stage3.c), so NCCL never reads
+ * host memory; the host buffer is free again once the copies are done.
+ * Each buffer is as large as the largest module's range, which must fit
+ * in offload_param.buffer_size elements (checked at build); when all are
+ * in use, stage3.c completes the oldest gather to free one. The step
+ * writes each sub-group's updated partition bytes back to the region.
  *
  * On the cuda device (and on the cpu device with ZINC_OFFLOAD_STAGING=1,
  * which takes the same path, copies included) the step is offload_cpu.c's

@@ -220,6 +220,43 @@ static void source_free(zinc_engine *e, zinc_module *m) {
   m->read_staging_bytes = 0;
 }
 
+/* This rank's chunk of unit u inside a gathered buffer `base`: where the
+ * all-gather puts it, and (in place) where it sends it from. */
+static char *own_slot(const zinc_engine *e, char *base, const zinc_unit *u) {
+  return zinc_unit_ptr(base, u) + (size_t)e->dp_rank * (size_t)u->chunk * zinc_dtype_size(u->dtype);
+}
+
+/* Parameters on NVMe: the chunks read into the host buffer go to their own
+ * slots of the gathered buffer (device memory: NCCL gathers from there, not
+ * from pinned host memory), and the gather runs in place. The read buffer
+ * is free again once the copies are done. */
+static zinc_status shard_to_device(zinc_engine *e, zinc_module *m, const char *src[2]) {
+  for (int s = 0; s < m->nsegs; s++) {
+    const zinc_segment *seg = &m->segs[s];
+    if (seg->persistent)
+      continue;
+    char *base = (char *)m->gathered + seg->gather_offset;
+    for (int ui = seg->first_unit; ui < seg->first_unit + seg->nunits; ui++) {
+      const zinc_unit *u = &e->units[ui];
+      ZINC_CHECK(e->dev->ops->copy(e->dev, own_slot(e, base, u),
+                                   src[ui >= e->ntrain_units] + u->shard_byte,
+                                   (size_t)u->chunk * zinc_dtype_size(u->dtype), e->stream));
+    }
+  }
+  ZINC_CHECK(zinc_engine_sync(e));
+  source_free(e, m);
+  return ZINC_OK;
+}
+
+/* The send buffer of unit u's all-gather (not hpZ's group gather). */
+static const char *unit_send(const zinc_engine *e, const zinc_module *m, const zinc_segment *seg,
+                             int ui, const char *src[2]) {
+  const zinc_unit *u = &e->units[ui];
+  if (zinc_nvme_param_on_disk(e)) /* in place: shard_to_device */
+    return own_slot(e, (char *)m->gathered + seg->gather_offset, u);
+  return src[ui >= e->ntrain_units] + u->shard_byte;
+}
+
 /* ------------------------------------------------ qwZ (compress.c) */
 
 /* The encoded bytes of unit u's chunk and where the module's units start
@@ -296,6 +333,8 @@ static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
                                 &m->gathered, "gathered parameters");
   if (st == ZINC_OK)
     st = zinc_calloc((void **)&colls, (size_t)ncoll, sizeof *colls, "gather batch");
+  if (st == ZINC_OK && !group && zinc_nvme_param_on_disk(e))
+    st = shard_to_device(e, m, src);
   /* qwZ: this rank's chunks encoded once, one all-gather of bytes */
   int quantized = !group && zinc_compress_weights(e);
   if (st == ZINC_OK && quantized)
@@ -307,7 +346,7 @@ static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
                                    ui < seg->first_unit + seg->nunits; ui++) {
       const zinc_unit *u = &e->units[ui];
       st = zinc_compress_weight_encode(e, (char *)m->cx_wsend + woff,
-                                       src[ui >= e->ntrain_units] + u->shard_byte, u->dtype,
+                                       unit_send(e, m, seg, ui, src), u->dtype,
                                        u->chunk);
       woff += zinc_compress_weight_bytes(e, u->chunk);
     }
@@ -361,7 +400,7 @@ static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
       colls[k++] = (zinc_coll){.kind = ZINC_COLL_ALLGATHER,
                                .send = group ? (const char *)e->param_secondary +
                                                    u->secondary_byte
-                                             : src[ui >= e->ntrain_units] + u->shard_byte,
+                                             : unit_send(e, m, seg, ui, src),
                                .recv = zinc_unit_ptr(base, u),
                                .count = (size_t)(group ? slice_numel(e, u) : u->chunk),
                                .dtype = u->dtype};
@@ -568,9 +607,12 @@ zinc_status zinc_stage3_gather_persistent(zinc_engine *e) {
         const zinc_unit *u = &e->units[ui];
         size_t bytes = (size_t)u->chunk * zinc_dtype_size(u->dtype);
         const char *send = (const char *)e->param_shard + u->shard_byte;
-        if (on_disk) {
-          send = (const char *)staging + used;
+        if (on_disk) { /* NVMe -> host staging -> own slot; gathered in place */
+          char *slot = own_slot(e, seg->full, u);
           st = zinc_pshard_read(e, u->shard_byte, bytes, (char *)staging + used);
+          if (st == ZINC_OK)
+            st = e->dev->ops->copy(e->dev, slot, (char *)staging + used, bytes, e->stream);
+          send = slot;
           used += bytes;
         }
         colls[k++] = (zinc_coll){.kind = ZINC_COLL_ALLGATHER,
@@ -580,6 +622,8 @@ zinc_status zinc_stage3_gather_persistent(zinc_engine *e) {
                                  .dtype = u->dtype};
       }
     }
+  if (st == ZINC_OK && on_disk)
+    st = zinc_engine_sync(e); /* the copies into the slots */
   st = zinc_engine_agree(e, e->dp_host, st);
   if (st == ZINC_OK) {
     double t0 = zinc_now();

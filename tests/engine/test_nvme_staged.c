@@ -5,8 +5,10 @@
  * optimizer stepping the state read from the swap area (offload_nvme.c).
  *
  *  - the oracle: offload_optimizer nvme at stages 1-3, in sub-groups of 300
- *    elements (several per rank) through 2 swap buffers, gives the same
- *    bits as stage 0 without offload, fp32 and bf16;
+ *    elements (several per rank) through 2 swap buffers, and stage 3 with
+ *    offload_param nvme (its fetches NVMe -> host -> the gathered buffer,
+ *    gathered in place) give the same bits as stage 0 without offload,
+ *    fp32 and bf16;
  *  - an I/O error injected in the middle of a staged step fails every rank
  *    with ZINC_ERR_IO and a message naming the swap file; the build's size
  *    plan (what the estimator reports) counts the pinned staging slots.
@@ -26,6 +28,8 @@ static const struct {
     {1, 0, "nvme", NULL},
     {2, 1, "nvme", NULL},
     {3, 0, "nvme", NULL}, /* parameters on the device: copied out */
+    {3, 1, "nvme", "nvme"}, /* ZeRO-Infinity: optimizer state and parameters */
+    {3, 0, "cpu", "nvme"},
 };
 
 static void oracle(et_run base, const char *label) {
@@ -92,12 +96,14 @@ static void fault(const char *spec, int stage, const char *offload_param) {
            offload_param ? offload_param : "none", spec);
   const char *needles[] = {".swap", NULL};
   et_expect_everywhere(st, ZINC_ERR_IO, took, what, needles, -1);
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", zinc_last_error());
   ET_CHECK(zinc_step(e, NULL) != ZINC_OK, "%s: the engine went on after it", what);
   et_model_free(&m);
   zinc_engine_destroy(e);
   unsetenv("ZINC_OFFLOAD_STAGING");
   if (et_rank == 0 && et_failures == 0)
-    printf("%s: every rank failed: %s\n", what, zinc_last_error());
+    printf("%s: every rank failed: %s\n", what, msg);
 }
 
 int main(int argc, char **argv) {
@@ -115,6 +121,7 @@ int main(int argc, char **argv) {
   r.shape.dtype = ZINC_BF16;
   oracle(r, "bf16");
   fault("error@12=EIO", 2, NULL);
+  fault("error@30=EIO", 3, "nvme");
   int bad = et_failures;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (et_rank == 0)
