@@ -36,6 +36,18 @@ zinc_status zinc_engine_buffer_alloc(zinc_engine *e, size_t bytes, int location,
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "allocating %s (%zu bytes on the %s)", what, bytes,
                            zinc_mem_location_name(location));
+  /* Host memory is zeroed here, on the host: zeroing it with a kernel
+   * queued on the engine's stream would leave a write pending that neither
+   * the host (the CPU optimizer writing a staging buffer) nor a copy queued
+   * on another stream waits for, so the zeros could land after the data.
+   * The memset cannot race queued work either: the cuda pool hands a block
+   * out only once every stream's last use of it has completed
+   * (device/device_cuda_pool.c). Device memory is zeroed on the engine's
+   * stream, which orders it before the engine's own work there. */
+  if (location == ZINC_LOC_HOST) {
+    memset(*out, 0, bytes);
+    return ZINC_OK;
+  }
   st = e->dev->ops->fill_zero(e->dev, *out, bytes, e->stream);
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "zero-filling %s", what);

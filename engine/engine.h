@@ -560,8 +560,10 @@ static inline char *zinc_unit_ptr(void *seg_base, const zinc_unit *u) {
 zinc_status zinc_build_buffers(zinc_engine *e, zinc_init_fn init, void *ctx);
 void zinc_build_free(zinc_engine *e);
 /* An engine buffer of `bytes` at `location` from the engine's device,
- * accounted to `category`; zinc_engine_buffer_free gives it back (same
- * bytes, location and category; NULL p is a no-op). */
+ * accounted to `category`, zero-filled: host memory already on return (no
+ * zeroing left queued), device memory by work queued on e->stream;
+ * zinc_engine_buffer_free gives it back (same bytes, location and
+ * category; NULL p is a no-op). */
 zinc_status zinc_engine_buffer_alloc(zinc_engine *e, size_t bytes, int location, int category,
                                      void **out, const char *what);
 void zinc_engine_buffer_free(zinc_engine *e, void *p, size_t bytes, int location, int category);

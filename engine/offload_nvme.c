@@ -655,6 +655,8 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, co
   size_t pstage_bytes = (size_t)n->group * 4;
   ZINC_CHECK(zinc_calloc((void **)&piece, (size_t)nseg + 1, sizeof *piece, "sub-group runs"));
   st = zinc_calloc((void **)&dev_piece, (size_t)nseg + 1, sizeof *dev_piece, "sub-group runs");
+  /* host memory, zeroed at allocation on the host (build.c), so no queued
+   * zeroing can land after the CPU optimizer's writes */
   if (st == ZINC_OK && zinc_nvme_param_on_disk(e) && !moments_only)
     st = zinc_engine_buffer_alloc(e, pstage_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS, &pstage,
                                   "parameter staging");
