@@ -25,6 +25,9 @@
  * zinc_lamb_grid elements, the sub-group's size), so a run's sums are
  * computed in one piece, the same bits as without offload.
  *
+ * offload_nvme.c runs the NVMe sub-groups (ZeRO-Infinity) through the same
+ * slots, streams and events, the swap area's reads and writes beside them.
+ *
  * On the cpu device nothing needs copying and step.c runs the CPU Adam over
  * the buffers directly. ZINC_OFFLOAD_STAGING=1 (tests) makes the cpu device
  * take this path, copies included, so the CPU build exercises the same

@@ -34,8 +34,9 @@
  *
  * On the cuda device (and on the cpu device with ZINC_OFFLOAD_STAGING=1,
  * which takes the same path, copies included) the step is offload_cpu.c's
- * staged pipeline with the swap area behind it; sub-groups are then at
- * most a staging slot (zinc_offload_staging_group). For sub-group k:
+ * staged pipeline with the swap area behind it (sub-groups are at most a
+ * staging slot on every device: zinc_offload_staging_group). For
+ * sub-group k:
  *
  *   io_uring:       read region k+1 NVMe -> host buffer (master, m, v)
  *   copy stream 0:  gradients of k+1 device -> pinned slot (k+1) & 1
@@ -112,10 +113,11 @@ static zinc_status area_zero(zinc_swap *sw, void *zeros, size_t zbytes) {
   return ZINC_OK;
 }
 
-/* Sub-group size and count of the optimizer's swap area (staged: at most
- * a staging slot). */
+/* Sub-group size and count of the optimizer's swap area: at most a
+ * staging slot on every device, so that the host buffers (and the
+ * estimator's figure for them) do not depend on whether the step stages. */
 static void opt_groups(const zinc_engine *e, int64_t *group, int *ngroups) {
-  int64_t g = zinc_offload_staged(e) ? zinc_offload_staging_group(e) : zinc_offload_sub_group(e);
+  int64_t g = zinc_offload_staging_group(e);
   int64_t n = (e->opt_numel + g - 1) / g;
   *group = g;
   *ngroups = n > 0 ? (int)n : 1;

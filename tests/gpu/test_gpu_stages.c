@@ -2,18 +2,28 @@
  * test_gpu_stages.c — the stages oracle on the cuda device with the NCCL
  * comm (one GPU per rank): the tiny model of tests/engine trained 20 steps
  * at stages 0-3 (offload none, and cpu: the CPU Adam with gradients copied
- * in and parameters copied out per sub-group) must give the same parameters; at
+ * in and parameters copied out per sub-group; nvme: ZeRO-Infinity, the
+ * same pipeline with the optimizer state read from and written to NVMe per
+ * sub-group, and at stage 3 the parameters on NVMe too, fetched NVMe ->
+ * pinned -> device and all-gathered from device memory) must give the same
+ * parameters; at
  * world size 1 bit for bit, and at 2-8 ranks within 1e-6 relative L2
  * (NCCL's reductions are not rank-ordered, so grouping may change the
  * last bit); every run within 1e-5 of the single-rank reference. The fp16
  * overflow path: an inf in one rank's gradient skips the step everywhere.
- * Skipped (exit 77) without a GPU for every rank.
+ * An I/O error injected into the NVMe traffic of a step fails every rank
+ * with ZINC_ERR_IO naming the swap file. Skipped (exit 77) without a GPU
+ * for every rank.
  */
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 #include <stdio.h>
+#include <sys/stat.h>
 
 #include "../engine/engine_test.h"
+#include "engine/engine.h" /* zinc_nvme_inject */
+
+static char nvme_dir[512];
 
 static void require_gpus(void) {
   int n = 0, world, rank;
@@ -109,22 +119,31 @@ static void test_oracle(void) {
   et_run base = et_defaults();
   float **ref = et_alloc_params(&base.shape), **first = et_alloc_params(&base.shape);
   et_reference(&base, et_world, ref);
-  const struct { int stage; const char *offload; } runs[] = {
-      {0, "none"}, {1, "none"}, {2, "none"}, {3, "none"}, {1, "cpu"}, {2, "cpu"}, {3, "cpu"}};
+  const struct { int stage; const char *offload, *offload_param; } runs[] = {
+      {0, "none", NULL},   {1, "none", NULL},   {2, "none", NULL},   {3, "none", NULL},
+      {1, "cpu", NULL},    {2, "cpu", NULL},    {3, "cpu", NULL},    {1, "nvme", NULL},
+      {2, "nvme", NULL},   {3, "nvme", NULL},   {3, "nvme", "nvme"}, {3, "cpu", "nvme"}};
   for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
     et_run r = base;
     r.stage = runs[k].stage;
     r.offload = runs[k].offload;
+    r.offload_param = runs[k].offload_param;
     r.overlap = r.stage >= 2;
-    if (!strcmp(r.offload, "cpu"))
+    if (strcmp(r.offload, "none"))
       r.sub_group = 300; /* the CPU Adam in several sub-groups, copies overlapping */
+    if (!strcmp(r.offload, "nvme") || r.offload_param) {
+      r.nvme_path = nvme_dir;
+      r.buffer_count = 2;
+    }
     float **out = k == 0 ? first : et_alloc_params(&r.shape);
     train(&r, out);
     double rel = et_rel_l2(&r.shape, out, ref);
-    ET_CHECK(rel <= 1e-5, "cuda stage %d offload %s vs reference: %.3g", r.stage, r.offload, rel);
+    ET_CHECK(rel <= 1e-5, "cuda stage %d offload %s/%s vs reference: %.3g", r.stage, r.offload,
+             r.offload_param ? r.offload_param : "none", rel);
     if (k > 0) {
       char what[96];
-      snprintf(what, sizeof what, "cuda stage %d offload %s vs stage 0", r.stage, r.offload);
+      snprintf(what, sizeof what, "cuda stage %d offload %s/%s vs stage 0", r.stage, r.offload,
+               r.offload_param ? r.offload_param : "none");
       if (et_world == 1)
         ET_CHECK(et_same_bits(&r.shape, out, first, what), "%s: not bitwise identical", what);
       else
@@ -160,14 +179,47 @@ static void test_overflow(void) {
   zinc_engine_destroy(e);
 }
 
+/* ZeRO-Infinity on the GPU: an I/O error in a step's NVMe traffic fails
+ * every rank, naming the swap file (stage 2: the only NVMe traffic is the
+ * step's, so the fault lands inside zinc_step) */
+static void test_nvme_fault(void) {
+  et_run r = et_defaults();
+  r.stage = 2;
+  r.offload = "nvme";
+  r.nvme_path = nvme_dir;
+  r.sub_group = 300;
+  r.buffer_count = 2;
+  et_model m;
+  zinc_engine *e = open_gpu(&r, &m);
+  int N = zinc_dp_size(e), me = zinc_dp_rank(e);
+  zinc_status st = ZINC_OK;
+  double t0 = 0;
+  for (int s = 0; s < 6 && st == ZINC_OK; s++) {
+    if (s == 2) {
+      ET_OK(zinc_nvme_inject(e, "error@12=EIO"));
+      t0 = MPI_Wtime();
+    }
+    micro_batch(&m, &r, ((int64_t)s * N + me) * r.micro, NULL);
+    st = zinc_step(e, NULL);
+  }
+  const char *needles[] = {".swap", NULL};
+  et_expect_everywhere(st, ZINC_ERR_IO, MPI_Wtime() - t0, "cuda stage 2 offload nvme, EIO",
+                       needles, -1);
+  et_model_free(&m);
+  zinc_engine_destroy(e);
+}
+
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   require_gpus();
   MPI_Comm_rank(MPI_COMM_WORLD, &et_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &et_world);
+  snprintf(nvme_dir, sizeof nvme_dir, "%s/gpu_nvme_np%d", et_binary_dir(), et_world);
+  mkdir(nvme_dir, 0755);
   test_oracle();
   test_overflow();
+  test_nvme_fault();
   int bad = et_failures;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (et_rank == 0)
