@@ -82,7 +82,8 @@ int zinc_offload_staged(const zinc_engine *e) {
 static int grads_on_device(const zinc_engine *e) { return e->cfg.stage <= 1; }
 /* Parameters to copy out: everything but an offloaded stage-3 partition. */
 static int params_on_device(const zinc_engine *e) {
-  return e->cfg.stage < 3 || e->param_location == ZINC_LOC_DEVICE;
+  /* from the config, not param_location: the estimator's bare engine has none */
+  return e->cfg.stage < 3 || e->cfg.offload_param.device == ZINC_OFFLOAD_NONE;
 }
 
 static int64_t group_elems(const zinc_engine *e) {

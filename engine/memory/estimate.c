@@ -12,6 +12,11 @@
  * (zinc_onebit_adam_state_bytes). Stage 3 adds the
  * gathered parameters at their peak: the largest module plus what the
  * prefetch window holds ahead of it, within stage3_max_live_parameters.
+ * Offload (cpu or NVMe) counts its state and the NVMe host buffers as on
+ * any device; the cuda device's two pinned staging slots (host buffers,
+ * 2 x up to 8 bytes x min(sub_group_size, 16 M) elements) depend on the
+ * device, which the estimate does not have: they are counted only with
+ * ZINC_OFFLOAD_STAGING=1, which makes the cpu device stage like it.
  */
 #include "engine/memory/estimate.h"
 

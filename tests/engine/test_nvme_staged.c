@@ -11,12 +11,14 @@
  *    fp32 and bf16; Lamb, Lion and SGD at stages 1 and 3 likewise;
  *  - an I/O error injected in the middle of a staged step fails every rank
  *    with ZINC_ERR_IO and a message naming the swap file; the build's size
- *    plan (what the estimator reports) counts the pinned staging slots.
+ *    plan and the estimator (with the same ZINC_OFFLOAD_STAGING) count
+ *    exactly the host buffers the engine allocated, staging slots included.
  */
 #include <mpi.h>
 #include <sys/stat.h>
 
 #include "engine/engine.h"
+#include "engine/memory/estimate.h"
 #include "engine_test.h"
 
 static char root[512];
@@ -127,6 +129,23 @@ static void fault(const char *spec, int stage, const char *offload_param) {
       ET_CHECK(ms.current[l][c] == plan[l][c], "staged stage %d: %s/%s measured %llu, planned "
                "%llu", stage, zinc_mem_location_name(l), zinc_mem_category_name(c),
                (unsigned long long)ms.current[l][c], (unsigned long long)plan[l][c]);
+  /* and so does the estimator (a bare engine, staging as the env says) */
+  zinc_est_param p[TM_NPARAM];
+  static const char *mods[4] = {"in", "mid", "scale", "out"};
+  for (int i = 0; i < TM_NPARAM; i++) {
+    memset(&p[i], 0, sizeof p[i]);
+    snprintf(p[i].module, sizeof p[i].module, "%s", mods[et_param_module[i]]);
+    snprintf(p[i].name, sizeof p[i].name, "%s", tm_names[i]);
+    p[i].dtype = r.dtype;
+    p[i].ndim = zinc_param_shape(m.par[i], p[i].shape);
+  }
+  zinc_estimate est;
+  ET_OK(zinc_estimate_model(&e->cfg, zinc_dp_size(e), 0, p, TM_NPARAM, &est));
+  for (int l = 0; l < ZINC_LOC_N; l++)
+    for (int c = 0; c < ZINC_MEM_NCAT; c++)
+      ET_CHECK(est.bytes[l][c] == plan[l][c], "staged stage %d: %s/%s estimated %llu, built "
+               "%llu", stage, zinc_mem_location_name(l), zinc_mem_category_name(c),
+               (unsigned long long)est.bytes[l][c], (unsigned long long)plan[l][c]);
   ET_OK(et_steps(&m, &r, 0, 2));
   ET_OK(zinc_nvme_inject(e, spec));
   double t0 = MPI_Wtime();
