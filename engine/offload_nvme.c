@@ -728,12 +728,14 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, co
                            norms ? norms + 2 * (size_t)first_run : NULL);
     if (st == ZINC_OK && staged)
       st = staged_out(e, dev_piece, np, k & 1);
+    /* the state's write goes out first, so that it overlaps the
+     * parameters' (read-modify-write of partial blocks, synchronous) */
+    if (st == ZINC_OK)
+      st = zinc_swap_write(n->opt, k, 0, M, region_bytes(n->arrays, g), &n->wr[b]);
     if (st == ZINC_OK && pstage) {
       size_t p0 = shard_byte_of(e, a0);
       st = zinc_pshard_write(e, p0, shard_byte_of(e, a0 + g) - p0, pstage);
     }
-    if (st == ZINC_OK)
-      st = zinc_swap_write(n->opt, k, 0, M, region_bytes(n->arrays, g), &n->wr[b]);
   }
   for (int b = 0; b < B; b++) {
     zinc_status w = ZINC_OK;
