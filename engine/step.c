@@ -412,6 +412,8 @@ static zinc_status adam_params_on_disk(zinc_engine *e, const zinc_opt_coef *c, i
                             zinc_opt_two_pass(c->kind) ? ZINC_OPT_PASS_APPLY
                                                        : ZINC_OPT_PASS_UPDATE, NULL);
     size_t es = zinc_dtype_size(u->dtype);
+    if (st == ZINC_OK) /* a device kernel wrote the staging: done before the host reads it */
+      st = zinc_engine_sync(e);
     if (st == ZINC_OK)
       st = zinc_pshard_write(e, u->shard_byte + (size_t)(run->unit_offset - (int64_t)run->owner * u->chunk) * es,
                              (size_t)s.n * es, staging);

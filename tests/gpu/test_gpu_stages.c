@@ -122,7 +122,8 @@ static void test_oracle(void) {
   const struct { int stage; const char *offload, *offload_param; } runs[] = {
       {0, "none", NULL},   {1, "none", NULL},   {2, "none", NULL},   {3, "none", NULL},
       {1, "cpu", NULL},    {2, "cpu", NULL},    {3, "cpu", NULL},    {1, "nvme", NULL},
-      {2, "nvme", NULL},   {3, "nvme", NULL},   {3, "nvme", "nvme"}, {3, "cpu", "nvme"}};
+      {2, "nvme", NULL},   {3, "nvme", NULL},   {3, "nvme", "nvme"}, {3, "cpu", "nvme"},
+      {3, "none", "nvme"}}; /* the device optimizer into pinned staging, then NVMe */
   for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
     et_run r = base;
     r.stage = runs[k].stage;
