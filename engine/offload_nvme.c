@@ -283,7 +283,10 @@ zinc_status zinc_nvme_init(zinc_engine *e) {
   ZINC_CHECK(zinc_aio_buffer_alloc(n->aio, n->bounce_bytes, &n->bounce));
   n->host_bytes += n->bounce_bytes;
   zinc_prof_account(e->prof, ZINC_LOC_HOST, ZINC_MEM_BUFFERS, (int64_t)n->bounce_bytes);
-  /* every block starts written (zeros): reads of untouched state are data */
+  /* every block starts written (zeros): reads of untouched state are data.
+   * The zeros are written by the host and the swap writes below wait for
+   * their completion; no device work touches these buffers (the parameter
+   * read buffers are zeroed on the host at allocation: build.c) */
   memset(n->bounce, 0, n->bounce_bytes);
   if (n->opt)
     ZINC_CHECK(area_zero(n->opt, n->bounce, n->bounce_bytes));
