@@ -101,8 +101,9 @@ static const zinc_key offload_optimizer_keys[] = {
     ZINC_KB(O, "pipeline_read", pipeline_read),
     ZINC_KB(O, "pipeline_write", pipeline_write),
     ZINC_KB(O, "fast_init", fast_init),
-    {"ratio", ZINC_KEY_F64, offsetof(O, ratio), 0, 1, ZINC_KEY_NO_EFFECT, 0,
-     "partial optimizer offload is not implemented: the whole optimizer state is offloaded"},
+    /* the fraction of the optimizer's sub-groups offloaded; the rest stay
+     * on the device (engine/offload_partial.c; validate.c says when not) */
+    ZINC_KF(O, "ratio", ratio, 0, 1, 0, 0),
     ZINC_KINERT("super_offload", "false"),
     ZINC_KINERT("cpuadam_cores_perc", NULL),
 };

@@ -2,7 +2,9 @@
  * test_gpu_stages.c — the stages oracle on the cuda device with the NCCL
  * comm (one GPU per rank): the tiny model of tests/engine trained 20 steps
  * at stages 0-3 (offload none, and cpu: the CPU Adam with gradients copied
- * in and parameters copied out per sub-group) must give the same parameters; at
+ * in and parameters copied out per sub-group; and partial offload,
+ * offload_optimizer.ratio 0, 0.3 and 0.5: the first sub-groups updated on
+ * the GPU, the rest by the CPU Adam) must give the same parameters; at
  * world size 1 bit for bit, and at 2-8 ranks within 1e-6 relative L2
  * (NCCL's reductions are not rank-ordered, so grouping may change the
  * last bit); every run within 1e-5 of the single-rank reference. The fp16
@@ -109,22 +111,30 @@ static void test_oracle(void) {
   et_run base = et_defaults();
   float **ref = et_alloc_params(&base.shape), **first = et_alloc_params(&base.shape);
   et_reference(&base, et_world, ref);
-  const struct { int stage; const char *offload; } runs[] = {
-      {0, "none"}, {1, "none"}, {2, "none"}, {3, "none"}, {1, "cpu"}, {2, "cpu"}, {3, "cpu"}};
+  /* ratio < 1: partial offload, the first sub-groups updated on the GPU by
+   * its optimizer kernel, the others by the CPU Adam through the pipeline */
+  const struct { int stage; const char *offload, *offload_extra; } runs[] = {
+      {0, "none", NULL}, {1, "none", NULL}, {2, "none", NULL}, {3, "none", NULL},
+      {1, "cpu", NULL},  {2, "cpu", NULL},  {3, "cpu", NULL},
+      {1, "cpu", ", \"ratio\": 0.3"}, {2, "cpu", ", \"ratio\": 0.5"},
+      {3, "cpu", ", \"ratio\": 0.3"}, {3, "cpu", ", \"ratio\": 0"}};
   for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
     et_run r = base;
     r.stage = runs[k].stage;
     r.offload = runs[k].offload;
+    r.offload_extra = runs[k].offload_extra;
     r.overlap = r.stage >= 2;
     if (!strcmp(r.offload, "cpu"))
       r.sub_group = 300; /* the CPU Adam in several sub-groups, copies overlapping */
     float **out = k == 0 ? first : et_alloc_params(&r.shape);
     train(&r, out);
     double rel = et_rel_l2(&r.shape, out, ref);
-    ET_CHECK(rel <= 1e-5, "cuda stage %d offload %s vs reference: %.3g", r.stage, r.offload, rel);
+    ET_CHECK(rel <= 1e-5, "cuda stage %d offload %s%s vs reference: %.3g", r.stage, r.offload,
+             r.offload_extra ? r.offload_extra : "", rel);
     if (k > 0) {
-      char what[96];
-      snprintf(what, sizeof what, "cuda stage %d offload %s vs stage 0", r.stage, r.offload);
+      char what[128];
+      snprintf(what, sizeof what, "cuda stage %d offload %s%s vs stage 0", r.stage, r.offload,
+               r.offload_extra ? r.offload_extra : "");
       if (et_world == 1)
         ET_CHECK(et_same_bits(&r.shape, out, first, what), "%s: not bitwise identical", what);
       else
