@@ -116,8 +116,9 @@ static const zinc_key offload_param_keys[] = {
      * elements (engine/offload_nvme.c) */
     ZINC_KL(O, "buffer_count", buffer_count, 0, ZINC_KEY_AUTO | TR, ZINC_AUTO),
     ZINC_KL(O, "buffer_size", buffer_size, 1, TR, 0),
-    {"max_in_cpu", ZINC_KEY_I64, offsetof(O, max_in_cpu), 0, HUGE_VAL, ZINC_KEY_NO_EFFECT | TR, 0,
-     "no parameter cache is kept in host memory beside the NVMe partition"},
+    /* NVMe parameters: this many elements of the partition (whole modules,
+     * in partition order) stay in host memory (engine/offload_pcache.c) */
+    ZINC_KL(O, "max_in_cpu", max_in_cpu, 0, TR, 0),
 };
 
 /* zeropp_loco_param: {"err_beta": 0.8, "reset_T": 1024}. DeepSpeed reads

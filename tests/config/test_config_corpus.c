@@ -191,6 +191,7 @@ static void zero_infinity_striped_nvme(const zinc_settings *s) {
   /* 0.3 in the file: read as 1 with device nvme (partial offload needs cpu) */
   assert_true(s->offload_optimizer.ratio == 1.0);
   assert_int_equal(s->offload_param.device, ZINC_OFFLOAD_CPU);
+  assert_int_equal(s->offload_param.max_in_cpu, 0); /* zinc's default (DeepSpeed: 1e9) */
   assert_int_equal(s->aio_queue_depth, 64);
   assert_int_equal(s->aio_intra_op_parallelism, 8);
   assert_int_equal(s->aio_single_submit, 1);
@@ -559,7 +560,7 @@ static const valid_case valid_cases[] = {
     VALID(steps_per_print_zero, 1), /* read as never */
     VALID(zero_optimization_false, 1), /* the deprecated form */
     VALID(zero_sizes_zero, 0),
-    VALID(zero_infinity_nvme, 1), /* offload_param.max_in_cpu: no host cache */
+    VALID(zero_infinity_nvme, 0),
     VALID(zero_infinity_striped_nvme, 1), /* ratio 0.3 with device nvme: read as 1 */
     VALID(zinc_section, 0),
     VALID(zeropp_compressed, 0),
