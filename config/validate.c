@@ -170,7 +170,7 @@ static zinc_status check_zero(zinc_cfg_reader *r, const json_t *root, zinc_setti
    * "cpu" (engine/offload_partial.c). With NVMe on either side the whole
    * optimizer state is offloaded: said, and the ratio read as 1. */
   zinc_offload_settings *oo = &s->offload_optimizer;
-  if (oo->ratio < 1.0 && oo->device == ZINC_OFFLOAD_NONE)
+  if (oo->ratio < 1.0 && oo->device == ZINC_OFFLOAD_NONE && s->stage >= 1) /* stage 0: said */
     zinc_cfg_warn(r, "zero_optimization.offload_optimizer.ratio %g has no effect: "
                   "offload_optimizer.device is \"none\" (nothing is offloaded)", oo->ratio);
   if (oo->ratio < 1.0 && (oo->device == ZINC_OFFLOAD_NVME ||
