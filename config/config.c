@@ -36,7 +36,7 @@ static void offload_defaults(zinc_offload_settings *o, int64_t buffer_count) {
   o->buffer_count = buffer_count;
   o->ratio = 1.0;
   o->buffer_size = 100000000;
-  o->max_in_cpu = 1000000000;
+  o->max_in_cpu = 0; /* DeepSpeed's 1e9 would keep most partitions off NVMe: docs/config.md */
 }
 
 void zinc_settings_defaults(zinc_settings *s) {

@@ -129,7 +129,7 @@ typedef struct {
   int fast_init;                  /* optimizer only: false                       */
   double ratio;                   /* optimizer only: 1.0 (fraction offloaded)    */
   int64_t buffer_size;            /* param only: 1e8 elements                    */
-  int64_t max_in_cpu;             /* param only: 1e9 elements                    */
+  int64_t max_in_cpu;             /* param only: 0 elements (DeepSpeed: 1e9)     */
 } zinc_offload_settings;
 
 typedef struct {

@@ -166,8 +166,23 @@ static zinc_status check_zero(zinc_cfg_reader *r, const json_t *root, zinc_setti
   ZINC_CHECK(check_offload(r, root, s, "offload_param", &s->offload_param, 3));
   /* DeepSpeed 0.14.4 means to reject a ratio < 1 below stage 3, but its
    * check never fires (it looks the section up with getattr on a dict), so
-   * such files load there; zinc offloads the whole state at any ratio and
-   * already warns that ratio has no effect. */
+   * such files load there; zinc honours it at stages 1-3 with device
+   * "cpu" (engine/offload_partial.c). With NVMe on either side the whole
+   * optimizer state is offloaded: said, and the ratio read as 1. */
+  zinc_offload_settings *oo = &s->offload_optimizer;
+  if (oo->ratio < 1.0 && oo->device == ZINC_OFFLOAD_NONE && s->stage >= 1) /* stage 0: said */
+    zinc_cfg_warn(r, "zero_optimization.offload_optimizer.ratio %g has no effect: "
+                  "offload_optimizer.device is \"none\" (nothing is offloaded)", oo->ratio);
+  if (oo->ratio < 1.0 && (oo->device == ZINC_OFFLOAD_NVME ||
+                          (s->stage == 3 && s->offload_param.device == ZINC_OFFLOAD_NVME))) {
+    zinc_cfg_warn(r, "zero_optimization.offload_optimizer.ratio %g is read as 1: partial "
+                  "optimizer offload needs offload_optimizer.device \"cpu\" and the "
+                  "parameters in memory (offload_param.device \"none\" or \"cpu\"); %s, so "
+                  "the whole optimizer state is offloaded", oo->ratio,
+                  oo->device == ZINC_OFFLOAD_NVME ? "offload_optimizer.device is \"nvme\""
+                                                  : "offload_param.device is \"nvme\"");
+    oo->ratio = 1.0;
+  }
   return ZINC_OK;
 }
 

@@ -101,8 +101,9 @@ static const zinc_key offload_optimizer_keys[] = {
     ZINC_KB(O, "pipeline_read", pipeline_read),
     ZINC_KB(O, "pipeline_write", pipeline_write),
     ZINC_KB(O, "fast_init", fast_init),
-    {"ratio", ZINC_KEY_F64, offsetof(O, ratio), 0, 1, ZINC_KEY_NO_EFFECT, 0,
-     "partial optimizer offload is not implemented: the whole optimizer state is offloaded"},
+    /* the fraction of the optimizer's sub-groups offloaded; the rest stay
+     * on the device (engine/offload_partial.c; validate.c says when not) */
+    ZINC_KF(O, "ratio", ratio, 0, 1, 0, 0),
     ZINC_KINERT("super_offload", "false"),
     ZINC_KINERT("cpuadam_cores_perc", NULL),
 };
@@ -115,8 +116,9 @@ static const zinc_key offload_param_keys[] = {
      * elements (engine/offload_nvme.c) */
     ZINC_KL(O, "buffer_count", buffer_count, 0, ZINC_KEY_AUTO | TR, ZINC_AUTO),
     ZINC_KL(O, "buffer_size", buffer_size, 1, TR, 0),
-    {"max_in_cpu", ZINC_KEY_I64, offsetof(O, max_in_cpu), 0, HUGE_VAL, ZINC_KEY_NO_EFFECT | TR, 0,
-     "no parameter cache is kept in host memory beside the NVMe partition"},
+    /* NVMe parameters: this many elements of the partition (whole modules,
+     * in partition order) stay in host memory (engine/offload_pcache.c) */
+    ZINC_KL(O, "max_in_cpu", max_in_cpu, 0, TR, 0),
 };
 
 /* zeropp_loco_param: {"err_beta": 0.8, "reset_T": 1024}. DeepSpeed reads

@@ -158,6 +158,7 @@ void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_
                                           (uint64_t)opt_numel +
                                       (uint64_t)zinc_opt_state_bytes(&e->optim) *
                                           (uint64_t)opt_numel;
+  zinc_partial_sizes(e, bytes); /* ratio < 1: part of it on the device */
   bytes[ZINC_LOC_HOST][ZINC_MEM_BUFFERS] += zinc_offload_staging_bytes(e);
   zinc_nvme_sizes(e, bytes);
   zinc_zoadam_sizes(e, bytes);
@@ -220,7 +221,9 @@ static zinc_status alloc_states(zinc_engine *e) {
                                         "gradient partition"));
   /* optimizer state (with NVMe offload: in nvme.c's swap area; for an
    * all-f32 model on the device the master is the parameter memory) */
-  if (e->cfg.offload_optimizer.device != ZINC_OFFLOAD_NVME) {
+  if (zinc_partial_enabled(e)) {
+    ZINC_CHECK(zinc_partial_alloc(e)); /* ratio < 1: split device / host */
+  } else if (e->cfg.offload_optimizer.device != ZINC_OFFLOAD_NVME) {
     size_t ob = (size_t)e->opt_numel * 4;
     if (!e->master_in_params)
       ZINC_CHECK(zinc_engine_buffer_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM,
@@ -244,6 +247,7 @@ void zinc_build_free(zinc_engine *e) {
   zinc_stage3_free(e);
   zinc_nvme_free(e);
   zinc_offload_free(e);
+  zinc_partial_free(e);
   for (int mi = 0; mi < e->nmodules; mi++) {
     zinc_module *m = e->modules[mi];
     for (int s = 0; s < m->nsegs; s++)

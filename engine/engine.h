@@ -266,6 +266,26 @@ typedef struct {
   size_t grad_bytes, param_bytes;
 } zinc_offload;
 
+/* Partial optimizer offload (offload_partial.c): optimizer elements
+ * [0, device_numel) keep master/m/v on the device, the rest in host
+ * memory; e->master, exp_avg, exp_avg_sq are then NULL. */
+typedef struct {
+  int on;
+  int64_t device_numel;   /* D: a whole number of sub-groups */
+  float *dev[3];          /* (D) f32 on the device: master, exp_avg,
+                             exp_avg_sq (NULL: a slot not kept) */
+  float *host[3];         /* (opt_numel - D) f32 in host memory: the same */
+} zinc_partial;
+
+/* The host cache in front of the NVMe parameter partition
+ * (offload_param.max_in_cpu, offload_pcache.c): partition bytes
+ * [0, bytes) live here, the rest in the swap area. */
+typedef struct {
+  size_t bytes;           /* a prefix of whole modules' units; 0: none */
+  int64_t elems;          /* its elements (this rank's chunks) */
+  void *host;             /* (bytes) host memory, the partition's dtype */
+} zinc_pcache;
+
 struct zinc_engine {
   zinc_settings cfg;
   zinc_options opt;
@@ -359,6 +379,8 @@ struct zinc_engine {
                              host */
   zinc_nvme *nvme;        /* NVMe offload (nvme.c), or NULL */
   zinc_offload off;       /* offload cpu with staging copies (offload.c) */
+  zinc_partial partial;   /* offload_optimizer.ratio < 1 (offload_partial.c) */
+  zinc_pcache pcache;     /* offload_param.max_in_cpu (offload_pcache.c) */
   int master_in_params;   /* every parameter is f32 and the optimizer state is
                              on the device: the fp32 master is the parameter
                              memory itself (param_full / param_shard chunks),
@@ -886,6 +908,40 @@ void zinc_offload_free(zinc_engine *e);
 zinc_status zinc_offload_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, const zinc_opt_seg *segs,
                               int nseg, int pass, double *norms);
 
+/* --------------------------------------------------------- offload_partial.c */
+/* offload_optimizer.ratio < 1 applies: device cpu, stages 1-3. */
+int zinc_partial_enabled(const zinc_engine *e);
+/* D: the optimizer elements that stay on the device (0 when off). */
+int64_t zinc_partial_device_numel(const zinc_engine *e);
+/* Move D elements' master and state from host to device in bytes (the
+ * build's sizes; a no-op when off). */
+void zinc_partial_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]);
+/* Allocate both sides (instead of e->master/exp_avg/exp_avg_sq); free. */
+zinc_status zinc_partial_alloc(zinc_engine *e);
+void zinc_partial_free(zinc_engine *e);
+/* zinc_opt_read/zinc_opt_write's copy when partial.on. */
+zinc_status zinc_partial_opt_io(zinc_engine *e, int array, int64_t off, int64_t count,
+                                float *host, int write);
+/* One optimizer pass (segs: one per run, as step.c builds them): the
+ * device's op over [0, D), the CPU optimizer over the rest (through the
+ * staged pipeline when e->off.ready). norms as zinc_offload_step's. */
+zinc_status zinc_partial_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef,
+                              const zinc_opt_seg *segs, int nseg, int pass, double *norms);
+
+/* --------------------------------------------------------- offload_pcache.c */
+/* Bytes of the partition max_in_cpu keeps in host memory (0 when off):
+ * the longest prefix of whole modules' units within max_in_cpu elements;
+ * *elems (may be NULL) its elements, *units (may be NULL) its units. Needs
+ * the layout only (the estimator calls it). */
+size_t zinc_pcache_plan(const zinc_engine *e, int64_t *elems, int *units);
+/* Bytes of the partition's swap region: the rest (at least 1). */
+uint64_t zinc_pcache_disk_bytes(const zinc_engine *e);
+zinc_status zinc_pcache_init(zinc_engine *e);
+void zinc_pcache_free(zinc_engine *e);
+/* The head of partition range [*off, *off + *bytes) the cache holds is
+ * copied to (write: from) *data; off, bytes and data advance past it. */
+void zinc_pcache_io(zinc_engine *e, size_t *off, size_t *bytes, char **data, int write);
+
 /* --------------------------------------------------------- nvme.c */
 zinc_status zinc_nvme_init(zinc_engine *e);
 void zinc_nvme_free(zinc_engine *e);
@@ -901,6 +957,9 @@ int zinc_nvme_opt_on_disk(const zinc_engine *e);
 int zinc_nvme_param_on_disk(const zinc_engine *e);
 /* Tests: inject I/O faults (ZINC_AIO_FAULT syntax) from now on. */
 zinc_status zinc_nvme_inject(zinc_engine *e, const char *spec);
+/* Tests: payload bytes the NVMe swap areas have read and written so far
+ * (0 without NVMe offload). */
+void zinc_nvme_io_bytes(const zinc_engine *e, uint64_t *read, uint64_t *written);
 /* The optimizer state (array 0 master, 1 exp_avg, 2 exp_avg_sq) and the
  * stage-3 parameter partition, wherever they live, to/from host memory. */
 zinc_status zinc_opt_read(zinc_engine *e, int array, int64_t off, int64_t count, float *dst);

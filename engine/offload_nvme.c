@@ -203,8 +203,9 @@ void zinc_nvme_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_N
         (uint64_t)opt_buffers(e, ng) * zinc_round_up(region_bytes(arrays, g), align);
   }
   if (param_nvme) {
-    bytes[ZINC_LOC_NVME][ZINC_MEM_PARAMS] +=
-        swap_disk_bytes(e, e->shard_bytes ? e->shard_bytes : 1, align);
+    /* max_in_cpu: the cached prefix in host memory, the rest on disk */
+    bytes[ZINC_LOC_HOST][ZINC_MEM_PARAMS] += zinc_pcache_plan(e, NULL, NULL);
+    bytes[ZINC_LOC_NVME][ZINC_MEM_PARAMS] += swap_disk_bytes(e, zinc_pcache_disk_bytes(e), align);
     int nb;
     size_t pb;
     param_buffers(e, &nb, &pb);
@@ -259,7 +260,8 @@ zinc_status zinc_nvme_init(zinc_engine *e) {
   }
   if (param_nvme) {
     const zinc_offload_settings *ps = &e->cfg.offload_param;
-    uint64_t pbytes = e->shard_bytes ? e->shard_bytes : 1;
+    ZINC_CHECK(zinc_pcache_init(e)); /* max_in_cpu: a prefix stays in host memory */
+    uint64_t pbytes = zinc_pcache_disk_bytes(e);
     zinc_swap_params sp = {.paths = (const char *const *)ps->nvme_paths,
                            .path_count = ps->nvme_path_count,
                            .rank = e->world_rank,
@@ -320,6 +322,7 @@ void zinc_nvme_param_buffer_give(zinc_engine *e, void *buf) {
 
 void zinc_nvme_free(zinc_engine *e) {
   zinc_nvme *n = e->nvme;
+  zinc_pcache_free(e);
   if (!n)
     return;
   for (int b = 0; b < n->npbuf; b++)
@@ -481,6 +484,8 @@ zinc_status zinc_opt_read(zinc_engine *e, int array, int64_t off, int64_t count,
   ZINC_CHECK(array_kept(e, array, 0));
   if (zinc_nvme_opt_on_disk(e))
     return opt_io(e, array, off, count, dst, 0);
+  if (e->partial.on) /* ratio < 1: offload_partial.c */
+    return zinc_partial_opt_io(e, array, off, count, dst, 0);
   return opt_copy(e, array, off, count, dst, 0);
 }
 
@@ -493,14 +498,19 @@ zinc_status zinc_opt_write(zinc_engine *e, int array, int64_t off, int64_t count
   ZINC_CHECK(array_kept(e, array, 1));
   if (zinc_nvme_opt_on_disk(e))
     return opt_io(e, array, off, count, (float *)src, 1);
+  if (e->partial.on) /* ratio < 1: offload_partial.c */
+    return zinc_partial_opt_io(e, array, off, count, (float *)src, 1);
   return opt_copy(e, array, off, count, (float *)src, 1);
 }
 
 zinc_status zinc_pshard_read(zinc_engine *e, size_t off, size_t bytes, void *dst) {
   if (!bytes)
     return ZINC_OK;
-  if (zinc_nvme_param_on_disk(e))
-    return region_io(e->nvme, e->nvme->param, 0, off, dst, bytes, 0);
+  if (zinc_nvme_param_on_disk(e)) {
+    zinc_pcache_io(e, &off, &bytes, (char **)&dst, 0); /* max_in_cpu: the cached head */
+    return bytes ? region_io(e->nvme, e->nvme->param, 0, off - e->pcache.bytes, dst, bytes, 0)
+                 : ZINC_OK;
+  }
   ZINC_CHECK(e->dev->ops->copy(e->dev, dst, (char *)e->param_shard + off, bytes, e->stream));
   return zinc_engine_sync(e);
 }
@@ -508,8 +518,12 @@ zinc_status zinc_pshard_read(zinc_engine *e, size_t off, size_t bytes, void *dst
 zinc_status zinc_pshard_write(zinc_engine *e, size_t off, size_t bytes, const void *src) {
   if (!bytes)
     return ZINC_OK;
-  if (zinc_nvme_param_on_disk(e))
-    return region_io(e->nvme, e->nvme->param, 0, off, (void *)src, bytes, 1);
+  if (zinc_nvme_param_on_disk(e)) {
+    zinc_pcache_io(e, &off, &bytes, (char **)&src, 1); /* max_in_cpu: the cached head */
+    return bytes ? region_io(e->nvme, e->nvme->param, 0, off - e->pcache.bytes, (void *)src,
+                             bytes, 1)
+                 : ZINC_OK;
+  }
   ZINC_CHECK(e->dev->ops->copy(e->dev, (char *)e->param_shard + off, src, bytes, e->stream));
   return zinc_engine_sync(e);
 }
@@ -765,6 +779,14 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, co
   free(piece);
   free(dev_piece);
   return st;
+}
+
+void zinc_nvme_io_bytes(const zinc_engine *e, uint64_t *read, uint64_t *written) {
+  zinc_aio_stats s = {0};
+  if (e->nvme && e->nvme->aio)
+    zinc_aio_stats_get(e->nvme->aio, &s);
+  *read = s.bytes_read;
+  *written = s.bytes_written;
 }
 
 /* Tests: inject I/O faults (offload/aio.h's ZINC_AIO_FAULT syntax) into the

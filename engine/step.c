@@ -371,6 +371,8 @@ static zinc_status lamb_update(zinc_engine *e, const zinc_opt_coef *c, int ncoef
       upd[i].param_out = NULL; /* the weights move in APPLY */
     if (zinc_nvme_opt_on_disk(e))
       st = zinc_nvme_step(e, c, ncoef, upd, e->nruns, ZINC_OPT_PASS_UPDATE, norms);
+    else if (e->partial.on) /* ratio < 1: device and CPU optimizer */
+      st = zinc_partial_step(e, c, ncoef, upd, e->nruns, ZINC_OPT_PASS_UPDATE, norms);
     else if (e->off.ready) /* staged copies: gradients in, no parameter out */
       st = zinc_offload_step(e, c, ncoef, upd, e->nruns, ZINC_OPT_PASS_UPDATE, norms);
     else
@@ -543,6 +545,10 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
                         NULL);
   else if (zinc_nvme_param_on_disk(e))
     st = adam_params_on_disk(e, c, ncoef, segs);
+  else if (e->partial.on) /* ratio < 1: device and CPU optimizer */
+    st = zinc_partial_step(e, c, ncoef, segs, e->nruns,
+                           zinc_opt_two_pass(c[0].kind) ? ZINC_OPT_PASS_APPLY
+                                                        : ZINC_OPT_PASS_UPDATE, NULL);
   else if (e->off.ready) /* zinc_offload_init decided: staged copies */
     st = zinc_offload_step(e, c, ncoef, segs, e->nruns,
                            zinc_opt_two_pass(c[0].kind) ? ZINC_OPT_PASS_APPLY

@@ -120,6 +120,16 @@ static void special_cases_warn(void **state) {
   expect_warning("{\"zero_optimization\":{\"stage\":2,\"offload_optimizer\":{\"device\":\"cpu\","
                  "\"nvme_path\":\"/nvme\"}}}", 1,
                  (const char *[]){"offload_optimizer.nvme_path is ignored", "\"cpu\"", NULL});
+  /* offload_optimizer.ratio: honoured with device cpu (no warning), said
+   * with device none, read as 1 with NVMe on either side */
+  expect_warning("{\"zero_optimization\":{\"stage\":1,\"offload_optimizer\":{\"device\":\"cpu\","
+                 "\"ratio\":0.25}}}", 0, NULL);
+  expect_warning("{\"zero_optimization\":{\"stage\":2,\"offload_optimizer\":{\"ratio\":0.5}}}", 1,
+                 (const char *[]){"ratio 0.5 has no effect", "\"none\"", NULL});
+  expect_warning("{\"zero_optimization\":{\"stage\":3,\"offload_optimizer\":{\"device\":\"cpu\","
+                 "\"ratio\":0.5},\"offload_param\":{\"device\":\"nvme\",\"nvme_path\":\"/n\"}}}",
+                 1, (const char *[]){"ratio 0.5 is read as 1", "offload_param.device is \"nvme\"",
+                                     NULL});
   expect_warning("{\"optimizer\":{\"type\":\"AdamW\",\"params\":{\"adam_w_mode\":false}}}", 1,
                  (const char *[]){"adam_w_mode = false has no effect", NULL});
   expect_warning("{\"zero_optimization\":{\"stage\":2,\"cpu_offload\":true}}", 1,

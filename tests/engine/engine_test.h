@@ -84,6 +84,9 @@ typedef struct {
   int model_parallel;      /* zinc_options.model_parallel_size (0: 1) */
   const char *zero_extra;  /* extra zero_optimization members ("\"k\": v,"
                               each with its comma), or NULL */
+  const char *offload_extra; /* extra offload_optimizer members (", \"k\": v"
+                              each after a comma), or NULL */
+  const char *param_extra; /* the same for offload_param, or NULL */
   tm_shape shape;
   const et_optim *optim;   /* NULL: AdamW, lr 0.01, betas (0.9, 0.999), eps 1e-8,
                               weight_decay 0.01 (et_adamw_default) */
@@ -149,12 +152,13 @@ static inline char *et_config_json(const et_run *r) {
   if (r->stage == 3 && r->offload_param)
     snprintf(param_offload, sizeof param_offload,
              ",\n    \"offload_param\": {\"device\": \"%s\"%s%s%s, \"buffer_count\": %d, "
-             "\"buffer_size\": %lld}", r->offload_param,
+             "\"buffer_size\": %lld%s}", r->offload_param,
              r->nvme_path ? ", \"nvme_path\": \"" : "", r->nvme_path ? r->nvme_path : "",
              r->nvme_path ? "\"" : "", r->param_buffer_count > 0 ? r->param_buffer_count : 5,
-             (long long)(r->param_buffer_size > 0 ? r->param_buffer_size : 100000000));
+             (long long)(r->param_buffer_size > 0 ? r->param_buffer_size : 100000000),
+             r->param_extra ? r->param_extra : "");
   int opt_nvme = r->nvme_path && r->stage > 0 && !strcmp(r->offload, "nvme");
-  char sub_group[64] = "", buffers[64] = "";
+  char sub_group[64] = "", buffers[256] = "";
   if (r->sub_group > 0 || r->sub_group_zero)
     snprintf(sub_group, sizeof sub_group, " \"sub_group_size\": %lld,",
              (long long)(r->sub_group_zero ? 0 : r->sub_group));
@@ -163,6 +167,8 @@ static inline char *et_config_json(const et_run *r) {
              " \"zero_hpz_partition_size\": %d,", r->hpz);
   if (r->buffer_count > 0 && opt_nvme)
     snprintf(buffers, sizeof buffers, ", \"buffer_count\": %d", r->buffer_count);
+  if (r->offload_extra)
+    snprintf(buffers + strlen(buffers), sizeof buffers - strlen(buffers), "%s", r->offload_extra);
   char optimizer[700] = "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"betas\": [0.9, 0.999],"
                         " \"eps\": 1e-8, \"weight_decay\": 0.01}}";
   if (r->optim)

@@ -5,7 +5,9 @@
  * in and parameters copied out per sub-group; nvme: ZeRO-Infinity, the
  * same pipeline with the optimizer state read from and written to NVMe per
  * sub-group, and at stage 3 the parameters on NVMe too, fetched NVMe ->
- * pinned -> device and all-gathered from device memory) must give the same
+ * pinned -> device and all-gathered from device memory; and partial
+ * offload, offload_optimizer.ratio 0, 0.3 and 0.5: the first sub-groups
+ * updated on the GPU, the rest by the CPU Adam) must give the same
  * parameters; at
  * world size 1 bit for bit, and at 2-8 ranks within 1e-6 relative L2
  * (NCCL's reductions are not rank-ordered, so grouping may change the
@@ -119,16 +121,22 @@ static void test_oracle(void) {
   et_run base = et_defaults();
   float **ref = et_alloc_params(&base.shape), **first = et_alloc_params(&base.shape);
   et_reference(&base, et_world, ref);
-  const struct { int stage; const char *offload, *offload_param; } runs[] = {
-      {0, "none", NULL},   {1, "none", NULL},   {2, "none", NULL},   {3, "none", NULL},
-      {1, "cpu", NULL},    {2, "cpu", NULL},    {3, "cpu", NULL},    {1, "nvme", NULL},
-      {2, "nvme", NULL},   {3, "nvme", NULL},   {3, "nvme", "nvme"}, {3, "cpu", "nvme"},
-      {3, "none", "nvme"}}; /* the device optimizer into pinned staging, then NVMe */
+  /* ratio < 1: partial offload, the first sub-groups updated on the GPU by
+   * its optimizer kernel, the others by the CPU Adam through the pipeline */
+  const struct { int stage; const char *offload, *offload_param, *offload_extra; } runs[] = {
+      {0, "none", NULL, NULL},   {1, "none", NULL, NULL},   {2, "none", NULL, NULL},
+      {3, "none", NULL, NULL},   {1, "cpu", NULL, NULL},    {2, "cpu", NULL, NULL},
+      {3, "cpu", NULL, NULL},    {1, "nvme", NULL, NULL},   {2, "nvme", NULL, NULL},
+      {3, "nvme", NULL, NULL},   {3, "nvme", "nvme", NULL}, {3, "cpu", "nvme", NULL},
+      {3, "none", "nvme", NULL}, /* the device optimizer into pinned staging, then NVMe */
+      {1, "cpu", NULL, ", \"ratio\": 0.3"}, {2, "cpu", NULL, ", \"ratio\": 0.5"},
+      {3, "cpu", NULL, ", \"ratio\": 0.3"}, {3, "cpu", NULL, ", \"ratio\": 0"}};
   for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
     et_run r = base;
     r.stage = runs[k].stage;
     r.offload = runs[k].offload;
     r.offload_param = runs[k].offload_param;
+    r.offload_extra = runs[k].offload_extra;
     r.overlap = r.stage >= 2;
     if (strcmp(r.offload, "none"))
       r.sub_group = 300; /* the CPU Adam in several sub-groups, copies overlapping */
@@ -139,12 +147,14 @@ static void test_oracle(void) {
     float **out = k == 0 ? first : et_alloc_params(&r.shape);
     train(&r, out);
     double rel = et_rel_l2(&r.shape, out, ref);
-    ET_CHECK(rel <= 1e-5, "cuda stage %d offload %s/%s vs reference: %.3g", r.stage, r.offload,
-             r.offload_param ? r.offload_param : "none", rel);
+    ET_CHECK(rel <= 1e-5, "cuda stage %d offload %s/%s%s vs reference: %.3g", r.stage,
+             r.offload, r.offload_param ? r.offload_param : "none",
+             r.offload_extra ? r.offload_extra : "", rel);
     if (k > 0) {
-      char what[96];
-      snprintf(what, sizeof what, "cuda stage %d offload %s/%s vs stage 0", r.stage, r.offload,
-               r.offload_param ? r.offload_param : "none");
+      char what[160];
+      snprintf(what, sizeof what, "cuda stage %d offload %s/%s%s vs stage 0", r.stage,
+               r.offload, r.offload_param ? r.offload_param : "none",
+               r.offload_extra ? r.offload_extra : "");
       if (et_world == 1)
         ET_CHECK(et_same_bits(&r.shape, out, first, what), "%s: not bitwise identical", what);
       else
