@@ -532,6 +532,22 @@ int zinc_device_cuda_count(void) {
   return n;
 }
 
+zinc_status zinc_device_cuda_stream_ordinal(void *stream, int *ordinal) {
+  *ordinal = -1;
+  if (!stream)
+    return ZINC_OK;
+  int dev = -1;
+  cudaError_t err = cudaStreamGetDevice((cudaStream_t)stream, &dev);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return zinc_error(ZINC_ERR_DEVICE, "zinc_options.cuda_stream %p: CUDA cannot tell its "
+                      "device (%s); give a stream this process created, or NULL", stream,
+                      cudaGetErrorString(err));
+  }
+  *ordinal = dev;
+  return ZINC_OK;
+}
+
 zinc_status zinc_device_cuda_create(int ordinal, void *compute_stream, zinc_device **out) {
   if (!out)
     return zinc_error(ZINC_ERR_INVALID, "cuda device: NULL output pointer");
@@ -610,6 +626,17 @@ zinc_status zinc_device_cuda_pool_trim(zinc_device *d) {
   return zinc_cuda_pool_trim(ci->pool[ZINC_LOC_HOST]);
 }
 
+zinc_status zinc_device_cuda_pci_bus_id(zinc_device *d, char *buf, int len) {
+  if (!d || d->ops != &cuda_ops || !buf || len < 1)
+    return zinc_error(ZINC_ERR_INVALID, "PCI bus id: not a cuda device");
+  cuda_impl *ci = impl_of(d);
+  cudaError_t err = cudaDeviceGetPCIBusId(buf, len, ci->ordinal);
+  if (err != cudaSuccess)
+    return cuda_fail(ci, err, "cudaDeviceGetPCIBusId");
+  buf[len - 1] = '\0';
+  return ZINC_OK;
+}
+
 void *zinc_device_cuda_stream(zinc_device *d, zinc_stream *s) {
   if (!d || d->ops != &cuda_ops)
     return NULL;
@@ -633,6 +660,19 @@ zinc_status zinc_device_cuda_create(int ordinal, void *compute_stream, zinc_devi
   return zinc_error(ZINC_ERR_UNSUPPORTED, "cuda device %d: zinc was built without CUDA; "
                     "rebuild with -DZINC_CUDA=ON (CUDA toolkit and NCCL installed) or use the "
                     "CPU device", ordinal);
+}
+
+zinc_status zinc_device_cuda_stream_ordinal(void *stream, int *ordinal) {
+  (void)stream;
+  *ordinal = -1;
+  return ZINC_OK;
+}
+
+zinc_status zinc_device_cuda_pci_bus_id(zinc_device *d, char *buf, int len) {
+  (void)d;
+  if (buf && len > 0)
+    buf[0] = '\0';
+  return zinc_error(ZINC_ERR_UNSUPPORTED, "PCI bus id: zinc was built without CUDA");
 }
 
 zinc_status zinc_device_cuda_pool_stats(zinc_device *d, int location, zinc_cuda_pool_stats *out) {

@@ -51,6 +51,10 @@ zinc_status zinc_device_cuda_pool_trim(zinc_device *d);
  * the compute stream. NULL for another kind of device. */
 void *zinc_device_cuda_stream(zinc_device *d, zinc_stream *s);
 
+/* The PCI bus id of a cuda device's GPU ("0000:3b:00.0") into buf (len
+ * bytes, NUL-terminated); ZINC_ERR_INVALID for another device. */
+zinc_status zinc_device_cuda_pci_bus_id(zinc_device *d, char *buf, int len);
+
 /* Device memory the driver attributes to this process, in bytes, through
  * NVML (loaded at run time); -1 when NVML is absent or does not say (some
  * containers hide other PID namespaces from it). */

@@ -19,7 +19,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/env.h"
+#include "device/device_choice.h"
 #include "device/device_cpu.h"
+#include "device/device_cuda.h"
 #include "engine/engine.h"
 #include "engine/memory/profiler.h"
 #include "optim/lr_schedule.h"
@@ -170,24 +173,97 @@ static zinc_status create_hpz_comm(zinc_engine *e) {
   return ZINC_OK;
 }
 
-static zinc_status create_device(zinc_engine *e) {
-  int want = e->opt.device;
-  int ngpu = zinc_device_cuda_count();
-  if (want == ZINC_DEVICE_AUTO)
-    want = ngpu > 0 ? e->local_rank % ngpu : ZINC_DEVICE_CPU;
-  if (want >= 0) {
-    ZINC_CHECK(zinc_device_cuda_create(want, e->opt.cuda_stream, &e->dev));
-  } else {
-    /* the ranks on this node split its cores; the device binds its pool's
-     * threads inside this rank's share (device/topology.c) */
-    zinc_device_cpu_placement pl = ZINC_DEVICE_CPU_PLACEMENT_INIT;
-    pl.threads = e->opt.threads > 0 ? e->opt.threads : 0;
-    pl.pin_memory = e->cfg.offload_optimizer.pin_memory || e->cfg.offload_param.pin_memory;
-    pl.local_rank = e->local_rank;
-    pl.local_size = e->local_size;
-    pl.verbose = e->cfg.placement_verbose;
-    ZINC_CHECK(zinc_device_cpu_create_placed(&pl, &e->dev));
+/* This rank's device: chosen by device/device_choice.c's rules, then
+ * created. ZINC_TEST_DEVICE_FAIL_RANK=r makes creation fail on world rank r
+ * (tests: the agreement in create_device). */
+static zinc_status open_device(zinc_engine *e, int *ordinal) {
+  zinc_device_choice_in in = {.world_rank = e->world_rank, .local_rank = e->local_rank,
+                              .local_size = e->local_size, .requested = e->opt.device};
+  in.gpu_count = e->opt.device == ZINC_DEVICE_CPU ? 0 : zinc_device_cuda_count();
+  ZINC_CHECK(zinc_device_cuda_stream_ordinal(e->opt.cuda_stream, &in.stream_device));
+  ZINC_CHECK(zinc_device_choose(&in, ordinal));
+  if (zinc_env_int("ZINC_TEST_DEVICE_FAIL_RANK", -1, -1, INT_MAX) == e->world_rank)
+    return zinc_error(ZINC_ERR_DEVICE, "device creation failed on purpose on rank %d "
+                      "(ZINC_TEST_DEVICE_FAIL_RANK)", e->world_rank);
+  if (*ordinal >= 0)
+    return zinc_device_cuda_create(*ordinal, e->opt.cuda_stream, &e->dev);
+  /* the ranks on this node split its cores; the device binds its pool's
+   * threads inside this rank's share (device/topology.c) */
+  zinc_device_cpu_placement pl = ZINC_DEVICE_CPU_PLACEMENT_INIT;
+  pl.threads = e->opt.threads > 0 ? e->opt.threads : 0;
+  pl.pin_memory = e->cfg.offload_optimizer.pin_memory || e->cfg.offload_param.pin_memory;
+  pl.local_rank = e->local_rank;
+  pl.local_size = e->local_size;
+  pl.verbose = e->cfg.placement_verbose;
+  return zinc_device_cpu_create_placed(&pl, &e->dev);
+}
+
+/* Two ranks of one node on one GPU (a per-rank CUDA_VISIBLE_DEVICES that
+ * overlaps, or explicit ordinals) would fail late in NCCL's bootstrap: the
+ * ranks compare (host name, PCI bus id) once, and every rank computes the
+ * same answer from the same table. Collective over the world. */
+static zinc_status check_shared_gpus(zinc_engine *e) {
+  enum { HOST = 64, BUS = 32, ROW = HOST + BUS };
+  char mine[ROW] = {0};
+  if (gethostname(mine, HOST - 1) != 0)
+    snprintf(mine, HOST, "unknown");
+  if (e->dev->ops->is_gpu)
+    ZINC_CHECK(zinc_device_cuda_pci_bus_id(e->dev, mine + HOST, BUS));
+  char *all = calloc((size_t)e->world_size, ROW);
+  char *node_ids = calloc((size_t)e->world_size, BUS);
+  int *node_ranks = calloc((size_t)e->world_size, sizeof *node_ranks);
+  zinc_status st = all && node_ids && node_ranks
+                       ? zinc_comm_allgather(e->world, mine, all, ROW, ZINC_DT_U8)
+                       : zinc_error(ZINC_ERR_NOMEM, "out of memory comparing the GPUs of %d "
+                                    "ranks", e->world_size);
+  for (int host = 0; st == ZINC_OK && host < e->world_size; host++) {
+    const char *name = all + (size_t)host * ROW;
+    int first_of_host = 1, n = 0;
+    for (int r = 0; r < host && first_of_host; r++)
+      first_of_host = strncmp(all + (size_t)r * ROW, name, HOST) != 0;
+    for (int r = host; first_of_host && r < e->world_size; r++) {
+      const char *row = all + (size_t)r * ROW;
+      if (strncmp(row, name, HOST) != 0 || !row[HOST])
+        continue; /* another node, or a rank on the CPU */
+      memcpy(node_ids + (size_t)n * BUS, row + HOST, BUS);
+      node_ranks[n++] = r;
+    }
+    int a, b;
+    if (first_of_host && zinc_device_choice_clash(node_ids, BUS, n, &a, &b))
+      st = zinc_error(ZINC_ERR_DEVICE, "ranks %d and %d on node %s both chose the GPU at PCI "
+                      "%s: give each rank its own GPU (CUDA_VISIBLE_DEVICES, zinc_options.device "
+                      "or cuda_stream), or start fewer ranks per node", node_ranks[a],
+                      node_ranks[b], name, node_ids + (size_t)a * BUS);
   }
+  free(all);
+  free(node_ids);
+  free(node_ranks);
+  return st;
+}
+
+/* zinc_engine_agree over the world, where the lowest failing rank's own
+ * message also starts "rank N: " as its peers' do: every rank returns the
+ * same text. */
+static zinc_status agree_same_text(zinc_engine *e, zinc_status mine) {
+  char my_msg[512] = "";
+  if (mine != ZINC_OK)
+    snprintf(my_msg, sizeof my_msg, "%s", zinc_last_error());
+  zinc_status st = zinc_engine_agree(e, e->world, mine);
+  if (st != ZINC_OK && mine != ZINC_OK && e->world_size > 1 &&
+      strcmp(zinc_last_error(), my_msg) == 0)
+    zinc_error(st, "rank %d: %s", e->world_rank, my_msg);
+  return st;
+}
+
+/* The device, agreed over the world before any NCCL comm exists: a rank
+ * without its GPU (none, a bad ordinal, out of memory) fails every rank at
+ * once with its message, instead of leaving the others in NCCL's bootstrap
+ * until the comm timeout. */
+static zinc_status create_device(zinc_engine *e) {
+  int want = ZINC_DEVICE_CPU;
+  ZINC_CHECK(agree_same_text(e, open_device(e, &want)));
+  if (e->world_size > 1)
+    ZINC_CHECK(agree_same_text(e, check_shared_gpus(e)));
   e->dev->mem_hook = zinc_prof_account;
   e->dev->mem_hook_ctx = e->prof;
   e->stream = NULL; /* the compute stream */
