@@ -626,6 +626,15 @@ zinc_status zinc_device_cuda_pool_trim(zinc_device *d) {
   return zinc_cuda_pool_trim(ci->pool[ZINC_LOC_HOST]);
 }
 
+zinc_status zinc_device_cuda_set_wait(zinc_device *d, double seconds) {
+  if (!d || d->ops != &cuda_ops || !(seconds >= 0))
+    return zinc_error(ZINC_ERR_INVALID, "pool wait of %g s: not a cuda device, or negative",
+                      seconds);
+  zinc_cuda_pool_set_wait(impl_of(d)->pool[ZINC_LOC_DEVICE], seconds);
+  zinc_cuda_pool_set_wait(impl_of(d)->pool[ZINC_LOC_HOST], seconds);
+  return ZINC_OK;
+}
+
 zinc_status zinc_device_cuda_pci_bus_id(zinc_device *d, char *buf, int len) {
   if (!d || d->ops != &cuda_ops || !buf || len < 1)
     return zinc_error(ZINC_ERR_INVALID, "PCI bus id: not a cuda device");
@@ -666,6 +675,12 @@ zinc_status zinc_device_cuda_stream_ordinal(void *stream, int *ordinal) {
   (void)stream;
   *ordinal = -1;
   return ZINC_OK;
+}
+
+zinc_status zinc_device_cuda_set_wait(zinc_device *d, double seconds) {
+  (void)d;
+  (void)seconds;
+  return zinc_error(ZINC_ERR_UNSUPPORTED, "pool wait: zinc was built without CUDA");
 }
 
 zinc_status zinc_device_cuda_pci_bus_id(zinc_device *d, char *buf, int len) {

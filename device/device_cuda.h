@@ -47,6 +47,13 @@ zinc_status zinc_device_cuda_pool_stats(zinc_device *d, int location,
  * pools). The next allocations of those sizes call cudaMalloc again. */
 zinc_status zinc_device_cuda_pool_trim(zinc_device *d);
 
+/* The deadline, in seconds, of the pools' waits for the device (the last
+ * uses of freed blocks; device/device_cuda_pool.h, 600 s unless set): past
+ * it they fail naming what they waited for instead of blocking for ever
+ * behind a kernel that never ends. The engine sets its comm timeout.
+ * ZINC_ERR_INVALID for another device or a negative value. */
+zinc_status zinc_device_cuda_set_wait(zinc_device *d, double seconds);
+
 /* The cudaStream_t (as void *) behind a stream of a cuda device; NULL s:
  * the compute stream. NULL for another kind of device. */
 void *zinc_device_cuda_stream(zinc_device *d, zinc_stream *s);

@@ -268,6 +268,8 @@ static zinc_status create_device(zinc_engine *e) {
   e->dev->mem_hook_ctx = e->prof;
   e->stream = NULL; /* the compute stream */
   if (e->dev->ops->is_gpu) {
+    /* the pools wait for the device no longer than a collective may */
+    ZINC_CHECK(zinc_device_cuda_set_wait(e->dev, e->cfg.comm_timeout_s));
     /* device buffers travel over NCCL, bootstrapped over the MPI groups */
     ZINC_CHECK(zinc_comm_nccl_create(e->dp_host, want, e->opt.cuda_stream,
                                      e->cfg.comm_timeout_s, &e->dp));
