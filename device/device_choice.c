@@ -63,3 +63,18 @@ int zinc_device_choice_clash(const char *ids, int id_len, int n, int *first, int
       }
   return 0;
 }
+
+void zinc_device_choice_near(const int *numa, int n, int me, int *near_rank, int *near_size) {
+  *near_rank = 0;
+  *near_size = 1;
+  if (me < 0 || me >= n || numa[me] < 0)
+    return;
+  *near_size = 0;
+  for (int i = 0; i < n; i++) {
+    if (numa[i] != numa[me])
+      continue;
+    if (i < me)
+      ++*near_rank;
+    ++*near_size;
+  }
+}

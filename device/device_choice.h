@@ -48,6 +48,13 @@ zinc_status zinc_device_choose(const zinc_device_choice_in *in, int *ordinal);
  * earlier rank has, *first the lowest such earlier rank. */
 int zinc_device_choice_clash(const char *ids, int id_len, int n, int *first, int *second);
 
+/* The local ranks that share a NUMA node near their GPUs, among whom the
+ * node's cores are cut for their CPU work (device/topology.h): numa[i] is
+ * the NUMA node of local rank i's GPU (-1: unknown, or on the CPU), n
+ * ranks. *near_rank = rank me's index among the ranks with its node,
+ * *near_size = their number; 0 and 1 when numa[me] < 0. */
+void zinc_device_choice_near(const int *numa, int n, int me, int *near_rank, int *near_size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -67,6 +67,7 @@ typedef struct {
   zinc_nvml *nvml;                                /* NULL: NVML not loaded */
   zinc_topology *topo;                            /* with PCI devices, or NULL */
   hwloc_bitmap_t near;                            /* the GPU's NUMA node, or NULL */
+  int numa;                                       /* its OS index, or -1 */
 } cuda_impl;
 
 static cuda_impl *impl_of(zinc_device *d) { return d->impl; }
@@ -117,6 +118,7 @@ static void place_host_memory(cuda_impl *ci) {
     return;
   }
   int node = zinc_topology_numa_of_pci(ci->topo, bus_id);
+  ci->numa = node;
   if (zinc_topology_numa_nodes(ci->topo) < 2 || node < 0)
     return;
   ci->near = hwloc_bitmap_alloc();
@@ -575,6 +577,7 @@ zinc_status zinc_device_cuda_create(int ordinal, void *compute_stream, zinc_devi
     return zinc_error(ZINC_ERR_NOMEM, "cuda device %d: out of host memory", ordinal);
   }
   ci->ordinal = ordinal;
+  ci->numa = -1;
   pthread_mutex_init(&ci->lock, NULL);
   ci->compute.s = (cudaStream_t)compute_stream;
   ci->compute.owned = 0;
@@ -626,6 +629,10 @@ zinc_status zinc_device_cuda_pool_trim(zinc_device *d) {
   return zinc_cuda_pool_trim(ci->pool[ZINC_LOC_HOST]);
 }
 
+int zinc_device_cuda_numa_node(zinc_device *d) {
+  return d && d->ops == &cuda_ops ? impl_of(d)->numa : -1;
+}
+
 zinc_status zinc_device_cuda_set_wait(zinc_device *d, double seconds) {
   if (!d || d->ops != &cuda_ops || !(seconds >= 0))
     return zinc_error(ZINC_ERR_INVALID, "pool wait of %g s: not a cuda device, or negative",
@@ -675,6 +682,11 @@ zinc_status zinc_device_cuda_stream_ordinal(void *stream, int *ordinal) {
   (void)stream;
   *ordinal = -1;
   return ZINC_OK;
+}
+
+int zinc_device_cuda_numa_node(zinc_device *d) {
+  (void)d;
+  return -1;
 }
 
 zinc_status zinc_device_cuda_set_wait(zinc_device *d, double seconds) {

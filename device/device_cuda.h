@@ -58,6 +58,11 @@ zinc_status zinc_device_cuda_set_wait(zinc_device *d, double seconds);
  * the compute stream. NULL for another kind of device. */
 void *zinc_device_cuda_stream(zinc_device *d, zinc_stream *s);
 
+/* The NUMA node (OS index) nearest a cuda device's GPU by hwloc's PCI
+ * locality, or -1 where hwloc has no I/O information (or not a cuda
+ * device). */
+int zinc_device_cuda_numa_node(zinc_device *d);
+
 /* The PCI bus id of a cuda device's GPU ("0000:3b:00.0") into buf (len
  * bytes, NUL-terminated); ZINC_ERR_INVALID for another device. */
 zinc_status zinc_device_cuda_pci_bus_id(zinc_device *d, char *buf, int len);

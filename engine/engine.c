@@ -198,33 +198,51 @@ static zinc_status open_device(zinc_engine *e, int *ordinal) {
   return zinc_device_cpu_create_placed(&pl, &e->dev);
 }
 
-/* Two ranks of one node on one GPU (a per-rank CUDA_VISIBLE_DEVICES that
- * overlaps, or explicit ordinals) would fail late in NCCL's bootstrap: the
- * ranks compare (host name, PCI bus id) once, and every rank computes the
- * same answer from the same table. Collective over the world. */
-static zinc_status check_shared_gpus(zinc_engine *e) {
-  enum { HOST = 64, BUS = 32, ROW = HOST + BUS };
+/* The GPUs of the ranks, compared once (collective over the world; every
+ * rank computes the same answer from the same table):
+ *  - two ranks of one node on one GPU (a per-rank CUDA_VISIBLE_DEVICES that
+ *    overlaps, or explicit ordinals) would fail late in NCCL's bootstrap:
+ *    refused here naming both;
+ *  - the local ranks whose GPUs are near one NUMA node split its cores for
+ *    their CPU offload threads (gpu_near_rank of gpu_near_size). */
+static zinc_status compare_gpus(zinc_engine *e) {
+  enum { HOST = 64, BUS = 32, NUMA = HOST + BUS, ROW = NUMA + 4 };
   char mine[ROW] = {0};
   if (gethostname(mine, HOST - 1) != 0)
     snprintf(mine, HOST, "unknown");
-  if (e->dev->ops->is_gpu)
+  int32_t my_numa = -1;
+  if (e->dev->ops->is_gpu) {
     ZINC_CHECK(zinc_device_cuda_pci_bus_id(e->dev, mine + HOST, BUS));
+    my_numa = zinc_device_cuda_numa_node(e->dev);
+  }
+  memcpy(mine + NUMA, &my_numa, sizeof my_numa);
+  e->gpu_numa = my_numa;
+  e->gpu_near_rank = 0;
+  e->gpu_near_size = 1;
   char *all = calloc((size_t)e->world_size, ROW);
   char *node_ids = calloc((size_t)e->world_size, BUS);
   int *node_ranks = calloc((size_t)e->world_size, sizeof *node_ranks);
-  zinc_status st = all && node_ids && node_ranks
+  int *local_numa = calloc((size_t)e->world_size, sizeof *local_numa);
+  zinc_status st = all && node_ids && node_ranks && local_numa
                        ? zinc_comm_allgather(e->world, mine, all, ROW, ZINC_DT_U8)
                        : zinc_error(ZINC_ERR_NOMEM, "out of memory comparing the GPUs of %d "
                                     "ranks", e->world_size);
   for (int host = 0; st == ZINC_OK && host < e->world_size; host++) {
     const char *name = all + (size_t)host * ROW;
-    int first_of_host = 1, n = 0;
+    int first_of_host = 1, n = 0, nlocal = 0, me = -1;
     for (int r = 0; r < host && first_of_host; r++)
       first_of_host = strncmp(all + (size_t)r * ROW, name, HOST) != 0;
     for (int r = host; first_of_host && r < e->world_size; r++) {
       const char *row = all + (size_t)r * ROW;
-      if (strncmp(row, name, HOST) != 0 || !row[HOST])
-        continue; /* another node, or a rank on the CPU */
+      if (strncmp(row, name, HOST) != 0)
+        continue; /* another node */
+      if (r == e->world_rank)
+        me = nlocal;
+      int32_t numa;
+      memcpy(&numa, row + NUMA, sizeof numa);
+      local_numa[nlocal++] = numa;
+      if (!row[HOST])
+        continue; /* a rank on the CPU */
       memcpy(node_ids + (size_t)n * BUS, row + HOST, BUS);
       node_ranks[n++] = r;
     }
@@ -234,11 +252,26 @@ static zinc_status check_shared_gpus(zinc_engine *e) {
                       "%s: give each rank its own GPU (CUDA_VISIBLE_DEVICES, zinc_options.device "
                       "or cuda_stream), or start fewer ranks per node", node_ranks[a],
                       node_ranks[b], name, node_ids + (size_t)a * BUS);
+    if (me >= 0)
+      zinc_device_choice_near(local_numa, nlocal, me, &e->gpu_near_rank, &e->gpu_near_size);
   }
   free(all);
   free(node_ids);
   free(node_ranks);
+  free(local_numa);
   return st;
+}
+
+zinc_status zinc_engine_offload_cpu_device(zinc_engine *e, zinc_device **out) {
+  zinc_device_cpu_placement pl = ZINC_DEVICE_CPU_PLACEMENT_INIT;
+  pl.threads = e->opt.threads > 0 ? e->opt.threads : 0;
+  pl.local_rank = e->local_rank;
+  pl.local_size = e->local_size;
+  pl.verbose = e->cfg.placement_verbose;
+  pl.near_numa = e->gpu_numa; /* -1 without hwloc's I/O information: the split above */
+  pl.near_rank = e->gpu_near_rank;
+  pl.near_size = e->gpu_near_size;
+  return zinc_device_cpu_create_placed(&pl, out);
 }
 
 /* zinc_engine_agree over the world, where the lowest failing rank's own
@@ -262,8 +295,7 @@ static zinc_status agree_same_text(zinc_engine *e, zinc_status mine) {
 static zinc_status create_device(zinc_engine *e) {
   int want = ZINC_DEVICE_CPU;
   ZINC_CHECK(agree_same_text(e, open_device(e, &want)));
-  if (e->world_size > 1)
-    ZINC_CHECK(agree_same_text(e, check_shared_gpus(e)));
+  ZINC_CHECK(agree_same_text(e, compare_gpus(e)));
   e->dev->mem_hook = zinc_prof_account;
   e->dev->mem_hook_ctx = e->prof;
   e->stream = NULL; /* the compute stream */

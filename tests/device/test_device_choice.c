@@ -2,8 +2,8 @@
  * (device/device_choice.c), every rule in the CPU build: the named cases
  * one by one with the words their messages must carry, then every
  * combination of local rank/size, GPU count, requested device and stream
- * device up to 9 against a reference written here; and the check that two
- * ranks of a node landed on one GPU. */
+ * device up to 9 against a reference written here; the check that two
+ * ranks of a node landed on one GPU; and the ranks near one NUMA node. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -167,11 +167,32 @@ static void clash(void **state) {
   assert_int_equal(zinc_device_choice_clash(&pad[0][0], LEN, 2, &a, &b), 0);
 }
 
+/* Ranks near one NUMA node: the index among the ranks with the same node,
+ * counted here by hand for each layout. */
+static void near_ranks(void **state) {
+  (void)state;
+  const int numa[7] = {1, 0, 1, -1, 1, 0, -1};
+  const int want_rank[7] = {0, 0, 1, 0, 2, 1, 0};
+  const int want_size[7] = {3, 2, 3, 1, 3, 2, 1};
+  for (int me = 0; me < 7; me++) {
+    int r = -5, n = -5;
+    zinc_device_choice_near(numa, 7, me, &r, &n);
+    if (r != want_rank[me] || n != want_size[me])
+      fail_msg("local rank %d (node %d): near rank %d of %d, expected %d of %d", me, numa[me],
+               r, n, want_rank[me], want_size[me]);
+  }
+  int r = -5, n = -5;
+  zinc_device_choice_near(numa, 7, 7, &r, &n); /* out of range: alone */
+  assert_int_equal(r, 0);
+  assert_int_equal(n, 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(named_cases),
       cmocka_unit_test(every_combination),
       cmocka_unit_test(clash),
+      cmocka_unit_test(near_ranks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
