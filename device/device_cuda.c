@@ -487,6 +487,16 @@ static void cuda_destroy(zinc_device *d) {
   if (ci->compute.scratch)
     cuda_free(d, ci->compute.scratch, ci->compute.scratch_bytes, ZINC_LOC_DEVICE,
               ZINC_MEM_BUFFERS);
+  /* a pool that waited past its deadline gives nothing back, nor does the
+   * other: cudaFree and cudaFreeHost would wait for the same device */
+  for (int loc = 0; loc < 2; loc++) /* ZINC_LOC_DEVICE, ZINC_LOC_HOST */
+    if (ci->pool[loc] && zinc_cuda_pool_flush(ci->pool[loc]) != ZINC_OK) {
+      zinc_log(ZINC_LOG_ERROR, "%s", zinc_last_error());
+      if (ci->pool[ZINC_LOC_DEVICE])
+        zinc_cuda_pool_set_stuck(ci->pool[ZINC_LOC_DEVICE]);
+      if (ci->pool[ZINC_LOC_HOST])
+        zinc_cuda_pool_set_stuck(ci->pool[ZINC_LOC_HOST]);
+    }
   zinc_cuda_pool_destroy(ci->pool[ZINC_LOC_DEVICE]);
   zinc_cuda_pool_destroy(ci->pool[ZINC_LOC_HOST]);
   if (ci->near)

@@ -337,6 +337,19 @@ void zinc_cuda_pool_set_wait(zinc_cuda_pool *p, double seconds) {
   pthread_mutex_unlock(&p->lock);
 }
 
+zinc_status zinc_cuda_pool_flush(zinc_cuda_pool *p) {
+  pthread_mutex_lock(&p->lock);
+  zinc_status st = p->stuck ? ZINC_OK : flush_cache(p);
+  pthread_mutex_unlock(&p->lock);
+  return st;
+}
+
+void zinc_cuda_pool_set_stuck(zinc_cuda_pool *p) {
+  pthread_mutex_lock(&p->lock);
+  p->stuck = 1;
+  pthread_mutex_unlock(&p->lock);
+}
+
 void zinc_cuda_pool_destroy(zinc_cuda_pool *p) {
   if (!p)
     return;

@@ -52,6 +52,13 @@ zinc_status zinc_cuda_pool_alloc(zinc_cuda_pool *p, size_t bytes, void **out);
  * the pool did not hand out or a size that does not match. */
 zinc_status zinc_cuda_pool_free(zinc_cuda_pool *p, void *ptr, size_t bytes,
                                 const cudaStream_t *streams, int nstreams);
+/* Wait (up to the deadline) for every cached block's last uses and give
+ * the blocks back to CUDA; on a timeout the pool is stuck (below). */
+zinc_status zinc_cuda_pool_flush(zinc_cuda_pool *p);
+/* Mark the pool stuck: its destroy gives nothing back to CUDA (cudaFree and
+ * cudaFreeHost wait for the whole device). For the other pool of a device
+ * whose work did not finish. */
+void zinc_cuda_pool_set_stuck(zinc_cuda_pool *p);
 /* Free cached blocks whose events have completed. */
 zinc_status zinc_cuda_pool_trim(zinc_cuda_pool *p);
 void zinc_cuda_pool_get_stats(zinc_cuda_pool *p, zinc_cuda_pool_stats *out);

@@ -179,8 +179,11 @@ static zinc_status create_hpz_comm(zinc_engine *e) {
 static zinc_status open_device(zinc_engine *e, int *ordinal) {
   zinc_device_choice_in in = {.world_rank = e->world_rank, .local_rank = e->local_rank,
                               .local_size = e->local_size, .requested = e->opt.device};
-  in.gpu_count = e->opt.device == ZINC_DEVICE_CPU ? 0 : zinc_device_cuda_count();
-  ZINC_CHECK(zinc_device_cuda_stream_ordinal(e->opt.cuda_stream, &in.stream_device));
+  in.stream_device = -1;
+  if (e->opt.device != ZINC_DEVICE_CPU) { /* the stream is ignored on the CPU */
+    in.gpu_count = zinc_device_cuda_count();
+    ZINC_CHECK(zinc_device_cuda_stream_ordinal(e->opt.cuda_stream, &in.stream_device));
+  }
   ZINC_CHECK(zinc_device_choose(&in, ordinal));
   if (zinc_env_int("ZINC_TEST_DEVICE_FAIL_RANK", -1, -1, INT_MAX) == e->world_rank)
     return zinc_error(ZINC_ERR_DEVICE, "device creation failed on purpose on rank %d "
