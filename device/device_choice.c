@@ -46,7 +46,8 @@ zinc_status zinc_device_choose(const zinc_device_choice_in *in, int *ordinal) {
   if (in->local_size > ngpu && ngpu > 1)
     return zinc_error(ZINC_ERR_DEVICE, "%d ranks run on the node of rank %d (local rank %d) "
                       "but it has %d GPUs, so two ranks would share a GPU: start at most %d "
-                      "ranks per node, or give each rank its own GPU with CUDA_VISIBLE_DEVICES",
+                      "ranks per node, or give each rank its own GPU with CUDA_VISIBLE_DEVICES "
+                      "(or zinc_options.device, or a cuda_stream on it)",
                       in->local_size, rank, in->local_rank, ngpu, ngpu);
   *ordinal = ngpu == 1 ? 0 : in->local_rank;
   return ZINC_OK;
