@@ -125,6 +125,11 @@ zinc_status zinc_device_cuda_create(int ordinal, void *compute_stream,
                                     zinc_device **out);
 /* Number of CUDA devices visible (0 when built without CUDA or none). */
 int zinc_device_cuda_count(void);
+/* *ordinal = the CUDA ordinal `stream` (a cudaStream_t) belongs to; -1 for
+ * a NULL stream (the legacy default stream follows the current device) and
+ * when built without CUDA. ZINC_ERR_DEVICE when CUDA cannot tell (not a
+ * stream of this process). */
+zinc_status zinc_device_cuda_stream_ordinal(void *stream, int *ordinal);
 
 static inline void zinc_device_destroy(zinc_device *d) {
   if (d)

@@ -300,6 +300,9 @@ zinc_status zinc_device_cpu_create_placed(const zinc_device_cpu_placement *pl,
   to.local_rank = p.local_rank;
   to.local_size = p.local_size;
   to.verbose = p.verbose;
+  to.near_numa = p.near_numa;
+  to.near_rank = p.near_rank;
+  to.near_size = p.near_size;
   if (zinc_topology_create(&to, &c->topo) != ZINC_OK) {
     zinc_log(ZINC_LOG_WARN, "cpu device: %s; running without thread or memory placement",
              zinc_last_error());

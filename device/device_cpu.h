@@ -30,8 +30,12 @@ typedef struct {
                     *    the node is split between ranks, also restrict the
                     *    creating thread to the share                        */
   int verbose;     /* 1: log the placement (config "placement_verbose")     */
+  int near_numa;   /* the NUMA node of the GPU this device feeds (the CPU
+                    * optimizer of a GPU rank); -1: none (device/topology.h) */
+  int near_rank;   /* this rank among the local ranks near that node ...    */
+  int near_size;   /* ... and their number                                  */
 } zinc_device_cpu_placement;
-#define ZINC_DEVICE_CPU_PLACEMENT_INIT { 0, 0, -1, 0, 1, 0 }
+#define ZINC_DEVICE_CPU_PLACEMENT_INIT { 0, 0, -1, 0, 1, 0, -1, 0, 1 }
 
 zinc_status zinc_device_cpu_create_placed(const zinc_device_cpu_placement *pl,
                                           zinc_device **out);

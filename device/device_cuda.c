@@ -67,6 +67,7 @@ typedef struct {
   zinc_nvml *nvml;                                /* NULL: NVML not loaded */
   zinc_topology *topo;                            /* with PCI devices, or NULL */
   hwloc_bitmap_t near;                            /* the GPU's NUMA node, or NULL */
+  int numa;                                       /* its OS index, or -1 */
 } cuda_impl;
 
 static cuda_impl *impl_of(zinc_device *d) { return d->impl; }
@@ -117,6 +118,7 @@ static void place_host_memory(cuda_impl *ci) {
     return;
   }
   int node = zinc_topology_numa_of_pci(ci->topo, bus_id);
+  ci->numa = node;
   if (zinc_topology_numa_nodes(ci->topo) < 2 || node < 0)
     return;
   ci->near = hwloc_bitmap_alloc();
@@ -485,6 +487,16 @@ static void cuda_destroy(zinc_device *d) {
   if (ci->compute.scratch)
     cuda_free(d, ci->compute.scratch, ci->compute.scratch_bytes, ZINC_LOC_DEVICE,
               ZINC_MEM_BUFFERS);
+  /* a pool that waited past its deadline gives nothing back, nor does the
+   * other: cudaFree and cudaFreeHost would wait for the same device */
+  for (int loc = 0; loc < 2; loc++) /* ZINC_LOC_DEVICE, ZINC_LOC_HOST */
+    if (ci->pool[loc] && zinc_cuda_pool_flush(ci->pool[loc]) != ZINC_OK) {
+      zinc_log(ZINC_LOG_ERROR, "%s", zinc_last_error());
+      if (ci->pool[ZINC_LOC_DEVICE])
+        zinc_cuda_pool_set_stuck(ci->pool[ZINC_LOC_DEVICE]);
+      if (ci->pool[ZINC_LOC_HOST])
+        zinc_cuda_pool_set_stuck(ci->pool[ZINC_LOC_HOST]);
+    }
   zinc_cuda_pool_destroy(ci->pool[ZINC_LOC_DEVICE]);
   zinc_cuda_pool_destroy(ci->pool[ZINC_LOC_HOST]);
   if (ci->near)
@@ -532,6 +544,22 @@ int zinc_device_cuda_count(void) {
   return n;
 }
 
+zinc_status zinc_device_cuda_stream_ordinal(void *stream, int *ordinal) {
+  *ordinal = -1;
+  if (!stream)
+    return ZINC_OK;
+  int dev = -1;
+  cudaError_t err = cudaStreamGetDevice((cudaStream_t)stream, &dev);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return zinc_error(ZINC_ERR_DEVICE, "zinc_options.cuda_stream %p: CUDA cannot tell its "
+                      "device (%s); give a stream this process created, or NULL", stream,
+                      cudaGetErrorString(err));
+  }
+  *ordinal = dev;
+  return ZINC_OK;
+}
+
 zinc_status zinc_device_cuda_create(int ordinal, void *compute_stream, zinc_device **out) {
   if (!out)
     return zinc_error(ZINC_ERR_INVALID, "cuda device: NULL output pointer");
@@ -559,6 +587,7 @@ zinc_status zinc_device_cuda_create(int ordinal, void *compute_stream, zinc_devi
     return zinc_error(ZINC_ERR_NOMEM, "cuda device %d: out of host memory", ordinal);
   }
   ci->ordinal = ordinal;
+  ci->numa = -1;
   pthread_mutex_init(&ci->lock, NULL);
   ci->compute.s = (cudaStream_t)compute_stream;
   ci->compute.owned = 0;
@@ -610,6 +639,30 @@ zinc_status zinc_device_cuda_pool_trim(zinc_device *d) {
   return zinc_cuda_pool_trim(ci->pool[ZINC_LOC_HOST]);
 }
 
+int zinc_device_cuda_numa_node(zinc_device *d) {
+  return d && d->ops == &cuda_ops ? impl_of(d)->numa : -1;
+}
+
+zinc_status zinc_device_cuda_set_wait(zinc_device *d, double seconds) {
+  if (!d || d->ops != &cuda_ops || !(seconds >= 0))
+    return zinc_error(ZINC_ERR_INVALID, "pool wait of %g s: not a cuda device, or negative",
+                      seconds);
+  zinc_cuda_pool_set_wait(impl_of(d)->pool[ZINC_LOC_DEVICE], seconds);
+  zinc_cuda_pool_set_wait(impl_of(d)->pool[ZINC_LOC_HOST], seconds);
+  return ZINC_OK;
+}
+
+zinc_status zinc_device_cuda_pci_bus_id(zinc_device *d, char *buf, int len) {
+  if (!d || d->ops != &cuda_ops || !buf || len < 1)
+    return zinc_error(ZINC_ERR_INVALID, "PCI bus id: not a cuda device");
+  cuda_impl *ci = impl_of(d);
+  cudaError_t err = cudaDeviceGetPCIBusId(buf, len, ci->ordinal);
+  if (err != cudaSuccess)
+    return cuda_fail(ci, err, "cudaDeviceGetPCIBusId");
+  buf[len - 1] = '\0';
+  return ZINC_OK;
+}
+
 void *zinc_device_cuda_stream(zinc_device *d, zinc_stream *s) {
   if (!d || d->ops != &cuda_ops)
     return NULL;
@@ -633,6 +686,30 @@ zinc_status zinc_device_cuda_create(int ordinal, void *compute_stream, zinc_devi
   return zinc_error(ZINC_ERR_UNSUPPORTED, "cuda device %d: zinc was built without CUDA; "
                     "rebuild with -DZINC_CUDA=ON (CUDA toolkit and NCCL installed) or use the "
                     "CPU device", ordinal);
+}
+
+zinc_status zinc_device_cuda_stream_ordinal(void *stream, int *ordinal) {
+  (void)stream;
+  *ordinal = -1;
+  return ZINC_OK;
+}
+
+int zinc_device_cuda_numa_node(zinc_device *d) {
+  (void)d;
+  return -1;
+}
+
+zinc_status zinc_device_cuda_set_wait(zinc_device *d, double seconds) {
+  (void)d;
+  (void)seconds;
+  return zinc_error(ZINC_ERR_UNSUPPORTED, "pool wait: zinc was built without CUDA");
+}
+
+zinc_status zinc_device_cuda_pci_bus_id(zinc_device *d, char *buf, int len) {
+  (void)d;
+  if (buf && len > 0)
+    buf[0] = '\0';
+  return zinc_error(ZINC_ERR_UNSUPPORTED, "PCI bus id: zinc was built without CUDA");
 }
 
 zinc_status zinc_device_cuda_pool_stats(zinc_device *d, int location, zinc_cuda_pool_stats *out) {

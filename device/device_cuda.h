@@ -47,9 +47,25 @@ zinc_status zinc_device_cuda_pool_stats(zinc_device *d, int location,
  * pools). The next allocations of those sizes call cudaMalloc again. */
 zinc_status zinc_device_cuda_pool_trim(zinc_device *d);
 
+/* The deadline, in seconds, of the pools' waits for the device (the last
+ * uses of freed blocks; device/device_cuda_pool.h, 600 s unless set): past
+ * it they fail naming what they waited for instead of blocking for ever
+ * behind a kernel that never ends. The engine sets its comm timeout.
+ * ZINC_ERR_INVALID for another device or a negative value. */
+zinc_status zinc_device_cuda_set_wait(zinc_device *d, double seconds);
+
 /* The cudaStream_t (as void *) behind a stream of a cuda device; NULL s:
  * the compute stream. NULL for another kind of device. */
 void *zinc_device_cuda_stream(zinc_device *d, zinc_stream *s);
+
+/* The NUMA node (OS index) nearest a cuda device's GPU by hwloc's PCI
+ * locality, or -1 where hwloc has no I/O information (or not a cuda
+ * device). */
+int zinc_device_cuda_numa_node(zinc_device *d);
+
+/* The PCI bus id of a cuda device's GPU ("0000:3b:00.0") into buf (len
+ * bytes, NUL-terminated); ZINC_ERR_INVALID for another device. */
+zinc_status zinc_device_cuda_pci_bus_id(zinc_device *d, char *buf, int len);
 
 /* Device memory the driver attributes to this process, in bytes, through
  * NVML (loaded at run time); -1 when NVML is absent or does not say (some

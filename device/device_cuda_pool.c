@@ -18,6 +18,14 @@
  * cudaMalloc runs out of memory, the pool waits for the cached blocks, gives
  * them all back to CUDA and tries once more.
  *
+ * Waits: never cudaEventSynchronize or cudaDeviceSynchronize, which block
+ * for ever behind a kernel that never ends (an NCCL collective waiting for
+ * a lost peer): the pool polls the events or streams against a deadline
+ * (device/device_wait.h; zinc_cuda_pool_set_wait, the engine's comm
+ * timeout) and fails naming what it waited for. A block whose last use did
+ * not finish is never handed out again nor given back to CUDA (cudaFree
+ * would itself wait for the device): it is left to the process's end.
+ *
  * Invariants (under `lock`): every block handed out is in `live` with its
  * rounded and requested sizes; every cached block is in `cached` with its
  * pending events; bytes_reserved = sum of live and cached block sizes.
@@ -32,6 +40,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "device/device_wait.h"
 
 typedef struct {
   void *ptr;
@@ -59,6 +68,9 @@ struct zinc_cuda_pool {
   zinc_cuda_pool_stats st;
   hwloc_topology_t topo;                     /* host: place blocks on nodeset */
   hwloc_const_bitmap_t nodeset;
+  double wait_s;                             /* deadline of every wait */
+  int stuck;                                 /* a wait timed out: the device may
+                                                never finish; give nothing back */
 };
 
 static const char *loc_name(int location) {
@@ -183,13 +195,58 @@ static int block_ready(zinc_cuda_pool *p, cached_block *b) {
   return keep == 0;
 }
 
-static void block_wait(zinc_cuda_pool *p, cached_block *b) {
-  for (int i = 0; i < b->nevents; i++) {
-    cudaEventSynchronize(b->events[i]);
-    event_give(p, b->events[i]);
-  }
-  b->nevents = 0;
+typedef struct {
+  zinc_cuda_pool *p;
+  cached_block *b;
+} block_query;
+
+static zinc_status block_query_done(void *ctx, int *done) {
+  block_query *q = ctx;
+  *done = block_ready(q->p, q->b);
+  return ZINC_OK;
+}
+
+static const char stuck_hint[] =
+    "a kernel on one of the device's streams never ended, e.g. an NCCL collective waiting for "
+    "a lost peer; the comm's error says which";
+
+/* Wait, up to the pool's deadline, for b's last uses. */
+static zinc_status block_wait(zinc_cuda_pool *p, cached_block *b) {
+  block_query q = {p, b};
+  char what[160];
+  snprintf(what, sizeof what, "cuda device %d: waiting for the last uses of a freed %s block "
+           "of %zu bytes", p->ordinal, loc_name(p->location), b->size);
+  zinc_status st = zinc_wait_deadline(block_query_done, &q, p->wait_s, what, stuck_hint);
+  if (st != ZINC_OK)
+    p->stuck = 1;
+  return st;
+}
+
+typedef struct {
+  const cudaStream_t *streams;
+  int n;
+} streams_query;
+
+static zinc_status streams_query_done(void *ctx, int *done) {
+  streams_query *q = ctx;
+  *done = 1;
+  for (int i = 0; i < q->n && *done; i++)
+    *done = cudaStreamQuery(q->streams[i]) != cudaErrorNotReady; /* an error counts as done */
   (void)cudaGetLastError();
+  return ZINC_OK;
+}
+
+/* Wait, up to the pool's deadline, for the work queued on streams[0..n). */
+static zinc_status streams_wait(zinc_cuda_pool *p, const cudaStream_t *streams, int n,
+                                const char *why) {
+  streams_query q = {streams, n};
+  char what[160];
+  snprintf(what, sizeof what, "cuda device %d: waiting for the work on its %d stream(s) (%s)",
+           p->ordinal, n, why);
+  zinc_status st = zinc_wait_deadline(streams_query_done, &q, p->wait_s, what, stuck_hint);
+  if (st != ZINC_OK)
+    p->stuck = 1;
+  return st;
 }
 
 /* ------------------------------------------------------------ backend */
@@ -249,12 +306,14 @@ static void cached_drop(zinc_cuda_pool *p, size_t i) {
   p->cached[i] = p->cached[--p->ncached];
 }
 
-/* Wait for every cached block and give it back to CUDA. */
-static void flush_cache(zinc_cuda_pool *p) {
+/* Wait for every cached block and give it back to CUDA; on a timeout the
+ * blocks not yet given back stay cached. */
+static zinc_status flush_cache(zinc_cuda_pool *p) {
   while (p->ncached) {
-    block_wait(p, &p->cached[p->ncached - 1]);
+    ZINC_CHECK(block_wait(p, &p->cached[p->ncached - 1]));
     cached_drop(p, p->ncached - 1);
   }
+  return ZINC_OK;
 }
 
 /* ------------------------------------------------------------- the API */
@@ -266,16 +325,45 @@ zinc_status zinc_cuda_pool_create(int ordinal, int location, zinc_cuda_pool **ou
     return zinc_error(ZINC_ERR_NOMEM, "cuda pool: out of host memory");
   p->ordinal = ordinal;
   p->location = location;
+  p->wait_s = ZINC_CUDA_POOL_WAIT_S;
   pthread_mutex_init(&p->lock, NULL);
   *out = p;
   return ZINC_OK;
 }
 
+void zinc_cuda_pool_set_wait(zinc_cuda_pool *p, double seconds) {
+  pthread_mutex_lock(&p->lock);
+  p->wait_s = seconds;
+  pthread_mutex_unlock(&p->lock);
+}
+
+zinc_status zinc_cuda_pool_flush(zinc_cuda_pool *p) {
+  pthread_mutex_lock(&p->lock);
+  zinc_status st = p->stuck ? ZINC_OK : flush_cache(p);
+  pthread_mutex_unlock(&p->lock);
+  return st;
+}
+
+void zinc_cuda_pool_set_stuck(zinc_cuda_pool *p) {
+  pthread_mutex_lock(&p->lock);
+  p->stuck = 1;
+  pthread_mutex_unlock(&p->lock);
+}
+
 void zinc_cuda_pool_destroy(zinc_cuda_pool *p) {
   if (!p)
     return;
-  flush_cache(p);
-  if (p->nlive)
+  if (!p->stuck && flush_cache(p) != ZINC_OK)
+    zinc_log(ZINC_LOG_ERROR, "%s", zinc_last_error());
+  if (p->stuck) { /* cudaFree would wait for the device too: leave the memory to the exit */
+    zinc_log(ZINC_LOG_ERROR, "cuda device %d: the device did not finish its work within %.0f "
+             "s; %zu cached and %zu live %s blocks (%llu bytes) are not given back",
+             p->ordinal, p->wait_s, p->ncached, p->nlive, loc_name(p->location),
+             (unsigned long long)p->st.bytes_reserved);
+    p->ncached = 0;
+    p->live_cap = 0;
+  }
+  if (p->nlive && p->live_cap)
     zinc_log(ZINC_LOG_WARN, "cuda device %d: %zu %s blocks (%llu bytes) were never freed; "
              "releasing them with the device", p->ordinal, p->nlive, loc_name(p->location),
              (unsigned long long)p->st.bytes_requested);
@@ -312,7 +400,12 @@ zinc_status zinc_cuda_pool_alloc(zinc_cuda_pool *p, size_t bytes, void **out) {
       zinc_log(ZINC_LOG_INFO, "cuda device %d: out of %s memory for %zu bytes; emptying the "
                "cache (%llu bytes reserved) and retrying", p->ordinal, loc_name(p->location),
                size, (unsigned long long)p->st.bytes_reserved);
-      flush_cache(p);
+      zinc_status fs = flush_cache(p);
+      if (fs != ZINC_OK) {
+        pthread_mutex_unlock(&p->lock);
+        return zinc_error_wrap(fs, "cuda device %d: out of %s memory for %zu bytes, emptying "
+                               "the cache", p->ordinal, loc_name(p->location), size);
+      }
       p->st.cache_flushes++;
       err = backend_alloc(p, size, &ptr);
     }
@@ -366,10 +459,12 @@ zinc_status zinc_cuda_pool_free(zinc_cuda_pool *p, void *ptr, size_t bytes,
     size_t cap = p->cap_cached ? 2 * p->cap_cached : 64;
     cached_block *cached = realloc(p->cached, cap * sizeof *cached);
     if (!cached) { /* cannot cache: give it back once its users are done */
-      cudaDeviceSynchronize();
-      backend_free(p, b.ptr, b.size);
+      zinc_status ws = streams_wait(p, streams, nstreams, "a freed block the cache has no "
+                                    "room for");
+      if (ws == ZINC_OK)
+        backend_free(p, b.ptr, b.size); /* else left to the process's end */
       pthread_mutex_unlock(&p->lock);
-      return ZINC_OK;
+      return ws;
     }
     p->cached = cached;
     p->cap_cached = cap;
@@ -392,8 +487,22 @@ zinc_status zinc_cuda_pool_free(zinc_cuda_pool *p, void *ptr, size_t bytes,
     }
     c->events[c->nevents++] = e;
   }
-  if (st != ZINC_OK) /* order unknown: make it safe the slow way */
-    cudaDeviceSynchronize();
+  if (st != ZINC_OK) { /* order unknown: make it safe the slow way */
+    char failed[512];
+    snprintf(failed, sizeof failed, "%s", zinc_last_error());
+    if (streams_wait(p, streams, nstreams, "a freed block whose last use was not recorded") ==
+        ZINC_OK) {
+      for (int k = 0; k < c->nevents; k++)
+        event_give(p, c->events[k]);
+      c->nevents = 0;
+    } else { /* never handed out again */
+      zinc_log(ZINC_LOG_ERROR, "%s", zinc_last_error());
+      for (int k = 0; k < c->nevents; k++)
+        event_give(p, c->events[k]);
+      p->ncached--;
+    }
+    zinc_error(st, "%s", failed);
+  }
   pthread_mutex_unlock(&p->lock);
   return st;
 }

@@ -28,12 +28,22 @@ extern "C" {
  * memory handed to someone else. Thread-safe. */
 typedef struct zinc_cuda_pool zinc_cuda_pool;
 
+/* How long the pool waits for the device (the last uses of freed blocks)
+ * before it fails naming what it waited for, unless zinc_cuda_pool_set_wait
+ * says otherwise (the engine sets its comm timeout). */
+#define ZINC_CUDA_POOL_WAIT_S 600.0
+
 zinc_status zinc_cuda_pool_create(int ordinal, int location, zinc_cuda_pool **out);
+/* The deadline of the pool's waits, in seconds. */
+void zinc_cuda_pool_set_wait(zinc_cuda_pool *p, double seconds);
 /* Host pool: allocate new blocks with the calling thread's memory bound
  * (preferred, not strict) to `nodeset` of `topo` — the NUMA node nearest
  * the GPU. Both stay owned by the caller and must outlive the pool. */
 void zinc_cuda_pool_place_host(zinc_cuda_pool *p, void *hwloc_topo, const void *nodeset);
-/* Free every block (cached or still live) back to CUDA. Accepts NULL. */
+/* Free every block (cached or still live) back to CUDA. Accepts NULL.
+ * When the device did not finish within the deadline (here or at an
+ * earlier wait), nothing is given back (cudaFree would wait for it): the
+ * memory goes with the process, said at error level. */
 void zinc_cuda_pool_destroy(zinc_cuda_pool *p);
 /* bytes == 0 gives NULL. */
 zinc_status zinc_cuda_pool_alloc(zinc_cuda_pool *p, size_t bytes, void **out);
@@ -42,6 +52,13 @@ zinc_status zinc_cuda_pool_alloc(zinc_cuda_pool *p, size_t bytes, void **out);
  * the pool did not hand out or a size that does not match. */
 zinc_status zinc_cuda_pool_free(zinc_cuda_pool *p, void *ptr, size_t bytes,
                                 const cudaStream_t *streams, int nstreams);
+/* Wait (up to the deadline) for every cached block's last uses and give
+ * the blocks back to CUDA; on a timeout the pool is stuck (below). */
+zinc_status zinc_cuda_pool_flush(zinc_cuda_pool *p);
+/* Mark the pool stuck: its destroy gives nothing back to CUDA (cudaFree and
+ * cudaFreeHost wait for the whole device). For the other pool of a device
+ * whose work did not finish. */
+void zinc_cuda_pool_set_stuck(zinc_cuda_pool *p);
 /* Free cached blocks whose events have completed. */
 zinc_status zinc_cuda_pool_trim(zinc_cuda_pool *p);
 void zinc_cuda_pool_get_stats(zinc_cuda_pool *p, zinc_cuda_pool_stats *out);

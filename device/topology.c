@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +25,9 @@ struct zinc_topology {
   int ncores;
   int numa_nodes;
   int local_rank, local_size;
+  int near_numa, near_rank, near_size; /* asked for (topology.h)            */
+  int near_used;              /* the NUMA node the share came from, or -1  */
+  int synthetic;
   int verbose;
   _Atomic int warned_membind;
 };
@@ -87,18 +91,35 @@ static zinc_status compute_share(zinc_topology *t) {
                               ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
   int launcher_bound = !hwloc_bitmap_isequal(t->bound, hwloc_topology_get_allowed_cpuset(topo));
   hwloc_bitmap_copy(t->share, t->bound);
-  if (t->local_size > 1 && !launcher_bound) {
+  /* what is cut: the whole binding among the local ranks, or the GPU's
+   * node among the ranks near it */
+  hwloc_bitmap_t from = hwloc_bitmap_dup(t->bound);
+  if (!from)
+    return zinc_error(ZINC_ERR_NOMEM, "topology: out of memory for a cpuset");
+  int rank = t->local_rank, size = t->local_size;
+  t->near_used = -1;
+  hwloc_obj_t node = t->near_numa >= 0
+                         ? hwloc_get_numanode_obj_by_os_index(topo, (unsigned)t->near_numa)
+                         : NULL;
+  if (node && !launcher_bound && t->near_size >= 1 && t->near_rank >= 0 &&
+      t->near_rank < t->near_size && hwloc_bitmap_intersects(node->cpuset, t->bound)) {
+    hwloc_bitmap_and(from, node->cpuset, t->bound);
+    rank = t->near_rank;
+    size = t->near_size;
+    t->near_used = t->near_numa;
+  }
+  if (!launcher_bound && (size > 1 || t->near_used >= 0)) {
     int first, count;
-    zinc_topology_split(count_units(topo, t->bound, unit), t->local_rank, t->local_size,
-                        &first, &count);
+    zinc_topology_split(count_units(topo, from, unit), rank, size, &first, &count);
     hwloc_bitmap_zero(t->share);
     for (int k = first; k < first + count; k++) {
-      hwloc_obj_t o = nth_unit(topo, t->bound, unit, k);
+      hwloc_obj_t o = nth_unit(topo, from, unit, k);
       if (o)
         hwloc_bitmap_or(t->share, t->share, o->cpuset);
     }
-    hwloc_bitmap_and(t->share, t->share, t->bound);
+    hwloc_bitmap_and(t->share, t->share, from);
   }
+  hwloc_bitmap_free(from);
   if (hwloc_bitmap_iszero(t->share))
     return zinc_error(ZINC_ERR_INVALID, "topology: local rank %d of %d got no CPU; check "
                       "the launcher's binding", t->local_rank, t->local_size);
@@ -121,10 +142,17 @@ static void log_placement(const zinc_topology *t) {
   hwloc_bitmap_list_snprintf(share, sizeof share, t->share);
   hwloc_bitmap_list_snprintf(bound, sizeof bound, t->bound);
   hwloc_bitmap_list_snprintf(nodes, sizeof nodes, t->nodeset);
+  char near[96] = "";
+  if (t->near_used >= 0)
+    snprintf(near, sizeof near, ", cut from NUMA node %d near the GPU (rank %d of %d there)",
+             t->near_used, t->near_rank, t->near_size);
+  else if (t->near_numa >= 0)
+    snprintf(near, sizeof near, " (the GPU's NUMA node %d has none of the allowed cores)",
+             t->near_numa);
   zinc_log(ZINC_LOG_INFO,
            "placement: local rank %d of %d, %d core(s) on PUs %s (process bound to %s), "
-           "NUMA nodes %s of %d", t->local_rank, t->local_size, t->ncores, share, bound,
-           nodes, t->numa_nodes);
+           "NUMA nodes %s of %d%s", t->local_rank, t->local_size, t->ncores, share, bound,
+           nodes, t->numa_nodes, near);
 }
 
 void zinc_topology_destroy(zinc_topology *t) {
@@ -150,6 +178,10 @@ zinc_status zinc_topology_create(const zinc_topology_opts *opt, zinc_topology **
   ZINC_CHECK(zinc_calloc((void **)&t, 1, sizeof *t, "the topology"));
   zinc_status st = ZINC_OK;
   t->verbose = o.verbose;
+  t->near_numa = o.near_numa;
+  t->near_rank = o.near_rank;
+  t->near_size = o.near_size;
+  t->synthetic = o.synthetic != NULL;
   t->local_rank = 0;
   t->local_size = 1;
   if (o.local_rank >= 0 && o.local_size >= 1) {
@@ -165,6 +197,11 @@ zinc_status zinc_topology_create(const zinc_topology_opts *opt, zinc_topology **
   }
   if (hwloc_topology_init(&t->topo) != 0) {
     st = zinc_error(ZINC_ERR_NOMEM, "topology: hwloc_topology_init failed: %s", strerror(errno));
+    goto fail;
+  }
+  if (o.synthetic && hwloc_topology_set_synthetic(t->topo, o.synthetic) != 0) {
+    st = zinc_error(ZINC_ERR_INVALID, "topology: bad synthetic description \"%s\"",
+                    o.synthetic);
     goto fail;
   }
   if (o.io) {
@@ -191,7 +228,7 @@ zinc_status zinc_topology_create(const zinc_topology_opts *opt, zinc_topology **
     goto fail;
   }
   hwloc_const_cpuset_t allowed = hwloc_topology_get_allowed_cpuset(t->topo);
-  if (hwloc_get_cpubind(t->topo, t->bound, HWLOC_CPUBIND_PROCESS) != 0)
+  if (t->synthetic || hwloc_get_cpubind(t->topo, t->bound, HWLOC_CPUBIND_PROCESS) != 0)
     hwloc_bitmap_copy(t->bound, allowed);
   hwloc_bitmap_and(t->bound, t->bound, allowed);
   if (hwloc_bitmap_iszero(t->bound))
@@ -216,6 +253,7 @@ int zinc_topology_local_rank(const zinc_topology *t) { return t->local_rank; }
 int zinc_topology_local_size(const zinc_topology *t) { return t->local_size; }
 hwloc_const_cpuset_t zinc_topology_share_cpuset(const zinc_topology *t) { return t->share; }
 hwloc_topology_t zinc_topology_hwloc(const zinc_topology *t) { return t->topo; }
+int zinc_topology_near_numa(const zinc_topology *t) { return t->near_used; }
 int zinc_topology_splits_node(const zinc_topology *t) {
   return !hwloc_bitmap_isequal(t->share, t->bound);
 }

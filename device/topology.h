@@ -10,7 +10,14 @@
  *    into local_size contiguous runs (zinc_topology_split) and this rank
  *    takes run local_rank, so ranks split the cores instead of fighting
  *    over them;
- *  - with one rank, the share is the whole binding.
+ *  - with one rank, the share is the whole binding;
+ *  - near a GPU (near_numa >= 0: the NUMA node of the GPU's PCI locality,
+ *    zinc_topology_numa_of_pci), and not bound by the launcher, the cut is
+ *    made from that node's cores instead, among the near_size local ranks
+ *    whose GPUs share the node (this one is near_rank of them): the CPU
+ *    work that feeds the GPU runs beside it and beside its pinned buffers.
+ *    Where the node is unknown (no I/O information) or has none of the
+ *    allowed cores, the cut is the one above.
  * Threads are bound one per core of the share (all the core's PUs that are
  * in the share); host buffers go on the NUMA nodes of the share (falling
  * back, with one warning, to ordinary page-aligned memory where the OS
@@ -40,8 +47,13 @@ typedef struct {
   int local_size;  /* < 1: from the environment (else 1)         */
   int io;          /* 1: discover PCI devices (zinc_topology_numa_of_pci) */
   int verbose;     /* 1: log the placement at info level         */
+  int near_numa;   /* NUMA node (OS index) of the GPU this rank feeds; -1: none */
+  int near_rank;   /* this rank among the local ranks near near_numa ... */
+  int near_size;   /* ... and their number (>= 1)                    */
+  const char *synthetic; /* tests: an hwloc synthetic description ("pack:2
+                            numa:1 core:8 pu:1") instead of this machine */
 } zinc_topology_opts;
-#define ZINC_TOPOLOGY_OPTS_INIT { -1, 0, 0, 0 }
+#define ZINC_TOPOLOGY_OPTS_INIT { -1, 0, 0, 0, -1, 0, 1, NULL }
 
 zinc_status zinc_topology_create(const zinc_topology_opts *opt, zinc_topology **out);
 void zinc_topology_destroy(zinc_topology *t); /* NULL accepted */
@@ -58,6 +70,9 @@ hwloc_topology_t zinc_topology_hwloc(const zinc_topology *t);
 /* 1 when this rank took a part of the process binding (several ranks, no
  * launcher binding), so its threads must stay inside the share. */
 int zinc_topology_splits_node(const zinc_topology *t);
+/* The NUMA node (OS index) the share was cut from near a GPU, or -1 when
+ * the cut was the local-rank split over the whole binding. */
+int zinc_topology_near_numa(const zinc_topology *t);
 
 /* Bind the calling thread to core (index mod cores) of the share. */
 zinc_status zinc_topology_bind_thread(const zinc_topology *t, int index);

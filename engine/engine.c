@@ -19,7 +19,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/env.h"
+#include "device/device_choice.h"
 #include "device/device_cpu.h"
+#include "device/device_cuda.h"
 #include "engine/engine.h"
 #include "engine/memory/profiler.h"
 #include "optim/lr_schedule.h"
@@ -170,28 +173,138 @@ static zinc_status create_hpz_comm(zinc_engine *e) {
   return ZINC_OK;
 }
 
-static zinc_status create_device(zinc_engine *e) {
-  int want = e->opt.device;
-  int ngpu = zinc_device_cuda_count();
-  if (want == ZINC_DEVICE_AUTO)
-    want = ngpu > 0 ? e->local_rank % ngpu : ZINC_DEVICE_CPU;
-  if (want >= 0) {
-    ZINC_CHECK(zinc_device_cuda_create(want, e->opt.cuda_stream, &e->dev));
-  } else {
-    /* the ranks on this node split its cores; the device binds its pool's
-     * threads inside this rank's share (device/topology.c) */
-    zinc_device_cpu_placement pl = ZINC_DEVICE_CPU_PLACEMENT_INIT;
-    pl.threads = e->opt.threads > 0 ? e->opt.threads : 0;
-    pl.pin_memory = e->cfg.offload_optimizer.pin_memory || e->cfg.offload_param.pin_memory;
-    pl.local_rank = e->local_rank;
-    pl.local_size = e->local_size;
-    pl.verbose = e->cfg.placement_verbose;
-    ZINC_CHECK(zinc_device_cpu_create_placed(&pl, &e->dev));
+/* This rank's device: chosen by device/device_choice.c's rules, then
+ * created. ZINC_TEST_DEVICE_FAIL_RANK=r makes creation fail on world rank r
+ * (tests: the agreement in create_device). */
+static zinc_status open_device(zinc_engine *e, int *ordinal) {
+  zinc_device_choice_in in = {.world_rank = e->world_rank, .local_rank = e->local_rank,
+                              .local_size = e->local_size, .requested = e->opt.device};
+  in.stream_device = -1;
+  if (e->opt.device != ZINC_DEVICE_CPU) { /* the stream is ignored on the CPU */
+    in.gpu_count = zinc_device_cuda_count();
+    ZINC_CHECK(zinc_device_cuda_stream_ordinal(e->opt.cuda_stream, &in.stream_device));
   }
+  ZINC_CHECK(zinc_device_choose(&in, ordinal));
+  if (zinc_env_int("ZINC_TEST_DEVICE_FAIL_RANK", -1, -1, INT_MAX) == e->world_rank)
+    return zinc_error(ZINC_ERR_DEVICE, "device creation failed on purpose on rank %d "
+                      "(ZINC_TEST_DEVICE_FAIL_RANK)", e->world_rank);
+  if (*ordinal >= 0)
+    return zinc_device_cuda_create(*ordinal, e->opt.cuda_stream, &e->dev);
+  /* the ranks on this node split its cores; the device binds its pool's
+   * threads inside this rank's share (device/topology.c) */
+  zinc_device_cpu_placement pl = ZINC_DEVICE_CPU_PLACEMENT_INIT;
+  pl.threads = e->opt.threads > 0 ? e->opt.threads : 0;
+  pl.pin_memory = e->cfg.offload_optimizer.pin_memory || e->cfg.offload_param.pin_memory;
+  pl.local_rank = e->local_rank;
+  pl.local_size = e->local_size;
+  pl.verbose = e->cfg.placement_verbose;
+  return zinc_device_cpu_create_placed(&pl, &e->dev);
+}
+
+/* The GPUs of the ranks, compared once (collective over the world; every
+ * rank computes the same answer from the same table):
+ *  - two ranks of one node on one GPU (a per-rank CUDA_VISIBLE_DEVICES that
+ *    overlaps, or explicit ordinals) would fail late in NCCL's bootstrap:
+ *    refused here naming both;
+ *  - the local ranks whose GPUs are near one NUMA node split its cores for
+ *    their CPU offload threads (gpu_near_rank of gpu_near_size). */
+static zinc_status compare_gpus(zinc_engine *e) {
+  enum { HOST = 64, BUS = 32, NUMA = HOST + BUS, ROW = NUMA + 4 };
+  char mine[ROW] = {0};
+  if (gethostname(mine, HOST - 1) != 0)
+    snprintf(mine, HOST, "unknown");
+  int32_t my_numa = -1;
+  if (e->dev->ops->is_gpu) {
+    ZINC_CHECK(zinc_device_cuda_pci_bus_id(e->dev, mine + HOST, BUS));
+    my_numa = zinc_device_cuda_numa_node(e->dev);
+  }
+  memcpy(mine + NUMA, &my_numa, sizeof my_numa);
+  e->gpu_numa = my_numa;
+  e->gpu_near_rank = 0;
+  e->gpu_near_size = 1;
+  char *all = calloc((size_t)e->world_size, ROW);
+  char *node_ids = calloc((size_t)e->world_size, BUS);
+  int *node_ranks = calloc((size_t)e->world_size, sizeof *node_ranks);
+  int *local_numa = calloc((size_t)e->world_size, sizeof *local_numa);
+  zinc_status st = all && node_ids && node_ranks && local_numa
+                       ? zinc_comm_allgather(e->world, mine, all, ROW, ZINC_DT_U8)
+                       : zinc_error(ZINC_ERR_NOMEM, "out of memory comparing the GPUs of %d "
+                                    "ranks", e->world_size);
+  for (int host = 0; st == ZINC_OK && host < e->world_size; host++) {
+    const char *name = all + (size_t)host * ROW;
+    int first_of_host = 1, n = 0, nlocal = 0, me = -1;
+    for (int r = 0; r < host && first_of_host; r++)
+      first_of_host = strncmp(all + (size_t)r * ROW, name, HOST) != 0;
+    for (int r = host; first_of_host && r < e->world_size; r++) {
+      const char *row = all + (size_t)r * ROW;
+      if (strncmp(row, name, HOST) != 0)
+        continue; /* another node */
+      if (r == e->world_rank)
+        me = nlocal;
+      int32_t numa;
+      memcpy(&numa, row + NUMA, sizeof numa);
+      local_numa[nlocal++] = numa;
+      if (!row[HOST])
+        continue; /* a rank on the CPU */
+      memcpy(node_ids + (size_t)n * BUS, row + HOST, BUS);
+      node_ranks[n++] = r;
+    }
+    int a, b;
+    if (first_of_host && zinc_device_choice_clash(node_ids, BUS, n, &a, &b))
+      st = zinc_error(ZINC_ERR_DEVICE, "ranks %d and %d on node %s both chose the GPU at PCI "
+                      "%s: give each rank its own GPU (CUDA_VISIBLE_DEVICES, zinc_options.device "
+                      "or cuda_stream), or start fewer ranks per node", node_ranks[a],
+                      node_ranks[b], name, node_ids + (size_t)a * BUS);
+    if (me >= 0)
+      zinc_device_choice_near(local_numa, nlocal, me, &e->gpu_near_rank, &e->gpu_near_size);
+  }
+  free(all);
+  free(node_ids);
+  free(node_ranks);
+  free(local_numa);
+  return st;
+}
+
+zinc_status zinc_engine_offload_cpu_device(zinc_engine *e, zinc_device **out) {
+  zinc_device_cpu_placement pl = ZINC_DEVICE_CPU_PLACEMENT_INIT;
+  pl.threads = e->opt.threads > 0 ? e->opt.threads : 0;
+  pl.local_rank = e->local_rank;
+  pl.local_size = e->local_size;
+  pl.verbose = e->cfg.placement_verbose;
+  pl.near_numa = e->gpu_numa; /* -1 without hwloc's I/O information: the split above */
+  pl.near_rank = e->gpu_near_rank;
+  pl.near_size = e->gpu_near_size;
+  return zinc_device_cpu_create_placed(&pl, out);
+}
+
+/* zinc_engine_agree over the world, where the lowest failing rank's own
+ * message also starts "rank N: " as its peers' do: every rank returns the
+ * same text. */
+static zinc_status agree_same_text(zinc_engine *e, zinc_status mine) {
+  char my_msg[512] = "";
+  if (mine != ZINC_OK)
+    snprintf(my_msg, sizeof my_msg, "%s", zinc_last_error());
+  zinc_status st = zinc_engine_agree(e, e->world, mine);
+  if (st != ZINC_OK && mine != ZINC_OK && e->world_size > 1 &&
+      strcmp(zinc_last_error(), my_msg) == 0)
+    zinc_error(st, "rank %d: %s", e->world_rank, my_msg);
+  return st;
+}
+
+/* The device, agreed over the world before any NCCL comm exists: a rank
+ * without its GPU (none, a bad ordinal, out of memory) fails every rank at
+ * once with its message, instead of leaving the others in NCCL's bootstrap
+ * until the comm timeout. */
+static zinc_status create_device(zinc_engine *e) {
+  int want = ZINC_DEVICE_CPU;
+  ZINC_CHECK(agree_same_text(e, open_device(e, &want)));
+  ZINC_CHECK(agree_same_text(e, compare_gpus(e)));
   e->dev->mem_hook = zinc_prof_account;
   e->dev->mem_hook_ctx = e->prof;
   e->stream = NULL; /* the compute stream */
   if (e->dev->ops->is_gpu) {
+    /* the pools wait for the device no longer than a collective may */
+    ZINC_CHECK(zinc_device_cuda_set_wait(e->dev, e->cfg.comm_timeout_s));
     /* device buffers travel over NCCL, bootstrapped over the MPI groups */
     ZINC_CHECK(zinc_comm_nccl_create(e->dp_host, want, e->opt.cuda_stream,
                                      e->cfg.comm_timeout_s, &e->dp));

@@ -301,6 +301,10 @@ struct zinc_engine {
   int dp_rank, dp_size;
   int mp_rank, mp_size;
   int local_rank, local_size;  /* ranks on this node */
+  int gpu_numa;           /* NUMA node near this rank's GPU (-1: unknown, CPU) */
+  int gpu_near_rank, gpu_near_size; /* this rank among the local ranks whose
+                             GPUs are near gpu_numa: the CPU offload threads
+                             split that node's cores (engine/offload_cpu.c) */
   zinc_comm *world;       /* every rank; host buffers */
   zinc_comm *dp;          /* ZeRO partitions over this one; device buffers
                              (NCCL on the cuda device) */
@@ -511,6 +515,10 @@ void zinc_monitor_step(zinc_engine *e, const zinc_step_info *info);
 /* Wait for the engine's queued device work (a no-op on the cpu device). */
 zinc_status zinc_engine_sync(zinc_engine *e);
 void zinc_engine_phase(zinc_engine *e, zinc_phase p);
+/* The cpu device the CPU offload of a GPU rank runs on: its threads on the
+ * cores of its GPU's NUMA node, split among the local ranks near it (the
+ * local-rank split where hwloc has no I/O information). */
+zinc_status zinc_engine_offload_cpu_device(zinc_engine *e, zinc_device **out);
 
 /* --------------------------------------------------------- failure.c */
 /* Fail the engine for good (after an error mid-step) and return st. */

@@ -113,13 +113,8 @@ zinc_status zinc_offload_init(zinc_engine *e) {
   o->host = e->dev;
   if (e->dev->ops->is_gpu) {
     /* the CPU Adam runs on a cpu device of its own: this rank's share of
-     * the cores, its threads bound there (device/topology.c) */
-    zinc_device_cpu_placement pl = ZINC_DEVICE_CPU_PLACEMENT_INIT;
-    pl.threads = e->opt.threads > 0 ? e->opt.threads : 0;
-    pl.local_rank = e->local_rank;
-    pl.local_size = e->local_size;
-    pl.verbose = e->cfg.placement_verbose;
-    ZINC_CHECK(zinc_device_cpu_create_placed(&pl, &o->host));
+     * the cores near its GPU, its threads bound there (device/topology.c) */
+    ZINC_CHECK(zinc_engine_offload_cpu_device(e, &o->host));
     o->host_owned = 1;
   }
   for (int i = 0; i < 2; i++) {

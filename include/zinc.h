@@ -212,15 +212,25 @@ typedef struct zinc_param zinc_param;
 
 typedef struct {                 /* what a JSON file should not carry */
   size_t size;                   /* sizeof(zinc_options): ZINC_OPTIONS_INIT sets it */
-  int   device;                  /* ZINC_DEVICE_AUTO: the local rank's GPU if CUDA is
-                                    built and a GPU exists, else the CPU;
-                                    ZINC_DEVICE_CPU; or a CUDA ordinal >= 0 */
+  int   device;                  /* ZINC_DEVICE_AUTO: cuda_stream's GPU when one is
+                                    given, else the local rank's GPU if CUDA is
+                                    built and a GPU exists, else the CPU (more
+                                    ranks on a node than GPUs it sees is
+                                    ZINC_ERR_DEVICE on every rank, unless each
+                                    rank sees one GPU: CUDA_VISIBLE_DEVICES per
+                                    rank); ZINC_DEVICE_CPU; or a CUDA ordinal
+                                    >= 0. Two ranks of one node on one GPU, or a
+                                    device that fails on any rank, fail
+                                    zinc_engine_create on every rank */
   void *mpi_comm;                /* MPI_Comm* to use instead of MPI_COMM_WORLD, or NULL;
                                     duplicated by zinc_engine_create, so it need not
                                     outlive the call */
   int   model_parallel_size;     /* 1 = pure data parallel */
   void *cuda_stream;             /* cudaStream_t the trainer computes on, or NULL
-                                    (the legacy default stream); ignored on the CPU */
+                                    (the legacy default stream); ignored on the CPU.
+                                    Its GPU is the device under ZINC_DEVICE_AUTO; an
+                                    explicit device other than the stream's GPU is
+                                    ZINC_ERR_DEVICE naming both and the rank */
   int   threads;                 /* optimizer/kernel threads on the CPU;
                                     0 = this rank's share of its cpuset */
   int64_t hidden_size;           /* the model's hidden size h (d_model), for the

@@ -2,7 +2,8 @@
  * sizes), this rank's share inside the allowed cpuset, ranks of one node
  * taking disjoint shares, local rank/size from the launcher's environment,
  * NUMA-placed host memory, and the cpu device's pool threads bound inside
- * the share — each thread reads its own binding back through hwloc.
+ * the share — each thread reads its own binding back through hwloc; and on
+ * a synthetic two-node machine, the share cut from the node near a GPU.
  * Runs under TSan (label `threads`). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -235,9 +236,67 @@ static void pool_threads_inside_the_share(void **state) {
   zinc_topology_destroy(whole);
 }
 
+/* Near a GPU: on a synthetic machine of 2 packages, each one NUMA node of
+ * 8 cores with 2 PUs (node k: PUs 16k .. 16k+15), the share is cut from the
+ * GPU's node among the ranks near it; without the node (or one the machine
+ * lacks) the cut is the local-rank split over the whole machine. */
+static void near_share(int local_rank, int local_size, int near_numa, int near_rank,
+                       int near_size, int want_first_pu, int want_pus, int want_near) {
+  zinc_topology_opts o = ZINC_TOPOLOGY_OPTS_INIT;
+  o.local_rank = local_rank;
+  o.local_size = local_size;
+  o.near_numa = near_numa;
+  o.near_rank = near_rank;
+  o.near_size = near_size;
+  o.synthetic = "pack:2 numa:1 core:8 pu:2";
+  o.verbose = 1;
+  zinc_topology *t = NULL;
+  assert_int_equal(zinc_topology_create(&o, &t), ZINC_OK);
+  hwloc_bitmap_t want = hwloc_bitmap_alloc();
+  hwloc_bitmap_set_range(want, (unsigned)want_first_pu, want_first_pu + want_pus - 1);
+  if (!hwloc_bitmap_isequal(zinc_topology_share_cpuset(t), want)) {
+    char got[128], exp[128];
+    hwloc_bitmap_list_snprintf(got, sizeof got, zinc_topology_share_cpuset(t));
+    hwloc_bitmap_list_snprintf(exp, sizeof exp, want);
+    fail_msg("local rank %d of %d near node %d (%d of %d): share %s, expected %s", local_rank,
+             local_size, near_numa, near_rank, near_size, got, exp);
+  }
+  assert_int_equal(zinc_topology_near_numa(t), want_near);
+  assert_int_equal(zinc_topology_cores(t), want_pus / 2);
+  hwloc_bitmap_free(want);
+  zinc_topology_destroy(t);
+}
+
+static void share_near_the_gpu(void **state) {
+  (void)state;
+  zinc_log_set_level(ZINC_LOG_INFO);
+  /* 4 ranks, GPUs of ranks 0, 1 on node 0 and 2, 3 on node 1: half a node
+   * each, on its GPU's node */
+  for (int r = 0; r < 4; r++) {
+    int node = r / 2, k = r % 2;
+    near_share(r, 4, node, k, 2, 16 * node + 8 * k, 8, node);
+  }
+  /* skewed: ranks 0-2 near node 1, rank 3 near node 0 — node 1's 8 cores
+   * cut in 3 (floor(8 r / 3): 2, 3, 3 cores), node 0 whole for rank 3 */
+  const int first_core[4] = {0, 2, 5, 8};
+  for (int r = 0; r < 3; r++)
+    near_share(r, 4, 1, r, 3, 16 + 2 * first_core[r], 2 * (first_core[r + 1] - first_core[r]),
+               1);
+  near_share(3, 4, 0, 0, 1, 0, 16, 0);
+  /* one rank near node 1: that node, not the whole machine */
+  near_share(0, 1, 1, 0, 1, 16, 16, 1);
+  /* no node known (no I/O information) or one the machine lacks: the
+   * local-rank split, 4 of the 16 cores each */
+  for (int r = 0; r < 4; r++) {
+    near_share(r, 4, -1, 0, 1, 8 * r, 8, -1);
+    near_share(r, 4, 5, r % 2, 2, 8 * r, 8, -1);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(split_rule),
+      cmocka_unit_test(share_near_the_gpu),
       cmocka_unit_test(share_inside_allowed),
       cmocka_unit_test(pci_locality_and_host_node),
       cmocka_unit_test(ranks_split_the_node),
