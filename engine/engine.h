@@ -620,6 +620,11 @@ int zinc_grads_is_boundary_micro(const zinc_engine *e);
 /* Pointer to the reduced gradient of a unit's chunk for rank r (and its
  * dtype), where the step reads it. */
 const void *zinc_grads_chunk(const zinc_engine *e, int unit, int r, int *dtype);
+/* prescale_gradients / gradient_predivide_factor: the factor each rank's
+ * gradient is multiplied by before the sum (1: none), and the one that
+ * turns the stored sum into the averaged, unscaled gradient. */
+float zinc_grads_prescale(const zinc_engine *e);
+double zinc_grads_mean_base(const zinc_engine *e);
 
 /* --------------------------------------------------------- stage3.c */
 /* Replay of a FETCH/RELEASE event (gathers, prefetch, frees). */

@@ -396,6 +396,57 @@ static zinc_status sums_to_grads(zinc_engine *e, zinc_module *m) {
   return ZINC_OK;
 }
 
+/* ------------------------------------------- division around the sum */
+
+/* DeepSpeed's division around its gradient all-reduce (engine.py's
+ * allreduce_bucket, stage_1_and_2.py's gradient_reduction_w_predivide):
+ *   prescale_gradients:               x 1/dp_size before the sum;
+ *   else gradient_predivide_factor f: x 1/f before the sum, x f/dp_size after;
+ *   (f = 1: the plain sum, then 1/dp_size).
+ * zinc multiplies the buffer the reduction reads by the first factor (each
+ * element in f32, rounded to the gradient's dtype, as torch's mul_) and
+ * folds the second into the step's f64 scale (zinc_grads_mean_base), so
+ * the sum in 16 bits sees the smaller values and no extra rounding follows
+ * it. Returns 1 when nothing is divided before the sum. */
+float zinc_grads_prescale(const zinc_engine *e) {
+  if (e->cfg.prescale_gradients)
+    return 1.0f / (float)e->dp_size;
+  if (e->cfg.gradient_predivide_factor != 1.0)
+    return (float)(1.0 / e->cfg.gradient_predivide_factor);
+  return 1.0f;
+}
+
+/* The factor that turns the reduced gradient as stored (summed over ranks
+ * after the pre-division, summed over the window's micro-batches, times
+ * the loss scale) into the averaged, unscaled gradient. */
+double zinc_grads_mean_base(const zinc_engine *e) {
+  double loss_scale = zinc_loss_scaler_scale(&e->scaler);
+  double gas = (double)e->cfg.gradient_accumulation_steps;
+  if (e->cfg.prescale_gradients)
+    return 1.0 / (loss_scale * gas);
+  return e->cfg.gradient_predivide_factor / (loss_scale * (double)e->dp_size * gas);
+}
+
+/* Multiply the pending modules' gradients by the pre-division factor, the
+ * whole of every unit (its padding holds zeros and stays zero). */
+static zinc_status prescale_pending(zinc_engine *e) {
+  float factor = zinc_grads_prescale(e);
+  if (factor == 1.0f)
+    return ZINC_OK;
+  for (int i = 0; i < e->npending; i++) {
+    zinc_module *m = e->modules[e->pending[i]];
+    for (int s = 0; s < m->nsegs; s++) {
+      const zinc_segment *seg = &m->segs[s];
+      for (int ui = seg->first_unit; !seg->frozen && ui < seg->first_unit + seg->nunits; ui++) {
+        const zinc_unit *u = &e->units[ui];
+        ZINC_CHECK(e->dev->ops->scale(e->dev, e->stream, zinc_unit_ptr(seg->grad, u), u->dtype,
+                                      (int64_t)u->chunk * e->dp_size, factor));
+      }
+    }
+  }
+  return ZINC_OK;
+}
+
 /* ------------------------------------------------------------ launch */
 
 /* Delayed averaging (stage 0, dga.c): the pending modules keep their local
@@ -434,6 +485,8 @@ static zinc_status launch(zinc_engine *e) {
   zinc_status ast = ZINC_OK;
   for (int i = 0; e->grad_acc && ast == ZINC_OK && i < e->npending; i++)
     ast = sums_to_grads(e, e->modules[e->pending[i]]);
+  if (ast == ZINC_OK)
+    ast = prescale_pending(e);
   if (ast == ZINC_OK)
     ast = zinc_calloc((void **)&colls, (size_t)ncoll + 1, sizeof *colls, "reduction batch");
   /* record the reduction (committed below, once every rank is ready) */

@@ -482,7 +482,9 @@ typedef struct {
 
 /* Count one micro-batch; at the accumulation boundary run the optimizer:
  * gradients summed over ranks and micro-batches are divided by
- * (data-parallel size x gradient_accumulation_steps) and by the loss scale,
+ * (data-parallel size x gradient_accumulation_steps) and by the loss scale
+ * (prescale_gradients and gradient_predivide_factor move part of the first
+ * division before the sum over ranks, as DeepSpeed's; docs/config.md),
  * checked for inf/nan on every rank (a skipped step changes no parameter and
  * no optimizer state), clipped by the global L2 norm, and Adam/AdamW updates
  * the fp32 master shard; parameters are then gathered as the stage needs.
