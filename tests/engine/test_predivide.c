@@ -21,6 +21,8 @@
  *    skipped as an overflow; with gradient_predivide_factor = dp_size or
  *    prescale_gradients it is not, and the averaged gradient is the
  *    reference's.
+ *  - compressed (communication_data_type fp32, two or more ranks): the
+ *    same mean within 2^-9 relative (the sum is rounded differently);
  *  - refused: prescale_gradients with delayed averaging, PowerSGD, DGC or a
  *    1-bit optimizer (they replace the reduction the division wraps).
  */
@@ -79,16 +81,17 @@ static float reference(int stage, int world, int gas, int prescale, double f, fl
 
 /* One window; *got: the averaged gradient; returns whether the step was
  * skipped. */
-static int run(int stage, int gas, int prescale, double f, float big, float *got) {
+static int run_with(int stage, int gas, int prescale, double f, float big, const char *extra,
+                    float *got) {
   char json[1024];
   snprintf(json, sizeof json,
            "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d,"
            " \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.0}},"
            " \"zero_allow_untested_optimizer\": true,"
-           " \"fp16\": {\"enabled\": true, \"loss_scale\": 1},"
+           " \"fp16\": {\"enabled\": true, \"loss_scale\": 1},%s"
            " \"prescale_gradients\": %s, \"gradient_predivide_factor\": %.17g,"
            " \"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 0}}",
-           gas, prescale ? "true" : "false", f, stage);
+           gas, extra, prescale ? "true" : "false", f, stage);
   zinc_config *cfg = NULL;
   ET_OK(zinc_config_parse(json, &cfg));
   zinc_options opt = ZINC_OPTIONS_INIT;
@@ -117,6 +120,29 @@ static int run(int stage, int gas, int prescale, double f, float big, float *got
   }
   zinc_engine_destroy(e);
   return info.skipped;
+}
+
+static int run(int stage, int gas, int prescale, double f, float big, float *got) {
+  return run_with(stage, gas, prescale, f, big, "", got);
+}
+
+/* A compressed reduction (communication_data_type fp32: the fp16 slices
+ * travel cast to f32 and are summed in f32): the division happens before
+ * the encoding, so the mean is the reference's within an fp16 rounding or
+ * two (a missing or doubled division is off by 3x). */
+static void check_compressed(int stage) {
+  float got[N_ELEMS];
+  int skipped = run_with(stage, GAS, 0, 3.0, 0.0f, " \"communication_data_type\": \"fp32\",",
+                         got);
+  ET_CHECK(!skipped, "stage %d, compressed, predivide 3: step skipped", stage);
+  for (int i = 0; i < N_ELEMS; i++) {
+    float want = reference(stage, et_world, GAS, 0, 3.0, 0.0f, i);
+    if (fabsf(got[i] - want) > ldexpf(fabsf(want), -9)) {
+      ET_CHECK(0, "stage %d, compressed, predivide 3, element %d: %.9g, want %.9g within "
+               "2^-9 relative", stage, i, got[i], want);
+      break;
+    }
+  }
 }
 
 static void check_exact(int stage, int prescale, double f) {
@@ -190,8 +216,10 @@ int main(int argc, char **argv) {
     check_exact(stage, 0, 1.0);
     check_exact(stage, 0, 3.0);
     check_exact(stage, 1, 1.0);
-    if (et_world > 1)
+    if (et_world > 1) {
       check_overflow(stage);
+      check_compressed(stage);
+    }
   }
   check_refused();
   int bad = et_failures;
