@@ -155,7 +155,9 @@ static zinc_status check_zero(zinc_cfg_reader *r, const json_t *root, zinc_setti
    * engine's gradient reduction (engine/grads.c); these replace it or keep
    * the gradients rank-local (and DGC clips and corrects them locally). */
   if (s->prescale_gradients || s->gradient_predivide_factor != 1.0) {
-    const char *other = onebit_family ? "a 1-bit optimizer"
+    char onebit[64];
+    snprintf(onebit, sizeof onebit, "optimizer.type \"%s\"", zinc_optim_type_name(s->optimizer));
+    const char *other = onebit_family ? onebit
                         : s->dga_delay > 0 ? "zinc.compression.delayed_averaging"
                         : s->compress_gradient_codec == ZINC_GRAD_CODEC_POWERSGD
                             ? "zinc.compression.gradient_codec \"powersgd\""
