@@ -151,6 +151,28 @@ static zinc_status check_zero(zinc_cfg_reader *r, const json_t *root, zinc_setti
                         s->dga_delay > 0 ? "delayed_averaging" : "gradient_codec");
   }
   ZINC_CHECK(check_zero_one_adam(r, root, s));
+  /* prescale_gradients and gradient_predivide_factor divide around the
+   * engine's gradient reduction (engine/grads.c); these replace it or keep
+   * the gradients rank-local (and DGC clips and corrects them locally). */
+  if (s->prescale_gradients || s->gradient_predivide_factor != 1.0) {
+    char onebit[64];
+    snprintf(onebit, sizeof onebit, "optimizer.type \"%s\"", zinc_optim_type_name(s->optimizer));
+    const char *other = onebit_family ? onebit
+                        : s->dga_delay > 0 ? "zinc.compression.delayed_averaging"
+                        : s->compress_gradient_codec == ZINC_GRAD_CODEC_POWERSGD
+                            ? "zinc.compression.gradient_codec \"powersgd\""
+                        : s->compress_gradient_codec == ZINC_GRAD_CODEC_DGC
+                            ? "zinc.compression.gradient_codec \"dgc\""
+                            : NULL;
+    const char *key = s->prescale_gradients ? "prescale_gradients" : "gradient_predivide_factor";
+    if (other) {
+      point_at(r, key);
+      return zinc_cfg_bad(r, json_object_get(root, key),
+                          "%s with %s: it replaces the gradient reduction that %s divides "
+                          "around (or keeps the gradients rank-local); remove %s or %s",
+                          s->prescale_gradients ? "false" : "1.0", other, key, key, other);
+    }
+  }
   /* 1-bit Adam: every rank updates its whole momentum with its own
    * gradient and all-reduces it compressed, so it needs the whole momentum
    * on every rank (DeepSpeed refuses ZeRO with it too). */

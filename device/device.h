@@ -84,6 +84,12 @@ typedef struct {
   /* dst (dst_dtype) = src (src_dtype), n elements, round to nearest even. */
   zinc_status (*cast)(zinc_device *d, zinc_stream *s, void *dst, int dst_dtype,
                       const void *src, int src_dtype, int64_t n);
+  /* x (dtype) *= factor in place, n elements: each loaded to f32, times
+   * factor in f32, rounded back to dtype to nearest even (zinc_math.h's
+   * load and store; a 16-bit result past its range is inf, as the
+   * product would be). The gradient pre-division before a reduction. */
+  zinc_status (*scale)(zinc_device *d, zinc_stream *s, void *x, int dtype, int64_t n,
+                       float factor);
   /* Codecs of compressed collectives (kernels/codec.h). encode: dst
    * (zinc_codec_bytes(c, n) bytes) = c(src (src_dtype, n elements)), with
    * error feedback through ef (NULL: none; else the INT8 residual of the

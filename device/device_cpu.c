@@ -194,6 +194,11 @@ static zinc_status cpu_cast(zinc_device *d, zinc_stream *s, void *dst, int dst_d
   return zinc_cpu_cast(c->pool, c->isa, dst, dst_dtype, src, src_dtype, n);
 }
 
+static zinc_status cpu_scale(zinc_device *d, zinc_stream *s, void *x, int dtype, int64_t n,
+                             float factor) {
+  return zinc_cpu_scale(impl_of(d)->pool, x, dtype, n, factor);
+}
+
 static zinc_status cpu_encode(zinc_device *d, zinc_stream *s, zinc_codec codec, void *dst,
                               const void *src, int src_dtype, int64_t n, void *ef,
                               float ef_beta, uint64_t seed) {
@@ -256,6 +261,7 @@ static const zinc_device_ops cpu_ops = {
     .sumsq = cpu_sumsq,
     .accumulate_f32 = cpu_accumulate_f32,
     .cast = cpu_cast,
+    .scale = cpu_scale,
     .encode = cpu_encode,
     .decode = cpu_decode,
     .mem_info = cpu_mem_info,

@@ -433,6 +433,18 @@ static zinc_status cuda_cast(zinc_device *d, zinc_stream *s, void *dst, int dst_
   return err == cudaSuccess ? ZINC_OK : cuda_fail(ci, err, "cast of %lld elements", (long long)n);
 }
 
+static zinc_status cuda_scale(zinc_device *d, zinc_stream *s, void *x, int dtype, int64_t n,
+                              float factor) {
+  cuda_impl *ci = impl_of(d);
+  if (n < 0 || !dtype_ok(dtype))
+    return zinc_error(ZINC_ERR_INVALID, "cuda device %d: scaling %lld elements of dtype %d",
+                      ci->ordinal, (long long)n, dtype);
+  ZINC_CHECK(bind(ci));
+  cudaError_t err = zinc_cuda_scale(x, dtype, n, factor, raw_stream(ci, s));
+  return err == cudaSuccess ? ZINC_OK
+                            : cuda_fail(ci, err, "scaling %lld elements", (long long)n);
+}
+
 static zinc_status cuda_encode(zinc_device *d, zinc_stream *s, zinc_codec c, void *dst,
                                const void *src, int src_dtype, int64_t n, void *ef,
                                float ef_beta, uint64_t seed) {
@@ -527,6 +539,7 @@ static const zinc_device_ops cuda_ops = {
     .sumsq = cuda_sumsq,
     .accumulate_f32 = cuda_accumulate_f32,
     .cast = cuda_cast,
+    .scale = cuda_scale,
     .encode = cuda_encode,
     .decode = cuda_decode,
     .mem_info = cuda_mem_info,

@@ -3,7 +3,8 @@
  * parameters' initialisation through the trainer's zinc_init_fn.
  *
  * Every buffer is zero-filled at allocation, so alignment padding starts at
- * zero and (see layout.c) stays zero. Parameter values come from the
+ * zero and (see layout.c) stays zero; only buffers whose every byte is
+ * written before anything reads them skip it (zinc_engine_buffer_alloc_unzeroed). Parameter values come from the
  * trainer's init function, called once per parameter on every rank; the
  * values must agree across data-parallel ranks, which build checks with one
  * crc32c per parameter rather than trusting it.
@@ -25,8 +26,14 @@ static int alloc_faulted(zinc_engine *e) {
   return e->alloc_fault_at > 0 && e->alloc_count == e->alloc_fault_at;
 }
 
-zinc_status zinc_engine_buffer_alloc(zinc_engine *e, size_t bytes, int location, int category,
-                                     void **out, const char *what) {
+/* The test hook: unzeroed allocations on the cpu device are filled with
+ * `byte` (< 0: left as the allocator gives them). */
+void zinc_engine_poison_unzeroed(zinc_engine *e, int byte) {
+  e->poison_unzeroed = byte < 0 ? 0 : (byte & 0xff) + 1;
+}
+
+zinc_status zinc_engine_buffer_alloc_unzeroed(zinc_engine *e, size_t bytes, int location,
+                                              int category, void **out, const char *what) {
   *out = NULL;
   if (alloc_faulted(e))
     return zinc_error(ZINC_ERR_NOMEM, "allocating %s (%zu bytes on the %s): out of memory "
@@ -36,6 +43,14 @@ zinc_status zinc_engine_buffer_alloc(zinc_engine *e, size_t bytes, int location,
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "allocating %s (%zu bytes on the %s)", what, bytes,
                            zinc_mem_location_name(location));
+  if (e->poison_unzeroed && !e->dev->ops->is_gpu && location != ZINC_LOC_NVME)
+    memset(*out, e->poison_unzeroed - 1, bytes);
+  return ZINC_OK;
+}
+
+zinc_status zinc_engine_buffer_alloc(zinc_engine *e, size_t bytes, int location, int category,
+                                     void **out, const char *what) {
+  ZINC_CHECK(zinc_engine_buffer_alloc_unzeroed(e, bytes, location, category, out, what));
   /* Host memory is zeroed here, on the host: zeroing it with a kernel
    * queued on the engine's stream would leave a write pending that neither
    * the host (the CPU optimizer writing a staging buffer) nor a copy queued
@@ -48,7 +63,7 @@ zinc_status zinc_engine_buffer_alloc(zinc_engine *e, size_t bytes, int location,
     memset(*out, 0, bytes);
     return ZINC_OK;
   }
-  st = e->dev->ops->fill_zero(e->dev, *out, bytes, e->stream);
+  zinc_status st = e->dev->ops->fill_zero(e->dev, *out, bytes, e->stream);
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "zero-filling %s", what);
   return ZINC_OK;
@@ -150,6 +165,7 @@ void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_
     bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += zinc_grads_sum_bytes(e); /* f32 sums */
   } else {
     bytes[opt_loc][ZINC_MEM_GRADS] += (uint64_t)e->train_shard_numel * 4;
+    bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += zinc_grads_window_bytes(e); /* window sum */
     bytes[ZINC_LOC_DEVICE][ZINC_MEM_BUFFERS] += zinc_grads_ring_bytes(e);
   }
   int64_t opt_numel = e->opt_numel; /* trained units only */

@@ -141,6 +141,10 @@ struct zinc_module {
                              the gather in flight (a parameter read buffer) */
   int64_t read_seq;       /* when that read started (oldest is freed first) */
   size_t read_staging_bytes;
+  void *shard_copy;       /* offload_param cpu across PCIe: (shard_copy_bytes)
+                             on the device, this rank's chunks copied from
+                             the host partition for the gather in flight */
+  size_t shard_copy_bytes;
   void *cx_wsend, *cx_wrecv; /* qwZ: (cx_wbytes) this rank's encoded chunks;
                              (N x cx_wbytes) every rank's, for the gather
                              in flight; device                           */
@@ -373,6 +377,14 @@ struct zinc_engine {
                              16-bit segments (zinc_segment.acc), or NULL */
   size_t grad_acc_bytes;
   float *grad_part;       /* stage 2/3: (S) f32 reduced gradient partition */
+  float *grad_window_sum; /* stage 2/3, grad_part in host memory across
+                             PCIe, gradient_accumulation_steps > 1: (S) f32
+                             on the device, the window's sum, copied into
+                             grad_part once at the boundary (grads.c), or
+                             NULL */
+  int64_t grad_host_writes; /* writes of reduced gradients into host memory
+                             across PCIe (one per module reduction, or one
+                             per window with grad_window_sum; tests)    */
   float *master, *exp_avg, *exp_avg_sq; /* (opt_numel) f32 */
   int64_t opt_numel;      /* S, or N*S at stage 0 (trained units only) */
   zinc_opt_hparams optim;  /* the optimizer (optimizer.type and params) */
@@ -459,6 +471,12 @@ struct zinc_engine {
   int64_t read_seq;       /* parameter reads from NVMe started (stage3.c) */
   int64_t alloc_count;    /* engine allocations so far (build.c) */
   int64_t alloc_fault_at; /* test hook: that allocation fails (0: none) */
+  int poison_unzeroed;    /* test hook: 1 + the byte unzeroed allocations
+                             are filled with (0: none)                  */
+  zinc_stream *param_copy; /* stage 3, offload_param cpu across PCIe: the
+                             stream that copies chunks to the device     */
+  zinc_event *param_copied; /* recorded after each such copy             */
+  int64_t param_device_copies; /* such copies (one per gather; tests)    */
 
   /* ---- step state */
   int64_t micro_step;     /* micro-batches completed (backward_end calls) */
@@ -596,6 +614,10 @@ void zinc_build_free(zinc_engine *e);
  * category; NULL p is a no-op). */
 zinc_status zinc_engine_buffer_alloc(zinc_engine *e, size_t bytes, int location, int category,
                                      void **out, const char *what);
+/* The same, not zeroed: for a buffer whose every byte is written before
+ * anything reads it (a gathered module: every unit's all-gather fills it). */
+zinc_status zinc_engine_buffer_alloc_unzeroed(zinc_engine *e, size_t bytes, int location,
+                                              int category, void **out, const char *what);
 void zinc_engine_buffer_free(zinc_engine *e, void *p, size_t bytes, int location, int category);
 /* Zeroed host memory for a call's own work (not accounted to the profiler;
  * the test hook below can fail it like any engine allocation). */
@@ -604,6 +626,9 @@ zinc_status zinc_engine_host_calloc(zinc_engine *e, void **out, size_t n, size_t
 /* Tests: make the nth engine allocation from now fail with ZINC_ERR_NOMEM
  * (0: never). */
 void zinc_engine_inject_alloc_fault(zinc_engine *e, int64_t nth);
+/* Tests: fill every later unzeroed allocation with `byte` (cpu device; < 0:
+ * stop), to prove that nothing reads a byte the code did not write. */
+void zinc_engine_poison_unzeroed(zinc_engine *e, int byte);
 /* Memory that collectives read from (comm-shared on the cpu device). */
 zinc_status zinc_engine_comm_buffer_alloc(zinc_engine *e, size_t bytes, int category, void **out,
                                           int *shared, const char *what);
@@ -652,6 +677,13 @@ int zinc_grads_is_boundary_micro(const zinc_engine *e);
 /* Pointer to the reduced gradient of a unit's chunk for rank r (and its
  * dtype), where the step reads it. */
 const void *zinc_grads_chunk(const zinc_engine *e, int unit, int r, int *dtype);
+/* prescale_gradients / gradient_predivide_factor: the factor each rank's
+ * gradient is multiplied by before the sum (1: none), and the one that
+ * turns the stored sum into the averaged, unscaled gradient. */
+float zinc_grads_prescale(const zinc_engine *e);
+double zinc_grads_mean_base(const zinc_engine *e);
+/* Device bytes of grad_window_sum (0 when none). */
+size_t zinc_grads_window_bytes(const zinc_engine *e);
 
 /* --------------------------------------------------------- stage3.c */
 /* Replay of a FETCH/RELEASE event (gathers, prefetch, frees). */
@@ -889,6 +921,9 @@ int zinc_offload_staged(const zinc_engine *e);
 int64_t zinc_offload_staging_group(const zinc_engine *e);
 int zinc_offload_grads_on_device(const zinc_engine *e);
 int zinc_offload_params_on_device(const zinc_engine *e);
+/* 1 on the cuda device, or on the cpu device with ZINC_OFFLOAD_STAGING=1:
+ * host memory is across PCIe and worth copying to the device first. */
+int zinc_offload_host_remote(const zinc_engine *e);
 /* Elements per sub-group of the offloaded step (cpu and NVMe):
  * zero_optimization.sub_group_size, at most the optimizer partition, at
  * least 1. DeepSpeed's 0 makes every parameter its own sub-group; zinc's

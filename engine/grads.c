@@ -20,6 +20,14 @@
  * reduced chunks are added, in fp32, into the gradient partition; then the
  * area goes back to the ring.
  *
+ * With the partition in host memory across PCIe (offload_optimizer on the
+ * cuda device, or the cpu device with ZINC_OFFLOAD_STAGING=1) and
+ * gradient_accumulation_steps > 1, the chunks are added into a device
+ * partition instead (grad_window_sum) and copied into the host one once, at the
+ * boundary: one transfer per window instead of one per module and
+ * micro-batch, the same f32 additions in the same order (DeepSpeed's stage
+ * 3 keeps its gradient partitions on the device until the boundary too).
+ *
  * Frozen parameters (zinc_param_set_frozen) sit in segments of their own
  * that get no gradient memory (seg->grad stays NULL) and no reduction.
  *
@@ -133,6 +141,26 @@ size_t zinc_grads_sum_bytes(const zinc_engine *e) {
   return acc;
 }
 
+size_t zinc_grads_window_bytes(const zinc_engine *e) {
+  if (e->cfg.stage < 2 || e->cfg.gradient_accumulation_steps <= 1 ||
+      e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NONE || !zinc_offload_host_remote(e))
+    return 0;
+  return (size_t)e->train_shard_numel * 4;
+}
+
+/* Where this micro-batch's reduced chunks are added: the window's device
+ * sum, or the partition itself. */
+static float *partition_sum(zinc_engine *e) {
+  return e->grad_window_sum ? e->grad_window_sum : e->grad_part;
+}
+
+/* Count a write into the partition when it is host memory across PCIe. */
+static void count_host_write(zinc_engine *e) {
+  if (!e->grad_window_sum && e->cfg.offload_optimizer.device != ZINC_OFFLOAD_NONE &&
+      zinc_offload_host_remote(e))
+    e->grad_host_writes++;
+}
+
 zinc_status zinc_grads_init(zinc_engine *e) {
   ZINC_CHECK(zinc_calloc((void **)&e->pending, (size_t)e->nmodules + 1, sizeof *e->pending,
                          "pending reductions"));
@@ -165,6 +193,10 @@ zinc_status zinc_grads_init(zinc_engine *e) {
         }
     }
   }
+  size_t window = zinc_grads_window_bytes(e);
+  if (window)
+    ZINC_CHECK(zinc_engine_buffer_alloc(e, window, ZINC_LOC_DEVICE, ZINC_MEM_GRADS,
+                                        (void **)&e->grad_window_sum, "window gradient sum"));
   ZINC_CHECK(zinc_compress_init(e));
   ZINC_CHECK(zinc_dgc_init(e));
   ZINC_CHECK(zinc_compress_scratch(e));
@@ -202,6 +234,10 @@ void zinc_grads_free(zinc_engine *e) {
   if (e->grad_acc)
     zinc_engine_buffer_free(e, e->grad_acc, e->grad_acc_bytes, ZINC_LOC_DEVICE, ZINC_MEM_GRADS);
   e->grad_acc = NULL;
+  if (e->grad_window_sum)
+    zinc_engine_buffer_free(e, e->grad_window_sum, zinc_grads_window_bytes(e), ZINC_LOC_DEVICE,
+                            ZINC_MEM_GRADS);
+  e->grad_window_sum = NULL;
   for (int mi = 0; mi < e->nmodules; mi++)
     for (int s = 0; s < e->modules[mi]->nsegs; s++)
       e->modules[mi]->segs[s].acc = NULL;
@@ -242,10 +278,12 @@ static zinc_status absorb(zinc_engine *e, zinc_module *m) {
       const zinc_unit *u = &e->units[ui];
       const char *src = zinc_unit_ptr(seg->grad, u) +
                         (size_t)e->dp_rank * (size_t)u->chunk * zinc_dtype_size(u->dtype);
-      ZINC_CHECK(e->dev->ops->accumulate_f32(e->dev, e->stream, e->grad_part + u->shard_offset,
-                                             src, u->dtype, u->chunk, overwrite));
+      ZINC_CHECK(e->dev->ops->accumulate_f32(e->dev, e->stream,
+                                             partition_sum(e) + u->shard_offset, src, u->dtype,
+                                             u->chunk, overwrite));
     }
   }
+  count_host_write(e);
   m->reduced_window = window_of(e);
   return ZINC_OK;
 }
@@ -260,10 +298,12 @@ static zinc_status absorb_compressed(zinc_engine *e, zinc_reduction *r, zinc_mod
     for (int ui = seg->first_unit; !seg->frozen && ui < seg->first_unit + seg->nunits; ui++)
       ZINC_CHECK(zinc_compress_reduce_unit(
           e, r, ui, zinc_unit_ptr(seg->grad, &e->units[ui]),
-          e->cfg.stage >= 2 ? e->grad_part + e->units[ui].shard_offset : NULL, overwrite));
+          e->cfg.stage >= 2 ? partition_sum(e) + e->units[ui].shard_offset : NULL, overwrite));
   }
-  if (e->cfg.stage >= 2)
+  if (e->cfg.stage >= 2) {
+    count_host_write(e);
     m->reduced_window = window_of(e);
+  }
   return ZINC_OK;
 }
 
@@ -396,6 +436,57 @@ static zinc_status sums_to_grads(zinc_engine *e, zinc_module *m) {
   return ZINC_OK;
 }
 
+/* ------------------------------------------- division around the sum */
+
+/* DeepSpeed's division around its gradient all-reduce (engine.py's
+ * allreduce_bucket, stage_1_and_2.py's gradient_reduction_w_predivide):
+ *   prescale_gradients:               x 1/dp_size before the sum;
+ *   else gradient_predivide_factor f: x 1/f before the sum, x f/dp_size after;
+ *   (f = 1: the plain sum, then 1/dp_size).
+ * zinc multiplies the buffer the reduction reads by the first factor (each
+ * element in f32, rounded to the gradient's dtype, as torch's mul_) and
+ * folds the second into the step's f64 scale (zinc_grads_mean_base), so
+ * the sum in 16 bits sees the smaller values and no extra rounding follows
+ * it. Returns 1 when nothing is divided before the sum. */
+float zinc_grads_prescale(const zinc_engine *e) {
+  if (e->cfg.prescale_gradients)
+    return 1.0f / (float)e->dp_size;
+  if (e->cfg.gradient_predivide_factor != 1.0)
+    return (float)(1.0 / e->cfg.gradient_predivide_factor);
+  return 1.0f;
+}
+
+/* The factor that turns the reduced gradient as stored (summed over ranks
+ * after the pre-division, summed over the window's micro-batches, times
+ * the loss scale) into the averaged, unscaled gradient. */
+double zinc_grads_mean_base(const zinc_engine *e) {
+  double loss_scale = zinc_loss_scaler_scale(&e->scaler);
+  double gas = (double)e->cfg.gradient_accumulation_steps;
+  if (e->cfg.prescale_gradients)
+    return 1.0 / (loss_scale * gas);
+  return e->cfg.gradient_predivide_factor / (loss_scale * (double)e->dp_size * gas);
+}
+
+/* Multiply the pending modules' gradients by the pre-division factor, the
+ * whole of every unit (its padding holds zeros and stays zero). */
+static zinc_status prescale_pending(zinc_engine *e) {
+  float factor = zinc_grads_prescale(e);
+  if (factor == 1.0f)
+    return ZINC_OK;
+  for (int i = 0; i < e->npending; i++) {
+    zinc_module *m = e->modules[e->pending[i]];
+    for (int s = 0; s < m->nsegs; s++) {
+      const zinc_segment *seg = &m->segs[s];
+      for (int ui = seg->first_unit; !seg->frozen && ui < seg->first_unit + seg->nunits; ui++) {
+        const zinc_unit *u = &e->units[ui];
+        ZINC_CHECK(e->dev->ops->scale(e->dev, e->stream, zinc_unit_ptr(seg->grad, u), u->dtype,
+                                      (int64_t)u->chunk * e->dp_size, factor));
+      }
+    }
+  }
+  return ZINC_OK;
+}
+
 /* ------------------------------------------------------------ launch */
 
 /* Delayed averaging (stage 0, dga.c): the pending modules keep their local
@@ -434,6 +525,8 @@ static zinc_status launch(zinc_engine *e) {
   zinc_status ast = ZINC_OK;
   for (int i = 0; e->grad_acc && ast == ZINC_OK && i < e->npending; i++)
     ast = sums_to_grads(e, e->modules[e->pending[i]]);
+  if (ast == ZINC_OK)
+    ast = prescale_pending(e);
   if (ast == ZINC_OK)
     ast = zinc_calloc((void **)&colls, (size_t)ncoll + 1, sizeof *colls, "reduction batch");
   /* record the reduction (committed below, once every rank is ready) */
@@ -643,7 +736,7 @@ zinc_status zinc_grads_flush(zinc_engine *e) {
           const zinc_segment *seg = &m->segs[s];
           for (int ui = seg->first_unit; !seg->frozen && ui < seg->first_unit + seg->nunits;
                ui++)
-            ZINC_CHECK(e->dev->ops->fill_zero(e->dev, e->grad_part + e->units[ui].shard_offset,
+            ZINC_CHECK(e->dev->ops->fill_zero(e->dev, partition_sum(e) + e->units[ui].shard_offset,
                                               (size_t)e->units[ui].chunk * 4, e->stream));
         }
       m->reduced_window = window_of(e);
@@ -651,6 +744,13 @@ zinc_status zinc_grads_flush(zinc_engine *e) {
     } else if (zinc_grads_is_boundary_micro(e) && m->grad_window != window_of(e)) {
       ZINC_CHECK(zero_window_grads(e, m));
     }
+  }
+  /* the window's sum to the host partition, once (queued on the stream the
+   * step's readers wait for) */
+  if (e->grad_window_sum && zinc_grads_is_boundary_micro(e)) {
+    ZINC_CHECK(e->dev->ops->copy(e->dev, e->grad_part, e->grad_window_sum,
+                                 (size_t)e->train_shard_numel * 4, e->stream));
+    e->grad_host_writes++;
   }
   e->ring_first = e->ring_n = 0;
   e->arena_used = 0;

@@ -68,13 +68,17 @@ typedef struct {
 
 static int staging_forced(void) { return zinc_env_flag("ZINC_OFFLOAD_STAGING", 0); }
 
+int zinc_offload_host_remote(const zinc_engine *e) {
+  return (e->dev && e->dev->ops->is_gpu) || staging_forced();
+}
+
 /* Offloaded optimizer state, in host memory or on NVMe (ZeRO-Infinity:
  * offload_nvme.c runs its sub-groups through the same staging slots). */
 int zinc_offload_staged(const zinc_engine *e) {
   if (e->cfg.offload_optimizer.device != ZINC_OFFLOAD_CPU &&
       e->cfg.offload_optimizer.device != ZINC_OFFLOAD_NVME)
     return 0;
-  return (e->dev && e->dev->ops->is_gpu) || staging_forced();
+  return zinc_offload_host_remote(e);
 }
 
 /* Gradients to copy in: stage 0-1 keep them on the device in the compute

@@ -257,6 +257,50 @@ static const char *unit_send(const zinc_engine *e, const zinc_module *m, const z
   return src[ui >= e->ntrain_units] + u->shard_byte;
 }
 
+/* offload_param cpu with host memory across PCIe (the cuda device, or the
+ * cpu device with ZINC_OFFLOAD_STAGING=1): this rank's chunks of the module
+ * are copied to the device first, on a copy stream the compute stream then
+ * waits for on the device (no host sync), so that the all-gather, which is
+ * ordered after the compute stream (comm.h), reads device memory instead of
+ * pinned host memory over PCIe. The copy runs beside the trainer's kernels
+ * queued before it; only kernels queued after the gather starts wait. */
+static zinc_status chunks_to_device(zinc_engine *e, zinc_module *m, const read_runs *r,
+                                   const char *base[2]) {
+  if (e->param_location != ZINC_LOC_HOST || zinc_nvme_param_on_disk(e) ||
+      !zinc_offload_host_remote(e))
+    return ZINC_OK;
+  const zinc_device_ops *d = e->dev->ops;
+  if (!e->param_copy)
+    ZINC_CHECK(d->stream_create(e->dev, &e->param_copy));
+  if (!e->param_copied)
+    ZINC_CHECK(d->event_create(e->dev, &e->param_copied));
+  size_t bytes = range_bytes(e, r);
+  ZINC_CHECK(zinc_engine_buffer_alloc_unzeroed(e, bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS,
+                                               &m->shard_copy, "parameter chunks to gather"));
+  m->shard_copy_bytes = bytes;
+  size_t at = 0;
+  for (int k = 0; k < 2; k++) {
+    if (r->first[k] < 0)
+      continue;
+    size_t from = e->units[r->first[k]].shard_byte, n = run_bytes(e, r, k);
+    ZINC_CHECK(d->copy(e->dev, (char *)m->shard_copy + at, base[k] + from, n, e->param_copy));
+    base[k] = (const char *)m->shard_copy + at - from; /* base + shard_byte lands in it */
+    at += n;
+  }
+  ZINC_CHECK(d->event_record(e->dev, e->param_copied, e->param_copy));
+  ZINC_CHECK(d->stream_wait_event(e->dev, e->stream, e->param_copied));
+  e->param_device_copies++;
+  return ZINC_OK;
+}
+
+static void shard_copy_free(zinc_engine *e, zinc_module *m) {
+  if (m->shard_copy)
+    zinc_engine_buffer_free(e, m->shard_copy, m->shard_copy_bytes, ZINC_LOC_DEVICE,
+                            ZINC_MEM_BUFFERS);
+  m->shard_copy = NULL;
+  m->shard_copy_bytes = 0;
+}
+
 /* ------------------------------------------------ qwZ (compress.c) */
 
 /* The encoded bytes of unit u's chunk and where the module's units start
@@ -324,13 +368,19 @@ static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
   zinc_status st = group ? ZINC_OK : shard_source(e, m, &runs, src);
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "fetching module \"%s\"", m->name);
+  if (!group) /* agreed below with the other local work */
+    st = chunks_to_device(e, m, &runs, src);
   int ncoll = 0;
   for (int s = 0; s < m->nsegs; s++)
     if (!m->segs[s].persistent)
       ncoll += m->segs[s].nunits;
   zinc_coll *colls = NULL;
-  st = zinc_engine_buffer_alloc(e, m->gather_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS,
-                                &m->gathered, "gathered parameters");
+  /* not zeroed: every unit (padding included) is written by its all-gather
+   * or, with qwZ, by the decode of every rank's chunk */
+  if (st == ZINC_OK)
+    st = zinc_engine_buffer_alloc_unzeroed(e, m->gather_bytes, ZINC_LOC_DEVICE,
+                                           ZINC_MEM_BUFFERS, &m->gathered,
+                                           "gathered parameters");
   if (st == ZINC_OK)
     st = zinc_calloc((void **)&colls, (size_t)ncoll, sizeof *colls, "gather batch");
   if (st == ZINC_OK && !group && zinc_nvme_param_on_disk(e))
@@ -365,6 +415,7 @@ static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
       zinc_engine_buffer_free(e, m->gathered, m->gather_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS);
     m->gathered = NULL;
     source_free(e, m);
+    shard_copy_free(e, m);
     qw_free(e, m);
     return st;
   }
@@ -426,6 +477,7 @@ static zinc_status gather_wait(zinc_engine *e, zinc_module *m) {
   m->gather_req = NULL;
   zinc_status st = zinc_engine_wait(e, m->gather_comm, req);
   source_free(e, m);
+  shard_copy_free(e, m);
   if (st == ZINC_OK && m->cx_wrecv)
     st = qw_decode(e, m);
   qw_free(e, m);
@@ -563,12 +615,19 @@ void zinc_stage3_free(zinc_engine *e) {
     m->gather_req = NULL;
     m->secondary = ZINC_SECONDARY_STALE;
     source_free(e, m);
+    shard_copy_free(e, m);
     if (m->gathered)
       buffer_free(e, m, m->gathered);
     if (m->orphan)
       buffer_free(e, m, m->orphan);
     m->gathered = m->orphan = m->served = NULL;
   }
+  if (e->param_copy)
+    e->dev->ops->stream_destroy(e->dev, e->param_copy);
+  if (e->param_copied)
+    e->dev->ops->event_destroy(e->dev, e->param_copied);
+  e->param_copy = NULL;
+  e->param_copied = NULL;
 }
 
 /* Persistent segments: all-gather every unit from the shards into the

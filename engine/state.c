@@ -58,8 +58,7 @@ static zinc_status read_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
       ZINC_CHECK(e->dev->ops->copy(e->dev, c->scratch, g + (size_t)chunk_off * es,
                                    (size_t)len * es, e->stream));
       ZINC_CHECK(zinc_engine_sync(e));
-      double base = 1.0 / ((double)zinc_loss_scaler_scale(&e->scaler) * e->dp_size *
-                           (double)e->cfg.gradient_accumulation_steps);
+      double base = zinc_grads_mean_base(e);
       for (int64_t i = 0; i < len; i++)
         out[i] = (float)(zinc_load_as_f32(c->scratch, i, dt) * base);
       return ZINC_OK;

@@ -27,7 +27,9 @@
  *
  * Who divides by what: the trainer's loss is a mean over its micro-batch;
  * zinc sums gradients over ranks and micro-batches and divides the sum by
- * dp_size x gradient_accumulation_steps (and the loss scale) here.
+ * dp_size x gradient_accumulation_steps (and the loss scale) here, less
+ * what prescale_gradients or gradient_predivide_factor divided before the
+ * sum (zinc_grads_mean_base).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -486,8 +488,7 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
   ZINC_CHECK(zinc_onebit_lamb_norm(e, &total, &overflow)); /* 1-bit LAMB's */
   if (zinc_onebit_local_grads(e))
     ZINC_CHECK(zinc_onebit_norm_agree(e, "1-bit Adam", &total, &overflow));
-  double scale = zinc_loss_scaler_scale(&e->scaler);
-  double base = 1.0 / (scale * (double)e->dp_size * (double)e->cfg.gradient_accumulation_steps);
+  double base = zinc_grads_mean_base(e); /* 1 / (scale x dp_size x gas), grads.c */
   double norm = overflow ? INFINITY : sqrt(total) * base;
   e->last_grad_norm = (float)norm;
   if (overflow) {

@@ -62,6 +62,39 @@
  * A weight two modules share (a tied embedding) is fetched through its
  * owner module by both: see "Shared (tied) weights" below.
  * Generation or evaluation between steps goes inside eval_begin/eval_end.
+ *
+ * Streams (the cuda device; the cpu device finishes its work inside each
+ * call). The compute stream is zinc_options.cuda_stream, or the legacy
+ * default stream when it is NULL.
+ *  - The trainer reads parameters (zinc_param_data) and writes gradients
+ *    (zinc_param_grad) with kernels on the compute stream. Work on another
+ *    stream must be ordered against the compute stream by the trainer
+ *    (cudaEventRecord / cudaStreamWaitEvent both ways) before it touches
+ *    those buffers and before the zinc call that follows it.
+ *  - No call needs the trainer to synchronise first. zinc queues its own
+ *    device work on the compute stream after the trainer's (zeroing a
+ *    gradient buffer it hands out, gradient sums and casts, the
+ *    optimizer), and every collective, and every copy of gradients or
+ *    parameters zinc makes on a stream of its own, starts only after an
+ *    event recorded on the compute stream when zinc starts it (a copy of
+ *    offloaded parameters from host memory, which reads nothing of the
+ *    trainer's, is instead waited for by the compute stream before the
+ *    gather that reads it). So zinc_module_grads_ready may follow the
+ *    launch of the backward kernels at once, and zinc_module_release the
+ *    launch of the kernels that read the module's parameters (memory zinc
+ *    frees is handed out again only after the work queued on it before the
+ *    free has completed).
+ *  - What a call hands out is ready for kernels queued on the compute
+ *    stream after it returns: zinc_module_fetch returns when the gathered
+ *    parameters are complete (stage 3, a host wait on the gather; stages
+ *    0-2 need none); a gradient buffer's zeroing is queued before any
+ *    kernel the trainer queues after zinc_param_grad; zinc_step returns
+ *    with the updated parameters in place (it synchronises the compute
+ *    stream at the boundary). To read such a buffer from the host, or from
+ *    another stream, first wait for the compute stream.
+ *  - A gradient buffer belongs to zinc from zinc_module_grads_ready on: the
+ *    trainer's kernels queued before that call may still be writing it
+ *    (the reduction waits for them), none queued after it may touch it.
  */
 #ifndef ZINC_H
 #define ZINC_H
@@ -492,7 +525,9 @@ typedef struct {
 
 /* Count one micro-batch; at the accumulation boundary run the optimizer:
  * gradients summed over ranks and micro-batches are divided by
- * (data-parallel size x gradient_accumulation_steps) and by the loss scale,
+ * (data-parallel size x gradient_accumulation_steps) and by the loss scale
+ * (prescale_gradients and gradient_predivide_factor move part of the first
+ * division before the sum over ranks, as DeepSpeed's; docs/config.md),
  * checked for inf/nan on every rank (a skipped step changes no parameter and
  * no optimizer state), clipped by the global L2 norm, and Adam/AdamW updates
  * the fp32 master shard; parameters are then gathered as the stage needs.

@@ -396,6 +396,28 @@ zinc_status zinc_cpu_cast(zinc_threadpool *pool, zinc_cpu_isa isa, void *dst, in
   return convert_run(pool, isa, "cast", dst, dst_dtype, src, src_dtype, n, 0);
 }
 
+typedef struct {
+  void *x;
+  int dtype;
+  float factor;
+} scale_job;
+
+static void scale_part(void *ctx, int64_t begin, int64_t end, int tid) {
+  const scale_job *j = ctx;
+  (void)tid;
+  for (int64_t i = begin; i < end; i++)
+    zinc_store_from_f32(j->x, i, j->dtype, zinc_load_as_f32(j->x, i, j->dtype) * j->factor);
+}
+
+zinc_status zinc_cpu_scale(zinc_threadpool *pool, void *x, int dtype, int64_t n, float factor) {
+  if (n < 0 || !dtype_ok(dtype) || (n > 0 && !x))
+    return zinc_error(ZINC_ERR_INVALID, "cpu scale: n %lld, x %p (dtype %d); n must be >= 0 "
+                      "and the dtype f32, bf16 or f16", (long long)n, x, dtype);
+  scale_job job = {.x = x, .dtype = dtype, .factor = factor};
+  zinc_threadpool_for(pool, n, KERNEL_GRAIN, scale_part, &job);
+  return ZINC_OK;
+}
+
 /* The public conversion (zinc.h): the same kernel on the caller's thread. */
 ZINC_API zinc_status zinc_convert(void *dst, zinc_dtype dst_dtype, const void *src,
                                   zinc_dtype src_dtype, int64_t n) {

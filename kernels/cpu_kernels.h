@@ -102,6 +102,10 @@ zinc_status zinc_cpu_accumulate_f32(zinc_threadpool *pool, zinc_cpu_isa isa,
 zinc_status zinc_cpu_cast(zinc_threadpool *pool, zinc_cpu_isa isa, void *dst,
                           int dst_dtype, const void *src, int src_dtype, int64_t n);
 
+/* x (n dtype) *= factor in place, each element in f32 and rounded back
+ * to nearest even (zinc_load_as_f32 / zinc_store_from_f32). */
+zinc_status zinc_cpu_scale(zinc_threadpool *pool, void *x, int dtype, int64_t n, float factor);
+
 /* Codecs of compressed collectives (kernels/codec.h, math in
  * kernels/codec_math.h), the same bytes and values on every path and for
  * any pool.

@@ -1,6 +1,7 @@
 /*
  * elementwise.cu — the small elementwise kernels: dtype casts, fp32
- * accumulation, gradient unscale with inf/NaN detection, zero-fill.
+ * accumulation, scaling in place, gradient unscale with inf/NaN detection,
+ * zero-fill.
  *
  * All are grid-stride loops, one element per thread per step, so that every
  * access of a warp is contiguous whatever the alignment; they move little
@@ -39,6 +40,11 @@ __global__ void accumulate_kernel(float *dst, const void *src, int src_dtype, in
     float x = zinc_load_as_f32(src, i, src_dtype);
     dst[i] = overwrite ? x : dst[i] + x;
   }
+}
+
+__global__ void scale_kernel(void *x, int dtype, int64_t n, float factor) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    zinc_store_from_f32(x, i, dtype, zinc_load_as_f32(x, i, dtype) * factor);
 }
 
 __global__ void unscale_kernel(void *data, int dtype, int64_t n, float scale, int *nonfinite) {
@@ -84,6 +90,16 @@ extern "C" cudaError_t zinc_cuda_accumulate_f32(float *dst, const void *src, int
   if (!dst || !src || !dtype_ok(src_dtype))
     return cudaErrorInvalidValue;
   accumulate_kernel<<<grid_for(n), kThreads, 0, stream>>>(dst, src, src_dtype, n, overwrite);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t zinc_cuda_scale(void *x, int dtype, int64_t n, float factor,
+                                       cudaStream_t stream) {
+  if (n <= 0)
+    return n < 0 ? cudaErrorInvalidValue : cudaSuccess;
+  if (!x || !dtype_ok(dtype))
+    return cudaErrorInvalidValue;
+  scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, dtype, n, factor);
   return cudaGetLastError();
 }
 

@@ -104,6 +104,8 @@ cudaError_t zinc_cuda_cast(void *dst, int dst_dtype, const void *src, int src_dt
                            int64_t n, cudaStream_t stream);
 
 /* dst (n, f32) = src (n, src_dtype) when overwrite, else dst += src. */
+/* x (dtype) *= factor in place, in f32, rounded back to nearest even. */
+cudaError_t zinc_cuda_scale(void *x, int dtype, int64_t n, float factor, cudaStream_t stream);
 cudaError_t zinc_cuda_accumulate_f32(float *dst, const void *src, int src_dtype,
                                      int64_t n, int overwrite, cudaStream_t stream);
 

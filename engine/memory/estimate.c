@@ -9,7 +9,10 @@
  * as engine/compress.c allocates them (ef_bytes), with DGC's momentum
  * correction its velocities and own slices (zinc_dgc_state_bytes); OneBitAdam's worker and
  * server errors count as optimizer memory on the device
- * (zinc_onebit_adam_state_bytes). Stage 3 adds the
+ * (zinc_onebit_adam_state_bytes); the device's window gradient sum of an
+ * offloaded stage 2/3 with gradient accumulation (grads.c) comes with the
+ * build's sizes where the device is across PCIe (as the pinned staging:
+ * the cuda device, or ZINC_OFFLOAD_STAGING=1). Stage 3 adds the
  * gathered parameters at their peak: the largest module plus what the
  * prefetch window holds ahead of it, within stage3_max_live_parameters.
  * Offload (cpu or NVMe) counts its state and the NVMe host buffers as on

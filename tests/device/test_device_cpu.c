@@ -243,6 +243,35 @@ static void kernels_through_the_table(void **state) {
   zinc_device_destroy(d);
 }
 
+/* The scale op: every fp16 and bf16 pattern times 1/3 and 4096 (fp16
+ * overflow to inf), against the canonical conversions written out here. */
+static void scale_every_pattern(void **state) {
+  ledger l = {0};
+  zinc_device *d = make_device(2, 0, &l);
+  enum { N = 65536 };
+  uint16_t *x = malloc(N * 2);
+  assert_non_null(x);
+  const float factors[2] = {1.0f / 3.0f, 4096.0f};
+  for (int dt = ZINC_BF16; dt <= ZINC_F16; dt++)
+    for (int k = 0; k < 2; k++) {
+      for (int i = 0; i < N; i++)
+        x[i] = (uint16_t)i;
+      assert_int_equal(d->ops->scale(d, NULL, x, dt, N, factors[k]), ZINC_OK);
+      int bad = 0;
+      for (int i = 0; i < N; i++) {
+        uint16_t want = dt == ZINC_F16
+                            ? zinc_f32_to_f16(zinc_f16_to_f32((uint16_t)i) * factors[k])
+                            : zinc_f32_to_bf16(zinc_bf16_to_f32((uint16_t)i) * factors[k]);
+        if (x[i] != want && bad++ < 4)
+          fprintf(stderr, "scale dtype %d x %g: pattern 0x%04x gave 0x%04x, want 0x%04x\n", dt,
+                  factors[k], i, x[i], want);
+      }
+      assert_int_equal(bad, 0);
+    }
+  free(x);
+  zinc_device_destroy(d);
+}
+
 static void mem_info_and_threads(void **state) {
   ledger l = {0};
   zinc_device *d = make_device(0, 0, &l);
@@ -277,6 +306,7 @@ int main(void) {
       cmocka_unit_test(pin_memory),
       cmocka_unit_test(copy_fill_streams_events),
       cmocka_unit_test(kernels_through_the_table),
+      cmocka_unit_test(scale_every_pattern),
       cmocka_unit_test(mem_info_and_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

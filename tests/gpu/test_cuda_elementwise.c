@@ -106,6 +106,44 @@ static void accumulate_overwrite_and_add(void **state) {
   assert_int_equal(bad, 0);
 }
 
+/* The device scale op (the gradient pre-division): every 16-bit pattern
+ * and random f32, times 1/3 and times 4096 (fp16 overflow to inf), bitwise
+ * against the host's load x factor, rounded by zinc_math.h's store. */
+static void scale_in_place(void **state) {
+  zinc_device *d = *state;
+  test_rng rng = {67};
+  size_t bad = 0;
+  const float factors[2] = {1.0f / 3.0f, 4096.0f};
+  for (int dt = ZINC_F32; dt <= ZINC_F16; dt++)
+    for (int k = 0; k < 2; k++) {
+      int64_t n = dt == ZINC_F32 ? N_ELEMS : 65536;
+      void *data = malloc((size_t)n * 4), *want = malloc((size_t)n * 4),
+           *got = malloc((size_t)n * 4);
+      assert_true(data && want && got);
+      for (int64_t i = 0; i < n; i++) {
+        if (dt == ZINC_F32)
+          ((float *)data)[i] = rng_uniform(&rng, -1e4f, 1e4f);
+        else
+          ((uint16_t *)data)[i] = (uint16_t)i;
+        zinc_store_from_f32(want, i, dt, zinc_load_as_f32(data, i, dt) * factors[k]);
+      }
+      guarded_buf t;
+      guarded_alloc(d, &t, (size_t)n * dtype_bytes(dt), 3 * dtype_bytes(dt));
+      guarded_upload(&t, data);
+      ZOK(d->ops->scale(d, NULL, t.at, dt, n, factors[k]));
+      ZOK(d->ops->stream_sync(d, NULL));
+      char what[64];
+      snprintf(what, sizeof what, "scale %s by %g", dtype_label(dt), factors[k]);
+      bad += guarded_download(&t, got, what);
+      bad += test_compare_bits(what, got, want, n, dt);
+      guarded_free(d, &t);
+      free(data);
+      free(want);
+      free(got);
+    }
+  assert_int_equal(bad, 0);
+}
+
 /* zinc_cuda_unscale (no device op yet: the engine folds unscaling into
  * Adam's grad_scale and detects overflow with sumsq; this kernel serves a
  * separate unscale pass). */
@@ -196,6 +234,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(casts_every_pair),
       cmocka_unit_test(accumulate_overwrite_and_add),
+      cmocka_unit_test(scale_in_place),
       cmocka_unit_test(unscale_and_detect),
       cmocka_unit_test(fill_zero_any_alignment),
   };
