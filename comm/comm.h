@@ -9,7 +9,12 @@
  * until the whole batch is done, `start` queues it and returns a request
  * that `wait`/`test` complete. Batches on one comm complete in the order they
  * were started, and every rank must start the same batches in the same order
- * (as with any collective library). A batch lets a backend amortise its
+ * (as with any collective library). nccl: the comms of one device (the
+ * data-parallel, model-parallel and hpZ comms, their splits) share one
+ * launch stream, so their batches complete in the order they were started
+ * across those comms, and every rank must start them in one order across
+ * the comms too (NCCL's rule for several communicators of one device;
+ * comm_nccl.c). A batch lets a backend amortise its
  * synchronisation (one pair of barriers for many shared-memory
  * reduce-scatters; one ncclGroupStart/End).
  *

@@ -7,11 +7,27 @@
  * saying whether that worked, so every rank fails together if it did not;
  * then ncclCommInitRankConfig. No TCP port, no file.
  *
- * Streams: the comm owns one non-blocking stream. Every batch is first
- * ordered after the work already queued on the trainer's compute stream (an
- * event recorded there, waited on by the comm stream), then enqueued inside
- * one ncclGroupStart/End, then followed by an event that marks its end.
- * Batches therefore complete in the order they were started.
+ * Streams: every NCCL comm of the process on one CUDA device launches on
+ * one non-blocking stream, the device's launch queue (nccl_queue), shared
+ * by reference count: the data-parallel, model-parallel and hpZ comms the
+ * engine makes on a GPU, and the children of their splits. NCCL documents
+ * that concurrent operations on several communicators of one device can
+ * deadlock unless every rank runs them in one order: on separate streams
+ * the GPU may start comm B's kernel before comm A's on one rank and the
+ * other way round on its peer, and each then waits inside a kernel for a
+ * peer busy in the other communicator. On one stream the device runs NCCL
+ * work in launch order, and the engine launches in the same order on every
+ * rank (every collective it issues follows from the trainer's calls, never
+ * from timing: engine/grads.c), so every rank runs them in the same order.
+ * The price: collectives of two comms of one device do not overlap each
+ * other (they still overlap compute). A mutex per queue makes each batch's
+ * launch one block on the stream when several threads use comms of one
+ * device. Every batch is first ordered after the work already queued on
+ * the trainer's compute stream (an event recorded there, waited on by the
+ * queue's stream), then enqueued inside one ncclGroupStart/End, then
+ * followed by an event that marks its end. Batches therefore complete in
+ * the order they were started, on one comm and across the comms of a
+ * device.
  *
  * Failure and timeouts: the NCCL communicators are nonblocking
  * (config.blocking = 0), so no NCCL call can hang the host: init, split,
@@ -64,10 +80,83 @@
 
 #ifdef ZINC_HAVE_CUDA
 
+#include <pthread.h>
 #include <sched.h>
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+
+/* A CUDA device's launch queue ("Streams" above): one per device in use,
+ * shared by every NCCL comm of the process on it. */
+typedef struct nccl_queue {
+  int cuda_device;
+  int refs;                 /* comms using it (under queues_mu) */
+  cudaStream_t stream;      /* every NCCL launch of the process on this device */
+  pthread_mutex_t launch;   /* held while a batch is enqueued */
+  struct nccl_queue *next;
+} nccl_queue;
+
+/* The process's launch queues. Global mutable state on purpose: NCCL's
+ * ordering rule holds per device and per process, whichever engine or
+ * bootstrap made the communicator. */
+static pthread_mutex_t queues_mu = PTHREAD_MUTEX_INITIALIZER;
+static nccl_queue *queues;
+
+/* The device's queue (made on first use); the current device is
+ * cuda_device. */
+static zinc_status queue_get(int cuda_device, nccl_queue **out) {
+  *out = NULL;
+  pthread_mutex_lock(&queues_mu);
+  nccl_queue *q = queues;
+  while (q && q->cuda_device != cuda_device)
+    q = q->next;
+  cudaError_t err = cudaSuccess;
+  if (!q && (q = calloc(1, sizeof *q)) != NULL) {
+    err = cudaStreamCreateWithFlags(&q->stream, cudaStreamNonBlocking);
+    if (err != cudaSuccess) {
+      free(q);
+      q = NULL;
+    } else {
+      q->cuda_device = cuda_device;
+      pthread_mutex_init(&q->launch, NULL);
+      q->next = queues;
+      queues = q;
+    }
+  }
+  if (q)
+    q->refs++;
+  pthread_mutex_unlock(&queues_mu);
+  if (err != cudaSuccess)
+    return zinc_error(ZINC_ERR_DEVICE, "comm nccl: creating the launch stream of cuda device "
+                      "%d: %s", cuda_device, cudaGetErrorString(err));
+  if (!q)
+    return zinc_error(ZINC_ERR_NOMEM, "comm nccl: out of host memory for the launch queue of "
+                      "cuda device %d", cuda_device);
+  *out = q;
+  return ZINC_OK;
+}
+
+/* Drop a reference; the last one frees the queue. Work still queued on the
+ * stream finishes first (cudaStreamDestroy releases the stream once it
+ * has), so nothing here blocks. */
+static void queue_put(nccl_queue *q) {
+  if (!q)
+    return;
+  pthread_mutex_lock(&queues_mu);
+  int last = --q->refs == 0;
+  if (last) {
+    nccl_queue **at = &queues;
+    while (*at != q)
+      at = &(*at)->next;
+    *at = q->next;
+  }
+  pthread_mutex_unlock(&queues_mu);
+  if (!last)
+    return;
+  cudaStreamDestroy(q->stream);
+  pthread_mutex_destroy(&q->launch);
+  free(q);
+}
 
 struct zinc_comm_req {
   cudaEvent_t done;   /* recorded on the comm stream after the batch */
@@ -81,7 +170,8 @@ typedef struct {
   ncclComm_t nccl;           /* NULL once aborted or destroyed */
   int cuda_device;
   cudaStream_t compute;      /* the trainer's stream (not owned; NULL = legacy default) */
-  cudaStream_t stream;       /* the comm's own */
+  nccl_queue *queue;         /* the device's launch queue (one reference) */
+  cudaStream_t stream;       /* queue->stream */
   cudaEvent_t compute_ready; /* recorded on compute before each batch */
   int32_t *barrier_word;     /* (1) i32, device: operand of barrier all-reduces */
   cudaEvent_t *spare;        /* (nspare) events for requests */
@@ -240,37 +330,21 @@ static void req_free(zinc_comm *c, zinc_comm_req *req) {
   free(req);
 }
 
-static zinc_status nccl_start(zinc_comm *c, const zinc_coll *colls, int n, zinc_comm_req **out) {
+/* The launch of a batch on the device's queue (its mutex held): ordered
+ * after the compute stream, the group, the end event. Returns
+ * ZINC_ERR_DEVICE for a CUDA failure before the group (the comm still
+ * usable) and ZINC_ERR_COMM once NCCL was called. */
+static zinc_status launch_batch(zinc_comm *c, const zinc_coll *colls, int n,
+                                zinc_comm_req *req) {
   nccl_impl *ni = impl_of(c);
-  *out = NULL;
-  ZINC_CHECK(zinc_coll_validate(c, colls, n));
-  ZINC_CHECK(check_usable(c));
-  zinc_comm_req *req = calloc(1, sizeof *req);
-  if (!req)
-    return zinc_error(ZINC_ERR_NOMEM, "comm nccl (rank %d): out of memory for a request",
-                      c->rank);
-  zinc_status st = req_event(c, &req->done);
-  if (st != ZINC_OK) {
-    free(req);
-    return st;
-  }
-  req->started = zinc_now();
-  req->nops = n;
-  if (c->log && (st = zinc_comm_log_copy(c, colls, n, &req->logged)) != ZINC_OK) {
-    req_free(c, req);
-    return st;
-  }
-  req->first_kind = n ? colls[0].kind : ZINC_COLL_BARRIER;
-
   cudaError_t err = cudaEventRecord(ni->compute_ready, ni->compute);
   if (err == cudaSuccess)
     err = cudaStreamWaitEvent(ni->stream, ni->compute_ready, 0);
-  if (err != cudaSuccess) {
-    req_free(c, req);
+  if (err != cudaSuccess)
     return zinc_error(ZINC_ERR_DEVICE, "comm nccl (rank %d): ordering the batch after the "
                       "compute stream: %s", c->rank, cudaGetErrorString(err));
-  }
 
+  zinc_status st = ZINC_OK;
   ncclResult_t first = ncclSuccess;
   int failed_at = -1;
   ncclGroupStart();
@@ -295,9 +369,37 @@ static zinc_status nccl_start(zinc_comm *c, const zinc_coll *colls, int n, zinc_
   if (st == ZINC_OK && (err = cudaEventRecord(req->done, ni->stream)) != cudaSuccess)
     st = zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d): marking the end of a batch: %s",
                     c->rank, cudaGetErrorString(err));
+  return st;
+}
+
+static zinc_status nccl_start(zinc_comm *c, const zinc_coll *colls, int n, zinc_comm_req **out) {
+  nccl_impl *ni = impl_of(c);
+  *out = NULL;
+  ZINC_CHECK(zinc_coll_validate(c, colls, n));
+  ZINC_CHECK(check_usable(c));
+  zinc_comm_req *req = calloc(1, sizeof *req);
+  if (!req)
+    return zinc_error(ZINC_ERR_NOMEM, "comm nccl (rank %d): out of memory for a request",
+                      c->rank);
+  zinc_status st = req_event(c, &req->done);
+  if (st != ZINC_OK) {
+    free(req);
+    return st;
+  }
+  req->started = zinc_now();
+  req->nops = n;
+  if (c->log && (st = zinc_comm_log_copy(c, colls, n, &req->logged)) != ZINC_OK) {
+    req_free(c, req);
+    return st;
+  }
+  req->first_kind = n ? colls[0].kind : ZINC_COLL_BARRIER;
+
+  pthread_mutex_lock(&ni->queue->launch);
+  st = launch_batch(c, colls, n, req);
+  pthread_mutex_unlock(&ni->queue->launch);
   if (st != ZINC_OK) {
     req_free(c, req);
-    return comm_abort(c);
+    return st == ZINC_ERR_DEVICE ? st : comm_abort(c);
   }
   *out = req;
   return ZINC_OK;
@@ -405,9 +507,15 @@ static zinc_status comm_wrap(ncclComm_t nc, int cuda_device, cudaStream_t comput
   ni->compute = compute;
   ncclCommUserRank(nc, &c->rank);
   ncclCommCount(nc, &c->size);
-  cudaError_t err = cudaStreamCreateWithFlags(&ni->stream, cudaStreamNonBlocking);
-  if (err == cudaSuccess)
-    err = cudaEventCreateWithFlags(&ni->compute_ready, cudaEventDisableTiming);
+  zinc_status st = queue_get(cuda_device, &ni->queue);
+  if (st != ZINC_OK) {
+    ncclCommAbort(nc);
+    ni->nccl = NULL;
+    nccl_destroy(c);
+    return st;
+  }
+  ni->stream = ni->queue->stream;
+  cudaError_t err = cudaEventCreateWithFlags(&ni->compute_ready, cudaEventDisableTiming);
   if (err == cudaSuccess)
     err = cudaMalloc((void **)&ni->barrier_word, sizeof *ni->barrier_word);
   if (err == cudaSuccess)
@@ -416,8 +524,8 @@ static zinc_status comm_wrap(ncclComm_t nc, int cuda_device, cudaStream_t comput
     ncclCommAbort(nc);
     ni->nccl = NULL;
     nccl_destroy(c);
-    return zinc_error(ZINC_ERR_DEVICE, "comm nccl: creating its stream, event or barrier "
-                      "word on cuda device %d: %s", cuda_device, cudaGetErrorString(err));
+    return zinc_error(ZINC_ERR_DEVICE, "comm nccl: creating its event or barrier word on cuda "
+                      "device %d: %s", cuda_device, cudaGetErrorString(err));
   }
   *out = c;
   return ZINC_OK;
@@ -543,8 +651,7 @@ static void nccl_destroy(zinc_comm *c) {
     }
     ni->nccl = NULL;
   }
-  if (ni->stream)
-    cudaStreamDestroy(ni->stream);
+  queue_put(ni->queue); /* the stream, when this was the device's last NCCL comm */
   if (ni->compute_ready)
     cudaEventDestroy(ni->compute_ready);
   for (int i = 0; i < ni->nspare; i++)

@@ -10,7 +10,14 @@
  * rank the same on a comm bootstrapped by the self comm; with two or more
  * ranks, a peer that never joins an all-reduce must give ZINC_ERR_COMM
  * after the comm's timeout instead of a hang, from wait and from test
- * (which then says done: the request is consumed, comm.h). */
+ * (which then says done: the request is consumed, comm.h).
+ *
+ * Several comms of one device (a split's data- and model-parallel comms,
+ * and two comms made from one bootstrap, as the engine makes them):
+ * batches started on them interleaved, all in flight at once, complete
+ * with the right values, and they complete in launch order across the
+ * comms (one launch stream per device: a small batch started after a
+ * large one on another comm is not done before it). */
 #include <mpi.h>
 #include <sched.h>
 
@@ -380,6 +387,113 @@ static void check_split(zinc_comm *c) {
   zinc_comm_destroy(sub);
 }
 
+/* ------------------------------------------------ comms of one device */
+
+/* Batches on two comms of one device, started interleaved and all in
+ * flight, then waited for in reverse: each all-reduce's sum is right
+ * (comm a: ranks' value rank + 1 + round, comm b: 10 * (rank + 1)). Then a
+ * large all-reduce on a and a small one on b: once b's is done, a's is too
+ * (launch order across the comms). */
+static void check_two_comms(zinc_comm *a, zinc_comm *b, const char *what) {
+  enum { ROUNDS = 6 };
+  size_t n = 100003;
+  float *buf[2 * ROUNDS];
+  zinc_comm_req *req[2 * ROUNDS] = {0};
+  int sum_a = 0, sum_b = 0;
+  /* the ranks' contributions, summed over the members of each comm: the
+   * members' world ranks are not known here, so each comm first sums
+   * rank + 1 of its members with an all-reduce of its own */
+  int32_t *word = dev_alloc(8);
+  int32_t mine[2] = {0, 0};
+  MPI_Comm_rank(MPI_COMM_WORLD, &mine[0]);
+  mine[0] += 1;
+  upload(word, mine, 4);
+  EXPECT_OK(zinc_comm_allreduce(a, word, word, 1, ZINC_DT_I32, ZINC_OP_SUM));
+  int32_t *g = download(word, 4);
+  sum_a = *g;
+  free(g);
+  upload(word, mine, 4);
+  EXPECT_OK(zinc_comm_allreduce(b, word, word, 1, ZINC_DT_I32, ZINC_OP_SUM));
+  g = download(word, 4);
+  sum_b = *g;
+  free(g);
+  cudaFree(word);
+  float *h = malloc(n * 4);
+  for (int k = 0; k < 2 * ROUNDS; k++) {
+    int on_a = k % 2 == 0;
+    float v = on_a ? (float)(mine[0] + k / 2) : (float)(10 * mine[0]);
+    for (size_t i = 0; i < n; i++)
+      h[i] = v;
+    buf[k] = dev_alloc(n * 4);
+    upload(buf[k], h, n * 4);
+  }
+  for (int k = 0; k < 2 * ROUNDS; k++) {
+    zinc_comm *c = k % 2 == 0 ? a : b;
+    zinc_coll ar = {.kind = ZINC_COLL_ALLREDUCE, .send = buf[k], .recv = buf[k], .count = n,
+                    .dtype = ZINC_F32, .op = ZINC_OP_SUM};
+    EXPECT_OK(c->ops->start(c, &ar, 1, &req[k]));
+  }
+  for (int k = 2 * ROUNDS - 1; k >= 0; k--) {
+    zinc_comm *c = k % 2 == 0 ? a : b;
+    if (req[k])
+      EXPECT_OK(c->ops->wait(c, req[k]));
+    float *got = download(buf[k], n * 4);
+    /* comm a: sum of (rank + 1 + round) = sum_a + members * round */
+    float want = k % 2 == 0 ? (float)(sum_a + a->size * (k / 2)) : (float)(10 * sum_b);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+      bad += got[i] != want;
+    EXPECT(bad == 0, "%s: batch %d on comm %c: %zu wrong (want %g, got %g)", what, k,
+           k % 2 == 0 ? 'a' : 'b', bad, want, got[0]);
+    free(got);
+    cudaFree(buf[k]);
+  }
+  free(h);
+
+  /* launch order across the comms */
+  size_t big = (size_t)32 << 20;
+  float *large = dev_alloc(big * 4), *small = dev_alloc(4);
+  cudaMemset(large, 0, big * 4);
+  cudaMemset(small, 0, 4);
+  zinc_coll la = {.kind = ZINC_COLL_ALLREDUCE, .send = large, .recv = large, .count = big,
+                  .dtype = ZINC_F32, .op = ZINC_OP_SUM};
+  zinc_coll sb = {.kind = ZINC_COLL_ALLREDUCE, .send = small, .recv = small, .count = 1,
+                  .dtype = ZINC_F32, .op = ZINC_OP_SUM};
+  zinc_comm_req *ra = NULL, *rb = NULL;
+  EXPECT_OK(a->ops->start(a, &la, 1, &ra));
+  EXPECT_OK(b->ops->start(b, &sb, 1, &rb));
+  if (rb)
+    EXPECT_OK(b->ops->wait(b, rb));
+  if (ra) {
+    int done = 0;
+    EXPECT_OK(a->ops->test(a, ra, &done));
+    EXPECT(done, "%s: a small batch on comm b finished before a large one started earlier "
+           "on comm a: the comms of a device do not run in launch order", what);
+    if (!done)
+      EXPECT_OK(a->ops->wait(a, ra));
+  }
+  cudaFree(large);
+  cudaFree(small);
+}
+
+/* The engine's comms on one GPU: the data- and model-parallel comms (here
+ * the two splits of a 2-wide grid) and a second comm made from the same
+ * bootstrap. */
+static void check_comms_of_a_device(zinc_comm *world, zinc_comm *boot, int device) {
+  int rank = world->rank;
+  zinc_comm *mp = NULL, *dp = NULL, *again = NULL;
+  EXPECT_OK(world->ops->split(world, rank / 2, rank, &mp));
+  EXPECT_OK(world->ops->split(world, rank % 2, rank, &dp));
+  if (mp && dp)
+    check_two_comms(dp, mp, "split dp and mp");
+  EXPECT_OK(zinc_comm_nccl_create(boot, device, NULL, 60, &again));
+  if (again)
+    check_two_comms(world, again, "two comms from one bootstrap");
+  zinc_comm_destroy(again);
+  zinc_comm_destroy(dp);
+  zinc_comm_destroy(mp);
+}
+
 /* Rank 0 all-reduces alone on a comm with a 3-second timeout: ZINC_ERR_COMM
  * (from start, wait or test) within a bounded time, never a hang. */
 static void check_lost_peer(zinc_comm *boot, int device, int by_test) {
@@ -462,6 +576,7 @@ int main(int argc, char **argv) {
            world->rank, world->size);
     run_all(world);
     check_split(world);
+    check_comms_of_a_device(world, boot, local_rank);
     zinc_comm_destroy(world);
   }
   check_compute_ordering(boot, local_rank);
