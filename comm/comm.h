@@ -33,7 +33,8 @@
  * block of ranks whose size is a power of two (1x4, 2x2, 4x1, 2x4, 8x1 ...,
  * the only layouts it takes), and its 16-bit partials cross nodes in fp32.
  * So results are bitwise identical across node layouts. The ZeRO stages
- * oracle rests on this. (NCCL's order is its own: comm_nccl.c.)
+ * oracle rests on this. (NCCL's order is its own: comm_nccl.c; it too adds
+ * 16-bit sums in fp32 and rounds once, so at 2 ranks its bits are these.)
  *
  * Buffer rules (as NCCL):
  *  - reduce-scatter: send holds size*count elements, recv count; in place when

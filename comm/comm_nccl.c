@@ -29,6 +29,23 @@
  * the order they were started, on one comm and across the comms of a
  * device.
  *
+ * 16-bit sums: a sum all-reduce or reduce-scatter of bf16 or fp16 data is
+ * run in fp32, as the mpi backend adds (comm.h): the batch's 16-bit inputs
+ * are cast up into an fp32 scratch block, NCCL reduces the fp32 values,
+ * and each result is rounded to 16 bits once (zinc_cuda_cast, round to
+ * nearest even). NCCL's own bf16 sum would round every partial sum as it
+ * passes a rank, losing small contributions to a large sum as ranks grow.
+ * Scratch: 4 bytes per 16-bit element the batch reduces (a reduce-scatter
+ * of `count` per rank: 4 * size * count; an all-reduce: 4 * count), taken
+ * from the queue's stream-ordered memory pool (cudaMallocFromPoolAsync)
+ * when the batch is launched and given back (cudaFreeAsync) behind it, so
+ * the peak is the batches in flight at once; the pool keeps what it got
+ * (no release threshold) and is freed with the queue. For the engine's
+ * gradient reductions that is 4 bytes per element of a reduce bucket
+ * (4 * reduce_bucket_size bytes per batch in flight); its memory
+ * estimate (engine/memory/estimate.c) counts no comm scratch and leaves
+ * it out.
+ *
  * Failure and timeouts: the NCCL communicators are nonblocking
  * (config.blocking = 0), so no NCCL call can hang the host: init, split,
  * group end and finalize may return ncclInProgress and are settled by
@@ -54,12 +71,12 @@
  * Arithmetic: NCCL's reductions are NOT rank-ordered as the mpi backend's
  * are (comm.h's deterministic contract): the order of additions depends on
  * NCCL's algorithm (ring, tree, NVLS) and protocol, chosen by message size
- * and topology, and bf16/f16 sums are NCCL's own (a ring rounds every
- * partial sum back to the element type as it passes a rank; the mpi
- * backend adds in fp32 and rounds once). Results are repeatable for the
- * same sizes, ranks, NCCL version and topology, but not equal to the mpi
- * backend's bits; the stages oracle on GPUs compares NCCL runs with NCCL
- * runs of the same bucket layout.
+ * and topology. 16-bit sums are added in fp32 and rounded once, as the mpi
+ * backend's (above), so at 2 ranks (a + b, one rounding in any order) they
+ * equal its bits; at more ranks they differ from them by the fp32 order
+ * only (at most one unit in the last 16-bit place). Results are repeatable
+ * for the same sizes, ranks, NCCL version and topology; the stages oracle
+ * on GPUs compares NCCL runs with NCCL runs of the same bucket layout.
  *
  * A comm is used by one thread at a time, as an NCCL communicator is.
  * Memory passed to a batch must stay allocated until wait/test said done.
@@ -86,12 +103,15 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include "kernels/kernels.h"
+
 /* A CUDA device's launch queue ("Streams" above): one per device in use,
  * shared by every NCCL comm of the process on it. */
 typedef struct nccl_queue {
   int cuda_device;
   int refs;                 /* comms using it (under queues_mu) */
   cudaStream_t stream;      /* every NCCL launch of the process on this device */
+  cudaMemPool_t scratch;    /* fp32 scratch of 16-bit sums; NULL until first needed */
   pthread_mutex_t launch;   /* held while a batch is enqueued */
   struct nccl_queue *next;
 } nccl_queue;
@@ -137,8 +157,8 @@ static zinc_status queue_get(int cuda_device, nccl_queue **out) {
 }
 
 /* Drop a reference; the last one frees the queue. Work still queued on the
- * stream finishes first (cudaStreamDestroy releases the stream once it
- * has), so nothing here blocks. */
+ * stream finishes first (cudaStreamDestroy and cudaMemPoolDestroy release
+ * their resources once it has), so nothing here blocks. */
 static void queue_put(nccl_queue *q) {
   if (!q)
     return;
@@ -154,8 +174,30 @@ static void queue_put(nccl_queue *q) {
   if (!last)
     return;
   cudaStreamDestroy(q->stream);
+  if (q->scratch)
+    cudaMemPoolDestroy(q->scratch);
   pthread_mutex_destroy(&q->launch);
   free(q);
+}
+
+/* The queue's scratch pool, made on first use: device memory of
+ * q->cuda_device that it keeps once it has it (no release threshold). */
+static cudaError_t queue_scratch_pool(nccl_queue *q) {
+  if (q->scratch)
+    return cudaSuccess;
+  struct cudaMemPoolProps props;
+  memset(&props, 0, sizeof props);
+  props.allocType = cudaMemAllocationTypePinned;
+  props.handleTypes = cudaMemHandleTypeNone;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = q->cuda_device;
+  cudaError_t err = cudaMemPoolCreate(&q->scratch, &props);
+  if (err != cudaSuccess) {
+    q->scratch = NULL;
+    return err;
+  }
+  uint64_t keep = UINT64_MAX;
+  return cudaMemPoolSetAttribute(q->scratch, cudaMemPoolAttrReleaseThreshold, &keep);
 }
 
 struct zinc_comm_req {
@@ -250,10 +292,43 @@ static zinc_status check_usable(zinc_comm *c) {
 
 /* ------------------------------------------------------------- batches */
 
-static ncclResult_t enqueue(zinc_comm *c, const zinc_coll *o) {
+/* fp32 scratch elements a collective needs ("16-bit sums"): the 16-bit
+ * inputs of a sum all-reduce (count) or reduce-scatter (size * count);
+ * 0 for everything else. */
+static size_t sum16_elems(const zinc_comm *c, const zinc_coll *o) {
+  if (o->dtype != ZINC_BF16 && o->dtype != ZINC_F16)
+    return 0;
+  if (o->kind == ZINC_COLL_ALLREDUCE && o->op == ZINC_OP_SUM)
+    return o->count;
+  if (o->kind == ZINC_COLL_REDUCE_SCATTER)
+    return (size_t)c->size * o->count;
+  return 0;
+}
+
+/* A 16-bit sum's inputs cast up into its scratch (n = sum16_elems). */
+static cudaError_t sum16_up(zinc_comm *c, const zinc_coll *o, float *f32, size_t n) {
+  return zinc_cuda_cast(f32, ZINC_F32, o->send, o->dtype, (int64_t)n, impl_of(c)->stream);
+}
+
+/* Its fp32 result rounded once into recv. */
+static cudaError_t sum16_down(zinc_comm *c, const zinc_coll *o, const float *f32) {
+  const float *result = o->kind == ZINC_COLL_REDUCE_SCATTER ? f32 + (size_t)c->rank * o->count
+                                                            : f32;
+  return zinc_cuda_cast(o->recv, o->dtype, result, ZINC_F32, (int64_t)o->count,
+                        impl_of(c)->stream);
+}
+
+/* Enqueue one collective; f32: its scratch when it is a 16-bit sum (the
+ * inputs already cast up), reduced in place there in fp32. */
+static ncclResult_t enqueue(zinc_comm *c, const zinc_coll *o, float *f32) {
   nccl_impl *ni = impl_of(c);
   ncclDataType_t t = nccl_type(o->dtype);
   size_t es = zinc_dt_size(o->dtype);
+  if (f32 && o->kind == ZINC_COLL_ALLREDUCE)
+    return ncclAllReduce(f32, f32, o->count, ncclFloat32, ncclSum, ni->nccl, ni->stream);
+  if (f32)
+    return ncclReduceScatter(f32, f32 + (size_t)c->rank * o->count, o->count, ncclFloat32,
+                             ncclSum, ni->nccl, ni->stream);
   switch (o->kind) {
   case ZINC_COLL_ALLREDUCE:
     return ncclAllReduce(o->send, o->recv, o->count, t, nccl_op(o->op), ni->nccl, ni->stream);
@@ -331,25 +406,49 @@ static void req_free(zinc_comm *c, zinc_comm_req *req) {
 }
 
 /* The launch of a batch on the device's queue (its mutex held): ordered
- * after the compute stream, the group, the end event. Returns
- * ZINC_ERR_DEVICE for a CUDA failure before the group (the comm still
- * usable) and ZINC_ERR_COMM once NCCL was called. */
+ * after the compute stream, 16-bit sums cast up, the group, the 16-bit
+ * results rounded down, the end event. Returns ZINC_ERR_DEVICE for a CUDA
+ * failure before the group (the comm still usable) and ZINC_ERR_COMM
+ * once NCCL was called. */
 static zinc_status launch_batch(zinc_comm *c, const zinc_coll *colls, int n,
                                 zinc_comm_req *req) {
   nccl_impl *ni = impl_of(c);
+  size_t scratch_elems = 0;
+  for (int i = 0; i < n; i++)
+    scratch_elems += sum16_elems(c, &colls[i]);
+  float *scratch = NULL; /* (scratch_elems) f32, device, stream-ordered on the queue */
   cudaError_t err = cudaEventRecord(ni->compute_ready, ni->compute);
   if (err == cudaSuccess)
     err = cudaStreamWaitEvent(ni->stream, ni->compute_ready, 0);
-  if (err != cudaSuccess)
-    return zinc_error(ZINC_ERR_DEVICE, "comm nccl (rank %d): ordering the batch after the "
-                      "compute stream: %s", c->rank, cudaGetErrorString(err));
+  if (err == cudaSuccess && scratch_elems)
+    err = queue_scratch_pool(ni->queue);
+  if (err == cudaSuccess && scratch_elems)
+    err = cudaMallocFromPoolAsync((void **)&scratch, scratch_elems * sizeof(float),
+                                  ni->queue->scratch, ni->stream);
+  for (size_t i = 0, at = 0; err == cudaSuccess && scratch && i < (size_t)n; i++) {
+    size_t k = sum16_elems(c, &colls[i]);
+    if (k)
+      err = sum16_up(c, &colls[i], scratch + at, k);
+    at += k;
+  }
+  if (err != cudaSuccess) {
+    if (scratch)
+      cudaFreeAsync(scratch, ni->stream);
+    return zinc_error(ZINC_ERR_DEVICE, "comm nccl (rank %d): preparing a batch of %d (ordering "
+                      "it after the compute stream, %zu bytes of fp32 scratch for 16-bit "
+                      "sums): %s", c->rank, n, scratch_elems * sizeof(float),
+                      cudaGetErrorString(err));
+  }
 
   zinc_status st = ZINC_OK;
   ncclResult_t first = ncclSuccess;
   int failed_at = -1;
   ncclGroupStart();
+  size_t at = 0;
   for (int i = 0; i < n && first == ncclSuccess; i++) {
-    ncclResult_t r = enqueue(c, &colls[i]);
+    size_t k = sum16_elems(c, &colls[i]);
+    ncclResult_t r = enqueue(c, &colls[i], k ? scratch + at : NULL);
+    at += k;
     if (r != ncclSuccess && r != ncclInProgress) {
       first = r;
       failed_at = i;
@@ -366,6 +465,15 @@ static zinc_status launch_batch(zinc_comm *c, const zinc_coll *colls, int n,
     st = zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): ending the group of a batch of "
                     "%d: %s (%s)", c->rank, c->size, n, ncclGetErrorString(end),
                     ncclGetLastError(ni->nccl));
+  for (size_t i = 0, off = 0; st == ZINC_OK && scratch && i < (size_t)n; i++) {
+    size_t k = sum16_elems(c, &colls[i]);
+    if (k && (err = sum16_down(c, &colls[i], scratch + off)) != cudaSuccess)
+      st = zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d): rounding a 16-bit sum: %s", c->rank,
+                      cudaGetErrorString(err));
+    off += k;
+  }
+  if (scratch)
+    cudaFreeAsync(scratch, ni->stream); /* behind the batch: reused by the next one */
   if (st == ZINC_OK && (err = cudaEventRecord(req->done, ni->stream)) != cudaSuccess)
     st = zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d): marking the end of a batch: %s",
                     c->rank, cudaGetErrorString(err));

@@ -17,7 +17,17 @@
  * batches started on them interleaved, all in flight at once, complete
  * with the right values, and they complete in launch order across the
  * comms (one launch stream per device: a small batch started after a
- * large one on another comm is not done before it). */
+ * large one on another comm is not done before it).
+ *
+ * 16-bit sums are added in fp32 and rounded once (comm_nccl.c): bf16 and
+ * fp16 all-reduce and reduce-scatter, in and out of place, against the
+ * exact sum rounded to fp32 and then to 16 bits (written here in double):
+ * bitwise at 1 and 2 ranks (one addition: the same in any order), within
+ * one 16-bit ulp plus the fp32 order's (n-1) * 2^-23 * sum|x| at more
+ * ranks. Inputs where one rank holds a large value (256 in bf16, 2048 in
+ * fp16) and the others 1 catch per-hop 16-bit rounding: that loses the
+ * ones (256 + 1 rounds back to 256) whenever the large value comes first,
+ * which some chunk's order does at 3+ ranks. */
 #include <mpi.h>
 #include <sched.h>
 
@@ -387,6 +397,130 @@ static void check_split(zinc_comm *c) {
   zinc_comm_destroy(sub);
 }
 
+/* ---------------------------------------------------- 16-bit sums */
+
+/* Rank p's value at element i: half the elements hold one large value (on
+ * rank i % size) and 1 elsewhere, the others seeded values in [-1, 1),
+ * all exactly representable in the 16-bit type. */
+static float sum16_value(int dtype, int p, int size, size_t i) {
+  if (i % 2 == 0)
+    return (int)((i / 2) % (size_t)size) == p ? (dtype == ZINC_BF16 ? 256.0f : 2048.0f) : 1.0f;
+  test_rng r = {.s = 0x9E3779B97F4A7C15ull ^ ((uint64_t)p << 40) ^ (uint64_t)(i + 1)};
+  float v = rng_uniform(&r, -1.0f, 1.0f);
+  return dtype == ZINC_BF16 ? zinc_bf16_to_f32(zinc_f32_to_bf16(v))
+                            : zinc_f16_to_f32(zinc_f32_to_f16(v));
+}
+
+static uint16_t to16(int dtype, float v) {
+  return dtype == ZINC_BF16 ? zinc_f32_to_bf16(v) : zinc_f32_to_f16(v);
+}
+
+static float from16(int dtype, uint16_t v) {
+  return dtype == ZINC_BF16 ? zinc_bf16_to_f32(v) : zinc_f16_to_f32(v);
+}
+
+/* One unit in the last place of the 16-bit type at |x| (fp16 below 2^-14:
+ * its subnormals' spacing, 2^-24). */
+static double ulp16(int dtype, double x) {
+  int e = 0;
+  frexp(fabs(x) > 0 ? fabs(x) : 1.0, &e); /* |x| = m * 2^e, m in [0.5, 1) */
+  double ulp = ldexp(1.0, e - 1 - (dtype == ZINC_BF16 ? 7 : 10));
+  return dtype == ZINC_F16 && ulp < ldexp(1.0, -24) ? ldexp(1.0, -24) : ulp;
+}
+
+/* got[k] for element `first + k` against the exact sum over the ranks:
+ * bitwise (to16(float(exact))) at 1-2 ranks, else within the bound. */
+static size_t sum16_check(int dtype, const uint16_t *got, size_t first, size_t n, int size,
+                          const char *what) {
+  size_t bad = 0;
+  double worst = 0;
+  for (size_t k = 0; k < n; k++) {
+    double exact = 0, abs_sum = 0;
+    for (int p = 0; p < size; p++) {
+      exact += sum16_value(dtype, p, size, first + k);
+      abs_sum += fabs(sum16_value(dtype, p, size, first + k));
+    }
+    uint16_t once = to16(dtype, (float)exact);
+    double err = fabs((double)from16(dtype, got[k]) - exact);
+    int ok = size <= 2 ? got[k] == once
+                       : err <= ulp16(dtype, exact) + (size - 1) * ldexp(abs_sum, -23);
+    if (!ok && bad++ < 4)
+      fprintf(stderr, "%s: element %zu: got %g (0x%04x), exact sum %g, rounded once %g "
+              "(0x%04x)\n", what, first + k, from16(dtype, got[k]), got[k], exact,
+              from16(dtype, once), once);
+    if (err > worst)
+      worst = err;
+  }
+  if (bad)
+    fprintf(stderr, "%s: %zu of %zu wrong, largest error %g\n", what, bad, n, worst);
+  return bad;
+}
+
+static void check_sum16(zinc_comm *c) {
+  int rank = c->rank, size = c->size;
+  const int dtypes[2] = {ZINC_BF16, ZINC_F16};
+  size_t count = 3001, total = count * (size_t)size;
+  uint16_t *h = malloc(total * 2);
+  uint16_t *send = dev_alloc(total * 2), *recv = dev_alloc(total * 2);
+  for (int d = 0; d < 2; d++) {
+    int dt = dtypes[d];
+    const char *name = dt == ZINC_BF16 ? "bf16" : "f16";
+    char what[96];
+    for (size_t j = 0; j < total; j++)
+      h[j] = to16(dt, sum16_value(dt, rank, size, j));
+    /* all-reduce out of place, then in place */
+    upload(send, h, total * 2);
+    EXPECT_OK(zinc_comm_allreduce(c, send, recv, total, dt, ZINC_OP_SUM));
+    uint16_t *got = download(recv, total * 2);
+    snprintf(what, sizeof what, "all-reduce %s at %d ranks", name, size);
+    EXPECT(sum16_check(dt, got, 0, total, size, what) == 0, "%s", what);
+    free(got);
+    EXPECT_OK(zinc_comm_allreduce(c, send, send, total, dt, ZINC_OP_SUM));
+    got = download(send, total * 2);
+    snprintf(what, sizeof what, "all-reduce %s in place at %d ranks", name, size);
+    EXPECT(sum16_check(dt, got, 0, total, size, what) == 0, "%s", what);
+    free(got);
+    /* reduce-scatter out of place and in place, in one batch with an f32
+     * all-reduce between them (exact small integers) */
+    upload(send, h, total * 2);
+    cudaMemset(recv, POISON_BYTE, total * 2);
+    float *f32 = dev_alloc(64 * 4), hf[64];
+    for (int i = 0; i < 64; i++)
+      hf[i] = (float)(rank + i);
+    upload(f32, hf, sizeof hf);
+    uint16_t *send2 = dev_alloc(total * 2);
+    upload(send2, h, total * 2);
+    zinc_coll batch[3] = {
+        {.kind = ZINC_COLL_REDUCE_SCATTER, .send = send, .recv = recv, .count = count,
+         .dtype = dt},
+        {.kind = ZINC_COLL_ALLREDUCE, .send = f32, .recv = f32, .count = 64, .dtype = ZINC_F32,
+         .op = ZINC_OP_SUM},
+        {.kind = ZINC_COLL_REDUCE_SCATTER, .send = send2, .recv = send2 + (size_t)rank * count,
+         .count = count, .dtype = dt},
+    };
+    EXPECT_OK(c->ops->run(c, batch, 3));
+    got = download(recv, count * 2);
+    snprintf(what, sizeof what, "reduce-scatter %s at %d ranks", name, size);
+    EXPECT(sum16_check(dt, got, (size_t)rank * count, count, size, what) == 0, "%s", what);
+    free(got);
+    got = download(send2 + (size_t)rank * count, count * 2);
+    snprintf(what, sizeof what, "reduce-scatter %s in place at %d ranks", name, size);
+    EXPECT(sum16_check(dt, got, (size_t)rank * count, count, size, what) == 0, "%s", what);
+    free(got);
+    float *gf = download(f32, sizeof hf);
+    size_t bad = 0;
+    for (int i = 0; i < 64; i++)
+      bad += gf[i] != (float)(size * (size - 1) / 2 + size * i);
+    EXPECT(bad == 0, "the f32 all-reduce between 16-bit sums: %zu wrong", bad);
+    free(gf);
+    cudaFree(f32);
+    cudaFree(send2);
+  }
+  cudaFree(send);
+  cudaFree(recv);
+  free(h);
+}
+
 /* ------------------------------------------------ comms of one device */
 
 /* Batches on two comms of one device, started interleaved and all in
@@ -541,6 +675,7 @@ static void run_all(zinc_comm *c) {
   check_allgatherv(c);
   check_broadcast_barrier(c);
   check_batches(c);
+  check_sum16(c);
 }
 
 int main(int argc, char **argv) {
