@@ -49,13 +49,30 @@
  * Failure and timeouts: the NCCL communicators are nonblocking
  * (config.blocking = 0), so no NCCL call can hang the host: init, split,
  * group end and finalize may return ncclInProgress and are settled by
- * polling ncclCommGetAsyncError. `wait` and `test` poll the batch's event
- * and ncclCommGetAsyncError, and give up after timeout_s seconds from the
- * start of the batch (timeout_s <= 0: no limit). Any asynchronous error or
- * timeout aborts the NCCL communicator (ncclCommAbort, which also stops its
- * kernels) and returns ZINC_ERR_COMM; every later call says the comm was
- * aborted, and destroy is all that is left to do. A lost peer thus becomes
- * an error instead of a hang.
+ * polling ncclCommGetAsyncError. `test`, `run` and `settle` poll the
+ * batch's event and ncclCommGetAsyncError on the host, and give up after
+ * timeout_s seconds from the start of the batch (timeout_s <= 0: no limit).
+ * Any asynchronous error or timeout aborts the NCCL communicator
+ * (ncclCommAbort, which also stops its kernels) and returns ZINC_ERR_COMM;
+ * every later call says the comm was aborted, and destroy is all that is
+ * left to do. A lost peer thus becomes an error instead of a hang.
+ *
+ * Waits (comm.h, "Streams"): `wait` does not block the host: it makes the
+ * compute stream wait for the batch's end event (cudaStreamWaitEvent) and
+ * hands the event to the comm's list of ordered batches. Spinning the host on every wait would cost a core and the
+ * overlap of the host's next launches with the collective; the host waits
+ * only where it reads the data: `run` (split's node table), `test` saying
+ * done, and `settle`, which the engine calls before it synchronises the
+ * compute stream to read results (zinc_engine_sync). What bounds a batch
+ * nobody polls is the watchdog, one thread per comm started by its first
+ * device-side wait: it sleeps until the oldest ordered batch's deadline
+ * (its start + timeout_s) and aborts the comm if that batch is not done
+ * then. The abort stops NCCL's kernels, so a compute stream (and a host
+ * synchronising it, or a copy ordered after it) waiting for a lost peer
+ * goes on within the timeout; the data is then invalid and the comm's next
+ * call, settle included, says so. The mutex `mu` guards the communicator
+ * handle, the abort reason, the ordered list and the spare events between
+ * the caller's thread and the watchdog.
  *
  * Operations: all-reduce, reduce-scatter, all-gather and broadcast are
  * NCCL's; all-gatherv is one ncclBroadcast per rank with a non-zero count,
@@ -78,8 +95,10 @@
  * for the same sizes, ranks, NCCL version and topology; the stages oracle
  * on GPUs compares NCCL runs with NCCL runs of the same bucket layout.
  *
- * A comm is used by one thread at a time, as an NCCL communicator is.
- * Memory passed to a batch must stay allocated until wait/test said done.
+ * A comm is used by one thread at a time, as an NCCL communicator is (the
+ * watchdog only aborts it, under mu). Memory passed to a batch must stay
+ * allocated until the batch is done: test said so, run or settle returned,
+ * or the compute stream reached the point where wait ordered it.
  * A batch may hold at most 2048 NCCL calls (NCCL's group limit; an
  * all-gatherv counts one per rank, an all-to-all-v two).
  *
@@ -220,6 +239,19 @@ typedef struct {
   int nspare, cap_spare;
   int *node_of;              /* (size) zinc_comm.node_of */
   char abort_reason[256];    /* non-empty once aborted */
+  /* Batches `wait` ordered the compute stream after, not yet seen done, in
+   * start order (they complete in it): their end events and start times.
+   * The watchdog aborts the comm when the oldest outlives timeout_s. */
+  cudaEvent_t *ordered;      /* (nordered) */
+  double *ordered_t0;        /* (nordered) zinc_now() at start */
+  int nordered, cap_ordered;
+  /* mu guards nccl, abort_reason, ordered and spare against the watchdog
+   * thread (started by the first device-side wait); it sleeps on `wake`
+   * until the oldest ordered batch's deadline. */
+  pthread_mutex_t mu;
+  pthread_cond_t wake;       /* CLOCK_MONOTONIC */
+  pthread_t watchdog;
+  int watching, stop;
 } nccl_impl;
 
 static nccl_impl *impl_of(zinc_comm *c) { return c->impl; }
@@ -266,7 +298,8 @@ static zinc_status settle(int rank, int size, double timeout_s, ncclComm_t comm,
 }
 
 /* Abort the NCCL communicator after a failure whose message is already set;
- * later calls on the comm repeat the reason. Returns ZINC_ERR_COMM. */
+ * later calls on the comm repeat the reason. Returns ZINC_ERR_COMM. mu
+ * held. */
 static zinc_status comm_abort(zinc_comm *c) {
   nccl_impl *ni = impl_of(c);
   snprintf(ni->abort_reason, sizeof ni->abort_reason, "%s", zinc_last_error());
@@ -388,6 +421,11 @@ static void req_free(zinc_comm *c, zinc_comm_req *req) {
   nccl_impl *ni = impl_of(c);
   if (!req)
     return;
+  if (!req->done) { /* its event went to the ordered list (wait) */
+    free(req->logged);
+    free(req);
+    return;
+  }
   if (ni->nspare == ni->cap_spare) {
     int cap = ni->cap_spare ? 2 * ni->cap_spare : 16;
     cudaEvent_t *spare = realloc(ni->spare, (size_t)cap * sizeof *spare);
@@ -480,10 +518,9 @@ static zinc_status launch_batch(zinc_comm *c, const zinc_coll *colls, int n,
   return st;
 }
 
-static zinc_status nccl_start(zinc_comm *c, const zinc_coll *colls, int n, zinc_comm_req **out) {
+static zinc_status start_locked(zinc_comm *c, const zinc_coll *colls, int n,
+                                zinc_comm_req **out) {
   nccl_impl *ni = impl_of(c);
-  *out = NULL;
-  ZINC_CHECK(zinc_coll_validate(c, colls, n));
   ZINC_CHECK(check_usable(c));
   zinc_comm_req *req = calloc(1, sizeof *req);
   if (!req)
@@ -513,8 +550,19 @@ static zinc_status nccl_start(zinc_comm *c, const zinc_coll *colls, int n, zinc_
   return ZINC_OK;
 }
 
+static zinc_status nccl_start(zinc_comm *c, const zinc_coll *colls, int n, zinc_comm_req **out) {
+  nccl_impl *ni = impl_of(c);
+  *out = NULL;
+  ZINC_CHECK(zinc_coll_validate(c, colls, n));
+  pthread_mutex_lock(&ni->mu);
+  zinc_status st = start_locked(c, colls, n, out);
+  pthread_mutex_unlock(&ni->mu);
+  return st;
+}
+
 /* One look at a request: *done = 1 when its event completed. Any
- * asynchronous NCCL error, CUDA error or timeout aborts the comm. */
+ * asynchronous NCCL error, CUDA error or timeout aborts the comm. mu
+ * held. */
 static zinc_status poll_once(zinc_comm *c, zinc_comm_req *req, int *done) {
   nccl_impl *ni = impl_of(c);
   *done = 0;
@@ -553,28 +601,196 @@ static zinc_status poll_once(zinc_comm *c, zinc_comm_req *req, int *done) {
   return ZINC_OK;
 }
 
+/* ------------------------------------------- device-side waits */
+
+/* Forget the ordered batches the device has finished (from the oldest);
+ * a CUDA error on one aborts the comm. mu held. */
+static zinc_status sweep_ordered(zinc_comm *c) {
+  nccl_impl *ni = impl_of(c);
+  int k = 0;
+  zinc_status st = ZINC_OK;
+  while (k < ni->nordered) {
+    cudaError_t q = cudaEventQuery(ni->ordered[k]);
+    if (q == cudaErrorNotReady)
+      break;
+    if (q != cudaSuccess && st == ZINC_OK) {
+      zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): a batch the compute stream waits "
+                 "for failed on the device: %s", c->rank, c->size, cudaGetErrorString(q));
+      st = comm_abort(c);
+    }
+    if (ni->nspare < ni->cap_spare)
+      ni->spare[ni->nspare++] = ni->ordered[k];
+    else
+      cudaEventDestroy(ni->ordered[k]);
+    k++;
+  }
+  memmove(ni->ordered, ni->ordered + k, (size_t)(ni->nordered - k) * sizeof *ni->ordered);
+  memmove(ni->ordered_t0, ni->ordered_t0 + k,
+          (size_t)(ni->nordered - k) * sizeof *ni->ordered_t0);
+  ni->nordered -= k;
+  return st;
+}
+
+/* The watchdog: sleeps until the oldest ordered batch's deadline; if that
+ * batch is not done by then, aborts the comm (ncclCommAbort stops its
+ * kernels, so a compute stream waiting for it, and a host synchronising
+ * that stream, go on; the comm's next call and settle report the
+ * failure). A device-side wait thus never outlives the comm timeout,
+ * whoever synchronises afterwards. */
+static void *watchdog_main(void *arg) {
+  zinc_comm *c = arg;
+  nccl_impl *ni = impl_of(c);
+  cudaSetDevice(ni->cuda_device);
+  pthread_mutex_lock(&ni->mu);
+  while (!ni->stop) {
+    zinc_status st = ni->abort_reason[0] ? ZINC_OK : sweep_ordered(c);
+    int idle = st != ZINC_OK || ni->abort_reason[0] || ni->nordered == 0 ||
+               !(c->timeout_s > 0) || c->timeout_s > 1e9;
+    if (idle) {
+      pthread_cond_wait(&ni->wake, &ni->mu);
+      continue;
+    }
+    double left = ni->ordered_t0[0] + c->timeout_s - zinc_now();
+    if (left <= 0) {
+      zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): a batch the compute stream waits "
+                 "for is not done after %.0f s: a peer is lost or stuck (raise the comm "
+                 "timeout if it is only slow)", c->rank, c->size, c->timeout_s);
+      comm_abort(c);
+      continue;
+    }
+    struct timespec at;
+    clock_gettime(CLOCK_MONOTONIC, &at);
+    double whole = (double)(long)left;
+    at.tv_sec += (time_t)whole;
+    at.tv_nsec += (long)((left - whole) * 1e9) + 1000000L; /* 1 ms past the deadline */
+    if (at.tv_nsec >= 1000000000L) {
+      at.tv_sec += at.tv_nsec / 1000000000L;
+      at.tv_nsec %= 1000000000L;
+    }
+    pthread_cond_timedwait(&ni->wake, &ni->mu, &at);
+  }
+  pthread_mutex_unlock(&ni->mu);
+  return NULL;
+}
+
+/* Hand a waited-for batch's event to the ordered list (and the watchdog,
+ * started on first use). mu held. */
+static zinc_status order_batch(zinc_comm *c, cudaEvent_t done, double t0) {
+  nccl_impl *ni = impl_of(c);
+  if (ni->nordered == ni->cap_ordered) {
+    int cap = ni->cap_ordered ? 2 * ni->cap_ordered : 16;
+    cudaEvent_t *ev = realloc(ni->ordered, (size_t)cap * sizeof *ev);
+    if (ev)
+      ni->ordered = ev;
+    double *t = ev ? realloc(ni->ordered_t0, (size_t)cap * sizeof *t) : NULL;
+    if (t)
+      ni->ordered_t0 = t;
+    if (!ev || !t)
+      return zinc_error(ZINC_ERR_NOMEM, "comm nccl (rank %d): out of memory for the list of "
+                        "%d batches the compute stream waits for", c->rank, cap);
+    ni->cap_ordered = cap;
+  }
+  if (!ni->watching) {
+    int rc = pthread_create(&ni->watchdog, NULL, watchdog_main, c);
+    if (rc != 0)
+      return zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d): cannot start the watchdog thread "
+                        "that bounds device-side waits by the comm timeout: %s", c->rank,
+                        strerror(rc));
+    ni->watching = 1;
+  }
+  ni->ordered[ni->nordered] = done;
+  ni->ordered_t0[ni->nordered] = t0;
+  ni->nordered++;
+  pthread_cond_signal(&ni->wake);
+  return ZINC_OK;
+}
+
 static zinc_status nccl_test(zinc_comm *c, zinc_comm_req *req, int *done) {
+  nccl_impl *ni = impl_of(c);
+  pthread_mutex_lock(&ni->mu);
   zinc_status st = poll_once(c, req, done);
   if (st != ZINC_OK || *done) {
     req_free(c, req);
     *done = 1;
   }
+  pthread_mutex_unlock(&ni->mu);
   return st;
 }
 
+/* Device-side: the compute stream waits for the batch's end event; the
+ * host goes on at once. A batch already done (or failed) is settled here. */
 static zinc_status nccl_wait(zinc_comm *c, zinc_comm_req *req) {
+  nccl_impl *ni = impl_of(c);
+  pthread_mutex_lock(&ni->mu);
   int done = 0;
-  zinc_status st;
-  while ((st = poll_once(c, req, &done)) == ZINC_OK && !done)
-    sched_yield(); /* NCCL's kernels run meanwhile; the host just watches */
+  zinc_status st = poll_once(c, req, &done);
+  if (st == ZINC_OK && !done) {
+    cudaError_t err = cudaStreamWaitEvent(ni->compute, req->done, 0);
+    if (err != cudaSuccess) {
+      zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d): ordering the compute stream after a "
+                 "%s batch of %d: %s", c->rank, zinc_coll_name(req->first_kind), req->nops,
+                 cudaGetErrorString(err));
+      st = comm_abort(c);
+    } else if ((st = order_batch(c, req->done, req->started)) == ZINC_OK) {
+      req->done = NULL; /* the ordered list's now */
+      /* latency: until the compute stream was ordered after it */
+      if (req->logged)
+        zinc_comm_log_batch(c, req->logged, req->nops, zinc_now() - req->started, NULL);
+    }
+  }
   req_free(c, req);
+  pthread_mutex_unlock(&ni->mu);
   return st;
 }
 
+/* Host-side: every batch `wait` ordered the compute stream after is done,
+ * or the comm fails (as a host wait would, within timeout_s of the
+ * batch's start). */
+static zinc_status nccl_settle(zinc_comm *c) {
+  nccl_impl *ni = impl_of(c);
+  for (;;) {
+    pthread_mutex_lock(&ni->mu);
+    zinc_status st = check_usable(c);
+    if (st == ZINC_OK)
+      st = sweep_ordered(c);
+    int left = ni->nordered;
+    ncclResult_t async = ncclSuccess;
+    if (st == ZINC_OK && left && ncclCommGetAsyncError(ni->nccl, &async) != ncclSuccess)
+      async = ncclSystemError;
+    if (st == ZINC_OK && left && async != ncclSuccess && async != ncclInProgress) {
+      zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): a batch the compute stream waits "
+                 "for: %s (%s); a peer may have died", c->rank, c->size,
+                 ncclGetErrorString(async), ncclGetLastError(ni->nccl));
+      st = comm_abort(c);
+    } else if (st == ZINC_OK && left && timed_out(c->timeout_s, ni->ordered_t0[0])) {
+      zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): a batch the compute stream waits "
+                 "for is not done after %.0f s: a peer is lost or stuck (raise the comm "
+                 "timeout if it is only slow)", c->rank, c->size, c->timeout_s);
+      st = comm_abort(c);
+    }
+    pthread_mutex_unlock(&ni->mu);
+    if (st != ZINC_OK || !left)
+      return st;
+    sched_yield(); /* the host needs the data: it watches the device finish */
+  }
+}
+
+/* Host-side wait: run's results may be read by the host at once. */
 static zinc_status nccl_run(zinc_comm *c, const zinc_coll *colls, int n) {
-  zinc_comm_req *req;
-  ZINC_CHECK(nccl_start(c, colls, n, &req));
-  return nccl_wait(c, req);
+  nccl_impl *ni = impl_of(c);
+  ZINC_CHECK(zinc_coll_validate(c, colls, n));
+  pthread_mutex_lock(&ni->mu);
+  zinc_comm_req *req = NULL;
+  zinc_status st = start_locked(c, colls, n, &req);
+  int done = 0;
+  while (st == ZINC_OK && (st = poll_once(c, req, &done)) == ZINC_OK && !done) {
+    pthread_mutex_unlock(&ni->mu);
+    sched_yield(); /* NCCL's kernels run meanwhile; the host just watches */
+    pthread_mutex_lock(&ni->mu);
+  }
+  req_free(c, req);
+  pthread_mutex_unlock(&ni->mu);
+  return st;
 }
 
 /* ------------------------------------------------ creation, split, end */
@@ -588,6 +804,7 @@ static const zinc_comm_ops nccl_ops = {
     .start = nccl_start,
     .wait = nccl_wait,
     .test = nccl_test,
+    .settle = nccl_settle,
     .split = nccl_split,
     .alloc_shared = NULL,
     .free_shared = NULL,
@@ -609,6 +826,12 @@ static zinc_status comm_wrap(ncclComm_t nc, int cuda_device, cudaStream_t comput
   c->ops = &nccl_ops;
   c->algo = "nccl";
   c->impl = ni;
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_mutex_init(&ni->mu, NULL);
+  pthread_cond_init(&ni->wake, &ca);
+  pthread_condattr_destroy(&ca);
   c->timeout_s = timeout_s;
   ni->nccl = nc;
   ni->cuda_device = cuda_device;
@@ -704,14 +927,18 @@ static zinc_status split_nodes(zinc_comm *parent, zinc_comm *child) {
 static zinc_status nccl_split(zinc_comm *c, int color, int key, zinc_comm **out) {
   nccl_impl *ni = impl_of(c);
   *out = NULL;
-  ZINC_CHECK(check_usable(c));
+  pthread_mutex_lock(&ni->mu); /* the watchdog may abort the parent meanwhile */
+  zinc_status st = check_usable(c);
+  if (st != ZINC_OK) {
+    pthread_mutex_unlock(&ni->mu);
+    return st;
+  }
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;
   ncclComm_t nc = NULL;
   double t0 = zinc_now();
   ncclResult_t r = ncclCommSplit(ni->nccl, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &nc,
                                  &cfg);
-  zinc_status st = ZINC_OK;
   if (r != ncclSuccess && r != ncclInProgress)
     st = zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): split (color %d, key %d): %s "
                     "(%s)", c->rank, c->size, color, key, ncclGetErrorString(r),
@@ -723,8 +950,11 @@ static zinc_status nccl_split(zinc_comm *c, int color, int key, zinc_comm **out)
   if (st != ZINC_OK) {
     if (nc)
       ncclCommAbort(nc);
-    return comm_abort(c);
+    st = comm_abort(c);
   }
+  pthread_mutex_unlock(&ni->mu);
+  if (st != ZINC_OK)
+    return st;
   if (!nc) /* color < 0: this rank joins no new comm */
     return ZINC_OK;
   zinc_comm *child = NULL;
@@ -741,6 +971,13 @@ static void nccl_destroy(zinc_comm *c) {
   if (!c)
     return;
   nccl_impl *ni = impl_of(c);
+  if (ni->watching) {
+    pthread_mutex_lock(&ni->mu);
+    ni->stop = 1;
+    pthread_cond_signal(&ni->wake);
+    pthread_mutex_unlock(&ni->mu);
+    pthread_join(ni->watchdog, NULL);
+  }
   cudaSetDevice(ni->cuda_device);
   if (ni->nccl) {
     /* finalize flushes queued work and leaves the comm in progress until
@@ -764,10 +1001,16 @@ static void nccl_destroy(zinc_comm *c) {
     cudaEventDestroy(ni->compute_ready);
   for (int i = 0; i < ni->nspare; i++)
     cudaEventDestroy(ni->spare[i]);
+  for (int i = 0; i < ni->nordered; i++)
+    cudaEventDestroy(ni->ordered[i]); /* released once recorded work is done */
   if (ni->barrier_word)
     cudaFree(ni->barrier_word);
   (void)cudaGetLastError();
+  pthread_cond_destroy(&ni->wake);
+  pthread_mutex_destroy(&ni->mu);
   free(ni->spare);
+  free(ni->ordered);
+  free(ni->ordered_t0);
   free(ni->node_of);
   free(ni);
   free(c);

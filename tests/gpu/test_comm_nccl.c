@@ -357,6 +357,26 @@ static void check_compute_ordering(zinc_comm *boot, int device) {
     bad += got[i] != tri;
   EXPECT(bad == 0, "all-reduce ran before the compute stream's copy: %zu wrong", bad);
   free(got);
+  /* a device-side wait: the compute stream's copy queued after wait
+   * returns reads the batch's result (the host never waited for it) */
+  for (size_t i = 0; i < n; i++)
+    pinned[i] = (float)(c->rank + 1);
+  upload(buf, pinned, n * 4);
+  memset(pinned, 0xFF, n * 4);
+  zinc_coll ar = {.kind = ZINC_COLL_ALLREDUCE, .send = buf, .recv = buf, .count = n,
+                  .dtype = ZINC_F32, .op = ZINC_OP_SUM};
+  zinc_comm_req *req = NULL;
+  EXPECT_OK(c->ops->start(c, &ar, 1, &req));
+  if (req)
+    EXPECT_OK(c->ops->wait(c, req));
+  cudaMemcpyAsync(pinned, buf, n * 4, cudaMemcpyDeviceToHost, compute);
+  cudaStreamSynchronize(compute);
+  EXPECT_OK(zinc_comm_settle(c));
+  bad = 0;
+  for (size_t i = 0; i < n; i++)
+    bad += pinned[i] != tri;
+  EXPECT(bad == 0, "the compute stream read the all-reduce's result before it was done "
+         "(device-side wait): %zu wrong", bad);
   cudaFree(buf);
   cudaFreeHost(pinned);
   zinc_comm_destroy(c);
@@ -629,7 +649,10 @@ static void check_comms_of_a_device(zinc_comm *world, zinc_comm *boot, int devic
 }
 
 /* Rank 0 all-reduces alone on a comm with a 3-second timeout: ZINC_ERR_COMM
- * (from start, wait or test) within a bounded time, never a hang. */
+ * within a bounded time, never a hang: from test (by_test), else from
+ * settle after the device-side wait (which returns at once), after the
+ * host synchronised the compute stream that waits for the lost batch (the
+ * watchdog must abort it for that synchronisation to return). */
 static void check_lost_peer(zinc_comm *boot, int device, int by_test) {
   zinc_comm *c = NULL;
   EXPECT_OK(zinc_comm_nccl_create(boot, device, NULL, 3.0, &c));
@@ -652,12 +675,19 @@ static void check_lost_peer(zinc_comm *boot, int device, int by_test) {
              "comm freed", zinc_status_name(st));
     } else if (st == ZINC_OK) {
       st = c->ops->wait(c, req);
+      EXPECT(st == ZINC_OK, "a device-side wait failed at once: %s", zinc_last_error());
+      cudaError_t sync = cudaStreamSynchronize(NULL); /* the comm's compute stream */
+      EXPECT(MPI_Wtime() - t0 < 30.0, "synchronising behind the lost batch took %.1f s",
+             MPI_Wtime() - t0);
+      (void)sync; /* an error or not: the kernel was aborted */
+      (void)cudaGetLastError();
+      st = zinc_comm_settle(c);
     }
     double took = MPI_Wtime() - t0;
     EXPECT(st == ZINC_ERR_COMM, "alone in an all-reduce gave %s (%s)", zinc_status_name(st),
            zinc_last_error());
     EXPECT(took < 30.0, "the timeout took %.1f s", took);
-    printf("lost peer (%s): %s after %.1f s: %s\n", by_test ? "test" : "wait",
+    printf("lost peer (%s): %s after %.1f s: %s\n", by_test ? "test" : "wait, settle",
            zinc_status_name(st), took, zinc_last_error());
     st = zinc_comm_barrier(c);
     EXPECT(st == ZINC_ERR_COMM && strstr(zinc_last_error(), "aborted"),
