@@ -9,7 +9,12 @@
  * until the whole batch is done, `start` queues it and returns a request
  * that `wait`/`test` complete. Batches on one comm complete in the order they
  * were started, and every rank must start the same batches in the same order
- * (as with any collective library). A batch lets a backend amortise its
+ * (as with any collective library). nccl: the comms of one device (the
+ * data-parallel, model-parallel and hpZ comms, their splits) share one
+ * launch stream, so their batches complete in the order they were started
+ * across those comms, and every rank must start them in one order across
+ * the comms too (NCCL's rule for several communicators of one device;
+ * comm_nccl.c). A batch lets a backend amortise its
  * synchronisation (one pair of barriers for many shared-memory
  * reduce-scatters; one ncclGroupStart/End).
  *
@@ -28,7 +33,8 @@
  * block of ranks whose size is a power of two (1x4, 2x2, 4x1, 2x4, 8x1 ...,
  * the only layouts it takes), and its 16-bit partials cross nodes in fp32.
  * So results are bitwise identical across node layouts. The ZeRO stages
- * oracle rests on this. (NCCL's order is its own: comm_nccl.c.)
+ * oracle rests on this. (NCCL's order is its own: comm_nccl.c; it too adds
+ * 16-bit sums in fp32 and rounds once, so at 2 ranks its bits are these.)
  *
  * Buffer rules (as NCCL):
  *  - reduce-scatter: send holds size*count elements, recv count; in place when
@@ -54,6 +60,28 @@
  * either, the request is gone (freed, or owned by the backend until its
  * batch ends) and the caller must forget it, never wait or test it again.
  * Both backends (mpi, nccl) follow this.
+ *
+ * Streams (nccl; device buffers): the comm is created with the trainer's
+ * compute stream (zinc_comm_nccl_create).
+ *  - start: the batch runs after the work queued on the compute stream
+ *    before the call (no host synchronisation is needed before a start:
+ *    do not add one).
+ *  - wait: completes the request on the device and returns without
+ *    blocking the host: work queued on the compute stream after wait
+ *    returns runs after the batch. A failure known at the call (a peer's
+ *    error, a timeout, an earlier abort) is returned; one that comes later
+ *    is returned by the comm's next call and by settle. A batch the device
+ *    waits for never outlives timeout_s: a watchdog thread aborts the NCCL
+ *    communicator when it does (its kernels stop, so a host synchronising
+ *    the compute stream does not hang; the data is then not valid).
+ *  - settle: before the host reads data that a wait guarded (on the host,
+ *    or through a copy it synchronises), it calls settle: a host wait,
+ *    bounded by timeout_s, for every batch wait handed to the device;
+ *    ZINC_ERR_COMM as wait would have given. The engine does so in
+ *    zinc_engine_sync.
+ *  - run and test are host waits: after run returns, or test says done,
+ *    the host may read the results.
+ * The mpi and self backends' wait blocks the host; they have no settle.
  *
  * After a failure (timeout, lost or frozen peer) — what is left of MPI:
  *  - destroy and free_shared return at once: collective frees (MPI_Win_free
@@ -171,11 +199,16 @@ typedef struct {
    * be reused once start returns; the buffers must stay valid until done. */
   zinc_status (*start)(zinc_comm *c, const zinc_coll *colls, int n,
                        zinc_comm_req **req);
-  /* Block until done (or timeout_s); consumes the request in every case. */
+  /* Complete the request: mpi and self block the host until done (or
+   * timeout_s); nccl orders the compute stream after it and returns at
+   * once ("Streams"). Consumes the request in every case. */
   zinc_status (*wait)(zinc_comm *c, zinc_comm_req *req);
   /* *done = 1 when complete or on any error: the request is then consumed,
    * as by wait (see "Requests" above). */
   zinc_status (*test)(zinc_comm *c, zinc_comm_req *req, int *done);
+  /* Optional (NULL where wait blocks the host): wait on the host, bounded
+   * by timeout_s, for every batch `wait` left to the device ("Streams"). */
+  zinc_status (*settle)(zinc_comm *c);
   /* Collective: ranks with the same color form a new comm, ordered by key. */
   zinc_status (*split)(zinc_comm *c, int color, int key, zinc_comm **out);
   /* Optional (NULL if the backend has none). Collective: memory that peers
@@ -239,6 +272,12 @@ zinc_status zinc_comm_nccl_create(zinc_comm *bootstrap, int cuda_device,
 static inline void zinc_comm_destroy(zinc_comm *c) {
   if (c)
     c->ops->destroy(c);
+}
+
+/* The host may read what the comm's waits guarded ("Streams"); NULL and
+ * comms without settle: ZINC_OK at once. */
+static inline zinc_status zinc_comm_settle(zinc_comm *c) {
+  return c && c->ops->settle ? c->ops->settle(c) : ZINC_OK;
 }
 
 /* ------------------------------------------------- single-op conveniences */

@@ -260,6 +260,14 @@ zinc_status zinc_mpi_execute(zinc_mpi *m, const zinc_coll *colls, int n) {
 
 static zinc_status worker_exec(void *ctx, const zinc_coll *colls, int n) {
   zinc_mpi *m = ctx;
+  if (m->fail_started_at > 0 && ++m->started_batches == m->fail_started_at) {
+    /* tests: the comm fails under a started batch, as with a lost peer,
+     * so that callers are seen handling the failure from `test` */
+    atomic_store(&m->abort, 1);
+    return zinc_error(ZINC_ERR_COMM, "comm mpi (rank %d of %d): started batch %lld (%s ...) "
+                      "failed on purpose (ZINC_TEST_COMM_FAIL_STARTED, tests only)", m->rank,
+                      m->size, m->fail_started_at, n ? zinc_coll_name(colls[0].kind) : "empty");
+  }
   m->in_worker = 1; /* only one thread executes at a time (see the header) */
   zinc_status st = zinc_mpi_execute(m, colls, n);
   m->in_worker = 0;
@@ -548,6 +556,7 @@ static zinc_status create_from(MPI_Comm comm, int thread_level, double timeout_s
   m->ctl_win = m->scratch_win = MPI_WIN_NULL;
   m->thread_level = thread_level;
   m->timeout_s = timeout_s;
+  m->fail_started_at = zinc_env_int("ZINC_TEST_COMM_FAIL_STARTED", 0, 0, LLONG_MAX);
   MPI_Comm_rank(comm, &m->rank);
   MPI_Comm_size(comm, &m->size);
   c->rank = m->rank;

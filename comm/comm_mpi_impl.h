@@ -156,6 +156,9 @@ typedef struct {
 
   zinc_mpi_worker *worker; /* NULL: `start` runs batches at once              */
   int in_worker;           /* the worker is executing (shorter barrier spins) */
+  /* tests: ZINC_TEST_COMM_FAIL_STARTED, the started batch (1, 2, ...) that
+   * fails as a lost peer's would; 0 never. Counted by the worker. */
+  long long fail_started_at, started_batches;
 } zinc_mpi;
 
 static inline zinc_mpi *zinc_mpi_of(zinc_comm *c) { return (zinc_mpi *)c->impl; }

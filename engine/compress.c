@@ -363,8 +363,8 @@ zinc_status zinc_compress_reduce_prepare(zinc_engine *e, zinc_reduction *r, zinc
     memcpy(cursor, displs, (size_t)n * sizeof *cursor);
     st = for_units(e, r, encode_unit);
   }
-  if (st == ZINC_OK)
-    st = zinc_engine_sync(e); /* the comm reads the encoded bytes */
+  /* no host sync: the comm's batch runs after the encoding queued on the
+   * compute stream (comm.h, "Streams") */
   if (st != ZINC_OK) {
     release_staging(e, r);
     return zinc_error_wrap(st, "compressing gradients");

@@ -32,6 +32,13 @@
 zinc_status zinc_engine_sync(zinc_engine *e) {
   if (!e->dev->ops->is_gpu)
     return ZINC_OK; /* the cpu device finishes work at the call */
+  /* the NCCL comms' waits are device-side: the host reads after their
+   * batches are done, or learns that they failed (comm.h, "Streams") */
+  ZINC_CHECK(zinc_comm_settle(e->dp));
+  if (e->mp != e->dp)
+    ZINC_CHECK(zinc_comm_settle(e->mp));
+  if (e->hpz_comm != e->dp)
+    ZINC_CHECK(zinc_comm_settle(e->hpz_comm));
   return e->dev->ops->stream_sync(e->dev, e->stream);
 }
 

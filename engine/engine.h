@@ -530,7 +530,10 @@ void zinc_monitor_close(zinc_engine *e);
 void zinc_monitor_step(zinc_engine *e, const zinc_step_info *info);
 
 /* --------------------------------------------------------- engine.c */
-/* Wait for the engine's queued device work (a no-op on the cpu device). */
+/* Wait for the engine's queued device work (a no-op on the cpu device),
+ * the NCCL batches the compute stream waits for included (settled with the
+ * comm timeout first: comm.h, "Streams"); call it before the host reads
+ * what device work or a comm wait produced. */
 zinc_status zinc_engine_sync(zinc_engine *e);
 void zinc_engine_phase(zinc_engine *e, zinc_phase p);
 /* The cpu device the CPU offload of a GPU rank runs on: its threads on the
@@ -646,7 +649,9 @@ zinc_status zinc_put_owned_piece(zinc_engine *e, const zinc_unit *u, int r, int6
  * parameter memory as f32, arrays 1-2 read zeros and drop writes. */
 zinc_status zinc_frozen_io(zinc_engine *e, int array, int64_t off, int64_t count, float *data,
                            int write);
-/* Wait for a comm request, timing the wait. */
+/* Wait for a comm request, timing the wait: on the host (mpi), or by
+ * ordering the compute stream after it (nccl; the host reads only after
+ * zinc_engine_sync). Consumes the request whatever it returns. */
 zinc_status zinc_engine_wait(zinc_engine *e, zinc_comm *c, zinc_comm_req *req);
 
 /* Whether the fp32 master can be the parameter memory (see master_in_params). */

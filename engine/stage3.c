@@ -401,8 +401,8 @@ static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
       woff += zinc_compress_weight_bytes(e, u->chunk);
     }
   }
-  if (st == ZINC_OK && quantized)
-    st = zinc_engine_sync(e);
+  /* no host sync before the gather: it runs after the encoding queued on
+   * the compute stream (comm.h, "Streams") */
   if (st != ZINC_OK)
     zinc_error_wrap(st, "fetching module \"%s\"", m->name);
   /* the gather is collective: a rank that could not prepare it tells its
