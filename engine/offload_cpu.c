@@ -75,7 +75,7 @@ int zinc_offload_staged(const zinc_engine *e) {
   if (e->cfg.offload_optimizer.device != ZINC_OFFLOAD_CPU &&
       e->cfg.offload_optimizer.device != ZINC_OFFLOAD_NVME)
     return 0;
-  return (e->dev && e->dev->ops->is_gpu) || staging_forced();
+  return (e->dev ? e->dev->ops->is_gpu : e->sized_as_gpu) || staging_forced();
 }
 
 /* Gradients to copy in: stage 0-1 keep them on the device in the compute
