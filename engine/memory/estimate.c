@@ -19,7 +19,8 @@
  * min(sub_group_size, 16 M) elements; zinc_offload_staging_bytes, on the
  * cpu device too with ZINC_OFFLOAD_STAGING=1, which makes it stage like
  * cuda) and delayed averaging's pinned gradient staging (dga.c: the
- * trained gradients' bytes, host buffers).
+ * trained gradients' bytes, host buffers). What the cuda device refuses
+ * (PowerSGD, 0/1 Adam, 1-bit LAMB) is ZINC_ERR_UNSUPPORTED there.
  */
 #include "engine/memory/estimate.h"
 
@@ -96,6 +97,20 @@ zinc_status zinc_estimate_model_on(const zinc_settings *cfg, zinc_est_device dev
     if (!p || (params[i].frozen && zinc_param_set_frozen(p, 1) != ZINC_OK))
       st = zinc_error_wrap(ZINC_ERR_INVALID, "estimate: parameter %s.%s", params[i].module,
                            params[i].name);
+  }
+  if (st == ZINC_OK && e->sized_as_gpu) {
+    /* what the cuda device refuses at build has no size there */
+    const char *none = zinc_powersgd_enabled(&e->cfg) ? "zinc.compression.gradient_codec "
+                                                        "\"powersgd\""
+                       : e->cfg.optimizer == ZINC_OPTIM_ZERO_ONE_ADAM ? "optimizer.type "
+                                                                        "\"ZeroOneAdam\""
+                       : e->cfg.optimizer == ZINC_OPTIM_ONEBIT_LAMB ? "optimizer.type "
+                                                                      "\"OneBitLamb\""
+                                                                    : NULL;
+    if (none)
+      st = zinc_error(ZINC_ERR_UNSUPPORTED, "estimate on the cuda device: %s runs on the cpu "
+                      "device only, so the cuda build refuses it; estimate for the cpu device "
+                      "or choose another", none);
   }
   if (st == ZINC_OK) {
     zinc_opt_from_config(e);

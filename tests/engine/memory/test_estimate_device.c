@@ -17,7 +17,8 @@
  * offload_optimizer cpu, 0 without offload. With delayed averaging (stage
  * 0, N >= 2, delay 2) cuda adds the trained gradients' bytes,
  * round_up(P, N x 32) x 2. The cpu estimate without ZINC_OFFLOAD_STAGING
- * counts no staging.
+ * counts no staging. PowerSGD, ZeroOneAdam and OneBitLamb, which the cuda
+ * build refuses, are ZINC_ERR_UNSUPPORTED for cuda and estimated for cpu.
  */
 #include <mpi.h>
 
@@ -97,6 +98,26 @@ int main(int argc, char **argv) {
                 " \"zinc\": {\"compression\": {\"delayed_averaging\": {\"delay\": 2}}}}",
                 ranks, (uint64_t)round_up(P, (int64_t)ranks * ALIGN) * 2,
                 "stage 0 delayed averaging");
+    }
+    /* what the cuda build refuses is refused by the cuda estimate */
+    static const char *cpu_only[] = {
+        "\"zinc\": {\"compression\": {\"gradient_codec\": \"powersgd\"}}",
+        "\"optimizer\": {\"type\": \"ZeroOneAdam\", \"params\": {\"lr\": 0.001}}",
+        "\"optimizer\": {\"type\": \"OneBitLamb\", \"params\": {\"lr\": 0.001}}"};
+    for (int i = 0; i < 3; i++) {
+      char json[512];
+      snprintf(json, sizeof json, "{\"train_micro_batch_size_per_gpu\": 1, %s}", cpu_only[i]);
+      zinc_config *cfg = NULL;
+      ET_OK(zinc_config_parse(json, &cfg));
+      zinc_est_param p = {.module = "block", .name = "weight", .dtype = ZINC_F32, .ndim = 1,
+                          .shape = {P}};
+      zinc_estimate est;
+      ET_OK(zinc_estimate_model_on(&cfg->s, ZINC_EST_DEVICE_CPU, 2, 0, &p, 1, &est));
+      zinc_status st = zinc_estimate_model_on(&cfg->s, ZINC_EST_DEVICE_CUDA, 2, 0, &p, 1, &est);
+      ET_CHECK(st == ZINC_ERR_UNSUPPORTED && strstr(zinc_last_error(), "cuda"),
+               "%s on cuda: %s (%s), want ZINC_ERR_UNSUPPORTED", cpu_only[i],
+               zinc_status_name(st), zinc_last_error());
+      zinc_config_free(cfg);
     }
   }
   int bad = et_failures;
