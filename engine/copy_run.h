@@ -10,13 +10,14 @@
  * bytes in piece order.
  *
  * Why not a gather kernel or cudaMemcpyBatchAsync for the pieces that do
- * not abut: each sub-group's pieces break only where the engine's layout
- * does (a rank's chunk of each parameter at stages 1-2 with several
- * ranks, a module's gradient area at stage 0-1), and joining the abutting
- * ones already removes the per-piece copies of a model of many small
- * parameters; a gather would add a kernel and a device scratch buffer per
- * slot, and the batch call a CUDA 12.8 floor and a device op the cpu
- * backend has nothing to test with. The union of two abutting pieces is
+ * not abut: a sub-group's pieces break only where the engine's layout
+ * does (between a rank's chunks of two partition units at stages 1-2 over
+ * several ranks, each unit up to the reduce bucket; between two modules'
+ * gradient areas at stages 0-1), so after joining a sub-group costs about
+ * one copy per unit it touches, not one per parameter; a gather would add
+ * a kernel and a device scratch buffer per slot for those few, and the
+ * batch call a CUDA 12.8 floor and a device op the cpu backend has
+ * nothing to test with. The union of two abutting pieces is
  * one mapped range of one memory kind (each piece is a valid range of the
  * engine's device or host buffers), which cudaMemcpyAsync with
  * cudaMemcpyDefault copies as one.
