@@ -117,6 +117,11 @@ struct zinc_device {
   void *mem_hook_ctx;
   zinc_stream *compute;     /* the trainer's stream (cuda) or NULL */
   void *impl;               /* backend state */
+  /* Statistics: copies this device has queued (ops->copy calls that move
+   * at least one byte), so tests can count a pipeline's copies. Added to
+   * atomically (copies may be queued from several threads); read it with
+   * no copy in flight. */
+  uint64_t copies;
 };
 
 /* cpu device: kernels run on a pool of `threads` threads (0: this process's

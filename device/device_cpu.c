@@ -116,6 +116,7 @@ static zinc_status cpu_copy(zinc_device *d, void *dst, const void *src, size_t b
     return zinc_error(ZINC_ERR_INVALID, "cpu copy of %zu bytes: dst %p, src %p", bytes, dst,
                       src);
   copy_job j = {dst, src};
+  __atomic_fetch_add(&d->copies, 1, __ATOMIC_RELAXED);
   zinc_threadpool_for(impl_of(d)->pool, (int64_t)bytes, COPY_GRAIN, copy_part, &j);
   return ZINC_OK;
 }

@@ -202,6 +202,7 @@ static zinc_status cuda_copy(zinc_device *d, void *dst, const void *src, size_t 
   if (!bytes)
     return ZINC_OK;
   ZINC_CHECK(bind(ci));
+  __atomic_fetch_add(&d->copies, 1, __ATOMIC_RELAXED);
   cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, raw_stream(ci, s));
   return err == cudaSuccess ? ZINC_OK
                             : cuda_fail(ci, err, "copying %zu bytes %p -> %p", bytes, src, dst);

@@ -325,6 +325,8 @@ struct zinc_engine {
 
   /* ---- device and accounting */
   zinc_device *dev;
+  int sized_as_gpu;       /* no dev (the estimator's bare engine): size the
+                             buffers the cuda device allocates (staging) */
   zinc_stream *stream;    /* NULL: the device's compute stream (the trainer's
                              on CUDA), so engine kernels are ordered with the
                              trainer's work; synchronised with

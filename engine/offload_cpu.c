@@ -38,6 +38,7 @@
 
 #include "base/env.h"
 #include "device/device_cpu.h"
+#include "engine/copy_run.h"
 #include "engine/engine.h"
 
 enum { ZINC_STAGING_MAX = 16 << 20 }; /* elements per staging slot */
@@ -69,7 +70,7 @@ typedef struct {
 static int staging_forced(void) { return zinc_env_flag("ZINC_OFFLOAD_STAGING", 0); }
 
 int zinc_offload_host_remote(const zinc_engine *e) {
-  return (e->dev && e->dev->ops->is_gpu) || staging_forced();
+  return (e->dev ? e->dev->ops->is_gpu : e->sized_as_gpu) || staging_forced();
 }
 
 /* Offloaded optimizer state, in host memory or on NVMe (ZeRO-Infinity:
@@ -210,14 +211,16 @@ static zinc_status copy_in(zinc_engine *e, const zinc_opt_seg *segs, const piece
   zinc_offload *o = &e->off;
   if (grads_on_device(e) && pass == ZINC_OPT_PASS_UPDATE) {
     size_t at = 0;
+    zinc_copy_run run = {0}; /* pieces back to back: one copy (copy_run.h) */
     for (int i = 0; i < np; i++) {
       const zinc_opt_seg *s = &segs[p[i].seg];
       size_t es = zinc_dt_size(s->grad_dtype);
-      ZINC_CHECK(e->dev->ops->copy(e->dev, (char *)o->grad[slot] + at,
+      ZINC_CHECK(zinc_copy_run_add(e->dev, &run, (char *)o->grad[slot] + at,
                                    (const char *)s->grad + (size_t)p[i].off * es,
                                    (size_t)p[i].n * es, o->copy[0]));
       at += (size_t)p[i].n * es;
     }
+    ZINC_CHECK(zinc_copy_run_flush(e->dev, &run, o->copy[0]));
   }
   return e->dev->ops->event_record(e->dev, o->in_done[slot], o->copy[0]);
 }
@@ -265,16 +268,18 @@ static zinc_status copy_out(zinc_engine *e, const zinc_opt_seg *segs, const piec
   zinc_offload *o = &e->off;
   if (params_on_device(e)) {
     size_t at = 0;
+    zinc_copy_run run = {0}; /* pieces back to back: one copy (copy_run.h) */
     for (int i = 0; i < np; i++) {
       const zinc_opt_seg *s = &segs[p[i].seg];
       if (!s->param_out)
         continue;
       size_t es = zinc_dtype_size(s->param_dtype);
-      ZINC_CHECK(e->dev->ops->copy(e->dev, (char *)s->param_out + (size_t)p[i].off * es,
+      ZINC_CHECK(zinc_copy_run_add(e->dev, &run, (char *)s->param_out + (size_t)p[i].off * es,
                                    (char *)o->param[slot] + at, (size_t)p[i].n * es,
                                    o->copy[1]));
       at += (size_t)p[i].n * es;
     }
+    ZINC_CHECK(zinc_copy_run_flush(e->dev, &run, o->copy[1]));
   }
   return e->dev->ops->event_record(e->dev, o->out_done[slot], o->copy[1]);
 }

@@ -63,6 +63,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/copy_run.h"
 #include "engine/engine.h"
 #include "offload/aio.h"
 #include "offload/swap.h"
@@ -598,12 +599,14 @@ static zinc_status staged_in(zinc_engine *e, const zinc_opt_seg *p, int np, int 
   zinc_offload *o = &e->off;
   if (zinc_offload_grads_on_device(e) && pass == ZINC_OPT_PASS_UPDATE) {
     size_t at = 0;
+    zinc_copy_run run = {0}; /* pieces back to back: one copy (copy_run.h) */
     for (int i = 0; i < np; i++) {
       size_t bytes = (size_t)p[i].n * zinc_dt_size(p[i].grad_dtype);
-      ZINC_CHECK(e->dev->ops->copy(e->dev, (char *)o->grad[slot] + at, p[i].grad, bytes,
+      ZINC_CHECK(zinc_copy_run_add(e->dev, &run, (char *)o->grad[slot] + at, p[i].grad, bytes,
                                    o->copy[0]));
       at += bytes;
     }
+    ZINC_CHECK(zinc_copy_run_flush(e->dev, &run, o->copy[0]));
   }
   return e->dev->ops->event_record(e->dev, o->in_done[slot], o->copy[0]);
 }
@@ -633,14 +636,16 @@ static zinc_status staged_out(zinc_engine *e, const zinc_opt_seg *dev, int np, i
   zinc_offload *o = &e->off;
   if (zinc_offload_params_on_device(e)) {
     size_t at = 0;
+    zinc_copy_run run = {0}; /* pieces back to back: one copy (copy_run.h) */
     for (int i = 0; i < np; i++) {
       if (!dev[i].param_out)
         continue;
       size_t bytes = (size_t)dev[i].n * zinc_dtype_size(dev[i].param_dtype);
-      ZINC_CHECK(e->dev->ops->copy(e->dev, dev[i].param_out, (char *)o->param[slot] + at, bytes,
-                                   o->copy[1]));
+      ZINC_CHECK(zinc_copy_run_add(e->dev, &run, dev[i].param_out, (char *)o->param[slot] + at,
+                                   bytes, o->copy[1]));
       at += bytes;
     }
+    ZINC_CHECK(zinc_copy_run_flush(e->dev, &run, o->copy[1]));
   }
   return e->dev->ops->event_record(e->dev, o->out_done[slot], o->copy[1]);
 }

@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/copy_run.h"
 #include "engine/engine.h"
 
 /* What a fetch reads of this rank's partition: the module's
@@ -231,6 +232,9 @@ static char *own_slot(const zinc_engine *e, char *base, const zinc_unit *u) {
  * from pinned host memory), and the gather runs in place. The read buffer
  * is free again once the copies are done. */
 static zinc_status shard_to_device(zinc_engine *e, zinc_module *m, const char *src[2]) {
+  /* chunks back to back on both sides (one rank: the module's units) go as
+   * one copy (copy_run.h); with several ranks each own slot is a copy */
+  zinc_copy_run run = {0};
   for (int s = 0; s < m->nsegs; s++) {
     const zinc_segment *seg = &m->segs[s];
     if (seg->persistent)
@@ -238,11 +242,12 @@ static zinc_status shard_to_device(zinc_engine *e, zinc_module *m, const char *s
     char *base = (char *)m->gathered + seg->gather_offset;
     for (int ui = seg->first_unit; ui < seg->first_unit + seg->nunits; ui++) {
       const zinc_unit *u = &e->units[ui];
-      ZINC_CHECK(e->dev->ops->copy(e->dev, own_slot(e, base, u),
+      ZINC_CHECK(zinc_copy_run_add(e->dev, &run, own_slot(e, base, u),
                                    src[ui >= e->ntrain_units] + u->shard_byte,
                                    (size_t)u->chunk * zinc_dtype_size(u->dtype), e->stream));
     }
   }
+  ZINC_CHECK(zinc_copy_run_flush(e->dev, &run, e->stream));
   ZINC_CHECK(zinc_engine_sync(e));
   source_free(e, m);
   return ZINC_OK;

@@ -16,10 +16,14 @@
  * gathered parameters at their peak: the largest module plus what the
  * prefetch window holds ahead of it, within stage3_max_live_parameters.
  * Offload (cpu or NVMe) counts its state and the NVMe host buffers as on
- * any device; the cuda device's two pinned staging slots (host buffers,
- * 2 x up to 8 bytes x min(sub_group_size, 16 M) elements) depend on the
- * device, which the estimate does not have: they are counted only with
- * ZINC_OFFLOAD_STAGING=1, which makes the cpu device stage like it.
+ * any device. What the build allocates per device is sized for the device
+ * the caller names (zinc_estimate_model_on): on cuda the two pinned
+ * staging slots of the offloaded step (host buffers, 2 x up to 8 bytes x
+ * min(sub_group_size, 16 M) elements; zinc_offload_staging_bytes, on the
+ * cpu device too with ZINC_OFFLOAD_STAGING=1, which makes it stage like
+ * cuda) and delayed averaging's pinned gradient staging (dga.c: the
+ * trained gradients' bytes, host buffers). What the cuda device refuses
+ * (PowerSGD, 0/1 Adam, 1-bit LAMB) is ZINC_ERR_UNSUPPORTED there.
  */
 #include "engine/memory/estimate.h"
 
@@ -51,10 +55,17 @@ static uint64_t ef_bytes(const zinc_engine *e) {
 
 zinc_status zinc_estimate_model(const zinc_settings *cfg, int dp_size, int64_t hidden_size,
                                 const zinc_est_param *params, int n, zinc_estimate *out) {
+  return zinc_estimate_model_on(cfg, ZINC_EST_DEVICE_CPU, dp_size, hidden_size, params, n, out);
+}
+
+zinc_status zinc_estimate_model_on(const zinc_settings *cfg, zinc_est_device device, int dp_size,
+                                   int64_t hidden_size, const zinc_est_param *params, int n,
+                                   zinc_estimate *out) {
   memset(out, 0, sizeof *out);
-  if (dp_size < 1 || n < 0 || (n > 0 && !params))
-    return zinc_error(ZINC_ERR_INVALID, "estimate: bad arguments (dp_size %d, %d parameters)",
-                      dp_size, n);
+  if (dp_size < 1 || n < 0 || (n > 0 && !params) ||
+      (device != ZINC_EST_DEVICE_CPU && device != ZINC_EST_DEVICE_CUDA))
+    return zinc_error(ZINC_ERR_INVALID, "estimate: bad arguments (dp_size %d, %d parameters, "
+                      "device %d)", dp_size, n, (int)device);
   zinc_engine *e = calloc(1, sizeof *e);
   if (!e)
     return zinc_error(ZINC_ERR_NOMEM, "estimate: no host memory for the model's engine state "
@@ -66,6 +77,7 @@ zinc_status zinc_estimate_model(const zinc_settings *cfg, int dp_size, int64_t h
   }
   e->dp_size = e->world_size = dp_size;
   e->mp_size = 1;
+  e->sized_as_gpu = device == ZINC_EST_DEVICE_CUDA; /* zinc_offload_staging_bytes */
   st = zinc_hpz_size(&e->cfg, dp_size, &e->hpz); /* the secondary partition's size */
   int any16[3] = {0, 0, 0};
   for (int i = 0; i < n; i++)
@@ -89,6 +101,20 @@ zinc_status zinc_estimate_model(const zinc_settings *cfg, int dp_size, int64_t h
       st = zinc_error_wrap(ZINC_ERR_INVALID, "estimate: parameter %s.%s", params[i].module,
                            params[i].name);
   }
+  if (st == ZINC_OK && e->sized_as_gpu) {
+    /* what the cuda device refuses at build has no size there */
+    const char *none = zinc_powersgd_enabled(&e->cfg) ? "zinc.compression.gradient_codec "
+                                                        "\"powersgd\""
+                       : e->cfg.optimizer == ZINC_OPTIM_ZERO_ONE_ADAM ? "optimizer.type "
+                                                                        "\"ZeroOneAdam\""
+                       : e->cfg.optimizer == ZINC_OPTIM_ONEBIT_LAMB ? "optimizer.type "
+                                                                      "\"OneBitLamb\""
+                                                                    : NULL;
+    if (none)
+      st = zinc_error(ZINC_ERR_UNSUPPORTED, "estimate on the cuda device: %s runs on the cpu "
+                      "device only, so the cuda build refuses it; estimate for the cpu device "
+                      "or choose another", none);
+  }
   if (st == ZINC_OK) {
     zinc_opt_from_config(e);
     st = zinc_layout_build(e);
@@ -96,8 +122,11 @@ zinc_status zinc_estimate_model(const zinc_settings *cfg, int dp_size, int64_t h
   if (st == ZINC_OK) {
     zinc_build_sizes(e, out->bytes);
     out->bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += ef_bytes(e) + zinc_dgc_state_bytes(e);
-    out->bytes[ZINC_LOC_HOST][ZINC_MEM_GRADS] +=
-        zinc_dga_state_bytes(&e->cfg, e->dp_size, (int64_t)e->dp_size * e->train_shard_numel);
+    size_t dga = zinc_dga_state_bytes(&e->cfg, e->dp_size,
+                                      (int64_t)e->dp_size * e->train_shard_numel);
+    out->bytes[ZINC_LOC_HOST][ZINC_MEM_GRADS] += dga;
+    if (dga && e->sized_as_gpu) /* dga.c: the gradients staged to the host */
+      out->bytes[ZINC_LOC_HOST][ZINC_MEM_BUFFERS] += e->train_bytes ? e->train_bytes : 16;
     uint64_t psgd_state, psgd_scratch; /* PowerSGD's Q's and errors, its scratch */
     zinc_powersgd_sizes(e, &psgd_state, &psgd_scratch);
     out->bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += psgd_state;

@@ -31,10 +31,20 @@ typedef struct {
   int64_t largest_module;  /* elements */
 } zinc_estimate;
 
+/* The device the estimate sizes for: what the build allocates differs
+ * (the cuda device stages CPU-offloaded optimizer steps through two pinned
+ * host slots, delayed gradient averaging through a pinned copy of the
+ * gradients). */
+typedef enum { ZINC_EST_DEVICE_CPU = 0, ZINC_EST_DEVICE_CUDA = 1 } zinc_est_device;
+
 /* cfg: loaded settings (model-dependent "auto" values resolve here, the
  * bucket sizes from hidden_size as zinc_options.hidden_size does at build:
  * 0 with an "auto" size is ZINC_ERR_CONFIG); the stage and offload are
- * taken from it. */
+ * taken from it. Sized for `device`. */
+zinc_status zinc_estimate_model_on(const zinc_settings *cfg, zinc_est_device device, int dp_size,
+                                   int64_t hidden_size, const zinc_est_param *params, int n,
+                                   zinc_estimate *out);
+/* The same on the cpu device. */
 zinc_status zinc_estimate_model(const zinc_settings *cfg, int dp_size, int64_t hidden_size,
                                 const zinc_est_param *params, int n, zinc_estimate *out);
 

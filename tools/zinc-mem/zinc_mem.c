@@ -3,7 +3,7 @@
  *
  *   zinc-mem estimate (--params N [--largest-layer M] [--dtype f32|bf16|f16]
  *                      | --model FILE) [--config FILE] [--ranks-per-node G]
- *                      [--nodes K] [--hidden-size H]
+ *                      [--nodes K] [--hidden-size H] [--device cuda|cpu]
  *       per-GPU and per-node host memory for each stage x offload choice
  *       (DeepSpeed's estimate_zero*_model_states_mem_needs_all_cold), from
  *       zinc's own layout code, including its buffers (gradient buckets,
@@ -13,6 +13,10 @@
  *       optimizer state).
  *       H: the model's hidden size, for bucket sizes the config writes
  *       "auto" (as zinc_options.hidden_size).
+ *       --device: the device the ranks train on (default cuda, one GPU per
+ *       rank, as DeepSpeed's estimators assume): sizes what that device's
+ *       build allocates, e.g. cuda's two pinned staging slots per rank
+ *       with offload_optimizer cpu; cpu sizes the cpu device's build.
  *   zinc-mem timeline IN.json OUT.svg
  *       render a memory timeline ("zinc.memory_timeline") as an SVG chart.
  */
@@ -34,6 +38,10 @@ static int usage(void) {
           "--model FILE)\n"
           "                         [--config FILE] [--ranks-per-node G] [--nodes K] "
           "[--hidden-size H]\n"
+          "                         [--device cuda|cpu]   (default cuda: sized as one GPU "
+          "per rank, with\n"
+          "                          cuda's pinned offload staging; cpu: the cpu device's "
+          "build)\n"
           "       zinc-mem timeline IN.json OUT.svg\n");
   return 2;
 }
@@ -166,6 +174,7 @@ static int cmd_estimate(int argc, char **argv) {
   const char *model = NULL, *cfgpath = NULL;
   int per_node = 1, nodes = 1;
   zinc_dtype dt = ZINC_BF16;
+  zinc_est_device device = ZINC_EST_DEVICE_CUDA;
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v)
@@ -184,7 +193,11 @@ static int cmd_estimate(int argc, char **argv) {
       per_node = atoi(v);
     else if (!strcmp(a, "--nodes"))
       nodes = atoi(v);
-    else if (!strcmp(a, "--dtype")) {
+    else if (!strcmp(a, "--device")) {
+      if (strcmp(v, "cuda") && strcmp(v, "cpu"))
+        return usage();
+      device = strcmp(v, "cuda") ? ZINC_EST_DEVICE_CPU : ZINC_EST_DEVICE_CUDA;
+    } else if (!strcmp(a, "--dtype")) {
       if (!parse_dtype(v, &dt))
         return usage();
     } else
@@ -206,8 +219,9 @@ static int cmd_estimate(int argc, char **argv) {
     return fail();
   }
   int world = per_node * nodes;
-  printf("zinc memory estimate: %d rank(s) per node x %d node(s) = %d data-parallel ranks\n",
-         per_node, nodes, world);
+  printf("zinc memory estimate: %d rank(s) per node x %d node(s) = %d data-parallel ranks, "
+         "%s device\n", per_node, nodes, world,
+         device == ZINC_EST_DEVICE_CUDA ? "cuda" : "cpu");
   printf("config: %s (reduce_bucket_size, stage3_* and offload settings taken from it)\n",
          cfgpath ? cfgpath : "(defaults)");
   zinc_estimate first;
@@ -222,7 +236,7 @@ static int cmd_estimate(int argc, char **argv) {
       s.stage = stage;
       s.offload_optimizer.device = (zinc_offload_device)off;
       zinc_estimate est;
-      st = zinc_estimate_model(&s, world, hidden, p, n, &est);
+      st = zinc_estimate_model_on(&s, device, world, hidden, p, n, &est);
       zinc_settings_free(&s);
       if (st != ZINC_OK && hidden == 0 && st == ZINC_ERR_CONFIG)
         fprintf(stderr, "zinc-mem: give the hidden size with --hidden-size H\n");
