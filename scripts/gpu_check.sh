@@ -125,14 +125,15 @@ skip_reason() { grep -m1 -oE 'SKIPPED[^"]*' "$last_log" 2>/dev/null || echo "ski
 
 # ctest's view of a build: names by label (discovery, so that new GPU tests
 # are picked up without editing this script) and one test's command.
-ctest_names() { # BUILD LABEL [REGEX]
+ctest_names() { # BUILD LABEL
   [ -f "$1/CTestTestfile.cmake" ] || return 0
-  ctest --test-dir "$1" --show-only=json-v1 -L "$2" ${3:+-R "$3"} 2>/dev/null |
-    jq -r '.tests[].name' 2>/dev/null
+  ctest --test-dir "$1" -N -L "$2" 2>/dev/null | sed -n 's/^ *Test *#[0-9]*: *//p'
 }
 ctest_command() { # BUILD NAME -> NUL-separated argv
-  ctest --test-dir "$1" --show-only=json-v1 -R "^$2\$" 2>/dev/null |
-    jq -j '.tests[0].command[] + "\u0000"'
+  ctest --test-dir "$1" --show-only=json-v1 -R "^$2\$" 2>/dev/null | python3 -c '
+import json, sys
+for a in json.load(sys.stdin)["tests"][0]["command"]:
+    sys.stdout.write(a + "\0")'
 }
 ctest_one() { # BUILD NAME LOGNAME TIMEOUT
   run "$3" "$4" ctest --test-dir "$1" -R "^$2\$" --output-on-failure
@@ -172,6 +173,7 @@ out "| NCCL (header) | ${nccl_version:-not found} ($nccl_h/nccl.h) |"
 out "| compute-sanitizer | ${sanitizer:-not found} |"
 out "| MPI | $(mpirun --version 2>/dev/null | head -1 || echo 'not found') |"
 out "| cmake | $(cmake --version 2>/dev/null | head -1) |"
+out "| python3 | $(python3 --version 2>&1) |"
 out "| CPU | $(nproc) cores, $(awk '/MemTotal/{printf "%.1f GiB", $2/1048576}' /proc/meminfo) RAM |"
 out "| kernel | $(uname -r) |"
 out ""
@@ -366,8 +368,11 @@ section "A rank killed mid-step"
 kill_check() {
   local np=$1 victim=$(($1 - 1)) dir=$logs/kill
   rm -rf "$dir"; mkdir -p "$dir"
-  jq '. + {"zinc": {"comm_timeout_s": 5}, "steps_per_print": 1}' \
-    examples/configs/zero2.json >"$dir/config.json"
+  python3 -c 'import json, sys
+c = json.load(open(sys.argv[1]))
+c.setdefault("zinc", {})["comm_timeout_s"] = 5
+c["steps_per_print"] = 1
+json.dump(c, open(sys.argv[2], "w"), indent=1)' examples/configs/zero2.json "$dir/config.json"
   # each rank records its trainer's pid (so that exactly the victim is
   # killed) and the trainer's exit status
   cat >"$dir/rank.sh" <<EOF

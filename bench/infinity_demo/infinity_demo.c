@@ -37,9 +37,10 @@
  * beside its buffers; the optimizer state (12 bytes per parameter) and the
  * bf16 parameters (2) live only on disk. The forecast, written here from
  * the configuration: 4 P (gradient partition) + 4 x 12 G (sub-group
- * buffers, G = sub_group_size) + 16 x 2 W^2 (parameter read buffers,
- * gathered copies, gradient areas and the bounce buffer: a few layers'
- * bf16 each) + the activations + 128 MiB (MPI, threads, libraries). So the peak RSS is about a third
+ * buffers, G = sub_group_size) + 24 x 2 W^2 (parameter read buffers,
+ * gathered copies, gradient areas and the bounce buffer: zinc_memory_report
+ * shows ~14 layers' bf16 at the peak) + the activations + 256 MiB (MPI,
+ * threads, libraries). So the peak RSS is about a third
  * of the optimizer state's size, not a constant: at --state-x 2 it is
  * about two thirds of MemTotal (docs/benchmarks.md).
  */
@@ -397,7 +398,7 @@ int main(int argc, char **argv) {
   /* ---- host memory: refuse what would crowd the machine */
   size_t act_bytes = (size_t)(layers + 4) * batch * width * sizeof(float);
   double forecast = 4.0 * (double)params + 48.0 * (double)sub_group +
-                    32.0 * (double)per_layer + (double)act_bytes + (double)(128 << 20);
+                    48.0 * (double)per_layer + (double)act_bytes + (double)(256 << 20);
   uint64_t mem_avail = meminfo("MemAvailable");
   printf("host memory forecast: %.2f GiB (f32 gradient partition %.2f GiB, buffers and "
          "activations %.2f GiB) = %.3f of MemTotal\n", forecast / GIB, 4.0 * params / GIB,
