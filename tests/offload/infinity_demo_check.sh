@@ -26,8 +26,12 @@ echo "$losses" | head -1 | awk '{exit !($1 > 0.8 && $1 < 1.2)}' || fail "first l
 read -r rss forecast < <(echo "$out" |
   sed -n 's/^peak RSS \([0-9.]*\) GiB .*forecast \([0-9.]*\) GiB.*/\1 \2/p')
 [ -n "${rss:-}" ] || fail "no 'peak RSS ... forecast' line"
-awk -v r="$rss" -v f="$forecast" 'BEGIN {exit !(r <= f && r < 0.3 * 0.9)}' ||
-  fail "peak RSS $rss GiB beyond the forecast $forecast GiB or near the 0.3 GiB state"
+# (AddressSanitizer's shadow memory and quarantine inflate the RSS: there
+# the demo's own check, the growth over its start, is the bound)
+if [ -z "${ASAN_OPTIONS:-}" ]; then
+  awk -v r="$rss" -v f="$forecast" 'BEGIN {exit !(r <= f && r < 0.3 * 0.9)}' ||
+    fail "peak RSS $rss GiB beyond the forecast $forecast GiB or near the 0.3 GiB state"
+fi
 disk=$(echo "$out" | sed -n 's/^summary: .*state on disk: \([0-9]*\) bytes.*/\1/p')
 # 12 B + 2 B per parameter (27262976): the sub-groups of 1024 x 1024
 # elements (12 MiB) take 13 whole blocks of 1 MiB (1 MiB - 4 KiB payload)
