@@ -224,6 +224,7 @@ static float sign_of(uint64_t *s) { /* a seeded +-1 */
  * sums per dot product (W is a multiple of 64), so that the loop
  * vectorizes without reassociation flags. */
 static void layer_forward(const uint16_t *w, const float *in, float *out, int W, int B) {
+#pragma omp parallel for schedule(static)
   for (int i = 0; i < W; i++) {
     const uint16_t *row = w + (size_t)i * W;
     for (int b = 0; b < B; b++) {
@@ -242,9 +243,8 @@ static void layer_forward(const uint16_t *w, const float *in, float *out, int W,
  * dx (B, W) = w^T dy. */
 static void layer_backward(const uint16_t *w, uint16_t *g, const float *in, const float *dy,
                            float *dx, int W, int B) {
-  memset(dx, 0, (size_t)B * W * sizeof *dx);
+#pragma omp parallel for schedule(static)
   for (int i = 0; i < W; i++) {
-    const uint16_t *row = w + (size_t)i * W;
     uint16_t *grow = g + (size_t)i * W;
     for (int j = 0; j < W; j++) {
       float acc = zinc_bf16_to_f32(grow[j]);
@@ -252,11 +252,20 @@ static void layer_backward(const uint16_t *w, uint16_t *g, const float *in, cons
         acc += dy[(size_t)b * W + i] * in[(size_t)b * W + j];
       grow[j] = zinc_f32_to_bf16(acc);
     }
-    for (int b = 0; b < B; b++) {
-      float d = dy[(size_t)b * W + i];
-      float *xb = dx + (size_t)b * W;
-      for (int j = 0; j < W; j++)
-        xb[j] += zinc_bf16_to_f32(row[j]) * d;
+  }
+  /* dx by columns of w^T: each thread owns a range of dx's entries */
+#pragma omp parallel for schedule(static)
+  for (int j0 = 0; j0 < W; j0 += 64) {
+    for (int b = 0; b < B; b++)
+      memset(dx + (size_t)b * W + j0, 0, 64 * sizeof *dx);
+    for (int i = 0; i < W; i++) {
+      const uint16_t *row = w + (size_t)i * W + j0;
+      for (int b = 0; b < B; b++) {
+        float d = dy[(size_t)b * W + i];
+        float *xb = dx + (size_t)b * W + j0;
+        for (int j = 0; j < 64; j++)
+          xb[j] += zinc_bf16_to_f32(row[j]) * d;
+      }
     }
   }
 }
@@ -422,15 +431,15 @@ int main(int argc, char **argv) {
            " \"weight_decay\": 0}},"
            " \"zero_optimization\": {\"stage\": 3, \"sub_group_size\": %lld,"
            " \"reduce_bucket_size\": %lld, \"stage3_param_persistence_threshold\": 0,"
-           " \"stage3_prefetch_bucket_size\": %lld,"
+           " \"stage3_prefetch_bucket_size\": %lld, \"stage3_max_live_parameters\": %lld,"
            " \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\","
            " \"buffer_count\": 4},"
            " \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"%s\","
            " \"buffer_count\": 4, \"buffer_size\": %lld}},"
            " \"aio\": {\"block_size\": 1048576, \"queue_depth\": 8,"
            " \"intra_op_parallelism\": 2}}",
-           batch, lr, (long long)sub_group, (long long)per_layer, (long long)per_layer, dir,
-           dir, (long long)per_layer);
+           batch, lr, (long long)sub_group, (long long)per_layer, (long long)per_layer,
+           (long long)(3 * per_layer), dir, dir, (long long)per_layer);
   zinc_config *cfg;
   if (zinc_config_parse(json, &cfg) != ZINC_OK)
     die("config");
