@@ -29,8 +29,10 @@
  * (y - t)^2 / 2 for fixed inputs x and targets t in {-1, +1}^W. The
  * weights start at the identity (a deep linear net stays well conditioned
  * there; its off-diagonal zeros take Adam's small first updates exactly in
- * bf16). Each step costs ~3 W^2 B multiply-adds per layer while moving
- * ~30 bytes per parameter through the disk, so a step is I/O bound.
+ * bf16). Each step costs ~3 B multiply-adds per parameter while moving
+ * ~30 bytes per parameter through the disk: the optimizer step is I/O
+ * bound, forward and backward are bound by the cores on a small machine
+ * (docs/benchmarks.md has both beside the disk's time).
  *
  * Host memory: the engine keeps the reduced gradient partition (f32, 4
  * bytes per parameter) in host memory with NVMe offload (engine/build.c),
