@@ -63,6 +63,7 @@
 #include "offload/aio.h"
 #include "offload/swap.h"
 #include "zinc.h"
+#include "bench/common/disk_rate.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
@@ -142,59 +143,6 @@ static double current_rss_bytes(void) { /* VmRSS */
   if (f)
     fclose(f);
   return v;
-}
-
-/* Read and write `bytes` through a swap area like the engine's (the same
- * aio settings and O_DIRECT files), no compute: the disk's rates. */
-static void disk_rate(const zinc_settings *s, const char *dir, uint64_t bytes, double *read_bw,
-                      double *write_bw) {
-  zinc_aio_params ap;
-  zinc_aio_params_from_settings(s, &ap);
-  zinc_aio *aio;
-  if (zinc_aio_create(&ap, &aio) != ZINC_OK)
-    die("aio");
-  const char *paths[1] = {dir};
-  uint64_t region = 16ull << 20;
-  int nregions = (int)((bytes + region - 1) / region);
-  uint64_t *sizes = calloc((size_t)nregions, sizeof *sizes);
-  for (int r = 0; r < nregions; r++)
-    sizes[r] = region;
-  zinc_swap_params sp = {.paths = paths, .path_count = 1, .rank = 0, .name = "diskrate",
-                         .checksums = s->aio_swap_checksums, .region_bytes = sizes,
-                         .region_count = nregions};
-  zinc_swap *sw;
-  if (zinc_swap_create(aio, &sp, &sw) != ZINC_OK)
-    die("disk-rate swap area");
-  enum { INFLIGHT = 4 };
-  void *buf[INFLIGHT];
-  for (int b = 0; b < INFLIGHT; b++) {
-    if (zinc_aio_buffer_alloc(aio, zinc_swap_buffer_bytes(sw, region), &buf[b]) != ZINC_OK)
-      die("disk-rate buffer");
-    memset(buf[b], 1 + b, region);
-  }
-  for (int pass = 0; pass < 2; pass++) { /* write, then read back */
-    double t0 = zinc_now();
-    zinc_aio_handle *h[INFLIGHT] = {NULL};
-    for (int r = 0; r < nregions; r++) {
-      int b = r % INFLIGHT;
-      if (h[b] && zinc_aio_wait(h[b]) != ZINC_OK)
-        die("disk-rate wait");
-      zinc_status st = pass == 0 ? zinc_swap_write(sw, r, 0, buf[b], region, &h[b])
-                                 : zinc_swap_read(sw, r, 0, buf[b], region, &h[b]);
-      if (st != ZINC_OK)
-        die(pass == 0 ? "disk-rate write" : "disk-rate read");
-    }
-    for (int b = 0; b < INFLIGHT; b++)
-      if (h[b] && zinc_aio_wait(h[b]) != ZINC_OK)
-        die("disk-rate wait");
-    double rate = (double)region * nregions / (zinc_now() - t0);
-    *(pass == 0 ? write_bw : read_bw) = rate;
-  }
-  for (int b = 0; b < INFLIGHT; b++)
-    zinc_aio_buffer_free(aio, buf[b]);
-  zinc_swap_destroy(sw);
-  zinc_aio_destroy(aio);
-  free(sizes);
 }
 
 /* ------------------------------------------------ the model */
@@ -446,7 +394,8 @@ int main(int argc, char **argv) {
   if (zinc_config_parse(json, &cfg) != ZINC_OK)
     die("config");
   double read_bw = 0, write_bw = 0;
-  disk_rate(&cfg->s, dir, rate_bytes, &read_bw, &write_bw);
+  if (bench_disk_rate(&cfg->s, dir, rate_bytes, 16ull << 20, 4, &read_bw, &write_bw) != ZINC_OK)
+    die("disk rate");
   printf("disk through the swap path (O_DIRECT, no compute, %.2f GiB each way): "
          "read %.2f GB/s, write %.2f GB/s\n", rate_bytes / GIB, read_bw / 1e9, write_bw / 1e9);
   fflush(stdout);

@@ -20,6 +20,7 @@
 #include "offload/aio.h"
 #include "offload/swap.h"
 #include "zinc.h"
+#include "bench/common/disk_rate.h"
 #include "kernels/zinc_math.h"
 
 static void die(const char *what) {
@@ -33,60 +34,6 @@ static zinc_status init_fn(const zinc_param *p, float *dst, int64_t n, void *ctx
   for (int64_t i = 0; i < n; i++)
     dst[i] = 0.01f * (float)((i * 7) % 13 - 6);
   return ZINC_OK;
-}
-
-/* Read and write `bytes` through a swap area like the optimizer's, no compute. */
-static void disk_rate(const zinc_settings *s, const char *dir, uint64_t bytes, double *read_bw,
-                      double *write_bw) {
-  zinc_aio_params ap;
-  zinc_aio_params_from_settings(s, &ap);
-  zinc_aio *aio;
-  if (zinc_aio_create(&ap, &aio) != ZINC_OK)
-    die("aio");
-  const char *paths[1] = {dir};
-  uint64_t region = 256ull << 20; /* 256 MiB regions, like large sub-groups */
-  int nregions = (int)((bytes + region - 1) / region);
-  uint64_t *sizes = calloc((size_t)nregions, sizeof *sizes);
-  for (int r = 0; r < nregions; r++)
-    sizes[r] = region;
-  zinc_swap_params sp = {.paths = paths, .path_count = 1, .rank = 0, .name = "diskrate",
-                         .checksums = s->aio_swap_checksums, .region_bytes = sizes,
-                         .region_count = nregions};
-  zinc_swap *sw;
-  if (zinc_swap_create(aio, &sp, &sw) != ZINC_OK)
-    die("swap area");
-  void *buf[2];
-  for (int b = 0; b < 2; b++)
-    if (zinc_aio_buffer_alloc(aio, zinc_swap_buffer_bytes(sw, region), &buf[b]) != ZINC_OK)
-      die("buffer");
-  memset(buf[0], 1, region);
-  memset(buf[1], 2, region);
-  for (int pass = 0; pass < 2; pass++) { /* write, then read; two in flight */
-    double t0 = zinc_now();
-    zinc_aio_handle *h[2] = {NULL, NULL};
-    for (int r = 0; r < nregions; r++) {
-      int b = r % 2;
-      if (h[b] && zinc_aio_wait(h[b]) != ZINC_OK)
-        die("wait");
-      zinc_status st = pass == 0 ? zinc_swap_write(sw, r, 0, buf[b], region, &h[b])
-                                 : zinc_swap_read(sw, r, 0, buf[b], region, &h[b]);
-      if (st != ZINC_OK)
-        die(pass == 0 ? "write" : "read");
-    }
-    for (int b = 0; b < 2; b++)
-      if (h[b] && zinc_aio_wait(h[b]) != ZINC_OK)
-        die("wait");
-    double dt = zinc_now() - t0;
-    if (pass == 0)
-      *write_bw = (double)region * nregions / dt;
-    else
-      *read_bw = (double)region * nregions / dt;
-  }
-  for (int b = 0; b < 2; b++)
-    zinc_aio_buffer_free(aio, buf[b]);
-  zinc_swap_destroy(sw);
-  zinc_aio_destroy(aio);
-  free(sizes);
 }
 
 int main(int argc, char **argv) {
@@ -131,8 +78,10 @@ int main(int argc, char **argv) {
   printf("nvme_step_bench: %.2f G parameters (bf16), optimizer state %.2f GiB on %s, "
          "sub-groups of %lld, %d buffers, aio %d MiB x %d\n", (double)params / 1e9,
          (double)state_bytes / (1ull << 30), dir, (long long)sub_group, buffers, block_mib, qd);
-  disk_rate(&cfg->s, dir, state_bytes < (2ull << 30) ? state_bytes : (2ull << 30), &read_bw,
-            &write_bw);
+  uint64_t rate_bytes = state_bytes < (2ull << 30) ? state_bytes : (2ull << 30);
+  /* 256 MiB regions, like large sub-groups; two in flight */
+  if (bench_disk_rate(&cfg->s, dir, rate_bytes, 256ull << 20, 2, &read_bw, &write_bw) != ZINC_OK)
+    die("disk rate");
   printf("disk through the swap path (no compute): read %.2f GB/s, write %.2f GB/s\n",
          read_bw / 1e9, write_bw / 1e9);
   zinc_options opt = ZINC_OPTIONS_INIT;
