@@ -114,7 +114,7 @@ static void compare(int stage, int gas, int staged) {
   r.stage = stage;
   r.gas = gas;
   r.dtype = ZINC_F16;
-  r.shape.d[0] = 64, r.shape.d[1] = 96, r.shape.d[2] = 80, r.shape.d[3] = 16;
+  r.shape.d[0] = 40, r.shape.d[1] = 64, r.shape.d[2] = 60, r.shape.d[3] = 16; /* widths <= 64 */
   r.clip = 0.05;
   r.nvme_path = root;
   r.sub_group = 300;
