@@ -164,7 +164,8 @@ void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_
     bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += e->train_bytes; /* frozen: none */
     bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += zinc_grads_sum_bytes(e); /* f32 sums */
   } else {
-    bytes[opt_loc][ZINC_MEM_GRADS] += (uint64_t)e->train_shard_numel * 4;
+    if (!zinc_nvme_grads_swapped(e)) /* else on NVMe: zinc_nvme_sizes */
+      bytes[opt_loc][ZINC_MEM_GRADS] += (uint64_t)e->train_shard_numel * 4;
     bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += zinc_grads_window_bytes(e); /* window sum */
     bytes[ZINC_LOC_DEVICE][ZINC_MEM_BUFFERS] += zinc_grads_ring_bytes(e);
   }
@@ -231,7 +232,7 @@ static zinc_status alloc_states(zinc_engine *e) {
     }
   }
   /* gradients (at stages 0-1 comm memory: alloc_comm_buffers) */
-  if (stage >= 2)
+  if (stage >= 2 && !zinc_nvme_grads_swapped(e)) /* else on NVMe (nvme.c) */
     ZINC_CHECK(zinc_engine_buffer_alloc(e, (size_t)e->train_shard_numel * 4, e->opt_location,
                                         ZINC_MEM_GRADS, (void **)&e->grad_part,
                                         "gradient partition"));

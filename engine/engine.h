@@ -378,7 +378,8 @@ struct zinc_engine {
   float *grad_acc;        /* stage 0/1: (grad_acc_bytes) f32 sums of the
                              16-bit segments (zinc_segment.acc), or NULL */
   size_t grad_acc_bytes;
-  float *grad_part;       /* stage 2/3: (S) f32 reduced gradient partition */
+  float *grad_part;       /* stage 2/3: (S) f32 reduced gradient partition
+                             (NULL: on NVMe, zinc_nvme_grads_on_disk) */
   float *grad_window_sum; /* stage 2/3, grad_part in host memory across
                              PCIe, gradient_accumulation_steps > 1: (S) f32
                              on the device, the window's sum, copied into
@@ -682,7 +683,8 @@ zinc_status zinc_grads_poll(zinc_engine *e);
 void zinc_grads_micro_begin(zinc_engine *e);
 int zinc_grads_is_boundary_micro(const zinc_engine *e);
 /* Pointer to the reduced gradient of a unit's chunk for rank r (and its
- * dtype), where the step reads it. */
+ * dtype), where the step reads it; NULL when the partition is on NVMe
+ * (zinc_nvme_grad_read). */
 const void *zinc_grads_chunk(const zinc_engine *e, int unit, int r, int *dtype);
 /* prescale_gradients / gradient_predivide_factor: the factor each rank's
  * gradient is multiplied by before the sum (1: none), and the one that
@@ -1005,6 +1007,21 @@ void *zinc_nvme_param_buffer_take(zinc_engine *e, size_t bytes);
 void zinc_nvme_param_buffer_give(zinc_engine *e, void *buf);
 int zinc_nvme_opt_on_disk(const zinc_engine *e);
 int zinc_nvme_param_on_disk(const zinc_engine *e);
+/* The reduced gradient partition lives in the NVMe swap area instead of
+ * host memory (grad_part NULL): offload_optimizer nvme at stages 2-3 on a
+ * host device without gradient compression, communication_data_type,
+ * PowerSGD, DGC momentum or the
+ * 1-bit/0-1 optimizers (zinc_nvme_grads_swapped: from the settings, for the
+ * build and the estimator; zinc_nvme_grads_on_disk: this engine's). */
+int zinc_nvme_grads_swapped(const zinc_engine *e);
+int zinc_nvme_grads_on_disk(const zinc_engine *e);
+/* Elements [off, off + count) of the partition on disk into dst (f32). */
+zinc_status zinc_nvme_grad_read(zinc_engine *e, int64_t off, int64_t count, float *dst);
+/* Partition elements [off, off + count) = (overwrite ? 0 : themselves) +
+ * src (count elements of dtype, host-readable), with the device's
+ * accumulate_f32; src NULL writes zeros. Synchronous. */
+zinc_status zinc_nvme_grad_accumulate(zinc_engine *e, int64_t off, const void *src, int dtype,
+                                      int64_t count, int overwrite);
 /* Tests: inject I/O faults (ZINC_AIO_FAULT syntax) from now on. */
 zinc_status zinc_nvme_inject(zinc_engine *e, const char *spec);
 /* Tests: payload bytes the NVMe swap areas have read and written so far

@@ -28,6 +28,10 @@
  * micro-batch, the same f32 additions in the same order (DeepSpeed's stage
  * 3 keeps its gradient partitions on the device until the boundary too).
  *
+ * With the partition on NVMe (zinc_nvme_grads_on_disk) the chunks go
+ * there through offload_nvme.c's accessor (the same f32 additions), and
+ * the window's device sum, if any, at the boundary.
+ *
  * Frozen parameters (zinc_param_set_frozen) sit in segments of their own
  * that get no gradient memory (seg->grad stays NULL) and no reduction.
  *
@@ -278,6 +282,11 @@ static zinc_status absorb(zinc_engine *e, zinc_module *m) {
       const zinc_unit *u = &e->units[ui];
       const char *src = zinc_unit_ptr(seg->grad, u) +
                         (size_t)e->dp_rank * (size_t)u->chunk * zinc_dtype_size(u->dtype);
+      if (!partition_sum(e)) { /* on NVMe */
+        ZINC_CHECK(zinc_nvme_grad_accumulate(e, u->shard_offset, src, u->dtype, u->chunk,
+                                             overwrite));
+        continue;
+      }
       ZINC_CHECK(e->dev->ops->accumulate_f32(e->dev, e->stream,
                                              partition_sum(e) + u->shard_offset, src, u->dtype,
                                              u->chunk, overwrite));
@@ -293,6 +302,9 @@ static zinc_status absorb(zinc_engine *e, zinc_module *m) {
  * of the gradient buffer (stages 0/1). */
 static zinc_status absorb_compressed(zinc_engine *e, zinc_reduction *r, zinc_module *m) {
   int overwrite = m->reduced_window != window_of(e);
+  if (e->cfg.stage >= 2 && !partition_sum(e)) /* zinc_nvme_grads_swapped excludes these */
+    return zinc_error(ZINC_ERR_UNSUPPORTED, "compressed gradients of module \"%s\" with the "
+                      "gradient partition on NVMe", m->name);
   for (int s = 0; s < m->nsegs; s++) {
     const zinc_segment *seg = &m->segs[s];
     for (int ui = seg->first_unit; !seg->frozen && ui < seg->first_unit + seg->nunits; ui++)
@@ -736,7 +748,11 @@ zinc_status zinc_grads_flush(zinc_engine *e) {
           const zinc_segment *seg = &m->segs[s];
           for (int ui = seg->first_unit; !seg->frozen && ui < seg->first_unit + seg->nunits;
                ui++)
-            ZINC_CHECK(e->dev->ops->fill_zero(e->dev, partition_sum(e) + e->units[ui].shard_offset,
+            if (!partition_sum(e)) /* on NVMe */
+              ZINC_CHECK(zinc_nvme_grad_accumulate(e, e->units[ui].shard_offset, NULL, ZINC_F32,
+                                                   e->units[ui].chunk, 1));
+            else
+              ZINC_CHECK(e->dev->ops->fill_zero(e->dev, partition_sum(e) + e->units[ui].shard_offset,
                                               (size_t)e->units[ui].chunk * 4, e->stream));
         }
       m->reduced_window = window_of(e);
@@ -748,8 +764,12 @@ zinc_status zinc_grads_flush(zinc_engine *e) {
   /* the window's sum to the host partition, once (queued on the stream the
    * step's readers wait for) */
   if (e->grad_window_sum && zinc_grads_is_boundary_micro(e)) {
-    ZINC_CHECK(e->dev->ops->copy(e->dev, e->grad_part, e->grad_window_sum,
-                                 (size_t)e->train_shard_numel * 4, e->stream));
+    if (zinc_nvme_grads_on_disk(e))
+      ZINC_CHECK(zinc_nvme_grad_accumulate(e, 0, e->grad_window_sum, ZINC_F32,
+                                           e->train_shard_numel, 1));
+    else
+      ZINC_CHECK(e->dev->ops->copy(e->dev, e->grad_part, e->grad_window_sum,
+                                   (size_t)e->train_shard_numel * 4, e->stream));
     e->grad_host_writes++;
   }
   e->ring_first = e->ring_n = 0;
@@ -762,7 +782,7 @@ const void *zinc_grads_chunk(const zinc_engine *e, int unit, int r, int *dtype) 
   const zinc_unit *u = &e->units[unit];
   if (e->cfg.stage >= 2) {
     *dtype = ZINC_F32;
-    return e->grad_part + u->shard_offset;
+    return e->grad_part ? e->grad_part + u->shard_offset : NULL; /* NULL: on NVMe */
   }
   const zinc_segment *seg = &e->modules[u->module]->segs[u->segment];
   *dtype = u->dtype;

@@ -20,6 +20,19 @@
  * read(k+1) | update(k) | write(k-1): host memory for the optimizer is
  * buffer_count x 4 (1 + slots) x G bytes, whatever the model size.
  *
+ * Gradient swap area (offload_optimizer.device nvme at stages 2-3 on the
+ * cpu device, zinc_nvme_grads_swapped): the reduced fp32 gradient
+ * partition, region k holding sub-group k's G_k gradients (the optimizer
+ * index space is the shard at stages 1-3), instead of a host array of the
+ * whole partition. The reduction adds each chunk into it through the
+ * bounce buffer and one sub-group's scratch (zinc_nvme_grad_accumulate:
+ * read, the device's own f32 accumulation, write); the norm reads it a
+ * unit's chunk at a time (step.c); the step reads region k into the
+ * gradient buffer of the sub-group's state buffer alongside its state.
+ * Host memory for the gradients: buffer_count x 4 G bytes. Elsewhere (the
+ * cuda device, gradient compression or a communication_data_type, PowerSGD, DGC's momentum, the 1-bit
+ * and 0/1 optimizers) the partition stays in host memory.
+ *
  * Parameter swap area (offload_param.device nvme, stage 3): one region of
  * shard_bytes holding this rank's chunks in shard order; a fetch (or a
  * prefetch) reads the module's contiguous byte range of it into one of
@@ -84,6 +97,10 @@ struct zinc_nvme {
   float *buf[NVME_MAX_BUFFERS];      /* (A G) f32 host, registered          */
   size_t buf_bytes;
   zinc_aio_handle *rd[NVME_MAX_BUFFERS], *wr[NVME_MAX_BUFFERS];
+  zinc_swap *grad;             /* regions: sub-groups' gradients, or NULL   */
+  float *gbuf[NVME_MAX_BUFFERS]; /* (G) f32 host, registered                */
+  size_t gbuf_bytes;
+  zinc_aio_handle *grd[NVME_MAX_BUFFERS];
   zinc_swap *param;            /* one region: the parameter partition       */
   void *pbuf[NVME_MAX_PARAM_BUFFERS]; /* fetch reads (offload_param buffer_count) */
   int npbuf;
@@ -146,6 +163,12 @@ static int opt_buffers(const zinc_engine *e, int ngroups) {
   return nbuf > ngroups ? ngroups : nbuf;
 }
 
+/* A sub-group's gradient buffer: in whole 4 KiB (the usual alignment, and
+ * the one the estimator assumes), so that the estimate is the build's. */
+static uint64_t grad_buffer_bytes(int64_t g, size_t align) {
+  return zinc_round_up(region_bytes(1, g), align > 4096 ? align : 4096);
+}
+
 /* Swap blocks hold block_bytes of payload in a slot of aio.block_size. */
 static uint64_t swap_disk_bytes(const zinc_engine *e, uint64_t region_bytes, size_t align) {
   uint64_t slot = (uint64_t)e->cfg.aio_block_size;
@@ -202,6 +225,16 @@ void zinc_nvme_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_N
     bytes[ZINC_LOC_NVME][ZINC_MEM_OPTIM] += disk;
     bytes[ZINC_LOC_HOST][ZINC_MEM_OPTIM] +=
         (uint64_t)opt_buffers(e, ng) * zinc_round_up(region_bytes(arrays, g), align);
+    if (zinc_nvme_grads_swapped(e)) {
+      uint64_t gdisk = 0;
+      for (int k = 0; k < ng; k++) {
+        int64_t len = e->opt_numel - (int64_t)k * g < g ? e->opt_numel - (int64_t)k * g : g;
+        gdisk += swap_disk_bytes(e, region_bytes(1, len), align);
+      }
+      bytes[ZINC_LOC_NVME][ZINC_MEM_GRADS] += gdisk;
+      bytes[ZINC_LOC_HOST][ZINC_MEM_GRADS] +=
+          (uint64_t)opt_buffers(e, ng) * grad_buffer_bytes(g, align);
+    }
   }
   if (param_nvme) {
     /* max_in_cpu: the cached prefix in host memory, the rest on disk */
@@ -259,6 +292,30 @@ zinc_status zinc_nvme_init(zinc_engine *e) {
       zinc_prof_account(e->prof, ZINC_LOC_HOST, ZINC_MEM_OPTIM, (int64_t)n->buf_bytes);
     }
   }
+  if (opt_nvme && zinc_nvme_grads_swapped(e)) {
+    ZINC_CHECK(zinc_calloc((void **)&regions, (size_t)n->ngroups, sizeof *regions, "regions"));
+    for (int k = 0; k < n->ngroups; k++)
+      regions[k] = region_bytes(1, group_len(n, e->opt_numel, k));
+    zinc_swap_params sp = {.paths = (const char *const *)os->nvme_paths,
+                           .path_count = os->nvme_path_count,
+                           .rank = e->world_rank,
+                           .name = "gradient",
+                           .checksums = e->cfg.aio_swap_checksums,
+                           .region_bytes = regions,
+                           .region_count = n->ngroups};
+    st = zinc_swap_create(n->aio, &sp, &n->grad);
+    free(regions);
+    if (st != ZINC_OK)
+      return zinc_error_wrap(st, "creating the gradients' swap area");
+    zinc_prof_account(e->prof, ZINC_LOC_NVME, ZINC_MEM_GRADS,
+                      (int64_t)zinc_swap_disk_bytes(n->grad));
+    n->gbuf_bytes = grad_buffer_bytes(n->group, zinc_aio_alignment(n->aio));
+    for (int b = 0; b < n->nbuf; b++) {
+      ZINC_CHECK(zinc_aio_buffer_alloc(n->aio, n->gbuf_bytes, (void **)&n->gbuf[b]));
+      n->host_bytes += n->gbuf_bytes;
+      zinc_prof_account(e->prof, ZINC_LOC_HOST, ZINC_MEM_GRADS, (int64_t)n->gbuf_bytes);
+    }
+  }
   if (param_nvme) {
     const zinc_offload_settings *ps = &e->cfg.offload_param;
     ZINC_CHECK(zinc_pcache_init(e)); /* max_in_cpu: a prefix stays in host memory */
@@ -293,11 +350,14 @@ zinc_status zinc_nvme_init(zinc_engine *e) {
   memset(n->bounce, 0, n->bounce_bytes);
   if (n->opt)
     ZINC_CHECK(area_zero(n->opt, n->bounce, n->bounce_bytes));
+  if (n->grad)
+    ZINC_CHECK(area_zero(n->grad, n->bounce, n->bounce_bytes));
   if (n->param)
     ZINC_CHECK(area_zero(n->param, n->bounce, n->bounce_bytes));
-  zinc_log0(ZINC_LOG_INFO, "NVMe offload: %s%s%s, %d sub-groups of %lld elements (%d fp32 "
+  zinc_log0(ZINC_LOG_INFO, "NVMe offload: %s%s%s%s, %d sub-groups of %lld elements (%d fp32 "
             "arrays each), %d host buffers of %.1f MiB", n->opt ? "optimizer state" : "",
-            n->opt && n->param ? " and " : "", n->param ? "parameters" : "", n->ngroups,
+            n->grad ? " and gradients" : "", n->opt && n->param ? " and " : "",
+            n->param ? "parameters" : "", n->ngroups,
             (long long)n->group, n->arrays, n->nbuf, (double)n->buf_bytes / (1 << 20));
   return ZINC_OK;
 }
@@ -338,6 +398,17 @@ void zinc_nvme_free(zinc_engine *e) {
       zinc_aio_buffer_free(n->aio, n->buf[b]);
       zinc_prof_account(e->prof, ZINC_LOC_HOST, ZINC_MEM_OPTIM, -(int64_t)n->buf_bytes);
     }
+    if (n->grd[b])
+      zinc_aio_wait(n->grd[b]);
+    if (n->gbuf[b]) {
+      zinc_aio_buffer_free(n->aio, n->gbuf[b]);
+      zinc_prof_account(e->prof, ZINC_LOC_HOST, ZINC_MEM_GRADS, -(int64_t)n->gbuf_bytes);
+    }
+  }
+  if (n->grad) {
+    zinc_prof_account(e->prof, ZINC_LOC_NVME, ZINC_MEM_GRADS,
+                      -(int64_t)zinc_swap_disk_bytes(n->grad));
+    zinc_swap_destroy(n->grad);
   }
   if (n->bounce) {
     zinc_aio_buffer_free(n->aio, n->bounce);
@@ -360,6 +431,16 @@ void zinc_nvme_free(zinc_engine *e) {
 
 int zinc_nvme_opt_on_disk(const zinc_engine *e) { return e->nvme && e->nvme->opt; }
 int zinc_nvme_param_on_disk(const zinc_engine *e) { return e->nvme && e->nvme->param; }
+int zinc_nvme_grads_on_disk(const zinc_engine *e) { return e->nvme && e->nvme->grad; }
+
+int zinc_nvme_grads_swapped(const zinc_engine *e) {
+  const zinc_settings *s = &e->cfg;
+  int gpu = e->dev ? e->dev->ops->is_gpu : e->sized_as_gpu;
+  return s->offload_optimizer.device == ZINC_OFFLOAD_NVME && s->stage >= 2 && !gpu &&
+         !s->zero_quantized_gradients && s->communication_data_type < 0 &&
+         !zinc_powersgd_enabled(s) &&
+         !zinc_dgc_momentum_on(s, e->dp_size) && s->optimizer <= ZINC_OPTIM_SGD;
+}
 
 /* ------------------------------------------------ block-aligned bytes */
 
@@ -529,6 +610,53 @@ zinc_status zinc_pshard_write(zinc_engine *e, size_t off, size_t bytes, const vo
   return zinc_engine_sync(e);
 }
 
+/* ------------------------------------ the gradient partition on disk */
+
+static zinc_status grad_io(zinc_engine *e, int64_t off, int64_t count, float *data, int write) {
+  zinc_nvme *n = e->nvme;
+  while (count > 0) {
+    int k = (int)(off / n->group);
+    int64_t g = group_len(n, e->opt_numel, k), i = off - (int64_t)k * n->group;
+    int64_t take = count < g - i ? count : g - i;
+    ZINC_CHECK(region_io(n, n->grad, k, (uint64_t)i * 4, data, (uint64_t)take * 4, write));
+    data += take;
+    off += take;
+    count -= take;
+  }
+  return ZINC_OK;
+}
+
+zinc_status zinc_nvme_grad_read(zinc_engine *e, int64_t off, int64_t count, float *dst) {
+  return grad_io(e, off, count, dst, 0);
+}
+
+/* A sub-group at a time through gradient buffer 0 (the step is not
+ * running): read the partition's elements unless overwriting, the
+ * device's own f32 accumulation (the same additions as into a host
+ * partition), write them back. src NULL: zeros. */
+zinc_status zinc_nvme_grad_accumulate(zinc_engine *e, int64_t off, const void *src, int dtype,
+                                      int64_t count, int overwrite) {
+  zinc_nvme *n = e->nvme;
+  float *w = n->gbuf[0];
+  size_t es = src ? zinc_dtype_size(dtype) : 0;
+  while (count > 0) {
+    int64_t take = count < n->group ? count : n->group;
+    if (!src) {
+      memset(w, 0, (size_t)take * 4);
+    } else {
+      if (!overwrite)
+        ZINC_CHECK(grad_io(e, off, take, w, 0));
+      ZINC_CHECK(e->dev->ops->accumulate_f32(e->dev, e->stream, w, src, dtype, take, overwrite));
+      ZINC_CHECK(zinc_engine_sync(e));
+      src = (const char *)src + (size_t)take * es;
+    }
+    ZINC_CHECK(grad_io(e, off, take, w, 1));
+    off += take;
+    count -= take;
+  }
+  return ZINC_OK;
+}
+
 /* --------------------------------------------------------- the step */
 
 /* Byte offset in the parameter partition of optimizer element x (stage 3:
@@ -555,7 +683,8 @@ static size_t shard_byte_of(const zinc_engine *e, int64_t x) {
  * *first: the first run that may touch sub-group k, advanced; *first_run:
  * the first run of this sub-group (Lamb's norms). */
 static int group_pieces(zinc_engine *e, const zinc_opt_seg *segs, int k, float *M, void *pstage,
-                        int moments_only, int *first, int *first_run, zinc_opt_seg *piece) {
+                        const float *G, int moments_only, int *first, int *first_run,
+                        zinc_opt_seg *piece) {
   zinc_nvme *n = e->nvme;
   int64_t a0 = (int64_t)k * n->group, g = group_len(n, e->opt_numel, k);
   float *Mm = M && n->at[1] >= 0 ? M + n->at[1] * g : NULL;
@@ -575,7 +704,10 @@ static int group_pieces(zinc_engine *e, const zinc_opt_seg *segs, int k, float *
     s.master = M ? M + (x0 - a0) : NULL;
     s.exp_avg = Mm ? Mm + (x0 - a0) : NULL;
     s.exp_avg_sq = Mv ? Mv + (x0 - a0) : NULL;
-    s.grad = (const char *)segs[j].grad + (size_t)(x0 - r->opt_offset) * zinc_dt_size(s.grad_dtype);
+    s.grad = G ? (const void *)(G + (x0 - a0))
+             : segs[j].grad ? (const char *)segs[j].grad +
+                                  (size_t)(x0 - r->opt_offset) * zinc_dt_size(s.grad_dtype)
+                            : NULL; /* on disk: read with the sub-group's state */
     s.param_out = pstage ? (char *)pstage + (shard_byte_of(e, x0) - p0)
                   : segs[j].param_out ? (char *)segs[j].param_out + (size_t)(x0 - r->opt_offset) *
                                                                       zinc_dtype_size(s.param_dtype)
@@ -671,6 +803,8 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, co
   zinc_nvme *n = e->nvme;
   int K = n->ngroups, B = n->nbuf;
   int staged = e->off.ready;
+  /* the gradients on disk come with the state (Lamb's APPLY reads none) */
+  int read_grads = n->grad && pass == ZINC_OPT_PASS_UPDATE;
   zinc_device *cpu = staged ? e->off.host : e->dev; /* runs the optimizer */
   zinc_stream *cpu_stream = staged ? NULL : e->stream;
   zinc_status st = ZINC_OK;
@@ -696,9 +830,12 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, co
   if (st == ZINC_OK && K > 0) {
     st = zinc_swap_read(n->opt, 0, 0, n->buf[0],
                         region_bytes(n->arrays, group_len(n, e->opt_numel, 0)), &n->rd[0]);
+    if (st == ZINC_OK && read_grads)
+      st = zinc_swap_read(n->grad, 0, 0, n->gbuf[0], region_bytes(1, group_len(n, e->opt_numel, 0)),
+                          &n->grd[0]);
     holds[0] = 0;
     if (st == ZINC_OK && staged) {
-      int np = group_pieces(e, segs, 0, NULL, NULL, moments_only, &ahead, &unused, dev_piece);
+      int np = group_pieces(e, segs, 0, NULL, NULL, NULL, moments_only, &ahead, &unused, dev_piece);
       st = staged_in(e, dev_piece, np, 0, pass);
     }
   }
@@ -716,11 +853,14 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, co
         st = zinc_swap_read(n->opt, k + 1, 0, n->buf[nb],
                             region_bytes(n->arrays, group_len(n, e->opt_numel, k + 1)),
                             &n->rd[nb]);
+      if (st == ZINC_OK && read_grads)
+        st = zinc_swap_read(n->grad, k + 1, 0, n->gbuf[nb],
+                            region_bytes(1, group_len(n, e->opt_numel, k + 1)), &n->grd[nb]);
       holds[nb] = k + 1;
     }
     /* and its gradients into the other slot (consumed by sub-group k - 1) */
     if (st == ZINC_OK && staged && k + 1 < K) {
-      int np = group_pieces(e, segs, k + 1, NULL, NULL, moments_only, &ahead, &unused, dev_piece);
+      int np = group_pieces(e, segs, k + 1, NULL, NULL, NULL, moments_only, &ahead, &unused, dev_piece);
       st = staged_in(e, dev_piece, np, (k + 1) & 1, pass);
     }
     if (st == ZINC_OK && holds[b] != k) { /* one buffer: read after its write */
@@ -730,6 +870,8 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, co
       }
       if (st == ZINC_OK)
         st = zinc_swap_read(n->opt, k, 0, n->buf[b], region_bytes(n->arrays, g), &n->rd[b]);
+      if (st == ZINC_OK && read_grads)
+        st = zinc_swap_read(n->grad, k, 0, n->gbuf[b], region_bytes(1, g), &n->grd[b]);
       holds[b] = k;
     }
     if (st == ZINC_OK && n->rd[b]) {
@@ -738,8 +880,15 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, co
     }
     if (st != ZINC_OK)
       break;
+    if (n->grd[b]) {
+      st = zinc_aio_wait(n->grd[b]);
+      n->grd[b] = NULL;
+      if (st != ZINC_OK)
+        break;
+    }
     float *M = n->buf[b];
-    int np = group_pieces(e, segs, k, M, pstage, moments_only, &first, &first_run, piece);
+    int np = group_pieces(e, segs, k, M, pstage, read_grads ? n->gbuf[b] : NULL, moments_only,
+                          &first, &first_run, piece);
     if (staged) {
       memcpy(dev_piece, piece, (size_t)np * sizeof *piece);
       staged_redirect(e, piece, np, k & 1, pass);
@@ -764,6 +913,11 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, co
     if (n->rd[b])
       w = zinc_aio_wait(n->rd[b]);
     n->rd[b] = NULL;
+    if (n->grd[b]) {
+      zinc_status w2 = zinc_aio_wait(n->grd[b]);
+      w = w == ZINC_OK ? w2 : w;
+    }
+    n->grd[b] = NULL;
     if (n->wr[b]) {
       zinc_status w2 = zinc_aio_wait(n->wr[b]);
       w = w == ZINC_OK ? w2 : w;

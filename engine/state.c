@@ -55,9 +55,13 @@ static zinc_status read_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
       const char *g = zinc_grads_chunk(e, ui, r, &dt);
       /* device -> host, then to f32 and averaged */
       size_t es = zinc_dt_size(dt);
-      ZINC_CHECK(e->dev->ops->copy(e->dev, c->scratch, g + (size_t)chunk_off * es,
-                                   (size_t)len * es, e->stream));
-      ZINC_CHECK(zinc_engine_sync(e));
+      if (!g) { /* the partition on NVMe (f32) */
+        ZINC_CHECK(zinc_nvme_grad_read(e, u->shard_offset + chunk_off, len, c->scratch));
+      } else {
+        ZINC_CHECK(e->dev->ops->copy(e->dev, c->scratch, g + (size_t)chunk_off * es,
+                                     (size_t)len * es, e->stream));
+        ZINC_CHECK(zinc_engine_sync(e));
+      }
       double base = zinc_grads_mean_base(e);
       for (int64_t i = 0; i < len; i++)
         out[i] = (float)(zinc_load_as_f32(c->scratch, i, dt) * base);

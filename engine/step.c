@@ -103,10 +103,12 @@ static zinc_status gather_updated_params(zinc_engine *e, int frozen) {
  * replicated parameters (rep[k] = 1 inside one), in segment order. Returns
  * the number of pieces written to out (at most 2 x replicated + 1). */
 static int chunk_pieces(const zinc_engine *e, int ui, int owner, zinc_sumsq_chunk *out,
-                        unsigned char *rep) {
+                        unsigned char *rep, const float *read) {
   const zinc_unit *u = &e->units[ui];
   int dt;
   const char *base = zinc_grads_chunk(e, ui, owner, &dt);
+  if (read) /* the chunk as read from NVMe */
+    base = (const char *)read;
   size_t es = zinc_dt_size(dt);
   int64_t a = u->seg_offset + (int64_t)owner * u->chunk, b = a + u->chunk, pos = a;
   int n = 0;
@@ -133,6 +135,38 @@ static int chunk_pieces(const zinc_engine *e, int ui, int owner, zinc_sumsq_chun
     rep[n++] = 0;
   }
   return n;
+}
+
+/* The pieces' sums of squares with the partition on NVMe (stages 2-3,
+ * this rank's chunks): a unit's chunk at a time read into one host buffer
+ * of the largest chunk, each piece summed whole by the device's kernel, so
+ * the partials are those of the partition in memory. */
+static zinc_status sumsq_on_disk(zinc_engine *e, zinc_sumsq_chunk *pieces, unsigned char *rep,
+                                 int *first, double *partials, int *npieces) {
+  int nu = e->ntrain_units;
+  int64_t most = 1;
+  for (int ui = 0; ui < nu; ui++)
+    if (e->units[ui].chunk > most)
+      most = e->units[ui].chunk;
+  float *buf = NULL;
+  ZINC_CHECK(zinc_engine_buffer_alloc(e, (size_t)most * 4, ZINC_LOC_HOST, ZINC_MEM_GRADS,
+                                      (void **)&buf, "gradient norm reads"));
+  zinc_status st = ZINC_OK;
+  int np = 0;
+  for (int ui = 0; ui < nu && st == ZINC_OK; ui++) {
+    first[ui] = np;
+    st = zinc_nvme_grad_read(e, e->units[ui].shard_offset, e->units[ui].chunk, buf);
+    int k = chunk_pieces(e, ui, e->dp_rank, pieces + np, rep + np, buf);
+    if (st == ZINC_OK)
+      st = e->dev->ops->sumsq(e->dev, e->stream, pieces + np, k, partials + np);
+    if (st == ZINC_OK)
+      st = zinc_engine_sync(e); /* before the buffer is read into again */
+    np += k;
+  }
+  first[nu] = np;
+  *npieces = np;
+  zinc_engine_buffer_free(e, buf, (size_t)most * 4, ZINC_LOC_HOST, ZINC_MEM_GRADS);
+  return st;
 }
 
 /* Squared L2 norm of the whole model's gradient sum (still scaled),
@@ -179,11 +213,13 @@ static zinc_status grad_sumsq(zinc_engine *e, double *total, int *overflow) {
     st = zinc_engine_host_calloc(e, (void **)&mp_all, 2 * (size_t)e->mp_size, sizeof *mp_all,
                                  "norm partial sums");
   int npieces = 0;
-  if (st == ZINC_OK) {
+  if (st == ZINC_OK && zinc_nvme_grads_on_disk(e)) {
+    st = sumsq_on_disk(e, pieces, rep, first, partials, &npieces);
+  } else if (st == ZINC_OK) {
     for (int r = 0; r < nr; r++)
       for (int ui = 0; ui < nu; ui++) {
         first[r * nu + ui] = npieces;
-        npieces += chunk_pieces(e, ui, r0 + r, pieces + npieces, rep + npieces);
+        npieces += chunk_pieces(e, ui, r0 + r, pieces + npieces, rep + npieces, NULL);
       }
     first[nr * nu] = npieces;
     st = e->dev->ops->sumsq(e->dev, e->stream, pieces, npieces, partials);
@@ -254,7 +290,7 @@ static zinc_status adam_segments(zinc_engine *e, zinc_opt_seg **out) {
     s->master = e->master ? e->master + run->opt_offset : NULL; /* NULL: below */
     s->exp_avg = e->exp_avg ? e->exp_avg + run->opt_offset : NULL;
     s->exp_avg_sq = e->exp_avg_sq ? e->exp_avg_sq + run->opt_offset : NULL;
-    s->grad = g + (size_t)in_chunk * zinc_dt_size(gdt);
+    s->grad = g ? g + (size_t)in_chunk * zinc_dt_size(gdt) : NULL; /* NULL: on NVMe */
     s->grad_dtype = gdt;
     s->n = run->n;
     s->decay = run->decay;

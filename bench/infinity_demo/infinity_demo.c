@@ -34,17 +34,16 @@
  * bound, forward and backward are bound by the cores on a small machine
  * (docs/benchmarks.md has both beside the disk's time).
  *
- * Host memory: the engine keeps the reduced gradient partition (f32, 4
- * bytes per parameter) in host memory with NVMe offload (engine/build.c),
- * beside its buffers; the optimizer state (12 bytes per parameter) and the
- * bf16 parameters (2) live only on disk. The forecast, written here from
- * the configuration: 4 P (gradient partition) + 4 x 12 G (sub-group
- * buffers, G = sub_group_size) + 24 x 2 W^2 (parameter read buffers,
- * gathered copies, gradient areas and the bounce buffer: zinc_memory_report
- * shows ~14 layers' bf16 at the peak) + the activations + 256 MiB (MPI,
- * threads, libraries). So the peak RSS is about a third
- * of the optimizer state's size, not a constant: at --state-x 2 it is
- * about two thirds of MemTotal (docs/benchmarks.md).
+ * Host memory: the optimizer state (12 bytes per parameter), the reduced
+ * f32 gradient partition (4) and the bf16 parameters (2) live only on disk
+ * (the gradient partition in the optimizer's sub-groups, engine/
+ * offload_nvme.c). The forecast, written here from the configuration:
+ * 4 x 16 G (sub-group state and gradient buffers, G = sub_group_size) +
+ * 4 W^2 (one layer's f32 gradient chunk read for the norm) + 24 x 2 W^2
+ * (parameter read buffers, gathered copies, gradient areas and the bounce
+ * buffer: zinc_memory_report shows ~14 layers' bf16 at the peak) + the
+ * activations + 256 MiB (MPI, threads, libraries): a constant for a
+ * width and sub-group size, whatever the model's depth.
  */
 #include <fcntl.h>
 #include <math.h>
@@ -339,8 +338,9 @@ int main(int argc, char **argv) {
   const uint64_t block = 1ull << 20, payload = block - 4096;
   uint64_t need = (256ull << 20) + (param_bytes + payload - 1) / payload * block;
   for (int64_t a = 0; a < params; a += sub_group) {
-    uint64_t g = (uint64_t)(params - a < sub_group ? params - a : sub_group) * 12;
-    need += (g + payload - 1) / payload * block;
+    uint64_t g = (uint64_t)(params - a < sub_group ? params - a : sub_group);
+    need += (g * 12 + payload - 1) / payload * block; /* master, exp_avg, exp_avg_sq */
+    need += (g * 4 + payload - 1) / payload * block;  /* the f32 gradients */
   }
   printf("disk: %.2f GiB needed (state and parameters in whole blocks, margin), %.2f GiB "
          "available on %s\n", need / GIB, avail / GIB, dir);
@@ -356,12 +356,12 @@ int main(int argc, char **argv) {
 
   /* ---- host memory: refuse what would crowd the machine */
   size_t act_bytes = (size_t)(layers + 4) * batch * width * sizeof(float);
-  double forecast = 4.0 * (double)params + 48.0 * (double)sub_group +
-                    48.0 * (double)per_layer + (double)act_bytes + (double)(256 << 20);
+  double forecast = 64.0 * (double)sub_group + 52.0 * (double)per_layer + (double)act_bytes +
+                    (double)(256 << 20);
   uint64_t mem_avail = meminfo("MemAvailable");
-  printf("host memory forecast: %.2f GiB (f32 gradient partition %.2f GiB, buffers and "
-         "activations %.2f GiB) = %.3f of MemTotal\n", forecast / GIB, 4.0 * params / GIB,
-         (forecast - 4.0 * params) / GIB, forecast / (double)mem_total);
+  printf("host memory forecast: %.2f GiB (buffers and activations; the f32 gradient "
+         "partition, %.2f GiB, is on disk) = %.3f of MemTotal\n", forecast / GIB,
+         4.0 * params / GIB, forecast / (double)mem_total);
   if (forecast > max_host_frac * (double)mem_avail) {
     fprintf(stderr,
             "infinity_demo: refused: the engine would hold %.0f bytes (%.2f GiB) of host "
@@ -490,10 +490,10 @@ int main(int argc, char **argv) {
          (double)params / 1e9, (unsigned long long)on_disk, on_disk / GIB,
          (double)on_disk / (double)mem_total, mem_total / GIB);
   printf("peak RSS %.2f GiB = %.3f of MemTotal (ru_maxrss; before the engine %.3f GiB; "
-         "forecast %.2f GiB; the engine accounts %.2f GiB of host memory, of which the f32 "
-         "gradient partition %.2f GiB)\n",
+         "forecast %.2f GiB; the engine accounts %.2f GiB of host memory, of which f32 "
+         "gradients %.2f GiB; %.2f GiB of gradients on disk)\n",
          rss / GIB, rss / (double)mem_total, rss_start / GIB, forecast / GIB, accounted / GIB,
-         (double)params * 4 / GIB);
+         ms.peak[ZINC_LOC_HOST][ZINC_MEM_GRADS] / GIB, ms.peak[ZINC_LOC_NVME][ZINC_MEM_GRADS] / GIB);
   printf("steps: mean %.1f s beside %.1f s for the disk to move the same bytes alone "
          "(I/O share %.2f)\n", step_sum / steps, io_sum / steps, io_sum / step_sum);
   printf("loss %.6f -> %.6f over %d steps: %s\n", first, last, steps,

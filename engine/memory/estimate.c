@@ -16,7 +16,9 @@
  * gathered parameters at their peak: the largest module plus what the
  * prefetch window holds ahead of it, within stage3_max_live_parameters.
  * Offload (cpu or NVMe) counts its state and the NVMe host buffers as on
- * any device. What the build allocates per device is sized for the device
+ * any device; with NVMe offload at stages 2-3 on the cpu device the f32
+ * gradient partition counts on NVMe, its sub-group buffers in host memory
+ * (zinc_nvme_grads_swapped, zinc_nvme_sizes). What the build allocates per device is sized for the device
  * the caller names (zinc_estimate_model_on): on cuda the two pinned
  * staging slots of the offloaded step (host buffers, 2 x up to 8 bytes x
  * min(sub_group_size, 16 M) elements; zinc_offload_staging_bytes, on the

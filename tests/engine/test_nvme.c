@@ -292,7 +292,7 @@ static void test_fault_on(const char *fault, zinc_status expect, const char *nee
 static int corrupt_swap(const char *dir) {
   char cmd[1400];
   snprintf(cmd, sizeof cmd,
-           "f=$(find %s -name 'stripe*.swap' -size +0 | sort | head -1); [ -n \"$f\" ] && "
+           "f=$(find %s -path '*optimizer*' -name 'stripe*.swap' -size +0 | sort | head -1); [ -n \"$f\" ] && "
            "printf '\\x5a' | dd of=\"$f\" bs=1 seek=5000 conv=notrunc status=none", dir);
   return system(cmd) == 0;
 }

@@ -4,7 +4,7 @@
 # optimizer state on NVMe; the printed loss must fall at every step, the
 # peak RSS must stay within the host-memory forecast (the state is on disk,
 # not in memory: here well under the state's size), the state on disk must
-# be the optimizer state's size, and the swap files must be gone at exit.
+# be the optimizer state's and gradients' size, and the swap files must be gone at exit.
 # A size the disk cannot hold, or whose gradient partition and buffers
 # would crowd the memory, is refused with the bytes needed and available.
 # usage: infinity_demo_check.sh DEMO WORK_DIR
@@ -33,10 +33,11 @@ if [ -z "${ASAN_OPTIONS:-}" ]; then
     fail "peak RSS $rss GiB beyond the forecast $forecast GiB or near the 0.3 GiB state"
 fi
 disk=$(echo "$out" | sed -n 's/^summary: .*state on disk: \([0-9]*\) bytes.*/\1/p')
-# 12 B + 2 B per parameter (27262976): the sub-groups of 1024 x 1024
-# elements (12 MiB) take 13 whole blocks of 1 MiB (1 MiB - 4 KiB payload)
-awk -v d="${disk:-0}" 'BEGIN {want = 27262976 * 14; exit !(d >= want && d < want * 1.1)}' ||
-  fail "state on disk ${disk:-?} bytes, expected ~$((27262976 * 14))"
+# 12 B + 4 B + 2 B per parameter (27262976): the sub-groups of 1024 x 1024
+# elements take 13 whole blocks of 1 MiB (1 MiB - 4 KiB payload) for the
+# state (12 MiB) and 5 for the f32 gradients (4 MiB)
+awk -v d="${disk:-0}" 'BEGIN {want = 27262976 * 19; exit !(d >= want && d < want * 1.1)}' ||
+  fail "state on disk ${disk:-?} bytes, expected ~$((27262976 * 19))"
 [ -z "$(find "$work/swap" -type f 2>/dev/null)" ] || fail "swap files left in $work/swap"
 
 out=$("$demo" --state-gib 1000000 --dir "$work/swap" 2>&1)
