@@ -25,6 +25,7 @@
 #include "device/device_cuda.h"
 #include "engine/engine.h"
 #include "engine/memory/profiler.h"
+#include "engine/monitor/monitor.h"
 #include "optim/lr_schedule.h"
 
 /* ------------------------------------------------- sync and phases */

@@ -517,21 +517,6 @@ struct zinc_engine {
   struct zinc_act_store *acts;
 };
 
-/* --------------------------------------------------------- monitor.c */
-/* Open the monitors the config enables (world rank 0); close them. */
-/* comms_logger.c: counters on every comm of the engine from creation on
- * (attach again after a comm is added: it hangs them on the new ones);
- * the summary and the counters freed at destroy (before and after the
- * comms go). */
-zinc_status zinc_comms_logger_attach(zinc_engine *e);
-void zinc_comms_logger_report(zinc_engine *e);
-void zinc_comms_logger_free(zinc_engine *e);
-zinc_status zinc_monitor_open(zinc_engine *e);
-void zinc_monitor_close(zinc_engine *e);
-/* After every successful zinc_step: the wall_clock_breakdown lines, and at
- * a boundary the engine's figures to the monitors. Never fails. */
-void zinc_monitor_step(zinc_engine *e, const zinc_step_info *info);
-
 /* --------------------------------------------------------- engine.c */
 /* Wait for the engine's queued device work (a no-op on the cpu device),
  * the NCCL batches the compute stream waits for included (settled with the
