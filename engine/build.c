@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "engine/engine.h"
+#include "engine/reduce/methods.h"
 
 /* The test hook: the n-th allocation from now fails as if out of memory. */
 void zinc_engine_inject_alloc_fault(zinc_engine *e, int64_t nth) {

@@ -78,6 +78,7 @@
 
 #include "engine/copy_run.h"
 #include "engine/engine.h"
+#include "engine/reduce/methods.h"
 #include "offload/aio.h"
 #include "offload/swap.h"
 

@@ -41,6 +41,7 @@
 
 #include "engine/copy_run.h"
 #include "engine/engine.h"
+#include "engine/reduce/methods.h"
 
 /* What a fetch reads of this rank's partition: the module's
  * non-persistent units form at most two runs of consecutive units, its

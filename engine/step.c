@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/reduce/methods.h"
 #include "optim/adam.h"
 #include "optim/lr_schedule.h"
 

@@ -55,6 +55,7 @@
 
 #include "base/endian.h"
 #include "base/fs.h"
+#include "engine/reduce/methods.h"
 #include "kernels/codec.h"
 #include "kernels/cpu_kernels.h"
 

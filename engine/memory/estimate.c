@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/reduce/methods.h"
 #include "kernels/codec.h"
 
 /* The error-feedback residuals zinc_compress_init allocates: (N - 1)

@@ -28,7 +28,7 @@
 
 #include "comm/comm.h"
 #include "device/device.h"
-#include "engine/onebit.h"
+#include "engine/reduce/onebit.h"
 
 static int rank_, nranks_, failures;
 

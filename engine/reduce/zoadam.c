@@ -89,7 +89,8 @@
 #include "base/threadpool.h"
 #include "device/device_cpu.h"
 #include "engine/engine.h"
-#include "engine/onebit.h"
+#include "engine/reduce/methods.h"
+#include "engine/reduce/onebit.h"
 #include "optim/lr_schedule.h"
 
 typedef struct {

@@ -81,6 +81,7 @@
 #include "base/threadpool.h"
 #include "device/device_cpu.h"
 #include "engine/engine.h"
+#include "engine/reduce/methods.h"
 
 struct zinc_dga {
   int delay;              /* D >= 1 */

@@ -53,6 +53,7 @@
 #include "base/env.h"
 #include "engine/checkpoint/mstate.h"
 #include "engine/engine.h"
+#include "engine/reduce/methods.h"
 #include "kernels/codec.h"
 #include "kernels/zinc_math.h"
 

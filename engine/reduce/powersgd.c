@@ -104,6 +104,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/reduce/methods.h"
 
 /* One compressed parameter. */
 typedef struct {

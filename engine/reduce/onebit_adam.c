@@ -53,6 +53,7 @@
 
 #include "base/env.h"
 #include "engine/engine.h"
+#include "engine/reduce/methods.h"
 
 int zinc_onebit_local_grads(const zinc_engine *e) {
   return e->cfg.optimizer == ZINC_OPTIM_ONEBIT_ADAM && e->cfg.stage == 0 &&

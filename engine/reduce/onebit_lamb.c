@@ -59,7 +59,8 @@
 
 #include "base/env.h"
 #include "engine/engine.h"
-#include "engine/onebit.h"
+#include "engine/reduce/methods.h"
+#include "engine/reduce/onebit.h"
 #include "optim/lr_schedule.h"
 
 typedef struct {

@@ -64,6 +64,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/reduce/methods.h"
 
 static zinc_codec codec_none(void) { return (zinc_codec){ZINC_CODEC_NONE, 0, 0}; }
 
