@@ -15,6 +15,8 @@
 #include <stdio.h>
 
 #include "engine/engine.h"
+#include "engine/place/place.h"
+#include "engine/place/placements.h"
 #include "engine/reduce/methods.h"
 
 /* The test hook: the n-th allocation from now fails as if out of memory. */
@@ -312,74 +314,6 @@ zinc_status zinc_engine_put(zinc_engine *e, void *dst, int dtype, const float *s
     from = scratch;
   }
   return e->dev->ops->copy(e->dev, dst, from, (size_t)n * zinc_dt_size(dtype), e->stream);
-}
-
-zinc_status zinc_frozen_io(zinc_engine *e, int array, int64_t off, int64_t count, float *data,
-                           int write) {
-  if (array != 0) { /* a frozen parameter has no moments */
-    if (!write)
-      memset(data, 0, (size_t)count * sizeof *data);
-    return ZINC_OK;
-  }
-  /* the frozen unit holding optimizer element off (offsets grow with units) */
-  int lo = e->ntrain_units, hi = e->nunits - 1;
-  while (lo < hi) {
-    int mid = (lo + hi + 1) / 2;
-    if (zinc_layout_opt_offset(e, &e->units[mid], 0) <= off)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  if (lo >= e->nunits || off < zinc_layout_opt_offset(e, &e->units[lo], 0))
-    return zinc_error(ZINC_ERR_INVALID, "optimizer element %lld is past the model's %lld",
-                      (long long)off, (long long)e->opt_numel);
-  const zinc_unit *u = &e->units[lo];
-  int64_t in_unit = off - zinc_layout_opt_offset(e, u, 0); /* stage 0: r*chunk + i */
-  if (e->cfg.stage != 0)
-    in_unit += (int64_t)e->dp_rank * u->chunk;
-  if (in_unit % u->chunk + count > u->chunk)
-    return zinc_error(ZINC_ERR_INVALID, "optimizer elements %lld..%lld cross a chunk of a "
-                      "frozen unit", (long long)off, (long long)(off + count));
-  size_t es = zinc_dtype_size(u->dtype), bytes = (size_t)count * es;
-  void *host = NULL;
-  ZINC_CHECK(zinc_calloc(&host, (size_t)count, es, "frozen parameter staging"));
-  zinc_status st = ZINC_OK;
-  const zinc_segment *seg = &e->modules[u->module]->segs[u->segment];
-  /* stage 3 keeps the parameter in the partition (and, for a persistent
-   * segment, whole: gathered again from the partition after a write) */
-  size_t pbyte = u->shard_byte + (size_t)(in_unit - (int64_t)e->dp_rank * u->chunk) * es;
-  char *full = e->cfg.stage == 3 ? NULL : zinc_unit_ptr(seg->full, u) + (size_t)in_unit * es;
-  if (write) {
-    for (int64_t i = 0; i < count; i++)
-      zinc_store_from_f32(host, i, u->dtype, data[i]);
-    st = full ? e->dev->ops->copy(e->dev, full, host, bytes, e->stream)
-              : zinc_pshard_write(e, pbyte, bytes, host);
-    if (st == ZINC_OK)
-      st = zinc_engine_sync(e);
-  } else {
-    st = full ? e->dev->ops->copy(e->dev, host, full, bytes, e->stream)
-              : zinc_pshard_read(e, pbyte, bytes, host);
-    if (st == ZINC_OK)
-      st = zinc_engine_sync(e);
-    for (int64_t i = 0; st == ZINC_OK && i < count; i++)
-      data[i] = zinc_load_as_f32(host, i, u->dtype);
-  }
-  free(host);
-  return st;
-}
-
-/* The piece's part of the optimizer state and (stage 3) the partition. */
-zinc_status zinc_put_owned_piece(zinc_engine *e, const zinc_unit *u, int r, int64_t chunk_off,
-                                 const float *src, int64_t len, int master, void *scratch) {
-  if (master && (e->cfg.stage == 0 || r == e->dp_rank))
-    ZINC_CHECK(zinc_opt_write(e, 0, zinc_layout_opt_offset(e, u, r) + chunk_off, len, src));
-  if (e->cfg.stage == 3 && r == e->dp_rank) {
-    for (int64_t i = 0; i < len; i++)
-      zinc_store_from_f32(scratch, i, u->dtype, src[i]);
-    ZINC_CHECK(zinc_pshard_write(e, u->shard_byte + (size_t)chunk_off * zinc_dtype_size(u->dtype),
-                                 (size_t)len * zinc_dtype_size(u->dtype), scratch));
-  }
-  return ZINC_OK;
 }
 
 static zinc_status init_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,

@@ -26,6 +26,7 @@
 #include "engine/engine.h"
 #include "engine/memory/profiler.h"
 #include "engine/monitor/monitor.h"
+#include "engine/place/placements.h"
 #include "optim/lr_schedule.h"
 
 /* ------------------------------------------------- sync and phases */

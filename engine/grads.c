@@ -46,6 +46,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/place/placements.h"
 #include "engine/reduce/methods.h"
 
 static int64_t window_of(const zinc_engine *e) {

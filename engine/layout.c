@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/place/placements.h"
 
 void zinc_partition(int64_t count, int ranks, int64_t align, int64_t *chunk,
                     int64_t *padded) {

@@ -39,8 +39,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/copy_run.h"
 #include "engine/engine.h"
+#include "engine/place/copy_run.h"
+#include "engine/place/place.h"
+#include "engine/place/placements.h"
 #include "engine/reduce/methods.h"
 
 /* What a fetch reads of this rank's partition: the module's

@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/place/place.h"
+#include "engine/place/placements.h"
 
 typedef struct {
   zinc_state_kind kind;

@@ -36,6 +36,8 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/place/place.h"
+#include "engine/place/placements.h"
 #include "engine/reduce/methods.h"
 #include "optim/adam.h"
 #include "optim/lr_schedule.h"

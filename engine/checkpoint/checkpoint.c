@@ -39,6 +39,7 @@
 #include "engine/checkpoint/mstate_io.h"
 #include "engine/checkpoint/format.h"
 #include "engine/engine.h"
+#include "engine/place/place.h"
 #include "engine/reduce/methods.h"
 
 #define STAGING_ELEMS (1 << 20) /* 4 MiB of f32 between device and file */

@@ -17,6 +17,7 @@
 
 #include "engine/checkpoint/safetensors.h"
 #include "engine/engine.h"
+#include "engine/place/place.h"
 #include "kernels/zinc_math.h"
 
 #define STAGING_ELEMS (1 << 20) /* f32 between the file and the master */

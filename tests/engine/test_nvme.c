@@ -31,6 +31,8 @@
 #include <sys/stat.h>
 
 #include "engine/engine.h"
+#include "engine/place/place.h"
+#include "engine/place/placements.h"
 #include "engine_test.h"
 
 static char root[512];

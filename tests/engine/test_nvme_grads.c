@@ -21,6 +21,7 @@
 
 #include "engine/engine.h"
 #include "engine/memory/estimate.h"
+#include "engine/place/placements.h"
 #include "engine_test.h"
 
 #define STEPS 6

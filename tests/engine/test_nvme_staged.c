@@ -19,6 +19,7 @@
 
 #include "engine/engine.h"
 #include "engine/memory/estimate.h"
+#include "engine/place/placements.h"
 #include "engine_test.h"
 
 static char root[512];

@@ -33,6 +33,7 @@
 #include <sys/stat.h>
 
 #include "engine/engine.h"
+#include "engine/place/placements.h"
 #include "engine_test.h"
 
 enum { NP = 120, PN = 7, ALIGN = 32, PADDED = (PN + ALIGN - 1) / ALIGN * ALIGN };

@@ -18,6 +18,7 @@
 #include "config/config.h"
 #include "engine/engine.h"
 #include "engine/memory/estimate.h"
+#include "engine/place/placements.h"
 #include "engine_test.h"
 
 static char nvme_dir[512];

@@ -38,8 +38,9 @@
 
 #include "base/env.h"
 #include "device/device_cpu.h"
-#include "engine/copy_run.h"
 #include "engine/engine.h"
+#include "engine/place/copy_run.h"
+#include "engine/place/placements.h"
 
 enum { ZINC_STAGING_MAX = 16 << 20 }; /* elements per staging slot */
 

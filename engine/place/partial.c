@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/place/placements.h"
 
 int zinc_partial_enabled(const zinc_engine *e) {
   return e->cfg.offload_optimizer.device == ZINC_OFFLOAD_CPU &&
