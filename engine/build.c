@@ -18,6 +18,7 @@
 #include "engine/place/place.h"
 #include "engine/place/placements.h"
 #include "engine/reduce/methods.h"
+#include "engine/stage3/stage3.h"
 
 /* The test hook: the n-th allocation from now fails as if out of memory. */
 void zinc_engine_inject_alloc_fault(zinc_engine *e, int64_t nth) {

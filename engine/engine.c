@@ -27,6 +27,7 @@
 #include "engine/memory/profiler.h"
 #include "engine/monitor/monitor.h"
 #include "engine/place/placements.h"
+#include "engine/stage3/stage3.h"
 #include "optim/lr_schedule.h"
 
 /* ------------------------------------------------- sync and phases */

@@ -39,6 +39,7 @@
 #include "engine/place/place.h"
 #include "engine/place/placements.h"
 #include "engine/reduce/methods.h"
+#include "engine/stage3/stage3.h"
 #include "optim/adam.h"
 #include "optim/lr_schedule.h"
 

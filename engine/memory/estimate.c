@@ -34,6 +34,7 @@
 
 #include "engine/engine.h"
 #include "engine/reduce/methods.h"
+#include "engine/stage3/stage3.h"
 #include "kernels/codec.h"
 
 /* The error-feedback residuals zinc_compress_init allocates: (N - 1)

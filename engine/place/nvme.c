@@ -62,6 +62,7 @@
 #include "engine/place/nvme.h"
 #include "engine/place/placements.h"
 #include "engine/reduce/methods.h"
+#include "engine/stage3/stage3.h"
 #include "offload/aio.h"
 #include "offload/swap.h"
 
