@@ -19,6 +19,8 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/failure.h"
+#include "engine/support.h"
 
 typedef struct {
   void *data;              /* the stored slice (or whole), NULL if free */

@@ -24,26 +24,14 @@
 #include "device/device_cpu.h"
 #include "device/device_cuda.h"
 #include "engine/engine.h"
+#include "engine/failure.h"
 #include "engine/memory/profiler.h"
 #include "engine/monitor/monitor.h"
 #include "engine/place/placements.h"
 #include "engine/stage3/stage3.h"
 #include "optim/lr_schedule.h"
 
-/* ------------------------------------------------- sync and phases */
-
-zinc_status zinc_engine_sync(zinc_engine *e) {
-  if (!e->dev->ops->is_gpu)
-    return ZINC_OK; /* the cpu device finishes work at the call */
-  /* the NCCL comms' waits are device-side: the host reads after their
-   * batches are done, or learns that they failed (comm.h, "Streams") */
-  ZINC_CHECK(zinc_comm_settle(e->dp));
-  if (e->mp != e->dp)
-    ZINC_CHECK(zinc_comm_settle(e->mp));
-  if (e->hpz_comm != e->dp)
-    ZINC_CHECK(zinc_comm_settle(e->hpz_comm));
-  return e->dev->ops->stream_sync(e->dev, e->stream);
-}
+/* ------------------------------------------------------------ phases */
 
 void zinc_engine_phase(zinc_engine *e, zinc_phase p) {
   double now = zinc_now();

@@ -485,53 +485,11 @@ struct zinc_engine {
 };
 
 /* --------------------------------------------------------- engine.c */
-/* Wait for the engine's queued device work (a no-op on the cpu device),
- * the NCCL batches the compute stream waits for included (settled with the
- * comm timeout first: comm.h, "Streams"); call it before the host reads
- * what device work or a comm wait produced. */
-zinc_status zinc_engine_sync(zinc_engine *e);
 void zinc_engine_phase(zinc_engine *e, zinc_phase p);
 /* The cpu device the CPU offload of a GPU rank runs on: its threads on the
  * cores of its GPU's NUMA node, split among the local ranks near it (the
  * local-rank split where hwloc has no I/O information). */
 zinc_status zinc_engine_offload_cpu_device(zinc_engine *e, zinc_device **out);
-
-/* --------------------------------------------------------- failure.c */
-/* Fail the engine for good (after an error mid-step) and return st. */
-zinc_status zinc_engine_fail(zinc_engine *e, zinc_status st);
-/* ZINC_OK when e may take a training call named `what`; otherwise the
- * error: NULL engine, not built, or stopped by an earlier failure (its
- * status and message). */
-zinc_status zinc_engine_usable(const zinc_engine *e, const char *what);
-/* Collective over c: the common outcome of a step that may fail on some
- * ranks, with the lowest failing rank's message on every rank. */
-zinc_status zinc_engine_agree(zinc_engine *e, zinc_comm *c, zinc_status st);
-/* The same, where every rank also says where it is in the training loop
- * (key, made by zinc_trace_key; 0 outside it): ranks at different points
- * fail with ZINC_ERR_INVALID naming both points. *out (may be NULL) gets
- * the lowest and highest key and whether every rank failed, so that a
- * caller can tell "every rank failed the same way here" (a change of the
- * module order made by every rank alike) from a failure of some. */
-typedef struct {
-  int64_t lo, hi;         /* lowest and highest key of any rank */
-  int all_failed;         /* every rank passed a failure */
-} zinc_agreement;
-zinc_status zinc_engine_agree_at(zinc_engine *e, zinc_comm *c, zinc_status st, int64_t key,
-                                 zinc_agreement *out);
-/* A failure on this rank while its peers are inside a collective with it
- * (an NVMe read for a gather): the rank goes on with the collective and
- * the failure is reported on every rank by zinc_engine_agree_deferred. */
-void zinc_engine_defer(zinc_engine *e, zinc_status st);
-/* Collective over the data-parallel group: the first deferred failure of
- * any rank, on every rank (ZINC_OK when none). Cleared afterwards. */
-zinc_status zinc_engine_agree_deferred(zinc_engine *e);
-/* Collective over c, for what must match across ranks (the settings, the
- * registered model): every rank gets rank 0's text in *ref (free() it),
- * having agreed that every rank could make its own (`mine`, NULL for out
- * of memory) and hold rank 0's; `what` names it in messages. The caller
- * compares, then agrees on the result. */
-zinc_status zinc_engine_agree_rank0_text(zinc_engine *e, zinc_comm *c, const char *mine,
-                                         const char *what, char **ref);
 
 /* --------------------------------------------------------- registry.c */
 void zinc_registry_free(zinc_engine *e);
@@ -565,39 +523,6 @@ static inline char *zinc_unit_ptr(void *seg_base, const zinc_unit *u) {
 /* --------------------------------------------------------- build.c */
 zinc_status zinc_build_buffers(zinc_engine *e, zinc_init_fn init, void *ctx);
 void zinc_build_free(zinc_engine *e);
-/* An engine buffer of `bytes` at `location` from the engine's device,
- * accounted to `category`, zero-filled: host memory already on return (no
- * zeroing left queued), device memory by work queued on e->stream;
- * zinc_engine_buffer_free gives it back (same bytes, location and
- * category; NULL p is a no-op). */
-zinc_status zinc_engine_buffer_alloc(zinc_engine *e, size_t bytes, int location, int category,
-                                     void **out, const char *what);
-/* The same, not zeroed: for a buffer whose every byte is written before
- * anything reads it (a gathered module: every unit's all-gather fills it). */
-zinc_status zinc_engine_buffer_alloc_unzeroed(zinc_engine *e, size_t bytes, int location,
-                                              int category, void **out, const char *what);
-void zinc_engine_buffer_free(zinc_engine *e, void *p, size_t bytes, int location, int category);
-/* Zeroed host memory for a call's own work (not accounted to the profiler;
- * the test hook below can fail it like any engine allocation). */
-zinc_status zinc_engine_host_calloc(zinc_engine *e, void **out, size_t n, size_t size,
-                                    const char *what);
-/* Tests: make the nth engine allocation from now fail with ZINC_ERR_NOMEM
- * (0: never). */
-void zinc_engine_inject_alloc_fault(zinc_engine *e, int64_t nth);
-/* Tests: fill every later unzeroed allocation with `byte` (cpu device; < 0:
- * stop), to prove that nothing reads a byte the code did not write. */
-void zinc_engine_poison_unzeroed(zinc_engine *e, int byte);
-/* Memory that collectives read from (comm-shared on the cpu device). */
-zinc_status zinc_engine_comm_buffer_alloc(zinc_engine *e, size_t bytes, int category, void **out,
-                                          int *shared, const char *what);
-void zinc_engine_comm_buffer_free(zinc_engine *e, void *p, size_t bytes, int category, int shared);
-/* Host f32 values -> device memory in dtype (scratch: n elements of 4 B). */
-zinc_status zinc_engine_put(zinc_engine *e, void *dst, int dtype, const float *src, int64_t n,
-                            void *scratch);
-/* Wait for a comm request, timing the wait: on the host (mpi), or by
- * ordering the compute stream after it (nccl; the host reads only after
- * zinc_engine_sync). Consumes the request whatever it returns. */
-zinc_status zinc_engine_wait(zinc_engine *e, zinc_comm *c, zinc_comm_req *req);
 
 /* Whether the fp32 master can be the parameter memory (see master_in_params). */
 int zinc_master_aliases_params(const zinc_engine *e);

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/failure.h"
 
 /* ------------------------------------------------- stop after a failure */
 

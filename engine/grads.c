@@ -46,8 +46,10 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/failure.h"
 #include "engine/place/placements.h"
 #include "engine/reduce/methods.h"
+#include "engine/support.h"
 
 static int64_t window_of(const zinc_engine *e) {
   return e->micro_step / e->cfg.gradient_accumulation_steps;
@@ -61,13 +63,6 @@ int zinc_grads_is_boundary_micro(const zinc_engine *e) {
 /* Reductions run in every micro-batch at stages 2/3, at the boundary at 0/1. */
 static int reduce_this_micro(const zinc_engine *e) {
   return e->cfg.stage >= 2 || zinc_grads_is_boundary_micro(e);
-}
-
-zinc_status zinc_engine_wait(zinc_engine *e, zinc_comm *c, zinc_comm_req *req) {
-  double t0 = zinc_now();
-  zinc_status st = c->ops->wait(c, req);
-  e->t_comm_wait += zinc_now() - t0;
-  return st;
 }
 
 /* ------------------------------------------------------------ the ring */

@@ -36,10 +36,12 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/failure.h"
 #include "engine/place/place.h"
 #include "engine/place/placements.h"
 #include "engine/reduce/methods.h"
 #include "engine/stage3/stage3.h"
+#include "engine/support.h"
 #include "optim/adam.h"
 #include "optim/lr_schedule.h"
 

@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/failure.h"
 #include "engine/stage3/stage3.h"
 
 static const char *kind_name(int kind) {

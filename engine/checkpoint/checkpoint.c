@@ -39,6 +39,7 @@
 #include "engine/checkpoint/mstate_io.h"
 #include "engine/checkpoint/format.h"
 #include "engine/engine.h"
+#include "engine/failure.h"
 #include "engine/place/place.h"
 #include "engine/reduce/methods.h"
 

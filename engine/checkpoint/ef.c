@@ -56,6 +56,7 @@
 #include "base/endian.h"
 #include "base/fs.h"
 #include "engine/reduce/methods.h"
+#include "engine/support.h"
 #include "kernels/codec.h"
 #include "kernels/cpu_kernels.h"
 

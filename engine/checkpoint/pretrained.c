@@ -17,6 +17,7 @@
 
 #include "engine/checkpoint/safetensors.h"
 #include "engine/engine.h"
+#include "engine/failure.h"
 #include "engine/place/place.h"
 #include "kernels/zinc_math.h"
 

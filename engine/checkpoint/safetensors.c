@@ -17,6 +17,7 @@
 #include "base/endian.h"
 #include "base/fs.h"
 #include "engine/engine.h"
+#include "engine/failure.h"
 #include "kernels/zinc_math.h"
 
 #define PUT_CHUNK 65536 /* elements converted per write */

@@ -19,6 +19,7 @@
 #include "engine/engine.h"
 #include "engine/place/place.h"
 #include "engine/place/placements.h"
+#include "engine/support.h"
 
 static const char *array_name(int array) {
   return array == 0 ? "master" : array == 1 ? "exp_avg" : array == 2 ? "exp_avg_sq" : "?";

@@ -41,6 +41,7 @@
 #include "engine/engine.h"
 #include "engine/place/copy_run.h"
 #include "engine/place/placements.h"
+#include "engine/support.h"
 
 enum { ZINC_STAGING_MAX = 16 << 20 }; /* elements per staging slot */
 

@@ -63,6 +63,7 @@
 #include "engine/place/placements.h"
 #include "engine/reduce/methods.h"
 #include "engine/stage3/stage3.h"
+#include "engine/support.h"
 #include "offload/aio.h"
 #include "offload/swap.h"
 

@@ -35,6 +35,7 @@
 #include "engine/place/nvme.h"
 #include "engine/place/place.h"
 #include "engine/place/placements.h"
+#include "engine/support.h"
 
 /* --------------------------------------------------------- the step */
 

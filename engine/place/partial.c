@@ -35,6 +35,7 @@
 
 #include "engine/engine.h"
 #include "engine/place/placements.h"
+#include "engine/support.h"
 
 int zinc_partial_enabled(const zinc_engine *e) {
   return e->cfg.offload_optimizer.device == ZINC_OFFLOAD_CPU &&

@@ -26,6 +26,7 @@
 
 #include "engine/engine.h"
 #include "engine/place/placements.h"
+#include "engine/support.h"
 
 static int cache_wanted(const zinc_engine *e) {
   return e->cfg.stage == 3 && e->cfg.offload_param.device == ZINC_OFFLOAD_NVME &&

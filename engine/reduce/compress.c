@@ -65,6 +65,7 @@
 
 #include "engine/engine.h"
 #include "engine/reduce/methods.h"
+#include "engine/support.h"
 
 static zinc_codec codec_none(void) { return (zinc_codec){ZINC_CODEC_NONE, 0, 0}; }
 

@@ -54,6 +54,7 @@
 #include "engine/checkpoint/mstate.h"
 #include "engine/engine.h"
 #include "engine/reduce/methods.h"
+#include "engine/support.h"
 #include "kernels/codec.h"
 #include "kernels/zinc_math.h"
 

@@ -53,7 +53,9 @@
 
 #include "base/env.h"
 #include "engine/engine.h"
+#include "engine/failure.h"
 #include "engine/reduce/methods.h"
+#include "engine/support.h"
 
 int zinc_onebit_local_grads(const zinc_engine *e) {
   return e->cfg.optimizer == ZINC_OPTIM_ONEBIT_ADAM && e->cfg.stage == 0 &&

@@ -61,6 +61,7 @@
 #include "engine/engine.h"
 #include "engine/reduce/methods.h"
 #include "engine/reduce/onebit.h"
+#include "engine/support.h"
 #include "optim/lr_schedule.h"
 
 typedef struct {

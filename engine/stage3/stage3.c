@@ -34,11 +34,13 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/failure.h"
 #include "engine/place/copy_run.h"
 #include "engine/place/place.h"
 #include "engine/place/placements.h"
 #include "engine/reduce/methods.h"
 #include "engine/stage3/stage3.h"
+#include "engine/support.h"
 
 /* What a fetch reads of this rank's partition: the module's
  * non-persistent units form at most two runs of consecutive units, its

@@ -34,6 +34,7 @@
 #include "engine/engine.h"
 #include "engine/memory/estimate.h"
 #include "engine/reduce/methods.h"
+#include "engine/support.h"
 #include "engine_test.h"
 
 #define DGA_JSON(d) "\"zinc\": {\"compression\": {\"delayed_averaging\": {\"delay\": " d "}}}"

@@ -41,6 +41,7 @@
 #include "config/config.h"
 #include "engine/engine.h"
 #include "engine/memory/estimate.h"
+#include "engine/support.h"
 #include "engine_test.h"
 
 #define FREEZE 3

@@ -46,6 +46,7 @@
 
 #include "engine/engine.h"
 #include "engine/memory/estimate.h"
+#include "engine/support.h"
 #include "engine_test.h"
 
 #define NPAR 5
