@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/activations.h"
 #include "engine/engine.h"
 #include "engine/failure.h"
 #include "engine/support.h"

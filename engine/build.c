@@ -14,8 +14,10 @@
 
 #include <stdio.h>
 
+#include "engine/build.h"
 #include "engine/engine.h"
 #include "engine/failure.h"
+#include "engine/grads.h"
 #include "engine/place/place.h"
 #include "engine/place/placements.h"
 #include "engine/reduce/methods.h"

@@ -24,11 +24,16 @@
 #include "device/device_choice.h"
 #include "device/device_cpu.h"
 #include "device/device_cuda.h"
+#include "engine/activations.h"
+#include "engine/build.h"
 #include "engine/engine.h"
 #include "engine/failure.h"
+#include "engine/grads.h"
 #include "engine/memory/profiler.h"
 #include "engine/monitor/monitor.h"
 #include "engine/stage3/stage3.h"
+#include "engine/step.h"
+#include "engine/trace.h"
 #include "optim/lr_schedule.h"
 
 /* ------------------------------------------------------------ phases */

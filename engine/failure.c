@@ -35,6 +35,7 @@
 
 #include "engine/engine.h"
 #include "engine/failure.h"
+#include "engine/trace.h"
 
 /* ------------------------------------------------- stop after a failure */
 

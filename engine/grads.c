@@ -29,7 +29,7 @@
  * 3 keeps its gradient partitions on the device until the boundary too).
  *
  * With the partition on NVMe (zinc_nvme_grads_on_disk) the chunks go
- * there through offload_nvme.c's accessor (the same f32 additions), and
+ * there through place/nvme.c's accessor (the same f32 additions), and
  * the window's device sum, if any, at the boundary.
  *
  * Frozen parameters (zinc_param_set_frozen) sit in segments of their own
@@ -47,9 +47,11 @@
 
 #include "engine/engine.h"
 #include "engine/failure.h"
+#include "engine/grads.h"
 #include "engine/place/placements.h"
 #include "engine/reduce/methods.h"
 #include "engine/support.h"
+#include "engine/trace.h"
 
 static int64_t window_of(const zinc_engine *e) {
   return e->micro_step / e->cfg.gradient_accumulation_steps;

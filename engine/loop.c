@@ -15,10 +15,13 @@
 
 #include "engine/engine.h"
 #include "engine/failure.h"
+#include "engine/grads.h"
 #include "engine/memory/profiler.h"
 #include "engine/monitor/monitor.h"
 #include "engine/place/placements.h"
 #include "engine/stage3/stage3.h"
+#include "engine/step.h"
+#include "engine/trace.h"
 
 static zinc_status module_check(zinc_engine *e, zinc_module *m, const char *what) {
   ZINC_CHECK(zinc_engine_usable(e, what));

@@ -14,6 +14,7 @@
 
 #include "engine/engine.h"
 #include "engine/failure.h"
+#include "engine/grads.h"
 #include "engine/place/place.h"
 #include "engine/place/placements.h"
 #include "engine/support.h"

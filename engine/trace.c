@@ -46,7 +46,9 @@
 
 #include "engine/engine.h"
 #include "engine/failure.h"
+#include "engine/grads.h"
 #include "engine/stage3/stage3.h"
+#include "engine/trace.h"
 
 static const char *kind_name(int kind) {
   return kind == ZINC_EV_FETCH ? "fetch" : kind == ZINC_EV_RELEASE ? "release"

@@ -22,6 +22,7 @@
 #include "engine/failure.h"
 #include "engine/place/place.h"
 #include "engine/reduce/methods.h"
+#include "engine/step.h"
 
 /* What dir/tag (tag NULL: latest) names as a directory under dir. */
 static zinc_status resolve_name(const char *dir, const char *tag, char **name) {

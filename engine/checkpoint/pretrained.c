@@ -19,6 +19,7 @@
 #include "engine/engine.h"
 #include "engine/failure.h"
 #include "engine/place/place.h"
+#include "engine/step.h"
 #include "kernels/zinc_math.h"
 
 #define STAGING_ELEMS (1 << 20) /* f32 between the file and the master */

@@ -249,7 +249,7 @@ out:
 
 zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *tag) {
   ZINC_CHECK(check_call(e, dir, tag, "zinc_save_checkpoint", 1));
-  if (e->dga) /* delayed averaging: one model to save (engine/dga.c) */
+  if (e->dga) /* delayed averaging: one model to save (engine/reduce/dga.c) */
     ZINC_CHECK(zinc_dga_sync(e, 1));
   if (e->micro_step % e->cfg.gradient_accumulation_steps != 0)
     zinc_log0(ZINC_LOG_WARN, "saving checkpoint %s/%s in the middle of an accumulation "

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/build.h"
 #include "engine/engine.h"
 #include "device/device_cuda.h"
 #include "engine/memory/profiler.h"

@@ -39,6 +39,7 @@
 #include "base/base.h"
 #include "base/fs.h"
 #include "engine/engine.h"
+#include "engine/memory/profiler.h"
 #include "engine/monitor/monitor.h"
 #include "engine/monitor/tfevents.h"
 

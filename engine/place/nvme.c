@@ -59,6 +59,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/memory/profiler.h"
 #include "engine/place/nvme.h"
 #include "engine/place/placements.h"
 #include "engine/reduce/methods.h"
@@ -292,7 +293,7 @@ zinc_status zinc_nvme_init(zinc_engine *e) {
   /* every block starts written (zeros): reads of untouched state are data.
    * The zeros are written by the host and the swap writes below wait for
    * their completion; no device work touches these buffers (the parameter
-   * read buffers are zeroed on the host at allocation: build.c) */
+   * read buffers are zeroed on the host at allocation: support.c) */
   memset(n->bounce, 0, n->bounce_bytes);
   if (n->opt)
     ZINC_CHECK(area_zero(n->opt, n->bounce, n->bounce_bytes));

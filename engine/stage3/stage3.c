@@ -41,6 +41,7 @@
 #include "engine/reduce/methods.h"
 #include "engine/stage3/stage3.h"
 #include "engine/support.h"
+#include "engine/trace.h"
 
 /* What a fetch reads of this rank's partition: the module's
  * non-persistent units form at most two runs of consecutive units, its

@@ -30,6 +30,7 @@
 #include <mpi.h>
 #include <sys/stat.h>
 
+#include "engine/build.h"
 #include "engine/engine.h"
 #include "engine/place/place.h"
 #include "engine/place/placements.h"
