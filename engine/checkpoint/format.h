@@ -11,7 +11,7 @@
  *                       the trailer: "ZINCSHRD", version, rank, world,
  *                       nsections, elements, crc32c of each section, crc32c
  *                       of the trailer (little-endian, base/endian.h);
- *   rank_NNNNN.zef      with error feedback on (engine/compress.c): the rank's
+ *   rank_NNNNN.zef      with error feedback on (engine/reduce/compress.c): the rank's
  *                       residual bytes, raw (manifest.h, zinc_manifest_ef;
  *                       engine/checkpoint/ef.c);
  *   rank_NNNNN.zms      with a compression method that keeps rank-local
@@ -26,7 +26,7 @@
  * A save writes <dir>/.<tag>.partial/, fsyncs every file and the directory,
  * then renames it into place (exchanging with an older <tag>) and replaces
  * latest atomically: a crash leaves the old checkpoint or the new one
- * (engine/checkpoint/checkpoint.c, "publishing").
+ * (engine/checkpoint/publish.c).
  *
  * Tests inject write failures with ZINC_CKPT_FAULT="ERRNO@N" (the N-th
  * write of a save, zinc_ckpt_fault below) and read failures with
@@ -52,7 +52,7 @@ extern "C" {
 #define ZINC_MANIFEST_NAME "manifest.json"
 #define ZINC_CHECKSUMS_NAME "checksums.crc32c"
 #define ZINC_LATEST_NAME "latest"
-#define ZINC_STAGED_SUFFIX ".next"   /* .<tag>.next: see checkpoint.c, publishing */
+#define ZINC_STAGED_SUFFIX ".next"   /* .<tag>.next: see publish.c */
 #define ZINC_OWN_MARKER ".zinc-checkpoint" /* in every directory a save creates */
 #define ZINC_LOCK_NAME ".zinc-save.lock"
 #define ZINC_TAG_MAX 200

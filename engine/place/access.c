@@ -95,7 +95,7 @@ zinc_status zinc_opt_read(zinc_engine *e, int array, int64_t off, int64_t count,
   ZINC_CHECK(array_kept(e, array, 0));
   if (zinc_nvme_opt_on_disk(e))
     return zinc_nvme_opt_io(e, array, off, count, dst, 0);
-  if (e->partial.on) /* ratio < 1: offload_partial.c */
+  if (e->partial.on) /* ratio < 1: partial.c */
     return zinc_partial_opt_io(e, array, off, count, dst, 0);
   return opt_copy(e, array, off, count, dst, 0);
 }
@@ -109,7 +109,7 @@ zinc_status zinc_opt_write(zinc_engine *e, int array, int64_t off, int64_t count
   ZINC_CHECK(array_kept(e, array, 1));
   if (zinc_nvme_opt_on_disk(e))
     return zinc_nvme_opt_io(e, array, off, count, (float *)src, 1);
-  if (e->partial.on) /* ratio < 1: offload_partial.c */
+  if (e->partial.on) /* ratio < 1: partial.c */
     return zinc_partial_opt_io(e, array, off, count, (float *)src, 1);
   return opt_copy(e, array, off, count, (float *)src, 1);
 }

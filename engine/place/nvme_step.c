@@ -4,7 +4,7 @@
  * sub-group each, overlapping read(k+1) | update(k) | write(k-1).
  *
  * On the cuda device (and on the cpu device with ZINC_OFFLOAD_STAGING=1,
- * which takes the same path, copies included) the step is offload_cpu.c's
+ * which takes the same path, copies included) the step is cpu.c's
  * staged pipeline with the swap area behind it (sub-groups are at most a
  * staging slot on every device: zinc_offload_staging_group). For
  * sub-group k:
@@ -105,7 +105,7 @@ static int group_pieces(zinc_engine *e, const zinc_opt_seg *segs, int k, float *
  * into pinned slot k & 1 on copy stream 0 while the swap area reads it; the
  * CPU optimizer writes the parameters that live in device memory into the
  * slot, and copy stream 1 takes them out while the next sub-group is
- * updated (offload_cpu.c's slots, events and streams). */
+ * updated (cpu.c's slots, events and streams). */
 
 static zinc_status staged_in(zinc_engine *e, const zinc_opt_seg *p, int np, int slot, int pass) {
   zinc_offload *o = &e->off;
@@ -193,7 +193,7 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, co
   size_t pstage_bytes = (size_t)n->group * 4;
   ZINC_CHECK(zinc_calloc((void **)&piece, (size_t)nseg + 1, sizeof *piece, "sub-group runs"));
   st = zinc_calloc((void **)&dev_piece, (size_t)nseg + 1, sizeof *dev_piece, "sub-group runs");
-  /* host memory, zeroed at allocation on the host (build.c), so no queued
+  /* host memory, zeroed at allocation on the host (support.c), so no queued
    * zeroing can land after the CPU optimizer's writes */
   if (st == ZINC_OK && zinc_nvme_param_on_disk(e) && !moments_only)
     st = zinc_engine_buffer_alloc(e, pstage_bytes, ZINC_LOC_HOST, ZINC_MEM_BUFFERS, &pstage,

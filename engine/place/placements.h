@@ -56,7 +56,7 @@ typedef struct {
  * or nvme on the cuda device (or on the cpu device with
  * ZINC_OFFLOAD_STAGING=1). */
 int zinc_offload_staged(const zinc_engine *e);
-/* For the NVMe sub-group pipeline (offload_nvme.c), which stages its
+/* For the NVMe sub-group pipeline (nvme_step.c), which stages its
  * gradients and parameters through the same slots: elements per slot, and
  * whether gradients come from / parameters go to device memory. */
 int64_t zinc_offload_staging_group(const zinc_engine *e);

@@ -1,7 +1,7 @@
 /*
  * dgc.c — Deep Gradient Compression's momentum correction and momentum
  * factor masking (Lin et al., "Deep Gradient Compression", ICLR 2018,
- * Algorithm 1 with Sections 3.2 and 3.3), on top of engine/compress.c's
+ * Algorithm 1 with Sections 3.2 and 3.3), on top of engine/reduce/compress.c's
  * compressed reduce-scatter with the TOPK codec (kernels/codec.h).
  * zinc.compression.dgc.momentum_correction (docs/config.md "Deep Gradient
  * Compression").

@@ -15,7 +15,7 @@
 
 #include "engine/engine.h"
 
-/* -------------------------------------------------------------- dga.c */
+/* ---------------------------------------------------------------- dga.c */
 /* Delayed gradient averaging (zinc.compression.delayed_averaging, stage 0;
  * dga.c's header): the ring of snapshots and its comm, after the layout
  * (e->dga stays NULL when off); free waits for the all-reduces in flight. */
@@ -38,7 +38,7 @@ zinc_status zinc_dga_sync(zinc_engine *e, int adopt_rank0);
 /* The ring's bytes per rank (host memory) for the estimator: 0 when off. */
 size_t zinc_dga_state_bytes(const zinc_settings *s, int dp_size, int64_t train_elems);
 
-/* --------------------------------------------------------- compress.c */
+/* ----------------------------------------------------------- compress.c */
 /* The codecs for this layout and config (policy: compress.c's header),
  * the error-feedback residuals and the stage 0/1 scratch. After layout. */
 zinc_status zinc_compress_init(zinc_engine *e);
@@ -70,7 +70,7 @@ zinc_status zinc_compress_weight_encode(zinc_engine *e, void *dst, const void *s
 zinc_status zinc_compress_weight_decode(zinc_engine *e, void *dst, int dtype, const void *src,
                                         int64_t chunk);
 
-/* -------------------------------------------------------------- dgc.c */
+/* ---------------------------------------------------------------- dgc.c */
 /* DGC's momentum correction (zinc.compression.dgc.momentum_correction)
  * is on for this configuration over dp_size ranks: SGD then runs with
  * momentum 0 (the momentum is in what was sent). */
@@ -102,7 +102,7 @@ zinc_status zinc_dgc_local_scale(zinc_engine *e, int ui, char *grad);
 zinc_status zinc_dgc_own_decode(zinc_engine *e, zinc_codec c, int ui, float *dst,
                                 int accumulate);
 
-/* --------------------------------------------------------- powersgd.c */
+/* ----------------------------------------------------------- powersgd.c */
 /* gradient_codec "powersgd" at stage 0 or 1. */
 int zinc_powersgd_enabled(const zinc_settings *s);
 /* Its Q matrices, errors and scratch (after layout; ZINC_ERR_UNSUPPORTED
@@ -124,7 +124,7 @@ zinc_status zinc_powersgd_flush(zinc_engine *e);
 /* 1 (once) when the last window's gradients are whole on every rank (the
  * stage-0 all-gather is not needed). */
 int zinc_powersgd_take_whole(zinc_engine *e);
-/* --------------------------------------------------------- zoadam.c */
+/* ------------------------------------------------------------- zoadam.c */
 /* 0/1 Adam (optimizer.type "ZeroOneAdam", stage 0): its state, buffers and
  * registered method state (no-op for another optimizer); after layout. */
 zinc_status zinc_zoadam_init(zinc_engine *e);
@@ -141,7 +141,7 @@ zinc_status zinc_zoadam_norm(zinc_engine *e, double *total, int *overflow);
  * group scales; grad_scale step.c's 1 / (loss scale x dp_size x
  * accumulation)). Collective over the data-parallel group. */
 zinc_status zinc_zoadam_update(zinc_engine *e, double lr, double grad_scale);
-/* --------------------------------------------------------- onebit_lamb.c */
+/* -------------------------------------------------------- onebit_lamb.c */
 /* 1-bit LAMB (optimizer.type "OneBitLamb", stage 0), the same five calls
  * as 0/1 Adam's above. */
 zinc_status zinc_onebit_lamb_init(zinc_engine *e);
@@ -150,7 +150,7 @@ void zinc_onebit_lamb_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZIN
 int zinc_onebit_lamb_local_grads(const zinc_engine *e);
 zinc_status zinc_onebit_lamb_norm(zinc_engine *e, double *total, int *overflow);
 zinc_status zinc_onebit_lamb_update(zinc_engine *e, double lr, double grad_scale);
-/* --------------------------------------------------------- onebit_adam.c */
+/* -------------------------------------------------------- onebit_adam.c */
 /* OneBitAdam at stage 0: the plan and the worker/server errors (registered
  * as method state); nothing for another optimizer. After layout. */
 zinc_status zinc_onebit_adam_init(zinc_engine *e);

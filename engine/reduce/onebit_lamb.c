@@ -3,7 +3,7 @@
  * 0: DeepSpeed's OnebitLamb (deepspeed/runtime/fp16/onebit/lamb.py; Li et
  * al., "1-bit LAMB: Communication Efficient Large-Scale Large-Batch
  * Training with LAMB's Convergence Speed", arXiv:2104.06069), its
- * compressed all-reduce engine/onebit.h's.
+ * compressed all-reduce engine/reduce/onebit.h's.
  *
  * Step s (1-based: e->step + 1; a skipped step does not count), per
  * trained parameter (norms over the parameter's elements), g the gradient

@@ -1,5 +1,5 @@
 /*
- * test_onebit_adam.c — optimizer.type "OneBitAdam" (engine/onebit_adam.c)
+ * test_onebit_adam.c — optimizer.type "OneBitAdam" (engine/reduce/onebit_adam.c)
  * on the tiny model at stage 0, 1, 2 and 4 ranks:
  *   - the engine against a double-precision simulation of 1-bit Adam
  *     written here (every rank's local gradients from the tiny model;
