@@ -78,14 +78,6 @@ void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_
   zinc_onebit_lamb_sizes(e, bytes);
 }
 
-/* All parameters f32, optimizer state on the device, parameters not on
- * NVMe: the fp32 master would duplicate the parameters bit for bit. */
-int zinc_master_aliases_params(const zinc_engine *e) {
-  return e->psi[ZINC_BF16] == 0 && e->psi[ZINC_F16] == 0 &&
-         e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NONE &&
-         !(e->cfg.stage == 3 && e->cfg.offload_param.device != ZINC_OFFLOAD_NONE);
-}
-
 static zinc_status alloc_states(zinc_engine *e) {
   int stage = e->cfg.stage;
   e->master_in_params = zinc_master_aliases_params(e);

@@ -13,8 +13,6 @@
 zinc_status zinc_build_buffers(zinc_engine *e, zinc_init_fn init, void *ctx);
 void zinc_build_free(zinc_engine *e);
 
-/* Whether the fp32 master can be the parameter memory (see master_in_params). */
-int zinc_master_aliases_params(const zinc_engine *e);
 /* What the build allocates for good, by location and category. */
 void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]);
 

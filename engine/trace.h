@@ -58,10 +58,14 @@ zinc_status zinc_trace_forward_only_check(const zinc_engine *e);
 /* End of a micro-batch: every rank made the same number of calls (one
  * agreement); fix the trace after a recording micro-batch. */
 zinc_status zinc_trace_end_micro(zinc_engine *e);
+void zinc_trace_free(zinc_engine *e);
+
+/* ----------------------------------------------------------- trace_key.c */
 /* The agreement key for `tag` at call `pos` with event code `code`, and
  * its text for messages. */
 int64_t zinc_trace_key(int tag, int64_t pos, int code);
 void zinc_trace_key_text(const zinc_engine *e, int64_t key, char *buf, size_t n);
-void zinc_trace_free(zinc_engine *e);
+/* An event code (kind and module) as the trainer's call: fetch("name"). */
+void zinc_trace_event_text(const zinc_engine *e, int code, char *buf, size_t n);
 
 #endif /* ZINC_ENGINE_TRACE_H */

@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/build.h"
 #include "engine/engine.h"
 #include "device/device_cuda.h"
 #include "engine/memory/profiler.h"
+#include "engine/place/place.h"
 
 typedef struct {
   double t;
