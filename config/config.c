@@ -349,6 +349,16 @@ static int looks_like_text(const char *t, size_t len) {
   return len > 0;
 }
 
+/* A path or base64 string as a message shows it: whole when short, its
+ * start and its length when long (a base64 config is kilobytes). */
+static void shown_name(const char *path, char *out, size_t cap) {
+  size_t n = strlen(path);
+  if (n <= 160)
+    snprintf(out, cap, "%s", path);
+  else
+    snprintf(out, cap, "%.64s... (%zu characters)", path, n);
+}
+
 zinc_status zinc_config_load(const char *path, zinc_config **out) {
   if (!out)
     return zinc_error(ZINC_ERR_INVALID, "zinc_config_load: out is NULL");
@@ -356,9 +366,19 @@ zinc_status zinc_config_load(const char *path, zinc_config **out) {
   if (!path)
     return zinc_error(ZINC_ERR_INVALID, "zinc_config_load: path is NULL");
   FILE *f = fopen(path, "rb");
-  if (!f && errno == ENOENT) {
-    /* as DeepSpeed: a string that names no file may be the config itself,
-     * base64-encoded (launchers pass it on the command line that way) */
+  int open_errno = f ? 0 : errno;
+  /* As DeepSpeed (os.path.exists(config), else urlsafe_b64decode(config)):
+   * a string that names no file may be the config itself, base64-encoded,
+   * as launchers pass it on the command line. A file that exists wins. A
+   * real config's base64 is longer than a file name may be, so a name too
+   * long for the filesystem (ENAMETOOLONG) is tried as base64 too, and so
+   * is one whose '/' letters pass through a file (ENOTDIR). */
+  if (!f && (open_errno == ENOENT || open_errno == ENAMETOOLONG || open_errno == ENOTDIR)) {
+    char shown[200];
+    shown_name(path, shown, sizeof shown);
+    if (strlen(path) / 4 * 3 > ZINC_CONFIG_MAX_BYTES)
+      return zinc_error(ZINC_ERR_CONFIG, "config %s: larger than %u bytes as base64; is this "
+                        "the DeepSpeed JSON file?", shown, ZINC_CONFIG_MAX_BYTES);
     size_t len = 0;
     char *text = base64_decode(path, &len);
     if (text && looks_like_text(text, len)) {
@@ -368,10 +388,10 @@ zinc_status zinc_config_load(const char *path, zinc_config **out) {
     }
     free(text);
     return zinc_error(ZINC_ERR_IO, "config %s: cannot open: %s (nor is the string a "
-                      "base64-encoded config)", path, strerror(ENOENT));
+                      "base64-encoded config)", shown, strerror(open_errno));
   }
   if (!f)
-    return zinc_error(ZINC_ERR_IO, "config %s: cannot open: %s", path, strerror(errno));
+    return zinc_error(ZINC_ERR_IO, "config %s: cannot open: %s", path, strerror(open_errno));
   char *text = NULL;
   size_t len = 0, cap = 0;
   zinc_status st = ZINC_OK;
