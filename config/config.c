@@ -182,6 +182,16 @@ zinc_status zinc_settings_copy(zinc_settings *dst, const zinc_settings *src) {
 
 /* ------------------------------------------------------------------ loading */
 
+/* Whether jansson stopped at a comment (JSON has none, so its error there
+ * says only that the file is not JSON; the Hjson reader's says more). */
+static int json_stopped_at_comment(const char *text, size_t len, size_t position) {
+  for (size_t at = position > 0 ? position - 1 : 0; at <= position && at < len; at++)
+    if (text[at] == '#' || (text[at] == '/' && at + 1 < len &&
+                            (text[at + 1] == '/' || text[at + 1] == '*')))
+      return 1;
+  return 0;
+}
+
 /* Parse `len` bytes of text from `source` into a new config. */
 static zinc_status config_from_text(const char *text, size_t len, const char *source,
                                     zinc_config **out) {
@@ -197,6 +207,14 @@ static zinc_status config_from_text(const char *text, size_t len, const char *so
     goto fail;
   }
 
+  /* A UTF-8 byte order mark (editors on Windows write one) is not part of
+   * the text, as for Python's reader and the Hjson reference: positions
+   * count from after it. */
+  if (len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3)) {
+    text += 3;
+    len -= 3;
+  }
+
   /* JSON first; what is not JSON is read as Hjson, as DeepSpeed reads
    * every config (comments, optional commas and quotes: hjson.c) */
   json_error_t jerr;
@@ -204,6 +222,12 @@ static zinc_status config_from_text(const char *text, size_t len, const char *so
   zinc_hjson_error herr = {0};
   if (!root && json_error_code(&jerr) != json_error_duplicate_key) {
     root = zinc_hjson_parse(text, len, &herr);
+    if (root && herr.lone_value && json_is_string(root)) {
+      /* a line the reference would keep as one quoteless string (`a: {b: 1`):
+       * a config is an object, so the object's syntax error is the one */
+      json_decref(root);
+      root = NULL;
+    }
     if (root && json_is_object(root) && json_object_size(root) == 0 && !memchr(text, '{', len)) {
       json_decref(root); /* blanks and comments only: a truncated file or a wrong path */
       st = zinc_error(ZINC_ERR_CONFIG, "config %s: empty (no settings in it); give the "
@@ -221,7 +245,8 @@ static zinc_status config_from_text(const char *text, size_t len, const char *so
                       "config %s: %s: key given twice (line %d, column %d: %s); keep one",
                       source, path[0] ? path : "(top level)", jerr.line, jerr.column,
                       jerr.text);
-    else if ((size_t)jerr.position > herr.offset) /* JSON got further: its error first */
+    else if ((size_t)jerr.position > herr.offset && /* JSON got further: its error first */
+             !json_stopped_at_comment(text, len, (size_t)jerr.position))
       st = zinc_error(ZINC_ERR_CONFIG, "config %s: not valid JSON at line %d, column %d%s%s%s: "
                       "%s (nor Hjson: line %d, column %d: %s)", source, jerr.line, jerr.column,
                       path[0] ? " (in " : "", path, path[0] ? ")" : "", jerr.text, herr.line,
@@ -324,6 +349,16 @@ static int looks_like_text(const char *t, size_t len) {
   return len > 0;
 }
 
+/* A path or base64 string as a message shows it: whole when short, its
+ * start and its length when long (a base64 config is kilobytes). */
+static void shown_name(const char *path, char *out, size_t cap) {
+  size_t n = strlen(path);
+  if (n <= 160)
+    snprintf(out, cap, "%s", path);
+  else
+    snprintf(out, cap, "%.64s... (%zu characters)", path, n);
+}
+
 zinc_status zinc_config_load(const char *path, zinc_config **out) {
   if (!out)
     return zinc_error(ZINC_ERR_INVALID, "zinc_config_load: out is NULL");
@@ -331,9 +366,19 @@ zinc_status zinc_config_load(const char *path, zinc_config **out) {
   if (!path)
     return zinc_error(ZINC_ERR_INVALID, "zinc_config_load: path is NULL");
   FILE *f = fopen(path, "rb");
-  if (!f && errno == ENOENT) {
-    /* as DeepSpeed: a string that names no file may be the config itself,
-     * base64-encoded (launchers pass it on the command line that way) */
+  int open_errno = f ? 0 : errno;
+  /* As DeepSpeed (os.path.exists(config), else urlsafe_b64decode(config)):
+   * a string that names no file may be the config itself, base64-encoded,
+   * as launchers pass it on the command line. A file that exists wins. A
+   * real config's base64 is longer than a file name may be, so a name too
+   * long for the filesystem (ENAMETOOLONG) is tried as base64 too, and so
+   * is one whose '/' letters pass through a file (ENOTDIR). */
+  if (!f && (open_errno == ENOENT || open_errno == ENAMETOOLONG || open_errno == ENOTDIR)) {
+    char shown[200];
+    shown_name(path, shown, sizeof shown);
+    if (strlen(path) / 4 * 3 > ZINC_CONFIG_MAX_BYTES)
+      return zinc_error(ZINC_ERR_CONFIG, "config %s: larger than %u bytes as base64; is this "
+                        "the DeepSpeed JSON file?", shown, ZINC_CONFIG_MAX_BYTES);
     size_t len = 0;
     char *text = base64_decode(path, &len);
     if (text && looks_like_text(text, len)) {
@@ -343,10 +388,10 @@ zinc_status zinc_config_load(const char *path, zinc_config **out) {
     }
     free(text);
     return zinc_error(ZINC_ERR_IO, "config %s: cannot open: %s (nor is the string a "
-                      "base64-encoded config)", path, strerror(ENOENT));
+                      "base64-encoded config)", shown, strerror(open_errno));
   }
   if (!f)
-    return zinc_error(ZINC_ERR_IO, "config %s: cannot open: %s", path, strerror(errno));
+    return zinc_error(ZINC_ERR_IO, "config %s: cannot open: %s", path, strerror(open_errno));
   char *text = NULL;
   size_t len = 0, cap = 0;
   zinc_status st = ZINC_OK;

@@ -118,6 +118,15 @@ typedef enum { ZINC_WARMUP_LOG = 0, ZINC_WARMUP_LINEAR } zinc_warmup_type;
 
 #define ZINC_MAX_NVME_PATHS 16
 
+/* What the NVMe I/O engine can run (offload/aio.c, offload/swap.c check
+ * them again at build): the config refuses anything else at load, naming
+ * the key. A swap block is a 4096-byte header page and at least one page
+ * of data. */
+#define ZINC_AIO_MIN_BLOCK_SIZE 8192
+#define ZINC_AIO_MAX_BLOCK_SIZE (1 << 30)
+#define ZINC_AIO_MAX_QUEUE_DEPTH 4096
+#define ZINC_AIO_MAX_THREADS 64
+
 typedef struct {
   zinc_offload_device device;     /* "none" | "cpu" | "nvme"                     */
   char *nvme_paths[ZINC_MAX_NVME_PATHS]; /* nvme_path: a string or (zinc) a list */

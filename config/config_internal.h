@@ -63,16 +63,24 @@ void zinc_json_path_at(const char *text, size_t len, size_t offset, char *out,
                        size_t cap);
 
 /* An Hjson syntax error: where (1-based line and column, the dotted path
- * of the value being read) and what. */
+ * of the value being read) and what. An unterminated construct (a block
+ * comment, a string, an object, an array) is reported where it opens. */
 typedef struct {
   int line, column;
   size_t offset;                        /* byte offset of line:column */
+  int lone_value;                       /* see zinc_hjson_parse */
   char path[ZINC_CFG_PATH_MAX];
   char message[256];
 } zinc_hjson_error;
 
 /* Hjson text (hjson.c: a superset of JSON, as DeepSpeed reads its config)
- * to a jansson value, duplicate keys refused; NULL with *err filled. */
+ * to a jansson value, duplicate keys refused; NULL with *err filled. A
+ * leading UTF-8 byte order mark is skipped (positions count from after
+ * it). As the reference, text that fails as a root object without braces
+ * may still read as one lone value (a line `a: {b: 1` is the quoteless
+ * string "a: {b: 1"): then the value is returned, err->lone_value is 1 and
+ * *err holds the object's failure, which a reader that needs an object
+ * (the config) reports instead. */
 json_t *zinc_hjson_parse(const char *text, size_t len, zinc_hjson_error *err);
 
 /* ------------------------------------------------------------ messages */

@@ -18,7 +18,14 @@
  *    written with a fraction or exponent below 1e10 in magnitude (1.0,
  *    5e7), as in the reference; everything else is a real.
  * Duplicate keys are an error, as DeepSpeed makes them. Every error has the
- * line, the column and the path of the place it was found.
+ * line, the column and the path of the place it was found. A construct
+ * left open at the end of the text (a block comment, a string of either
+ * quote, a ''' string, an object, an array) is an error at the place it
+ * opens, never the end of the document: the reference refuses each of
+ * them (for a block comment and a ''' string by reading past the end of
+ * the text), and skipping to the end would silently drop every setting
+ * after it. A UTF-8 byte order mark before the text is skipped, as the
+ * reference skips it.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -35,6 +42,7 @@ typedef struct {
   size_t n, at;
   zinc_hjson_error *err;
   int depth;
+  int open_comment;  /* the error is a block comment never closed */
   char path[ZINC_CFG_PATH_MAX];
   size_t path_len;
 } hjson_parser;
@@ -69,8 +77,11 @@ static json_t *fail_at(hjson_parser *p, size_t at, const char *fmt, ...) {
   return NULL;
 }
 
-/* Blanks and comments. */
-static void skip_white(hjson_parser *p) {
+static int failed(const hjson_parser *p) { return p->err->message[0] != '\0'; }
+
+/* Blanks and comments; -1 (the error recorded, the reader at the end of
+ * the text) for a block comment that is never closed. */
+static int skip_white(hjson_parser *p) {
   for (;;) {
     int c = cur(p);
     if (c >= 0 && c <= ' ') {
@@ -79,12 +90,19 @@ static void skip_white(hjson_parser *p) {
       while (cur(p) >= 0 && cur(p) != '\n')
         p->at++;
     } else if (c == '/' && peek(p, 1) == '*') {
+      size_t open = p->at;
       p->at += 2;
       while (cur(p) >= 0 && !(cur(p) == '*' && peek(p, 1) == '/'))
         p->at++;
-      p->at = p->at + 2 <= p->n ? p->at + 2 : p->n;
+      if (cur(p) < 0) {
+        p->open_comment = !failed(p);
+        fail_at(p, open, "a /* comment that starts here is not closed (its */ is missing), "
+                "so everything after it would be part of the comment");
+        return -1;
+      }
+      p->at += 2;
     } else {
-      return;
+      return 0;
     }
   }
 }
@@ -211,6 +229,11 @@ static char *quoted_string(hjson_parser *p, size_t *len_out) {
       continue;
     }
     int e = cur(p);
+    if (e < 0) {
+      free(t.b);
+      fail_at(p, start, "a string that starts here is not closed on its line");
+      return NULL;
+    }
     p->at++;
     const char *rep = e == '"' ? "\"" : e == '\'' ? "'" : e == '\\' ? "\\" : e == '/' ? "/"
                       : e == 'b' ? "\b" : e == 'f' ? "\f" : e == 'n' ? "\n" : e == 'r' ? "\r"
@@ -517,7 +540,7 @@ static json_t *object(hjson_parser *p, int braces) {
       skip_white(p);
     }
   }
-  if (!braces)
+  if (!braces && !failed(p)) /* the end of the text, not an open comment */
     return obj;
   fail_at(p, open, "the object that opens here is not closed (a '}' is missing)");
 fail:
@@ -584,6 +607,10 @@ static json_t *value(hjson_parser *p) {
 
 json_t *zinc_hjson_parse(const char *text, size_t len, zinc_hjson_error *err) {
   memset(err, 0, sizeof *err);
+  if (len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3)) { /* a byte order mark */
+    text += 3;
+    len -= 3;
+  }
   hjson_parser p = {.s = text, .n = len, .err = err};
   skip_white(&p);
   json_t *root;
@@ -593,25 +620,28 @@ json_t *zinc_hjson_parse(const char *text, size_t len, zinc_hjson_error *err) {
     /* the root object's braces are optional; a lone literal is a value */
     size_t start = p.at;
     root = object(&p, 0);
-    if (!root) {
+    if (!root && !p.open_comment) { /* (the reference gives up at an open comment) */
       zinc_hjson_error first = *err;
       memset(err, 0, sizeof *err);
       p.at = start;
       p.depth = 0;
       path_pop(&p, 0);
       root = value(&p);
-      skip_white(&p);
-      if (root && p.at < p.n) { /* not a lone value either: the object's error */
+      if (root && (skip_white(&p) || p.at < p.n)) { /* not a lone value either */
         json_decref(root);
         root = NULL;
       }
-      if (!root)
-        *err = first;
+      *err = first; /* kept with a lone value too, for a reader that needs an object */
+      err->lone_value = root != NULL;
+      return root;
     }
   }
   if (!root)
     return NULL;
-  skip_white(&p);
+  if (skip_white(&p)) {
+    json_decref(root);
+    return NULL;
+  }
   if (p.at < p.n) {
     json_decref(root);
     return fail_at(&p, p.at, "text after the end of the document");

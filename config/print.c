@@ -188,7 +188,7 @@ static json_t *settings_json(const zinc_settings *s) {
   json_t *opt = json_object(), *params = json_object(), *betas = json_array();
   zinc_optim_type t = s->optimizer;
   int adam = t == ZINC_OPTIM_ADAM || t == ZINC_OPTIM_ADAMW;
-  int onebit = t == ZINC_OPTIM_ONEBIT_ADAM;
+  int onebit = t == ZINC_OPTIM_ONEBIT_ADAM, onebit_lamb = t == ZINC_OPTIM_ONEBIT_LAMB;
   put(opt, "type", json_string(zinc_optim_type_name(t)));
   put(params, "lr", real_or_auto(s, ZINC_AUTO_LR, s->lr));
   uint32_t both = ZINC_AUTO_BIT(ZINC_AUTO_BETA1) | ZINC_AUTO_BIT(ZINC_AUTO_BETA2);
@@ -199,7 +199,7 @@ static json_t *settings_json(const zinc_settings *s) {
     json_array_append_new(betas, real_or_auto(s, ZINC_AUTO_BETA1, s->beta1));
     json_array_append_new(betas, real_or_auto(s, ZINC_AUTO_BETA2, s->beta2));
   }
-  if (adam || onebit || t == ZINC_OPTIM_LAMB || t == ZINC_OPTIM_LION ||
+  if (adam || onebit || onebit_lamb || t == ZINC_OPTIM_LAMB || t == ZINC_OPTIM_LION ||
       t == ZINC_OPTIM_ZERO_ONE_ADAM)
     put(params, "betas", betas);
   else
@@ -209,11 +209,18 @@ static json_t *settings_json(const zinc_settings *s) {
   put(params, "weight_decay", real_or_auto(s, ZINC_AUTO_WEIGHT_DECAY, s->weight_decay));
   if (adam)
     put(params, "adam_w_mode", json_boolean(s->adam_w_mode));
-  if (adam || t == ZINC_OPTIM_LAMB)
+  if (adam || t == ZINC_OPTIM_LAMB || onebit_lamb)
     put(params, "bias_correction", json_boolean(s->bias_correction));
-  if (t == ZINC_OPTIM_LAMB) {
+  if (t == ZINC_OPTIM_LAMB || onebit_lamb) {
     put(params, "max_coeff", json_real(s->max_coeff));
     put(params, "min_coeff", json_real(s->min_coeff));
+  }
+  if (onebit_lamb) { /* (the ranks' settings are compared in this form too) */
+    put(params, "freeze_step", json_integer(s->freeze_step));
+    put(params, "coeff_beta", json_real(s->coeff_beta));
+    put(params, "factor_max", json_real(s->factor_max));
+    put(params, "factor_min", json_real(s->factor_min));
+    put(params, "factor_threshold", json_real(s->factor_threshold));
   }
   if (t == ZINC_OPTIM_ZERO_ONE_ADAM) {
     put(params, "var_freeze_step", json_integer(s->var_freeze_step));

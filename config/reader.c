@@ -75,7 +75,7 @@ void zinc_cfg_render(const json_t *v, char *out, size_t cap) {
 
 zinc_status zinc_cfg_bad(zinc_cfg_reader *r, const json_t *found,
                          const char *expect_fmt, ...) {
-  char value[96], expect[320];
+  char value[96], expect[768];
   zinc_cfg_render(found, value, sizeof value);
   va_list ap;
   va_start(ap, expect_fmt);
@@ -86,7 +86,7 @@ zinc_status zinc_cfg_bad(zinc_cfg_reader *r, const json_t *found,
 }
 
 zinc_status zinc_cfg_fail(zinc_cfg_reader *r, const char *fmt, ...) {
-  char msg[512];
+  char msg[768];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);

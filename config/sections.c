@@ -14,6 +14,7 @@
  * kept: the field holds a placeholder until the trainer's value or the
  * engine resolves it (config/auto.c; docs/config.md lists each rule).
  */
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -174,6 +175,31 @@ static void read_top_level_notes(zinc_cfg_reader *r, const json_t *root, zinc_se
   if (s->steps_per_print == 0 && json_object_get(root, "steps_per_print"))
     zinc_cfg_warn(r, "steps_per_print = 0: read as never (zinc_steps_per_print returns "
                   "INT_MAX; DeepSpeed would divide by 0 at its first step)");
+}
+
+/* Whether x is positive and finite as the fp32 number zinc computes with
+ * (1e-300 is 0 there, 1e39 infinite). */
+static int fp32_positive(double x) {
+  float f = (float)x;
+  return f > 0.0f && isfinite(f);
+}
+
+/* gradient_predivide_factor f: the gradients are multiplied by 1/f in fp32
+ * before the sum (engine/grads.c); an f whose inverse is 0 or infinite
+ * there would zero every gradient or make every step overflow. */
+static zinc_status check_predivide(zinc_cfg_reader *r, const json_t *root, const zinc_settings *s) {
+  double f = s->gradient_predivide_factor;
+  if (fp32_positive(f) && fp32_positive(1.0 / f))
+    return ZINC_OK;
+  size_t mark = zinc_cfg_push(r, "gradient_predivide_factor");
+  zinc_status st = zinc_cfg_bad(r, json_object_get(root, "gradient_predivide_factor"),
+                                "a number from %g to %g: the gradients are multiplied by its "
+                                "inverse in fp32, where 1/%g is %s (DeepSpeed's default is 1)",
+                                1.0 / FLT_MAX, FLT_MAX, f,
+                                (float)(1.0 / f) == 0.0f ? "0 (every gradient zeroed)"
+                                                         : "infinite (every step skipped)");
+  zinc_cfg_pop(r, mark);
+  return st;
 }
 
 /* communication_data_type: the dtype gradients travel in. DeepSpeed
@@ -388,7 +414,9 @@ static const zinc_key onebit_lamb_keys[] = {
     ZINC_KF(T, "max_coeff", max_coeff, 0, INF, 0, 0),
     ZINC_KF(T, "min_coeff", min_coeff, 0, INF, 0, 0),
     ZINC_KL(T, "freeze_step", freeze_step, 0, 0, 0),
-    ZINC_KF(T, "coeff_beta", coeff_beta, 0, 1, 0, 0),
+    /* 1 would keep coeff_freeze at its start, 0, and no step after
+     * freeze_step would move a parameter */
+    ZINC_KF(T, "coeff_beta", coeff_beta, 0, 1, ZINC_KEY_HI_OPEN, 0),
     ZINC_KF(T, "factor_max", factor_max, 0, INF, 0, 0),
     ZINC_KF(T, "factor_min", factor_min, 0, INF, 0, 0),
     ZINC_KF(T, "factor_threshold", factor_threshold, 0, INF, 0, 0),
@@ -464,6 +492,127 @@ static zinc_status check_fixed_params(zinc_cfg_reader *r, const json_t *params) 
       zinc_cfg_push(r, fixed_params[i].key);
       return zinc_cfg_bad(r, v, "%s (%s)", fixed_params[i].value, fixed_params[i].why);
     }
+  }
+  return ZINC_OK;
+}
+
+/* Whether `name` is a key of spec's table. */
+static int spec_has_key(const optim_spec *spec, const char *name) {
+  for (size_t i = 0; i < spec->nkeys; i++)
+    if (strcmp(spec->keys[i].name, name) == 0)
+      return 1;
+  return 0;
+}
+
+/* A key of another optimizer type (Adagrad's "betas", SGD's "eps") is an
+ * error, as in DeepSpeed, which passes the params to the type's
+ * constructor as keyword arguments, and the constructor refuses one it
+ * does not take (a TypeError at start-up). Keys of no type stay warnings
+ * with a did-you-mean (zinc_cfg_walk), as everywhere in the file. */
+static zinc_status check_foreign_optimizer_params(zinc_cfg_reader *r, const json_t *params,
+                                                  const optim_spec *spec) {
+  const char *key;
+  json_t *v;
+  json_object_foreach((json_t *)params, key, v) {
+    if (spec_has_key(spec, key))
+      continue;
+    char owners[160] = "";
+    for (size_t i = 0; i < ZINC_KEY_COUNT(optim_specs); i++) {
+      size_t len = strlen(owners);
+      if (spec_has_key(&optim_specs[i], key))
+        snprintf(owners + len, sizeof owners - len, "%s%s", len ? ", " : "", optim_specs[i].name);
+    }
+    if (!owners[0])
+      continue;
+    char takes[320] = "";
+    for (size_t j = 0; j < spec->nkeys; j++) {
+      size_t len = strlen(takes);
+      snprintf(takes + len, sizeof takes - len, "%s%s", j ? ", " : "", spec->keys[j].name);
+    }
+    zinc_cfg_push(r, key);
+    return zinc_cfg_fail(r, "not a parameter of optimizer.type \"%s\" (it is one of %s); "
+                         "\"%s\" takes %s. DeepSpeed passes these to the optimizer's "
+                         "constructor, which refuses it at start-up: remove the key or change "
+                         "the type", spec->name, owners, spec->name, takes);
+  }
+  return ZINC_OK;
+}
+
+/* lo_key's value must not exceed hi_key's: the message points at the key
+ * the file wrote (min's when it wrote both), naming the other's value and
+ * whether it is the default. */
+static zinc_status check_ordered(zinc_cfg_reader *r, const json_t *params, const char *lo_key,
+                                 double lo, const char *hi_key, double hi, const char *rule) {
+  if (lo <= hi)
+    return ZINC_OK;
+  const json_t *lo_v = json_object_get(params, lo_key), *hi_v = json_object_get(params, hi_key);
+  if (lo_v || !hi_v) {
+    zinc_cfg_push(r, lo_key);
+    return zinc_cfg_bad(r, lo_v, "a number <= %s (%g%s): %s", hi_key, hi,
+                        hi_v ? "" : ", its default", rule);
+  }
+  zinc_cfg_push(r, hi_key);
+  return zinc_cfg_bad(r, hi_v, "a number >= %s (%g, its default): %s", lo_key, lo, rule);
+}
+
+/* The values that pass each key's own range but cannot train: a bound of
+ * 0 on LAMB's trust ratio or 1-bit LAMB's factor (no parameter would ever
+ * move), a lower bound above the upper one, and a 1-bit freeze_step of 0
+ * (the compression stage freezes what the warm-up steps learned). */
+static zinc_status check_optimizer_ranges(zinc_cfg_reader *r, const json_t *params,
+                                          const zinc_settings *s) {
+  int lamb = s->optimizer == ZINC_OPTIM_LAMB || s->optimizer == ZINC_OPTIM_ONEBIT_LAMB;
+  const char *trust = "LAMB clamps its trust ratio ||p|| / ||update|| to [min_coeff, max_coeff]";
+  if (lamb && s->max_coeff <= 0.0) {
+    zinc_cfg_push(r, "max_coeff");
+    return zinc_cfg_bad(r, json_object_get(params, "max_coeff"), "a number > 0: %s, and with "
+                        "max_coeff 0 no step would move a parameter", trust);
+  }
+  if (lamb)
+    ZINC_CHECK(check_ordered(r, params, "min_coeff", s->min_coeff, "max_coeff", s->max_coeff,
+                             trust));
+  if (s->optimizer == ZINC_OPTIM_ONEBIT_LAMB) {
+    const char *factor = "after freeze_step 1-bit LAMB scales its frozen trust ratio by a "
+                         "factor clamped to [factor_min, factor_max]";
+    if (s->factor_max <= 0.0) {
+      zinc_cfg_push(r, "factor_max");
+      return zinc_cfg_bad(r, json_object_get(params, "factor_max"), "a number > 0: %s, and "
+                          "with factor_max 0 no step after freeze_step would move a "
+                          "parameter", factor);
+    }
+    ZINC_CHECK(check_ordered(r, params, "factor_min", s->factor_min, "factor_max",
+                             s->factor_max, factor));
+    if (s->freeze_step == 0) {
+      zinc_cfg_push(r, "freeze_step");
+      return zinc_cfg_bad(r, json_object_get(params, "freeze_step"),
+                          "an integer >= 1: 1-bit LAMB's compression stage keeps the variance "
+                          "and the trust ratio its warm-up steps learned (and scales the "
+                          "momentum by its size at the end of the warm-up); with no warm-up "
+                          "step all three are zero and the first step turns the state into "
+                          "NaN. DeepSpeed's first call only allocates buffers, so it always "
+                          "warms up at least one step: give freeze_step 1 for that");
+    }
+  }
+  /* eps is added in fp32 (kernels/zinc_math.h): a positive eps that is 0
+   * there divides a zero gradient's 0 by 0 (NaN), an infinite one stops
+   * every update */
+  if (!isnan(s->eps) && !fp32_positive(s->eps) && s->optimizer != ZINC_OPTIM_LION &&
+      s->optimizer != ZINC_OPTIM_SGD) {
+    zinc_cfg_push(r, "eps");
+    return zinc_cfg_bad(r, json_object_get(params, "eps"), "a number from %g to %g: zinc's "
+                        "optimizers add eps in fp32, where %g is %s", (double)FLT_TRUE_MIN,
+                        FLT_MAX, s->eps, (float)s->eps == 0.0f
+                                             ? "0 (a zero gradient would give 0/0 = NaN)"
+                                             : "infinite (no update would move a parameter)");
+  }
+  if (s->optimizer == ZINC_OPTIM_ONEBIT_ADAM && s->onebit_freeze_step == 0) {
+    zinc_cfg_push(r, "freeze_step");
+    return zinc_cfg_bad(r, json_object_get(params, "freeze_step"),
+                        "an integer >= 1: 1-bit Adam freezes the variance its warm-up steps "
+                        "learned; with no warm-up step it is zero and every update is the "
+                        "momentum divided by eps. DeepSpeed's first call only allocates "
+                        "buffers, so it always warms up at least one step: give freeze_step 1 "
+                        "for that");
   }
   return ZINC_OK;
 }
@@ -555,6 +704,7 @@ static zinc_status read_optimizer(zinc_cfg_reader *r, const json_t *root, zinc_s
   ZINC_CHECK(read_optimizer_type(r, obj, s, &spec));
   ZINC_CHECK(section(r, obj, "params", &params, &pmark));
   if (params) {
+    ZINC_CHECK(check_foreign_optimizer_params(r, params, spec));
     ZINC_CHECK(zinc_cfg_walk(r, params, spec->keys, spec->nkeys, s, sizeof *s));
     ZINC_CHECK(check_fixed_params(r, params));
     const json_t *v;
@@ -586,11 +736,7 @@ static zinc_status read_optimizer(zinc_cfg_reader *r, const json_t *root, zinc_s
     if (s->optimizer == ZINC_OPTIM_ADAMW && v && !s->adam_w_mode)
       zinc_cfg_warn(r, "%s.adam_w_mode = false has no effect with type \"AdamW\" (decoupled "
                     "weight decay is used, as DeepSpeed does)", r->path);
-    if (s->optimizer == ZINC_OPTIM_LAMB && s->min_coeff > s->max_coeff) {
-      v = json_object_get(params, "min_coeff");
-      zinc_cfg_push(r, "min_coeff");
-      return zinc_cfg_bad(r, v, "a number <= max_coeff (%g)", s->max_coeff);
-    }
+    ZINC_CHECK(check_optimizer_ranges(r, params, s));
     if (s->optimizer == ZINC_OPTIM_SGD && s->nesterov &&
         (s->momentum <= 0.0 || s->dampening != 0.0)) {
       v = json_object_get(params, "nesterov");
@@ -811,8 +957,10 @@ static const zinc_key activation_keys[] = {
 
 static const zinc_key zinc_keys[] = {
     ZINC_KCUSTOM("log_level"),
-    /* at most 1e6 s (11.6 days): a bound a deadline can be computed for */
-    ZINC_KF(T, "comm_timeout_s", comm_timeout_s, 0, 1e6, ZINC_KEY_LO_OPEN, 0),
+    /* at most 1e6 s (11.6 days): a bound a deadline can be computed for;
+     * at least 1 s: a shorter wait declares busy but healthy peers dead
+     * (1e-300 made every collective report a lost peer) */
+    ZINC_KF(T, "comm_timeout_s", comm_timeout_s, 1, 1e6, 0, 0),
     ZINC_KCUSTOM("memory_timeline"),
     ZINC_KB(T, "placement_verbose", placement_verbose),
     ZINC_KL(T, "max_consecutive_skips", max_consecutive_skips, 0, 0, 0),
@@ -1157,6 +1305,7 @@ zinc_status zinc_cfg_read_document(zinc_cfg_reader *r, const json_t *root,
   ZINC_CHECK(read_zinc(r, root, s));
   ZINC_CHECK(zinc_cfg_walk(r, root, top_keys, ZINC_KEY_COUNT(top_keys), s, sizeof *s));
   read_top_level_notes(r, root, s);
+  ZINC_CHECK(check_predivide(r, root, s));
   ZINC_CHECK(read_communication_data_type(r, root, s));
   ZINC_CHECK(read_batch(r, root, s));
   ZINC_CHECK(read_precision(r, root, s));

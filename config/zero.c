@@ -319,11 +319,14 @@ zinc_status zinc_cfg_read_zero(zinc_cfg_reader *r, const json_t *v, zinc_setting
 
 /* ---------------------------------------------------------------------- aio */
 
+/* The ranges are the I/O engine's (offload/aio.c, offload/swap.c), so that
+ * a value it cannot run is refused here, naming the key, and not when the
+ * engine is built. */
 static const zinc_key aio_keys[] = {
     ZINC_KCUSTOM("block_size"),
-    ZINC_KI(T, "queue_depth", aio_queue_depth, 1, 32768),
-    ZINC_KI(T, "intra_op_parallelism", aio_intra_op_parallelism, 1, 1024),
-    ZINC_KI(T, "thread_count", aio_intra_op_parallelism, 1, 1024),
+    ZINC_KI(T, "queue_depth", aio_queue_depth, 1, ZINC_AIO_MAX_QUEUE_DEPTH),
+    ZINC_KI(T, "intra_op_parallelism", aio_intra_op_parallelism, 1, ZINC_AIO_MAX_THREADS),
+    ZINC_KI(T, "thread_count", aio_intra_op_parallelism, 1, ZINC_AIO_MAX_THREADS),
     ZINC_KB(T, "single_submit", aio_single_submit),
     ZINC_KB(T, "overlap_events", aio_overlap_events),
     ZINC_KB(T, "use_gds", aio_use_gds),
@@ -340,10 +343,17 @@ zinc_status zinc_cfg_read_aio(zinc_cfg_reader *r, const json_t *v, zinc_settings
     size_t m;
     const json_t *b = zinc_cfg_enter(r, aio, "block_size", &m);
     if (b) {
-      /* O_DIRECT transfers are whole, aligned pages. */
+      /* O_DIRECT transfers are whole, aligned pages, and each NVMe swap
+       * block is a page of header (block number, checksum, ...) before its
+       * payload, which must be at least a page too: 4096 bytes would leave
+       * no room for data. */
       int64_t x;
-      if (zinc_cfg_int64(r, b, 4096, INT64_MAX / 2, &x) != ZINC_OK || x % 4096 != 0)
-        return zinc_cfg_bad(r, b, "a positive multiple of 4096 (bytes), e.g. 1048576");
+      if (zinc_cfg_int64(r, b, ZINC_AIO_MIN_BLOCK_SIZE, ZINC_AIO_MAX_BLOCK_SIZE, &x) != ZINC_OK ||
+          x % 4096 != 0)
+        return zinc_cfg_bad(r, b, "a multiple of 4096 (bytes) from %d to %d, e.g. 1048576 "
+                            "(the default): each NVMe swap block is a 4096-byte header and "
+                            "at least one 4096-byte page of data", ZINC_AIO_MIN_BLOCK_SIZE,
+                            ZINC_AIO_MAX_BLOCK_SIZE);
       s->aio_block_size = x;
       zinc_cfg_pop(r, m);
     }

@@ -174,7 +174,8 @@ typedef struct zinc_config zinc_config;
 
 /* Load and validate a DeepSpeed config file: JSON, or Hjson as DeepSpeed
  * reads it (comments, optional commas and quotes). As with DeepSpeed, a
- * `path` that names no file may be the config itself, URL-safe base64.
+ * `path` that names no file may be the config itself, URL-safe base64 of
+ * any length (longer than a file name may be; a file that exists wins).
  * On failure *out is NULL and the message gives the JSON path, the value
  * found and what is expected.
  * Warnings (unknown keys, sections zinc does not implement) go to the logger. */

@@ -45,14 +45,14 @@ void zinc_aio_params_from_settings(const zinc_settings *s, zinc_aio_params *out)
 /* ---------------------------------------------------------------- create */
 
 static zinc_status validate_params(const zinc_aio_params *p) {
-  if (p->block_size <= 0 || p->block_size > (int64_t)1 << 30)
+  if (p->block_size <= 0 || p->block_size > ZINC_AIO_MAX_BLOCK_SIZE)
     return zinc_error(ZINC_ERR_INVALID,
-                      "aio.block_size is %lld bytes: it must be between 1 and 1073741824 "
+                      "aio.block_size is %lld bytes: it must be between 1 and %d "
                       "(1 MiB, the default, suits most drives)",
-                      (long long)p->block_size);
-  if (p->queue_depth < 1 || p->queue_depth > 4096)
-    return zinc_error(ZINC_ERR_INVALID, "aio.queue_depth is %d: it must be between 1 and 4096",
-                      p->queue_depth);
+                      (long long)p->block_size, ZINC_AIO_MAX_BLOCK_SIZE);
+  if (p->queue_depth < 1 || p->queue_depth > ZINC_AIO_MAX_QUEUE_DEPTH)
+    return zinc_error(ZINC_ERR_INVALID, "aio.queue_depth is %d: it must be between 1 and %d",
+                      p->queue_depth, ZINC_AIO_MAX_QUEUE_DEPTH);
   if (p->rings < 1 || p->rings > ZINC_AIO_MAX_RINGS)
     return zinc_error(ZINC_ERR_INVALID,
                       "aio.intra_op_parallelism is %d: it must be between 1 and %d",

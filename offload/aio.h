@@ -60,7 +60,7 @@
 extern "C" {
 #endif
 
-#define ZINC_AIO_MAX_RINGS 64    /* intra_op_parallelism limit             */
+#define ZINC_AIO_MAX_RINGS ZINC_AIO_MAX_THREADS /* intra_op_parallelism (config.h) */
 #define ZINC_AIO_MAX_FILES 256   /* files open in one engine at once        */
 #define ZINC_AIO_MAX_RETRIES 64  /* -EINTR/-EAGAIN retries of one request   */
 

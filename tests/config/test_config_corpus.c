@@ -482,6 +482,18 @@ static void optimizer_lamb(const zinc_settings *s) {
   assert_true(s->beta1 == 0.9 && s->beta2 == 0.999 && s->eps == 1e-8 && s->bias_correction);
 }
 
+/* DeepSpeed's 1-bit LAMB tutorial keys, every one away from its default
+ * (test_config_roundtrip writes and reads them back: the ranks' settings
+ * are compared in that form). */
+static void onebit_lamb_tuned(const zinc_settings *s) {
+  assert_int_equal(s->optimizer, ZINC_OPTIM_ONEBIT_LAMB);
+  assert_true(s->lr == 0.011 && s->beta1 == 0.85 && s->beta2 == 0.995 && s->eps == 1e-6);
+  assert_true(s->weight_decay == 0.01 && !s->bias_correction);
+  assert_true(s->max_coeff == 0.3 && s->min_coeff == 0.02 && s->coeff_beta == 0.8);
+  assert_int_equal(s->freeze_step, 1000);
+  assert_true(s->factor_max == 3.0 && s->factor_min == 0.4 && s->factor_threshold == 0.2);
+}
+
 /* DeepSpeed asks zero_allow_untested_optimizer for FusedLamb under ZeRO;
  * zinc implements and tests Lamb, so the flag is accepted and not needed. */
 static void untested_optimizer_lamb(const zinc_settings *s) {
@@ -551,6 +563,7 @@ static const valid_case valid_cases[] = {
     VALID(total_steps_auto, 0),
     VALID(partial_offload_stage2, 0), /* ratio 0.5: partial offload at stage 2 */
     VALID(optimizer_lamb, 0),
+    VALID(onebit_lamb_tuned, 0),
     VALID(untested_optimizer_lamb, 0),
     VALID(untested_optimizer_sgd, 0),
     VALID(scheduler_lr_range_test, 0),
@@ -610,6 +623,19 @@ typedef struct {
 static const invalid_case invalid_cases[] = {
     {"accumulation_negative.json", "gradient_accumulation_steps:", "found -2"},
     {"aio_block_size_unaligned.json", "aio.block_size:", "found 1000"},
+    /* documented as valid once, and refused by the I/O engine at build: a
+     * swap block is a 4096-byte header and at least a page of data */
+    {"aio_block_size_4096.json", "aio.block_size:", "from 8192"},
+    {"aio_queue_depth_above_engine.json", "aio.queue_depth:", "found 8192"},
+    {"aio_intra_op_above_engine.json", "aio.intra_op_parallelism:", "found 128"},
+    /* another optimizer type's key: DeepSpeed's constructor refuses it */
+    {"adagrad_betas.json", "optimizer.params.betas:", "not a parameter of optimizer.type \"Adagrad\""},
+    {"sgd_eps.json", "optimizer.params.eps:", "not a parameter of optimizer.type \"SGD\""},
+    {"lion_eps.json", "optimizer.params.eps:", "not a parameter of optimizer.type \"Lion\""},
+    {"lamb_max_coeff_zero.json", "optimizer.params.max_coeff:", "found 0"},
+    {"onebit_lamb_freeze_step_zero.json", "optimizer.params.freeze_step:", "found 0"},
+    {"onebit_lamb_factor_min_above_max.json", "optimizer.params.factor_min:",
+     "<= factor_max (1.5)"},
     {"aio_queue_depth_zero.json", "aio.queue_depth:", "found 0"},
     {"aio_thread_count_and_intra_op.json", "aio.intra_op_parallelism:", "found 4"},
     {"amsgrad.json", "optimizer.params.amsgrad:", "found true"},
@@ -626,7 +652,11 @@ static const invalid_case invalid_cases[] = {
      "did you mean \"all_reduce\"?"},
     {"comms_logger_verbose_string.json", "comms_logger.verbose:", "found \"yes\""},
     {"csv_monitor_job_name_number.json", "csv_monitor.job_name:", "found 7"},
-    {"comm_timeout_huge.json", "zinc.comm_timeout_s:", "(0, 1e+06]"},
+    {"comm_timeout_huge.json", "zinc.comm_timeout_s:", "[1, 1e+06]"},
+    {"comm_timeout_tiny.json", "zinc.comm_timeout_s:", "found 1e-300"},
+    /* positive, but 0 or infinite in the fp32 zinc computes them in */
+    {"eps_zero_in_fp32.json", "optimizer.params.eps:", "found 1e-300"},
+    {"gradient_predivide_factor_huge.json", "gradient_predivide_factor:", "found 1e300"},
     {"max_consecutive_skips_negative.json", "zinc.max_consecutive_skips:", "found -1"},
     {"cosine_total_equals_warmup.json", "scheduler.params.total_num_steps:", "found 1000"},
     {"cosine_with_warmup_max_lr.json", "scheduler.params.warmup_max_lr:", "found 0.0003"},
@@ -724,6 +754,55 @@ static void invalid_corpus_fails_with_path(void **state) {
   free_names(names, n);
 }
 
+/* A key of another optimizer type is an error naming its JSON path and the
+ * type, for every type (DeepSpeed hands optimizer.params to the type's
+ * constructor as keyword arguments, which refuses one it does not take);
+ * the same key under a type that takes it loads without a warning; a key
+ * of no type stays a warning with a did-you-mean (test_config_warnings). */
+static void foreign_optimizer_keys_refused(void **state) {
+  (void)state;
+  static const struct {
+    const char *type, *key, *value, *owner; /* owner: a type that takes the key */
+  } cases[] = {
+      {"Adam", "momentum", "0.9", "SGD"},          {"Adam", "freeze_step", "10", "OneBitAdam"},
+      {"Adam", "dampening", "0", "SGD"},           {"AdamW", "max_coeff", "1", "Lamb"},
+      {"AdamW", "nesterov", "false", "SGD"},       {"Lamb", "adam_w_mode", "true", "Adam"},
+      {"Lamb", "torch_adam", "false", "Adam"},     {"Lion", "eps", "1e-8", "Adam"},
+      {"Lion", "bias_correction", "true", "Adam"}, {"Lion", "amsgrad", "false", "Adam"},
+      {"Adagrad", "betas", "[0.9, 0.999]", "Adam"}, {"Adagrad", "adam_w_mode", "false", "Adam"},
+      {"SGD", "eps", "1e-8", "Adagrad"},           {"SGD", "betas", "[0.9, 0.999]", "Lion"},
+      {"SGD", "lr_decay", "0", "Adagrad"},         {"OneBitAdam", "max_coeff", "1", "Lamb"},
+      {"OneBitAdam", "var_freeze_step", "10", "ZeroOneAdam"},
+      {"ZeroOneAdam", "freeze_step", "10", "OneBitLamb"},
+      {"ZeroOneAdam", "coeff_beta", "0.9", "OneBitLamb"},
+      {"OneBitLamb", "var_freeze_step", "10", "ZeroOneAdam"},
+      {"OneBitLamb", "momentum", "0.9", "SGD"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char json[256], path[96], type[64];
+    snprintf(json, sizeof json, "{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"%s\", "
+             "\"params\": {\"lr\": 0.01, \"%s\": %s}}}", cases[i].type, cases[i].key,
+             cases[i].value);
+    snprintf(path, sizeof path, "optimizer.params.%s:", cases[i].key);
+    snprintf(type, sizeof type, "optimizer.type \"%s\"", cases[i].type);
+    zinc_config *cfg = (zinc_config *)&cfg;
+    zinc_status st = zinc_config_parse(json, &cfg);
+    const char *msg = zinc_last_error();
+    if (st != ZINC_ERR_CONFIG || cfg || !strstr(msg, path) || !strstr(msg, type) ||
+        !strstr(msg, cases[i].owner))
+      fail_msg("%s: %s: %s (want CONFIG naming %s, %s and %s)", json, zinc_status_name(st),
+               st == ZINC_OK ? "loaded" : msg, path, type, cases[i].owner);
+    snprintf(json, sizeof json, "{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"%s\", "
+             "\"params\": {\"lr\": 0.01, \"%s\": %s}}}", cases[i].owner, cases[i].key,
+             cases[i].value);
+    if (zinc_config_parse(json, &cfg) != ZINC_OK)
+      fail_msg("%s: %s", json, zinc_last_error());
+    if (zinc_config_warning_count(cfg) != 0)
+      fail_msg("%s: %d warnings", json, zinc_config_warning_count(cfg));
+    zinc_config_free(cfg);
+  }
+}
+
 /* An optimizer zinc does not implement is an error whatever
  * zero_allow_untested_optimizer says: zinc never runs Adam in its place
  * with another optimizer's params (SGD's lr 0.1 would be a very different
@@ -811,6 +890,7 @@ int main(void) {
       cmocka_unit_test(valid_corpus_loads),
       cmocka_unit_test(invalid_corpus_fails_with_path),
       cmocka_unit_test(untested_optimizer_never_runs_adam),
+      cmocka_unit_test(foreign_optimizer_keys_refused),
       cmocka_unit_test(scheduler_checked_at_engine_create),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

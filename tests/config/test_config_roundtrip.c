@@ -289,6 +289,107 @@ static void load_errors_name_the_file(void **state) {
   assert_int_equal(zinc_config_parse("{}", NULL), ZINC_ERR_INVALID);
 }
 
+/* base64 of n bytes (URL-safe alphabet when url, else the standard one with
+ * '+' and '/'), '=' padded; the caller frees. */
+static char *base64_of(const char *in, size_t n, int url) {
+  const char *abc = url ? "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+                        : "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  char *out = malloc((n + 2) / 3 * 4 + 1);
+  assert_non_null(out);
+  size_t o = 0;
+  for (size_t i = 0; i < n; i += 3) {
+    uint32_t q = (uint32_t)(unsigned char)in[i] << 16;
+    if (i + 1 < n)
+      q |= (uint32_t)(unsigned char)in[i + 1] << 8;
+    if (i + 2 < n)
+      q |= (unsigned char)in[i + 2];
+    out[o++] = abc[q >> 18 & 63];
+    out[o++] = abc[q >> 12 & 63];
+    out[o++] = i + 1 < n ? abc[q >> 6 & 63] : '=';
+    out[o++] = i + 2 < n ? abc[q & 63] : '=';
+  }
+  out[o] = '\0';
+  return out;
+}
+
+static char *settings_json(const char *path_or_base64) {
+  zinc_config *cfg = NULL;
+  if (zinc_config_load(path_or_base64, &cfg) != ZINC_OK)
+    fail_msg("loading %.80s... (%zu characters): %s", path_or_base64, strlen(path_or_base64),
+             zinc_last_error());
+  char *json = NULL;
+  assert_int_equal(zinc_config_to_json(cfg, &json), ZINC_OK);
+  zinc_config_free(cfg);
+  return json;
+}
+
+/* As DeepSpeed (os.path.exists, else base64): a real config passed as
+ * base64, far longer than a file name may be, loads to the settings of
+ * its file, in either alphabet; a file of that name wins over the decoding;
+ * a long string that is neither says what the open said, shortened. */
+static void long_base64_config_loads(void **state) {
+  (void)state;
+  char dir[1024], path[1400];
+  corpus_dir("valid", dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/hf_zero3_auto.json", dir);
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  char text[16384];
+  size_t n = fread(text, 1, sizeof text, f);
+  fclose(f);
+  assert_true(n > 1000 && n < sizeof text);
+  char *want = settings_json(path);
+  for (int url = 0; url < 2; url++) {
+    char *b64 = base64_of(text, n, url);
+    assert_true(strlen(b64) > 1000);
+    char *got = settings_json(b64);
+    if (strcmp(want, got) != 0)
+      fail_msg("the base64 config resolves to\n%s\nits file to\n%s", got, want);
+    free(got);
+    free(b64);
+  }
+  free(want);
+
+  /* a file named like a base64 config: the file is read, not the name */
+  char tmp[] = "/tmp/zinc_b64_XXXXXX", cwd[4096];
+  assert_non_null(mkdtemp(tmp));
+  assert_non_null(getcwd(cwd, sizeof cwd));
+  assert_int_equal(chdir(tmp), 0);
+  const char *eight = "{\"train_batch_size\": 8}";
+  char *name = base64_of(eight, strlen(eight), 1);
+  f = fopen(name, "w");
+  assert_non_null(f);
+  fputs("{\"train_batch_size\": 16}", f);
+  fclose(f);
+  zinc_config *cfg = NULL;
+  assert_int_equal(zinc_config_load(name, &cfg), ZINC_OK);
+  assert_int_equal(cfg->s.train_batch_size, 16);
+  assert_string_equal(cfg->source, name);
+  zinc_config_free(cfg);
+  unlink(name);
+  assert_int_equal(zinc_config_load(name, &cfg), ZINC_OK);
+  assert_int_equal(cfg->s.train_batch_size, 8);
+  zinc_config_free(cfg);
+  free(name);
+  assert_int_equal(chdir(cwd), 0);
+  rmdir(tmp);
+
+  /* neither: a missing file with a long name, a long string of other letters */
+  char missing[600];
+  snprintf(missing, sizeof missing, "/tmp/%0400d.json", 7);
+  assert_int_equal(zinc_config_load(missing, &cfg), ZINC_ERR_IO);
+  assert_null(cfg);
+  const char *msg = zinc_last_error();
+  if (!strstr(msg, "/tmp/0000") || !strstr(msg, "(410 characters)") ||
+      !strstr(msg, "File name too long") || !strstr(msg, "base64") || strlen(msg) > 400)
+    fail_msg("a missing file with a long name: %s", msg);
+  memset(missing, '!', 500);
+  missing[500] = '\0';
+  assert_int_equal(zinc_config_load(missing, &cfg), ZINC_ERR_IO);
+  if (!strstr(zinc_last_error(), "(500 characters)") || !strstr(zinc_last_error(), "base64"))
+    fail_msg("a long string of other letters: %s", zinc_last_error());
+}
+
 int main(void) {
   zinc_log_set_level(ZINC_LOG_ERROR);
   const struct CMUnitTest tests[] = {
@@ -296,6 +397,7 @@ int main(void) {
       cmocka_unit_test(non_default_values_round_trip),
       cmocka_unit_test(print_lists_every_setting),
       cmocka_unit_test(load_errors_name_the_file),
+      cmocka_unit_test(long_base64_config_loads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,9 @@
  * defaults when absent, every param landing in its field, 0/1 Adam refused
  * at ZeRO stages 1-3 (the message names the stage and what to do) and
  * with an offloaded optimizer, gradient_clipping accepted (DeepSpeed clips
- * with them); OneBitLamb's keys likewise.
+ * with them); OneBitLamb's keys likewise. Values of the 1-bit family that
+ * cannot train (a freeze_step of 0, factor_min above factor_max, ...) are
+ * refused at load naming the key the file wrote.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -144,12 +146,67 @@ static void onebit_lamb_keys(void **state) {
   zinc_config_free(cfg);
 }
 
+/* The 1-bit family's values that pass each key's own range but cannot
+ * train are refused at load, naming the key written: a freeze_step of 0
+ * (1-bit LAMB's state turned NaN at step 1; 1-bit Adam's frozen variance
+ * would be zero), a lower bound above its upper one (min_coeff/max_coeff,
+ * factor_min/factor_max, whichever the file wrote), an upper bound or a
+ * coeff_beta that would never move a parameter. What works loads:
+ * freeze_step 1, 0/1 Adam's var_freeze_step 0 (its step 1 updates the
+ * variance before it freezes). */
+static void onebit_ranges(void **state) {
+  (void)state;
+  static const struct {
+    const char *type, *params;
+    const char *words[3];
+  } refused[] = {
+      {"OneBitLamb", "\"freeze_step\": 0", {"optimizer.params.freeze_step:", "found 0", ">= 1"}},
+      {"OneBitAdam", "\"freeze_step\": 0", {"optimizer.params.freeze_step:", "found 0", ">= 1"}},
+      {"OneBitLamb", "\"factor_min\": 5",
+       {"optimizer.params.factor_min:", "found 5", "<= factor_max (4, its default)"}},
+      {"OneBitLamb", "\"factor_min\": 0.5, \"factor_max\": 0.4",
+       {"optimizer.params.factor_min:", "found 0.5", "<= factor_max (0.4)"}},
+      {"OneBitLamb", "\"factor_max\": 0.3",
+       {"optimizer.params.factor_max:", "found 0.3", ">= factor_min (0.5, its default)"}},
+      {"OneBitLamb", "\"factor_max\": 0, \"factor_min\": 0",
+       {"optimizer.params.factor_max:", "found 0", "> 0"}},
+      {"OneBitLamb", "\"min_coeff\": 1, \"max_coeff\": 0.5",
+       {"optimizer.params.min_coeff:", "found 1", "<= max_coeff (0.5)"}},
+      {"OneBitLamb", "\"max_coeff\": 0.001",
+       {"optimizer.params.max_coeff:", "found 0.001", ">= min_coeff (0.01, its default)"}},
+      {"OneBitLamb", "\"max_coeff\": 0, \"min_coeff\": 0",
+       {"optimizer.params.max_coeff:", "found 0", "> 0"}},
+      {"OneBitLamb", "\"coeff_beta\": 1", {"optimizer.params.coeff_beta:", "found 1", "1)"}},
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    char json[256];
+    snprintf(json, sizeof json, "{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"%s\", "
+             "\"params\": {%s}}}", refused[i].type, refused[i].params);
+    parse_fails(json, refused[i].words, 3);
+  }
+  zinc_config *cfg = parse_ok("{\"train_batch_size\": 8, \"optimizer\": {\"type\": "
+                              "\"OneBitLamb\", \"params\": {\"freeze_step\": 1, \"factor_min\": "
+                              "1, \"factor_max\": 1, \"min_coeff\": 0.5, \"max_coeff\": 0.5}}}");
+  assert_int_equal(cfg->s.freeze_step, 1);
+  assert_int_equal(zinc_config_warning_count(cfg), 0);
+  zinc_config_free(cfg);
+  cfg = parse_ok("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"OneBitAdam\", "
+                 "\"params\": {\"freeze_step\": 1}}}");
+  assert_int_equal(cfg->s.onebit_freeze_step, 1);
+  zinc_config_free(cfg);
+  cfg = parse_ok("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"ZeroOneAdam\", "
+                 "\"params\": {\"var_freeze_step\": 0}}}");
+  assert_int_equal(cfg->s.var_freeze_step, 0);
+  zinc_config_free(cfg);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(zoadam_defaults),
       cmocka_unit_test(zoadam_params_land),
       cmocka_unit_test(zoadam_stage_refused),
       cmocka_unit_test(onebit_lamb_keys),
+      cmocka_unit_test(onebit_ranges),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
