@@ -1,8 +1,9 @@
 /*
  * access.c — the optimizer state and the stage-3 parameter partition,
  * wherever they live, to and from host memory; every reader and writer
- * outside the step (the build's initial values, state.c's full-state
- * access, checkpoints, safetensors) goes through these:
+ * that does not stream them through a step's own buffers (the build's
+ * initial values, state.c's full-state access, checkpoints, safetensors,
+ * the NVMe step's parameter write-back) goes through these:
  *   zinc_opt_read/zinc_opt_write        fp32 master, exp_avg, exp_avg_sq
  *   zinc_pshard_read/zinc_pshard_write  the stage-3 parameter partition
  *   zinc_put_owned_piece                a piece of both at once
