@@ -12,6 +12,17 @@
 
 #include "engine/engine.h"
 
+/* Whether the fp32 master can be the parameter memory (master_in_params):
+ * all parameters f32, optimizer state on the device, parameters not on
+ * NVMe: the fp32 master would duplicate the parameters bit for bit. From
+ * the settings and the registry only (the estimator's bare engine asks
+ * too). */
+static inline int zinc_master_aliases_params(const zinc_engine *e) {
+  return e->psi[ZINC_BF16] == 0 && e->psi[ZINC_F16] == 0 &&
+         e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NONE &&
+         !(e->cfg.stage == 3 && e->cfg.offload_param.device != ZINC_OFFLOAD_NONE);
+}
+
 /* ------------------------------------------------------------- access.c */
 /* The optimizer state (array 0 master, 1 exp_avg, 2 exp_avg_sq) and the
  * stage-3 parameter partition, wherever they live, to/from host memory. */
@@ -33,16 +44,5 @@ zinc_status zinc_put_owned_piece(zinc_engine *e, const zinc_unit *u, int r, int6
  * parameter memory as f32, arrays 1-2 read zeros and drop writes. */
 zinc_status zinc_frozen_io(zinc_engine *e, int array, int64_t off, int64_t count, float *data,
                            int write);
-
-/* Whether the fp32 master can be the parameter memory (master_in_params):
- * all parameters f32, optimizer state on the device, parameters not on
- * NVMe: the fp32 master would duplicate the parameters bit for bit. From
- * the settings and the registry only (the estimator's bare engine asks
- * too). */
-static inline int zinc_master_aliases_params(const zinc_engine *e) {
-  return e->psi[ZINC_BF16] == 0 && e->psi[ZINC_F16] == 0 &&
-         e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NONE &&
-         !(e->cfg.stage == 3 && e->cfg.offload_param.device != ZINC_OFFLOAD_NONE);
-}
 
 #endif /* ZINC_ENGINE_PLACE_H */
