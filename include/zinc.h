@@ -508,7 +508,10 @@ ZINC_API zinc_status zinc_module_grads_ready(zinc_engine *e, zinc_module *m);  /
  * same way, on every rank and changing nothing, saying "use
  * zinc_eval_begin/zinc_eval_end" (in the first micro-batch too); one that
  * starts over after such a pass (fetches its first module again) fails
- * there on every rank, saying the same, and the engine stops. */
+ * there on every rank, saying the same, and the engine stops. In the very
+ * first micro-batch such a pass is recorded with the module order (a model
+ * may run its forward twice); the next micro-batch that does not run it
+ * again fails the same way. */
 ZINC_API zinc_status zinc_backward_end(zinc_engine *e);  /* [collective] */
 
 typedef struct {
@@ -562,9 +565,13 @@ ZINC_API const char *zinc_offload_name(const zinc_engine *e, int params);  /* [e
 
 /* Forward-only work between steps (evaluation, sampling): inside
  * eval_begin/eval_end, fetch and release follow the trainer's own order
- * (stage 3 gathers on every fetch, checked across ranks, no prefetch) and
- * nothing is recorded or compared with the training order; gradients cannot
- * be handed out. Collective: every data-parallel rank makes the same calls.
+ * (stage 3 gathers on every fetch, no prefetch) and nothing is recorded or
+ * compared with the training order; gradients cannot be handed out.
+ * Collective at every stage: every data-parallel rank makes the same
+ * calls, and each fetch and eval_end are checked across the ranks (one
+ * small all-reduce each), so work on some ranks only (sampling on rank 0
+ * alone) fails on every rank with ZINC_ERR_INVALID at its first fetch, at
+ * stages 0-2 as at stage 3, which cannot serve it; the engine stops.
  * Call between zinc_step and the next micro-batch. */
 ZINC_API zinc_status zinc_eval_begin(zinc_engine *e);  /* [collective] */
 ZINC_API zinc_status zinc_eval_end(zinc_engine *e);  /* [collective] */
