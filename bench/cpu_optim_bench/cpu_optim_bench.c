@@ -146,8 +146,17 @@ static double run_optim(bench *b, int o) {
   int uses_v = o == O_ADAM || o == O_LAMB || o == O_ADAGRAD;
   int uses_m = o != O_ADAGRAD;
   /* Adagrad keeps its sum in slot 2 (a->v), the others' state in slot 1 (a->m) */
-  zinc_opt_seg seg = {a->p, uses_m ? a->m : NULL, uses_v ? a->v : NULL, a->g, NULL, a->n,
-                      ZINC_F32, ZINC_F32, 1, 0, 1.0f};
+  zinc_opt_seg seg = {.master = a->p,
+                      .exp_avg = uses_m ? a->m : NULL,
+                      .exp_avg_sq = uses_v ? a->v : NULL,
+                      .grad = a->g,
+                      .param_out = NULL,
+                      .n = a->n,
+                      .grad_dtype = ZINC_F32,
+                      .param_dtype = ZINC_F32,
+                      .decay = 1,
+                      .coef = 0,
+                      .lamb_ratio = 1.0f};
   double norms[2];
   double t0 = zinc_now();
   check(zinc_cpu_optim(b->pool, b->isa, c, 1, &seg, 1, ZINC_OPT_PASS_UPDATE, norms));

@@ -140,9 +140,17 @@ static zinc_opt_seg make_seg(const optim_case *c, optim_bufs *b, int64_t n, int 
                              int decay) {
   int use_m, use_v, use_g;
   case_slots(c, &use_m, &use_v, &use_g);
-  return (zinc_opt_seg){b->p.p, use_m ? b->m.p : NULL, use_v ? b->v.p : NULL,
-                        use_g ? b->g.p : NULL, odt < 0 ? NULL : b->out.p, n, gdt,
-                        odt < 0 ? ZINC_F32 : odt, decay, 0, LAMB_TEST_RATIO};
+  return (zinc_opt_seg){.master = b->p.p,
+                        .exp_avg = use_m ? b->m.p : NULL,
+                        .exp_avg_sq = use_v ? b->v.p : NULL,
+                        .grad = use_g ? b->g.p : NULL,
+                        .param_out = odt < 0 ? NULL : b->out.p,
+                        .n = n,
+                        .grad_dtype = gdt,
+                        .param_dtype = odt < 0 ? ZINC_F32 : odt,
+                        .decay = decay,
+                        .coef = 0,
+                        .lamb_ratio = LAMB_TEST_RATIO};
 }
 
 /* Run one case on isa (and pool) over copies of src's inputs, into *dst. */
@@ -436,7 +444,17 @@ static void bad_arguments(void **state) {
     zinc_opt_coef k = case_coef(&cases[ci], 1.0);
     int use_m, use_v, use_g;
     case_slots(&cases[ci], &use_m, &use_v, &use_g);
-    zinc_opt_seg full = {x, x + 1, x + 2, x + 3, NULL, 1, ZINC_F32, ZINC_F32, 1, 0, 1.0f};
+    zinc_opt_seg full = {.master = x,
+                         .exp_avg = x + 1,
+                         .exp_avg_sq = x + 2,
+                         .grad = x + 3,
+                         .param_out = NULL,
+                         .n = 1,
+                         .grad_dtype = ZINC_F32,
+                         .param_dtype = ZINC_F32,
+                         .decay = 1,
+                         .coef = 0,
+                         .lamb_ratio = 1.0f};
     zinc_opt_seg seg = full;
     if (use_m) {
       seg.exp_avg = NULL;
@@ -491,7 +509,17 @@ static void bad_arguments(void **state) {
   }
   /* Lamb UPDATE without somewhere for the norms; an unknown kind */
   zinc_opt_coef lamb = case_coef(&cases[2], 1.0);
-  zinc_opt_seg seg = {x, x + 1, x + 2, x + 3, NULL, 1, ZINC_F32, ZINC_F32, 1, 0, 1.0f};
+  zinc_opt_seg seg = {.master = x,
+                      .exp_avg = x + 1,
+                      .exp_avg_sq = x + 2,
+                      .grad = x + 3,
+                      .param_out = NULL,
+                      .n = 1,
+                      .grad_dtype = ZINC_F32,
+                      .param_dtype = ZINC_F32,
+                      .decay = 1,
+                      .coef = 0,
+                      .lamb_ratio = 1.0f};
   refused(&lamb, 1, &seg, ZINC_OPT_PASS_UPDATE, NULL, x, "Lamb without norms");
   lamb.kind = ZINC_OPT_KINDS;
   refused(&lamb, 1, &seg, ZINC_OPT_PASS_UPDATE, norms, x, "unknown kind");
