@@ -2,8 +2,10 @@
  * zinc_math.h — per-element arithmetic written once and shared by the CPU
  * CPU kernels (cpu_kernels*.c) and the CUDA kernels (*.cu) beside it:
  * 16-bit conversions, the element updates of every optimizer (Adam/AdamW,
- * Lamb's two passes, Lion, Adagrad, SGD), the canonical order of the sum
- * of squares, and the argument structs the kernels take.
+ * Lamb's two passes, Lion, Adagrad, SGD) over master and state slots in
+ * fp32 or bf16 (rounded to nearest even or stochastically, with counter-
+ * hashed draws), the canonical order of the sum of squares, and the
+ * argument structs the kernels take.
  *
  * Bitwise agreement rules:
  *  - every function here spells out its operation order and uses fmaf()
@@ -138,7 +140,8 @@ static ZINC_HD void zinc_store_from_f32(void *base, int64_t i, int dtype, float 
 /* ------------------------------------------------ kernel arguments */
 
 /* The optimizers (optimizer.type): every one is a per-element update over
- * the fp32 master and up to two fp32 state slots of the same length.
+ * the master and up to two state slots of the same length (fp32, or bf16:
+ * zinc_opt_seg.master_dtype, state_dtype).
  *   kind      state slot 1 (exp_avg)    state slot 2 (exp_avg_sq)
  *   ADAM      first moment              second moment
  *   LAMB      first moment              second moment   (+ per-parameter norms)
