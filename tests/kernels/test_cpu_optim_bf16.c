@@ -671,6 +671,32 @@ static void draws_are_pinned(void **state) {
   assert_int_equal(bad, 0);
 }
 
+/* Special values under both roundings: +-0, +-inf and bf16 values stay
+ * exact whatever the draw; NaN stays a quiet NaN of its sign; the largest
+ * finite fp32 rounds to inf to nearest, and stochastically with the
+ * probability of its low half (documented). */
+static void special_values(void **state) {
+  const struct {
+    uint32_t f;
+    uint16_t rne, sr_lo, sr_hi; /* sr with draws 0 and 0xffff */
+  } t[] = {
+      {0x00000000u, 0x0000, 0x0000, 0x0000}, {0x80000000u, 0x8000, 0x8000, 0x8000},
+      {0x7f800000u, 0x7f80, 0x7f80, 0x7f80}, {0xff800000u, 0xff80, 0xff80, 0xff80},
+      {0x3f810000u, 0x3f81, 0x3f81, 0x3f81}, {0x7fc00001u, 0x7fc0, 0x7fc0, 0x7fc0},
+      {0xff800001u, 0xffc0, 0xffc0, 0xffc0}, {0x7f7fffffu, 0x7f80, 0x7f7f, 0x7f80},
+      {0x00000001u, 0x0000, 0x0000, 0x0001}, {0x3f808000u, 0x3f80, 0x3f80, 0x3f81},
+      {0x3f818000u, 0x3f82, 0x3f81, 0x3f82},
+  };
+  for (int i = 0; i < (int)(sizeof t / sizeof t[0]); i++) {
+    float x;
+    memcpy(&x, &t[i].f, 4);
+    assert_int_equal(zinc_f32_to_bf16(x), t[i].rne);
+    assert_int_equal(ref_bf16(x) == t[i].rne || isnan(x), 1);
+    assert_int_equal(zinc_f32_to_bf16_sr(x, 0), t[i].sr_lo);
+    assert_int_equal(zinc_f32_to_bf16_sr(x, 0xffff), t[i].sr_hi);
+  }
+}
+
 /* ----------------------------------------- fp32 storage, bad arguments */
 
 /* With fp32 master and state the rounding mode changes nothing. */
@@ -730,6 +756,7 @@ int main(void) {
       cmocka_unit_test(stochastic_is_unbiased),
       cmocka_unit_test(stochastic_is_reproducible),
       cmocka_unit_test(draws_are_pinned),
+      cmocka_unit_test(special_values),
       cmocka_unit_test(fp32_ignores_rounding),
       cmocka_unit_test(bad_storage_refused),
   };
