@@ -60,9 +60,13 @@ typedef struct {
  * an object with a dtype string, a shape of at most 8 dimensions (each
  * >= 0, the element count without overflow) and data_offsets [begin, end]
  * with 0 <= begin <= end <= data_bytes, end - begin the element count times
- * the dtype's size for every dtype of the format. `what` names the file in
- * messages. ZINC_ERR_CORRUPT naming the tensor and the field on failure
- * (*out NULL). Free with zinc_safetensors_entries_free. */
+ * the dtype's size for every dtype of the format; and the layout the
+ * format requires (the reference library checks it too): sorted by
+ * range, the tensors tile the data area — the first begins at byte 0, each
+ * where the one before it ends (no overlap, no gap), the last at
+ * data_bytes. `what` names the file in messages. ZINC_ERR_CORRUPT naming
+ * the tensor and the field on failure (*out NULL). Free with
+ * zinc_safetensors_entries_free. */
 zinc_status zinc_safetensors_parse_header(const char *text, size_t len, int64_t data_bytes,
                                           const char *what, zinc_safetensors_entry **out,
                                           int *n);

@@ -5,7 +5,9 @@
  *
  * The file is outside input: every number in the header is checked (ranges,
  * overflow of the element count, each tensor's byte range against its
- * dtype, shape and the data area) so that a read can trust the entry.
+ * dtype, shape and the data area, and the ranges together tiling the data
+ * area as the format requires) so that a read can trust the entry and no
+ * tensor reads another's bytes.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -99,6 +101,72 @@ static zinc_status parse_entry(const char *what, const char *name, json_t *v, in
   return ZINC_OK;
 }
 
+/* Sorted by byte range (then name, so that equal ranges order alike). */
+static int by_range(const void *a, const void *b) {
+  const zinc_safetensors_entry *x = *(const zinc_safetensors_entry *const *)a,
+                               *y = *(const zinc_safetensors_entry *const *)b;
+  if (x->begin != y->begin)
+    return x->begin < y->begin ? -1 : 1;
+  if (x->end != y->end)
+    return x->end < y->end ? -1 : 1;
+  return strcmp(x->name, y->name);
+}
+
+/* The format's layout (the reference library's validation): sorted by
+ * byte range, the tensors tile the data area from byte 0 to its end, each
+ * beginning where the one before it ends. An overlap would let a tensor
+ * take another's bytes; a gap or trailing bytes are data no tensor owns,
+ * which the safetensors library refuses too. */
+static zinc_status check_layout(const char *what, zinc_safetensors_entry *t, int n,
+                                int64_t data_bytes) {
+  if (n == 0)
+    return data_bytes == 0 ? ZINC_OK
+                           : zinc_error(ZINC_ERR_CORRUPT, "safetensors %s: the header names no "
+                                        "tensor but the data area holds %lld bytes", what,
+                                        (long long)data_bytes);
+  zinc_safetensors_entry **order = malloc((size_t)n * sizeof *order);
+  if (!order)
+    return zinc_error(ZINC_ERR_NOMEM, "safetensors %s: no host memory to check the layout of "
+                      "%d tensors", what, n);
+  for (int i = 0; i < n; i++)
+    order[i] = &t[i];
+  qsort(order, (size_t)n, sizeof *order, by_range);
+  zinc_status st = ZINC_OK;
+  int64_t at = 0; /* where the tensors so far end */
+  for (int i = 0; i < n && st == ZINC_OK; i++) {
+    const zinc_safetensors_entry *x = order[i];
+    char d[400];
+    if (x->begin < at) {
+      snprintf(d, sizeof d, "has data_offsets [%lld, %lld] that overlap those of tensor "
+               "\"%.200s\" ([%lld, %lld])", (long long)x->begin, (long long)x->end,
+               order[i - 1]->name, (long long)order[i - 1]->begin, (long long)order[i - 1]->end);
+      st = bad(what, x->name, d, ": two tensors may not share bytes");
+    } else if (x->begin > at) {
+      if (i)
+        snprintf(d, sizeof d, "; the tensor before it, \"%.200s\", ends at byte %lld (the "
+                 "format has no gaps between tensors)", order[i - 1]->name, (long long)at);
+      else
+        snprintf(d, sizeof d, "; the first tensor of the data area begins at byte 0");
+      char f[160];
+      snprintf(f, sizeof f, "has data_offsets [%lld, %lld] that begin after a gap of %lld bytes",
+               (long long)x->begin, (long long)x->end, (long long)(x->begin - at));
+      st = bad(what, x->name, f, d);
+    }
+    at = x->end;
+  }
+  if (st == ZINC_OK && at != data_bytes) {
+    const zinc_safetensors_entry *x = order[n - 1];
+    char f[160], d[160];
+    snprintf(f, sizeof f, "has data_offsets [%lld, %lld], the last of the data area, which holds "
+             "%lld bytes", (long long)x->begin, (long long)x->end, (long long)data_bytes);
+    snprintf(d, sizeof d, ": %lld bytes after it belong to no tensor (a file must end where its "
+             "last tensor ends)", (long long)(data_bytes - at));
+    st = bad(what, x->name, f, d);
+  }
+  free(order);
+  return st;
+}
+
 zinc_status zinc_safetensors_parse_header(const char *text, size_t len, int64_t data_bytes,
                                           const char *what, zinc_safetensors_entry **out,
                                           int *n) {
@@ -145,6 +213,8 @@ zinc_status zinc_safetensors_parse_header(const char *text, size_t len, int64_t 
     }
   }
   json_decref(root);
+  if (st == ZINC_OK)
+    st = check_layout(what, t, k, data_bytes);
   if (st != ZINC_OK) {
     zinc_safetensors_entries_free(t, k);
     return st;

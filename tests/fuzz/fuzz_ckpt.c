@@ -10,7 +10,8 @@
  *   'C' the checksums file (its self line, then the entries)
  *   'L' the memory timeline JSON
  *   'S' a .safetensors header (the JSON after the 8-byte length), for a
- *       file with a data area of 1 MiB
+ *       file with a data area of 1 MiB (accepted only when the tensors'
+ *       ranges tile exactly that: the seed safetensors_tiled does)
  * Whatever the input, a parser returns a status; when it accepts, the
  * result must hold the invariants the loader relies on (checked here), and
  * writing it out and reading it back must give the same thing.
@@ -201,6 +202,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
              t[i].end - t[i].begin != numel * (int64_t)zinc_dtype_size((zinc_dtype)t[i].zdtype)))
           abort();
       }
+    /* and together they tile the data area: no tensor reads another's
+     * bytes (quadratic, and n is small for any input the fuzzer makes) */
+    if (t) {
+      int64_t covered = 0;
+      for (int i = 0; i < n; i++) {
+        covered += t[i].end - t[i].begin;
+        for (int j = 0; j < n; j++)
+          if (j != i && t[j].begin < t[i].end && t[i].begin < t[j].end)
+            abort();
+      }
+      if (covered != data_bytes)
+        abort();
+    }
     zinc_safetensors_entries_free(t, n);
     break;
   }
