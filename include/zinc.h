@@ -997,10 +997,17 @@ ZINC_API void zinc_load_weights_report_free(zinc_load_weights_report *r);
  * Reads one tensor at a time, and of it only the pieces this rank owns
  * (stage 3: its partition; stage 0: the whole tensor): no rank holds the
  * file. Collective over the world: every rank reads the file itself (the
- * same path; with model parallelism each model-parallel rank gives the
- * file of its own shard of the model, as zinc_export_safetensors wrote it)
- * and every rank gets the same status and message. A read error after the
- * checks leaves the weights partial and stops the engine, as
+ * same path, or its node's copy; with model parallelism each
+ * model-parallel rank gives the file of its own shard of the model, as
+ * zinc_export_safetensors wrote it) and every rank gets the same status,
+ * message and report. So the ranks also check, before anything changes,
+ * that they read the same thing: the map's answers, each file's size and
+ * header, and the bytes of every piece loaded (a crc32c; at stages 1-3
+ * each piece is also read by a second rank to compare, so a rank reads
+ * about three times its share of the file). A difference is
+ * ZINC_ERR_INVALID on every rank naming the rank(s) that differ and the
+ * parameter or tensor. A read error after the checks (or a file that
+ * changed since them) leaves the weights partial and stops the engine, as
  * zinc_load_checkpoint does. */
 ZINC_API zinc_status zinc_load_safetensors(zinc_engine *e, const char *path,
                                            const zinc_load_weights_options *opt,

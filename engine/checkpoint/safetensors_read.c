@@ -230,6 +230,8 @@ struct zinc_safetensors_reader {
   char *path;
   int fd;
   int64_t data_start;
+  int64_t file_bytes;
+  uint32_t header_crc;  /* crc32c of the 8-byte length and the header */
   zinc_safetensors_entry *t;
   int n;
   int *order;  /* tensor indices sorted by name (zinc_safetensors_reader_find) */
@@ -294,6 +296,8 @@ zinc_status zinc_safetensors_reader_open(const char *path, zinc_safetensors_read
     st = zinc_fs_pread_all(r->fd, path, hdr, len, 8);
   if (st == ZINC_OK) {
     r->data_start = 8 + (int64_t)len;
+    r->file_bytes = sb.st_size;
+    r->header_crc = zinc_crc32c(zinc_crc32c(0, hlen, 8), hdr, len);
     st = zinc_safetensors_parse_header(hdr, len, sb.st_size - r->data_start, path, &r->t, &r->n);
   }
   free(hdr);
@@ -331,8 +335,17 @@ int zinc_safetensors_reader_find(const zinc_safetensors_reader *r, const char *n
   return -1;
 }
 
-zinc_status zinc_safetensors_reader_read(zinc_safetensors_reader *r, int i, int64_t offset,
-                                         int64_t n, float *dst) {
+void zinc_safetensors_reader_identity(const zinc_safetensors_reader *r, int64_t *file_bytes,
+                                      uint32_t *header_crc) {
+  *file_bytes = r->file_bytes;
+  *header_crc = r->header_crc;
+}
+
+/* Elements offset..offset+n of tensor i (a dtype zinc reads), a bounded
+ * piece at a time: their bytes chained into *crc when crc is not NULL,
+ * converted to f32 into dst when dst is not NULL. */
+static zinc_status read_range(zinc_safetensors_reader *r, int i, int64_t offset, int64_t n,
+                              float *dst, uint32_t *crc) {
   if (i < 0 || i >= r->n)
     return zinc_error(ZINC_ERR_INVALID, "safetensors %s: no tensor %d", r->path, i);
   const zinc_safetensors_entry *t = &r->t[i];
@@ -348,8 +361,20 @@ zinc_status zinc_safetensors_reader_read(zinc_safetensors_reader *r, int i, int6
     int64_t m = n - k < READ_CHUNK ? n - k : READ_CHUNK;
     ZINC_CHECK(zinc_fs_pread_all(r->fd, r->path, r->buf, (size_t)m * es,
                                  r->data_start + t->begin + (offset + k) * (int64_t)es));
-    for (int64_t j = 0; j < m; j++)
+    if (crc)
+      *crc = zinc_crc32c(*crc, r->buf, (size_t)m * es);
+    for (int64_t j = 0; dst && j < m; j++)
       dst[k + j] = zinc_load_as_f32(r->buf, j, t->zdtype);
   }
   return ZINC_OK;
+}
+
+zinc_status zinc_safetensors_reader_read(zinc_safetensors_reader *r, int i, int64_t offset,
+                                         int64_t n, float *dst, uint32_t *crc) {
+  return read_range(r, i, offset, n, dst, crc);
+}
+
+zinc_status zinc_safetensors_reader_crc(zinc_safetensors_reader *r, int i, int64_t offset,
+                                        int64_t n, uint32_t *crc) {
+  return read_range(r, i, offset, n, NULL, crc);
 }
