@@ -882,7 +882,11 @@ ZINC_API zinc_status zinc_mp_allreduce_sum(zinc_engine *e, float *data, int64_t 
  * manifest, checksums, client state), and dir/tag is published as a whole
  * once every part is complete; such a checkpoint loads at the same
  * model_parallel_size (any data-parallel size and stage), and another size
- * is refused with ZINC_ERR_INVALID naming both. */
+ * is refused with ZINC_ERR_INVALID naming both. The ranks wait for peers
+ * still writing up to the config's zinc.checkpoint_timeout_s (default
+ * 1800 s; comm_timeout_s if larger), not comm_timeout_s: a slow peer is
+ * not a lost one (the same holds for zinc_load_checkpoint,
+ * zinc_export_safetensors and zinc_load_safetensors). */
 ZINC_API zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir,
                                           const char *tag);  /* [collective] */
 /* Load dir/tag (tag NULL: the one dir/latest names) into the engine's

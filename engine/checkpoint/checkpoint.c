@@ -39,6 +39,7 @@
 #include "engine/checkpoint/ef.h"
 #include "engine/checkpoint/mstate_io.h"
 #include "engine/checkpoint/format.h"
+#include "engine/checkpoint/wait_bound.h"
 #include "engine/engine.h"
 
 #define STAGING_ELEMS (1 << 20) /* 4 MiB of f32 between device and file */
@@ -643,10 +644,7 @@ out:
   return st;
 }
 
-zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *tag) {
-  ZINC_CHECK(check_call(e, dir, tag, "zinc_save_checkpoint", 1));
-  if (e->dga) /* delayed averaging: one model to save (engine/dga.c) */
-    ZINC_CHECK(zinc_dga_sync(e, 1));
+static zinc_status save_checkpoint(zinc_engine *e, const char *dir, const char *tag) {
   if (e->micro_step % e->cfg.gradient_accumulation_steps != 0)
     zinc_log0(ZINC_LOG_WARN, "saving checkpoint %s/%s in the middle of an accumulation "
               "window: the window's gradients are not saved", dir, tag);
@@ -801,6 +799,16 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
   free(shard);
   free(info);
   return st;
+}
+
+zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *tag) {
+  ZINC_CHECK(check_call(e, dir, tag, "zinc_save_checkpoint", 1));
+  if (e->dga) /* delayed averaging: one model to save (engine/dga.c) */
+    ZINC_CHECK(zinc_dga_sync(e, 1));
+  /* peers busy writing are waited for up to zinc.checkpoint_timeout_s */
+  zinc_ckpt_wait w;
+  ZINC_CHECK(zinc_ckpt_wait_begin(e, &w, "zinc_save_checkpoint"));
+  return zinc_ckpt_wait_end(e, &w, save_checkpoint(e, dir, tag));
 }
 
 /* ---------------------------------------------------------------- load */
@@ -1056,15 +1064,8 @@ zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir, const char *ta
   return zinc_load_checkpoint_ex(e, dir, tag, 0);
 }
 
-zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char *tag,
-                                    unsigned flags) {
-  ZINC_CHECK(check_call(e, dir, tag, "zinc_load_checkpoint", 0));
-  if (flags & ~ZINC_LOAD_WEIGHTS_ONLY)
-    return zinc_error(ZINC_ERR_INVALID, "zinc_load_checkpoint_ex: flags 0x%x has bits other "
-                      "than ZINC_LOAD_WEIGHTS_ONLY", flags);
-  int weights_only = (flags & ZINC_LOAD_WEIGHTS_ONLY) != 0;
-  if (e->dga) /* delayed averaging: no all-reduce may write into what is loaded */
-    ZINC_CHECK(zinc_dga_sync(e, 0));
+static zinc_status load_checkpoint(zinc_engine *e, const char *dir, const char *tag,
+                                   int weights_only) {
   double t0 = zinc_now();
   void *client = NULL;
   int64_t client_bytes = 0;
@@ -1177,4 +1178,20 @@ zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char 
   zinc_ckpt_dir_close(d);
   free(map);
   return st;
+}
+
+zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char *tag,
+                                    unsigned flags) {
+  ZINC_CHECK(check_call(e, dir, tag, "zinc_load_checkpoint", 0));
+  if (flags & ~ZINC_LOAD_WEIGHTS_ONLY)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_load_checkpoint_ex: flags 0x%x has bits other "
+                      "than ZINC_LOAD_WEIGHTS_ONLY", flags);
+  if (e->dga) /* delayed averaging: no all-reduce may write into what is loaded */
+    ZINC_CHECK(zinc_dga_sync(e, 0));
+  /* peers busy reading and checking files are waited for up to
+   * zinc.checkpoint_timeout_s */
+  zinc_ckpt_wait w;
+  ZINC_CHECK(zinc_ckpt_wait_begin(e, &w, "zinc_load_checkpoint"));
+  return zinc_ckpt_wait_end(e, &w, load_checkpoint(e, dir, tag,
+                                                   (flags & ZINC_LOAD_WEIGHTS_ONLY) != 0));
 }

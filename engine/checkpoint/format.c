@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -56,14 +57,45 @@ static void injected_fault_named(const char *var, int *err, int *call) {
     *err = atoi(name) > 0 ? atoi(name) : EIO;
 }
 
+/* ZINC_CKPT_DELAY / ZINC_CKPT_READ_DELAY="SECONDS@N": the N-th write of
+ * a save (read of a shard) first sleeps SECONDS, as on a filesystem that
+ * slow. *at 0: none. */
+static void injected_delay_named(const char *var, double *seconds, int *at) {
+  *seconds = 0;
+  *at = 0;
+  const char *spec = zinc_env_str(var);
+  if (!spec)
+    return;
+  double s = 0;
+  int n = 0;
+  if (sscanf(spec, "%lf@%d", &s, &n) != 2 || !(s > 0 && s <= 3600) || n < 1) {
+    zinc_env_reject(var, spec, "SECONDS@N (0 < SECONDS <= 3600, N >= 1)", "no delay injected");
+    return;
+  }
+  *seconds = s;
+  *at = n;
+}
+
+static void sleep_for(double seconds) {
+  struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
 void zinc_ckpt_fault_init(zinc_ckpt_fault *f) {
   f->count = 0;
   injected_fault_named("ZINC_CKPT_FAULT", &f->err, &f->at);
+  injected_delay_named("ZINC_CKPT_DELAY", &f->delay_s, &f->delay_at);
 }
 
 zinc_status zinc_ckpt_fault_hit(zinc_ckpt_fault *f, const char *op, const char *path,
                                 int64_t offset) {
-  if (!f || !f->err || ++f->count != f->at)
+  if (!f || (!f->err && !f->delay_at))
+    return ZINC_OK;
+  f->count++;
+  if (f->delay_at && f->count == f->delay_at)
+    sleep_for(f->delay_s);
+  if (!f->err || f->count != f->at)
     return ZINC_OK;
   return zinc_fs_error(op, path, offset, f->err);
 }
@@ -298,6 +330,8 @@ struct zinc_shard_reader {
   int reads;              /* range reads so far (fault injection) */
   int fault_err;          /* ZINC_CKPT_READ_FAULT: read number fault_call */
   int fault_call;         /* fails with errno fault_err; 0: no fault */
+  double delay_s;         /* ZINC_CKPT_READ_DELAY: read number delay_call */
+  int delay_call;         /* first sleeps delay_s; 0: none */
 };
 
 zinc_status zinc_shard_reader_open(const char *path, zinc_shard_reader **out) {
@@ -320,6 +354,7 @@ zinc_status zinc_shard_reader_open(const char *path, zinc_shard_reader **out) {
   r->fd = fd;
   r->size = sb.st_size;
   injected_fault_named("ZINC_CKPT_READ_FAULT", &r->fault_err, &r->fault_call);
+  injected_delay_named("ZINC_CKPT_READ_DELAY", &r->delay_s, &r->delay_call);
   unsigned char tr[ZINC_SHARD_TRAILER];
   zinc_status st = r->size < ZINC_SHARD_TRAILER
                        ? zinc_shard_trailer_decode(tr, (size_t)r->size, path, &r->t)
@@ -392,7 +427,11 @@ zinc_status zinc_shard_reader_read(zinc_shard_reader *r, int section, uint64_t o
                       (unsigned long long)offset, section, r->t.nsections,
                       (unsigned long long)r->t.elements);
   int64_t at = (int64_t)(((uint64_t)section * r->t.elements + offset) * 4);
-  if (r->fault_err && ++r->reads == r->fault_call)
+  if (r->fault_err || r->delay_call)
+    r->reads++;
+  if (r->delay_call && r->reads == r->delay_call)
+    sleep_for(r->delay_s);
+  if (r->fault_err && r->reads == r->fault_call)
     return zinc_fs_error("read", r->path, at, r->fault_err);
   return zinc_fs_pread_all(r->fd, r->path, dst, n * 4, at);
 }

@@ -48,7 +48,8 @@
  *
  * Tests inject write failures with ZINC_CKPT_FAULT="ERRNO@N" (the N-th
  * write of a save, zinc_ckpt_fault below) and read failures with
- * ZINC_CKPT_READ_FAULT (docs/environment.md).
+ * ZINC_CKPT_READ_FAULT, and a slow filesystem with ZINC_CKPT_DELAY and
+ * ZINC_CKPT_READ_DELAY="SECONDS@N" (docs/environment.md).
  */
 #ifndef ZINC_CKPT_FILE_H
 #define ZINC_CKPT_FILE_H
@@ -117,11 +118,15 @@ zinc_status zinc_rank_trailer_decode(const unsigned char *buf, size_t len, const
 /* Test hook ZINC_CKPT_FAULT="ERRNO@N": the N-th write of a save on this
  * rank fails with ERRNO — counted over the whole save: each write call to
  * the shard, then (rank 0) the manifest, the checksums file, the rename
- * into place and latest. Read when a save starts. */
+ * into place and latest. Read when a save starts, with ZINC_CKPT_DELAY. */
 typedef struct {
   int err;     /* errno to inject; 0: none */
   int at;      /* the write that fails */
   int count;   /* writes so far */
+  /* ZINC_CKPT_DELAY="SECONDS@N": the N-th write first sleeps SECONDS (a
+   * slow filesystem; 0: none), counted as above */
+  double delay_s;
+  int delay_at;
 } zinc_ckpt_fault;
 void zinc_ckpt_fault_init(zinc_ckpt_fault *f);
 /* Count one write of `path` (op: "write", "rename", ...); ZINC_ERR_IO

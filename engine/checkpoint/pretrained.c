@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "engine/checkpoint/safetensors.h"
+#include "engine/checkpoint/wait_bound.h"
 #include "engine/engine.h"
 #include "kernels/zinc_math.h"
 
@@ -453,19 +454,9 @@ static zinc_status read_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
   return ZINC_OK;
 }
 
-zinc_status zinc_load_safetensors(zinc_engine *e, const char *path,
-                                  const zinc_load_weights_options *opt,
-                                  zinc_load_weights_report *report) {
-  if (report)
-    memset(report, 0, sizeof *report);
-  ZINC_CHECK(zinc_engine_usable(e, "zinc_load_safetensors"));
-  if (!path || !path[0])
-    return zinc_error(ZINC_ERR_INVALID, "zinc_load_safetensors: path is NULL or empty");
-  if (e->mb_open)
-    return zinc_error(ZINC_ERR_INVALID, "zinc_load_safetensors %s: a micro-batch is in "
-                      "progress; load weights between steps", path);
-  const zinc_load_weights_options defaults = ZINC_LOAD_WEIGHTS_OPTIONS_INIT;
-  const zinc_load_weights_options *o = opt ? opt : &defaults;
+static zinc_status load_safetensors(zinc_engine *e, const char *path,
+                                    const zinc_load_weights_options *o,
+                                    zinc_load_weights_report *report) {
   double t0 = zinc_now();
   zinc_load_weights_report rep = {0};
   zinc_safetensors_reader *r = NULL;
@@ -551,4 +542,22 @@ zinc_status zinc_load_safetensors(zinc_engine *e, const char *path,
   free(own);
   free(src);
   return st;
+}
+
+zinc_status zinc_load_safetensors(zinc_engine *e, const char *path,
+                                  const zinc_load_weights_options *opt,
+                                  zinc_load_weights_report *report) {
+  if (report)
+    memset(report, 0, sizeof *report);
+  ZINC_CHECK(zinc_engine_usable(e, "zinc_load_safetensors"));
+  if (!path || !path[0])
+    return zinc_error(ZINC_ERR_INVALID, "zinc_load_safetensors: path is NULL or empty");
+  if (e->mb_open)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_load_safetensors %s: a micro-batch is in "
+                      "progress; load weights between steps", path);
+  const zinc_load_weights_options defaults = ZINC_LOAD_WEIGHTS_OPTIONS_INIT;
+  /* peers busy reading are waited for up to zinc.checkpoint_timeout_s */
+  zinc_ckpt_wait w;
+  ZINC_CHECK(zinc_ckpt_wait_begin(e, &w, "zinc_load_safetensors"));
+  return zinc_ckpt_wait_end(e, &w, load_safetensors(e, path, opt ? opt : &defaults, report));
 }
