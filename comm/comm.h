@@ -219,6 +219,9 @@ typedef struct {
   zinc_status (*alloc_shared)(zinc_comm *c, size_t bytes, void **out);
   void (*free_shared)(zinc_comm *c, void *p);
   void (*destroy)(zinc_comm *c);
+  /* Optional (zinc_comm_set_timeout): a backend that keeps timeout_s
+   * elsewhere too (its worker, child comms) sets it there. */
+  zinc_status (*set_timeout)(zinc_comm *c, double timeout_s);
 } zinc_comm_ops;
 
 typedef struct zinc_comm_log zinc_comm_log; /* comm/comm_log.h */
@@ -294,6 +297,17 @@ zinc_status zinc_comm_allgatherv(zinc_comm *c, const void *send, size_t sendcoun
 zinc_status zinc_comm_broadcast(zinc_comm *c, void *buf, size_t count, int dtype,
                                 int root);
 zinc_status zinc_comm_barrier(zinc_comm *c);
+
+/* Bound this comm's waits by timeout_s from now on, instead of the value
+ * it was created with (or last set): a phase in which peers are busy for
+ * longer than the comm timeout without being lost — a checkpoint's file
+ * I/O — raises it for its duration and sets it back. Not collective (each
+ * rank bounds its own waits). The batches already started are waited for
+ * first, under the old bound (so that no wait in flight sees it change);
+ * on a failed comm, which waits no more, it returns that failure at once.
+ * timeout_s is recorded in every case; backends without set_timeout
+ * (self) only record it. */
+zinc_status zinc_comm_set_timeout(zinc_comm *c, double timeout_s);
 
 /* "reduce-scatter", "all-gather", ... */
 const char *zinc_coll_name(zinc_coll_kind k);

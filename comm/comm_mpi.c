@@ -409,6 +409,30 @@ static void mpi_destroy(zinc_comm *c) {
     mpi_release(c);
 }
 
+/* zinc_comm_set_timeout: every copy of the bound (this comm's, its
+ * worker's, the node-aware path's children), once no started batch is
+ * running (the worker thread reads the bound while it runs one). */
+static zinc_status mpi_set_timeout(zinc_comm *c, double timeout_s) {
+  zinc_mpi *m = zinc_mpi_of(c);
+  c->timeout_s = timeout_s;
+  /* a failed comm waits no more (every call fails at once), and its
+   * worker may still be giving up on a batch: leave its copies alone */
+  if (atomic_load(&m->abort))
+    return zinc_mpi_failed_earlier(m, "set the timeout");
+  zinc_status st = settle(m, zinc_mpi_worker_drain(m->worker, "set the timeout"));
+  if (atomic_load(&m->abort))
+    return st;
+  m->timeout_s = timeout_s;
+  zinc_mpi_worker_set_timeout(m->worker, timeout_s);
+  zinc_comm *children[2] = {m->intra, m->inter};
+  for (int k = 0; k < 2; k++)
+    if (children[k]) {
+      zinc_status cst = mpi_set_timeout(children[k], timeout_s);
+      st = st == ZINC_OK ? cst : st;
+    }
+  return st;
+}
+
 static const zinc_comm_ops mpi_ops = {
     .name = "mpi",
     .run = mpi_run,
@@ -419,6 +443,7 @@ static const zinc_comm_ops mpi_ops = {
     .alloc_shared = mpi_alloc_shared,
     .free_shared = mpi_free_shared,
     .destroy = mpi_destroy,
+    .set_timeout = mpi_set_timeout,
 };
 
 /* ------------------------------------------------------------- creation */

@@ -320,6 +320,14 @@ zinc_status zinc_mpi_worker_drain(zinc_mpi_worker *w, const char *why) {
   return ZINC_OK;
 }
 
+void zinc_mpi_worker_set_timeout(zinc_mpi_worker *w, double timeout_s) {
+  if (!w)
+    return;
+  pthread_mutex_lock(&w->mu);
+  w->timeout_s = timeout_s;
+  pthread_mutex_unlock(&w->mu);
+}
+
 void zinc_mpi_worker_destroy(zinc_mpi_worker *w) {
   if (!w)
     return;

@@ -293,6 +293,8 @@ zinc_status zinc_mpi_worker_test(zinc_mpi_worker *w, zinc_comm_req *req, int *do
 struct timespec zinc_mpi_timespec_after(struct timespec from, double seconds);
 /* Block until every queued batch has finished (their requests stay valid). */
 zinc_status zinc_mpi_worker_drain(zinc_mpi_worker *w, const char *why);
+/* The bound of the worker's waits from now on (zinc_comm_set_timeout). */
+void zinc_mpi_worker_set_timeout(zinc_mpi_worker *w, double timeout_s);
 /* Drain (bounded by the timeout), stop and join the thread, free requests
  * nobody will wait for. NULL is fine. */
 void zinc_mpi_worker_destroy(zinc_mpi_worker *w);

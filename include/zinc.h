@@ -890,7 +890,11 @@ ZINC_API zinc_status zinc_mp_allreduce_sum(zinc_engine *e, float *data, int64_t 
  * manifest, checksums, client state), and dir/tag is published as a whole
  * once every part is complete; such a checkpoint loads at the same
  * model_parallel_size (any data-parallel size and stage), and another size
- * is refused with ZINC_ERR_INVALID naming both. */
+ * is refused with ZINC_ERR_INVALID naming both. The ranks wait for peers
+ * still writing up to the config's zinc.checkpoint_timeout_s (default
+ * 1800 s; comm_timeout_s if larger), not comm_timeout_s: a slow peer is
+ * not a lost one (the same holds for zinc_load_checkpoint,
+ * zinc_export_safetensors and zinc_load_safetensors). */
 ZINC_API zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir,
                                           const char *tag);  /* [collective] */
 /* Load dir/tag (tag NULL: the one dir/latest names) into the engine's
@@ -1005,10 +1009,17 @@ ZINC_API void zinc_load_weights_report_free(zinc_load_weights_report *r);
  * Reads one tensor at a time, and of it only the pieces this rank owns
  * (stage 3: its partition; stage 0: the whole tensor): no rank holds the
  * file. Collective over the world: every rank reads the file itself (the
- * same path; with model parallelism each model-parallel rank gives the
- * file of its own shard of the model, as zinc_export_safetensors wrote it)
- * and every rank gets the same status and message. A read error after the
- * checks leaves the weights partial and stops the engine, as
+ * same path, or its node's copy; with model parallelism each
+ * model-parallel rank gives the file of its own shard of the model, as
+ * zinc_export_safetensors wrote it) and every rank gets the same status,
+ * message and report. So the ranks also check, before anything changes,
+ * that they read the same thing: the map's answers, each file's size and
+ * header, and the bytes of every piece loaded (a crc32c; at stages 1-3
+ * each piece is also read by a second rank to compare, so a rank reads
+ * about three times its share of the file). A difference is
+ * ZINC_ERR_INVALID on every rank naming the rank(s) that differ and the
+ * parameter or tensor. A read error after the checks (or a file that
+ * changed since them) leaves the weights partial and stops the engine, as
  * zinc_load_checkpoint does. */
 ZINC_API zinc_status zinc_load_safetensors(zinc_engine *e, const char *path,
                                            const zinc_load_weights_options *opt,

@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -38,6 +39,7 @@
 #include "engine/checkpoint/ef.h"
 #include "engine/checkpoint/mstate_io.h"
 #include "engine/checkpoint/format.h"
+#include "engine/checkpoint/wait_bound.h"
 #include "engine/engine.h"
 
 #define STAGING_ELEMS (1 << 20) /* 4 MiB of f32 between device and file */
@@ -412,16 +414,26 @@ static zinc_status publish(publisher *p, const char *tag, const char *final, con
 
 /* ---------------------------------------------------------------- save */
 
-static zinc_status write_shard(zinc_engine *e, const char *path, zinc_ckpt_fault *fault,
-                               uint32_t *crc, int64_t *bytes) {
+/* A save's identity (format.h, "Per-rank files"): random, nonzero. */
+static uint64_t new_save_id(void) {
+  uint64_t id = 0;
+  if (getrandom(&id, sizeof id, GRND_NONBLOCK) != (ssize_t)sizeof id) {
+    double t = zinc_now(); /* no entropy yet: the time and the process */
+    memcpy(&id, &t, sizeof id);
+    id ^= (uint64_t)getpid() << 32;
+  }
+  return id ? id : 1;
+}
+
+static zinc_status write_shard(zinc_engine *e, const char *path, const zinc_rank_file_id *id,
+                               zinc_ckpt_fault *fault, uint32_t *crc, int64_t *bytes) {
   zinc_shard_writer *w = NULL;
   float *staging = NULL;
   zinc_status st = zinc_aligned_alloc((void **)&staging, 64, STAGING_ELEMS * 4, "save staging");
   if (st != ZINC_OK)
     return st;
   int arrays[3], narrays = state_arrays(e, arrays);
-  st = zinc_shard_writer_open(path, e->dp_rank, e->dp_size, narrays, (uint64_t)e->shard_numel,
-                              fault, &w);
+  st = zinc_shard_writer_open(path, id, narrays, (uint64_t)e->shard_numel, fault, &w);
   for (int k = 0; k < narrays && st == ZINC_OK; k++) {
     int s = arrays[k];
     /* streamed a bounded piece at a time, wherever the state lives */
@@ -463,7 +475,7 @@ static zinc_status collect_piece(zinc_engine *e, const zinc_unit *u, int ui, int
 }
 
 static zinc_status write_manifest(zinc_engine *e, const char *partial, const char *tag,
-                                  const int64_t *file_info, const char *extra,
+                                  uint64_t save_id, const int64_t *file_info, const char *extra,
                                   zinc_ckpt_fault *fault) {
   zinc_manifest m = {0};
   zinc_status st = ZINC_OK;
@@ -483,6 +495,7 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
   m.version = ZINC_MANIFEST_VERSION;
   m.zinc_version = (char *)zinc_version();
   m.tag = (char *)tag;
+  m.save_id = save_id;
   m.world_size = e->world_size;
   m.dp_size = e->dp_size;
   m.stage = e->cfg.stage;
@@ -631,10 +644,7 @@ out:
   return st;
 }
 
-zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *tag) {
-  ZINC_CHECK(check_call(e, dir, tag, "zinc_save_checkpoint", 1));
-  if (e->dga) /* delayed averaging: one model to save (engine/dga.c) */
-    ZINC_CHECK(zinc_dga_sync(e, 1));
+static zinc_status save_checkpoint(zinc_engine *e, const char *dir, const char *tag) {
   if (e->micro_step % e->cfg.gradient_accumulation_steps != 0)
     zinc_log0(ZINC_LOG_WARN, "saving checkpoint %s/%s in the middle of an accumulation "
               "window: the window's gradients are not saved", dir, tag);
@@ -679,6 +689,13 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
       st = prepare_dir(&pub, tag, final, partial);
   }
   st = zinc_engine_agree(e, ac, st);
+  /* the save's identity: every per-rank file names it with its rank, so
+   * that a file moved between ranks or saves is refused on load */
+  zinc_rank_file_id id = {.save_id = owner ? new_save_id() : 0, .rank = (uint32_t)e->dp_rank,
+                          .world = (uint32_t)e->dp_size, .mp_rank = (uint32_t)e->mp_rank,
+                          .mp_size = (uint32_t)e->mp_size};
+  if (st == ZINC_OK)
+    st = zinc_comm_broadcast(ac, &id.save_id, 1, ZINC_DT_I64, 0);
   /* the directory this rank's part goes to (model parallelism: its own) */
   char *setdir = NULL;
   if (st == ZINC_OK) {
@@ -700,7 +717,7 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
     shard = zinc_path_join(setdir, name);
     uint32_t crc = 0;
     int64_t bytes = 0;
-    st = shard ? write_shard(e, shard, &pub.fault, &crc, &bytes)
+    st = shard ? write_shard(e, shard, &id, &pub.fault, &crc, &bytes)
                : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the shard path "
                             "of rank %d (%zu bytes); free host memory and retry", e->dp_rank,
                             strlen(setdir) + strlen(name) + 2);
@@ -710,7 +727,7 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
     if (st == ZINC_OK && e->cx_ef) {
       snprintf(name, sizeof name, ZINC_EF_FILE_FORMAT, e->dp_rank);
       char *efpath = zinc_path_join(setdir, name);
-      st = efpath ? zinc_ckpt_ef_write(e, efpath, &pub.fault, &ef_crc, &ef_bytes)
+      st = efpath ? zinc_ckpt_ef_write(e, efpath, &id, &pub.fault, &ef_crc, &ef_bytes)
                   : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the path "
                                "of %s/%s; free host memory and retry", setdir, name);
       free(efpath);
@@ -721,7 +738,7 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
     if (st == ZINC_OK && e->nmstate > 0) {
       snprintf(name, sizeof name, ZINC_MSTATE_FILE_FORMAT, e->dp_rank);
       char *mspath = zinc_path_join(setdir, name);
-      st = mspath ? zinc_ckpt_mstate_write(e, mspath, &pub.fault, &ms_crc, &ms_bytes)
+      st = mspath ? zinc_ckpt_mstate_write(e, mspath, &id, &pub.fault, &ms_crc, &ms_bytes)
                   : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the path "
                                "of %s/%s; free host memory and retry", setdir, name);
       free(mspath);
@@ -748,7 +765,7 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
   if (st == ZINC_OK && e->dp_rank == 0) {
     if (owner)
       crash_point(&pub);
-    st = write_manifest(e, setdir, tag, info, extra, &pub.fault);
+    st = write_manifest(e, setdir, tag, id.save_id, info, extra, &pub.fault);
     if (st == ZINC_OK)
       st = zinc_fs_fsync(setdir, 1);
   }
@@ -782,6 +799,16 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
   free(shard);
   free(info);
   return st;
+}
+
+zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *tag) {
+  ZINC_CHECK(check_call(e, dir, tag, "zinc_save_checkpoint", 1));
+  if (e->dga) /* delayed averaging: one model to save (engine/dga.c) */
+    ZINC_CHECK(zinc_dga_sync(e, 1));
+  /* peers busy writing are waited for up to zinc.checkpoint_timeout_s */
+  zinc_ckpt_wait w;
+  ZINC_CHECK(zinc_ckpt_wait_begin(e, &w, "zinc_save_checkpoint"));
+  return zinc_ckpt_wait_end(e, &w, save_checkpoint(e, dir, tag));
 }
 
 /* ---------------------------------------------------------------- load */
@@ -1073,15 +1100,8 @@ zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir, const char *ta
   return zinc_load_checkpoint_ex(e, dir, tag, 0);
 }
 
-zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char *tag,
-                                    unsigned flags) {
-  ZINC_CHECK(check_call(e, dir, tag, "zinc_load_checkpoint", 0));
-  if (flags & ~ZINC_LOAD_WEIGHTS_ONLY)
-    return zinc_error(ZINC_ERR_INVALID, "zinc_load_checkpoint_ex: flags 0x%x has bits other "
-                      "than ZINC_LOAD_WEIGHTS_ONLY", flags);
-  int weights_only = (flags & ZINC_LOAD_WEIGHTS_ONLY) != 0;
-  if (e->dga) /* delayed averaging: no all-reduce may write into what is loaded */
-    ZINC_CHECK(zinc_dga_sync(e, 0));
+static zinc_status load_checkpoint(zinc_engine *e, const char *dir, const char *tag,
+                                   int weights_only) {
   double t0 = zinc_now();
   void *client = NULL;
   int64_t client_bytes = 0;
@@ -1194,4 +1214,20 @@ zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char 
   zinc_ckpt_dir_close(d);
   free(map);
   return st;
+}
+
+zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char *tag,
+                                    unsigned flags) {
+  ZINC_CHECK(check_call(e, dir, tag, "zinc_load_checkpoint", 0));
+  if (flags & ~ZINC_LOAD_WEIGHTS_ONLY)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_load_checkpoint_ex: flags 0x%x has bits other "
+                      "than ZINC_LOAD_WEIGHTS_ONLY", flags);
+  if (e->dga) /* delayed averaging: no all-reduce may write into what is loaded */
+    ZINC_CHECK(zinc_dga_sync(e, 0));
+  /* peers busy reading and checking files are waited for up to
+   * zinc.checkpoint_timeout_s */
+  zinc_ckpt_wait w;
+  ZINC_CHECK(zinc_ckpt_wait_begin(e, &w, "zinc_load_checkpoint"));
+  return zinc_ckpt_wait_end(e, &w, load_checkpoint(e, dir, tag,
+                                                   (flags & ZINC_LOAD_WEIGHTS_ONLY) != 0));
 }

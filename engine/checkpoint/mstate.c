@@ -61,7 +61,8 @@ int64_t zinc_mstate_total(const zinc_engine *e) {
   return total;
 }
 
-zinc_status zinc_ckpt_mstate_write(zinc_engine *e, const char *path, zinc_ckpt_fault *fault,
+zinc_status zinc_ckpt_mstate_write(zinc_engine *e, const char *path,
+                                   const zinc_rank_file_id *id, zinc_ckpt_fault *fault,
                                    uint32_t *crc, int64_t *bytes) {
   *crc = 0;
   *bytes = 0;
@@ -90,6 +91,14 @@ zinc_status zinc_ckpt_mstate_write(zinc_engine *e, const char *path, zinc_ckpt_f
       at += (int64_t)n;
     }
   }
+  unsigned char tr[ZINC_RANK_TRAILER]; /* whose state this is */
+  zinc_rank_trailer_encode(ZINC_RANK_FILE_MSTATE, id, (uint64_t)at, tr);
+  if (st == ZINC_OK)
+    st = zinc_ckpt_fault_hit(fault, "write", path, at);
+  if (st == ZINC_OK)
+    st = zinc_fs_pwrite_all(fd, path, tr, sizeof tr, at);
+  *crc = zinc_crc32c(*crc, tr, sizeof tr);
+  at += ZINC_RANK_TRAILER;
   if (st == ZINC_OK && fsync(fd) != 0)
     st = zinc_fs_error("fsync", path, at, errno);
   if (fd >= 0)
@@ -126,10 +135,10 @@ zinc_status zinc_ckpt_mstate_describe(const zinc_engine *e, const uint32_t *crcs
     return zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the method-state "
                       "table of %d entries; free host memory and retry", e->nmstate);
   }
-  int64_t total = zinc_mstate_total(e);
+  int64_t total = zinc_mstate_total(e); /* each file: the buffers, then the trailer */
   for (int r = 0; r < e->dp_size; r++)
-    if (bytes[r] != total) {
-      int64_t b = bytes[r];
+    if (bytes[r] - ZINC_RANK_TRAILER != total) {
+      int64_t b = bytes[r] - ZINC_RANK_TRAILER;
       zinc_manifest_mstate_free(ms);
       return zinc_error(ZINC_ERR_INVALID, "checkpoint save: rank %d's method state holds %lld "
                         "bytes, rank %d's %lld; every rank must register the same buffers", r,
@@ -312,5 +321,6 @@ zinc_status zinc_ckpt_mstate_load(zinc_engine *e, const zinc_ckpt_dir *d,
 }
 
 zinc_status zinc_ckpt_dir_verify_mstate(const zinc_ckpt_dir *d, int i) {
-  return zinc_ckpt_dir_verify_whole(d, &d->manifest->ms.files[i], "method-state");
+  return zinc_ckpt_dir_verify_rank_file(d, &d->manifest->ms.files[i], ZINC_RANK_FILE_MSTATE,
+                                        "method-state");
 }

@@ -18,9 +18,11 @@ typedef enum {
   ZINC_MSTATE_LOAD_EXACT     /* every rank's bytes as saved */
 } zinc_mstate_load_mode;
 
-/* Write the registered buffers, in order, to path (created, fsynced;
+/* Write the registered buffers, in order, to path, then the identity
+ * trailer naming id (format.h, "Per-rank files"; created, fsynced;
  * removed on failure); crc32c and size come back for the manifest. */
-zinc_status zinc_ckpt_mstate_write(zinc_engine *e, const char *path, zinc_ckpt_fault *fault,
+zinc_status zinc_ckpt_mstate_write(zinc_engine *e, const char *path,
+                                   const zinc_rank_file_id *id, zinc_ckpt_fault *fault,
                                    uint32_t *crc, int64_t *bytes);
 /* Fill *ms from the registry and the gathered (crc, bytes) per rank;
  * zinc_manifest_mstate_free frees it. */
@@ -41,7 +43,8 @@ zinc_status zinc_ckpt_mstate_verify(const zinc_engine *e, const zinc_ckpt_dir *d
  * which in an info line. */
 zinc_status zinc_ckpt_mstate_load(zinc_engine *e, const zinc_ckpt_dir *d,
                                   zinc_mstate_load_mode mode, const char *why);
-/* Verify method-state file i (size and crc32c against the manifest). */
+/* Verify method-state file i (size and crc32c against the manifest, and
+ * its identity trailer). */
 zinc_status zinc_ckpt_dir_verify_mstate(const zinc_ckpt_dir *d, int i);
 
 #endif /* ZINC_CKPT_MSTATE_IO_H */
