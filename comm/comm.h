@@ -319,9 +319,6 @@ void zinc_comm_fate_leave(zinc_comm *c);
  * calls return at once). Any thread; the caller may hold a lock of its
  * own comm's, never one another comm's abort takes. */
 void zinc_comm_fate_fail(zinc_comm *c, const char *why);
-/* 1 once a comm of c's fate failed; *why (may be NULL) then points at the
- * first failure's message (valid while c lives). 0 for NULL or no fate. */
-int zinc_comm_fate_failed(const zinc_comm *c, const char **why);
 /* Owners: fail c and every comm of its fate with `why` ("Fate"), as if
  * one of them had failed. For an owner that learnt of a failure another
  * way (a peer's, through an agreement) and is about to destroy its comms:

@@ -106,15 +106,6 @@ void zinc_comm_fate_fail(zinc_comm *c, const char *why) {
   pthread_mutex_unlock(&f->mu);
 }
 
-int zinc_comm_fate_failed(const zinc_comm *c, const char **why) {
-  zinc_comm_fate *f = c ? c->fate : NULL;
-  if (!f || atomic_load(&f->state) != 2)
-    return 0;
-  if (why)
-    *why = f->why;
-  return 1;
-}
-
 void zinc_comm_abort(zinc_comm *c, const char *why) {
   if (!c || !c->ops->abort)
     return;
