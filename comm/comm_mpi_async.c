@@ -54,7 +54,8 @@ struct zinc_mpi_worker {
   void *ctx;
   _Atomic int *abort;
   double timeout_s;
-  char failure[REQ_MSG_MAX]; /* the first batch that failed: its message   */
+  char failure[REQ_MSG_MAX]; /* the first batch that failed since a drain
+                                gave up (or since the start): its message  */
 };
 
 static void req_free(zinc_comm_req *r) {
@@ -334,6 +335,7 @@ zinc_status zinc_mpi_worker_drain(zinc_mpi_worker *w, const char *why) {
   char what[sizeof w->head->what];
   memcpy(what, w->head->what, sizeof what);
   double age = zinc_now() - w->head->started;
+  w->failure[0] = '\0'; /* what the batches say from here, not an older failure */
   atomic_store(w->abort, 1);
   (void)wait_finished_for(w, NULL, report_grace(w));
   char said[REQ_MSG_MAX];

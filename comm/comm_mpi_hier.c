@@ -42,7 +42,7 @@
  * name: a node barrier past its deadline sends the other nodes a note
  * saying whom it waits for (note_to), and a wait between nodes that times
  * out gives such a note, or the failure of a node peer here (node_peers),
- * the barrier's grace to come, and repeats it. When a
+ * half the barrier's grace to come, and repeats it. When a
  * child fails, this comm and the other child are failed too, so the node's
  * peers stop at their next node barrier instead of waiting out the
  * timeout, and destroy skips the collective frees.
