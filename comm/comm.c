@@ -188,3 +188,10 @@ zinc_status zinc_comm_broadcast(zinc_comm *c, void *buf, size_t count, int dtype
 zinc_status zinc_comm_barrier(zinc_comm *c) {
   return run1(c, (zinc_coll){.kind = ZINC_COLL_BARRIER});
 }
+
+zinc_status zinc_comm_set_timeout(zinc_comm *c, double timeout_s) {
+  if (c->ops->set_timeout)
+    return c->ops->set_timeout(c, timeout_s);
+  c->timeout_s = timeout_s;
+  return ZINC_OK;
+}

@@ -46,13 +46,18 @@
  * Failures come back as ZINC_ERR_COMM with a message naming the operation,
  * the peer where known, and the backend's error string. An operation that
  * has not completed after timeout_s fails the same way (the comm is then
- * unusable: destroy it); a started one waited for may take up to
- * min(max(timeout_s, 1 s), 2 s) longer, and a node barrier a peer did not
- * reach up to min(timeout_s, 2 s) longer, so that the
- * failure names the ranks that did not arrive (a node peer that failed on
- * a rank lost beyond the node is repeated, naming that rank). Every later call on a failed comm fails at once
- * and repeats the first failure's message, so it still names the lost
- * rank(s).
+ * unusable: destroy it); a started one waited for (by wait, or by a call
+ * that first finishes the started batches: run, split, alloc_shared,
+ * free_shared, destroy) may take up to min(max(timeout_s, 1 s), 2 s)
+ * longer, a node barrier a peer did not reach up to min(timeout_s, 2 s)
+ * longer, and (mpi, node-aware path) a wait between nodes half that, so
+ * that the failure names the ranks that did not arrive: a node peer that
+ * failed on a rank lost beyond the node is repeated, naming that rank, and
+ * so is the peer on another node that was itself waiting at its node
+ * barrier. Ranks are named by their number in the comm that split began
+ * from (the one create made), on every comm of a fate alike. Every later
+ * call on a failed comm fails at once and repeats the first failure's
+ * message, so it still names the lost rank(s).
  *
  * Requests: `start` hands the caller a request (NULL when start fails).
  * `wait` consumes it whatever it returns. `test` consumes it when it sets
@@ -100,6 +105,21 @@
  *    the job.
  *  - timeout_s above 1e9 s is waited for without a deadline (the config
  *    bounds zinc.comm_timeout_s to 1e6 s).
+ *
+ * Fate: comms that fail together. A comm made by create starts a fate of
+ * its own; a split joins its parent's, an nccl comm its bootstrap's. When
+ * one comm of a fate fails (a timeout, a lost or frozen peer: whatever
+ * leaves it unusable), every other one is aborted with the first
+ * failure's message: a wait in progress on any of them gives up within a
+ * poll (naming what it waited for), every later call fails at once
+ * repeating that message, and destroy returns at once. So an owner of
+ * several comms over the same ranks (the engine: world, data- and
+ * model-parallel groups, hpZ's group, a method's own comm) never waits a
+ * second timeout on another of them for a rank one of them has already
+ * given up on, and whichever comm a caller asks next names the lost rank.
+ * zinc_comm_abort fails a fate on purpose (an owner that learnt of a
+ * failure otherwise, e.g. agreed from a peer). Errors that leave a comm
+ * usable (bad arguments, mismatched collectives) do not touch its fate.
  */
 #ifndef ZINC_COMM_H
 #define ZINC_COMM_H
@@ -219,9 +239,18 @@ typedef struct {
   zinc_status (*alloc_shared)(zinc_comm *c, size_t bytes, void **out);
   void (*free_shared)(zinc_comm *c, void *p);
   void (*destroy)(zinc_comm *c);
+  /* Optional (zinc_comm_set_timeout): a backend that keeps timeout_s
+   * elsewhere too (its worker, child comms) sets it there. */
+  zinc_status (*set_timeout)(zinc_comm *c, double timeout_s);
+  /* Optional (NULL: the comm cannot fail, self). Mark the comm failed with
+   * `why` ("Fate"), unless it failed already: any thread, any time before
+   * destroy; non-blocking (waits notice it at their next poll). Called by
+   * the fate, never by owners (zinc_comm_abort). */
+  void (*abort)(zinc_comm *c, const char *why);
 } zinc_comm_ops;
 
 typedef struct zinc_comm_log zinc_comm_log; /* comm/comm_log.h */
+typedef struct zinc_comm_fate zinc_comm_fate; /* comm/comm_fate.c */
 
 struct zinc_comm {
   const zinc_comm_ops *ops;
@@ -245,6 +274,9 @@ struct zinc_comm {
    * bootstrap comm's table. Owned by the comm (valid until destroy). */
   int nnodes;
   const int *node_of;
+  /* The comms this one fails with ("Fate"): set by the backend at
+   * creation (zinc_comm_fate_join), NULL for a comm that cannot fail. */
+  zinc_comm_fate *fate;
 };
 
 /* -------------------------------------------------------------- creation */
@@ -274,6 +306,28 @@ static inline void zinc_comm_destroy(zinc_comm *c) {
     c->ops->destroy(c);
 }
 
+/* ------------------------------------------------------------------ fate */
+
+/* Backends, at creation: c joins the fate of `from` (a split's parent, an
+ * nccl comm's bootstrap), or a new fate of its own when from is NULL or
+ * has none. A comm joining a fate that already failed is aborted at once.
+ * ZINC_ERR_NOMEM when the fate cannot grow (c is then in no fate). */
+zinc_status zinc_comm_fate_join(zinc_comm *c, zinc_comm *from);
+/* Backends, at destroy, before freeing what abort touches and after the
+ * comm's own threads are stopped: no abort reaches c afterwards. The last
+ * comm to leave frees the fate. NULL or no fate: nothing. */
+void zinc_comm_fate_leave(zinc_comm *c);
+/* Backends: c failed, its first failure's message is `why`; every other
+ * comm of its fate is aborted with it, in the calling thread (once: later
+ * calls return at once). Any thread; the caller may hold a lock of its
+ * own comm's, never one another comm's abort takes. */
+void zinc_comm_fate_fail(zinc_comm *c, const char *why);
+/* Owners: fail c and every comm of its fate with `why` ("Fate"), as if
+ * one of them had failed. For an owner that learnt of a failure another
+ * way (a peer's, through an agreement) and is about to destroy its comms:
+ * destroy then returns at once, skipping collective frees. NULL: nothing. */
+void zinc_comm_abort(zinc_comm *c, const char *why);
+
 /* The host may read what the comm's waits guarded ("Streams"); NULL and
  * comms without settle: ZINC_OK at once. */
 static inline zinc_status zinc_comm_settle(zinc_comm *c) {
@@ -294,6 +348,17 @@ zinc_status zinc_comm_allgatherv(zinc_comm *c, const void *send, size_t sendcoun
 zinc_status zinc_comm_broadcast(zinc_comm *c, void *buf, size_t count, int dtype,
                                 int root);
 zinc_status zinc_comm_barrier(zinc_comm *c);
+
+/* Bound this comm's waits by timeout_s from now on, instead of the value
+ * it was created with (or last set): a phase in which peers are busy for
+ * longer than the comm timeout without being lost — a checkpoint's file
+ * I/O — raises it for its duration and sets it back. Not collective (each
+ * rank bounds its own waits). The batches already started are waited for
+ * first, under the old bound (so that no wait in flight sees it change);
+ * on a failed comm, which waits no more, it returns that failure at once.
+ * timeout_s is recorded in every case; backends without set_timeout
+ * (self) only record it. */
+zinc_status zinc_comm_set_timeout(zinc_comm *c, double timeout_s);
 
 /* "reduce-scatter", "all-gather", ... */
 const char *zinc_coll_name(zinc_coll_kind k);

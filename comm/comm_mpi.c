@@ -133,10 +133,12 @@ double zinc_mpi_deadline(const zinc_mpi *m) {
 
 /* ------------------------------------------------------------- failure */
 
-void zinc_mpi_fail(zinc_mpi *m) {
+/* Mark m failed, `why` its failure unless it has one: abort set, the
+ * node's peers told. Atomics only (any thread; the fate's walk calls it). */
+static void mark_failed(zinc_mpi *m, const char *why) {
   int none = 0;
   if (atomic_compare_exchange_strong(&m->failure_state, &none, 1)) {
-    snprintf(m->failure, sizeof m->failure, "%s", zinc_last_error());
+    snprintf(m->failure, sizeof m->failure, "%s", why);
     atomic_store(&m->failure_state, 2);
   }
   atomic_store(&m->abort, 1);
@@ -148,8 +150,17 @@ void zinc_mpi_fail(zinc_mpi *m) {
     atomic_store(&mine->failed, 1); /* after the text: a peer reads it once it sees this */
   }
   if (m->intra) /* node-aware: the node's peers see it at their next node barrier */
-    zinc_mpi_fail(zinc_mpi_of(m->intra));
+    mark_failed(zinc_mpi_of(m->intra), why);
 }
+
+void zinc_mpi_fail(zinc_mpi *m) {
+  mark_failed(m, zinc_last_error());
+  if (atomic_load(&m->failure_state) == 2) /* the comms of its fate fail with it */
+    zinc_comm_fate_fail(m->pub, m->failure);
+}
+
+/* The fate's abort (comm.h): another comm of the fate failed. */
+static void mpi_abort(zinc_comm *c, const char *why) { mark_failed(zinc_mpi_of(c), why); }
 
 zinc_status zinc_mpi_failed_earlier(zinc_mpi *m, const char *what) {
   const char *first = atomic_load(&m->failure_state) == 2 ? m->failure
@@ -188,7 +199,7 @@ void zinc_mpi_describe(const zinc_coll *o, char *buf, size_t len) {
 }
 
 void zinc_mpi_count_wire(zinc_mpi *m, zinc_coll_kind kind, int peer, size_t bytes) {
-  if (m->parent_rank)
+  if (m->is_child)
     return; /* a node-aware comm's child: the parent counts what it moves */
   if (!m->pub->log || peer == m->rank)
     return;
@@ -265,8 +276,9 @@ static zinc_status worker_exec(void *ctx, const zinc_coll *colls, int n) {
      * so that callers are seen handling the failure from `test` */
     atomic_store(&m->abort, 1);
     return zinc_error(ZINC_ERR_COMM, "comm mpi (rank %d of %d): started batch %lld (%s ...) "
-                      "failed on purpose (ZINC_TEST_COMM_FAIL_STARTED, tests only)", m->rank,
-                      m->size, m->fail_started_at, n ? zinc_coll_name(colls[0].kind) : "empty");
+                      "failed on purpose (ZINC_TEST_COMM_FAIL_STARTED, tests only)",
+                      zinc_mpi_rank_name(m, m->rank), m->size, m->fail_started_at,
+                      n ? zinc_coll_name(colls[0].kind) : "empty");
   }
   m->in_worker = 1; /* only one thread executes at a time (see the header) */
   zinc_status st = zinc_mpi_execute(m, colls, n);
@@ -289,7 +301,11 @@ static zinc_status mpi_start(zinc_comm *c, const zinc_coll *colls, int n, zinc_c
   zinc_mpi *m = zinc_mpi_of(c);
   if (!m->worker)
     ZINC_CHECK(settle(m, zinc_mpi_execute(m, colls, n)));
-  return zinc_mpi_worker_submit(m->worker, colls, n, m->size, req);
+  zinc_status st = zinc_mpi_worker_submit(m->worker, colls, n, m->size, req);
+  if (st == ZINC_OK && m->worker && m->fail_started_at > 0 &&
+      ++m->started_by_caller == m->fail_started_at)
+    (void)zinc_mpi_worker_drain(m->worker, "start"); /* tests: failed when start returns */
+  return st;
 }
 
 static zinc_status mpi_wait(zinc_comm *c, zinc_comm_req *req) {
@@ -330,6 +346,7 @@ static zinc_status mpi_test(zinc_comm *c, zinc_comm_req *req, int *done) {
 enum { PATH_CHOOSE, PATH_CHILD_SHM, PATH_CHILD_P2P };
 static zinc_status create_from(MPI_Comm comm, int thread_level, double timeout_s, int path,
                                zinc_comm **out);
+static void mpi_release(zinc_comm *c);
 
 static zinc_status mpi_split(zinc_comm *c, int color, int key, zinc_comm **out) {
   if (!out)
@@ -346,7 +363,27 @@ static zinc_status mpi_split(zinc_comm *c, int color, int key, zinc_comm **out) 
   int rc = MPI_Comm_split(m->comm, color, key, &sub);
   if (rc != MPI_SUCCESS)
     return zinc_mpi_error(rc, "MPI_Comm_split", -1);
-  return create_from(sub, m->thread_level, c->timeout_s, PATH_CHOOSE, out);
+  ZINC_CHECK(create_from(sub, m->thread_level, c->timeout_s, PATH_CHOOSE, out));
+  zinc_mpi *sm = zinc_mpi_of(*out);
+  /* its ranks are named as the parent names them (rank_names): the
+   * collective first, so that a local failure below leaves no peer in it */
+  int name = zinc_mpi_rank_name(m, m->rank), names[sm->size];
+  zinc_status st = ZINC_OK;
+  rc = MPI_Allgather(&name, 1, MPI_INT, names, 1, MPI_INT, sm->comm);
+  if (rc != MPI_SUCCESS)
+    st = zinc_mpi_error(rc, "MPI_Allgather of the split's rank names", -1);
+  if (st == ZINC_OK)
+    st = zinc_calloc((void **)&sm->rank_names, (size_t)sm->size, sizeof *sm->rank_names,
+                     "comm mpi split rank names");
+  if (st == ZINC_OK) {
+    memcpy(sm->rank_names, names, sizeof names);
+    st = zinc_comm_fate_join(*out, c); /* fails with its parent (comm.h) */
+  }
+  if (st != ZINC_OK) {
+    mpi_release(*out);
+    *out = NULL;
+  }
+  return st;
 }
 
 static zinc_status mpi_alloc_shared(zinc_comm *c, size_t bytes, void **out) {
@@ -374,8 +411,12 @@ static void mpi_free_shared(zinc_comm *c, void *p) {
  * skipped once the comm has failed: peers may never join them. */
 static void mpi_release(zinc_comm *c) {
   zinc_mpi *m = zinc_mpi_of(c);
+  /* batches that never finish are this comm's failure, and its fate's */
+  if (settle(m, zinc_mpi_worker_drain(m->worker, "destroy")) != ZINC_OK)
+    zinc_log(ZINC_LOG_WARN, "%s", zinc_last_error());
   zinc_mpi_worker_destroy(m->worker);
   m->worker = NULL;
+  zinc_comm_fate_leave(c); /* no abort reaches m from here on */
   int finalized = 0;
   MPI_Finalized(&finalized);
   int collective_ok = !finalized && (m->use_shm ? zinc_mpi_shm_agree_teardown(m)
@@ -393,7 +434,7 @@ static void mpi_release(zinc_comm *c) {
   zinc_mpi_hier_teardown(m, !collective_ok);
   zinc_mpi_p2p_teardown(m);
   free(m->node_of);
-  free(m->parent_rank);
+  free(m->rank_names);
   if (!finalized) {
     if (m->node != MPI_COMM_NULL)
       MPI_Comm_free(&m->node);
@@ -409,6 +450,30 @@ static void mpi_destroy(zinc_comm *c) {
     mpi_release(c);
 }
 
+/* zinc_comm_set_timeout: every copy of the bound (this comm's, its
+ * worker's, the node-aware path's children), once no started batch is
+ * running (the worker thread reads the bound while it runs one). */
+static zinc_status mpi_set_timeout(zinc_comm *c, double timeout_s) {
+  zinc_mpi *m = zinc_mpi_of(c);
+  c->timeout_s = timeout_s;
+  /* a failed comm waits no more (every call fails at once), and its
+   * worker may still be giving up on a batch: leave its copies alone */
+  if (atomic_load(&m->abort))
+    return zinc_mpi_failed_earlier(m, "set the timeout");
+  zinc_status st = settle(m, zinc_mpi_worker_drain(m->worker, "set the timeout"));
+  if (atomic_load(&m->abort))
+    return st;
+  m->timeout_s = timeout_s;
+  zinc_mpi_worker_set_timeout(m->worker, timeout_s);
+  zinc_comm *children[2] = {m->intra, m->inter};
+  for (int k = 0; k < 2; k++)
+    if (children[k]) {
+      zinc_status cst = mpi_set_timeout(children[k], timeout_s);
+      st = st == ZINC_OK ? cst : st;
+    }
+  return st;
+}
+
 static const zinc_comm_ops mpi_ops = {
     .name = "mpi",
     .run = mpi_run,
@@ -419,6 +484,8 @@ static const zinc_comm_ops mpi_ops = {
     .alloc_shared = mpi_alloc_shared,
     .free_shared = mpi_free_shared,
     .destroy = mpi_destroy,
+    .set_timeout = mpi_set_timeout,
+    .abort = mpi_abort,
 };
 
 /* ------------------------------------------------------------- creation */
@@ -599,7 +666,13 @@ zinc_status zinc_comm_mpi_create(void *mpi_comm, double timeout_s, zinc_comm **o
   int rc = MPI_Comm_dup(parent, &dup);
   if (rc != MPI_SUCCESS)
     return zinc_mpi_error(rc, "MPI_Comm_dup of the trainer's communicator", -1);
-  return create_from(dup, provided, timeout_s, PATH_CHOOSE, out);
+  ZINC_CHECK(create_from(dup, provided, timeout_s, PATH_CHOOSE, out));
+  zinc_status st = zinc_comm_fate_join(*out, NULL); /* a fate of its own (comm.h) */
+  if (st != ZINC_OK) {
+    mpi_release(*out);
+    *out = NULL;
+  }
+  return st;
 }
 
 zinc_status zinc_mpi_create_child(zinc_mpi *parent, MPI_Comm comm, int shared_memory,
@@ -609,13 +682,15 @@ zinc_status zinc_mpi_create_child(zinc_mpi *parent, MPI_Comm comm, int shared_me
   ZINC_CHECK(create_from(comm, parent->thread_level, parent->timeout_s,
                          shared_memory ? PATH_CHILD_SHM : PATH_CHILD_P2P, &c));
   zinc_mpi *m = zinc_mpi_of(c);
-  zinc_status st = zinc_calloc((void **)&m->parent_rank, (size_t)m->size,
-                               sizeof *m->parent_rank, "comm mpi child rank names");
+  zinc_status st = zinc_calloc((void **)&m->rank_names, (size_t)m->size,
+                               sizeof *m->rank_names, "comm mpi child rank names");
   if (st != ZINC_OK) {
     mpi_release(c);
     return st;
   }
-  memcpy(m->parent_rank, parent_rank, (size_t)m->size * sizeof *parent_rank);
+  for (int k = 0; k < m->size; k++)
+    m->rank_names[k] = zinc_mpi_rank_name(parent, parent_rank[k]);
+  m->is_child = 1;
   m->parent_abort = &parent->abort;
   *out = c;
   return ZINC_OK;

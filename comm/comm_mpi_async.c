@@ -54,6 +54,8 @@ struct zinc_mpi_worker {
   void *ctx;
   _Atomic int *abort;
   double timeout_s;
+  char failure[REQ_MSG_MAX]; /* the first batch that failed since a drain
+                                gave up (or since the start): its message  */
 };
 
 static void req_free(zinc_comm_req *r) {
@@ -81,6 +83,8 @@ static void *worker_main(void *arg) {
       snprintf(msg, sizeof msg, "%s", zinc_last_error());
 
     pthread_mutex_lock(&w->mu);
+    if (st != ZINC_OK && !w->failure[0]) /* what a drain that gave up reports */
+      memcpy(w->failure, msg, sizeof msg);
     w->head = r->next;
     if (!w->head)
       w->tail = NULL;
@@ -246,6 +250,12 @@ static int wait_finished(zinc_mpi_worker *w, const zinc_comm_req *req) {
   return wait_finished_for(w, req, w->timeout_s);
 }
 
+/* How much longer than the timeout a wait gives the worker to report a
+ * batch's failure itself (zinc_mpi_worker_wait). */
+static double report_grace(const zinc_mpi_worker *w) {
+  return w->timeout_s < 1.0 ? 1.0 : w->timeout_s < 2.0 ? w->timeout_s : 2.0;
+}
+
 static zinc_status req_finish(zinc_comm_req *r) {
   zinc_status st = r->status;
   if (st != ZINC_OK)
@@ -267,9 +277,8 @@ zinc_status zinc_mpi_worker_wait(zinc_mpi_worker *w, zinc_comm_req *req) {
    * generic message: one more timeout, at least 1 s (a loaded machine or a
    * sanitizer build takes the batch up that much later) and at most 2 s. */
   int timed_out = wait_finished(w, req);
-  double grace = w->timeout_s < 1.0 ? 1.0 : w->timeout_s < 2.0 ? w->timeout_s : 2.0;
   if (timed_out)
-    timed_out = wait_finished_for(w, req, grace);
+    timed_out = wait_finished_for(w, req, report_grace(w));
   if (timed_out) {
     /* From here the worker owns (and frees) the request: copy what the
      * message needs before letting go of the lock. */
@@ -308,16 +317,43 @@ zinc_status zinc_mpi_worker_drain(zinc_mpi_worker *w, const char *why) {
   if (!w)
     return ZINC_OK;
   pthread_mutex_lock(&w->mu);
+  /* as a wait does: past the timeout, the grace in which the worker may
+   * still report the batch's failure itself, naming the ranks it waited
+   * for */
   int timed_out = wait_finished(w, NULL);
-  pthread_mutex_unlock(&w->mu);
-  if (timed_out) {
-    atomic_store(w->abort, 1);
-    return zinc_error(ZINC_ERR_COMM,
-                      "comm mpi: %s: started batches did not finish within the comm "
-                      "timeout of %.1f s; the comm is unusable, destroy it",
-                      why, w->timeout_s);
+  if (timed_out)
+    timed_out = wait_finished_for(w, NULL, report_grace(w));
+  if (!timed_out) {
+    pthread_mutex_unlock(&w->mu);
+    return ZINC_OK;
   }
-  return ZINC_OK;
+  /* Give up: every wait loop of the worker sees the abort within a poll and
+   * fails its batch (naming the operation and the ranks that had not come),
+   * and the batches queued behind it fail at once. Say what was stuck, and
+   * what the worker said when it let go (bounded: a worker that does not
+   * let go is named as such). */
+  char what[sizeof w->head->what];
+  memcpy(what, w->head->what, sizeof what);
+  double age = zinc_now() - w->head->started;
+  w->failure[0] = '\0'; /* what the batches say from here, not an older failure */
+  atomic_store(w->abort, 1);
+  (void)wait_finished_for(w, NULL, report_grace(w));
+  char said[REQ_MSG_MAX];
+  memcpy(said, w->failure, sizeof said);
+  pthread_mutex_unlock(&w->mu);
+  return zinc_error(ZINC_ERR_COMM,
+                    "comm mpi: %s: the started %s (%.1f s ago) did not finish within the "
+                    "comm timeout of %.1f s: %s", why, what, age, w->timeout_s,
+                    said[0] ? said : "its progress thread did not give up either; the comm "
+                                     "is unusable, destroy it");
+}
+
+void zinc_mpi_worker_set_timeout(zinc_mpi_worker *w, double timeout_s) {
+  if (!w)
+    return;
+  pthread_mutex_lock(&w->mu);
+  w->timeout_s = timeout_s;
+  pthread_mutex_unlock(&w->mu);
 }
 
 void zinc_mpi_worker_destroy(zinc_mpi_worker *w) {

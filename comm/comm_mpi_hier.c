@@ -36,8 +36,13 @@
  *
  * Failure: the children's waits are bounded by the same timeout as this
  * comm's, give up when this comm is aborted (parent_abort: a timed-out
- * wait on a started batch), and name ranks by this comm's numbers
- * (parent_rank). When a
+ * wait on a started batch), and name ranks by this comm's names
+ * (rank_names). The rank waited for between nodes may itself be stuck
+ * at its node barrier behind the lost rank, which then only its node can
+ * name: a node barrier past its deadline sends the other nodes a note
+ * saying whom it waits for (note_to), and a wait between nodes that times
+ * out gives such a note, or the failure of a node peer here (node_peers),
+ * half the barrier's grace to come, and repeats it. When a
  * child fails, this comm and the other child are failed too, so the node's
  * peers stop at their next node barrier instead of waiting out the
  * timeout, and destroy skips the collective frees.
@@ -78,6 +83,8 @@ zinc_status zinc_mpi_hier_setup(zinc_mpi *m) {
   for (int k = 0; k < m->nodes; k++)
     names[k] = k * ppn + local;
   ZINC_CHECK(zinc_mpi_create_child(m, cross_comm, 0, names, &m->inter));
+  zinc_mpi_of(m->inter)->node_peers = zinc_mpi_of(m->intra);
+  zinc_mpi_of(m->intra)->note_to = zinc_mpi_of(m->inter);
   if (!zinc_mpi_of(m->intra)->use_shm)
     return zinc_error(ZINC_ERR_COMM, "comm mpi: node-aware path: the %d ranks of node %d "
                       "do not share memory; set ZINC_COMM_NODE_SIZE to a divisor of the "
@@ -86,6 +93,10 @@ zinc_status zinc_mpi_hier_setup(zinc_mpi *m) {
 }
 
 void zinc_mpi_hier_teardown(zinc_mpi *m, int failed) {
+  if (m->inter) /* it reads the intra child's peers, freed first */
+    zinc_mpi_of(m->inter)->node_peers = NULL;
+  if (m->intra)
+    zinc_mpi_of(m->intra)->note_to = NULL;
   zinc_comm *kids[2] = {m->intra, m->inter};
   for (int i = 0; i < 2; i++) {
     if (!kids[i])

@@ -96,7 +96,7 @@ typedef struct zinc_mpi_shm_alloc {
 
 typedef struct zinc_mpi_worker zinc_mpi_worker;
 
-typedef struct {
+typedef struct zinc_mpi_s {
   zinc_comm *pub;          /* the zinc_comm this state belongs to            */
   MPI_Comm comm;           /* zinc's own duplicate: no traffic mixes with
                               the trainer's                                   */
@@ -149,16 +149,30 @@ typedef struct {
   zinc_comm *inter;        /* this local index on every node (p2p path)       */
   char *hier_tmp;          /* (hier_tmp_bytes) widened sends, node partials   */
   size_t hier_tmp_bytes;
+  /* How messages name rank k: its number in the comm the splits began
+   * from (zinc_comm_mpi_create's: the engine's world), so that every comm
+   * of a fate names a lost rank alike; a node-aware child's ranks by the
+   * same numbers. NULL: its own numbers (a comm made by create). */
+  int *rank_names;         /* (size)                                          */
   /* child comm of a node-aware one: */
-  int *parent_rank;        /* (size) each rank as the parent numbers it, used
-                              in messages; NULL: not a child                  */
+  int is_child;
   _Atomic int *parent_abort; /* the parent's abort flag: waits give up on it  */
+  struct zinc_mpi_s *node_peers; /* the inter child: the parent's intra child,
+                              whose peers' failures its waits repeat         */
+  struct zinc_mpi_s *note_to; /* the intra child: the inter child, over which
+                              a node barrier past its deadline tells the
+                              other nodes whom it waits for (once)           */
+  int noted;
+  char note_out[512];      /* that note (sent from here: lives with the comm) */
 
   zinc_mpi_worker *worker; /* NULL: `start` runs batches at once              */
   int in_worker;           /* the worker is executing (shorter barrier spins) */
   /* tests: ZINC_TEST_COMM_FAIL_STARTED, the started batch (1, 2, ...) that
-   * fails as a lost peer's would; 0 never. Counted by the worker. */
-  long long fail_started_at, started_batches;
+   * fails as a lost peer's would; 0 never. Counted by the worker
+   * (started_batches) and by `start` (started_by_caller), which returns
+   * only once the worker has failed it: the caller's first `test` finds it
+   * failed, whatever the load. */
+  long long fail_started_at, started_batches, started_by_caller;
 } zinc_mpi;
 
 static inline zinc_mpi *zinc_mpi_of(zinc_comm *c) { return (zinc_mpi *)c->impl; }
@@ -197,15 +211,14 @@ void zinc_mpi_count_wire(zinc_mpi *m, zinc_coll_kind kind, int peer, size_t byte
 static inline int zinc_mpi_same_node(const zinc_mpi *m, int peer) {
   return m->node_of[peer] == m->node_of[m->rank];
 }
-/* The rank to name in a message for rank k of m (the parent's number in a
- * node-aware comm's children). */
+/* The rank to name in a message for rank k of m (rank_names). */
 static inline int zinc_mpi_rank_name(const zinc_mpi *m, int k) {
-  return m->parent_rank && k >= 0 ? m->parent_rank[k] : k;
+  return m->rank_names && k >= 0 ? m->rank_names[k] : k;
 }
 /* A child comm of the node-aware path over `comm` (owned from here on):
  * shared_memory 1 takes the shared-memory path (every rank of comm must be
  * on this node), 0 the p2p path; no worker thread. parent_rank (size of
- * comm) is copied. */
+ * comm): each rank's number in the parent. */
 zinc_status zinc_mpi_create_child(zinc_mpi *parent, MPI_Comm comm, int shared_memory,
                                   const int *parent_rank, zinc_comm **out);
 /* Run a validated batch in the calling thread (shm, hier or p2p path). */
@@ -215,6 +228,9 @@ zinc_status zinc_mpi_execute(zinc_mpi *m, const zinc_coll *colls, int n);
 /* List (into buf) the ranks behind the others at the node barrier; returns
  * how many. */
 int zinc_mpi_shm_laggards(zinc_mpi *m, char *buf, size_t n);
+/* A node peer whose comm failed, named by zinc_mpi_rank_name, and what it
+ * published about it (into said); -1 when none has. */
+int zinc_mpi_shm_failed_peer(zinc_mpi *m, char *said, size_t n);
 
 zinc_status zinc_mpi_shm_setup(zinc_mpi *m);
 void zinc_mpi_shm_teardown(zinc_mpi *m);
@@ -247,6 +263,11 @@ zinc_status zinc_mpi_hier_run(zinc_mpi *m, const zinc_coll *colls, int n);
 /* ------------------------------------------------------ comm_mpi_p2p.c */
 
 zinc_status zinc_mpi_p2p_setup(zinc_mpi *m);
+/* The node-aware path: tell every peer of m (the inter child) that this
+ * rank waits at its node barrier, `text` saying for whom (sent once per
+ * comm, without waiting for delivery). A wait between nodes that times out
+ * repeats such a note from a peer it waited for. */
+void zinc_mpi_p2p_note(zinc_mpi *m, const char *text);
 void zinc_mpi_p2p_teardown(zinc_mpi *m);
 zinc_status zinc_mpi_p2p_run(zinc_mpi *m, const zinc_coll *colls, int n);
 
@@ -293,6 +314,8 @@ zinc_status zinc_mpi_worker_test(zinc_mpi_worker *w, zinc_comm_req *req, int *do
 struct timespec zinc_mpi_timespec_after(struct timespec from, double seconds);
 /* Block until every queued batch has finished (their requests stay valid). */
 zinc_status zinc_mpi_worker_drain(zinc_mpi_worker *w, const char *why);
+/* The bound of the worker's waits from now on (zinc_comm_set_timeout). */
+void zinc_mpi_worker_set_timeout(zinc_mpi_worker *w, double timeout_s);
 /* Drain (bounded by the timeout), stop and join the thread, free requests
  * nobody will wait for. NULL is fine. */
 void zinc_mpi_worker_destroy(zinc_mpi_worker *w);

@@ -50,15 +50,16 @@ zinc_status zinc_mpi_p2p_setup(zinc_mpi *m) {
   if (chunk > (1 << 30))
     chunk = 1 << 30;
   m->p2p_chunk_bytes = (size_t)chunk / 8 * 8;
-  /* Tags: 2*nonce (data) and 2*nonce + 1 (barrier tokens). */
+  /* Tags: 3*nonce (data), 3*nonce + 1 (barrier tokens), 3*nonce + 2 (the
+   * node-aware path's notes, zinc_mpi_p2p_note). */
   int *tag_ub = NULL, flag = 0;
   MPI_Comm_get_attr(m->comm, MPI_TAG_UB, &tag_ub, &flag);
-  int nonces = (flag && tag_ub && *tag_ub > 2) ? *tag_ub / 2 : 16383;
+  int nonces = (flag && tag_ub && *tag_ub > 3) ? *tag_ub / 3 : 10922;
   int nonce = (int)((uint64_t)(zinc_now() * 1e9) % (uint64_t)nonces);
   int rc = MPI_Bcast(&nonce, 1, MPI_INT, 0, m->comm);
   if (rc != MPI_SUCCESS)
     return zinc_mpi_error(rc, "MPI_Bcast of the message tag nonce", 0);
-  m->p2p_tag = 2 * nonce;
+  m->p2p_tag = 3 * nonce;
   ZINC_CHECK(zinc_calloc((void **)&m->p2p_reqs, 2 * (size_t)m->size, sizeof *m->p2p_reqs,
                          "comm mpi p2p requests"));
   ZINC_CHECK(zinc_calloc((void **)&m->p2p_peer, 2 * (size_t)m->size, sizeof *m->p2p_peer,
@@ -113,6 +114,34 @@ static zinc_status post_tagged(p2p_batch *b, int is_send, void *buf, size_t byte
 /* A data piece; empty pieces are not sent. */
 static zinc_status post(p2p_batch *b, int is_send, void *buf, size_t bytes, int peer) {
   return bytes ? post_tagged(b, is_send, buf, bytes, peer, b->m->p2p_tag) : ZINC_OK;
+}
+
+void zinc_mpi_p2p_note(zinc_mpi *m, const char *text) {
+  for (int k = 0; k < m->size; k++) {
+    if (k == m->rank)
+      continue;
+    MPI_Request req; /* small: delivered eagerly; `text` lives with the comm */
+    if (MPI_Isend(text, (int)strlen(text) + 1, MPI_CHAR, k, m->p2p_tag + 2, m->comm, &req) ==
+        MPI_SUCCESS)
+      MPI_Request_free(&req);
+  }
+}
+
+/* A note (zinc_mpi_p2p_note) that has arrived, into `out`; its sender
+ * (named by zinc_mpi_rank_name), or -1 when none has. */
+static int take_note(zinc_mpi *m, char *out, size_t len) {
+  int flag = 0;
+  MPI_Status status;
+  if (MPI_Iprobe(MPI_ANY_SOURCE, m->p2p_tag + 2, m->comm, &flag, &status) != MPI_SUCCESS ||
+      !flag)
+    return -1;
+  char note[sizeof m->note_out] = "";
+  if (MPI_Recv(note, (int)sizeof note, MPI_CHAR, status.MPI_SOURCE, m->p2p_tag + 2, m->comm,
+               MPI_STATUS_IGNORE) != MPI_SUCCESS)
+    return -1;
+  note[sizeof note - 1] = '\0';
+  snprintf(out, len, "%s", note);
+  return zinc_mpi_rank_name(m, status.MPI_SOURCE);
 }
 
 /* Give up on posted requests: cancel and release them. */
@@ -216,15 +245,37 @@ static zinc_status complete(p2p_batch *b) {
     if (deadline == 0)
       deadline = zinc_mpi_deadline(m);
     if (zinc_mpi_aborted(m) || zinc_now() > deadline) {
-      char peers[256];
+      int aborted = zinc_mpi_aborted(m), node_peer = -1, noter = -1;
+      char said[600] = "";
+      if (!aborted && m->node_peers) {
+        /* the node-aware path's step between nodes: the peer waited for may
+         * itself be stuck at its node barrier behind the lost rank, which
+         * it names in a note when that barrier passes its deadline; or a
+         * node peer here, waiting for the lost rank directly, fails naming
+         * it. Give either up to half of min(timeout, 2 s) (comm.h), and
+         * repeat it: half, so that a node peer waiting at the node barrier
+         * for this rank, which gives it the whole, sees this failure. */
+        double grace = (m->timeout_s > 0 && m->timeout_s < 2 ? m->timeout_s : 2) / 2;
+        noter = take_note(m, said, sizeof said);
+        if (noter < 0)
+          node_peer = zinc_mpi_shm_failed_peer(m->node_peers, said, sizeof said);
+        if (noter < 0 && node_peer < 0 && zinc_now() <= deadline + grace)
+          continue;
+      }
+      char peers[256], meanwhile[700] = "";
       int npeers = pending_peers(b, peers, sizeof peers);
-      int aborted = zinc_mpi_aborted(m);
       abandon(b);
+      if (noter >= 0)
+        snprintf(meanwhile, sizeof meanwhile, "; %s", said);
+      else if (node_peer >= 0)
+        snprintf(meanwhile, sizeof meanwhile, "; on this node rank %d failed meanwhile: %s",
+                 node_peer, said);
       zinc_status st = zinc_error(ZINC_ERR_COMM,
-                                  "comm mpi: %s: %s waiting for peer rank%s %s%s; the comm is "
+                                  "comm mpi: %s: %s waiting for peer rank%s %s%s%s; the comm is "
                                   "unusable, destroy it",
                                   b->what, aborted ? "abandoned (comm aborted)" : "timed out",
-                                  npeers > 1 ? "(s)" : "", peers, b->suspects ? b->suspects : "");
+                                  npeers > 1 ? "(s)" : "", peers, b->suspects ? b->suspects : "",
+                                  meanwhile);
       zinc_mpi_fail(m);
       return st;
     }
@@ -381,7 +432,7 @@ static zinc_status run_one(zinc_mpi *m, const zinc_coll *o) {
         int back = (r - k + n) % n; /* how far behind r rank k is */
         if (back >= dist && back <= far) {
           used += (size_t)snprintf(suspects + used, sizeof suspects - used, "%s%d",
-                                   first ? "" : ",", k);
+                                   first ? "" : ",", zinc_mpi_rank_name(m, k));
           first = 0;
         }
       }

@@ -106,6 +106,14 @@ static zinc_status peer_failed(zinc_mpi *m, const char *what, uint64_t epoch, in
   return barrier_failed(m, what, epoch, why);
 }
 
+int zinc_mpi_shm_failed_peer(zinc_mpi *m, char *said, size_t n) {
+  int k = m->ctl && m->ctl[0] ? failed_peer(m) : -1;
+  if (k >= 0) /* published before `failed` was set (zinc_mpi_fail) */
+    snprintf(said, n, "%.511s", m->ctl[k]->failure[0] ? m->ctl[k]->failure
+                                                       : "no reason published");
+  return k < 0 ? -1 : zinc_mpi_rank_name(m, k);
+}
+
 /* Ranks behind the others at the node barrier (arrived at an older epoch
  * than the furthest rank): who a timed-out wait is waiting for. */
 int zinc_mpi_shm_laggards(zinc_mpi *m, char *buf, size_t n) {
@@ -118,7 +126,8 @@ int zinc_mpi_shm_laggards(zinc_mpi *m, char *buf, size_t n) {
   buf[0] = '\0';
   for (int k = 0; k < m->size && used + 16 < n; k++)
     if (atomic_load(&m->ctl[k]->arrived) < most) {
-      used += (size_t)snprintf(buf + used, n - used, "%s%d", used ? "," : "", k);
+      used += (size_t)snprintf(buf + used, n - used, "%s%d", used ? "," : "",
+                               zinc_mpi_rank_name(m, k));
       count++;
     }
   return count;
@@ -177,6 +186,18 @@ zinc_status zinc_mpi_shm_barrier(zinc_mpi *m, const char *what) {
     if (k >= 0) /* name the ranks still missing, and what the peer lost */
       return peer_failed(m, what, epoch, k);
     if (now > deadline) {
+      if (m->note_to && !m->noted) { /* node-aware: tell the other nodes whom we wait for */
+        char missing[256] = "";
+        size_t used = 0;
+        for (int j = 0; j < m->size && used + 16 < sizeof missing; j++)
+          if (atomic_load(&m->ctl[j]->arrived) < epoch)
+            used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%d",
+                                     used ? "," : "", zinc_mpi_rank_name(m, j));
+        snprintf(m->note_out, sizeof m->note_out, "rank %d was waiting at its node barrier "
+                 "for rank(s) %s", zinc_mpi_rank_name(m, m->rank), missing);
+        m->noted = 1;
+        zinc_mpi_p2p_note(m->note_to, m->note_out);
+      }
       /* A laggard may be failing itself right now, on a rank lost beyond
        * this node: give it up to min(timeout, 2 s) to say so (comm.h). */
       double grace = m->timeout_s > 0 && m->timeout_s < 2 ? m->timeout_s : 2;
@@ -224,8 +245,8 @@ int zinc_mpi_shm_agree_teardown(zinc_mpi *m) {
         atomic_store(&m->ctl[m->rank]->leaving, 2u);
         futex_wake_all(&m->ctl[m->rank]->leaving);
         zinc_log(ZINC_LOG_WARN, "comm mpi: destroy: rank %d did not reach destroy within the "
-                 "comm timeout of %.1f s; its shared windows are left to MPI_Finalize", k,
-                 m->timeout_s);
+                 "comm timeout of %.1f s; its shared windows are left to MPI_Finalize",
+                 zinc_mpi_rank_name(m, k), m->timeout_s);
         return 0;
       }
       futex_wait(&m->ctl[k]->leaving, 0, BARRIER_SLEEP_S); /* woken on its arrival */

@@ -169,7 +169,8 @@ static zinc_status check_same(zinc_mpi *m, const zinc_coll *o, int j) {
                         "comm mpi: batch entry %d differs between ranks: rank %d issued %s, "
                         "rank %d issued kind %d of %llu elements (type %s, root %d, op %d); "
                         "every rank must issue the same collectives in the same order",
-                        j, m->rank, mine, k, d->kind, (unsigned long long)d->count,
+                        j, zinc_mpi_rank_name(m, m->rank), mine, zinc_mpi_rank_name(m, k),
+                        d->kind, (unsigned long long)d->count,
                         zinc_dt_name(d->dtype), d->root, d->op);
     }
   }

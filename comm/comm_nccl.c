@@ -308,7 +308,32 @@ static zinc_status comm_abort(zinc_comm *c) {
     ni->nccl = NULL;
   }
   zinc_log(ZINC_LOG_ERROR, "%s; the comm is aborted", ni->abort_reason);
+  /* the comms of its fate fail with it (comm.h); their aborts never take
+   * this comm's mu (comm_fate.c) */
+  zinc_comm_fate_fail(c, ni->abort_reason);
   return zinc_error_wrap(ZINC_ERR_COMM, "comm aborted");
+}
+
+/* The fate's abort (comm.h): another comm of the fate failed. Aborting the
+ * NCCL communicator stops its kernels, so a stream waiting for a batch
+ * goes on; the current device of the calling thread is kept. */
+static void nccl_abort(zinc_comm *c, const char *why) {
+  nccl_impl *ni = impl_of(c);
+  pthread_mutex_lock(&ni->mu);
+  if (!ni->abort_reason[0]) {
+    snprintf(ni->abort_reason, sizeof ni->abort_reason, "%s", why);
+    if (ni->nccl) {
+      int prev = -1;
+      cudaGetDevice(&prev);
+      cudaSetDevice(ni->cuda_device);
+      ncclCommAbort(ni->nccl);
+      ni->nccl = NULL;
+      if (prev >= 0)
+        cudaSetDevice(prev);
+    }
+    pthread_cond_signal(&ni->wake);
+  }
+  pthread_mutex_unlock(&ni->mu);
 }
 
 static zinc_status check_usable(zinc_comm *c) {
@@ -809,6 +834,7 @@ static const zinc_comm_ops nccl_ops = {
     .alloc_shared = NULL,
     .free_shared = NULL,
     .destroy = nccl_destroy,
+    .abort = nccl_abort,
 };
 
 /* Wrap an initialised NCCL communicator; takes ownership (aborts it on
@@ -959,7 +985,8 @@ static zinc_status nccl_split(zinc_comm *c, int color, int key, zinc_comm **out)
     return ZINC_OK;
   zinc_comm *child = NULL;
   ZINC_CHECK(comm_wrap(nc, ni->cuda_device, ni->compute, c->timeout_s, &child));
-  if ((st = split_nodes(c, child)) != ZINC_OK) {
+  if ((st = zinc_comm_fate_join(child, c)) != ZINC_OK || /* fails with its parent */
+      (st = split_nodes(c, child)) != ZINC_OK) {
     nccl_destroy(child);
     return st;
   }
@@ -978,6 +1005,7 @@ static void nccl_destroy(zinc_comm *c) {
     pthread_mutex_unlock(&ni->mu);
     pthread_join(ni->watchdog, NULL);
   }
+  zinc_comm_fate_leave(c); /* no abort reaches this comm from here on */
   cudaSetDevice(ni->cuda_device);
   if (ni->nccl) {
     /* finalize flushes queued work and leaves the comm in progress until
@@ -1068,10 +1096,13 @@ zinc_status zinc_comm_nccl_create(zinc_comm *bootstrap, int cuda_device, void *c
     return st;
   }
   ZINC_CHECK(comm_wrap(nc, cuda_device, (cudaStream_t)compute_stream, timeout_s, out));
-  /* NCCL's ranks are the bootstrap's: its node table holds (a bootstrap
-   * without one: every rank a node of its own) */
-  int *node = calloc((size_t)size, sizeof *node);
-  st = node ? ZINC_OK : zinc_error(ZINC_ERR_NOMEM, "comm nccl: out of memory for the node table");
+  /* fails with its bootstrap (comm.h, "Fate"); NCCL's ranks are the
+   * bootstrap's: its node table holds (a bootstrap without one: every rank
+   * a node of its own) */
+  st = zinc_comm_fate_join(*out, bootstrap);
+  int *node = st == ZINC_OK ? calloc((size_t)size, sizeof *node) : NULL;
+  if (st == ZINC_OK && !node)
+    st = zinc_error(ZINC_ERR_NOMEM, "comm nccl: out of memory for the node table");
   for (int k = 0; node && k < size; k++)
     node[k] = bootstrap->node_of ? bootstrap->node_of[k] : -1;
   if (st == ZINC_OK)

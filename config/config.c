@@ -132,6 +132,7 @@ void zinc_settings_defaults(zinc_settings *s) {
   s->log_level = -1;
   s->comm_timeout_s = 600.0;
   s->max_consecutive_skips = 50;
+  s->checkpoint_timeout_s = 1800.0;
   s->comms_logger.prof_all = 1;
   snprintf(s->csv_monitor.job_name, sizeof s->csv_monitor.job_name, "DeepSpeedJobName");
   snprintf(s->tensorboard.job_name, sizeof s->tensorboard.job_name, "DeepSpeedJobName");

@@ -350,6 +350,11 @@ typedef struct {
                                              at min_loss_scale or with a static
                                              scale; every skip with bf16 or
                                              fp32); 0 = never               */
+  double checkpoint_timeout_s;            /* 1800: how long a rank waits for
+                                             peers busy with checkpoint I/O
+                                             (save, load, export, pretrained
+                                             load); comm_timeout_s when that
+                                             is larger                      */
 } zinc_settings;
 
 struct zinc_config {

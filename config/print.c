@@ -299,6 +299,7 @@ static json_t *settings_json(const zinc_settings *s) {
   put(z, "memory_timeline", s->memory_timeline ? json_string(s->memory_timeline) : json_null());
   put(z, "placement_verbose", json_boolean(s->placement_verbose));
   put(z, "max_consecutive_skips", json_integer(s->max_consecutive_skips));
+  put(z, "checkpoint_timeout_s", json_real(s->checkpoint_timeout_s));
   json_t *cz = json_object();
   put(cz, "gradient_bits", json_integer(s->compress_gradient_bits));
   static const char *const grad_codecs[] = {"quant", "terngrad", "dgc", "powersgd"};

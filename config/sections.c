@@ -964,6 +964,7 @@ static const zinc_key zinc_keys[] = {
     ZINC_KCUSTOM("memory_timeline"),
     ZINC_KB(T, "placement_verbose", placement_verbose),
     ZINC_KL(T, "max_consecutive_skips", max_consecutive_skips, 0, 0, 0),
+    ZINC_KF(T, "checkpoint_timeout_s", checkpoint_timeout_s, 0, 1e6, ZINC_KEY_LO_OPEN, 0),
     ZINC_KCUSTOM("compression"),
 };
 

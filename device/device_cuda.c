@@ -331,8 +331,13 @@ static int optim_seg_complete(const zinc_opt_coef *c, int pass, const zinc_opt_s
   int need_m = kind == ZINC_OPT_ADAM || kind == ZINC_OPT_LAMB || kind == ZINC_OPT_LION ||
                (kind == ZINC_OPT_SGD && c->momentum != 0.0f);
   int need_v = kind == ZINC_OPT_ADAM || kind == ZINC_OPT_LAMB || kind == ZINC_OPT_ADAGRAD;
+  int storage = (g->master_dtype == ZINC_F32 || g->master_dtype == ZINC_BF16) &&
+                (g->state_dtype == ZINC_F32 || g->state_dtype == ZINC_BF16);
+  int bf16 = g->master_dtype != ZINC_F32 || g->state_dtype != ZINC_F32;
+  int rounding = c->bf16_rounding == ZINC_ROUND_NEAREST_EVEN ||
+                 c->bf16_rounding == ZINC_ROUND_STOCHASTIC;
   return g->master && (!need_g || (g->grad && dtype_ok(g->grad_dtype))) &&
-         (!need_m || g->exp_avg) && (!need_v || g->exp_avg_sq);
+         (!need_m || g->exp_avg) && (!need_v || g->exp_avg_sq) && storage && (!bf16 || rounding);
 }
 
 static zinc_status cuda_optim(zinc_device *d, zinc_stream *s, const struct zinc_opt_coef *coefs,
@@ -359,9 +364,10 @@ static zinc_status cuda_optim(zinc_device *d, zinc_stream *s, const struct zinc_
         g->coef >= ncoef || coefs[g->coef].kind != kind ||
         (g->n > 0 && !optim_seg_complete(&coefs[g->coef], pass, g)))
       return zinc_error(ZINC_ERR_INVALID, "cuda device %d: %s segment %d of %d is malformed "
-                        "(n=%lld, grad dtype %d, param dtype %d, coefficient %d of %d, or an "
-                        "array it needs is NULL)", ci->ordinal, name, i, nseg, (long long)g->n,
-                        g->grad_dtype, g->param_dtype, g->coef, ncoef);
+                        "(n=%lld, grad dtype %d, param dtype %d, coefficient %d of %d, master "
+                        "dtype %d, state dtype %d (f32 or bf16), or an array it needs is NULL)",
+                        ci->ordinal, name, i, nseg, (long long)g->n, g->grad_dtype,
+                        g->param_dtype, g->coef, ncoef, g->master_dtype, g->state_dtype);
   }
   if (nseg == 0)
     return ZINC_OK;

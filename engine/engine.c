@@ -422,6 +422,9 @@ fail:
 void zinc_engine_destroy(zinc_engine *e) {
   if (!e)
     return;
+  /* after a comm failure nothing below waits for a peer (failure.c) */
+  if (e->failed == ZINC_ERR_COMM)
+    zinc_comm_abort(e->world, e->failed_msg);
   if (e->cfg.memory_timeline && e->built && zinc_memory_timeline_flush(e) != ZINC_OK)
     zinc_log(ZINC_LOG_WARN, "%s", zinc_last_error());
   if (e->dev)

@@ -24,7 +24,10 @@
  *    half-updated state would silently train on garbage. zinc_engine_destroy
  *    still frees everything. Misuse that changed nothing (a call in the
  *    wrong order) is refused with ZINC_ERR_INVALID and does not stop the
- *    engine.
+ *    engine. A comm failure (ZINC_ERR_COMM: a lost or frozen peer, here or
+ *    agreed from a peer) also fails every comm the engine owns (their
+ *    fate, comm/comm.h), so that no wait on another of them sits out the
+ *    timeout for the same lost rank, and destroy returns at once.
  *
  * Declared in engine/engine.h.
  */
@@ -46,6 +49,8 @@ zinc_status zinc_engine_fail(zinc_engine *e, zinc_status st) {
     /* returned, so not logged (zinc.h: a call logs or returns, never both;
      * the trainer prints it once) */
     zinc_log(ZINC_LOG_DEBUG, "engine stopped: %s", e->failed_msg);
+    if (st == ZINC_ERR_COMM) /* the world's fate holds every comm the engine made */
+      zinc_comm_abort(e->world, e->failed_msg);
   }
   return st;
 }
@@ -78,8 +83,11 @@ zinc_status zinc_engine_agree_at(zinc_engine *e, zinc_comm *c, zinc_status st, i
     return st;
   int64_t v[4] = {st == ZINC_OK ? INT64_MAX : c->rank, st == ZINC_OK ? -1 : 0, key, -key};
   zinc_status cst = zinc_comm_allreduce(c, v, v, 4, ZINC_DT_I64, ZINC_OP_MIN);
-  if (cst != ZINC_OK)
+  if (cst != ZINC_OK) {
+    /* nothing was agreed: never "every rank failed alike here" */
+    *a = (zinc_agreement){.lo = INT64_MIN, .hi = INT64_MAX, .all_failed = 0};
     return cst;
+  }
   a->lo = v[2];
   a->hi = -v[3];
   a->all_failed = v[1] == 0;

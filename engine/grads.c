@@ -222,7 +222,7 @@ void zinc_grads_free(zinc_engine *e) {
   for (int mi = 0; mi < e->nmodules; mi++) {
     zinc_module *m = e->modules[mi];
     if (m->grad_area && m->area_dedicated)
-      zinc_engine_comm_buffer_free(e, m->grad_area, m->grad_bytes, ZINC_MEM_BUFFERS, 0);
+      zinc_engine_buffer_free(e, m->grad_area, m->grad_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS);
     m->grad_area = NULL;
   }
   zinc_dga_free(e);
@@ -321,8 +321,8 @@ static zinc_status absorb_compressed(zinc_engine *e, zinc_reduction *r, zinc_mod
 static void area_release(zinc_engine *e, zinc_module *m) {
   if (!m->grad_area)
     return;
-  if (m->area_dedicated)
-    zinc_engine_comm_buffer_free(e, m->grad_area, m->grad_bytes, ZINC_MEM_BUFFERS, 0);
+  if (m->area_dedicated) /* area_get's fallback: the engine's own allocation */
+    zinc_engine_buffer_free(e, m->grad_area, m->grad_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS);
   m->grad_area = NULL;
   m->area_dedicated = 0;
   for (int s = 0; s < m->nsegs; s++)
@@ -637,9 +637,13 @@ static zinc_status area_get(zinc_engine *e, zinc_module *m) {
                   "or raise reduce_bucket_size)", e->arena_bytes, m->name);
         e->dedicated_warned = 1;
       }
-      int shared;
-      ZINC_CHECK(zinc_engine_comm_buffer_alloc(e, m->grad_bytes, ZINC_MEM_BUFFERS, &m->grad_area,
-                                               &shared, "gradient area"));
+      /* Rank-local memory (zeroed), freed with the engine's own free when
+       * the reduction retires: comm-shared memory would need a collective
+       * free, and retirement under overlap_comm is not at the same call on
+       * every rank; the comm stages a reduction from it through its
+       * scratch window (a copy, on this fallback only). */
+      ZINC_CHECK(zinc_engine_buffer_alloc(e, m->grad_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS,
+                                          &m->grad_area, "dedicated gradient area"));
       m->area_dedicated = 1;
       m->area_span = 0;
       return ZINC_OK;

@@ -40,14 +40,13 @@ static void micro_begin(zinc_engine *e) {
   zinc_grads_micro_begin(e);
 }
 
-/* Evaluation: the trainer's own order, agreed per fetch at stage 3. */
+/* Evaluation: the trainer's own order, agreed per fetch at every stage
+ * (zinc_trace_eval_agree: stage 3 gathers, and stages 0-2 refuse what
+ * stage 3 would). */
 static zinc_status eval_fetch(zinc_engine *e, zinc_module *m) {
-  zinc_status st = ZINC_OK;
-  if (e->cfg.stage == 3) {
-    if (e->dp_size > 1)
-      st = zinc_trace_agree(e, ZINC_EV_FETCH, m);
-    if (st == ZINC_OK)
-      st = zinc_stage3_replay_fetch(e, m, -1);
+  zinc_status st = zinc_trace_eval_agree(e, m);
+  if (st == ZINC_OK && e->cfg.stage == 3) {
+    st = zinc_stage3_replay_fetch(e, m, -1);
     if (st == ZINC_OK)
       st = zinc_stage3_serve(e, m);
   }
@@ -80,7 +79,9 @@ zinc_status zinc_eval_end(zinc_engine *e) {
     if (e->modules[mi]->fetched > 0)
       return zinc_error(ZINC_ERR_INVALID, "zinc_eval_end: module \"%s\" is still fetched",
                         e->modules[mi]->name);
-  zinc_status st = e->cfg.stage == 3 ? zinc_stage3_invalidate(e) : ZINC_OK;
+  zinc_status st = zinc_trace_eval_agree(e, NULL); /* every rank ends here */
+  if (st == ZINC_OK && e->cfg.stage == 3)
+    st = zinc_stage3_invalidate(e);
   if (st == ZINC_OK && zinc_nvme_param_on_disk(e)) /* a parameter read failed: the
                                                       forward saw zeros */
     st = zinc_engine_agree_deferred(e);

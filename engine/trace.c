@@ -32,9 +32,14 @@
  *    refused on every rank before anything changes; where it starts over
  *    (fetches the recorded first module again) it differs from the
  *    recording and fails on every rank; both say to use
- *    zinc_eval_begin/zinc_eval_end. (While recording, a forward pass that
- *    starts over cannot be told from a model that fetches its first module
- *    again, a shared layer: it is recorded as the order.)
+ *    zinc_eval_begin/zinc_eval_end. While recording, a forward pass that
+ *    starts over cannot be told from a model that runs its forward twice
+ *    (two views of one batch) or fetches its first module again: it is
+ *    recorded with the order. The next micro-batch tells: where it does not
+ *    start the recorded pass again (a deviation where the recording, with
+ *    nothing held and no gradient yet, repeated its calls so far) it fails
+ *    on every rank with the same advice, at the first step instead of at
+ *    the next evaluation, hours later.
  * The recording also yields what stage 3 needs to know ahead: the order of
  * fetches (prefetch) and which uses are followed soon by another use of the
  * same module (stage3_max_reuse_distance).
@@ -59,6 +64,14 @@ static int leads_to_collective(const zinc_engine *e, zinc_event_kind kind) {
 /* An event as one number: kind and module (backward_end: no module). */
 static int event_code(const zinc_engine *e, int kind, const zinc_module *m) {
   return kind * (e->nmodules + 1) + (m ? m->index : e->nmodules);
+}
+
+zinc_status zinc_trace_eval_agree(zinc_engine *e, zinc_module *m) {
+  if (e->dp_size < 2)
+    return ZINC_OK;
+  int64_t key = m ? zinc_trace_key(ZINC_KEY_EVAL_FETCH, 0, m->index)
+                  : zinc_trace_key(ZINC_KEY_EVAL_END, 0, 0);
+  return zinc_engine_agree_at(e, e->dp_host, ZINC_OK, key, NULL);
 }
 
 /* One agreement: every rank is making the same call (kind, module) now. */
@@ -94,6 +107,26 @@ static int forward_only(const zinc_engine *e, int pos, int kind, const zinc_modu
     return 0;
   if (!(kind == ZINC_EV_END || (kind == ZINC_EV_FETCH && m->index == e->trace[0].module)))
     return 0;
+  for (int mi = 0; mi < e->nmodules; mi++)
+    if (e->modules[mi]->fetched > 0 || e->modules[mi]->grad_state != ZINC_GRAD_NONE)
+      return 0;
+  return 1;
+}
+
+/* The recording's first pos calls, without a grads_ready, ran again from
+ * pos on (a forward pass, then the same pass), and this micro-batch, which
+ * made those pos calls and holds nothing, has handed out no gradient and
+ * does not start them again: the recorded first pass was forward-only work
+ * (evaluation, sampling) before the first training micro-batch, recorded
+ * with it. (A model that runs its forward twice does so in every
+ * micro-batch, and never deviates here.) */
+static int recorded_forward_twice(const zinc_engine *e, int pos) {
+  if (pos == 0 || 2 * pos > e->ntrace || e->trace[0].kind != ZINC_EV_FETCH)
+    return 0;
+  for (int k = 0; k < pos; k++)
+    if (e->trace[k].kind == ZINC_EV_READY || e->trace[k].kind != e->trace[pos + k].kind ||
+        e->trace[k].module != e->trace[pos + k].module)
+      return 0;
   for (int mi = 0; mi < e->nmodules; mi++)
     if (e->modules[mi]->fetched > 0 || e->modules[mi]->grad_state != ZINC_GRAD_NONE)
       return 0;
@@ -150,9 +183,19 @@ static zinc_status deviate(zinc_engine *e, int pos, int kind, zinc_module *m) {
                           want, sizeof want);
   int fwd = forward_only(e, pos, kind, m);
   zinc_status st;
-  if (fwd)
+  if (fwd) {
     st = forward_only_error(e, pos, got);
-  else
+  } else if (recorded_forward_twice(e, pos)) {
+    fwd = 1;
+    st = zinc_error(ZINC_ERR_INVALID, "rank %d: the first micro-batch, which recorded the module "
+                    "order, made its first %d calls twice before any gradient (a forward pass, "
+                    "then the same pass again), and micro-batch %lld calls %s where the second "
+                    "pass began: the first pass was forward-only work (evaluation or sampling) "
+                    "before the first training micro-batch, outside evaluation mode; use "
+                    "zinc_eval_begin/zinc_eval_end around forward-only work, after zinc_step (a "
+                    "model that runs its forward pass twice must do so in every micro-batch)",
+                    e->dp_rank, pos, (long long)e->micro_step, got);
+  } else
     st = zinc_error(ZINC_ERR_INVALID, "rank %d called %s at call %d of micro-batch %lld where "
                     "the recorded module order has %s; the data-parallel ranks did not all "
                     "change the order this way: every rank must fetch, release and report "

@@ -26,7 +26,9 @@ enum { ZINC_KEY_EVENT = 1,  /* recording: this call (kind, module) */
        ZINC_KEY_GATHER,     /* stage 3: the gather of a module */
        ZINC_KEY_REDUCE,     /* a gradient reduction */
        ZINC_KEY_CHECK,      /* backward_end's checks, before anything changes */
-       ZINC_KEY_END };      /* backward_end, after this many calls */
+       ZINC_KEY_END,        /* backward_end, after this many calls */
+       ZINC_KEY_EVAL_FETCH, /* a fetch inside eval_begin/eval_end (module) */
+       ZINC_KEY_EVAL_END }; /* eval_end */
 struct zinc_trace_event {
   int kind;               /* zinc_event_kind */
   int module;
@@ -46,6 +48,11 @@ zinc_status zinc_trace_replay_rest(zinc_engine *e);
 /* One all-reduce that fails on every rank unless every rank is making the
  * same call (kind, module) now. */
 zinc_status zinc_trace_agree(zinc_engine *e, zinc_event_kind kind, zinc_module *m);
+/* Evaluation is collective at every stage: one all-reduce per fetch inside
+ * eval_begin/eval_end (m) and one at eval_end (m NULL), failing on every
+ * rank unless every rank makes the same call, so that work on some ranks
+ * only is refused alike at stages 0-3 (stage 3 could not serve it). */
+zinc_status zinc_trace_eval_agree(zinc_engine *e, zinc_module *m);
 /* backward_end, before anything changes: a micro-batch that made fewer
  * calls than recorded is a deviation (collective only then, see
  * trace.c). */

@@ -50,6 +50,12 @@ void zinc_trace_key_text(const zinc_engine *e, int64_t key, char *buf, size_t n)
   case ZINC_KEY_END:
     snprintf(buf, n, "the end of zinc_backward_end after %lld calls", (long long)pos);
     break;
+  case ZINC_KEY_EVAL_FETCH:
+    snprintf(buf, n, "zinc_module_fetch(\"%s\") inside zinc_eval_begin/zinc_eval_end "
+             "(evaluation is collective at every stage: every data-parallel rank fetches the "
+             "same modules)", code < e->nmodules ? e->modules[code]->name : "?");
+    break;
+  case ZINC_KEY_EVAL_END: snprintf(buf, n, "zinc_eval_end"); break;
   default: snprintf(buf, n, "a collective outside the micro-batch (step, checkpoint, build)");
   }
 }

@@ -508,7 +508,10 @@ ZINC_API zinc_status zinc_module_grads_ready(zinc_engine *e, zinc_module *m);  /
  * same way, on every rank and changing nothing, saying "use
  * zinc_eval_begin/zinc_eval_end" (in the first micro-batch too); one that
  * starts over after such a pass (fetches its first module again) fails
- * there on every rank, saying the same, and the engine stops. */
+ * there on every rank, saying the same, and the engine stops. In the very
+ * first micro-batch such a pass is recorded with the module order (a model
+ * may run its forward twice); the next micro-batch that does not run it
+ * again fails the same way. */
 ZINC_API zinc_status zinc_backward_end(zinc_engine *e);  /* [collective] */
 
 typedef struct {
@@ -562,9 +565,13 @@ ZINC_API const char *zinc_offload_name(const zinc_engine *e, int params);  /* [e
 
 /* Forward-only work between steps (evaluation, sampling): inside
  * eval_begin/eval_end, fetch and release follow the trainer's own order
- * (stage 3 gathers on every fetch, checked across ranks, no prefetch) and
- * nothing is recorded or compared with the training order; gradients cannot
- * be handed out. Collective: every data-parallel rank makes the same calls.
+ * (stage 3 gathers on every fetch, no prefetch) and nothing is recorded or
+ * compared with the training order; gradients cannot be handed out.
+ * Collective at every stage: every data-parallel rank makes the same
+ * calls, and each fetch and eval_end are checked across the ranks (one
+ * small all-reduce each), so work on some ranks only (sampling on rank 0
+ * alone) fails on every rank with ZINC_ERR_INVALID at its first fetch, at
+ * stages 0-2 as at stage 3, which cannot serve it; the engine stops.
  * Call between zinc_step and the next micro-batch. */
 ZINC_API zinc_status zinc_eval_begin(zinc_engine *e);  /* [collective] */
 ZINC_API zinc_status zinc_eval_end(zinc_engine *e);  /* [collective] */
@@ -883,7 +890,11 @@ ZINC_API zinc_status zinc_mp_allreduce_sum(zinc_engine *e, float *data, int64_t 
  * manifest, checksums, client state), and dir/tag is published as a whole
  * once every part is complete; such a checkpoint loads at the same
  * model_parallel_size (any data-parallel size and stage), and another size
- * is refused with ZINC_ERR_INVALID naming both. */
+ * is refused with ZINC_ERR_INVALID naming both. The ranks wait for peers
+ * still writing up to the config's zinc.checkpoint_timeout_s (default
+ * 1800 s; comm_timeout_s if larger), not comm_timeout_s: a slow peer is
+ * not a lost one (the same holds for zinc_load_checkpoint,
+ * zinc_export_safetensors and zinc_load_safetensors). */
 ZINC_API zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir,
                                           const char *tag);  /* [collective] */
 /* Load dir/tag (tag NULL: the one dir/latest names) into the engine's
@@ -998,10 +1009,17 @@ ZINC_API void zinc_load_weights_report_free(zinc_load_weights_report *r);
  * Reads one tensor at a time, and of it only the pieces this rank owns
  * (stage 3: its partition; stage 0: the whole tensor): no rank holds the
  * file. Collective over the world: every rank reads the file itself (the
- * same path; with model parallelism each model-parallel rank gives the
- * file of its own shard of the model, as zinc_export_safetensors wrote it)
- * and every rank gets the same status and message. A read error after the
- * checks leaves the weights partial and stops the engine, as
+ * same path, or its node's copy; with model parallelism each
+ * model-parallel rank gives the file of its own shard of the model, as
+ * zinc_export_safetensors wrote it) and every rank gets the same status,
+ * message and report. So the ranks also check, before anything changes,
+ * that they read the same thing: the map's answers, each file's size and
+ * header, and the bytes of every piece loaded (a crc32c; at stages 1-3
+ * each piece is also read by a second rank to compare, so a rank reads
+ * about three times its share of the file). A difference is
+ * ZINC_ERR_INVALID on every rank naming the rank(s) that differ and the
+ * parameter or tensor. A read error after the checks (or a file that
+ * changed since them) leaves the weights partial and stops the engine, as
  * zinc_load_checkpoint does. */
 ZINC_API zinc_status zinc_load_safetensors(zinc_engine *e, const char *path,
                                            const zinc_load_weights_options *opt,

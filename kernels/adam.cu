@@ -222,7 +222,8 @@ extern "C" cudaError_t zinc_cuda_adam(const zinc_opt_coef *coef, const zinc_opt_
     if (s->n <= 0)
       continue;
     if (!s->master || !s->exp_avg || !s->exp_avg_sq || !s->grad || !dtype_ok(s->grad_dtype) ||
-        (s->param_out && !dtype_ok(s->param_dtype)))
+        (s->param_out && !dtype_ok(s->param_dtype)) || s->master_dtype != ZINC_F32 ||
+        s->state_dtype != ZINC_F32) /* bf16 slots: zinc_cuda_optim */
       return cudaErrorInvalidValue;
     if (launch.nseg == ZINC_CUDA_ADAM_SEGS_PER_LAUNCH) {
       cudaError_t err = adam_launch_now(launch, tiles, stream);

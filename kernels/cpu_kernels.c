@@ -107,6 +107,11 @@ zinc_status zinc_cpu_isa_table(zinc_cpu_isa isa, const char *kernel,
 }
 
 static int dtype_ok(int dt) { return dt == ZINC_F32 || dt == ZINC_BF16 || dt == ZINC_F16; }
+/* Master and state slots: fp32 or bf16 (zinc_opt_seg). */
+static int storage_ok(int dt) { return dt == ZINC_F32 || dt == ZINC_BF16; }
+static int rounding_ok(const zinc_opt_coef *c) {
+  return c->bf16_rounding == ZINC_ROUND_NEAREST_EVEN || c->bf16_rounding == ZINC_ROUND_STOCHASTIC;
+}
 static size_t dtype_bytes(int dt) { return dt == ZINC_F32 ? 4 : 2; }
 
 /* ------------------------------------------------------------ optimizers */
@@ -123,8 +128,65 @@ typedef struct {
 
 static float *offset_f32(float *p, int64_t lo) { return p ? p + lo : NULL; }
 
-/* Elements [lo, hi) of segment g, every pass but Lamb's UPDATE. */
+/* Element lo of a slot of dtype dt (NULL stays NULL). */
+static void *offset_dt(void *p, int dt, int64_t lo) {
+  return p ? (char *)p + (size_t)lo * dtype_bytes(dt) : NULL;
+}
+
+/* A segment whose master or state slots are stored in bf16. */
+static int seg_bf16(const zinc_opt_seg *g) {
+  return g->master_dtype != ZINC_F32 || g->state_dtype != ZINC_F32;
+}
+
+/* Elements [lo, hi) of segment g with a slot in bf16, every pass but Lamb's
+ * UPDATE. */
+static void optim_span_st(const optim_job *j, const zinc_opt_seg *g, int64_t lo, int64_t hi) {
+  const zinc_opt_coef *c = &j->coefs[g->coef];
+  const zinc_opt_store st = zinc_opt_store_of(c, g->master_dtype, g->state_dtype);
+  void *p = offset_dt(g->master, g->master_dtype, lo);
+  void *m = offset_dt(g->exp_avg, g->state_dtype, lo);
+  void *v = offset_dt(g->exp_avg_sq, g->state_dtype, lo);
+  const void *grad = offset_dt((void *)g->grad, g->grad_dtype, lo);
+  void *out = offset_dt(g->param_out, g->param_dtype, lo);
+  const int64_t n = hi - lo, idx0 = g->global_offset + lo;
+  switch (j->kind) {
+  case ZINC_OPT_ADAM:
+    j->ops->adam_st(c, g->decay, &st, p, m, v, grad, g->grad_dtype, out, g->param_dtype, idx0,
+                    n);
+    break;
+  case ZINC_OPT_LAMB: /* APPLY */
+    j->ops->lamb_apply_st(c, g->decay, g->lamb_ratio, &st, p, m, v, out, g->param_dtype, idx0,
+                          n);
+    break;
+  case ZINC_OPT_LION:
+    j->ops->lion_st(c, g->decay, &st, p, m, grad, g->grad_dtype, out, g->param_dtype, idx0, n);
+    break;
+  case ZINC_OPT_ADAGRAD:
+    j->ops->adagrad_st(c, g->decay, &st, p, v, grad, g->grad_dtype, out, g->param_dtype, idx0,
+                       n);
+    break;
+  case ZINC_OPT_SGD:
+    j->ops->sgd_st(c, g->decay, &st, p, c->momentum != 0.0f ? m : NULL, grad, g->grad_dtype,
+                   out, g->param_dtype, idx0, n);
+    break;
+  }
+}
+
+/* Elements [lo, hi) of segment g, every pass but Lamb's UPDATE. A span
+ * over bf16 slots is cut where the global index crosses a multiple of 2^32,
+ * so that the draws of each piece share their upper index half (the SIMD
+ * loops count on it). */
 static void optim_span(const optim_job *j, const zinc_opt_seg *g, int64_t lo, int64_t hi) {
+  if (seg_bf16(g)) {
+    while (lo < hi) {
+      int64_t next = (int64_t)((((uint64_t)(g->global_offset + lo) >> 32) + 1) << 32) -
+                     g->global_offset;
+      int64_t end = next < hi ? next : hi;
+      optim_span_st(j, g, lo, end);
+      lo = end;
+    }
+    return;
+  }
   const zinc_opt_coef *c = &j->coefs[g->coef];
   float *p = g->master + lo, *m = offset_f32(g->exp_avg, lo), *v = offset_f32(g->exp_avg_sq, lo);
   const void *grad =
@@ -183,6 +245,16 @@ static void lamb_update_part(void *ctx, int64_t begin, int64_t end, int tid) {
     for (int64_t b = lo; b < hi; b++) {
       int64_t first = b * ZINC_SUMSQ_BLOCK;
       int64_t len = g->n - first < ZINC_SUMSQ_BLOCK ? g->n - first : ZINC_SUMSQ_BLOCK;
+      if (seg_bf16(g)) {
+        const zinc_opt_coef *c = &j->coefs[g->coef];
+        const zinc_opt_store st = zinc_opt_store_of(c, g->master_dtype, g->state_dtype);
+        j->ops->lamb_update_st(c, g->decay, &st, offset_dt(g->master, g->master_dtype, first),
+                               offset_dt(g->exp_avg, g->state_dtype, first),
+                               offset_dt(g->exp_avg_sq, g->state_dtype, first),
+                               offset_dt((void *)g->grad, g->grad_dtype, first), g->grad_dtype,
+                               g->global_offset + first, len, &j->block_sums[2 * (base + b)]);
+        continue;
+      }
       j->ops->lamb_update(&j->coefs[g->coef], g->decay, g->master + first, g->exp_avg + first,
                           g->exp_avg_sq + first,
                           (const char *)g->grad + (size_t)first * dtype_bytes(g->grad_dtype),
@@ -261,6 +333,13 @@ zinc_status zinc_cpu_optim(zinc_threadpool *pool, zinc_cpu_isa isa,
                         "cpu %s: segment %d has n %lld, grad dtype %d, param dtype %d; n must "
                         "be >= 0, dtypes f32, bf16 or f16", name, s, (long long)g->n,
                         g->grad_dtype, g->param_dtype);
+    if (!storage_ok(g->master_dtype) || !storage_ok(g->state_dtype) ||
+        (seg_bf16(g) && !rounding_ok(&coefs[g->coef])))
+      return zinc_error(ZINC_ERR_INVALID,
+                        "cpu %s: segment %d stores master as dtype %d and state as dtype %d "
+                        "with rounding %d; each is f32 (0) or bf16 (1), the rounding nearest "
+                        "even (0) or stochastic (1)", name, s, g->master_dtype, g->state_dtype,
+                        coefs[g->coef].bf16_rounding);
     if (g->n > 0 && (!g->master || (need_g && !g->grad) || (need_m && !g->exp_avg) ||
                      (need_v && !g->exp_avg_sq)))
       return zinc_error(ZINC_ERR_INVALID,

@@ -12,7 +12,10 @@
  *  - optimizers: the element function's operation order and fused
  *    multiply-adds (zinc_adam_elem, zinc_lion_elem, zinc_adagrad_elem,
  *    zinc_sgd_elem, zinc_lamb_update_elem, zinc_lamb_apply_elem), the
- *    16-bit copy rounded as zinc_f32_to_bf16 / zinc_f32_to_f16;
+ *    16-bit copy rounded as zinc_f32_to_bf16 / zinc_f32_to_f16; with
+ *    master or state slots stored in bf16, the *_elem_st functions (the
+ *    same arithmetic, each stored value rounded to nearest even or with
+ *    the element's stochastic draw, a function of its global index);
  *  - sum of squares: the canonical block/lane order (zinc_sumsq_chunk_ref),
  *    so a chunk's partial depends only on its values, never on the path or
  *    the thread count;
@@ -78,11 +81,20 @@ const char *zinc_cpu_isa_name(zinc_cpu_isa isa); /* "scalar" "avx2" "avx512" */
  * thread count. Lamb APPLY moves master by segs[i].lamb_ratio (grad is not
  * read and may be NULL) and writes param_out. norms may be NULL otherwise.
  *
+ * Master and the state slots are fp32 or bf16 (segs[i].master_dtype,
+ * state_dtype; zinc_math.h's "master and state in bf16"): a bf16 value is
+ * rounded as coefs[segs[i].coef].bf16_rounding says, stochastic draws from
+ * (rounding_seed, rounding_step, segs[i].global_offset + element, slot),
+ * so the bits do not depend on the path, the threads or how the caller
+ * cuts its segments, as long as each piece carries its global offset.
+ *
  * Arrays a segment of n > 0 elements must have (ZINC_ERR_INVALID, nothing
  * touched, otherwise): master always; grad except in Lamb APPLY; exp_avg
  * for Adam, Lamb, Lion and SGD with momentum != 0; exp_avg_sq for Adam,
- * Lamb and Adagrad. Every coefficient must be of one kind, every segment's
- * coef in [0, ncoef). Segments must not overlap each other. */
+ * Lamb and Adagrad. Storage dtypes must be f32 or bf16 and, with a bf16
+ * slot, the rounding nearest even or stochastic. Every coefficient must be
+ * of one kind, every segment's coef in [0, ncoef). Segments must not
+ * overlap each other. */
 zinc_status zinc_cpu_optim(zinc_threadpool *pool, zinc_cpu_isa isa,
                            const zinc_opt_coef *coefs, int ncoef, const zinc_opt_seg *segs,
                            int nseg, int pass, double *norms);

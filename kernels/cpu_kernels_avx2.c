@@ -176,6 +176,41 @@ AVX2_INLINE vf load_sign(const uint8_t *p, vf s) {
   return _mm256_xor_ps(s, _mm256_and_ps(_mm256_castsi256_ps(set), _mm256_set1_ps(-0.0f)));
 }
 
+/* The bf16-storage primitives (see its section of cpu_kernels_simd.h). */
+#define vi_set1(x) _mm256_set1_epi32((int)(x))
+#define vi_xor(a, b) _mm256_xor_si256((a), (b))
+#define vi_and(a, b) _mm256_and_si256((a), (b))
+#define vi_add(a, b) _mm256_add_epi32((a), (b))
+#define vi_srli(a, k) _mm256_srli_epi32((a), (k))
+#define vi_mullo(a, b) _mm256_mullo_epi32((a), (b))
+#define vi_iota() _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)
+#define vf_from_bf16_bits(b) _mm256_castsi256_ps(_mm256_slli_epi32((b), 16))
+/* every lane is <= 0xffff, so the unsigned-saturating pack is exact */
+#define vi_pack_u16(b) _mm_packus_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256((b), 1))
+
+/* NaN lanes: the upper half with the quiet bit, as zinc_f32_to_bf16. */
+AVX2_INLINE vi bf16_nan_fix(vi u, vi r) {
+  __m256i mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+  __m256i nan = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7f800000));
+  __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+  return _mm256_blendv_epi8(r, quiet, nan);
+}
+
+AVX2_INLINE vi vf_bf16_rne_bits(vf x) {
+  __m256i u = _mm256_castps_si256(x);
+  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_srli_epi32(
+      _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+  return bf16_nan_fix(u, r);
+}
+
+AVX2_INLINE vi vf_bf16_sr_bits(vf x, vi draw) {
+  __m256i u = _mm256_castps_si256(x);
+  __m256i r = _mm256_srli_epi32(
+      _mm256_add_epi32(u, _mm256_and_si256(draw, _mm256_set1_epi32(0xffff))), 16);
+  return bf16_nan_fix(u, r);
+}
+
 #include "kernels/cpu_kernels_simd.h"
 
 /* Lanes 0-3, 4-7, 8-11, 12-15 of the canonical order in l0, l1, l2, l3. */
@@ -209,6 +244,12 @@ const zinc_cpu_isa_ops zinc_cpu_ops_avx2 = {
     .sgd = simd_sgd,
     .lamb_update = simd_lamb_update,
     .lamb_apply = simd_lamb_apply,
+    .adam_st = simd_adam_st,
+    .lion_st = simd_lion_st,
+    .adagrad_st = simd_adagrad_st,
+    .sgd_st = simd_sgd_st,
+    .lamb_update_st = simd_lamb_update_st,
+    .lamb_apply_st = simd_lamb_apply_st,
     .sumsq_block = avx2_sumsq_block,
     .convert = simd_convert,
     .codec_encode = simd_codec_encode,

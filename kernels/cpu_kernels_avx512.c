@@ -188,6 +188,40 @@ AVX512_INLINE vf load_sign(const uint8_t *p, vf s) {
   return _mm512_castsi512_ps(_mm512_mask_xor_epi32(si, (__mmask16)m, si, AVX512_SIGN));
 }
 
+/* The bf16-storage primitives (see its section of cpu_kernels_simd.h). */
+#define vi_set1(x) _mm512_set1_epi32((int)(x))
+#define vi_xor(a, b) _mm512_xor_si512((a), (b))
+#define vi_and(a, b) _mm512_and_si512((a), (b))
+#define vi_add(a, b) _mm512_add_epi32((a), (b))
+#define vi_srli(a, k) _mm512_srli_epi32((a), (k))
+#define vi_mullo(a, b) _mm512_mullo_epi32((a), (b))
+#define vi_iota() _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+#define vf_from_bf16_bits(b) _mm512_castsi512_ps(_mm512_slli_epi32((b), 16))
+#define vi_pack_u16(b) _mm512_cvtepi32_epi16(b)
+
+/* NaN lanes: the upper half with the quiet bit, as zinc_f32_to_bf16. */
+AVX512_INLINE vi bf16_nan_fix(vi u, vi r) {
+  __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                          _mm512_set1_epi32(0x7f800000));
+  return _mm512_mask_mov_epi32(
+      r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+}
+
+AVX512_INLINE vi vf_bf16_rne_bits(vf x) {
+  __m512i u = _mm512_castps_si512(x);
+  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(
+      _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+  return bf16_nan_fix(u, r);
+}
+
+AVX512_INLINE vi vf_bf16_sr_bits(vf x, vi draw) {
+  __m512i u = _mm512_castps_si512(x);
+  __m512i r = _mm512_srli_epi32(
+      _mm512_add_epi32(u, _mm512_and_si512(draw, _mm512_set1_epi32(0xffff))), 16);
+  return bf16_nan_fix(u, r);
+}
+
 #include "kernels/cpu_kernels_simd.h"
 
 /* Lane j of the canonical order is lane j of lo (j < 8) or of hi (j >= 8). */
@@ -216,6 +250,12 @@ const zinc_cpu_isa_ops zinc_cpu_ops_avx512 = {
     .sgd = simd_sgd,
     .lamb_update = simd_lamb_update,
     .lamb_apply = simd_lamb_apply,
+    .adam_st = simd_adam_st,
+    .lion_st = simd_lion_st,
+    .adagrad_st = simd_adagrad_st,
+    .sgd_st = simd_sgd_st,
+    .lamb_update_st = simd_lamb_update_st,
+    .lamb_apply_st = simd_lamb_apply_st,
     .sumsq_block = avx512_sumsq_block,
     .convert = simd_convert,
     .codec_encode = simd_codec_encode,

@@ -37,6 +37,28 @@ typedef struct {
   /* Lamb APPLY with the segment's trust ratio: p moves, m and v are read. */
   void (*lamb_apply)(const zinc_opt_coef *c, int decay, float ratio, float *p, const float *m,
                      const float *v, void *out, int odt, int64_t n);
+  /* The same six loops over master and state slots stored as st says
+   * (fp32 or bf16; zinc_math.h's *_elem_st functions): p, m, v point to
+   * element 0 of the span, whose global index is idx0 (the draws of
+   * stochastic rounding); out receives the master as stored. */
+  void (*adam_st)(const zinc_opt_coef *c, int decay, const zinc_opt_store *st, void *p,
+                  void *m, void *v, const void *g, int gdt, void *out, int odt, int64_t idx0,
+                  int64_t n);
+  void (*lion_st)(const zinc_opt_coef *c, int decay, const zinc_opt_store *st, void *p,
+                  void *m, const void *g, int gdt, void *out, int odt, int64_t idx0,
+                  int64_t n);
+  void (*adagrad_st)(const zinc_opt_coef *c, int decay, const zinc_opt_store *st, void *p,
+                     void *s, const void *g, int gdt, void *out, int odt, int64_t idx0,
+                     int64_t n);
+  void (*sgd_st)(const zinc_opt_coef *c, int decay, const zinc_opt_store *st, void *p,
+                 void *buf, const void *g, int gdt, void *out, int odt, int64_t idx0,
+                 int64_t n);
+  void (*lamb_update_st)(const zinc_opt_coef *c, int decay, const zinc_opt_store *st,
+                         const void *p, void *m, void *v, const void *g, int gdt, int64_t idx0,
+                         int64_t n, double sums[2]);
+  void (*lamb_apply_st)(const zinc_opt_coef *c, int decay, float ratio,
+                        const zinc_opt_store *st, void *p, const void *m, const void *v,
+                        void *out, int odt, int64_t idx0, int64_t n);
   /* zinc_sumsq_block_ref of the n <= ZINC_SUMSQ_BLOCK elements at data. */
   double (*sumsq_block)(const void *data, int dtype, int64_t n);
   /* dst (f32) += src when accumulate, else dst (ddt) = src (sdt); n elements. */
@@ -132,6 +154,79 @@ static ZINC_HD void zinc_cpu_lamb_apply_tail(const zinc_opt_coef *c, int decay, 
     zinc_lamb_apply_elem(c, decay, ratio, &p[i], m[i], v[i]);
     if (out)
       zinc_store_from_f32(out, i, odt, p[i]);
+  }
+}
+
+/* The loops over any storage (zinc_math.h's *_elem_st), elements [i, n). */
+static ZINC_HD void zinc_cpu_adam_st_tail(const zinc_opt_coef *c, int decay,
+                                          const zinc_opt_store *st, void *p, void *m, void *v,
+                                          const void *g, int gdt, void *out, int odt,
+                                          int64_t idx0, int64_t i, int64_t n) {
+  for (; i < n; i++) {
+    float pv = zinc_adam_elem_st(c, decay, st, p, m, v, i, idx0 + i, zinc_load_as_f32(g, i, gdt));
+    if (out)
+      zinc_store_from_f32(out, i, odt, pv);
+  }
+}
+
+static ZINC_HD void zinc_cpu_lion_st_tail(const zinc_opt_coef *c, int decay,
+                                          const zinc_opt_store *st, void *p, void *m,
+                                          const void *g, int gdt, void *out, int odt,
+                                          int64_t idx0, int64_t i, int64_t n) {
+  for (; i < n; i++) {
+    float pv = zinc_lion_elem_st(c, decay, st, p, m, i, idx0 + i, zinc_load_as_f32(g, i, gdt));
+    if (out)
+      zinc_store_from_f32(out, i, odt, pv);
+  }
+}
+
+static ZINC_HD void zinc_cpu_adagrad_st_tail(const zinc_opt_coef *c, int decay,
+                                             const zinc_opt_store *st, void *p, void *s,
+                                             const void *g, int gdt, void *out, int odt,
+                                             int64_t idx0, int64_t i, int64_t n) {
+  for (; i < n; i++) {
+    float pv =
+        zinc_adagrad_elem_st(c, decay, st, p, s, i, idx0 + i, zinc_load_as_f32(g, i, gdt));
+    if (out)
+      zinc_store_from_f32(out, i, odt, pv);
+  }
+}
+
+static ZINC_HD void zinc_cpu_sgd_st_tail(const zinc_opt_coef *c, int decay,
+                                         const zinc_opt_store *st, void *p, void *buf,
+                                         const void *g, int gdt, void *out, int odt,
+                                         int64_t idx0, int64_t i, int64_t n) {
+  for (; i < n; i++) {
+    float pv = zinc_sgd_elem_st(c, decay, st, p, buf, i, idx0 + i, zinc_load_as_f32(g, i, gdt));
+    if (out)
+      zinc_store_from_f32(out, i, odt, pv);
+  }
+}
+
+/* Elements [i, n) of a block (idx0: the block's first global index). */
+static ZINC_HD void zinc_cpu_lamb_update_st_tail(const zinc_opt_coef *c, int decay,
+                                                 const zinc_opt_store *st, const void *p,
+                                                 void *m, void *v, const void *g, int gdt,
+                                                 int64_t idx0, double *w_lanes,
+                                                 double *u_lanes, int64_t i, int64_t n) {
+  for (; i < n; i++) {
+    float w;
+    double u = (double)zinc_lamb_update_elem_st(c, decay, st, p, m, v, i, idx0 + i,
+                                                zinc_load_as_f32(g, i, gdt), &w);
+    double x = (double)w;
+    w_lanes[i % ZINC_SUMSQ_LANES] += x * x;
+    u_lanes[i % ZINC_SUMSQ_LANES] += u * u;
+  }
+}
+
+static ZINC_HD void zinc_cpu_lamb_apply_st_tail(const zinc_opt_coef *c, int decay, float ratio,
+                                                const zinc_opt_store *st, void *p,
+                                                const void *m, const void *v, void *out,
+                                                int odt, int64_t idx0, int64_t i, int64_t n) {
+  for (; i < n; i++) {
+    float pv = zinc_lamb_apply_elem_st(c, decay, ratio, st, p, m, v, i, idx0 + i);
+    if (out)
+      zinc_store_from_f32(out, i, odt, pv);
   }
 }
 

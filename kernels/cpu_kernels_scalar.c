@@ -38,6 +38,45 @@ static void scalar_lamb_apply(const zinc_opt_coef *c, int decay, float ratio, fl
   zinc_cpu_lamb_apply_tail(c, decay, ratio, p, m, v, out, odt, 0, n);
 }
 
+static void scalar_adam_st(const zinc_opt_coef *c, int decay, const zinc_opt_store *st,
+                           void *p, void *m, void *v, const void *g, int gdt, void *out,
+                           int odt, int64_t idx0, int64_t n) {
+  zinc_cpu_adam_st_tail(c, decay, st, p, m, v, g, gdt, out, odt, idx0, 0, n);
+}
+
+static void scalar_lion_st(const zinc_opt_coef *c, int decay, const zinc_opt_store *st,
+                           void *p, void *m, const void *g, int gdt, void *out, int odt,
+                           int64_t idx0, int64_t n) {
+  zinc_cpu_lion_st_tail(c, decay, st, p, m, g, gdt, out, odt, idx0, 0, n);
+}
+
+static void scalar_adagrad_st(const zinc_opt_coef *c, int decay, const zinc_opt_store *st,
+                              void *p, void *s, const void *g, int gdt, void *out, int odt,
+                              int64_t idx0, int64_t n) {
+  zinc_cpu_adagrad_st_tail(c, decay, st, p, s, g, gdt, out, odt, idx0, 0, n);
+}
+
+static void scalar_sgd_st(const zinc_opt_coef *c, int decay, const zinc_opt_store *st,
+                          void *p, void *buf, const void *g, int gdt, void *out, int odt,
+                          int64_t idx0, int64_t n) {
+  zinc_cpu_sgd_st_tail(c, decay, st, p, buf, g, gdt, out, odt, idx0, 0, n);
+}
+
+static void scalar_lamb_update_st(const zinc_opt_coef *c, int decay, const zinc_opt_store *st,
+                                  const void *p, void *m, void *v, const void *g, int gdt,
+                                  int64_t idx0, int64_t n, double sums[2]) {
+  double w_lanes[ZINC_SUMSQ_LANES] = {0}, u_lanes[ZINC_SUMSQ_LANES] = {0};
+  zinc_cpu_lamb_update_st_tail(c, decay, st, p, m, v, g, gdt, idx0, w_lanes, u_lanes, 0, n);
+  sums[0] = zinc_sumsq_lanes_combine(w_lanes);
+  sums[1] = zinc_sumsq_lanes_combine(u_lanes);
+}
+
+static void scalar_lamb_apply_st(const zinc_opt_coef *c, int decay, float ratio,
+                                 const zinc_opt_store *st, void *p, const void *m,
+                                 const void *v, void *out, int odt, int64_t idx0, int64_t n) {
+  zinc_cpu_lamb_apply_st_tail(c, decay, ratio, st, p, m, v, out, odt, idx0, 0, n);
+}
+
 static double scalar_sumsq_block(const void *data, int dtype, int64_t n) {
   return zinc_sumsq_block_ref(data, 0, n, dtype);
 }
@@ -104,6 +143,12 @@ const zinc_cpu_isa_ops zinc_cpu_ops_scalar = {
     .sgd = scalar_sgd,
     .lamb_update = scalar_lamb_update,
     .lamb_apply = scalar_lamb_apply,
+    .adam_st = scalar_adam_st,
+    .lion_st = scalar_lion_st,
+    .adagrad_st = scalar_adagrad_st,
+    .sgd_st = scalar_sgd_st,
+    .lamb_update_st = scalar_lamb_update_st,
+    .lamb_apply_st = scalar_lamb_apply_st,
     .sumsq_block = scalar_sumsq_block,
     .convert = scalar_convert,
     .codec_encode = scalar_codec_encode,

@@ -632,3 +632,412 @@ static SIMD_FN void simd_codec_decode(int kind, int64_t block, void *dst, int dd
 #undef DECODE_KIND
 #undef DECODE_CASE
 }
+
+/* ------------------------------------------- master and state in bf16 */
+
+/* The loops over master and state slots stored in bf16 (either or both):
+ * the element functions *_elem_st of zinc_math.h with vectors. Slots load
+ * and widen bf16, the arithmetic is the fp32 loop's above operation for
+ * operation, and each new value is rounded as it is stored, to nearest even
+ * or with the element's draws (stochastic). The draws of a vector are
+ * zinc_sr_draw's for its SIMD_W consecutive global indices: the span never
+ * crosses a multiple of 2^32 (cpu_kernels.c cuts it there; Lamb's UPDATE
+ * takes the scalar path for a block that does), so the index's upper half
+ * and the stream bases are fixed for the span. Each ISA file defines,
+ * besides the macros above:
+ *   vi_set1 vi_xor vi_and vi_add vi_srli vi_mullo vi_iota (0, 1, ..)
+ *   vf_bf16_rne_bits(x) vf_bf16_sr_bits(x, r)  bf16 bits in the low half
+ *                       of each 32-bit lane, as zinc_f32_to_bf16 and
+ *                       zinc_f32_to_bf16_sr (r: a draw per lane)
+ *   vi_pack_u16(b)      the lanes' low halves as a vh
+ *   vf_from_bf16_bits(b) the bf16 values widened to fp32 */
+
+SIMD_INLINE vi simd_mix32(vi x) { /* zinc_sr_mix32 */
+  x = vi_xor(x, vi_srli(x, 16));
+  x = vi_mullo(x, vi_set1(0x21f0aaadu));
+  x = vi_xor(x, vi_srli(x, 15));
+  x = vi_mullo(x, vi_set1(0x735a2d97u));
+  return vi_xor(x, vi_srli(x, 15));
+}
+
+/* The draws of a span at global index idx0 (fixed upper half). */
+typedef struct {
+  vi base0, base1; /* zinc_sr_base of streams 0 and 1 */
+  uint32_t lo0;    /* lower half of idx0 */
+} simd_sr;
+
+SIMD_INLINE simd_sr simd_sr_init(const zinc_opt_store *st, int64_t idx0) {
+  simd_sr s;
+  uint64_t u = (uint64_t)idx0;
+  s.base0 = vi_set1(zinc_sr_base(st->key, (uint32_t)(u >> 32), 0));
+  s.base1 = vi_set1(zinc_sr_base(st->key, (uint32_t)(u >> 32), 1));
+  s.lo0 = (uint32_t)u;
+  return s;
+}
+
+/* h_s of elements i .. i + SIMD_W - 1 of the span (zinc_sr_draw). */
+SIMD_INLINE vi simd_sr_hash(const simd_sr *s, int64_t i, int stream) {
+  vi idx = vi_add(vi_set1(s->lo0 + (uint32_t)i), vi_iota());
+  return simd_mix32(vi_xor(idx, stream ? s->base1 : s->base0));
+}
+
+SIMD_INLINE vf simd_slot_load(const void *base, int64_t i, int bf16) {
+  return bf16 ? vf_load_bf16((const uint16_t *)base + i) : vf_loadu((const float *)base + i);
+}
+
+/* Stores x to a slot (bf16 rounded to nearest even, or with the draws r
+ * when sr) and returns it as stored. */
+SIMD_INLINE vf simd_slot_store(void *base, int64_t i, int bf16, vf x, int sr, vi r) {
+  if (!bf16) {
+    vf_storeu((float *)base + i, x);
+    return x;
+  }
+  vi b = sr ? vf_bf16_sr_bits(x, r) : vf_bf16_rne_bits(x);
+  vh_storeu((uint16_t *)base + i, vi_pack_u16(b));
+  return vf_from_bf16_bits(b);
+}
+
+/* The span's storage with mb, sb (compile-time constants at every call)
+ * in place of st's, so that the scalar tails fold their branches too. */
+SIMD_INLINE zinc_opt_store simd_store_of(const zinc_opt_store *st, int mb, int sb) {
+  zinc_opt_store s = *st;
+  s.master_bf16 = mb;
+  s.state_bf16 = sb;
+  return s;
+}
+
+/* The (master, state) storage pairs a loop is specialised for: CASE(MB, SB)
+ * for the three pairs with a bf16 slot; the switch key is MB * 2 + SB. */
+#define SIMD_EVERY_BF16_STORE(CASE) CASE(0, 1) CASE(1, 0) CASE(1, 1)
+
+SIMD_INLINE void simd_adam_st_span(const zinc_opt_coef *c, int decay, const zinc_opt_store *st0,
+                                   int mb, int sb, void *p, void *m, void *v, const void *g,
+                                   int gdt, void *out, int odt, int64_t idx0, int64_t n) {
+  const vf grad_scale = vf_set1(c->grad_scale);
+  const vf beta1 = vf_set1(c->beta1), one_minus_beta1 = vf_set1(c->one_minus_beta1);
+  const vf beta2 = vf_set1(c->beta2), one_minus_beta2 = vf_set1(c->one_minus_beta2);
+  const vf eps = vf_set1(c->eps), inv_sqrt_bc2 = vf_set1(c->inv_sqrt_bc2);
+  const vf step_size = vf_set1(c->step_size);
+  const vf weight_decay = vf_set1(c->weight_decay), decay_factor = vf_set1(c->decay_factor);
+  const int l2 = decay && !c->adamw, decoupled = decay && c->adamw;
+  const zinc_opt_store st = simd_store_of(st0, mb, sb);
+  const int sr = st.stochastic;
+  const simd_sr draws = simd_sr_init(&st, idx0);
+  int64_t i = simd_stream_peel(out, odt, n); /* as in simd_adam_span */
+  const int stream = i >= 0;
+  if (stream)
+    zinc_cpu_adam_st_tail(c, decay, &st, p, m, v, g, gdt, out, odt, idx0, 0, i);
+  else
+    i = 0;
+  for (; i + SIMD_W <= n; i += SIMD_W) {
+    vf gv = simd_load(g, i, gdt);
+    vf pv = simd_slot_load(p, i, mb), mv = simd_slot_load(m, i, sb);
+    vf vv = simd_slot_load(v, i, sb);
+    gv = vf_mul(gv, grad_scale);
+    if (l2)
+      gv = vf_fmadd(weight_decay, pv, gv);
+    mv = vf_fmadd(beta1, mv, vf_mul(one_minus_beta1, gv));
+    vv = vf_fmadd(beta2, vv, vf_mul(vf_mul(one_minus_beta2, gv), gv));
+    vf d = vf_fmadd(vf_sqrt(vv), inv_sqrt_bc2, eps);
+    if (decoupled)
+      pv = vf_mul(pv, decay_factor);
+    pv = vf_fnmadd(step_size, vf_div(mv, d), pv);
+    vi h0 = vi_set1(0), h1 = vi_set1(0);
+    if (sr) {
+      h0 = simd_sr_hash(&draws, i, 0);
+      if (sb)
+        h1 = simd_sr_hash(&draws, i, 1);
+    }
+    simd_slot_store(m, i, sb, mv, sr, vi_srli(h0, 16));
+    simd_slot_store(v, i, sb, vv, sr, h1);
+    pv = simd_slot_store(p, i, mb, pv, sr, h0);
+    if (odt >= 0)
+      simd_store(out, i, odt, pv, stream);
+  }
+  if (stream)
+    _mm_sfence();
+  zinc_cpu_adam_st_tail(c, decay, &st, p, m, v, g, gdt, out, odt, idx0, i, n);
+}
+
+static SIMD_FN void simd_adam_st(const zinc_opt_coef *c, int decay, const zinc_opt_store *st,
+                                 void *p, void *m, void *v, const void *g, int gdt, void *out,
+                                 int odt, int64_t idx0, int64_t n) {
+  if (!out)
+    odt = -1;
+#define ADAM_ST_CASE(MB, SB)                                                               \
+  case (MB) * 2 + (SB):                                                                    \
+    simd_adam_st_span(c, decay, st, (MB), (SB), p, m, v, g, gdt, out, odt, idx0, n);       \
+    return;
+  switch (st->master_bf16 * 2 + st->state_bf16) {
+    SIMD_EVERY_BF16_STORE(ADAM_ST_CASE)
+  default:
+    zinc_cpu_adam_st_tail(c, decay, st, p, m, v, g, gdt, out, odt, idx0, 0, n);
+  }
+#undef ADAM_ST_CASE
+}
+
+SIMD_INLINE void simd_lion_st_span(const zinc_opt_coef *c, int decay, const zinc_opt_store *st0,
+                                   int mb, int sb, void *p, void *m, const void *g, int gdt,
+                                   void *out, int odt, int64_t idx0, int64_t n) {
+  const vf grad_scale = vf_set1(c->grad_scale);
+  const vf beta1 = vf_set1(c->beta1), one_minus_beta1 = vf_set1(c->one_minus_beta1);
+  const vf beta2 = vf_set1(c->beta2), one_minus_beta2 = vf_set1(c->one_minus_beta2);
+  const vf step_size = vf_set1(c->step_size), decay_factor = vf_set1(c->decay_factor);
+  const zinc_opt_store st = simd_store_of(st0, mb, sb);
+  const int sr = st.stochastic;
+  const simd_sr draws = simd_sr_init(&st, idx0);
+  int64_t i = simd_stream_peel(out, odt, n);
+  const int stream = i >= 0;
+  if (stream)
+    zinc_cpu_lion_st_tail(c, decay, &st, p, m, g, gdt, out, odt, idx0, 0, i);
+  else
+    i = 0;
+  for (; i + SIMD_W <= n; i += SIMD_W) {
+    vf gv = vf_mul(simd_load(g, i, gdt), grad_scale);
+    vf pv = simd_slot_load(p, i, mb), mv = simd_slot_load(m, i, sb);
+    vf cv = vf_fmadd(beta1, mv, vf_mul(one_minus_beta1, gv));
+    if (decay)
+      pv = vf_mul(pv, decay_factor);
+    pv = vf_sub(pv, vf_copysign(step_size, cv));
+    mv = vf_fmadd(beta2, mv, vf_mul(one_minus_beta2, gv));
+    vi h0 = sr ? simd_sr_hash(&draws, i, 0) : vi_set1(0);
+    simd_slot_store(m, i, sb, mv, sr, vi_srli(h0, 16));
+    pv = simd_slot_store(p, i, mb, pv, sr, h0);
+    if (odt >= 0)
+      simd_store(out, i, odt, pv, stream);
+  }
+  if (stream)
+    _mm_sfence();
+  zinc_cpu_lion_st_tail(c, decay, &st, p, m, g, gdt, out, odt, idx0, i, n);
+}
+
+static SIMD_FN void simd_lion_st(const zinc_opt_coef *c, int decay, const zinc_opt_store *st,
+                                 void *p, void *m, const void *g, int gdt, void *out, int odt,
+                                 int64_t idx0, int64_t n) {
+  if (!out)
+    odt = -1;
+#define LION_ST_CASE(MB, SB)                                                               \
+  case (MB) * 2 + (SB):                                                                    \
+    simd_lion_st_span(c, decay, st, (MB), (SB), p, m, g, gdt, out, odt, idx0, n);          \
+    return;
+  switch (st->master_bf16 * 2 + st->state_bf16) {
+    SIMD_EVERY_BF16_STORE(LION_ST_CASE)
+  default:
+    zinc_cpu_lion_st_tail(c, decay, st, p, m, g, gdt, out, odt, idx0, 0, n);
+  }
+#undef LION_ST_CASE
+}
+
+SIMD_INLINE void simd_adagrad_st_span(const zinc_opt_coef *c, int decay,
+                                      const zinc_opt_store *st0, int mb, int sb, void *p,
+                                      void *s, const void *g, int gdt, void *out, int odt,
+                                      int64_t idx0, int64_t n) {
+  const vf grad_scale = vf_set1(c->grad_scale), weight_decay = vf_set1(c->weight_decay);
+  const vf eps = vf_set1(c->eps), step_size = vf_set1(c->step_size);
+  const zinc_opt_store st = simd_store_of(st0, mb, sb);
+  const int sr = st.stochastic;
+  const simd_sr draws = simd_sr_init(&st, idx0);
+  int64_t i = simd_stream_peel(out, odt, n);
+  const int stream = i >= 0;
+  if (stream)
+    zinc_cpu_adagrad_st_tail(c, decay, &st, p, s, g, gdt, out, odt, idx0, 0, i);
+  else
+    i = 0;
+  for (; i + SIMD_W <= n; i += SIMD_W) {
+    vf gv = vf_mul(simd_load(g, i, gdt), grad_scale);
+    vf pv = simd_slot_load(p, i, mb);
+    if (decay)
+      gv = vf_fmadd(weight_decay, pv, gv);
+    vf sv = vf_fmadd(gv, gv, simd_slot_load(s, i, sb));
+    pv = vf_fnmadd(step_size, vf_div(gv, vf_add(vf_sqrt(sv), eps)), pv);
+    vi h0 = sr && mb ? simd_sr_hash(&draws, i, 0) : vi_set1(0);
+    vi h1 = sr && sb ? simd_sr_hash(&draws, i, 1) : vi_set1(0);
+    simd_slot_store(s, i, sb, sv, sr, h1);
+    pv = simd_slot_store(p, i, mb, pv, sr, h0);
+    if (odt >= 0)
+      simd_store(out, i, odt, pv, stream);
+  }
+  if (stream)
+    _mm_sfence();
+  zinc_cpu_adagrad_st_tail(c, decay, &st, p, s, g, gdt, out, odt, idx0, i, n);
+}
+
+static SIMD_FN void simd_adagrad_st(const zinc_opt_coef *c, int decay, const zinc_opt_store *st,
+                                    void *p, void *s, const void *g, int gdt, void *out,
+                                    int odt, int64_t idx0, int64_t n) {
+  if (!out)
+    odt = -1;
+#define ADAGRAD_ST_CASE(MB, SB)                                                            \
+  case (MB) * 2 + (SB):                                                                    \
+    simd_adagrad_st_span(c, decay, st, (MB), (SB), p, s, g, gdt, out, odt, idx0, n);       \
+    return;
+  switch (st->master_bf16 * 2 + st->state_bf16) {
+    SIMD_EVERY_BF16_STORE(ADAGRAD_ST_CASE)
+  default:
+    zinc_cpu_adagrad_st_tail(c, decay, st, p, s, g, gdt, out, odt, idx0, 0, n);
+  }
+#undef ADAGRAD_ST_CASE
+}
+
+SIMD_INLINE void simd_sgd_st_span(const zinc_opt_coef *c, int decay, const zinc_opt_store *st0,
+                                  int mb, int sb, void *p, void *buf, const void *g, int gdt,
+                                  void *out, int odt, int64_t idx0, int64_t n) {
+  const vf grad_scale = vf_set1(c->grad_scale), weight_decay = vf_set1(c->weight_decay);
+  const vf momentum = vf_set1(c->momentum), step_size = vf_set1(c->step_size);
+  const vf one_minus_dampening = vf_set1(c->one_minus_dampening);
+  const int has_buf = c->momentum != 0.0f, first = c->first_step, nesterov = c->nesterov;
+  const zinc_opt_store st = simd_store_of(st0, mb, sb);
+  const int sr = st.stochastic;
+  const simd_sr draws = simd_sr_init(&st, idx0);
+  int64_t i = simd_stream_peel(out, odt, n);
+  const int stream = i >= 0;
+  if (stream)
+    zinc_cpu_sgd_st_tail(c, decay, &st, p, buf, g, gdt, out, odt, idx0, 0, i);
+  else
+    i = 0;
+  for (; i + SIMD_W <= n; i += SIMD_W) {
+    vf d = vf_mul(simd_load(g, i, gdt), grad_scale);
+    vf pv = simd_slot_load(p, i, mb);
+    if (decay)
+      d = vf_fmadd(weight_decay, pv, d);
+    vi h0 = sr ? simd_sr_hash(&draws, i, 0) : vi_set1(0);
+    if (has_buf) {
+      vf b = first ? d
+                   : vf_fmadd(momentum, simd_slot_load(buf, i, sb),
+                              vf_mul(one_minus_dampening, d));
+      simd_slot_store(buf, i, sb, b, sr, vi_srli(h0, 16));
+      d = nesterov ? vf_fmadd(momentum, b, d) : b;
+    }
+    pv = vf_fnmadd(step_size, d, pv);
+    pv = simd_slot_store(p, i, mb, pv, sr, h0);
+    if (odt >= 0)
+      simd_store(out, i, odt, pv, stream);
+  }
+  if (stream)
+    _mm_sfence();
+  zinc_cpu_sgd_st_tail(c, decay, &st, p, buf, g, gdt, out, odt, idx0, i, n);
+}
+
+static SIMD_FN void simd_sgd_st(const zinc_opt_coef *c, int decay, const zinc_opt_store *st,
+                                void *p, void *buf, const void *g, int gdt, void *out, int odt,
+                                int64_t idx0, int64_t n) {
+  if (!out)
+    odt = -1;
+#define SGD_ST_CASE(MB, SB)                                                                \
+  case (MB) * 2 + (SB):                                                                    \
+    simd_sgd_st_span(c, decay, st, (MB), (SB), p, buf, g, gdt, out, odt, idx0, n);         \
+    return;
+  switch (st->master_bf16 * 2 + st->state_bf16) {
+    SIMD_EVERY_BF16_STORE(SGD_ST_CASE)
+  default:
+    zinc_cpu_sgd_st_tail(c, decay, st, p, buf, g, gdt, out, odt, idx0, 0, n);
+  }
+#undef SGD_ST_CASE
+}
+
+/* One block, as simd_lamb_update_span; u from the moments as stored. */
+SIMD_INLINE void simd_lamb_update_st_span(const zinc_opt_coef *c, int decay,
+                                          const zinc_opt_store *st0, int mb, int sb,
+                                          const void *p, void *m, void *v, const void *g,
+                                          int gdt, int64_t idx0, int64_t n, double sums[2]) {
+  const vf grad_scale = vf_set1(c->grad_scale);
+  const vf beta1 = vf_set1(c->beta1), one_minus_beta1 = vf_set1(c->one_minus_beta1);
+  const vf beta2 = vf_set1(c->beta2), one_minus_beta2 = vf_set1(c->one_minus_beta2);
+  const vf eps = vf_set1(c->eps), weight_decay = vf_set1(c->weight_decay);
+  const zinc_opt_store st = simd_store_of(st0, mb, sb);
+  const int sr = st.stochastic && sb;
+  const simd_sr draws = simd_sr_init(&st, idx0);
+  sq_lanes w_acc, u_acc;
+  sq_zero(&w_acc);
+  sq_zero(&u_acc);
+  int64_t i = 0;
+  for (; i + SIMD_W <= n; i += SIMD_W) {
+    vf gv = vf_mul(simd_load(g, i, gdt), grad_scale);
+    vf pv = simd_slot_load(p, i, mb);
+    vf mv = vf_fmadd(beta1, simd_slot_load(m, i, sb), vf_mul(one_minus_beta1, gv));
+    vf vv = vf_fmadd(beta2, simd_slot_load(v, i, sb), vf_mul(vf_mul(one_minus_beta2, gv), gv));
+    vi h0 = sr ? simd_sr_hash(&draws, i, 0) : vi_set1(0);
+    vi h1 = sr ? simd_sr_hash(&draws, i, 1) : vi_set1(0);
+    mv = simd_slot_store(m, i, sb, mv, sr, vi_srli(h0, 16));
+    vv = simd_slot_store(v, i, sb, vv, sr, h1);
+    sq_add(&w_acc, pv, i);
+    sq_add(&u_acc, simd_lamb_dir(pv, mv, vv, eps, weight_decay, decay), i);
+  }
+  double w_lanes[ZINC_SUMSQ_LANES], u_lanes[ZINC_SUMSQ_LANES];
+  sq_store(&w_acc, w_lanes);
+  sq_store(&u_acc, u_lanes);
+  zinc_cpu_lamb_update_st_tail(c, decay, &st, p, m, v, g, gdt, idx0, w_lanes, u_lanes, i, n);
+  sums[0] = zinc_sumsq_lanes_combine(w_lanes);
+  sums[1] = zinc_sumsq_lanes_combine(u_lanes);
+}
+
+static SIMD_FN void simd_lamb_update_st(const zinc_opt_coef *c, int decay,
+                                        const zinc_opt_store *st, const void *p, void *m,
+                                        void *v, const void *g, int gdt, int64_t idx0,
+                                        int64_t n, double sums[2]) {
+  uint64_t first = (uint64_t)idx0, last = first + (uint64_t)(n > 0 ? n - 1 : 0);
+  if (st->stochastic && (first >> 32) != (last >> 32)) { /* the draws cross 2^32: rare */
+    double w_lanes[ZINC_SUMSQ_LANES] = {0}, u_lanes[ZINC_SUMSQ_LANES] = {0};
+    zinc_cpu_lamb_update_st_tail(c, decay, st, p, m, v, g, gdt, idx0, w_lanes, u_lanes, 0, n);
+    sums[0] = zinc_sumsq_lanes_combine(w_lanes);
+    sums[1] = zinc_sumsq_lanes_combine(u_lanes);
+    return;
+  }
+#define LAMB_UPDATE_ST_CASE(MB, SB)                                                        \
+  case (MB) * 2 + (SB):                                                                    \
+    simd_lamb_update_st_span(c, decay, st, (MB), (SB), p, m, v, g, gdt, idx0, n, sums);    \
+    return;
+  switch (st->master_bf16 * 2 + st->state_bf16) {
+    SIMD_EVERY_BF16_STORE(LAMB_UPDATE_ST_CASE)
+  default:
+    simd_lamb_update_st_span(c, decay, st, 0, 0, p, m, v, g, gdt, idx0, n, sums);
+  }
+#undef LAMB_UPDATE_ST_CASE
+}
+
+SIMD_INLINE void simd_lamb_apply_st_span(const zinc_opt_coef *c, int decay, float ratio,
+                                         const zinc_opt_store *st0, int mb, int sb, void *p,
+                                         const void *m, const void *v, void *out, int odt,
+                                         int64_t idx0, int64_t n) {
+  const vf step = vf_set1(c->step_size * ratio); /* as zinc_lamb_apply_elem */
+  const vf eps = vf_set1(c->eps), weight_decay = vf_set1(c->weight_decay);
+  const zinc_opt_store st = simd_store_of(st0, mb, sb);
+  const int sr = st.stochastic && mb;
+  const simd_sr draws = simd_sr_init(&st, idx0);
+  int64_t i = simd_stream_peel(out, odt, n);
+  const int stream = i >= 0;
+  if (stream)
+    zinc_cpu_lamb_apply_st_tail(c, decay, ratio, &st, p, m, v, out, odt, idx0, 0, i);
+  else
+    i = 0;
+  for (; i + SIMD_W <= n; i += SIMD_W) {
+    vf pv = simd_slot_load(p, i, mb);
+    vf u = simd_lamb_dir(pv, simd_slot_load(m, i, sb), simd_slot_load(v, i, sb), eps,
+                         weight_decay, decay);
+    pv = vf_fnmadd(step, u, pv);
+    pv = simd_slot_store(p, i, mb, pv, sr, sr ? simd_sr_hash(&draws, i, 0) : vi_set1(0));
+    if (odt >= 0)
+      simd_store(out, i, odt, pv, stream);
+  }
+  if (stream)
+    _mm_sfence();
+  zinc_cpu_lamb_apply_st_tail(c, decay, ratio, &st, p, m, v, out, odt, idx0, i, n);
+}
+
+static SIMD_FN void simd_lamb_apply_st(const zinc_opt_coef *c, int decay, float ratio,
+                                       const zinc_opt_store *st, void *p, const void *m,
+                                       const void *v, void *out, int odt, int64_t idx0,
+                                       int64_t n) {
+  if (!out)
+    odt = -1;
+#define LAMB_APPLY_ST_CASE(MB, SB)                                                         \
+  case (MB) * 2 + (SB):                                                                    \
+    simd_lamb_apply_st_span(c, decay, ratio, st, (MB), (SB), p, m, v, out, odt, idx0, n);  \
+    return;
+  switch (st->master_bf16 * 2 + st->state_bf16) {
+    SIMD_EVERY_BF16_STORE(LAMB_APPLY_ST_CASE)
+  default:
+    zinc_cpu_lamb_apply_st_tail(c, decay, ratio, st, p, m, v, out, odt, idx0, 0, n);
+  }
+#undef LAMB_APPLY_ST_CASE
+}

@@ -49,7 +49,9 @@ static inline unsigned zinc_cuda_grid_for(int64_t items, int threads) {
 #define ZINC_CUDA_SUMSQ_CHUNKS_PER_LAUNCH 96
 #define ZINC_CUDA_OPTIM_SEGS_PER_LAUNCH 40
 
-/* Fused Adam/AdamW over nseg segments with one set of coefficients: for
+/* Fused Adam/AdamW over nseg segments with one set of coefficients, master
+ * and state in fp32 (master_dtype and state_dtype ZINC_F32; a segment with
+ * a bf16 slot is cudaErrorInvalidValue here, zinc_cuda_optim takes it): for
  * every element zinc_adam_elem updates master, exp_avg and exp_avg_sq in
  * place, and the new master value is also stored to param_out (when not
  * NULL) in param_dtype, in the same pass. A segment whose five arrays are
@@ -64,11 +66,15 @@ cudaError_t zinc_cuda_adam(const zinc_opt_coef *coef, const zinc_opt_seg *segs,
  * one set of coefficients: Adam (zinc_cuda_adam), Lion, Adagrad, SGD
  * (UPDATE) or Lamb APPLY, element by element with zinc_math.h's function
  * (bitwise the CPU's zinc_cpu_optim), the new master also stored to
- * param_out when not NULL. The arrays each kind needs are those of
- * zinc_cpu_optim; cudaErrorInvalidValue when one is missing, for a bad
- * dtype, a kind/pass pair this does not run, or a negative length. The
- * optimizers other than Adam take the scalar path (coalesced
- * single-element accesses). */
+ * param_out when not NULL. Master and state slots may be stored in bf16
+ * (zinc_opt_seg.master_dtype, state_dtype; rounded as coef->bf16_rounding
+ * says, the draws the CPU's): those segments, Adam's included, take
+ * zinc_math.h's *_elem_st functions element by element. The arrays each
+ * kind needs are those of zinc_cpu_optim; cudaErrorInvalidValue when one
+ * is missing, for a bad dtype, storage dtype or rounding, a kind/pass pair
+ * this does not run, or a negative length. The optimizers other than Adam
+ * on fp32 storage take the scalar path (coalesced single-element
+ * accesses). */
 cudaError_t zinc_cuda_optim(const zinc_opt_coef *coef, const zinc_opt_seg *segs, int nseg,
                             int pass, cudaStream_t stream);
 
@@ -76,7 +82,8 @@ cudaError_t zinc_cuda_optim(const zinc_opt_coef *coef, const zinc_opt_seg *segs,
  * (host arithmetic only). */
 size_t zinc_cuda_lamb_workspace(const zinc_opt_seg *segs, int nseg);
 
-/* Lamb's UPDATE pass over nseg segments, segment i with coefs[segs[i].coef]:
+/* Lamb's UPDATE pass over nseg segments, segment i with coefs[segs[i].coef]
+ * (master and state in fp32 or bf16, as zinc_cuda_optim):
  * moves exp_avg and exp_avg_sq (master and param_out untouched) and writes
  * norms[2 i], norms[2 i + 1], the sums of squares of segment i's weights and
  * of its update. Order: every ZINC_SUMSQ_BLOCK block sum is

@@ -25,6 +25,12 @@
  * serial (one dependent addition per 4096 elements of a segment): small
  * beside the pass itself, but not free for a segment of billions.
  *
+ * Segments whose master or state slots are stored in bf16 (master_dtype,
+ * state_dtype) take zinc_math.h's *_elem_st functions element by element,
+ * Adam included (adam.cu's vector kernel is for fp32 storage); the draws of
+ * stochastic rounding come from the key computed once per launch and each
+ * element's global index, so they are the CPU's.
+ *
  * The arithmetic is zinc_math.h's element functions; with --fmad=false
  * nothing else is fused, so every result is bitwise the CPU's.
  */
@@ -49,14 +55,18 @@ struct optim_seg_desc {
   double *block_sums;  /* Lamb UPDATE: (2 * blocks) device, (weights, update) per block */
   int64_t n;
   int64_t tile0;       /* first tile of this segment in the launch's grid */
+  int64_t index0;      /* global index of element 0 (stochastic rounding) */
   int grad_dtype;
   int param_dtype;
   int decay;
   float lamb_ratio;
+  unsigned char master_bf16; /* master holds bf16 (the float pointer is a view) */
+  unsigned char state_bf16;  /* exp_avg, exp_avg_sq hold bf16 */
 };
 
 struct optim_launch {
   zinc_opt_coef coef;
+  uint64_t sr_key;     /* zinc_sr_key(rounding_seed, rounding_step) */
   int nseg;
   optim_seg_desc seg[ZINC_CUDA_OPTIM_SEGS_PER_LAUNCH];
 };
@@ -73,9 +83,57 @@ __device__ __forceinline__ const optim_seg_desc &find_seg(const optim_launch &l)
   return l.seg[lo];
 }
 
+__device__ __forceinline__ zinc_opt_store store_of(const zinc_opt_coef &c,
+                                                   const optim_seg_desc &s, uint64_t key) {
+  zinc_opt_store st;
+  st.master_bf16 = s.master_bf16;
+  st.state_bf16 = s.state_bf16;
+  st.stochastic = c.bf16_rounding == ZINC_ROUND_STOCHASTIC;
+  st.key = key;
+  return st;
+}
+
+/* One element of every pass but Lamb UPDATE, a slot in bf16. */
+__device__ __forceinline__ void optim_one_st(const zinc_opt_coef &c, const optim_seg_desc &s,
+                                             uint64_t key, int64_t i) {
+  const zinc_opt_store st = store_of(c, s, key);
+  const int64_t gi = s.index0 + i;
+  float pv;
+  switch (c.kind) {
+  case ZINC_OPT_ADAM:
+    pv = zinc_adam_elem_st(&c, s.decay, &st, s.master, s.exp_avg, s.exp_avg_sq, i, gi,
+                           zinc_load_as_f32(s.grad, i, s.grad_dtype));
+    break;
+  case ZINC_OPT_LION:
+    pv = zinc_lion_elem_st(&c, s.decay, &st, s.master, s.exp_avg, i, gi,
+                           zinc_load_as_f32(s.grad, i, s.grad_dtype));
+    break;
+  case ZINC_OPT_ADAGRAD:
+    pv = zinc_adagrad_elem_st(&c, s.decay, &st, s.master, s.exp_avg_sq, i, gi,
+                              zinc_load_as_f32(s.grad, i, s.grad_dtype));
+    break;
+  case ZINC_OPT_SGD:
+    pv = zinc_sgd_elem_st(&c, s.decay, &st, s.master, s.exp_avg, i, gi,
+                          zinc_load_as_f32(s.grad, i, s.grad_dtype));
+    break;
+  case ZINC_OPT_LAMB: /* APPLY */
+    pv = zinc_lamb_apply_elem_st(&c, s.decay, s.lamb_ratio, &st, s.master, s.exp_avg,
+                                 s.exp_avg_sq, i, gi);
+    break;
+  default:
+    return;
+  }
+  if (s.param_out)
+    zinc_store_from_f32(s.param_out, i, s.param_dtype, pv);
+}
+
 /* One element of every pass but Lamb UPDATE. */
 __device__ __forceinline__ void optim_one(const zinc_opt_coef &c, const optim_seg_desc &s,
-                                          int64_t i) {
+                                          uint64_t key, int64_t i) {
+  if (s.master_bf16 || s.state_bf16) {
+    optim_one_st(c, s, key, i);
+    return;
+  }
   float *p = &s.master[i];
   switch (c.kind) {
   case ZINC_OPT_LION:
@@ -108,7 +166,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < kPerThread; j++) {
     int64_t i = base + (int64_t)j * kThreads + threadIdx.x;
     if (i < s.n)
-      optim_one(c, s, i);
+      optim_one(c, s, launch.sr_key, i);
   }
 }
 
@@ -122,18 +180,26 @@ __global__ void __launch_bounds__(kLambThreads)
   const int64_t b = (int64_t)blockIdx.x - s.tile0;
   const int64_t first = b * ZINC_SUMSQ_BLOCK;
   const int len = (int)(s.n - first < ZINC_SUMSQ_BLOCK ? s.n - first : ZINC_SUMSQ_BLOCK);
+  const int st_path = s.master_bf16 || s.state_bf16;
+  const zinc_opt_store st = store_of(c, s, launch.sr_key);
   for (int k = threadIdx.x; k < len; k += kLambThreads) {
     int64_t i = first + k;
-    update[k] = zinc_lamb_update_elem(&c, s.decay, s.master[i], &s.exp_avg[i],
-                                      &s.exp_avg_sq[i],
-                                      zinc_load_as_f32(s.grad, i, s.grad_dtype));
+    float w;
+    update[k] = st_path ? zinc_lamb_update_elem_st(&c, s.decay, &st, s.master, s.exp_avg,
+                                                   s.exp_avg_sq, i, s.index0 + i,
+                                                   zinc_load_as_f32(s.grad, i, s.grad_dtype),
+                                                   &w)
+                        : zinc_lamb_update_elem(&c, s.decay, s.master[i], &s.exp_avg[i],
+                                                &s.exp_avg_sq[i],
+                                                zinc_load_as_f32(s.grad, i, s.grad_dtype));
   }
   __syncthreads();
   if (threadIdx.x < ZINC_SUMSQ_LANES) { /* lane j: elements j, j + 16, ... in order */
     int j = threadIdx.x;
     double w = 0.0, u = 0.0;
     for (int k = j; k < len; k += ZINC_SUMSQ_LANES) {
-      double x = (double)s.master[first + k], y = (double)update[k];
+      double x = (double)zinc_slot_load(s.master, first + k, s.master_bf16);
+      double y = (double)update[k];
       w += x * x;
       u += y * y;
     }
@@ -179,15 +245,28 @@ cudaError_t launch_now(const optim_launch &launch, int64_t tiles, int lamb_updat
   return cudaGetLastError();
 }
 
+bool seg_bf16(const zinc_opt_seg &s) {
+  return s.master_dtype != ZINC_F32 || s.state_dtype != ZINC_F32;
+}
+
+/* Storage of master and state (fp32 or bf16) and the rounding of bf16. */
+bool storage_ok(const zinc_opt_coef &c, const zinc_opt_seg &s) {
+  bool dt = (s.master_dtype == ZINC_F32 || s.master_dtype == ZINC_BF16) &&
+            (s.state_dtype == ZINC_F32 || s.state_dtype == ZINC_BF16);
+  bool rounding =
+      c.bf16_rounding == ZINC_ROUND_NEAREST_EVEN || c.bf16_rounding == ZINC_ROUND_STOCHASTIC;
+  return dt && (!seg_bf16(s) || rounding);
+}
+
 /* The arrays a segment of this kind and pass needs (as zinc_cpu_optim). */
 bool seg_ok(const zinc_opt_coef &c, int pass, const zinc_opt_seg &s) {
   bool need_g = !(c.kind == ZINC_OPT_LAMB && pass == ZINC_OPT_PASS_APPLY);
-  bool need_m = c.kind == ZINC_OPT_LAMB || c.kind == ZINC_OPT_LION ||
+  bool need_m = c.kind == ZINC_OPT_ADAM || c.kind == ZINC_OPT_LAMB || c.kind == ZINC_OPT_LION ||
                 (c.kind == ZINC_OPT_SGD && c.momentum != 0.0f);
-  bool need_v = c.kind == ZINC_OPT_LAMB || c.kind == ZINC_OPT_ADAGRAD;
+  bool need_v = c.kind == ZINC_OPT_ADAM || c.kind == ZINC_OPT_LAMB || c.kind == ZINC_OPT_ADAGRAD;
   return s.master && (!need_g || (s.grad && dtype_ok(s.grad_dtype))) &&
          (!need_m || s.exp_avg) && (!need_v || s.exp_avg_sq) &&
-         (!s.param_out || dtype_ok(s.param_dtype));
+         (!s.param_out || dtype_ok(s.param_dtype)) && storage_ok(c, s);
 }
 
 /* Both launchers: segments in launches of at most
@@ -201,6 +280,9 @@ cudaError_t run(const zinc_opt_coef *coef, const zinc_opt_seg *segs, int nseg, i
       return cudaErrorInvalidValue;
   optim_launch launch;
   launch.coef = *coef;
+  launch.sr_key = coef->bf16_rounding == ZINC_ROUND_STOCHASTIC
+                      ? zinc_sr_key(coef->rounding_seed, coef->rounding_step)
+                      : 0;
   launch.nseg = 0;
   int64_t tiles = 0, block = 0;
   for (int i = 0; i < nseg; i++) {
@@ -228,6 +310,9 @@ cudaError_t run(const zinc_opt_coef *coef, const zinc_opt_seg *segs, int nseg, i
     d.param_dtype = s->param_dtype;
     d.decay = s->decay != 0;
     d.lamb_ratio = s->lamb_ratio;
+    d.index0 = s->global_offset;
+    d.master_bf16 = s->master_dtype == ZINC_BF16;
+    d.state_bf16 = s->state_dtype == ZINC_BF16;
     tiles += seg_tiles;
     block += seg_tiles;
   }
@@ -240,8 +325,21 @@ extern "C" cudaError_t zinc_cuda_optim(const zinc_opt_coef *coef, const zinc_opt
                                        int nseg, int pass, cudaStream_t stream) {
   if (!coef || nseg < 0 || (nseg > 0 && !segs))
     return cudaErrorInvalidValue;
-  if (coef->kind == ZINC_OPT_ADAM && pass == ZINC_OPT_PASS_UPDATE)
-    return zinc_cuda_adam(coef, segs, nseg, stream);
+  if (coef->kind == ZINC_OPT_ADAM && pass == ZINC_OPT_PASS_UPDATE) {
+    /* runs of fp32-storage segments take adam.cu's vector kernel, runs
+     * with a bf16 slot the element kernel here */
+    for (int i = 0; i < nseg;) {
+      int j = i + 1;
+      while (j < nseg && seg_bf16(segs[j]) == seg_bf16(segs[i]))
+        j++;
+      cudaError_t err = seg_bf16(segs[i]) ? run(coef, segs + i, j - i, pass, nullptr, stream)
+                                          : zinc_cuda_adam(coef, segs + i, j - i, stream);
+      if (err != cudaSuccess)
+        return err;
+      i = j;
+    }
+    return cudaSuccess;
+  }
   if (coef->kind == ZINC_OPT_LAMB ? pass != ZINC_OPT_PASS_APPLY
                                   : (coef->kind < ZINC_OPT_LION || coef->kind >= ZINC_OPT_KINDS ||
                                      pass != ZINC_OPT_PASS_UPDATE))

@@ -2,8 +2,10 @@
  * zinc_math.h — per-element arithmetic written once and shared by the CPU
  * CPU kernels (cpu_kernels*.c) and the CUDA kernels (*.cu) beside it:
  * 16-bit conversions, the element updates of every optimizer (Adam/AdamW,
- * Lamb's two passes, Lion, Adagrad, SGD), the canonical order of the sum
- * of squares, and the argument structs the kernels take.
+ * Lamb's two passes, Lion, Adagrad, SGD) over master and state slots in
+ * fp32 or bf16 (rounded to nearest even or stochastically, with counter-
+ * hashed draws), the canonical order of the sum of squares, and the
+ * argument structs the kernels take.
  *
  * Bitwise agreement rules:
  *  - every function here spells out its operation order and uses fmaf()
@@ -138,7 +140,8 @@ static ZINC_HD void zinc_store_from_f32(void *base, int64_t i, int dtype, float 
 /* ------------------------------------------------ kernel arguments */
 
 /* The optimizers (optimizer.type): every one is a per-element update over
- * the fp32 master and up to two fp32 state slots of the same length.
+ * the master and up to two state slots of the same length (fp32, or bf16:
+ * zinc_opt_seg.master_dtype, state_dtype).
  *   kind      state slot 1 (exp_avg)    state slot 2 (exp_avg_sq)
  *   ADAM      first moment              second moment
  *   LAMB      first moment              second moment   (+ per-parameter norms)
@@ -169,14 +172,31 @@ static inline const char *zinc_opt_kind_str(int kind) {
 enum { ZINC_OPT_PASS_UPDATE = 0, ZINC_OPT_PASS_APPLY = 1 };
 
 /* One contiguous piece of a fused optimizer pass: master and the state
- * slots are fp32 shard slices of n elements (a slot the optimizer does not
- * use may be NULL); grad holds n elements of grad_dtype; if param_out is not
- * NULL the updated value is also written there in param_dtype (the compute
- * copy), in the same pass. */
+ * slots are shard slices of n elements (a slot the optimizer does not use
+ * may be NULL), stored in fp32 or bf16 (master_dtype, state_dtype); grad
+ * holds n elements of grad_dtype; if param_out is not NULL the updated
+ * master, as stored, is also written there in param_dtype (the compute
+ * copy), in the same pass.
+ *
+ * Storage (the two keys of DeepSpeed's bf16 section): master_dtype is
+ * ZINC_F32 or ZINC_BF16 (bf16_master_weights_and_grads), state_dtype the
+ * dtype of exp_avg and exp_avg_sq, ZINC_F32 or ZINC_BF16
+ * (bf16_optimizer_states); any pair is accepted. A bf16 array is reached
+ * through the _bf16 member of its union. Zero-initialised fields (f32, f32,
+ * offset 0) are the fp32 layout, bit for bit. */
 typedef struct {
-  float *master;            /* (n) fp32, read and written      */
-  float *exp_avg;           /* (n) fp32 state slot 1, or NULL  */
-  float *exp_avg_sq;        /* (n) fp32 state slot 2, or NULL  */
+  union {
+    float *master;          /* (n) fp32, read and written      */
+    uint16_t *master_bf16;  /* (n) bf16 when master_dtype is ZINC_BF16 */
+  };
+  union {
+    float *exp_avg;         /* (n) fp32 state slot 1, or NULL  */
+    uint16_t *exp_avg_bf16; /* (n) bf16 when state_dtype is ZINC_BF16 */
+  };
+  union {
+    float *exp_avg_sq;         /* (n) fp32 state slot 2, or NULL */
+    uint16_t *exp_avg_sq_bf16; /* (n) bf16 when state_dtype is ZINC_BF16 */
+  };
   const void *grad;         /* (n) grad_dtype, read            */
   void *param_out;          /* (n) param_dtype, written, or NULL */
   int64_t n;
@@ -187,6 +207,12 @@ typedef struct {
                                (a parameter group)             */
   float lamb_ratio;         /* Lamb APPLY: the clamped trust ratio of the
                                parameter this segment belongs to */
+  int master_dtype;         /* zinc_dtype of master: ZINC_F32 (0) or ZINC_BF16 */
+  int state_dtype;          /* zinc_dtype of exp_avg, exp_avg_sq: ZINC_F32 (0) or ZINC_BF16 */
+  int64_t global_offset;    /* the index of element 0 in the optimizer's global
+                               element order, the same whatever the stage, rank
+                               or piece: the counter of stochastic rounding's
+                               draws (zinc_sr_draw) */
 } zinc_opt_seg;
 
 /* A chunk whose sum of squares is wanted (gradient norm, overflow check). */
@@ -219,7 +245,14 @@ typedef struct zinc_opt_coef {
   int first_step;         /* 1: the momentum buffer starts as the gradient      */
   /* Lamb */
   float min_coeff, max_coeff;
+  /* Values stored in bf16 (a segment's master_dtype or state_dtype): */
+  int bf16_rounding;      /* ZINC_ROUND_NEAREST_EVEN (0) or ZINC_ROUND_STOCHASTIC */
+  uint64_t rounding_seed; /* stochastic: the run's seed                          */
+  int64_t rounding_step;  /* stochastic: the step these coefficients are for     */
 } zinc_opt_coef;
+
+/* How a value computed in fp32 is stored to bf16 (zinc_opt_coef.bf16_rounding). */
+enum { ZINC_ROUND_NEAREST_EVEN = 0, ZINC_ROUND_STOCHASTIC = 1 };
 
 /* ---------------------------------------------------------- optimizers */
 
@@ -356,6 +389,190 @@ static ZINC_HD void zinc_lamb_apply_elem(const zinc_opt_coef *c, int decay, floa
   float pv = *p;
   float step = c->step_size * ratio;
   *p = fmaf(-step, zinc_lamb_dir(c, decay, pv, m, v), pv);
+}
+
+/* ------------------------------------------- master and state in bf16 */
+
+/* A master or state slot stored in bf16 (DeepSpeed's
+ * bf16.bf16_master_weights_and_grads and bf16.bf16_optimizer_states; a
+ * segment's master_dtype and state_dtype): each element is loaded and
+ * widened to fp32, the optimizer's element function above runs on it
+ * unchanged (the same operations and fused multiply-adds, on the values in
+ * registers: the new master comes from the new moments before they are
+ * rounded, as on the fp32 path and in DeepSpeed's CPU Adam), and each new
+ * value is rounded to bf16 as it is stored:
+ *  - ZINC_ROUND_NEAREST_EVEN: zinc_f32_to_bf16 (DeepSpeed's rounding);
+ *  - ZINC_ROUND_STOCHASTIC: zinc_f32_to_bf16_sr with the element's 16-bit
+ *    draw for that slot (zinc_sr_draw): up with probability (low 16 bits
+ *    of x) / 2^16, so the expected stored value is x (a finite x above the
+ *    largest bf16 may round to inf with that probability).
+ * The compute copy (param_out) is the master as stored. Lamb's UPDATE
+ * returns the update u computed from the moments as stored, since APPLY
+ * recomputes u from them: the trust ratio belongs to the update applied.
+ *
+ * The draws are a pure function of (rounding_seed, rounding_step, the
+ * element's global index, slot), so they do not depend on threads, SIMD
+ * width, pieces, stage or placement, and a run is bitwise reproducible.
+ * One 32-bit hash per element and stream s (0: master and exp_avg, 1:
+ * exp_avg_sq), with lo and hi the index's lower and upper 32 bits:
+ *   key    = fmix64(seed + fmix64(step))                 once per pass
+ *   base_s = mix32(hi ^ (key >> 32) ^ s * 0x9e3779b9) ^ (key & 0xffffffff)
+ *   h_s    = mix32(lo ^ base_s)
+ *   draw: master h_0 & 0xffff, exp_avg h_0 >> 16, exp_avg_sq h_1 & 0xffff
+ * fmix64 is splitmix64's output function (as in TERN2's draws,
+ * codec_math.h); mix32 is a 32-bit xorshift-multiply hash (its 32-bit
+ * multiplies vectorise on AVX2, which has no 64-bit one). Both are
+ * bijections: within a stream, distinct indices never share an input. */
+enum { ZINC_SR_MASTER = 0, ZINC_SR_EXP_AVG = 1, ZINC_SR_EXP_AVG_SQ = 2 };
+
+static ZINC_HD uint64_t zinc_sr_fmix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static ZINC_HD uint32_t zinc_sr_mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x21f0aaadu;
+  x ^= x >> 15;
+  x *= 0x735a2d97u;
+  x ^= x >> 15;
+  return x;
+}
+
+static ZINC_HD uint64_t zinc_sr_key(uint64_t seed, int64_t step) {
+  return zinc_sr_fmix64(seed + zinc_sr_fmix64((uint64_t)step));
+}
+
+/* base_s for the indices whose upper 32 bits are hi. */
+static ZINC_HD uint32_t zinc_sr_base(uint64_t key, uint32_t hi, int stream) {
+  return zinc_sr_mix32(hi ^ (uint32_t)(key >> 32) ^ (stream ? 0x9e3779b9u : 0u)) ^
+         (uint32_t)key;
+}
+
+/* The 16-bit draw of slot (ZINC_SR_*) for the element of global index i. */
+static ZINC_HD uint32_t zinc_sr_draw(uint64_t key, int64_t i, int slot) {
+  uint64_t u = (uint64_t)i;
+  uint32_t h = zinc_sr_mix32((uint32_t)u ^ zinc_sr_base(key, (uint32_t)(u >> 32),
+                                                         slot == ZINC_SR_EXP_AVG_SQ));
+  return slot == ZINC_SR_EXP_AVG ? h >> 16 : h & 0xffffu;
+}
+
+/* fp32 -> bf16 rounded stochastically with the draw r (0 .. 0xffff): the
+ * upper half of x + r, i.e. up with probability (low half of x) / 2^16;
+ * NaN as zinc_f32_to_bf16; +-inf and values already bf16 stay exact. */
+static ZINC_HD uint16_t zinc_f32_to_bf16_sr(float f, uint32_t r) {
+  uint32_t u = zinc_f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return (uint16_t)((u >> 16) | 0x0040u);
+  return (uint16_t)((u + (r & 0xffffu)) >> 16);
+}
+
+/* One pass's storage as its element functions see it. */
+typedef struct {
+  int master_bf16; /* master holds bf16                       */
+  int state_bf16;  /* exp_avg and exp_avg_sq hold bf16         */
+  int stochastic;  /* bf16 stores round stochastically          */
+  uint64_t key;    /* zinc_sr_key(rounding_seed, rounding_step) */
+} zinc_opt_store;
+
+static ZINC_HD zinc_opt_store zinc_opt_store_of(const zinc_opt_coef *c, int master_dtype,
+                                                int state_dtype) {
+  zinc_opt_store s;
+  s.master_bf16 = master_dtype == 1;
+  s.state_bf16 = state_dtype == 1;
+  s.stochastic = c->bf16_rounding == ZINC_ROUND_STOCHASTIC;
+  s.key = s.stochastic ? zinc_sr_key(c->rounding_seed, c->rounding_step) : 0;
+  return s;
+}
+
+static ZINC_HD float zinc_slot_load(const void *base, int64_t i, int bf16) {
+  return bf16 ? zinc_bf16_to_f32(((const uint16_t *)base)[i]) : ((const float *)base)[i];
+}
+
+/* Stores x to element i of a slot (global index gi); returns it as stored. */
+static ZINC_HD float zinc_slot_store(void *base, int64_t i, int bf16, const zinc_opt_store *st,
+                                     int64_t gi, int slot, float x) {
+  if (!bf16) {
+    ((float *)base)[i] = x;
+    return x;
+  }
+  uint16_t h = st->stochastic ? zinc_f32_to_bf16_sr(x, zinc_sr_draw(st->key, gi, slot))
+                              : zinc_f32_to_bf16(x);
+  ((uint16_t *)base)[i] = h;
+  return zinc_bf16_to_f32(h);
+}
+
+/* Element i (global index gi) of Adam over any storage; returns the new
+ * master as stored. */
+static ZINC_HD float zinc_adam_elem_st(const zinc_opt_coef *c, int decay,
+                                       const zinc_opt_store *st, void *p, void *m, void *v,
+                                       int64_t i, int64_t gi, float g) {
+  float pv = zinc_slot_load(p, i, st->master_bf16);
+  float mv = zinc_slot_load(m, i, st->state_bf16), vv = zinc_slot_load(v, i, st->state_bf16);
+  zinc_adam_elem(c, decay, &pv, &mv, &vv, g);
+  zinc_slot_store(m, i, st->state_bf16, st, gi, ZINC_SR_EXP_AVG, mv);
+  zinc_slot_store(v, i, st->state_bf16, st, gi, ZINC_SR_EXP_AVG_SQ, vv);
+  return zinc_slot_store(p, i, st->master_bf16, st, gi, ZINC_SR_MASTER, pv);
+}
+
+static ZINC_HD float zinc_lion_elem_st(const zinc_opt_coef *c, int decay,
+                                       const zinc_opt_store *st, void *p, void *m, int64_t i,
+                                       int64_t gi, float g) {
+  float pv = zinc_slot_load(p, i, st->master_bf16), mv = zinc_slot_load(m, i, st->state_bf16);
+  zinc_lion_elem(c, decay, &pv, &mv, g);
+  zinc_slot_store(m, i, st->state_bf16, st, gi, ZINC_SR_EXP_AVG, mv);
+  return zinc_slot_store(p, i, st->master_bf16, st, gi, ZINC_SR_MASTER, pv);
+}
+
+/* Adagrad's sum of squares lives in slot 2 (exp_avg_sq). */
+static ZINC_HD float zinc_adagrad_elem_st(const zinc_opt_coef *c, int decay,
+                                          const zinc_opt_store *st, void *p, void *s,
+                                          int64_t i, int64_t gi, float g) {
+  float pv = zinc_slot_load(p, i, st->master_bf16), sv = zinc_slot_load(s, i, st->state_bf16);
+  zinc_adagrad_elem(c, decay, &pv, &sv, g);
+  zinc_slot_store(s, i, st->state_bf16, st, gi, ZINC_SR_EXP_AVG_SQ, sv);
+  return zinc_slot_store(p, i, st->master_bf16, st, gi, ZINC_SR_MASTER, pv);
+}
+
+/* SGD's momentum buffer lives in slot 1 (exp_avg); buf is NULL when
+ * momentum is 0. */
+static ZINC_HD float zinc_sgd_elem_st(const zinc_opt_coef *c, int decay,
+                                      const zinc_opt_store *st, void *p, void *buf, int64_t i,
+                                      int64_t gi, float g) {
+  float pv = zinc_slot_load(p, i, st->master_bf16);
+  if (c->momentum == 0.0f) {
+    zinc_sgd_elem(c, decay, &pv, NULL, g);
+  } else {
+    float b = zinc_slot_load(buf, i, st->state_bf16);
+    zinc_sgd_elem(c, decay, &pv, &b, g);
+    zinc_slot_store(buf, i, st->state_bf16, st, gi, ZINC_SR_EXP_AVG, b);
+  }
+  return zinc_slot_store(p, i, st->master_bf16, st, gi, ZINC_SR_MASTER, pv);
+}
+
+/* Lamb UPDATE: moves the moments, leaves p; *w receives the weight (p as
+ * stored, widened) and the return value is u from the moments as stored. */
+static ZINC_HD float zinc_lamb_update_elem_st(const zinc_opt_coef *c, int decay,
+                                              const zinc_opt_store *st, const void *p, void *m,
+                                              void *v, int64_t i, int64_t gi, float g,
+                                              float *w) {
+  float pv = zinc_slot_load(p, i, st->master_bf16);
+  float mv = zinc_slot_load(m, i, st->state_bf16), vv = zinc_slot_load(v, i, st->state_bf16);
+  (void)zinc_lamb_update_elem(c, decay, pv, &mv, &vv, g);
+  mv = zinc_slot_store(m, i, st->state_bf16, st, gi, ZINC_SR_EXP_AVG, mv);
+  vv = zinc_slot_store(v, i, st->state_bf16, st, gi, ZINC_SR_EXP_AVG_SQ, vv);
+  *w = pv;
+  return zinc_lamb_dir(c, decay, pv, mv, vv);
+}
+
+static ZINC_HD float zinc_lamb_apply_elem_st(const zinc_opt_coef *c, int decay, float ratio,
+                                             const zinc_opt_store *st, void *p, const void *m,
+                                             const void *v, int64_t i, int64_t gi) {
+  float pv = zinc_slot_load(p, i, st->master_bf16);
+  zinc_lamb_apply_elem(c, decay, ratio, &pv, zinc_slot_load(m, i, st->state_bf16),
+                       zinc_slot_load(v, i, st->state_bf16));
+  return zinc_slot_store(p, i, st->master_bf16, st, gi, ZINC_SR_MASTER, pv);
 }
 
 /* --------------------------------------------------------- sum of squares */

@@ -17,7 +17,16 @@
  *   SGD momentum   p buf g          p buf       20
  *
  * Lamb's step is UPDATE (with the per-parameter norms), zinc_lamb_ratio and
- * APPLY, timed as one. Printed: G params/s of the optimizer and of its
+ * APPLY, timed as one.
+ *
+ * A second table runs the same steps with bf16 master, state and gradients
+ * (bf16.bf16_master_weights_and_grads + bf16_optimizer_states), rounded to
+ * nearest even and stochastically: half the bytes of each row above (Adam
+ * 14, Lamb 20, the others 10 per parameter). Its ceiling is computed from
+ * the bytes moved: the fp32 row's same-traffic GB/s over the bf16 bytes per
+ * parameter. Printed: G params/s of each rounding, the ceiling, the ratio
+ * of nearest even to it, and its speed-up over the fp32-state step (the
+ * goal is 1.7-2x; reported, no PASS/FAIL). Printed: G params/s of the optimizer and of its
  * ceiling, their ratio (best run of each) and the median over runs of the
  * optimizer's time beside the ceiling run just before it, which a busy
  * shared machine disturbs less; PASS/FAIL against >= 0.9 with all threads
@@ -45,6 +54,10 @@ typedef struct {
   float *p, *m, *v, *g; /* (n) fp32 each */
   int64_t n;
 } arrays;
+
+typedef struct {
+  uint16_t *p, *m, *v, *g; /* (n) bf16 each: master, slot 1, slot 2, grad */
+} arrays16;
 
 /* ------------------------------------------------------- ceiling loops */
 
@@ -115,7 +128,17 @@ typedef struct {
   zinc_cpu_isa isa;
   zinc_opt_coef coef[O_N];
   arrays a;
+  arrays16 h;
 } bench;
+
+static void init16_part(void *ctx, int64_t b, int64_t e, int tid) {
+  bench *x = ctx;
+  for (int64_t i = b; i < e; i++) {
+    x->h.p[i] = zinc_f32_to_bf16(x->a.p[i]);
+    x->h.m[i] = x->h.v[i] = 0;
+    x->h.g[i] = zinc_f32_to_bf16(x->a.g[i]);
+  }
+}
 
 static void check(zinc_status st) {
   if (st != ZINC_OK) {
@@ -146,14 +169,51 @@ static double run_optim(bench *b, int o) {
   int uses_v = o == O_ADAM || o == O_LAMB || o == O_ADAGRAD;
   int uses_m = o != O_ADAGRAD;
   /* Adagrad keeps its sum in slot 2 (a->v), the others' state in slot 1 (a->m) */
-  zinc_opt_seg seg = {a->p, uses_m ? a->m : NULL, uses_v ? a->v : NULL, a->g, NULL, a->n,
-                      ZINC_F32, ZINC_F32, 1, 0, 1.0f};
+  zinc_opt_seg seg = {.master = a->p,
+                      .exp_avg = uses_m ? a->m : NULL,
+                      .exp_avg_sq = uses_v ? a->v : NULL,
+                      .grad = a->g,
+                      .param_out = NULL,
+                      .n = a->n,
+                      .grad_dtype = ZINC_F32,
+                      .param_dtype = ZINC_F32,
+                      .decay = 1,
+                      .coef = 0,
+                      .lamb_ratio = 1.0f};
   double norms[2];
   double t0 = zinc_now();
   check(zinc_cpu_optim(b->pool, b->isa, c, 1, &seg, 1, ZINC_OPT_PASS_UPDATE, norms));
   if (o == O_LAMB) {
     seg.lamb_ratio = zinc_lamb_ratio(norms[0], norms[1], c->min_coeff, c->max_coeff);
     check(zinc_cpu_optim(b->pool, b->isa, c, 1, &seg, 1, ZINC_OPT_PASS_APPLY, NULL));
+  }
+  return zinc_now() - t0;
+}
+
+/* The step with bf16 master, state and gradients, rounded as `rounding`. */
+static double run_optim_bf16(bench *b, int o, int rounding) {
+  zinc_opt_coef c = b->coef[o];
+  c.bf16_rounding = rounding;
+  c.rounding_seed = 2024;
+  c.rounding_step = 10;
+  int uses_v = o == O_ADAM || o == O_LAMB || o == O_ADAGRAD;
+  int uses_m = o != O_ADAGRAD;
+  zinc_opt_seg seg = {.master_bf16 = b->h.p,
+                      .exp_avg_bf16 = uses_m ? b->h.m : NULL,
+                      .exp_avg_sq_bf16 = uses_v ? b->h.v : NULL,
+                      .grad = b->h.g,
+                      .n = b->a.n,
+                      .grad_dtype = ZINC_BF16,
+                      .decay = 1,
+                      .lamb_ratio = 1.0f,
+                      .master_dtype = ZINC_BF16,
+                      .state_dtype = ZINC_BF16};
+  double norms[2];
+  double t0 = zinc_now();
+  check(zinc_cpu_optim(b->pool, b->isa, &c, 1, &seg, 1, ZINC_OPT_PASS_UPDATE, norms));
+  if (o == O_LAMB) {
+    seg.lamb_ratio = zinc_lamb_ratio(norms[0], norms[1], c.min_coeff, c.max_coeff);
+    check(zinc_cpu_optim(b->pool, b->isa, &c, 1, &seg, 1, ZINC_OPT_PASS_APPLY, NULL));
   }
   return zinc_now() - t0;
 }
@@ -165,9 +225,9 @@ static int cmp_double(const void *a, const void *b) {
 
 /* Returns the number of failed targets. */
 static int measure(bench *b, int threads, int reps) {
-  double best_opt[O_N], best_ceil[O_N], pair[O_N][MAX_REPS];
+  double best_opt[O_N], best_ceil[O_N], pair[O_N][MAX_REPS], best16[O_N][2];
   for (int o = 0; o < O_N; o++)
-    best_opt[o] = best_ceil[o] = 1e30;
+    best_opt[o] = best_ceil[o] = best16[o][0] = best16[o][1] = 1e30;
   /* interleaved, so that a slow moment of a shared machine hits every loop */
   for (int r = 0; r < reps; r++)
     for (int o = 0; o < O_N; o++) {
@@ -175,6 +235,10 @@ static int measure(bench *b, int threads, int reps) {
       best_ceil[o] = tc < best_ceil[o] ? tc : best_ceil[o];
       best_opt[o] = to < best_opt[o] ? to : best_opt[o];
       pair[o][r] = tc / to;
+      for (int k = 0; k < 2; k++) {
+        double t16 = run_optim_bf16(b, o, k);
+        best16[o][k] = t16 < best16[o][k] ? t16 : best16[o][k];
+      }
     }
   double n = (double)b->a.n;
   int failed = 0;
@@ -193,6 +257,14 @@ static int measure(bench *b, int threads, int reps) {
       failed += !ok;
     }
     printf("\n");
+  }
+  printf("    %-13s %5s %10s %10s %10s %7s %7s   (bf16 master, state, grads)\n", "bf16 states",
+         "B/par", "G par/s", "stoch.", "ceiling", "ratio", "x fp32");
+  for (int o = 0; o < O_N; o++) {
+    double bytes = opt_bytes[o] / 2, gbs = n / best_ceil[o] * opt_bytes[o] * 1e-9;
+    double ceil = gbs / bytes, rne = n / best16[o][0] * 1e-9, sr = n / best16[o][1] * 1e-9;
+    printf("    %-13s %5.0f %10.3f %10.3f %10.3f %7.3f %7.3f\n", opt_names[o], bytes, rne, sr,
+           ceil, rne / ceil, rne / (n / best_opt[o] * 1e-9));
   }
   return failed;
 }
@@ -265,16 +337,24 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 4; k++)
       check(dev->ops->alloc(dev, bytes, ZINC_LOC_DEVICE, ZINC_MEM_OPTIM, &mem[k]));
     b.a = (arrays){mem[0], mem[1], mem[2], mem[3], n};
+    /* (n) bf16 master, slot 1, slot 2, grad */
+    void *mem16[4] = {0};
+    for (int k = 0; k < 4; k++)
+      check(dev->ops->alloc(dev, bytes / 2, ZINC_LOC_DEVICE, ZINC_MEM_OPTIM, &mem16[k]));
+    b.h = (arrays16){mem16[0], mem16[1], mem16[2], mem16[3]};
     /* first touch by the threads that will use the pages */
     zinc_threadpool_for(zinc_device_cpu_pool(dev), n, GRAIN, init_part, &b.a);
+    zinc_threadpool_for(zinc_device_cpu_pool(dev), n, GRAIN, init16_part, &b);
     b.pool = NULL;
     failed += measure(&b, 1, reps);
     if (all > 1) {
       b.pool = zinc_device_cpu_pool(dev);
       failed += measure(&b, all, reps);
     }
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 4; k++) {
       dev->ops->free(dev, mem[k], bytes, ZINC_LOC_DEVICE, ZINC_MEM_OPTIM);
+      dev->ops->free(dev, mem16[k], bytes / 2, ZINC_LOC_DEVICE, ZINC_MEM_OPTIM);
+    }
   }
   printf("cpu_optim_bench: %s\n", failed ? "FAIL" : "PASS");
   zinc_device_destroy(dev);

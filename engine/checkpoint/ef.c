@@ -79,8 +79,8 @@ static float le_f32(const unsigned char *p) {
 
 /* ---------------------------------------------------------------- save */
 
-zinc_status zinc_ckpt_ef_write(zinc_engine *e, const char *path, zinc_ckpt_fault *fault,
-                               uint32_t *crc, int64_t *bytes) {
+zinc_status zinc_ckpt_ef_write(zinc_engine *e, const char *path, const zinc_rank_file_id *id,
+                               zinc_ckpt_fault *fault, uint32_t *crc, int64_t *bytes) {
   *crc = 0;
   *bytes = 0;
   unsigned char *stage = NULL;
@@ -98,13 +98,20 @@ zinc_status zinc_ckpt_ef_write(zinc_engine *e, const char *path, zinc_ckpt_fault
       st = zinc_fs_pwrite_all(fd, path, stage, n, (int64_t)off);
     *crc = zinc_crc32c(*crc, stage, n);
   }
+  unsigned char tr[ZINC_RANK_TRAILER]; /* whose residuals these are */
+  zinc_rank_trailer_encode(ZINC_RANK_FILE_EF, id, e->cx_ef_bytes, tr);
+  if (st == ZINC_OK)
+    st = zinc_ckpt_fault_hit(fault, "write", path, (int64_t)e->cx_ef_bytes);
+  if (st == ZINC_OK)
+    st = zinc_fs_pwrite_all(fd, path, tr, sizeof tr, (int64_t)e->cx_ef_bytes);
+  *crc = zinc_crc32c(*crc, tr, sizeof tr);
   if (st == ZINC_OK && fsync(fd) != 0)
     st = zinc_fs_error("fsync", path, (int64_t)e->cx_ef_bytes, errno);
   if (fd >= 0)
     close(fd);
   if (st != ZINC_OK && fd >= 0)
     unlink(path);
-  *bytes = (int64_t)e->cx_ef_bytes;
+  *bytes = (int64_t)e->cx_ef_bytes + ZINC_RANK_TRAILER;
   free(stage);
   return st;
 }
@@ -231,7 +238,8 @@ static zinc_status open_ef_file(const zinc_ckpt_dir *d, int r, int *fds) {
 static zinc_status load_exact(zinc_engine *e, const zinc_ckpt_dir *d) {
   int fd = -1;
   const zinc_manifest_file *f = &d->manifest->ef.files[e->dp_rank];
-  if ((size_t)f->bytes != e->cx_ef_bytes) /* the layouts matched: a bug if it fires */
+  if ((size_t)(f->bytes - zinc_manifest_rank_trailer(d->manifest)) != e->cx_ef_bytes)
+    /* the layouts matched: a bug if it fires */
     return zinc_error(ZINC_ERR_CORRUPT, "checkpoint %s: %s holds %lld bytes, the engine's "
                       "residuals %zu", d->path, f->name, (long long)f->bytes, e->cx_ef_bytes);
   unsigned char *stage = NULL;

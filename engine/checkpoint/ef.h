@@ -20,10 +20,11 @@ typedef enum {
   ZINC_EF_LOAD_RESHARD   /* another layout: summed per element and re-encoded */
 } zinc_ef_load_mode;
 
-/* Write e->cx_ef to path (created, fsynced; removed on failure); its
+/* Write e->cx_ef to path, then the identity trailer naming id (format.h,
+ * "Per-rank files"; created, fsynced; removed on failure); the file's
  * crc32c and size come back for the manifest. Counts its writes in fault. */
-zinc_status zinc_ckpt_ef_write(zinc_engine *e, const char *path, zinc_ckpt_fault *fault,
-                               uint32_t *crc, int64_t *bytes);
+zinc_status zinc_ckpt_ef_write(zinc_engine *e, const char *path, const zinc_rank_file_id *id,
+                               zinc_ckpt_fault *fault, uint32_t *crc, int64_t *bytes);
 /* Fill m->ef from the engine's layout and the gathered file info
  * (crc, bytes per rank); ef->units and ef->files are malloc'ed (names
  * too): zinc_ckpt_ef_describe_free. */

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -56,14 +57,45 @@ static void injected_fault_named(const char *var, int *err, int *call) {
     *err = atoi(name) > 0 ? atoi(name) : EIO;
 }
 
+/* ZINC_CKPT_DELAY / ZINC_CKPT_READ_DELAY="SECONDS@N": the N-th write of
+ * a save (read of a shard) first sleeps SECONDS, as on a filesystem that
+ * slow. *at 0: none. */
+static void injected_delay_named(const char *var, double *seconds, int *at) {
+  *seconds = 0;
+  *at = 0;
+  const char *spec = zinc_env_str(var);
+  if (!spec)
+    return;
+  double s = 0;
+  int n = 0;
+  if (sscanf(spec, "%lf@%d", &s, &n) != 2 || !(s > 0 && s <= 3600) || n < 1) {
+    zinc_env_reject(var, spec, "SECONDS@N (0 < SECONDS <= 3600, N >= 1)", "no delay injected");
+    return;
+  }
+  *seconds = s;
+  *at = n;
+}
+
+static void sleep_for(double seconds) {
+  struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
 void zinc_ckpt_fault_init(zinc_ckpt_fault *f) {
   f->count = 0;
   injected_fault_named("ZINC_CKPT_FAULT", &f->err, &f->at);
+  injected_delay_named("ZINC_CKPT_DELAY", &f->delay_s, &f->delay_at);
 }
 
 zinc_status zinc_ckpt_fault_hit(zinc_ckpt_fault *f, const char *op, const char *path,
                                 int64_t offset) {
-  if (!f || !f->err || ++f->count != f->at)
+  if (!f || (!f->err && !f->delay_at))
+    return ZINC_OK;
+  f->count++;
+  if (f->delay_at && f->count == f->delay_at)
+    sleep_for(f->delay_s);
+  if (!f->err || f->count != f->at)
     return ZINC_OK;
   return zinc_fs_error(op, path, offset, f->err);
 }
@@ -71,7 +103,9 @@ zinc_status zinc_ckpt_fault_hit(zinc_ckpt_fault *f, const char *op, const char *
 /* ------------------------------------------------------------ trailer */
 
 /* layout: magic 0..7, version 8, rank 12, world 16, nsections 20,
- * elements 24..31, section crcs 32..43, reserved, trailer crc 60..63 */
+ * elements 24..31, section crcs 32..43, save id 44..51, mp_rank 52,
+ * mp_size 56 (44..59 zero in shards written before the identity),
+ * trailer crc 60..63 */
 void zinc_shard_trailer_encode(const zinc_shard_trailer *t, unsigned char out[ZINC_SHARD_TRAILER]) {
   memset(out, 0, ZINC_SHARD_TRAILER);
   memcpy(out, ZINC_SHARD_MAGIC, 8);
@@ -82,6 +116,9 @@ void zinc_shard_trailer_encode(const zinc_shard_trailer *t, unsigned char out[ZI
   zinc_le_put_u64(out + 24, t->elements);
   for (int i = 0; i < ZINC_SHARD_MAX_SECTIONS; i++)
     zinc_le_put_u32(out + 32 + 4 * i, t->section_crc[i]);
+  zinc_le_put_u64(out + 44, t->save_id);
+  zinc_le_put_u32(out + 52, t->mp_rank);
+  zinc_le_put_u32(out + 56, t->mp_size);
   zinc_le_put_u32(out + 60, zinc_crc32c(0, out, 60));
 }
 
@@ -104,6 +141,9 @@ zinc_status zinc_shard_trailer_decode(const unsigned char *buf, size_t len, cons
   out->elements = zinc_le_get_u64(buf + 24);
   for (int i = 0; i < ZINC_SHARD_MAX_SECTIONS; i++)
     out->section_crc[i] = zinc_le_get_u32(buf + 32 + 4 * i);
+  out->save_id = zinc_le_get_u64(buf + 44);
+  out->mp_rank = zinc_le_get_u32(buf + 52);
+  out->mp_size = zinc_le_get_u32(buf + 56);
   if (out->version != ZINC_SHARD_VERSION)
     return zinc_error(ZINC_ERR_CORRUPT, "shard %s: format version %u, this zinc reads %d",
                       what, out->version, ZINC_SHARD_VERSION);
@@ -112,6 +152,63 @@ zinc_status zinc_shard_trailer_decode(const unsigned char *buf, size_t len, cons
     return zinc_error(ZINC_ERR_CORRUPT, "shard %s: trailer fields out of range (rank %u of "
                       "%u, %u sections, %llu elements)", what, out->rank, out->world,
                       out->nsections, (unsigned long long)out->elements);
+  if (out->save_id ? out->mp_size == 0 || out->mp_rank >= out->mp_size
+                   : out->mp_rank != 0 || out->mp_size != 0)
+    return zinc_error(ZINC_ERR_CORRUPT, "shard %s: trailer identity out of range (save %016llx, "
+                      "model-parallel rank %u of %u)", what, (unsigned long long)out->save_id,
+                      out->mp_rank, out->mp_size);
+  return ZINC_OK;
+}
+
+/* ------------------------------------------- identity of per-rank files */
+
+/* layout: magic 0..7, version 8, kind 12, rank 16, world 20, mp_rank 24,
+ * mp_size 28, payload bytes 32..39, save id 40..47, zeros, crc 60..63 */
+void zinc_rank_trailer_encode(int kind, const zinc_rank_file_id *id, uint64_t payload,
+                              unsigned char out[ZINC_RANK_TRAILER]) {
+  memset(out, 0, ZINC_RANK_TRAILER);
+  memcpy(out, ZINC_RANK_MAGIC, 8);
+  zinc_le_put_u32(out + 8, ZINC_RANK_VERSION);
+  zinc_le_put_u32(out + 12, (uint32_t)kind);
+  zinc_le_put_u32(out + 16, id->rank);
+  zinc_le_put_u32(out + 20, id->world);
+  zinc_le_put_u32(out + 24, id->mp_rank);
+  zinc_le_put_u32(out + 28, id->mp_size);
+  zinc_le_put_u64(out + 32, payload);
+  zinc_le_put_u64(out + 40, id->save_id);
+  zinc_le_put_u32(out + 60, zinc_crc32c(0, out, 60));
+}
+
+zinc_status zinc_rank_trailer_decode(const unsigned char *buf, size_t len, const char *what,
+                                     int *kind, zinc_rank_file_id *id, uint64_t *payload) {
+  if (len < ZINC_RANK_TRAILER)
+    return zinc_error(ZINC_ERR_CORRUPT, "%s: %zu bytes, too short for its %d-byte identity "
+                      "trailer (truncated)", what, len, ZINC_RANK_TRAILER);
+  if (memcmp(buf, ZINC_RANK_MAGIC, 8) != 0)
+    return zinc_error(ZINC_ERR_CORRUPT, "%s: no \"%s\" identity trailer at its end (a file "
+                      "written before checkpoints named their ranks, put into a newer save?)",
+                      what, ZINC_RANK_MAGIC);
+  if (zinc_le_get_u32(buf + 60) != zinc_crc32c(0, buf, 60))
+    return zinc_error(ZINC_ERR_CORRUPT, "%s: the identity trailer's crc32c does not match "
+                      "(damaged file)", what);
+  uint32_t version = zinc_le_get_u32(buf + 8);
+  if (version != ZINC_RANK_VERSION)
+    return zinc_error(ZINC_ERR_CORRUPT, "%s: identity trailer version %u, this zinc reads %d",
+                      what, version, ZINC_RANK_VERSION);
+  *kind = (int)zinc_le_get_u32(buf + 12);
+  id->rank = zinc_le_get_u32(buf + 16);
+  id->world = zinc_le_get_u32(buf + 20);
+  id->mp_rank = zinc_le_get_u32(buf + 24);
+  id->mp_size = zinc_le_get_u32(buf + 28);
+  *payload = zinc_le_get_u64(buf + 32);
+  id->save_id = zinc_le_get_u64(buf + 40);
+  if ((*kind != ZINC_RANK_FILE_EF && *kind != ZINC_RANK_FILE_MSTATE) || id->world == 0 ||
+      id->rank >= id->world || id->mp_size == 0 || id->mp_rank >= id->mp_size ||
+      id->save_id == 0)
+    return zinc_error(ZINC_ERR_CORRUPT, "%s: identity trailer fields out of range (kind %d, "
+                      "rank %u of %u, model-parallel rank %u of %u, save %016llx)", what, *kind,
+                      id->rank, id->world, id->mp_rank, id->mp_size,
+                      (unsigned long long)id->save_id);
   return ZINC_OK;
 }
 
@@ -128,8 +225,8 @@ struct zinc_shard_writer {
   uint64_t in_section;    /* elements written into it */
 };
 
-zinc_status zinc_shard_writer_open(const char *path, int rank, int world, int nsections,
-                                   uint64_t elements, zinc_ckpt_fault *fault,
+zinc_status zinc_shard_writer_open(const char *path, const zinc_rank_file_id *id,
+                                   int nsections, uint64_t elements, zinc_ckpt_fault *fault,
                                    zinc_shard_writer **out) {
   *out = NULL;
   zinc_shard_writer *w = calloc(1, sizeof *w);
@@ -145,8 +242,11 @@ zinc_status zinc_shard_writer_open(const char *path, int rank, int world, int ns
     return st;
   }
   w->t.version = ZINC_SHARD_VERSION;
-  w->t.rank = (uint32_t)rank;
-  w->t.world = (uint32_t)world;
+  w->t.rank = id->rank;
+  w->t.world = id->world;
+  w->t.save_id = id->save_id;
+  w->t.mp_rank = id->save_id ? id->mp_rank : 0;
+  w->t.mp_size = id->save_id ? id->mp_size : 0;
   w->t.nsections = (uint32_t)nsections;
   w->t.elements = elements;
   w->fault = fault;
@@ -230,6 +330,8 @@ struct zinc_shard_reader {
   int reads;              /* range reads so far (fault injection) */
   int fault_err;          /* ZINC_CKPT_READ_FAULT: read number fault_call */
   int fault_call;         /* fails with errno fault_err; 0: no fault */
+  double delay_s;         /* ZINC_CKPT_READ_DELAY: read number delay_call */
+  int delay_call;         /* first sleeps delay_s; 0: none */
 };
 
 zinc_status zinc_shard_reader_open(const char *path, zinc_shard_reader **out) {
@@ -252,6 +354,7 @@ zinc_status zinc_shard_reader_open(const char *path, zinc_shard_reader **out) {
   r->fd = fd;
   r->size = sb.st_size;
   injected_fault_named("ZINC_CKPT_READ_FAULT", &r->fault_err, &r->fault_call);
+  injected_delay_named("ZINC_CKPT_READ_DELAY", &r->delay_s, &r->delay_call);
   unsigned char tr[ZINC_SHARD_TRAILER];
   zinc_status st = r->size < ZINC_SHARD_TRAILER
                        ? zinc_shard_trailer_decode(tr, (size_t)r->size, path, &r->t)
@@ -324,7 +427,11 @@ zinc_status zinc_shard_reader_read(zinc_shard_reader *r, int section, uint64_t o
                       (unsigned long long)offset, section, r->t.nsections,
                       (unsigned long long)r->t.elements);
   int64_t at = (int64_t)(((uint64_t)section * r->t.elements + offset) * 4);
-  if (r->fault_err && ++r->reads == r->fault_call)
+  if (r->fault_err || r->delay_call)
+    r->reads++;
+  if (r->delay_call && r->reads == r->delay_call)
+    sleep_for(r->delay_s);
+  if (r->fault_err && r->reads == r->fault_call)
     return zinc_fs_error("read", r->path, at, r->fault_err);
   return zinc_fs_pread_all(r->fd, r->path, dst, n * 4, at);
 }
@@ -599,13 +706,21 @@ zinc_status zinc_ckpt_dir_verify_file(const zinc_ckpt_dir *d, int i) {
   zinc_status st = zinc_shard_reader_open(p, &r);
   if (st == ZINC_OK) {
     const zinc_shard_trailer *t = zinc_shard_reader_trailer(r);
-    if (t->elements != (uint64_t)f->elements || (int)t->nsections != d->manifest->nsections ||
-        (int)t->rank != f->rank || (int)t->world != d->manifest->nfiles)
+    const zinc_manifest *m = d->manifest;
+    if (t->elements != (uint64_t)f->elements || (int)t->nsections != m->nsections ||
+        (int)t->rank != f->rank || (int)t->world != m->nfiles)
       st = zinc_error(ZINC_ERR_CORRUPT, "shard %s: trailer (rank %u of %u, %u sections of "
                       "%llu) does not match the manifest (rank %d of %d, %d sections of %lld)",
                       p, t->rank, t->world, t->nsections, (unsigned long long)t->elements,
-                      f->rank, d->manifest->nfiles, d->manifest->nsections,
-                      (long long)f->elements);
+                      f->rank, m->nfiles, m->nsections, (long long)f->elements);
+    else if (m->save_id && (t->save_id != m->save_id || (int)t->mp_rank != m->mp_rank ||
+                            (int)t->mp_size != m->mp_size))
+      st = zinc_error(ZINC_ERR_CORRUPT, "shard %s: written by model-parallel rank %u of %u of "
+                      "save %016llx, but this checkpoint is model-parallel rank %d of %d of "
+                      "save %016llx: a shard moved from another save or model-parallel part "
+                      "(its checksums rewritten to match)", p, t->mp_rank, t->mp_size,
+                      (unsigned long long)t->save_id, m->mp_rank, m->mp_size,
+                      (unsigned long long)m->save_id);
     else
       st = zinc_shard_reader_verify(r, &f->crc32c, f->bytes);
   }
@@ -632,8 +747,59 @@ zinc_status zinc_ckpt_dir_verify_whole(const zinc_ckpt_dir *d, const zinc_manife
   return st;
 }
 
+zinc_status zinc_ckpt_dir_verify_rank_file(const zinc_ckpt_dir *d, const zinc_manifest_file *f,
+                                           int kind, const char *what) {
+  ZINC_CHECK(zinc_ckpt_dir_verify_whole(d, f, what));
+  const zinc_manifest *m = d->manifest;
+  if (!m->save_id) /* saved before per-rank files named their rank: as then */
+    return ZINC_OK;
+  char *p = zinc_path_join(d->path, f->name);
+  if (!p)
+    return zinc_error(ZINC_ERR_NOMEM, "opening checkpoint: no host memory for the path of %s/%s "
+                      "(%zu bytes); free host memory and retry", d->path, f->name,
+                      strlen(d->path) + strlen(f->name) + 2);
+  char label[64];
+  snprintf(label, sizeof label, "%s file", what);
+  unsigned char tr[ZINC_RANK_TRAILER];
+  int fd = open(p, O_RDONLY | O_CLOEXEC);
+  zinc_status st = fd < 0 ? zinc_fs_error("open", p, 0, errno) : ZINC_OK;
+  if (st == ZINC_OK && f->bytes < ZINC_RANK_TRAILER)
+    st = zinc_error(ZINC_ERR_CORRUPT, "%s %s: %lld bytes, too short for its %d-byte identity "
+                    "trailer", label, p, (long long)f->bytes, ZINC_RANK_TRAILER);
+  if (st == ZINC_OK)
+    st = zinc_fs_pread_all(fd, p, tr, sizeof tr, f->bytes - ZINC_RANK_TRAILER);
+  if (fd >= 0)
+    close(fd);
+  int got_kind = 0;
+  zinc_rank_file_id id = {0};
+  uint64_t payload = 0;
+  char where[1100];
+  snprintf(where, sizeof where, "%s %s", label, p);
+  if (st == ZINC_OK)
+    st = zinc_rank_trailer_decode(tr, sizeof tr, where, &got_kind, &id, &payload);
+  static const char *const kinds[] = {"?", "error-feedback (.zef)", "method-state (.zms)"};
+  if (st == ZINC_OK &&
+      (got_kind != kind || (int)id.rank != f->rank || (int)id.world != m->dp_size ||
+       (int)id.mp_rank != m->mp_rank || (int)id.mp_size != m->mp_size ||
+       id.save_id != m->save_id ||
+       payload != (uint64_t)(f->bytes - ZINC_RANK_TRAILER)))
+    st = zinc_error(ZINC_ERR_CORRUPT, "%s: written as the %s file of rank %u of %u "
+                    "(model-parallel rank %u of %u) of save %016llx holding %llu bytes, but "
+                    "this checkpoint's entry is the %s file of rank %d of %d (model-parallel "
+                    "rank %d of %d) of save %016llx holding %lld: a file moved from another "
+                    "rank, kind or save (its checksums rewritten to match); restore the "
+                    "checkpoint's own files", where, kinds[got_kind == 1 || got_kind == 2 ? got_kind : 0],
+                    id.rank, id.world, id.mp_rank, id.mp_size, (unsigned long long)id.save_id,
+                    (unsigned long long)payload, kinds[kind], f->rank, m->dp_size, m->mp_rank,
+                    m->mp_size, (unsigned long long)m->save_id,
+                    (long long)(f->bytes - ZINC_RANK_TRAILER));
+  free(p);
+  return st;
+}
+
 zinc_status zinc_ckpt_dir_verify_ef(const zinc_ckpt_dir *d, int i) {
-  return zinc_ckpt_dir_verify_whole(d, &d->manifest->ef.files[i], "error-feedback");
+  return zinc_ckpt_dir_verify_rank_file(d, &d->manifest->ef.files[i], ZINC_RANK_FILE_EF,
+                                        "error-feedback");
 }
 
 void zinc_ckpt_dir_close(zinc_ckpt_dir *d) {

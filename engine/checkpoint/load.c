@@ -18,6 +18,7 @@
 #include "engine/checkpoint/ef.h"
 #include "engine/checkpoint/mstate_io.h"
 #include "engine/checkpoint/format.h"
+#include "engine/checkpoint/wait_bound.h"
 #include "engine/engine.h"
 #include "engine/failure.h"
 #include "engine/place/place.h"
@@ -106,15 +107,15 @@ static zinc_status match_model(zinc_engine *e, const zinc_ckpt_dir *d, int *map,
   const zinc_manifest *m = d->manifest;
   /* the optimizer state is only meaningful to the optimizer that wrote it
    * (a weights-only load reads section 0, the master, which every
-   * optimizer saves first) */
+   * optimizer saves first). The same optimizer may keep other slots than
+   * the save's (DGC's momentum correction takes SGD's momentum over at 2+
+   * data-parallel ranks, not at 1): load_sections matches them by name. */
   const char *ours = zinc_opt_kind_str(e->optim.kind);
-  int arrays[3], narrays = state_arrays(e, arrays), same = m->nsections == narrays;
-  for (int k = 0; same && k < narrays; k++)
-    same = strcmp(m->sections[k], section_names[arrays[k]]) == 0;
-  if (weights_only && strcmp(m->sections[0], section_names[0]) != 0)
+  int arrays[3], narrays = state_arrays(e, arrays);
+  if (m->nsections < 1 || strcmp(m->sections[0], section_names[0]) != 0)
     return zinc_error(ZINC_ERR_CORRUPT, "checkpoint %s: its first section is \"%s\", not %s",
-                      d->path, m->sections[0], section_names[0]);
-  if (!weights_only && (strcmp(m->optimizer, ours) != 0 || !same))
+                      d->path, m->nsections > 0 ? m->sections[0] : "(none)", section_names[0]);
+  if (!weights_only && strcmp(m->optimizer, ours) != 0)
     return zinc_error(ZINC_ERR_INVALID, "checkpoint %s holds the state of optimizer \"%s\" "
                       "(%d state sections) and this engine runs \"%s\" (%d): switching "
                       "optimizer type on load is not supported; load it with optimizer.type "
@@ -163,8 +164,43 @@ typedef struct {
   const zinc_manifest_param *mp;
   zinc_shard_reader **readers;   /* per manifest file, opened on demand */
   float *staging;                /* STAGING_ELEMS host f32 */
-  float *zeros;                  /* weights only: STAGING_ELEMS zeros for the moments */
+  float *zeros;                  /* STAGING_ELEMS zeros for the arrays no section fills */
+  int section_of[3];             /* per state array (state_arrays order): the saved
+                                    section read into it, -1: zeros */
 } load_ctx;
+
+/* Which saved section fills each state array: the one of its name; none
+ * (zeros) for the moments of a weights-only load and for a slot the save
+ * did not keep. Returns whether every array has its section and every
+ * saved section is read (else rank 0 says which start at zero). */
+static int load_sections(const zinc_engine *e, const zinc_ckpt_dir *d, int weights_only,
+                         load_ctx *c) {
+  const zinc_manifest *m = d->manifest;
+  int arrays[3], narrays = state_arrays(e, arrays), all = m->nsections == narrays;
+  char fresh[96] = "";
+  for (int k = 0; k < narrays; k++) {
+    c->section_of[k] = -1;
+    for (int j = 0; !(weights_only && k > 0) && j < m->nsections; j++)
+      if (!strcmp(m->sections[j], section_names[arrays[k]]))
+        c->section_of[k] = j;
+    if (c->section_of[k] < 0 && !weights_only) {
+      size_t len = strlen(fresh);
+      snprintf(fresh + len, sizeof fresh - len, "%s%s", len ? ", " : "",
+               section_names[arrays[k]]);
+      all = 0;
+    }
+  }
+  if (!all && !weights_only)
+    zinc_log0(ZINC_LOG_INFO, "checkpoint %s: optimizer \"%s\" saved %d state sections and "
+              "keeps %d now (a method such as DGC's momentum correction takes a slot over at "
+              "some world sizes): at zero now: %s; a saved section this engine does not "
+              "keep is not read", d->path, m->optimizer, m->nsections, narrays,
+              fresh[0] ? fresh : "none");
+  for (int k = 0; k < narrays; k++)
+    if (c->section_of[k] < 0)
+      return 0;
+  return 1;
+}
 
 static zinc_status reader_for(load_ctx *c, int file, zinc_shard_reader **out) {
   if (!c->readers[file]) {
@@ -210,14 +246,15 @@ static zinc_status load_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
     for (int64_t x = a; x < b; x += STAGING_ELEMS) {
       int64_t n = b - x < STAGING_ELEMS ? b - x : STAGING_ELEMS;
       int arrays[3], narrays = state_arrays(e, arrays);
-      for (int sec = 0; sec < narrays; sec++) {
-        if (c->zeros && sec > 0) { /* weights only: fresh moments */
-          ZINC_CHECK(zinc_opt_write(e, arrays[sec], dst0 + (x - param_off), n, c->zeros));
+      for (int a_i = 0; a_i < narrays; a_i++) {
+        if (c->section_of[a_i] < 0) { /* fresh moments (load_sections) */
+          ZINC_CHECK(zinc_opt_write(e, arrays[a_i], dst0 + (x - param_off), n, c->zeros));
           continue;
         }
-        ZINC_CHECK(zinc_shard_reader_read(rd, sec, (uint64_t)(pc->file_offset + (x - pc->param_offset)),
+        ZINC_CHECK(zinc_shard_reader_read(rd, c->section_of[a_i],
+                                          (uint64_t)(pc->file_offset + (x - pc->param_offset)),
                                           c->staging, (size_t)n));
-        ZINC_CHECK(zinc_opt_write(e, arrays[sec], dst0 + (x - param_off), n, c->staging));
+        ZINC_CHECK(zinc_opt_write(e, arrays[a_i], dst0 + (x - param_off), n, c->staging));
       }
     }
   }
@@ -333,15 +370,8 @@ zinc_status zinc_load_checkpoint(zinc_engine *e, const char *dir, const char *ta
   return zinc_load_checkpoint_ex(e, dir, tag, 0);
 }
 
-zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char *tag,
-                                    unsigned flags) {
-  ZINC_CHECK(check_call(e, dir, tag, "zinc_load_checkpoint", 0));
-  if (flags & ~ZINC_LOAD_WEIGHTS_ONLY)
-    return zinc_error(ZINC_ERR_INVALID, "zinc_load_checkpoint_ex: flags 0x%x has bits other "
-                      "than ZINC_LOAD_WEIGHTS_ONLY", flags);
-  int weights_only = (flags & ZINC_LOAD_WEIGHTS_ONLY) != 0;
-  if (e->dga) /* delayed averaging: no all-reduce may write into what is loaded */
-    ZINC_CHECK(zinc_dga_sync(e, 0));
+static zinc_status load_checkpoint(zinc_engine *e, const char *dir, const char *tag,
+                                   int weights_only) {
   double t0 = zinc_now();
   void *client = NULL;
   int64_t client_bytes = 0;
@@ -382,8 +412,8 @@ zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char 
     for (int f = e->dp_rank; ef_read && f < d->manifest->ef.dp_size && st == ZINC_OK;
          f += e->dp_size)
       st = zinc_ckpt_dir_verify_ef(d, f);
-    if (st == ZINC_OK && ms_mode == ZINC_MSTATE_LOAD_EXACT)
-      st = zinc_ckpt_dir_verify_mstate(d, e->dp_rank); /* the file this rank reads */
+    if (st == ZINC_OK)
+      st = zinc_ckpt_mstate_verify(e, d, ms_mode);
     st = zinc_engine_agree(e, ac, st);
   }
   if (st != ZINC_OK) {
@@ -401,7 +431,7 @@ zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char 
                               "readers of %d shard files (%zu bytes); free host memory and "
                               "retry", dir, d->manifest->nfiles,
                               (size_t)d->manifest->nfiles * sizeof *c.readers);
-  if (st == ZINC_OK && weights_only)
+  if (st == ZINC_OK && !load_sections(e, d, weights_only, &c))
     st = zinc_calloc((void **)&c.zeros, STAGING_ELEMS, 4, "load zeros");
   for (int i = 0; i < e->nparams && st == ZINC_OK; i++) {
     c.mp = &d->manifest->params[map[i]];
@@ -454,4 +484,20 @@ zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char 
   zinc_ckpt_dir_close(d);
   free(map);
   return st;
+}
+
+zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char *tag,
+                                    unsigned flags) {
+  ZINC_CHECK(check_call(e, dir, tag, "zinc_load_checkpoint", 0));
+  if (flags & ~ZINC_LOAD_WEIGHTS_ONLY)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_load_checkpoint_ex: flags 0x%x has bits other "
+                      "than ZINC_LOAD_WEIGHTS_ONLY", flags);
+  if (e->dga) /* delayed averaging: no all-reduce may write into what is loaded */
+    ZINC_CHECK(zinc_dga_sync(e, 0));
+  /* peers busy reading and checking files are waited for up to
+   * zinc.checkpoint_timeout_s */
+  zinc_ckpt_wait w;
+  ZINC_CHECK(zinc_ckpt_wait_begin(e, &w, "zinc_load_checkpoint"));
+  return zinc_ckpt_wait_end(e, &w, load_checkpoint(e, dir, tag,
+                                                   (flags & ZINC_LOAD_WEIGHTS_ONLY) != 0));
 }

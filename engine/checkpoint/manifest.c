@@ -46,6 +46,10 @@ int64_t zinc_manifest_ef_file_bytes(const zinc_manifest_ef *ef) {
   return total;
 }
 
+int64_t zinc_manifest_rank_trailer(const zinc_manifest *m) {
+  return m->save_id ? ZINC_RANK_TRAILER : 0;
+}
+
 static json_t *file_json(const zinc_manifest_file *f, int with_elements) {
   json_t *o = json_object();
   json_object_set_new(o, "name", json_string(f->name));
@@ -120,6 +124,11 @@ char *zinc_manifest_to_json(const zinc_manifest *m) {
   json_object_set_new(root, "version", json_integer(m->version));
   json_object_set_new(root, "zinc_version", str_or_null(m->zinc_version));
   json_object_set_new(root, "tag", str_or_null(m->tag));
+  if (m->save_id) {
+    char id[24];
+    snprintf(id, sizeof id, "%016llx", (unsigned long long)m->save_id);
+    json_object_set_new(root, "save_id", json_string(id));
+  }
   json_object_set_new(root, "world_size", json_integer(m->world_size));
   json_object_set_new(root, "dp_size", json_integer(m->dp_size));
   json_object_set_new(root, "stage", json_integer(m->stage));
@@ -432,7 +441,7 @@ static int parse_ef(reader *r, json_t *o, zinc_manifest *m) {
   ef->files = calloc((size_t)ef->dp_size, sizeof *ef->files);
   if (!ef->files)
     return fail_nomem(r, path, "the file table", (size_t)ef->dp_size * sizeof *ef->files);
-  int64_t bytes = zinc_manifest_ef_file_bytes(ef);
+  int64_t bytes = zinc_manifest_ef_file_bytes(ef) + zinc_manifest_rank_trailer(m);
   for (int i = 0; i < ef->dp_size; i++) {
     char fpath[48];
     snprintf(fpath, sizeof fpath, "error_feedback.files[%d]", i);
@@ -452,8 +461,9 @@ static int parse_ef(reader *r, json_t *o, zinc_manifest *m) {
       return fail(r, fpath, "names \"%s\" of rank %d; entry %d must be %s of rank %d",
                   mf->name, mf->rank, i, want, i);
     if (mf->bytes != bytes)
-      return fail(r, fpath, "\"bytes\" %lld; its units at block %d over %d ranks make %lld",
-                  (long long)mf->bytes, ef->block, ef->dp_size, (long long)bytes);
+      return fail(r, fpath, "\"bytes\" %lld; its units at block %d over %d ranks make %lld%s",
+                  (long long)mf->bytes, ef->block, ef->dp_size, (long long)bytes,
+                  m->save_id ? " with the identity trailer" : "");
   }
   ef->present = 1;
   return 1;
@@ -523,9 +533,10 @@ static int parse_mstate(reader *r, json_t *o, zinc_manifest *m) {
     if (mf->rank != i || strcmp(mf->name, want) != 0)
       return fail(r, fpath, "names \"%s\" of rank %d; entry %d must be %s of rank %d",
                   mf->name, mf->rank, i, want, i);
-    if (mf->bytes != total)
-      return fail(r, fpath, "\"bytes\" %lld; its entries make %lld", (long long)mf->bytes,
-                  (long long)total);
+    if (mf->bytes != total + zinc_manifest_rank_trailer(m))
+      return fail(r, fpath, "\"bytes\" %lld; its entries make %lld%s", (long long)mf->bytes,
+                  (long long)(total + zinc_manifest_rank_trailer(m)),
+                  m->save_id ? " with the identity trailer" : "");
   }
   ms->present = 1;
   return 1;
@@ -564,6 +575,20 @@ zinc_status zinc_manifest_parse(const char *text, size_t len, const char *what,
       !get_str(&r, root, "tag", "$", &m->tag) ||
       !get_str(&r, root, "offload_optimizer", "$", &m->offload_optimizer))
     goto done;
+  if (json_object_get(root, "save_id")) { /* written since per-rank files name their save */
+    char *id = NULL, *end = NULL;
+    if (!get_str(&r, root, "save_id", "$", &id))
+      goto done;
+    int ok = strlen(id) == 16 && strspn(id, "0123456789abcdef") == 16;
+    unsigned long long x = ok ? strtoull(id, &end, 16) : 0;
+    ok = ok && x != 0;
+    free(id);
+    if (!ok) {
+      fail(&r, "save_id", "is not 16 hex digits of a nonzero number");
+      goto done;
+    }
+    m->save_id = (uint64_t)x;
+  }
   if (!json_object_get(root, "optimizer")) /* written since the optimizer family */
     m->optimizer = zinc_strdup("Adam");
   else if (!get_str(&r, root, "optimizer", "$", &m->optimizer))

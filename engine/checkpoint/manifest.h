@@ -23,6 +23,10 @@ extern "C" {
 
 #define ZINC_MANIFEST_VERSION 1
 #define ZINC_CLIENT_STATE_NAME "client_state.bin"
+/* Bytes of the identity trailer after the raw bytes of every .zef and
+ * .zms file of a checkpoint whose manifest has a save_id (format.h,
+ * "Per-rank files"); those of older checkpoints have none. */
+#define ZINC_RANK_TRAILER 64
 
 typedef struct {
   int file;              /* index into files */
@@ -83,14 +87,16 @@ uint32_t zinc_manifest_ef_layout_crc(const zinc_manifest_ef_unit *units, int n);
 /* One residual slice of unit ui (zinc_codec_bytes of INT8 at the block,
  * or 4 bytes per element for f32), rounded up to 16 bytes. */
 int64_t zinc_manifest_ef_slice_bytes(const zinc_manifest_ef *ef, int ui);
-/* Bytes of one file: every unit's (dp_size - 1) slices. */
+/* Bytes of one file's residuals: every unit's (dp_size - 1) slices (the
+ * file holds ZINC_RANK_TRAILER more when the manifest has a save_id). */
 int64_t zinc_manifest_ef_file_bytes(const zinc_manifest_ef *ef);
 
 /* The compression methods' rank-local state (engine/checkpoint/mstate.h),
  * saved when the engine registered any: one raw file per data-parallel
  * rank, rank_NNNNN.zms, the registered buffers in order. Every rank
  * registers the same entries (names and bytes), so every file holds the
- * sum of the entries' bytes. */
+ * sum of the entries' bytes (and the identity trailer after them when the
+ * manifest has a save_id). */
 typedef struct {
   char *name;            /* "<method>.<buffer>" */
   int64_t bytes;
@@ -108,6 +114,12 @@ typedef struct {
   int version;
   char *zinc_version;
   char *tag;
+  /* The save's identity (random, nonzero), written since per-rank files
+   * carry who wrote them (format.h, "Per-rank files"): every shard,
+   * .zef and .zms file of the save holds it with its rank. 0: a
+   * checkpoint saved before, whose files hold none (loaded without the
+   * check, as then). */
+  uint64_t save_id;
   int world_size, dp_size, stage;
   char *offload_optimizer; /* "none" | "cpu" | "nvme" */
   char *optimizer;         /* zinc_opt_kind_str: "Adam" "Lamb" "Lion" "Adagrad"
@@ -134,6 +146,10 @@ typedef struct {
   zinc_manifest_ef ef;   /* "error_feedback": present 0 when absent */
   zinc_manifest_mstate ms; /* "method_state": present 0 when absent */
 } zinc_manifest;
+
+/* ZINC_RANK_TRAILER when m's .zef and .zms files end with an identity
+ * trailer (m->save_id set), else 0. */
+int64_t zinc_manifest_rank_trailer(const zinc_manifest *m);
 
 /* Free what a writer or the parser allocated in *ms, and clear it. */
 void zinc_manifest_mstate_free(zinc_manifest_mstate *ms);

@@ -1,6 +1,7 @@
 /*
  * mstate.c — the compression methods' rank-local state in checkpoints
- * (mstate.h): the registry; save and load.
+ * (mstate.h): the registry; save; load (restored exactly, or reset by
+ * kind after the engine's own arrays are loaded).
  */
 #include "engine/checkpoint/mstate.h"
 #include "engine/checkpoint/mstate_io.h"
@@ -17,8 +18,8 @@
 
 #define MS_STAGE_BYTES ((size_t)4 << 20)
 
-zinc_status zinc_mstate_register(zinc_engine *e, const char *name, void *ptr, size_t bytes,
-                                 int host) {
+zinc_status zinc_mstate_register_ex(zinc_engine *e, const char *name, void *ptr, size_t bytes,
+                                    int host, zinc_mstate_kind kind, zinc_mstate_reset_fn reset) {
   if (strlen(name) >= ZINC_MSTATE_NAME)
     return zinc_error(ZINC_ERR_INVALID, "method state \"%s\": name longer than %d bytes", name,
                       ZINC_MSTATE_NAME - 1);
@@ -28,13 +29,23 @@ zinc_status zinc_mstate_register(zinc_engine *e, const char *name, void *ptr, si
   if (e->nmstate == ZINC_MSTATE_MAX)
     return zinc_error(ZINC_ERR_INVALID, "method state \"%s\": more than %d buffers registered",
                       name, ZINC_MSTATE_MAX);
+  if (kind == ZINC_MSTATE_RANK_COPY && reset)
+    return zinc_error(ZINC_ERR_INVALID, "method state \"%s\": a rank's copy of an engine array "
+                      "is never reset; it takes no reset function", name);
   zinc_mstate_entry *m = &e->mstate[e->nmstate++];
   memset(m, 0, sizeof *m);
   strcpy(m->name, name);
   m->ptr = ptr;
   m->bytes = bytes;
   m->host = host;
+  m->kind = kind;
+  m->reset = reset;
   return ZINC_OK;
+}
+
+zinc_status zinc_mstate_register(zinc_engine *e, const char *name, void *ptr, size_t bytes,
+                                 int host) {
+  return zinc_mstate_register_ex(e, name, ptr, bytes, host, ZINC_MSTATE_RANK, NULL);
 }
 
 void zinc_mstate_clear(zinc_engine *e) {
@@ -51,7 +62,8 @@ int64_t zinc_mstate_total(const zinc_engine *e) {
   return total;
 }
 
-zinc_status zinc_ckpt_mstate_write(zinc_engine *e, const char *path, zinc_ckpt_fault *fault,
+zinc_status zinc_ckpt_mstate_write(zinc_engine *e, const char *path,
+                                   const zinc_rank_file_id *id, zinc_ckpt_fault *fault,
                                    uint32_t *crc, int64_t *bytes) {
   *crc = 0;
   *bytes = 0;
@@ -80,6 +92,14 @@ zinc_status zinc_ckpt_mstate_write(zinc_engine *e, const char *path, zinc_ckpt_f
       at += (int64_t)n;
     }
   }
+  unsigned char tr[ZINC_RANK_TRAILER]; /* whose state this is */
+  zinc_rank_trailer_encode(ZINC_RANK_FILE_MSTATE, id, (uint64_t)at, tr);
+  if (st == ZINC_OK)
+    st = zinc_ckpt_fault_hit(fault, "write", path, at);
+  if (st == ZINC_OK)
+    st = zinc_fs_pwrite_all(fd, path, tr, sizeof tr, at);
+  *crc = zinc_crc32c(*crc, tr, sizeof tr);
+  at += ZINC_RANK_TRAILER;
   if (st == ZINC_OK && fsync(fd) != 0)
     st = zinc_fs_error("fsync", path, at, errno);
   if (fd >= 0)
@@ -116,10 +136,10 @@ zinc_status zinc_ckpt_mstate_describe(const zinc_engine *e, const uint32_t *crcs
     return zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the method-state "
                       "table of %d entries; free host memory and retry", e->nmstate);
   }
-  int64_t total = zinc_mstate_total(e);
+  int64_t total = zinc_mstate_total(e); /* each file: the buffers, then the trailer */
   for (int r = 0; r < e->dp_size; r++)
-    if (bytes[r] != total) {
-      int64_t b = bytes[r];
+    if (bytes[r] - ZINC_RANK_TRAILER != total) {
+      int64_t b = bytes[r] - ZINC_RANK_TRAILER;
       zinc_manifest_mstate_free(ms);
       return zinc_error(ZINC_ERR_INVALID, "checkpoint save: rank %d's method state holds %lld "
                         "bytes, rank %d's %lld; every rank must register the same buffers", r,
@@ -131,6 +151,32 @@ zinc_status zinc_ckpt_mstate_describe(const zinc_engine *e, const uint32_t *crcs
 
 /* ---------------------------------------------------------------- load */
 
+/* The saved entry of rank 0's file that REPLICATED entry m reads (its
+ * name and bytes), and its offset in the file; -1 when none. */
+static int saved_replica(const zinc_manifest_mstate *ms, const zinc_mstate_entry *m,
+                         int64_t *offset) {
+  int64_t at = 0;
+  for (int i = 0; i < ms->nentries; i++) {
+    if (!strcmp(ms->entries[i].name, m->name) && ms->entries[i].bytes == (int64_t)m->bytes) {
+      *offset = at;
+      return i;
+    }
+    at += ms->entries[i].bytes;
+  }
+  return -1;
+}
+
+/* Not EXACT: SHARED when a REPLICATED entry can be read from rank 0's
+ * file, else RESET. */
+static zinc_mstate_load_mode not_exact(const zinc_engine *e, const zinc_manifest_mstate *ms,
+                                       int weights_only) {
+  int64_t off;
+  for (int i = 0; !weights_only && ms->present && ms->dp_size > 0 && i < e->nmstate; i++)
+    if (e->mstate[i].kind == ZINC_MSTATE_REPLICATED && saved_replica(ms, &e->mstate[i], &off) >= 0)
+      return ZINC_MSTATE_LOAD_SHARED;
+  return ZINC_MSTATE_LOAD_RESET;
+}
+
 zinc_mstate_load_mode zinc_ckpt_mstate_mode(const zinc_engine *e, const zinc_ckpt_dir *d,
                                             int weights_only, char *why, size_t cap) {
   const zinc_manifest_mstate *ms = &d->manifest->ms;
@@ -139,20 +185,20 @@ zinc_mstate_load_mode zinc_ckpt_mstate_mode(const zinc_engine *e, const zinc_ckp
     return ZINC_MSTATE_LOAD_NONE;
   if (weights_only) {
     snprintf(why, cap, "a weights-only load");
-    return ZINC_MSTATE_LOAD_ZERO;
+    return not_exact(e, ms, weights_only);
   }
   if (!ms->present) {
     snprintf(why, cap, "the checkpoint holds none");
-    return ZINC_MSTATE_LOAD_ZERO;
+    return not_exact(e, ms, weights_only);
   }
   if (ms->dp_size != e->dp_size) {
     snprintf(why, cap, "saved by %d data-parallel ranks, loaded by %d", ms->dp_size,
              e->dp_size);
-    return ZINC_MSTATE_LOAD_ZERO;
+    return not_exact(e, ms, weights_only);
   }
   if (ms->nentries != e->nmstate) {
     snprintf(why, cap, "%d buffers saved, %d kept now", ms->nentries, e->nmstate);
-    return ZINC_MSTATE_LOAD_ZERO;
+    return not_exact(e, ms, weights_only);
   }
   for (int i = 0; i < e->nmstate; i++)
     if (strcmp(ms->entries[i].name, e->mstate[i].name) ||
@@ -160,9 +206,18 @@ zinc_mstate_load_mode zinc_ckpt_mstate_mode(const zinc_engine *e, const zinc_ckp
       snprintf(why, cap, "buffer %d saved as \"%s\" of %lld bytes, kept now as \"%s\" of %zu "
                "bytes", i, ms->entries[i].name, (long long)ms->entries[i].bytes,
                e->mstate[i].name, e->mstate[i].bytes);
-      return ZINC_MSTATE_LOAD_ZERO;
+      return not_exact(e, ms, weights_only);
     }
   return ZINC_MSTATE_LOAD_EXACT;
+}
+
+zinc_status zinc_ckpt_mstate_verify(const zinc_engine *e, const zinc_ckpt_dir *d,
+                                    zinc_mstate_load_mode mode) {
+  if (mode == ZINC_MSTATE_LOAD_EXACT)
+    return zinc_ckpt_dir_verify_mstate(d, e->dp_rank);
+  if (mode == ZINC_MSTATE_LOAD_SHARED && e->dp_rank == 0)
+    return zinc_ckpt_dir_verify_mstate(d, 0);
+  return ZINC_OK;
 }
 
 static zinc_status fill_entry(zinc_engine *e, const zinc_mstate_entry *m, const void *src,
@@ -179,54 +234,94 @@ static zinc_status fill_entry(zinc_engine *e, const zinc_mstate_entry *m, const 
   return e->dev->ops->fill_zero(e->dev, (char *)m->ptr + off, n, e->stream);
 }
 
+/* Entry m's bytes [at, at + m->bytes) of the open file (path) through the
+ * staging buffer. */
+static zinc_status read_entry(zinc_engine *e, const zinc_mstate_entry *m, int fd,
+                              const char *path, int64_t at, unsigned char *stage) {
+  zinc_status st = ZINC_OK;
+  for (size_t off = 0; st == ZINC_OK && off < m->bytes; off += MS_STAGE_BYTES) {
+    size_t n = m->bytes - off < MS_STAGE_BYTES ? m->bytes - off : MS_STAGE_BYTES;
+    st = zinc_fs_pread_all(fd, path, stage, n, at + (int64_t)off);
+    if (st == ZINC_OK)
+      st = fill_entry(e, m, stage, off, n);
+    if (st == ZINC_OK)
+      st = zinc_engine_sync(e); /* the staging buffer is reused */
+  }
+  return st;
+}
+
+static zinc_status reset_entry(zinc_engine *e, const zinc_mstate_entry *m) {
+  if (m->reset)
+    return m->reset(e, m->ptr, m->bytes);
+  return fill_entry(e, m, NULL, 0, m->bytes);
+}
+
 zinc_status zinc_ckpt_mstate_load(zinc_engine *e, const zinc_ckpt_dir *d,
                                   zinc_mstate_load_mode mode, const char *why) {
   if (mode == ZINC_MSTATE_LOAD_NONE)
     return ZINC_OK;
-  if (mode == ZINC_MSTATE_LOAD_ZERO) {
-    zinc_status st = ZINC_OK;
-    for (int i = 0; i < e->nmstate && st == ZINC_OK; i++)
-      st = fill_entry(e, &e->mstate[i], NULL, 0, e->mstate[i].bytes);
-    if (st == ZINC_OK)
-      st = zinc_engine_sync(e);
-    if (st == ZINC_OK)
-      zinc_log0(ZINC_LOG_INFO, "checkpoint %s: the compression method's state (%s, ...) starts "
-                "from zero: %s", d->path, e->mstate[0].name, why);
-    return st;
-  }
-  const zinc_manifest_file *f = &d->manifest->ms.files[e->dp_rank];
-  char *path = zinc_path_join(d->path, f->name);
+  const zinc_manifest_mstate *ms = &d->manifest->ms;
+  int file = mode == ZINC_MSTATE_LOAD_EXACT ? e->dp_rank : 0;
+  char *path = NULL;
   unsigned char *stage = NULL;
-  zinc_status st = path ? zinc_aligned_alloc((void **)&stage, 64, MS_STAGE_BYTES,
-                                             "method-state staging")
-                        : zinc_error(ZINC_ERR_NOMEM, "checkpoint load: no host memory for the "
-                                     "path of %s/%s", d->path, f->name);
-  int fd = st == ZINC_OK ? open(path, O_RDONLY | O_CLOEXEC) : -1;
-  if (st == ZINC_OK && fd < 0)
-    st = zinc_fs_error("open", path, 0, errno);
-  int64_t at = 0;
+  int fd = -1;
+  zinc_status st = ZINC_OK;
+  if (mode == ZINC_MSTATE_LOAD_EXACT || mode == ZINC_MSTATE_LOAD_SHARED) {
+    path = zinc_path_join(d->path, ms->files[file].name);
+    st = path ? zinc_aligned_alloc((void **)&stage, 64, MS_STAGE_BYTES, "method-state staging")
+              : zinc_error(ZINC_ERR_NOMEM, "checkpoint load: no host memory for the path of "
+                           "%s/%s", d->path, ms->files[file].name);
+    fd = st == ZINC_OK ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    if (st == ZINC_OK && fd < 0)
+      st = zinc_fs_error("open", path, 0, errno);
+  }
+  char reset[160] = "", kept[160] = "";
+  int nread = 0;
+  int64_t at = 0, bytes_read = 0;
   for (int i = 0; i < e->nmstate && st == ZINC_OK; i++) {
     const zinc_mstate_entry *m = &e->mstate[i];
-    for (size_t off = 0; st == ZINC_OK && off < m->bytes; off += MS_STAGE_BYTES) {
-      size_t n = m->bytes - off < MS_STAGE_BYTES ? m->bytes - off : MS_STAGE_BYTES;
-      st = zinc_fs_pread_all(fd, path, stage, n, at);
-      if (st == ZINC_OK)
-        st = fill_entry(e, m, stage, off, n);
-      if (st == ZINC_OK)
-        st = zinc_engine_sync(e); /* the staging buffer is reused */
-      at += (int64_t)n;
+    int64_t off = at;
+    if (mode == ZINC_MSTATE_LOAD_EXACT) {
+      st = read_entry(e, m, fd, path, at, stage);
+    } else if (m->kind == ZINC_MSTATE_RANK_COPY) {
+      /* the engine's own array: as the shards loaded it */
+      size_t len = strlen(kept);
+      snprintf(kept + len, sizeof kept - len, "%s%s", len ? ", " : "", m->name);
+      at += (int64_t)m->bytes;
+      continue;
+    } else if (m->kind == ZINC_MSTATE_REPLICATED && mode == ZINC_MSTATE_LOAD_SHARED &&
+               saved_replica(ms, m, &off) >= 0) {
+      st = read_entry(e, m, fd, path, off, stage);
+    } else {
+      size_t len = strlen(reset);
+      snprintf(reset + len, sizeof reset - len, "%s%s", len ? ", " : "", m->name);
+      st = reset_entry(e, m);
+      at += (int64_t)m->bytes;
+      continue;
     }
+    nread++;
+    bytes_read += (int64_t)m->bytes;
+    at += (int64_t)m->bytes;
   }
+  if (st == ZINC_OK)
+    st = zinc_engine_sync(e);
   if (fd >= 0)
     close(fd);
-  if (st == ZINC_OK)
+  if (st == ZINC_OK && mode == ZINC_MSTATE_LOAD_EXACT)
     zinc_log0(ZINC_LOG_INFO, "checkpoint %s: the compression method's state restored (%d "
-              "buffers, %lld bytes per rank)", d->path, e->nmstate, (long long)at);
+              "buffers, %lld bytes per rank)", d->path, e->nmstate, (long long)bytes_read);
+  else if (st == ZINC_OK)
+    zinc_log0(ZINC_LOG_INFO, "checkpoint %s: the compression method's state is not given "
+              "back as saved (%s): reset %s; %d buffer%s the same on every rank restored from "
+              "rank 0's file; the engine's weights and moments as loaded from the shards%s%s%s",
+              d->path, why, reset[0] ? reset : "none", nread, nread == 1 ? "" : "s",
+              kept[0] ? " (" : "", kept, kept[0] ? ")" : "");
   free(stage);
   free(path);
   return st;
 }
 
 zinc_status zinc_ckpt_dir_verify_mstate(const zinc_ckpt_dir *d, int i) {
-  return zinc_ckpt_dir_verify_whole(d, &d->manifest->ms.files[i], "method-state");
+  return zinc_ckpt_dir_verify_rank_file(d, &d->manifest->ms.files[i], ZINC_RANK_FILE_MSTATE,
+                                        "method-state");
 }

@@ -16,6 +16,7 @@
 #include "base/base.h"
 #include "base/endian.h"
 #include "base/fs.h"
+#include "engine/checkpoint/wait_bound.h"
 #include "engine/engine.h"
 #include "engine/failure.h"
 #include "kernels/zinc_math.h"
@@ -152,13 +153,7 @@ zinc_status zinc_safetensors_finish(zinc_safetensors *w) {
 
 /* ------------------------------------------------------------ export */
 
-zinc_status zinc_export_safetensors(zinc_engine *e, const char *path, int dtype) {
-  ZINC_CHECK(zinc_engine_usable(e, "zinc_export_safetensors"));
-  if (!path || !path[0])
-    return zinc_error(ZINC_ERR_INVALID, "zinc_export_safetensors: path is NULL or empty");
-  if (dtype != -1 && zinc_dtype_size((zinc_dtype)dtype) == 0)
-    return zinc_error(ZINC_ERR_INVALID, "zinc_export_safetensors: dtype %d is not -1, ZINC_F32, "
-                      "ZINC_BF16 or ZINC_F16", dtype);
+static zinc_status export_safetensors(zinc_engine *e, const char *path, int dtype) {
   zinc_safetensors_tensor *t = calloc((size_t)e->nparams + 1, sizeof *t);
   char **names = calloc((size_t)e->nparams + 1, sizeof *names);
   int64_t largest = 1;
@@ -210,4 +205,17 @@ zinc_status zinc_export_safetensors(zinc_engine *e, const char *path, int dtype)
   free(t);
   free(values);
   return st;
+}
+
+zinc_status zinc_export_safetensors(zinc_engine *e, const char *path, int dtype) {
+  ZINC_CHECK(zinc_engine_usable(e, "zinc_export_safetensors"));
+  if (!path || !path[0])
+    return zinc_error(ZINC_ERR_INVALID, "zinc_export_safetensors: path is NULL or empty");
+  if (dtype != -1 && zinc_dtype_size((zinc_dtype)dtype) == 0)
+    return zinc_error(ZINC_ERR_INVALID, "zinc_export_safetensors: dtype %d is not -1, ZINC_F32, "
+                      "ZINC_BF16 or ZINC_F16", dtype);
+  /* the ranks wait while rank 0 writes: up to zinc.checkpoint_timeout_s */
+  zinc_ckpt_wait w;
+  ZINC_CHECK(zinc_ckpt_wait_begin(e, &w, "zinc_export_safetensors"));
+  return zinc_ckpt_wait_end(e, &w, export_safetensors(e, path, dtype));
 }

@@ -60,9 +60,13 @@ typedef struct {
  * an object with a dtype string, a shape of at most 8 dimensions (each
  * >= 0, the element count without overflow) and data_offsets [begin, end]
  * with 0 <= begin <= end <= data_bytes, end - begin the element count times
- * the dtype's size for every dtype of the format. `what` names the file in
- * messages. ZINC_ERR_CORRUPT naming the tensor and the field on failure
- * (*out NULL). Free with zinc_safetensors_entries_free. */
+ * the dtype's size for every dtype of the format; and the layout the
+ * format requires (the reference library checks it too): sorted by
+ * range, the tensors tile the data area — the first begins at byte 0, each
+ * where the one before it ends (no overlap, no gap), the last at
+ * data_bytes. `what` names the file in messages. ZINC_ERR_CORRUPT naming
+ * the tensor and the field on failure (*out NULL). Free with
+ * zinc_safetensors_entries_free. */
 zinc_status zinc_safetensors_parse_header(const char *text, size_t len, int64_t data_bytes,
                                           const char *what, zinc_safetensors_entry **out,
                                           int *n);
@@ -77,9 +81,18 @@ const zinc_safetensors_entry *zinc_safetensors_reader_entry(const zinc_safetenso
                                                             int i);
 /* Index of the tensor called name, or -1. */
 int zinc_safetensors_reader_find(const zinc_safetensors_reader *r, const char *name);
-/* Elements offset..offset+n of tensor i (F32, BF16 or F16), as f32. */
+/* Elements offset..offset+n of tensor i (F32, BF16 or F16), as f32; with
+ * crc not NULL their bytes in the file are chained into *crc (crc32c), so
+ * that what was read can be compared with what another rank read. */
 zinc_status zinc_safetensors_reader_read(zinc_safetensors_reader *r, int i, int64_t offset,
-                                         int64_t n, float *dst);
+                                         int64_t n, float *dst, uint32_t *crc);
+/* The same bytes chained into *crc only (nothing converted). */
+zinc_status zinc_safetensors_reader_crc(zinc_safetensors_reader *r, int i, int64_t offset,
+                                        int64_t n, uint32_t *crc);
+/* The file's size and the crc32c of its first 8 + header-length bytes:
+ * what identifies the file a rank opened before its data is read. */
+void zinc_safetensors_reader_identity(const zinc_safetensors_reader *r, int64_t *file_bytes,
+                                      uint32_t *header_crc);
 void zinc_safetensors_reader_close(zinc_safetensors_reader *r);
 
 #endif /* ZINC_SAFETENSORS_H */

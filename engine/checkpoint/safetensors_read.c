@@ -5,7 +5,9 @@
  *
  * The file is outside input: every number in the header is checked (ranges,
  * overflow of the element count, each tensor's byte range against its
- * dtype, shape and the data area) so that a read can trust the entry.
+ * dtype, shape and the data area, and the ranges together tiling the data
+ * area as the format requires) so that a read can trust the entry and no
+ * tensor reads another's bytes.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -99,6 +101,72 @@ static zinc_status parse_entry(const char *what, const char *name, json_t *v, in
   return ZINC_OK;
 }
 
+/* Sorted by byte range (then name, so that equal ranges order alike). */
+static int by_range(const void *a, const void *b) {
+  const zinc_safetensors_entry *x = *(const zinc_safetensors_entry *const *)a,
+                               *y = *(const zinc_safetensors_entry *const *)b;
+  if (x->begin != y->begin)
+    return x->begin < y->begin ? -1 : 1;
+  if (x->end != y->end)
+    return x->end < y->end ? -1 : 1;
+  return strcmp(x->name, y->name);
+}
+
+/* The format's layout (the reference library's validation): sorted by
+ * byte range, the tensors tile the data area from byte 0 to its end, each
+ * beginning where the one before it ends. An overlap would let a tensor
+ * take another's bytes; a gap or trailing bytes are data no tensor owns,
+ * which the safetensors library refuses too. */
+static zinc_status check_layout(const char *what, zinc_safetensors_entry *t, int n,
+                                int64_t data_bytes) {
+  if (n == 0)
+    return data_bytes == 0 ? ZINC_OK
+                           : zinc_error(ZINC_ERR_CORRUPT, "safetensors %s: the header names no "
+                                        "tensor but the data area holds %lld bytes", what,
+                                        (long long)data_bytes);
+  zinc_safetensors_entry **order = malloc((size_t)n * sizeof *order);
+  if (!order)
+    return zinc_error(ZINC_ERR_NOMEM, "safetensors %s: no host memory to check the layout of "
+                      "%d tensors", what, n);
+  for (int i = 0; i < n; i++)
+    order[i] = &t[i];
+  qsort(order, (size_t)n, sizeof *order, by_range);
+  zinc_status st = ZINC_OK;
+  int64_t at = 0; /* where the tensors so far end */
+  for (int i = 0; i < n && st == ZINC_OK; i++) {
+    const zinc_safetensors_entry *x = order[i];
+    char d[400];
+    if (x->begin < at) {
+      snprintf(d, sizeof d, "has data_offsets [%lld, %lld] that overlap those of tensor "
+               "\"%.200s\" ([%lld, %lld])", (long long)x->begin, (long long)x->end,
+               order[i - 1]->name, (long long)order[i - 1]->begin, (long long)order[i - 1]->end);
+      st = bad(what, x->name, d, ": two tensors may not share bytes");
+    } else if (x->begin > at) {
+      if (i)
+        snprintf(d, sizeof d, "; the tensor before it, \"%.200s\", ends at byte %lld (the "
+                 "format has no gaps between tensors)", order[i - 1]->name, (long long)at);
+      else
+        snprintf(d, sizeof d, "; the first tensor of the data area begins at byte 0");
+      char f[160];
+      snprintf(f, sizeof f, "has data_offsets [%lld, %lld] that begin after a gap of %lld bytes",
+               (long long)x->begin, (long long)x->end, (long long)(x->begin - at));
+      st = bad(what, x->name, f, d);
+    }
+    at = x->end;
+  }
+  if (st == ZINC_OK && at != data_bytes) {
+    const zinc_safetensors_entry *x = order[n - 1];
+    char f[160], d[160];
+    snprintf(f, sizeof f, "has data_offsets [%lld, %lld], the last of the data area, which holds "
+             "%lld bytes", (long long)x->begin, (long long)x->end, (long long)data_bytes);
+    snprintf(d, sizeof d, ": %lld bytes after it belong to no tensor (a file must end where its "
+             "last tensor ends)", (long long)(data_bytes - at));
+    st = bad(what, x->name, f, d);
+  }
+  free(order);
+  return st;
+}
+
 zinc_status zinc_safetensors_parse_header(const char *text, size_t len, int64_t data_bytes,
                                           const char *what, zinc_safetensors_entry **out,
                                           int *n) {
@@ -145,6 +213,8 @@ zinc_status zinc_safetensors_parse_header(const char *text, size_t len, int64_t 
     }
   }
   json_decref(root);
+  if (st == ZINC_OK)
+    st = check_layout(what, t, k, data_bytes);
   if (st != ZINC_OK) {
     zinc_safetensors_entries_free(t, k);
     return st;
@@ -160,6 +230,8 @@ struct zinc_safetensors_reader {
   char *path;
   int fd;
   int64_t data_start;
+  int64_t file_bytes;
+  uint32_t header_crc;  /* crc32c of the 8-byte length and the header */
   zinc_safetensors_entry *t;
   int n;
   int *order;  /* tensor indices sorted by name (zinc_safetensors_reader_find) */
@@ -224,6 +296,8 @@ zinc_status zinc_safetensors_reader_open(const char *path, zinc_safetensors_read
     st = zinc_fs_pread_all(r->fd, path, hdr, len, 8);
   if (st == ZINC_OK) {
     r->data_start = 8 + (int64_t)len;
+    r->file_bytes = sb.st_size;
+    r->header_crc = zinc_crc32c(zinc_crc32c(0, hlen, 8), hdr, len);
     st = zinc_safetensors_parse_header(hdr, len, sb.st_size - r->data_start, path, &r->t, &r->n);
   }
   free(hdr);
@@ -261,8 +335,17 @@ int zinc_safetensors_reader_find(const zinc_safetensors_reader *r, const char *n
   return -1;
 }
 
-zinc_status zinc_safetensors_reader_read(zinc_safetensors_reader *r, int i, int64_t offset,
-                                         int64_t n, float *dst) {
+void zinc_safetensors_reader_identity(const zinc_safetensors_reader *r, int64_t *file_bytes,
+                                      uint32_t *header_crc) {
+  *file_bytes = r->file_bytes;
+  *header_crc = r->header_crc;
+}
+
+/* Elements offset..offset+n of tensor i (a dtype zinc reads), a bounded
+ * piece at a time: their bytes chained into *crc when crc is not NULL,
+ * converted to f32 into dst when dst is not NULL. */
+static zinc_status read_range(zinc_safetensors_reader *r, int i, int64_t offset, int64_t n,
+                              float *dst, uint32_t *crc) {
   if (i < 0 || i >= r->n)
     return zinc_error(ZINC_ERR_INVALID, "safetensors %s: no tensor %d", r->path, i);
   const zinc_safetensors_entry *t = &r->t[i];
@@ -278,8 +361,20 @@ zinc_status zinc_safetensors_reader_read(zinc_safetensors_reader *r, int i, int6
     int64_t m = n - k < READ_CHUNK ? n - k : READ_CHUNK;
     ZINC_CHECK(zinc_fs_pread_all(r->fd, r->path, r->buf, (size_t)m * es,
                                  r->data_start + t->begin + (offset + k) * (int64_t)es));
-    for (int64_t j = 0; j < m; j++)
+    if (crc)
+      *crc = zinc_crc32c(*crc, r->buf, (size_t)m * es);
+    for (int64_t j = 0; dst && j < m; j++)
       dst[k + j] = zinc_load_as_f32(r->buf, j, t->zdtype);
   }
   return ZINC_OK;
+}
+
+zinc_status zinc_safetensors_reader_read(zinc_safetensors_reader *r, int i, int64_t offset,
+                                         int64_t n, float *dst, uint32_t *crc) {
+  return read_range(r, i, offset, n, dst, crc);
+}
+
+zinc_status zinc_safetensors_reader_crc(zinc_safetensors_reader *r, int i, int64_t offset,
+                                        int64_t n, uint32_t *crc) {
+  return read_range(r, i, offset, n, NULL, crc);
 }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include "engine/checkpoint/ef.h"
 #include "engine/checkpoint/mstate_io.h"
 #include "engine/checkpoint/format.h"
+#include "engine/checkpoint/wait_bound.h"
 #include "engine/engine.h"
 #include "engine/failure.h"
 #include "engine/place/place.h"
@@ -28,16 +30,26 @@
  * error-feedback file crc and bytes, method-state file crc and bytes */
 #define INFO 6
 
-static zinc_status write_shard(zinc_engine *e, const char *path, zinc_ckpt_fault *fault,
-                               uint32_t *crc, int64_t *bytes) {
+/* A save's identity (format.h, "Per-rank files"): random, nonzero. */
+static uint64_t new_save_id(void) {
+  uint64_t id = 0;
+  if (getrandom(&id, sizeof id, GRND_NONBLOCK) != (ssize_t)sizeof id) {
+    double t = zinc_now(); /* no entropy yet: the time and the process */
+    memcpy(&id, &t, sizeof id);
+    id ^= (uint64_t)getpid() << 32;
+  }
+  return id ? id : 1;
+}
+
+static zinc_status write_shard(zinc_engine *e, const char *path, const zinc_rank_file_id *id,
+                               zinc_ckpt_fault *fault, uint32_t *crc, int64_t *bytes) {
   zinc_shard_writer *w = NULL;
   float *staging = NULL;
   zinc_status st = zinc_aligned_alloc((void **)&staging, 64, STAGING_ELEMS * 4, "save staging");
   if (st != ZINC_OK)
     return st;
   int arrays[3], narrays = state_arrays(e, arrays);
-  st = zinc_shard_writer_open(path, e->dp_rank, e->dp_size, narrays, (uint64_t)e->shard_numel,
-                              fault, &w);
+  st = zinc_shard_writer_open(path, id, narrays, (uint64_t)e->shard_numel, fault, &w);
   for (int k = 0; k < narrays && st == ZINC_OK; k++) {
     int s = arrays[k];
     /* streamed a bounded piece at a time, wherever the state lives */
@@ -79,7 +91,7 @@ static zinc_status collect_piece(zinc_engine *e, const zinc_unit *u, int ui, int
 }
 
 static zinc_status write_manifest(zinc_engine *e, const char *partial, const char *tag,
-                                  const int64_t *file_info, const char *extra,
+                                  uint64_t save_id, const int64_t *file_info, const char *extra,
                                   zinc_ckpt_fault *fault) {
   zinc_manifest m = {0};
   zinc_status st = ZINC_OK;
@@ -99,6 +111,7 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
   m.version = ZINC_MANIFEST_VERSION;
   m.zinc_version = (char *)zinc_version();
   m.tag = (char *)tag;
+  m.save_id = save_id;
   m.world_size = e->world_size;
   m.dp_size = e->dp_size;
   m.stage = e->cfg.stage;
@@ -247,10 +260,7 @@ out:
   return st;
 }
 
-zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *tag) {
-  ZINC_CHECK(check_call(e, dir, tag, "zinc_save_checkpoint", 1));
-  if (e->dga) /* delayed averaging: one model to save (engine/reduce/dga.c) */
-    ZINC_CHECK(zinc_dga_sync(e, 1));
+static zinc_status save_checkpoint(zinc_engine *e, const char *dir, const char *tag) {
   if (e->micro_step % e->cfg.gradient_accumulation_steps != 0)
     zinc_log0(ZINC_LOG_WARN, "saving checkpoint %s/%s in the middle of an accumulation "
               "window: the window's gradients are not saved", dir, tag);
@@ -296,6 +306,13 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
       st = zinc_ckpt_prepare_dir(&pub, tag, final, partial);
   }
   st = zinc_engine_agree(e, ac, st);
+  /* the save's identity: every per-rank file names it with its rank, so
+   * that a file moved between ranks or saves is refused on load */
+  zinc_rank_file_id id = {.save_id = owner ? new_save_id() : 0, .rank = (uint32_t)e->dp_rank,
+                          .world = (uint32_t)e->dp_size, .mp_rank = (uint32_t)e->mp_rank,
+                          .mp_size = (uint32_t)e->mp_size};
+  if (st == ZINC_OK)
+    st = zinc_comm_broadcast(ac, &id.save_id, 1, ZINC_DT_I64, 0);
   /* the directory this rank's part goes to (model parallelism: its own) */
   char *setdir = NULL;
   if (st == ZINC_OK) {
@@ -317,7 +334,7 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
     shard = zinc_path_join(setdir, name);
     uint32_t crc = 0;
     int64_t bytes = 0;
-    st = shard ? write_shard(e, shard, &pub.fault, &crc, &bytes)
+    st = shard ? write_shard(e, shard, &id, &pub.fault, &crc, &bytes)
                : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the shard path "
                             "of rank %d (%zu bytes); free host memory and retry", e->dp_rank,
                             strlen(setdir) + strlen(name) + 2);
@@ -327,7 +344,7 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
     if (st == ZINC_OK && e->cx_ef) {
       snprintf(name, sizeof name, ZINC_EF_FILE_FORMAT, e->dp_rank);
       char *efpath = zinc_path_join(setdir, name);
-      st = efpath ? zinc_ckpt_ef_write(e, efpath, &pub.fault, &ef_crc, &ef_bytes)
+      st = efpath ? zinc_ckpt_ef_write(e, efpath, &id, &pub.fault, &ef_crc, &ef_bytes)
                   : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the path "
                                "of %s/%s; free host memory and retry", setdir, name);
       free(efpath);
@@ -338,7 +355,7 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
     if (st == ZINC_OK && e->nmstate > 0) {
       snprintf(name, sizeof name, ZINC_MSTATE_FILE_FORMAT, e->dp_rank);
       char *mspath = zinc_path_join(setdir, name);
-      st = mspath ? zinc_ckpt_mstate_write(e, mspath, &pub.fault, &ms_crc, &ms_bytes)
+      st = mspath ? zinc_ckpt_mstate_write(e, mspath, &id, &pub.fault, &ms_crc, &ms_bytes)
                   : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for the path "
                                "of %s/%s; free host memory and retry", setdir, name);
       free(mspath);
@@ -365,7 +382,7 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
   if (st == ZINC_OK && e->dp_rank == 0) {
     if (owner)
       zinc_ckpt_crash_point(&pub);
-    st = write_manifest(e, setdir, tag, info, extra, &pub.fault);
+    st = write_manifest(e, setdir, tag, id.save_id, info, extra, &pub.fault);
     if (st == ZINC_OK)
       st = zinc_fs_fsync(setdir, 1);
   }
@@ -399,4 +416,14 @@ zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *ta
   free(shard);
   free(info);
   return st;
+}
+
+zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *tag) {
+  ZINC_CHECK(check_call(e, dir, tag, "zinc_save_checkpoint", 1));
+  if (e->dga) /* delayed averaging: one model to save (engine/reduce/dga.c) */
+    ZINC_CHECK(zinc_dga_sync(e, 1));
+  /* peers busy writing are waited for up to zinc.checkpoint_timeout_s */
+  zinc_ckpt_wait w;
+  ZINC_CHECK(zinc_ckpt_wait_begin(e, &w, "zinc_save_checkpoint"));
+  return zinc_ckpt_wait_end(e, &w, save_checkpoint(e, dir, tag));
 }

@@ -67,7 +67,11 @@
  * (every rank started the same ones, and the comm's worker completes them
  * without the caller) and drops them. A failed wait (a lost peer, the
  * comm timeout) is agreed over the data-parallel group in the step, so
- * every rank returns the error.
+ * every rank returns the error. The comm is a split of the data-parallel
+ * one, so it shares the engine's fate (comm/comm.h): when any comm of the
+ * engine gives up on a lost rank, the all-reduce in flight here gives up
+ * too (and the agreement after a failed wait here fails at once), so
+ * neither the step nor destroy waits a second timeout for the same rank.
  *
  * Test-only: ZINC_DGA_DROP_CORRECTION=1 (base/env.h) leaves the correction
  * out (pure local steps, the all-reduces still run), the broken variant the

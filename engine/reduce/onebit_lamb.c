@@ -39,15 +39,23 @@
  *   agreement; warm-up steps are the plain stage-0 all-reduce.
  * With one rank C is the identity.
  *
- * State (every rank; method state through engine/checkpoint/mstate.h):
- *   v_fresh        (opt_numel) f32, stage-0 optimizer index
- *   worker_error, server_error   onebit.h's, one segment of sum n
+ * State (every rank; method state through engine/checkpoint/mstate.h,
+ * given back bitwise by a load at the same layout; another load resets
+ * what depends on the layout):
+ *   v_fresh        (opt_numel) f32, stage-0 optimizer index; reset to the
+ *                  loaded v (as at the freeze)
+ *   worker_error, server_error   onebit.h's, one segment of sum n; reset
+ *                  to zero (as DeepSpeed's load)
  *   coeff          (4 nparams) f64, host: coeff_freeze, last factor,
- *                  scaling, and whether scaling is set
- *   and this rank's master and exp_avg (the parameters are the same on
- *   every rank here, but m_last / scaling make the momentum's bits a
- *   rank's own only through C's identical output: kept for a bitwise
- *   resume as 0/1 Adam's are).
+ *                  scaling, and whether scaling is set; the same on every
+ *                  rank and layout, so restored at any world size (as
+ *                  DeepSpeed keeps them in its state dict); reset as at
+ *                  the start by a weights-only load
+ *   and, beside them, this rank's master and exp_avg (the parameters are
+ *   the same on every rank here, but m_last / scaling make the momentum's
+ *   bits a rank's own only through C's identical output: kept for a
+ *   bitwise resume as 0/1 Adam's are), the engine's arrays, which every
+ *   other load takes from the shards.
  * ZINC_ONEBIT_LAMB_NO_ERROR_FEEDBACK=1 (docs/environment.md) zeroes both
  * errors before every C: the broken setting the GPT gap test must catch.
  * Scratch: the concatenated momentum (sum n f32) and m_last (opt_numel).
@@ -143,6 +151,24 @@ static zinc_status alloc_zeroed(zinc_engine *e, size_t bytes, int loc, int cat, 
   return ZINC_OK;
 }
 
+/* Resets for a load that does not give the state back as saved (mstate.h):
+ * the coefficients as at the start (the warm-up's mean 0, the last factor
+ * 1, no scaling yet: it is taken again from the loaded momentum at the
+ * next compression step); the fresh variance as at the freeze, the loaded
+ * frozen variance. */
+static zinc_status coefficients_reset(zinc_engine *e, void *ptr, size_t bytes) {
+  double *k = ptr;
+  memset(ptr, 0, bytes);
+  for (int i = 0; i < e->onebit_lamb->np; i++)
+    k[4 * i + 1] = 1.0;
+  return ZINC_OK;
+}
+
+static zinc_status fresh_variance_reset(zinc_engine *e, void *ptr, size_t bytes) {
+  memcpy(ptr, e->exp_avg_sq, bytes);
+  return ZINC_OK;
+}
+
 zinc_status zinc_onebit_lamb_init(zinc_engine *e) {
   const zinc_settings *c = &e->cfg;
   if (!lamb_on(e))
@@ -203,17 +229,23 @@ zinc_status zinc_onebit_lamb_init(zinc_engine *e) {
                           "1-bit LAMB previous momentum"));
   for (int i = 0; i < z->np; i++)
     z->coeff[4 * i + 1] = 1.0; /* last factor */
-  ZINC_CHECK(zinc_mstate_register(e, "onebit_lamb.exp_avg_sq_fresh", z->v_fresh, ob, 0));
+  ZINC_CHECK(zinc_mstate_register_ex(e, "onebit_lamb.exp_avg_sq_fresh", z->v_fresh, ob, 0,
+                                     ZINC_MSTATE_RANK, fresh_variance_reset));
   ZINC_CHECK(zinc_mstate_register(e, "onebit_lamb.worker_error", z->werr,
                                   z->plan.worker_error_bytes, 0));
   ZINC_CHECK(zinc_mstate_register(e, "onebit_lamb.server_error", z->serr,
                                   z->plan.server_error_bytes, 0));
-  ZINC_CHECK(zinc_mstate_register(e, "onebit_lamb.coefficients", z->coeff,
-                                  4 * (size_t)z->np * sizeof(double), 1));
-  ZINC_CHECK(zinc_mstate_register(e, "onebit_lamb.master",
-                                  e->master_in_params ? e->param_full : (void *)e->master,
-                                  e->master_in_params ? e->full_bytes : ob, 0));
-  ZINC_CHECK(zinc_mstate_register(e, "onebit_lamb.exp_avg", e->exp_avg, ob, 0));
+  ZINC_CHECK(zinc_mstate_register_ex(e, "onebit_lamb.coefficients", z->coeff,
+                                     4 * (size_t)z->np * sizeof(double), 1,
+                                     ZINC_MSTATE_REPLICATED, coefficients_reset));
+  /* not the method's state: this rank's copies of the engine's arrays,
+   * given back only at the same layout (mstate.h) */
+  ZINC_CHECK(zinc_mstate_register_ex(e, "onebit_lamb.master",
+                                     e->master_in_params ? e->param_full : (void *)e->master,
+                                     e->master_in_params ? e->full_bytes : ob, 0,
+                                     ZINC_MSTATE_RANK_COPY, NULL));
+  ZINC_CHECK(zinc_mstate_register_ex(e, "onebit_lamb.exp_avg", e->exp_avg, ob, 0,
+                                     ZINC_MSTATE_RANK_COPY, NULL));
   zinc_log0(ZINC_LOG_INFO, "1-bit LAMB: compressed communication of %lld elements in one "
             "segment after freeze_step %lld", (long long)z->flat_n, (long long)c->freeze_step);
   return ZINC_OK;

@@ -63,16 +63,19 @@
  * State (ZINC_MEM_OPTIM; checkpointed through engine/checkpoint/mstate.h,
  * restored bitwise at the same layout — DeepSpeed resets the errors on
  * load): the engine's master / exp_avg / exp_avg_sq (stage 0: every
- * element on every rank), and here
+ * element on every rank; in the shards, loaded and resharded as every
+ * optimizer's), and here
  *   u             (opt_numel) f32, the momentum accumulator, stage-0 index
  *   worker_error  onebit.h's, padded per parameter
  *   server_error  onebit.h's, this rank's server chunks
  *   lrs           (ZINC_MAX_PARAM_GROUPS) f64, host: sum of lr since the
  *                 last sync per parameter group (not a function of s)
- * and, registered beside them, this rank's whole master and exp_avg (the
- * ranks' own between syncs; a checkpoint's shards hold each chunk's
- * owner's). The schedule's counters are a function of s (recomputed after
- * a load).
+ * all four reset to zero by any other load (the local steps since the
+ * loaded parameters then start a sync interval of their own: u and lrs
+ * agree); and, registered beside them as rank copies, this rank's whole
+ * master and exp_avg (the ranks' own between syncs; the shards hold each
+ * chunk's owner's), given back only by a load at the same layout. The
+ * schedule's counters are a function of s (recomputed after a load).
  * ZINC_ZOADAM_NO_ERROR_FEEDBACK=1 (docs/environment.md) zeroes both errors
  * before every C: the broken setting the GPT gap test must catch.
  * Scratch (ZINC_MEM_BUFFERS): what C reduces (opt_numel f32, stage-0
@@ -295,14 +298,18 @@ zinc_status zinc_zoadam_init(zinc_engine *e) {
                                   ZINC_MAX_PARAM_GROUPS * sizeof(double), 1));
   /* Between syncs every rank's parameters and momentum are its own; the
    * shards of a checkpoint keep each chunk's owner's values (DeepSpeed
-   * keeps rank 0's), so every rank's whole copy is kept here too and a
-   * resume continues bit for bit whatever the step. (The variance is the
+   * keeps rank 0's), which every other load gets. So that a resume at the
+   * same layout continues bit for bit whatever the step, this rank's
+   * whole copy is kept beside the state: not the method's state, the
+   * engine's arrays, given back only then (mstate.h). (The variance is the
    * same on every rank.) */
-  ZINC_CHECK(zinc_mstate_register(e, "zoadam.master",
-                                  e->master_in_params ? e->param_full : (void *)e->master,
-                                  e->master_in_params ? e->full_bytes
-                                                      : (size_t)e->opt_numel * 4, 0));
-  ZINC_CHECK(zinc_mstate_register(e, "zoadam.exp_avg", e->exp_avg, opt_bytes, 0));
+  ZINC_CHECK(zinc_mstate_register_ex(e, "zoadam.master",
+                                     e->master_in_params ? e->param_full : (void *)e->master,
+                                     e->master_in_params ? e->full_bytes
+                                                         : (size_t)e->opt_numel * 4,
+                                     0, ZINC_MSTATE_RANK_COPY, NULL));
+  ZINC_CHECK(zinc_mstate_register_ex(e, "zoadam.exp_avg", e->exp_avg, opt_bytes, 0,
+                                     ZINC_MSTATE_RANK_COPY, NULL));
   zinc_log0(ZINC_LOG_INFO, "0/1 Adam: compressed communication of %d parameters, %zu bytes "
             "of signs per rank and all-reduce, var_freeze_step %lld", z->np,
             z->plan.bits_bytes, (long long)c->var_freeze_step);

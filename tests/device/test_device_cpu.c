@@ -212,7 +212,17 @@ static void kernels_through_the_table(void **state) {
   }
   zinc_opt_coef c;
   assert_int_equal(zinc_adam_coef_init(&c, 1e-2, 0.9, 0.999, 1e-8, 0.1, 0, 1, 2, 0.5), ZINC_OK);
-  zinc_opt_seg seg = {p, m, v, g, out, N, ZINC_F32, ZINC_F16, 1, 0, 0.0f};
+  zinc_opt_seg seg = {.master = p,
+                      .exp_avg = m,
+                      .exp_avg_sq = v,
+                      .grad = g,
+                      .param_out = out,
+                      .n = N,
+                      .grad_dtype = ZINC_F32,
+                      .param_dtype = ZINC_F16,
+                      .decay = 1,
+                      .coef = 0,
+                      .lamb_ratio = 0.0f};
   assert_int_equal(o->optim(d, NULL, &c, 1, &seg, 1, ZINC_OPT_PASS_UPDATE, NULL), ZINC_OK);
   uint16_t *outr = malloc(N * 2);
   for (int i = 0; i < N; i++) {

@@ -10,10 +10,11 @@
  * The comm's first started batch fails at once on every rank
  * (ZINC_TEST_COMM_FAIL_STARTED=1, comm/comm_mpi.c), so nothing waits for a
  * timeout: stage 1 and 2 start the reduction of module b at its
- * grads_ready, whose poll (`test`) finds it failed, or else the next
- * zinc_module_fetch's poll after the test lets the progress thread fail it
- * (stage 3's first started batch is a gather, waited for by the fetch that
- * needs it). Every rank must get
+ * grads_ready, whose poll (`test`) finds it failed (the hook's `start`
+ * returns once the progress thread has failed the batch, so no sleep is
+ * needed for the poll to see it, whatever the load; stage 3's first
+ * started batch is a gather, waited for by the fetch that needs it).
+ * Every rank must get
  * ZINC_ERR_COMM naming the injected failure, a later call must be refused,
  * and zinc_engine_destroy must return.
  *
@@ -24,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "zinc.h"
 
@@ -87,12 +87,6 @@ static void run_stage(int stage, int rank) {
         g[0] += 1.0f;
         where = k ? "grads_ready b" : "grads_ready a";
         st = zinc_module_grads_ready(e, m[k]);
-      }
-      if (st == ZINC_OK && k == 1) {
-        /* b's reduction is started: give the progress thread time to
-         * fail it, so that the next fetch's poll (`test`) finds it */
-        struct timespec nap = {0, 200 * 1000 * 1000};
-        nanosleep(&nap, NULL);
       }
       if (st == ZINC_OK) {
         where = k ? "release b" : "release a";

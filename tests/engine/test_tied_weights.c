@@ -4,18 +4,23 @@
  * (tied) weights", under mpirun at 1, 2 and 4 ranks.
  *
  * The model, per sample (x: C inputs, t: C targets):
- *   embed  W (R, C)   u = W x                       (first use of W)
- *   mid    a (R)      v = a * u
- *   head   b (C)      y = W^T v + b                 (second use of W:
- *                     head fetches embed as well)
+ *   embed    W (R, C)    u = W x                    (first use of W)
+ *   mid      a (R)       v = a * u
+ *   block_l  M_l (R, R)  z_l = M_l z_{l-1}, z_0 = v, l = 1..NBLOCK
+ *   head     b (C)       y = W^T z + b, z = z_NBLOCK (second use of W:
+ *                        head fetches embed as well)
  *   loss = 0.5 |y - t|^2
- * so dW = v dy^T (head's use) + (a * W dy) x^T (embed's use): the head
- * adds its share into zinc_param_grad(W) with embed fetched inside head,
- * releases embed without grads_ready, and embed's own backward adds the
- * second share into the same buffer before grads_ready(embed).
+ * so dW = z dy^T (head's use) + (a * dz_0) x^T (embed's use), dz_0 the
+ * gradient W dy carried back through the blocks: the head adds its share
+ * into zinc_param_grad(W) with embed fetched inside head, releases embed
+ * without grads_ready, and embed's own backward adds the second share
+ * into the same buffer before grads_ready(embed). The blocks are larger
+ * than W, so that W's area, held across their backward, and theirs fill
+ * a ring sized for buckets of 500 or 1100 elements.
  *
  * Checked:
- *  - at every accumulation boundary, the reduced gradient of W, a and b
+ *  - at every accumulation boundary, the reduced gradient of W, a, the
+ *    blocks and b
  *    (zinc_param_get_full GRAD) against a double-precision reference that
  *    sums both uses of W by hand over every rank's samples and divides by
  *    ranks x accumulation steps;
@@ -23,7 +28,12 @@
  *    bitwise the same at stages 0-3, with and without overlap_comm, with
  *    the optimizer offloaded to the CPU and (stage 3) the parameters too,
  *    and with a reduction bucket so small that W's area outlives the ring
- *    (a dedicated buffer). With accumulation over two micro-batches only
+ *    (a dedicated buffer); and the bucket sweep: 32 to 10^8 elements,
+ *    stages 0-3, overlap_comm off and on, every run bitwise its bucket's
+ *    stage-0 run, the ring's dedicated-buffer fallback taken from the
+ *    second step on (the recorded order's replay) at 500 and 1100 (the
+ *    finding: its release freed comm-shared memory with free(): every
+ *    rank aborted). With accumulation over two micro-batches only
  *    the reference is checked: stages 0-1 add every share into one buffer
  *    for the whole window, stages 2-3 sum micro-batches after reducing
  *    them, so the sums associate differently (as for any model whose
@@ -41,18 +51,22 @@
 #define C 24   /* columns of W: the "hidden size" */
 #define S 3    /* samples per micro-batch per rank */
 #define STEPS 3
+#define NBLOCK 3
+#define NP (NBLOCK + 3) /* W, a, the blocks' M, b */
 
 typedef struct {
-  int which;   /* 0 W, 1 a, 2 b */
+  int which;   /* 0 W, 1 a, 2 .. NBLOCK + 1 the blocks, NBLOCK + 2 b */
   double base; /* init value scale */
 } tw_tag;
 
 typedef struct {
   zinc_engine *e;
-  zinc_module *embed, *mid, *head;
-  zinc_param *W, *a, *b;
-  tw_tag tags[3];
+  zinc_module *embed, *mid, *block[NBLOCK], *head;
+  zinc_param *W, *a, *M[NBLOCK], *b;
+  tw_tag tags[NP];
 } tw_model;
+
+static const int numel_of[NP] = {R * C, R, R * R, R * R, R * R, C};
 
 static double hash01(uint64_t x) {
   x ^= x >> 33;
@@ -65,6 +79,8 @@ static double hash01(uint64_t x) {
 
 static float init_value(int which, int64_t j) {
   double v = hash01(((uint64_t)which << 40) + (uint64_t)j + 7) - 0.5;
+  if (which >= 2 && which < NP - 1) /* a block: near the identity */
+    return (float)((j / R == j % R ? 1.0 : 0.0) + 0.1 * v);
   return (float)(which == 1 ? 1.0 + 0.5 * v : 0.4 * v);
 }
 
@@ -87,19 +103,38 @@ static zinc_status tw_init(const zinc_param *p, float *dst, int64_t numel, void 
   return ZINC_OK;
 }
 
+/* The parameters in tag order. */
+static void tw_params(const tw_model *m, zinc_param **ps) {
+  ps[0] = m->W;
+  ps[1] = m->a;
+  for (int l = 0; l < NBLOCK; l++)
+    ps[2 + l] = m->M[l];
+  ps[NP - 1] = m->b;
+}
+
 static void tw_register(tw_model *m, zinc_engine *e) {
   memset(m, 0, sizeof *m);
   m->e = e;
   m->embed = zinc_module_add(e, "embed");
   m->mid = zinc_module_add(e, "mid");
+  for (int l = 0; l < NBLOCK; l++) {
+    char name[16];
+    snprintf(name, sizeof name, "block%d", l + 1);
+    m->block[l] = zinc_module_add(e, name);
+  }
   m->head = zinc_module_add(e, "head");
-  int64_t sw[2] = {R, C}, sa[1] = {R}, sb[1] = {C};
+  int64_t sw[2] = {R, C}, sa[1] = {R}, sm[2] = {R, R}, sb[1] = {C};
   m->W = zinc_param_add(e, m->embed, "W", ZINC_F32, 2, sw);
   m->a = zinc_param_add(e, m->mid, "a", ZINC_F32, 1, sa);
+  for (int l = 0; l < NBLOCK; l++) {
+    m->M[l] = zinc_param_add(e, m->block[l], "M", ZINC_F32, 2, sm);
+    ET_CHECK(m->M[l], "registration: %s", zinc_last_error());
+  }
   m->b = zinc_param_add(e, m->head, "b", ZINC_F32, 1, sb);
   ET_CHECK(m->W && m->a && m->b, "registration: %s", zinc_last_error());
-  zinc_param *ps[3] = {m->W, m->a, m->b};
-  for (int i = 0; i < 3; i++) {
+  zinc_param *ps[NP];
+  tw_params(m, ps);
+  for (int i = 0; i < NP; i++) {
     m->tags[i].which = i;
     ET_OK(zinc_param_set_user(ps[i], &m->tags[i]));
     ET_CHECK(zinc_param_user(ps[i]) == &m->tags[i], "zinc_param_user(%s) is not the tag set",
@@ -111,7 +146,7 @@ static void tw_register(tw_model *m, zinc_engine *e) {
 
 /* What the forward pass keeps for the backward pass. */
 typedef struct {
-  float x[S][C], t[S][C], u[S][R], v[S][R], y[S][C];
+  float x[S][C], t[S][C], u[S][R], z[NBLOCK + 1][S][R], y[S][C]; /* z[0]: v */
 } tw_acts;
 
 static zinc_status tw_forward(tw_model *m, tw_acts *A) {
@@ -131,8 +166,21 @@ static zinc_status tw_forward(tw_model *m, tw_acts *A) {
   const float *a = zinc_param_data(m->a);
   for (int s = 0; s < S; s++)
     for (int i = 0; i < R; i++)
-      A->v[s][i] = a[i] * A->u[s][i];
+      A->z[0][s][i] = a[i] * A->u[s][i];
   ET_TRY(zinc_module_release(e, m->mid));
+
+  for (int l = 0; l < NBLOCK; l++) {
+    ET_TRY(zinc_module_fetch(e, m->block[l]));
+    const float *M = zinc_param_data(m->M[l]);
+    for (int s = 0; s < S; s++)
+      for (int i = 0; i < R; i++) {
+        float acc = 0;
+        for (int k = 0; k < R; k++)
+          acc += M[i * R + k] * A->z[l][s][k];
+        A->z[l + 1][s][i] = acc;
+      }
+    ET_TRY(zinc_module_release(e, m->block[l]));
+  }
 
   /* the head reads W too: embed is fetched inside head */
   ET_TRY(zinc_module_fetch(e, m->head));
@@ -143,7 +191,7 @@ static zinc_status tw_forward(tw_model *m, tw_acts *A) {
     for (int j = 0; j < C; j++) {
       float acc = b[j];
       for (int i = 0; i < R; i++)
-        acc += W[i * C + j] * A->v[s][i];
+        acc += W[i * C + j] * A->z[NBLOCK][s][i];
       A->y[s][j] = acc;
     }
   ET_TRY(zinc_module_release(e, m->embed));
@@ -154,7 +202,7 @@ static zinc_status tw_forward(tw_model *m, tw_acts *A) {
  * embedding's own use; returns the status of the misused call */
 static zinc_status tw_backward(tw_model *m, tw_acts *A, int misuse) {
   zinc_engine *e = m->e;
-  float dy[S][C], dv[S][R];
+  float dy[S][C], dv[S][R], dz[S][R];
   for (int s = 0; s < S; s++)
     for (int j = 0; j < C; j++)
       dy[s][j] = A->y[s][j] - A->t[s][j];
@@ -172,7 +220,7 @@ static zinc_status tw_backward(tw_model *m, tw_acts *A, int misuse) {
     for (int i = 0; i < R; i++) {
       float acc = 0;
       for (int j = 0; j < C; j++) {
-        gW[i * C + j] += A->v[s][i] * dy[s][j];
+        gW[i * C + j] += A->z[NBLOCK][s][i] * dy[s][j];
         acc += W[i * C + j] * dy[s][j];
       }
       dv[s][i] = acc;
@@ -183,6 +231,27 @@ static zinc_status tw_backward(tw_model *m, tw_acts *A, int misuse) {
     ET_TRY(zinc_module_grads_ready(e, m->embed));
   ET_TRY(zinc_module_release(e, m->embed)); /* W's gradient is not complete yet */
   ET_TRY(zinc_module_release(e, m->head));
+
+  /* the blocks, last first: M_l's gradient; dz_{l-1} = M_l^T dz_l */
+  for (int l = NBLOCK - 1; l >= 0; l--) {
+    ET_TRY(zinc_module_fetch(e, m->block[l]));
+    const float *M = zinc_param_data(m->M[l]);
+    float *gM = zinc_param_grad(m->M[l]);
+    if (!gM)
+      return ZINC_ERR_INVALID;
+    for (int s = 0; s < S; s++) {
+      for (int k = 0; k < R; k++)
+        dz[s][k] = 0;
+      for (int i = 0; i < R; i++)
+        for (int k = 0; k < R; k++) {
+          gM[i * R + k] += dv[s][i] * A->z[l][s][k];
+          dz[s][k] += M[i * R + k] * dv[s][i];
+        }
+      memcpy(dv[s], dz[s], sizeof dz[s]);
+    }
+    ET_TRY(zinc_module_grads_ready(e, m->block[l]));
+    ET_TRY(zinc_module_release(e, m->block[l]));
+  }
 
   /* mid: a's gradient; dv becomes du = a * dv */
   ET_TRY(zinc_module_fetch(e, m->mid));
@@ -215,19 +284,19 @@ static zinc_status tw_backward(tw_model *m, tw_acts *A, int misuse) {
 /* ---------------------------------------------------------- reference */
 
 /* The summed, averaged gradient of the whole step in double, from the
- * parameters P (W, a, b) the step starts from: both uses of W written out
- * and added here, not by the engine. */
-static void tw_reference(int world, int gas, int64_t step, float *const P[3], double *gW, double *ga,
-                         double *gb) {
-  memset(gW, 0, sizeof(double) * R * C);
-  memset(ga, 0, sizeof(double) * R);
-  memset(gb, 0, sizeof(double) * C);
-  const float *W = P[0], *a = P[1], *b = P[2];
+ * parameters P (tag order) the step starts from, into G (tag order): both
+ * uses of W written out and added here, not by the engine. */
+static void tw_reference(int world, int gas, int64_t step, float *const P[NP],
+                         double *const G[NP]) {
+  for (int p = 0; p < NP; p++)
+    memset(G[p], 0, sizeof(double) * (size_t)numel_of[p]);
+  const float *W = P[0], *a = P[1], *b = P[NP - 1];
+  double *gW = G[0], *ga = G[1], *gb = G[NP - 1];
   for (int k = 0; k < gas; k++)
     for (int r = 0; r < world; r++)
       for (int s = 0; s < S; s++) {
         int64_t micro = step * gas + k;
-        double x[C], t[C], u[R], v[R], y[C], dy[C];
+        double x[C], t[C], u[R], z[NBLOCK + 1][R], y[C], dy[C], dz[R], dn[R];
         for (int j = 0; j < C; j++) {
           x[j] = data_x(r, micro, s, j);
           t[j] = data_t(r, micro, s, j);
@@ -236,32 +305,51 @@ static void tw_reference(int world, int gas, int64_t step, float *const P[3], do
           u[i] = 0;
           for (int j = 0; j < C; j++)
             u[i] += (double)W[i * C + j] * x[j];
-          v[i] = a[i] * u[i];
+          z[0][i] = a[i] * u[i];
+        }
+        for (int l = 0; l < NBLOCK; l++) {
+          const float *M = P[2 + l];
+          for (int i = 0; i < R; i++) {
+            z[l + 1][i] = 0;
+            for (int q = 0; q < R; q++)
+              z[l + 1][i] += (double)M[i * R + q] * z[l][q];
+          }
         }
         for (int j = 0; j < C; j++) {
           y[j] = b[j];
           for (int i = 0; i < R; i++)
-            y[j] += (double)W[i * C + j] * v[i];
+            y[j] += (double)W[i * C + j] * z[NBLOCK][i];
           dy[j] = y[j] - t[j];
           gb[j] += dy[j];
         }
         for (int i = 0; i < R; i++) {
-          double dv = 0;
+          dz[i] = 0;
+          for (int j = 0; j < C; j++) {
+            dz[i] += (double)W[i * C + j] * dy[j];
+            gW[i * C + j] += z[NBLOCK][i] * dy[j]; /* the head's use */
+          }
+        }
+        for (int l = NBLOCK - 1; l >= 0; l--) {
+          const float *M = P[2 + l];
+          for (int q = 0; q < R; q++)
+            dn[q] = 0;
+          for (int i = 0; i < R; i++)
+            for (int q = 0; q < R; q++) {
+              G[2 + l][i * R + q] += dz[i] * z[l][q];
+              dn[q] += (double)M[i * R + q] * dz[i];
+            }
+          memcpy(dz, dn, sizeof dz);
+        }
+        for (int i = 0; i < R; i++) {
+          ga[i] += dz[i] * u[i];
           for (int j = 0; j < C; j++)
-            dv += (double)W[i * C + j] * dy[j];
-          ga[i] += dv * u[i];
-          for (int j = 0; j < C; j++)
-            gW[i * C + j] += v[i] * dy[j]         /* the head's use */
-                             + a[i] * dv * x[j];  /* the embedding's use */
+            gW[i * C + j] += a[i] * dz[i] * x[j]; /* the embedding's use */
         }
       }
   double n = (double)world * gas;
-  for (int i = 0; i < R * C; i++)
-    gW[i] /= n;
-  for (int i = 0; i < R; i++)
-    ga[i] /= n;
-  for (int j = 0; j < C; j++)
-    gb[j] /= n;
+  for (int p = 0; p < NP; p++)
+    for (int i = 0; i < numel_of[p]; i++)
+      G[p][i] /= n;
 }
 
 static int close_enough(const char *what, const char *name, const float *got,
@@ -292,8 +380,8 @@ typedef struct {
   int group;   /* runs of one group are bitwise the same as its first (-1: none) */
 } tw_variant;
 
-/* Train STEPS steps; the final parameters into final[3]. */
-static void tw_train(const tw_variant *v, float *final[3]) {
+/* Train STEPS steps; the final parameters (tag order) into final. */
+static void tw_train(const tw_variant *v, float *final[NP]) {
   et_run r = et_defaults();
   r.stage = v->stage;
   r.overlap = v->overlap;
@@ -308,17 +396,18 @@ static void tw_train(const tw_variant *v, float *final[3]) {
   tw_register(&m, e);
   ET_OK(zinc_engine_build(e, tw_init, NULL));
   int N = zinc_dp_size(e), me = zinc_dp_rank(e);
-  zinc_param *ps[3] = {m.W, m.a, m.b};
-  int numel[3] = {R * C, R, C};
-  float *P[3], *G[3];
-  for (int i = 0; i < 3; i++) {
-    P[i] = malloc(sizeof(float) * (size_t)numel[i]);
-    G[i] = malloc(sizeof(float) * (size_t)numel[i]);
+  zinc_param *ps[NP];
+  tw_params(&m, ps);
+  float *P[NP], *G[NP];
+  double *ref[NP];
+  for (int i = 0; i < NP; i++) {
+    P[i] = malloc(sizeof(float) * (size_t)numel_of[i]);
+    G[i] = malloc(sizeof(float) * (size_t)numel_of[i]);
+    ref[i] = malloc(sizeof(double) * (size_t)numel_of[i]);
   }
-  double *rW = malloc(sizeof(double) * R * C), ra[R], rb[C];
   tw_acts A;
   for (int64_t step = 0; step < STEPS; step++) {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < NP; i++)
       ET_OK(zinc_param_get_full(e, ps[i], ZINC_STATE_PARAM, P[i]));
     for (int k = 0; k < v->gas; k++) {
       int64_t micro = step * v->gas + k;
@@ -330,25 +419,28 @@ static void tw_train(const tw_variant *v, float *final[3]) {
       ET_OK(tw_forward(&m, &A));
       ET_OK(tw_backward(&m, &A, 0));
       if (k == v->gas - 1) {
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < NP; i++)
           ET_OK(zinc_param_get_full(e, ps[i], ZINC_STATE_GRAD, G[i]));
-        tw_reference(N, v->gas, step, P, rW, ra, rb);
-        char what[128];
+        tw_reference(N, v->gas, step, P, ref);
+        char what[160];
         snprintf(what, sizeof what, "%s, gas %d, %d ranks, step %lld", v->name, v->gas, N,
                  (long long)step);
-        close_enough(what, "W (both uses)", G[0], rW, R * C);
-        close_enough(what, "a", G[1], ra, R);
-        close_enough(what, "b", G[2], rb, C);
+        for (int i = 0; i < NP; i++) {
+          char name[32];
+          snprintf(name, sizeof name, i == 0 ? "W (both uses)" : i == 1 ? "a"
+                   : i == NP - 1 ? "b" : "block%d.M", i - 1);
+          close_enough(what, name, G[i], ref[i], numel_of[i]);
+        }
       }
       ET_OK(zinc_step(e, NULL));
     }
   }
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < NP; i++) {
     ET_OK(zinc_param_get_full(e, ps[i], ZINC_STATE_PARAM, final[i]));
     free(P[i]);
     free(G[i]);
+    free(ref[i]);
   }
-  free(rW);
   zinc_engine_destroy(e);
 }
 
@@ -388,8 +480,9 @@ int main(void) {
       {"stage 3", 3, 0, "none", NULL, 256, 1, 0},
       {"stage 3 overlap_comm", 3, 1, "none", NULL, 256, 1, 0},
       {"stage 3 overlap_comm offload cpu, params cpu", 3, 1, "cpu", "cpu", 256, 1, 0},
-      /* W's area (960 elements) is larger than the ring of two 32-element
-       * buckets and two of the largest module can hold while mid reduces */
+      /* the ring of two 32-element buckets and two of the largest module
+       * (a block) cannot hold W's area, held across the blocks' backward,
+       * and two blocks: a block gets a dedicated buffer */
       {"stage 0 small buckets", 0, 0, "none", NULL, 32, 1, 1},
       {"stage 2 small buckets", 2, 1, "none", NULL, 32, 1, 1},
       {"stage 3 small buckets", 3, 1, "none", NULL, 32, 1, 1},
@@ -399,10 +492,10 @@ int main(void) {
       {"stage 3 overlap_comm offload cpu, params cpu", 3, 1, "cpu", "cpu", 256, 2, -1},
   };
   int nv = (int)(sizeof variants / sizeof variants[0]);
-  int numel[3] = {R * C, R, C};
-  float *ref[2][3], *got[3];
+  const int *numel = numel_of;
+  float *ref[2][NP], *got[NP];
   int ref_of[2] = {-1, -1};
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < NP; i++) {
     got[i] = malloc(sizeof(float) * (size_t)numel[i]);
     for (int g = 0; g < 2; g++)
       ref[g][i] = malloc(sizeof(float) * (size_t)numel[i]);
@@ -416,7 +509,7 @@ int main(void) {
       continue;
     }
     tw_train(v, got);
-    for (int i = 0; g >= 0 && i < 3; i++) {
+    for (int i = 0; g >= 0 && i < NP; i++) {
       int diff = -1;
       for (int j = 0; j < numel[i] && diff < 0; j++)
         if (memcmp(&got[i][j], &ref[g][i][j], 4) != 0)
@@ -426,9 +519,37 @@ int main(void) {
                diff >= 0 ? ref[g][i][diff] : 0.0, variants[ref_of[g]].name);
     }
   }
+  /* The bucket sweep: every stage, overlap_comm off and on, reduction
+   * buckets from smaller than any module to larger than the model. W's
+   * area is held from the head's backward to embed's, so with buckets
+   * smaller than W plus the modules reduced in between (500, 1100) the
+   * ring fills and a module gets a dedicated buffer; from the second
+   * step on the engine follows the recorded order. Per bucket size every
+   * run is bitwise the stage-0 run (no clipping: the norm's summation
+   * order, which follows the units, does not enter). */
+  static const int64_t buckets[] = {32, 500, 1100, 100000000};
+  for (int bi = 0; bi < (int)(sizeof buckets / sizeof buckets[0]); bi++)
+    for (int stage = 0; stage <= 3; stage++)
+      for (int overlap = 0; overlap <= 1; overlap++) {
+        char name[96];
+        snprintf(name, sizeof name, "bucket %lld, stage %d%s", (long long)buckets[bi], stage,
+                 overlap ? " overlap_comm" : "");
+        tw_variant v = {name, stage, overlap, "none", NULL, buckets[bi], 1, -1};
+        float **dst = stage == 0 && !overlap ? ref[0] : got;
+        tw_train(&v, dst);
+        for (int i = 0; dst == got && i < NP; i++) {
+          int diff = -1;
+          for (int j = 0; j < numel[i] && diff < 0; j++)
+            if (memcmp(&got[i][j], &ref[0][i][j], 4) != 0)
+              diff = j;
+          ET_CHECK(diff < 0, "%s: parameter %d [%d] after %d steps is %.9g, %.9g at stage 0 "
+                   "(not bitwise the same)", name, i, diff, STEPS,
+                   diff >= 0 ? got[i][diff] : 0.0, diff >= 0 ? ref[0][i][diff] : 0.0);
+        }
+      }
   tw_misuse(2);
   tw_misuse(3);
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < NP; i++) {
     free(got[i]);
     for (int g = 0; g < 2; g++)
       free(ref[g][i]);

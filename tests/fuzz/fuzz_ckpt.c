@@ -7,18 +7,20 @@
  *       error-feedback units inside the shards, increasing, their files
  *       the size the units make)
  *   'T' a shard file's 64-byte trailer
+ *   'R' the 64-byte identity trailer of a .zef or .zms file
  *   'C' the checksums file (its self line, then the entries)
  *   'L' the memory timeline JSON
  *   'S' a .safetensors header (the JSON after the 8-byte length), for a
- *       file with a data area of 1 MiB
+ *       file with a data area of 1 MiB (accepted only when the tensors'
+ *       ranges tile exactly that: the seed safetensors_tiled does)
  * Whatever the input, a parser returns a status; when it accepts, the
  * result must hold the invariants the loader relies on (checked here), and
  * writing it out and reading it back must give the same thing.
  *
- * The trailer and the checksums file carry a crc32c over their own bytes;
+ * The trailers and the checksums file carry a crc32c over their own bytes;
  * random inputs would almost never match it and the parser would stop
- * there. So the harness sets the crc first ('T': bytes 60..63 become the
- * crc32c of bytes 0..59; 'C': a "self" line with the crc32c of the input is
+ * there. So the harness sets the crc first ('T', 'R': bytes 60..63 become
+ * the crc32c of bytes 0..59; 'C': a "self" line with the crc32c of the input is
  * appended), and the fuzzer reaches the fields behind it.
  */
 #include <stdint.h>
@@ -62,6 +64,7 @@ static void check_manifest(const zinc_manifest *m) {
   if (ef->block < 1 || ef->dp_size != m->dp_size ||
       zinc_manifest_ef_layout_crc(ef->units, ef->nunits) != ef->layout_crc32c)
     abort();
+  bytes += zinc_manifest_rank_trailer(m); /* a save with a save_id: the identity trailer */
   for (int r = 0; r < ef->dp_size; r++)
     if (ef->files[r].rank != r || ef->files[r].bytes != bytes)
       abort();
@@ -110,16 +113,42 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     zinc_shard_trailer t;
     if (zinc_shard_trailer_decode(in, sizeof in, "fuzz", &t) == ZINC_OK) {
       if (t.rank >= t.world || t.nsections < 1 || t.nsections > ZINC_SHARD_MAX_SECTIONS ||
-          t.version != ZINC_SHARD_VERSION)
+          t.version != ZINC_SHARD_VERSION ||
+          (t.save_id ? t.mp_rank >= t.mp_size : t.mp_rank || t.mp_size))
         abort();
-      /* every field decoded is the one encoded: bytes 0..43 come back */
+      /* every field decoded is the one encoded: bytes 0..59 come back */
       unsigned char back[ZINC_SHARD_TRAILER];
       zinc_shard_trailer_encode(&t, back);
-      if (memcmp(back, in, 44) != 0)
+      if (memcmp(back, in, 60) != 0)
         abort();
       zinc_shard_trailer t2;
       if (zinc_shard_trailer_decode(back, sizeof back, "fuzz", &t2) != ZINC_OK ||
           memcmp(&t, &t2, sizeof t) != 0)
+        abort();
+    }
+    break;
+  }
+  case 'R': {
+    unsigned char in[ZINC_RANK_TRAILER];
+    int kind = 0;
+    zinc_rank_file_id id;
+    uint64_t payload = 0;
+    if (len < ZINC_RANK_TRAILER) {
+      if (zinc_rank_trailer_decode((const unsigned char *)text, len, "fuzz", &kind, &id,
+                                   &payload) == ZINC_OK)
+        abort(); /* too short to be a trailer */
+      break;
+    }
+    memcpy(in, text, sizeof in);
+    zinc_le_put_u32(in + 60, zinc_crc32c(0, in, 60)); /* past the crc, to the fields */
+    if (zinc_rank_trailer_decode(in, sizeof in, "fuzz", &kind, &id, &payload) == ZINC_OK) {
+      if ((kind != ZINC_RANK_FILE_EF && kind != ZINC_RANK_FILE_MSTATE) || id.rank >= id.world ||
+          id.mp_rank >= id.mp_size || id.save_id == 0)
+        abort();
+      /* encoded again: the same fields (bytes 48..59 are not read) */
+      unsigned char back[ZINC_RANK_TRAILER];
+      zinc_rank_trailer_encode(kind, &id, payload, back);
+      if (memcmp(back, in, 48) != 0)
         abort();
     }
     break;
@@ -201,6 +230,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
              t[i].end - t[i].begin != numel * (int64_t)zinc_dtype_size((zinc_dtype)t[i].zdtype)))
           abort();
       }
+    /* and together they tile the data area: no tensor reads another's
+     * bytes (quadratic, and n is small for any input the fuzzer makes) */
+    if (t) {
+      int64_t covered = 0;
+      for (int i = 0; i < n; i++) {
+        covered += t[i].end - t[i].begin;
+        for (int j = 0; j < n; j++)
+          if (j != i && t[j].begin < t[i].end && t[i].begin < t[j].end)
+            abort();
+      }
+      if (covered != data_bytes)
+        abort();
+    }
     zinc_safetensors_entries_free(t, n);
     break;
   }

@@ -186,13 +186,28 @@ static void run_segments(zinc_device *d, const optim_case *c, const int64_t *siz
   for (int k = 0; k < nseg; k++) {
     seg_init(d, &s[k], sizes[k], (size_t)(k % 4), gdt, pdt, &rng);
     int decay = k % 3 != 1, coef = (k / 3) % NGROUPS;
-    dev[k] = (zinc_opt_seg){(float *)s[k].d_master.at, use_m ? (float *)s[k].d_m.at : NULL,
-                            use_v ? (float *)s[k].d_v.at : NULL, s[k].d_grad.at,
-                            pdt >= 0 ? (void *)s[k].d_param.at : NULL, sizes[k], gdt,
-                            pdt >= 0 ? pdt : 0, decay, coef, 1.0f};
-    host[k] = (zinc_opt_seg){s[k].master, use_m ? s[k].m : NULL, use_v ? s[k].v : NULL,
-                             s[k].grad, pdt >= 0 ? s[k].out : NULL, sizes[k], gdt,
-                             pdt >= 0 ? pdt : 0, decay, coef, 1.0f};
+    dev[k] = (zinc_opt_seg){.master = (float *)s[k].d_master.at,
+                            .exp_avg = use_m ? (float *)s[k].d_m.at : NULL,
+                            .exp_avg_sq = use_v ? (float *)s[k].d_v.at : NULL,
+                            .grad = s[k].d_grad.at,
+                            .param_out = pdt >= 0 ? (void *)s[k].d_param.at : NULL,
+                            .n = sizes[k],
+                            .grad_dtype = gdt,
+                            .param_dtype = pdt >= 0 ? pdt : 0,
+                            .decay = decay,
+                            .coef = coef,
+                            .lamb_ratio = 1.0f};
+    host[k] = (zinc_opt_seg){.master = s[k].master,
+                             .exp_avg = use_m ? s[k].m : NULL,
+                             .exp_avg_sq = use_v ? s[k].v : NULL,
+                             .grad = s[k].grad,
+                             .param_out = pdt >= 0 ? s[k].out : NULL,
+                             .n = sizes[k],
+                             .grad_dtype = gdt,
+                             .param_dtype = pdt >= 0 ? pdt : 0,
+                             .decay = decay,
+                             .coef = coef,
+                             .lamb_ratio = 1.0f};
   }
   size_t bad = 0;
   for (int step = 1; step <= STEPS && !bad; step++) {
@@ -257,7 +272,17 @@ static void rejects_bad_segments(void **state) {
   ZOK(zinc_opt_coef_init(&lion, &cases[0].h, 1, 1.0));
   ZOK(zinc_opt_coef_init(&lamb, &cases[5].h, 1, 1.0));
   float x = 1.0f;
-  zinc_opt_seg seg = {&x, NULL, NULL, &x, NULL, 1, ZINC_F32, ZINC_F32, 1, 0, 1.0f};
+  zinc_opt_seg seg = {.master = &x,
+                      .exp_avg = NULL,
+                      .exp_avg_sq = NULL,
+                      .grad = &x,
+                      .param_out = NULL,
+                      .n = 1,
+                      .grad_dtype = ZINC_F32,
+                      .param_dtype = ZINC_F32,
+                      .decay = 1,
+                      .coef = 0,
+                      .lamb_ratio = 1.0f};
   /* Lion without its momentum, Lamb without norms, APPLY for Lion, mixed kinds */
   assert_int_equal(d->ops->optim(d, NULL, &lion, 1, &seg, 1, ZINC_OPT_PASS_UPDATE, NULL),
                    ZINC_ERR_INVALID);

@@ -74,8 +74,17 @@ static void run_isa(zinc_cpu_isa isa, const zinc_opt_coef *c, const adam_bufs *s
   memcpy(dst->m.p, src->m.p, (size_t)n * 4);
   memcpy(dst->v.p, src->v.p, (size_t)n * 4);
   memcpy(dst->g.p, src->g.p, (size_t)n * dt_bytes(gdt));
-  zinc_opt_seg seg = {dst->p.p, dst->m.p, dst->v.p, dst->g.p, odt < 0 ? NULL : dst->out.p,
-                       n, gdt, odt < 0 ? ZINC_F32 : odt, decay, 0, 0.0f};
+  zinc_opt_seg seg = {.master = dst->p.p,
+                      .exp_avg = dst->m.p,
+                      .exp_avg_sq = dst->v.p,
+                      .grad = dst->g.p,
+                      .param_out = odt < 0 ? NULL : dst->out.p,
+                      .n = n,
+                      .grad_dtype = gdt,
+                      .param_dtype = odt < 0 ? ZINC_F32 : odt,
+                      .decay = decay,
+                      .coef = 0,
+                      .lamb_ratio = 0.0f};
   assert_int_equal(zinc_cpu_optim(NULL, isa, c, 1, &seg, 1, ZINC_OPT_PASS_UPDATE, NULL), ZINC_OK);
 }
 
@@ -159,9 +168,17 @@ static void segments_are_independent(void **state) {
     memcpy(all[s].m.p, in[s].m.p, (size_t)n[s] * 4);
     memcpy(all[s].v.p, in[s].v.p, (size_t)n[s] * 4);
     memcpy(all[s].g.p, in[s].g.p, (size_t)n[s] * dt_bytes(gdt[s]));
-    segs[s] = (zinc_opt_seg){all[s].p.p, all[s].m.p, all[s].v.p, all[s].g.p,
-                              odt[s] < 0 ? NULL : all[s].out.p, n[s], gdt[s],
-                              odt[s] < 0 ? 0 : odt[s], s & 1, 0, 0.0f};
+    segs[s] = (zinc_opt_seg){.master = all[s].p.p,
+                             .exp_avg = all[s].m.p,
+                             .exp_avg_sq = all[s].v.p,
+                             .grad = all[s].g.p,
+                             .param_out = odt[s] < 0 ? NULL : all[s].out.p,
+                             .n = n[s],
+                             .grad_dtype = gdt[s],
+                             .param_dtype = odt[s] < 0 ? 0 : odt[s],
+                             .decay = s & 1,
+                             .coef = 0,
+                             .lamb_ratio = 0.0f};
   }
   assert_int_equal(zinc_cpu_optim(NULL, isa, &c, 1, segs, NSEG, ZINC_OPT_PASS_UPDATE, NULL), ZINC_OK);
   int64_t bad = 0;
@@ -178,7 +195,17 @@ static void bad_arguments(void **state) {
   zinc_opt_coef c;
   assert_int_equal(zinc_adam_coef_init(&c, 1e-3, 0.9, 0.999, 1e-8, 0.0, 1, 1, 1, 1.0), ZINC_OK);
   float x = 1.0f;
-  zinc_opt_seg seg = {&x, &x, &x, &x, NULL, 1, 7, 0, 0, 0, 0.0f};
+  zinc_opt_seg seg = {.master = &x,
+                      .exp_avg = &x,
+                      .exp_avg_sq = &x,
+                      .grad = &x,
+                      .param_out = NULL,
+                      .n = 1,
+                      .grad_dtype = 7,
+                      .param_dtype = 0,
+                      .decay = 0,
+                      .coef = 0,
+                      .lamb_ratio = 0.0f};
   assert_int_equal(zinc_cpu_optim(NULL, ZINC_CPU_ISA_SCALAR, &c, 1, &seg, 1, ZINC_OPT_PASS_UPDATE, NULL), ZINC_ERR_INVALID);
   fprintf(stderr, "message: %s\n", zinc_last_error());
   seg.grad_dtype = ZINC_F32;

@@ -21,65 +21,10 @@
 #include "base/threadpool.h"
 #include "kernels/cpu_kernels.h"
 #include "kernels/kernel_test.h"
-#include "optim/optimizer.h"
+#include "kernels/optim_cases.h"
 
 static const int64_t lengths[] = {1, 7, 17, 33, 1001, 4099, 9000, 300007};
 #define NLEN (int)(sizeof lengths / sizeof lengths[0])
-
-/* ------------------------------------------------------------ the cases */
-
-typedef struct {
-  const char *name;
-  zinc_opt_hparams h;
-  int64_t step;
-  int pass;
-} optim_case;
-
-static optim_case make_case(const char *name, int kind, int64_t step, int pass) {
-  optim_case c = {name, {0}, step, pass};
-  c.h.kind = kind;
-  c.h.lr = 1e-2;
-  c.h.beta1 = 0.9;
-  c.h.beta2 = 0.999;
-  c.h.eps = 1e-8;
-  c.h.weight_decay = 0.05;
-  c.h.bias_correction = 1;
-  c.h.min_coeff = 0.01;
-  c.h.max_coeff = 10.0;
-  return c;
-}
-
-enum { NCASES = 11 };
-static void all_cases(optim_case *c) {
-  c[0] = make_case("Adam", ZINC_OPT_ADAM, 7, ZINC_OPT_PASS_UPDATE);
-  c[1] = make_case("AdamW", ZINC_OPT_ADAM, 3, ZINC_OPT_PASS_UPDATE);
-  c[1].h.adamw = 1;
-  c[2] = make_case("Lamb UPDATE", ZINC_OPT_LAMB, 5, ZINC_OPT_PASS_UPDATE);
-  c[3] = make_case("Lamb APPLY", ZINC_OPT_LAMB, 5, ZINC_OPT_PASS_APPLY);
-  c[4] = make_case("Lion", ZINC_OPT_LION, 2, ZINC_OPT_PASS_UPDATE);
-  c[4].h.beta2 = 0.99;
-  c[4].h.weight_decay = 0.1;
-  c[5] = make_case("Adagrad", ZINC_OPT_ADAGRAD, 4, ZINC_OPT_PASS_UPDATE);
-  c[5].h.eps = 1e-10;
-  c[6] = make_case("SGD", ZINC_OPT_SGD, 4, ZINC_OPT_PASS_UPDATE);
-  c[7] = make_case("SGD momentum dampening", ZINC_OPT_SGD, 4, ZINC_OPT_PASS_UPDATE);
-  c[7].h.momentum = 0.9;
-  c[7].h.dampening = 0.25;
-  c[8] = make_case("SGD momentum first step", ZINC_OPT_SGD, 1, ZINC_OPT_PASS_UPDATE);
-  c[8].h.momentum = 0.8;
-  c[8].h.dampening = 0.5;
-  c[9] = make_case("SGD nesterov", ZINC_OPT_SGD, 6, ZINC_OPT_PASS_UPDATE);
-  c[9].h.momentum = 0.9;
-  c[9].h.nesterov = 1;
-  c[10] = make_case("Lamb UPDATE no bias correction", ZINC_OPT_LAMB, 1, ZINC_OPT_PASS_UPDATE);
-  c[10].h.bias_correction = 0;
-}
-
-static zinc_opt_coef case_coef(const optim_case *c, double grad_scale) {
-  zinc_opt_coef k;
-  assert_int_equal(zinc_opt_coef_init(&k, &c->h, c->step, grad_scale), ZINC_OK);
-  return k;
-}
 
 /* ------------------------------------------------------------ buffers */
 
@@ -126,23 +71,23 @@ static void fill_state(test_rng *r, optim_bufs *b, int gdt, int64_t n) {
   }
 }
 
-/* The slots this case uses (the others are passed as NULL). */
-static void case_slots(const optim_case *c, int *use_m, int *use_v, int *use_g) {
-  int slots = zinc_opt_state_slots(&c->h);
-  *use_m = (slots & ZINC_OPT_SLOT_EXP_AVG) != 0;
-  *use_v = (slots & ZINC_OPT_SLOT_EXP_AVG_SQ) != 0;
-  *use_g = !(c->h.kind == ZINC_OPT_LAMB && c->pass == ZINC_OPT_PASS_APPLY);
-}
-
 #define LAMB_TEST_RATIO 0.73f
 
 static zinc_opt_seg make_seg(const optim_case *c, optim_bufs *b, int64_t n, int gdt, int odt,
                              int decay) {
   int use_m, use_v, use_g;
   case_slots(c, &use_m, &use_v, &use_g);
-  return (zinc_opt_seg){b->p.p, use_m ? b->m.p : NULL, use_v ? b->v.p : NULL,
-                        use_g ? b->g.p : NULL, odt < 0 ? NULL : b->out.p, n, gdt,
-                        odt < 0 ? ZINC_F32 : odt, decay, 0, LAMB_TEST_RATIO};
+  return (zinc_opt_seg){.master = b->p.p,
+                        .exp_avg = use_m ? b->m.p : NULL,
+                        .exp_avg_sq = use_v ? b->v.p : NULL,
+                        .grad = use_g ? b->g.p : NULL,
+                        .param_out = odt < 0 ? NULL : b->out.p,
+                        .n = n,
+                        .grad_dtype = gdt,
+                        .param_dtype = odt < 0 ? ZINC_F32 : odt,
+                        .decay = decay,
+                        .coef = 0,
+                        .lamb_ratio = LAMB_TEST_RATIO};
 }
 
 /* Run one case on isa (and pool) over copies of src's inputs, into *dst. */
@@ -436,7 +381,17 @@ static void bad_arguments(void **state) {
     zinc_opt_coef k = case_coef(&cases[ci], 1.0);
     int use_m, use_v, use_g;
     case_slots(&cases[ci], &use_m, &use_v, &use_g);
-    zinc_opt_seg full = {x, x + 1, x + 2, x + 3, NULL, 1, ZINC_F32, ZINC_F32, 1, 0, 1.0f};
+    zinc_opt_seg full = {.master = x,
+                         .exp_avg = x + 1,
+                         .exp_avg_sq = x + 2,
+                         .grad = x + 3,
+                         .param_out = NULL,
+                         .n = 1,
+                         .grad_dtype = ZINC_F32,
+                         .param_dtype = ZINC_F32,
+                         .decay = 1,
+                         .coef = 0,
+                         .lamb_ratio = 1.0f};
     zinc_opt_seg seg = full;
     if (use_m) {
       seg.exp_avg = NULL;
@@ -491,7 +446,17 @@ static void bad_arguments(void **state) {
   }
   /* Lamb UPDATE without somewhere for the norms; an unknown kind */
   zinc_opt_coef lamb = case_coef(&cases[2], 1.0);
-  zinc_opt_seg seg = {x, x + 1, x + 2, x + 3, NULL, 1, ZINC_F32, ZINC_F32, 1, 0, 1.0f};
+  zinc_opt_seg seg = {.master = x,
+                      .exp_avg = x + 1,
+                      .exp_avg_sq = x + 2,
+                      .grad = x + 3,
+                      .param_out = NULL,
+                      .n = 1,
+                      .grad_dtype = ZINC_F32,
+                      .param_dtype = ZINC_F32,
+                      .decay = 1,
+                      .coef = 0,
+                      .lamb_ratio = 1.0f};
   refused(&lamb, 1, &seg, ZINC_OPT_PASS_UPDATE, NULL, x, "Lamb without norms");
   lamb.kind = ZINC_OPT_KINDS;
   refused(&lamb, 1, &seg, ZINC_OPT_PASS_UPDATE, norms, x, "unknown kind");

@@ -41,8 +41,17 @@ static void run_all(zinc_threadpool *pool, zinc_cpu_isa isa, float *const grads[
     fill_decades(&r, res->m[s], ZINC_F32, n, -6.0f, -1.0f);
     for (int64_t i = 0; i < n; i++)
       res->v[s][i] = fabsf(rng_decades(&r, -9.0f, -2.0f));
-    segs[s] = (zinc_opt_seg){res->p[s], res->m[s], res->v[s], grads[s], res->out[s], n,
-                              ZINC_F32, ZINC_BF16, s != 1, 0, 0.0f};
+    segs[s] = (zinc_opt_seg){.master = res->p[s],
+                             .exp_avg = res->m[s],
+                             .exp_avg_sq = res->v[s],
+                             .grad = grads[s],
+                             .param_out = res->out[s],
+                             .n = n,
+                             .grad_dtype = ZINC_F32,
+                             .param_dtype = ZINC_BF16,
+                             .decay = s != 1,
+                             .coef = 0,
+                             .lamb_ratio = 0.0f};
   }
   zinc_opt_coef c;
   assert_int_equal(zinc_adam_coef_init(&c, 1e-3, 0.9, 0.999, 1e-8, 0.01, 1, 1, 5, 0.25), ZINC_OK);

@@ -99,8 +99,17 @@ static void replay_on(zinc_cpu_isa isa) {
       zinc_opt_coef c;
       assert_int_equal(zinc_adam_coef_init(&c, hp[0], hp[1], hp[2], hp[3], hp[4], adamw, 1,
                                            t + 1, 1.0), ZINC_OK);
-      zinc_opt_seg seg = {p, m, v, grads + (size_t)t * n, NULL, n, ZINC_F32, ZINC_F32,
-                           hp[4] > 0.0, 0, 0.0f};
+      zinc_opt_seg seg = {.master = p,
+                          .exp_avg = m,
+                          .exp_avg_sq = v,
+                          .grad = grads + (size_t)t * n,
+                          .param_out = NULL,
+                          .n = n,
+                          .grad_dtype = ZINC_F32,
+                          .param_dtype = ZINC_F32,
+                          .decay = hp[4] > 0.0,
+                          .coef = 0,
+                          .lamb_ratio = 0.0f};
       assert_int_equal(zinc_cpu_optim(NULL, isa, &c, 1, &seg, 1, ZINC_OPT_PASS_UPDATE, NULL), ZINC_OK);
       q = fmax(q, worst("param", params + (size_t)t * n, p, n, &max_abs));
     }

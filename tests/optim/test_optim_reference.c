@@ -104,11 +104,17 @@ static zinc_status kernel_step(zinc_cpu_isa isa, const zinc_opt_hparams *h, cons
     int64_t off = tensor_offset(L, k);
     for (int s = 0; s < L->nsplit[k]; s++) {
       int64_t lo = off + L->n[k] * s / L->nsplit[k], hi = off + L->n[k] * (s + 1) / L->nsplit[k];
-      zinc_opt_seg sg = {p + lo,       slots & 1 ? m + lo : NULL, slots & 2 ? v + lo : NULL,
-                         g + lo,       k == 0 && s == 1 ? param_out + lo : NULL,
-                         hi - lo,      ZINC_F32,
-                         ZINC_BF16,    L->decay[k],
-                         0,            0.0f};
+      zinc_opt_seg sg = {.master = p + lo,
+                         .exp_avg = slots & 1 ? m + lo : NULL,
+                         .exp_avg_sq = slots & 2 ? v + lo : NULL,
+                         .grad = g + lo,
+                         .param_out = k == 0 && s == 1 ? param_out + lo : NULL,
+                         .n = hi - lo,
+                         .grad_dtype = ZINC_F32,
+                         .param_dtype = ZINC_BF16,
+                         .decay = L->decay[k],
+                         .coef = 0,
+                         .lamb_ratio = 0.0f};
       owner[nseg] = k;
       segs[nseg++] = sg;
     }

@@ -142,13 +142,14 @@ static int cmd_list(const char *dir, const char *tag) {
 }
 
 /* Files read whole (error-feedback residuals, method state): size and
- * crc32c against the manifest; the number that failed. */
+ * crc32c against the manifest, and whose they are (their identity
+ * trailer, format.h); the number that failed. */
 static int verify_whole(const zinc_ckpt_dir *d, const zinc_manifest_file *files, int n,
-                        const char *what) {
+                        int kind, const char *what) {
   int bad = 0;
   for (int i = 0; files && i < n; i++) {
     const zinc_manifest_file *f = &files[i];
-    if (zinc_ckpt_dir_verify_whole(d, f, what) != ZINC_OK) {
+    if (zinc_ckpt_dir_verify_rank_file(d, f, kind, what) != ZINC_OK) {
       fprintf(stderr, "  %s: %s\n", f->name, zinc_last_error());
       bad++;
     } else {
@@ -176,9 +177,9 @@ static int cmd_verify(const char *dir, const char *tag) {
     }
   }
   bad += verify_whole(d, d->manifest->ef.present ? d->manifest->ef.files : NULL,
-                      d->manifest->ef.dp_size, "error-feedback");
+                      d->manifest->ef.dp_size, ZINC_RANK_FILE_EF, "error-feedback");
   bad += verify_whole(d, d->manifest->ms.present ? d->manifest->ms.files : NULL,
-                      d->manifest->ms.dp_size, "method-state");
+                      d->manifest->ms.dp_size, ZINC_RANK_FILE_MSTATE, "method-state");
   if (d->manifest->client_state_bytes >= 0) { /* the trainer's blob */
     char path[4096], *data = NULL;
     size_t len = 0;

@@ -313,12 +313,25 @@ static void test_exact(int stage) {
   char path[1024];
   snprintf(path, sizeof path, "%s/ef/rank_%05d.zef", dir, et_rank);
   FILE *f = fopen(path, "rb");
-  unsigned char *disk = malloc(bytes + 1);
-  size_t got = f ? fread(disk, 1, bytes + 1, f) : 0;
+  unsigned char *disk = malloc(bytes + ZINC_RANK_TRAILER + 1);
+  size_t got = f ? fread(disk, 1, bytes + ZINC_RANK_TRAILER + 1, f) : 0;
   if (f)
     fclose(f);
-  ET_CHECK(got == bytes && memcmp(disk, saved, bytes) == 0, "%s: %s holds %zu bytes, not the "
-           "rank's %zu residual bytes", what, path, got, bytes);
+  ET_CHECK(got == bytes + ZINC_RANK_TRAILER && memcmp(disk, saved, bytes) == 0, "%s: %s holds "
+           "%zu bytes, not the rank's %zu residual bytes and the identity trailer", what, path,
+           got, bytes);
+  /* the trailer names this rank of this save (format.h, "Per-rank files") */
+  int kind = 0;
+  zinc_rank_file_id id;
+  uint64_t payload = 0;
+  ET_CHECK(got == bytes + ZINC_RANK_TRAILER &&
+               zinc_rank_trailer_decode(disk + bytes, ZINC_RANK_TRAILER, path, &kind, &id,
+                                        &payload) == ZINC_OK &&
+               kind == ZINC_RANK_FILE_EF && id.rank == (uint32_t)et_rank &&
+               id.world == (uint32_t)et_world && payload == bytes &&
+               id.save_id == d->manifest->save_id && id.save_id != 0,
+           "%s: %s's identity trailer does not name rank %d of %d of save %016llx: %s", what,
+           path, et_rank, et_world, (unsigned long long)d->manifest->save_id, zinc_last_error());
   free(disk);
   zinc_ckpt_dir_close(d);
   check_tool(dir, "ef", 0, what);

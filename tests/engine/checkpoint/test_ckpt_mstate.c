@@ -131,10 +131,22 @@ static void test_exact_and_damaged(void) {
   char *disk = NULL;
   size_t len = 0;
   ET_OK(zinc_fs_read_all(path, &disk, &len));
-  ET_CHECK(disk && len == DEV_BYTES + HOST_BYTES &&
+  ET_CHECK(disk && len == DEV_BYTES + HOST_BYTES + ZINC_RANK_TRAILER &&
            memcmp(disk, b.dev, DEV_BYTES) == 0 && memcmp(disk + DEV_BYTES, b.host, HOST_BYTES) == 0,
-           "%s holds %zu bytes, not the rank's %d registered bytes in order", path, len,
-           DEV_BYTES + HOST_BYTES);
+           "%s holds %zu bytes, not the rank's %d registered bytes in order and the identity "
+           "trailer", path, len, DEV_BYTES + HOST_BYTES);
+  /* the trailer names this rank (format.h, "Per-rank files") */
+  int kind = 0;
+  zinc_rank_file_id id;
+  uint64_t payload = 0;
+  ET_CHECK(disk && len == DEV_BYTES + HOST_BYTES + ZINC_RANK_TRAILER &&
+               zinc_rank_trailer_decode((unsigned char *)disk + DEV_BYTES + HOST_BYTES,
+                                        ZINC_RANK_TRAILER, path, &kind, &id,
+                                        &payload) == ZINC_OK &&
+               kind == ZINC_RANK_FILE_MSTATE && id.rank == (uint32_t)et_rank &&
+               id.world == (uint32_t)et_world && payload == DEV_BYTES + HOST_BYTES,
+           "%s's identity trailer does not name rank %d of %d: %s", path, et_rank, et_world,
+           zinc_last_error());
   free(disk);
   zinc_ckpt_dir *d = NULL;
   ET_OK(zinc_ckpt_dir_open(dir, "t", &d));

@@ -10,8 +10,10 @@
  *    and nothing changed;
  *  - a shape mismatch names the parameter, the tensor and both shapes;
  *  - damaged files (header length beyond the file, not JSON, offsets that
- *    do not match the dtype and shape, offsets beyond the data) refused
- *    with ZINC_ERR_CORRUPT naming what is wrong, on every rank;
+ *    do not match the dtype and shape, offsets beyond the data; byte ranges
+ *    that overlap, leave a gap or do not reach the end of the data area,
+ *    which the safetensors library refuses too) refused with
+ *    ZINC_ERR_CORRUPT naming the tensor and what is wrong, on every rank;
  *  - round trip: zinc_export_safetensors at one stage and world size, then
  *    a fresh engine at another stage and world size loads it: bitwise.
  */
@@ -297,6 +299,24 @@ static void test_damaged(const char *dir) {
       {"{\"h0.bias\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":[0,24]},\"h0.bias\":{}}",
        24, 0, "not JSON"},
       {"[1,2]", 0, 0, "not a JSON object"},
+      /* the layout the format requires (the safetensors library refuses
+       * the others): the tensors' byte ranges, sorted, tile the data area
+       * from byte 0 to its end, without overlap or gap */
+      {"{\"h0.bias\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":[0,24]},\"x\":{"
+       "\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[16,24]}}", 24, 0,
+       "tensor \"x\": has data_offsets [16, 24] that overlap those of tensor \"h0.bias\""},
+      {"{\"h0.bias\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":[0,24]},\"x\":{"
+       "\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":[0,24]}}", 24, 0,
+       "overlap those of tensor"},
+      {"{\"h0.bias\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":[8,32]}}", 32, 0,
+       "tensor \"h0.bias\": has data_offsets [8, 32] that begin after a gap of 8 bytes"},
+      {"{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"h0.bias\":{"
+       "\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":[12,36]}}", 36, 0,
+       "tensor \"h0.bias\": has data_offsets [12, 36] that begin after a gap of 4 bytes"},
+      {"{\"h0.bias\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":[0,24]}}", 28, 0,
+       "tensor \"h0.bias\": has data_offsets [0, 24], the last of the data area, which holds "
+       "28 bytes"},
+      {"{}", 8, 0, "names no tensor"},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     char path[700];
