@@ -359,7 +359,7 @@ static const zinc_key sgd_keys[] = {
 
 /* DeepSpeed's OnebitAdam (deepspeed/runtime/fp16/onebit/adam.py): Adam
  * until freeze_step, then the variance frozen and the momentum all-reduced
- * 1-bit compressed (engine/onebit_adam.c). It never applies a bias
+ * 1-bit compressed (engine/reduce/onebit_adam.c). It never applies a bias
  * correction whatever bias_correction says, and reads neither
  * eps_inside_sqrt nor max_grad_norm (only their defaults are accepted
  * here); cuda_aware and comm_backend_name pick DeepSpeed's transport:
@@ -381,7 +381,7 @@ static const zinc_key onebit_adam_keys[] = {
     ZINC_KCUSTOM("eps_inside_sqrt"),
 };
 
-/* DeepSpeed's ZeroOneAdam (0/1 Adam, engine/zoadam.c). It applies no bias
+/* DeepSpeed's ZeroOneAdam (0/1 Adam, engine/reduce/zoadam.c). It applies no bias
  * correction whatever bias_correction says; cuda_aware and
  * comm_backend_name pick DeepSpeed's transport, zinc's is the engine's
  * data-parallel comm. */
@@ -403,7 +403,7 @@ static const zinc_key zero_one_adam_keys[] = {
     ZINC_KCUSTOM("eps_inside_sqrt"),
 };
 
-/* DeepSpeed's OneBitLamb (1-bit LAMB, engine/onebit_lamb.c); cuda_aware
+/* DeepSpeed's OneBitLamb (1-bit LAMB, engine/reduce/onebit_lamb.c); cuda_aware
  * and comm_backend_name as for ZeroOneAdam. */
 static const zinc_key onebit_lamb_keys[] = {
     ZINC_KF(T, "lr", lr, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
@@ -984,13 +984,13 @@ static const zinc_key compression_keys[] = {
 };
 
 /* "zinc": {"compression": {"delayed_averaging": {"delay": D}}}: Delayed
- * Gradient Averaging (engine/dga.c); D = 0 is off. Stage 0 only (validate.c). */
+ * Gradient Averaging (engine/reduce/dga.c); D = 0 is off. Stage 0 only (validate.c). */
 static const zinc_key dga_keys[] = {
     {"delay", ZINC_KEY_I64, offsetof(T, dga_delay), 0, 1024, 0, 0, NULL},
 };
 
 /* "zinc": {"compression": {"dgc": {...}}}: Deep Gradient Compression's
- * top-k codec (kernels/codec.h ZINC_CODEC_TOPK, engine/compress.c). The
+ * top-k codec (kernels/codec.h ZINC_CODEC_TOPK, engine/reduce/compress.c). The
  * density is at most 1 and above 0; the codec keeps at least one element
  * per block. */
 static const zinc_key dgc_keys[] = {
@@ -1002,7 +1002,7 @@ static const zinc_key dgc_keys[] = {
 };
 
 /* "zinc": {"compression": {"powersgd": {...}}}: PowerSGD's parameters with
- * the names and defaults of PyTorch's PowerSGDState (engine/powersgd.c). */
+ * the names and defaults of PyTorch's PowerSGDState (engine/reduce/powersgd.c). */
 static const zinc_key powersgd_keys[] = {
     ZINC_KL(T, "matrix_approximation_rank", psgd_rank, 1, 0, 0),
     ZINC_KL(T, "start_powerSGD_iter", psgd_start_iter, 0, 0, 0),

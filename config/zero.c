@@ -102,7 +102,7 @@ static const zinc_key offload_optimizer_keys[] = {
     ZINC_KB(O, "pipeline_write", pipeline_write),
     ZINC_KB(O, "fast_init", fast_init),
     /* the fraction of the optimizer's sub-groups offloaded; the rest stay
-     * on the device (engine/offload_partial.c; validate.c says when not) */
+     * on the device (engine/place/partial.c; validate.c says when not) */
     ZINC_KF(O, "ratio", ratio, 0, 1, 0, 0),
     ZINC_KINERT("super_offload", "false"),
     ZINC_KINERT("cpuadam_cores_perc", NULL),
@@ -113,11 +113,11 @@ static const zinc_key offload_param_keys[] = {
     ZINC_KCUSTOM("nvme_path"),
     ZINC_KB_AUTO(O, "pin_memory", pin_memory),
     /* NVMe parameter reads: buffer_count buffers, each at most buffer_size
-     * elements (engine/offload_nvme.c) */
+     * elements (engine/place/nvme.c) */
     ZINC_KL(O, "buffer_count", buffer_count, 0, ZINC_KEY_AUTO | TR, ZINC_AUTO),
     ZINC_KL(O, "buffer_size", buffer_size, 1, TR, 0),
     /* NVMe parameters: this many elements of the partition (whole modules,
-     * in partition order) stay in host memory (engine/offload_pcache.c) */
+     * in partition order) stay in host memory (engine/place/pcache.c) */
     ZINC_KL(O, "max_in_cpu", max_in_cpu, 0, TR, 0),
 };
 

@@ -18,7 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/activations.h"
 #include "engine/engine.h"
+#include "engine/failure.h"
+#include "engine/support.h"
 
 typedef struct {
   void *data;              /* the stored slice (or whole), NULL if free */

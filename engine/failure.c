@@ -29,7 +29,7 @@
  *    fate, comm/comm.h), so that no wait on another of them sits out the
  *    timeout for the same lost rank, and destroy returns at once.
  *
- * Declared in engine/engine.h.
+ * Declared in engine/failure.h.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -37,6 +37,8 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/failure.h"
+#include "engine/trace.h"
 
 /* ------------------------------------------------- stop after a failure */
 

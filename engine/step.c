@@ -36,6 +36,14 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/failure.h"
+#include "engine/grads.h"
+#include "engine/place/place.h"
+#include "engine/place/placements.h"
+#include "engine/reduce/methods.h"
+#include "engine/stage3/stage3.h"
+#include "engine/step.h"
+#include "engine/support.h"
 #include "optim/adam.h"
 #include "optim/lr_schedule.h"
 
@@ -286,7 +294,7 @@ static zinc_status adam_segments(zinc_engine *e, zinc_opt_seg **out) {
     int gdt;
     const char *g = zinc_grads_chunk(e, run->unit, run->owner, &gdt);
     zinc_opt_seg *s = &segs[i];
-    /* in memory; with NVMe offload nvme.c points into its buffers */
+    /* in memory; with NVMe offload nvme_step.c points into its buffers */
     s->master = e->master ? e->master + run->opt_offset : NULL; /* NULL: below */
     s->exp_avg = e->exp_avg ? e->exp_avg + run->opt_offset : NULL;
     s->exp_avg_sq = e->exp_avg_sq ? e->exp_avg_sq + run->opt_offset : NULL;

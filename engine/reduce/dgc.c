@@ -1,7 +1,7 @@
 /*
  * dgc.c — Deep Gradient Compression's momentum correction and momentum
  * factor masking (Lin et al., "Deep Gradient Compression", ICLR 2018,
- * Algorithm 1 with Sections 3.2 and 3.3), on top of engine/compress.c's
+ * Algorithm 1 with Sections 3.2 and 3.3), on top of engine/reduce/compress.c's
  * compressed reduce-scatter with the TOPK codec (kernels/codec.h).
  * zinc.compression.dgc.momentum_correction (docs/config.md "Deep Gradient
  * Compression").
@@ -53,6 +53,8 @@
 #include "base/env.h"
 #include "engine/checkpoint/mstate.h"
 #include "engine/engine.h"
+#include "engine/reduce/methods.h"
+#include "engine/support.h"
 #include "kernels/codec.h"
 #include "kernels/zinc_math.h"
 

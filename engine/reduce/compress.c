@@ -35,7 +35,7 @@
  *   2. one all-to-all-v of bytes over the data-parallel comm.
  *   3. retire: for each unit, the owner adds rank 0, 1, ..., N-1's
  *      contributions in fp32 in rank order — its own slice exactly (with
- *      DGC's momentum correction: through its own top-k, engine/dgc.c),
+ *      DGC's momentum correction: through its own top-k, engine/reduce/dgc.c),
  *      the others decoded — into the gradient partition (stages 2/3), or into
  *      an f32 scratch cast into its own slot of the gradient buffer
  *      (stages 0/1, where the step reads the reduced chunk there).
@@ -64,6 +64,9 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/grads.h"
+#include "engine/reduce/methods.h"
+#include "engine/support.h"
 
 static zinc_codec codec_none(void) { return (zinc_codec){ZINC_CODEC_NONE, 0, 0}; }
 

@@ -1,5 +1,5 @@
 /*
- * offload_partial.c — partial optimizer offload (offload_optimizer.ratio
+ * partial.c — partial optimizer offload (offload_optimizer.ratio
  * < 1 with device "cpu"; DeepSpeed's "twin-flow" offload): only a fraction
  * of the optimizer's sub-groups is offloaded to the CPU optimizer, the
  * others keep their fp32 master and moments on the device and are updated
@@ -15,7 +15,7 @@
  *   master, exp_avg,    dev[a]: (D) f32    host[a]: (opt_numel - D) f32
  *   exp_avg_sq          on the device      in (pinned) host memory
  *   updated by          the device's op    the CPU optimizer (the staged
- *                                          pipeline of offload_cpu.c on
+ *                                          pipeline of cpu.c on
  *                                          the cuda device, or with
  *                                          ZINC_OFFLOAD_STAGING=1)
  *
@@ -34,6 +34,8 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/place/placements.h"
+#include "engine/support.h"
 
 int zinc_partial_enabled(const zinc_engine *e) {
   return e->cfg.offload_optimizer.device == ZINC_OFFLOAD_CPU &&

@@ -4,7 +4,7 @@
  * Convergence Speed", arXiv:2102.02888), as DeepSpeed runs it
  * (deepspeed/runtime/comm/nccl.py, NcclBackend.compressed_allreduce), for
  * many tensors at once: a reusable building block for 1-bit Adam
- * (engine/onebit.c's optimizer step), 0/1 Adam and 1-bit LAMB.
+ * (engine/reduce/onebit_adam.c's optimizer step), 0/1 Adam and 1-bit LAMB.
  *
  * Input: a flat fp32 buffer `buf` holding nseg *segments* (one per
  * parameter), segment s at element offset seg[s].offset, seg[s].n

@@ -3,7 +3,7 @@
  * 0: DeepSpeed's OnebitLamb (deepspeed/runtime/fp16/onebit/lamb.py; Li et
  * al., "1-bit LAMB: Communication Efficient Large-Scale Large-Batch
  * Training with LAMB's Convergence Speed", arXiv:2104.06069), its
- * compressed all-reduce engine/onebit.h's.
+ * compressed all-reduce engine/reduce/onebit.h's.
  *
  * Step s (1-based: e->step + 1; a skipped step does not count), per
  * trained parameter (norms over the parameter's elements), g the gradient
@@ -67,7 +67,9 @@
 
 #include "base/env.h"
 #include "engine/engine.h"
-#include "engine/onebit.h"
+#include "engine/reduce/methods.h"
+#include "engine/reduce/onebit.h"
+#include "engine/support.h"
 #include "optim/lr_schedule.h"
 
 typedef struct {

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "engine/onebit.h"
+#include "engine/reduce/onebit.h"
 
 static int64_t gcd64(int64_t a, int64_t b) {
   while (b) {

@@ -104,6 +104,9 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/failure.h"
+#include "engine/reduce/methods.h"
+#include "engine/support.h"
 
 /* One compressed parameter. */
 typedef struct {

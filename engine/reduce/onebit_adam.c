@@ -16,7 +16,7 @@
  *   step.c skips the stage-0 gather); on every rank r:
  *     g_r = (this rank's sum over its micro-batches) / (loss_scale gas) * clip
  *     m   = b1 m + (1 - b1) g_r
- *     m   = compressed_allreduce(m)     (engine/onebit.h: the average of
+ *     m   = compressed_allreduce(m)     (engine/reduce/onebit.h: the average of
  *                                        the ranks' m, 1-bit with worker and
  *                                        server error feedback, per parameter;
  *                                        the same on every rank)
@@ -53,6 +53,9 @@
 
 #include "base/env.h"
 #include "engine/engine.h"
+#include "engine/failure.h"
+#include "engine/reduce/methods.h"
+#include "engine/support.h"
 
 int zinc_onebit_local_grads(const zinc_engine *e) {
   return e->cfg.optimizer == ZINC_OPTIM_ONEBIT_ADAM && e->cfg.stage == 0 &&

@@ -1,5 +1,5 @@
 /*
- * offload.c — the offloaded optimizer step (offload_optimizer.device cpu)
+ * cpu.c — the offloaded optimizer step (offload_optimizer.device cpu)
  * when gradients or parameters live where the CPU cannot compute on them:
  * the cuda device. DeepSpeed's ZeRO-Offload pipeline:
  *
@@ -25,7 +25,7 @@
  * zinc_lamb_grid elements, the sub-group's size), so a run's sums are
  * computed in one piece, the same bits as without offload.
  *
- * offload_nvme.c runs the NVMe sub-groups (ZeRO-Infinity) through the same
+ * nvme_step.c runs the NVMe sub-groups (ZeRO-Infinity) through the same
  * slots, streams and events, the swap area's reads and writes beside them.
  *
  * On the cpu device nothing needs copying and step.c runs the CPU Adam over
@@ -38,8 +38,10 @@
 
 #include "base/env.h"
 #include "device/device_cpu.h"
-#include "engine/copy_run.h"
 #include "engine/engine.h"
+#include "engine/place/copy_run.h"
+#include "engine/place/placements.h"
+#include "engine/support.h"
 
 enum { ZINC_STAGING_MAX = 16 << 20 }; /* elements per staging slot */
 
@@ -74,7 +76,7 @@ int zinc_offload_host_remote(const zinc_engine *e) {
 }
 
 /* Offloaded optimizer state, in host memory or on NVMe (ZeRO-Infinity:
- * offload_nvme.c runs its sub-groups through the same staging slots). */
+ * nvme_step.c runs its sub-groups through the same staging slots). */
 int zinc_offload_staged(const zinc_engine *e) {
   if (e->cfg.offload_optimizer.device != ZINC_OFFLOAD_CPU &&
       e->cfg.offload_optimizer.device != ZINC_OFFLOAD_NVME)
@@ -343,7 +345,7 @@ zinc_status zinc_offload_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef,
   return ZINC_OK;
 }
 
-/* For offload_nvme.c's sub-group pipeline, which stages through the same
+/* For nvme_step.c's sub-group pipeline, which stages through the same
  * slots: the slot's size in elements, and which side needs copies. */
 int64_t zinc_offload_staging_group(const zinc_engine *e) { return group_elems(e); }
 int zinc_offload_grads_on_device(const zinc_engine *e) { return grads_on_device(e); }

@@ -85,6 +85,9 @@
 #include "base/threadpool.h"
 #include "device/device_cpu.h"
 #include "engine/engine.h"
+#include "engine/failure.h"
+#include "engine/reduce/methods.h"
+#include "engine/support.h"
 
 struct zinc_dga {
   int delay;              /* D >= 1 */

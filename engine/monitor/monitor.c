@@ -39,7 +39,9 @@
 #include "base/base.h"
 #include "base/fs.h"
 #include "engine/engine.h"
-#include "engine/tfevents.h"
+#include "engine/memory/profiler.h"
+#include "engine/monitor/monitor.h"
+#include "engine/monitor/tfevents.h"
 
 #define MON_NAME_MAX 256
 

@@ -1,5 +1,5 @@
 /*
- * offload_pcache.c — the host cache in front of the NVMe parameter
+ * pcache.c — the host cache in front of the NVMe parameter
  * partition (offload_param.max_in_cpu, stage 3 with offload_param.device
  * "nvme").
  *
@@ -17,7 +17,7 @@
  *   lives in         host (e->pcache.host)    the swap area, at offset
  *                                             (partition offset - bytes)
  *
- * zinc_pshard_read / zinc_pshard_write (offload_nvme.c) serve the head of a
+ * zinc_pshard_read / zinc_pshard_write (access.c) serve the head of a
  * range from the cache and the rest from the swap area, so every reader
  * and writer of the partition (fetches, the step, checkpoints, init) goes
  * through it unchanged.
@@ -25,6 +25,8 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/place/placements.h"
+#include "engine/support.h"
 
 static int cache_wanted(const zinc_engine *e) {
   return e->cfg.stage == 3 && e->cfg.offload_param.device == ZINC_OFFLOAD_NVME &&

@@ -26,21 +26,22 @@
  * A buffer the replay frees while the trainer still holds it (a deviating
  * rank) becomes the module's orphan and is freed at the trainer's release.
  *
- * hpZ (zero_hpz_partition_size h > 1): a module's first gather after the
- * shards changed runs over every data-parallel rank, and when it completes
- * each rank copies its group slice of every unit into the secondary
- * partition (engine.h). Every later gather of the module, until the next
- * step or load, all-gathers those slices inside the group of h ranks: the
- * backward pass's fetches (and its prefetches, and a later micro-batch's
- * forward) never leave the node. Whether a gather uses the slices depends
- * only on the replay (the same on every rank) and the slices are the
- * gathered bits, so the result is the same bits as without hpZ.
+ * hpZ (zero_hpz_partition_size h > 1): a module's gather uses the
+ * secondary partition in the group once a gather over every rank filled
+ * it (hpz.c).
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/copy_run.h"
 #include "engine/engine.h"
+#include "engine/failure.h"
+#include "engine/place/copy_run.h"
+#include "engine/place/place.h"
+#include "engine/place/placements.h"
+#include "engine/reduce/methods.h"
+#include "engine/stage3/stage3.h"
+#include "engine/support.h"
+#include "engine/trace.h"
 
 /* What a fetch reads of this rank's partition: the module's
  * non-persistent units form at most two runs of consecutive units, its
@@ -93,60 +94,6 @@ size_t zinc_stage3_largest_read(const zinc_engine *e, const char **name) {
 }
 
 static zinc_status gather_wait(zinc_engine *e, zinc_module *m);
-
-zinc_status zinc_hpz_size(const zinc_settings *cfg, int dp_size, int *out) {
-  int h = cfg->zero_hpz_partition_size;
-  *out = 1;
-  if (cfg->stage < 3 || h <= 1)
-    return ZINC_OK; /* below stage 3 the config reader warned */
-  if (h > dp_size || dp_size % h != 0)
-    return zinc_error(ZINC_ERR_CONFIG, "zero_optimization.zero_hpz_partition_size is %d but "
-                      "there are %d data-parallel ranks: it must divide the data-parallel "
-                      "size; set it to the ranks of one node if that divides %d (any "
-                      "divisor works), or 1 to turn hpZ off", h, dp_size, dp_size);
-  *out = h;
-  return ZINC_OK;
-}
-
-/* The slice of a unit a group rank holds: elements per group rank. */
-static int64_t slice_numel(const zinc_engine *e, const zinc_unit *u) {
-  return u->chunk * (e->dp_size / e->hpz);
-}
-
-size_t zinc_stage3_secondary_layout(zinc_engine *e) {
-  size_t bytes = 0;
-  for (int ui = 0; ui < e->nunits; ui++) {
-    zinc_unit *u = &e->units[ui];
-    u->secondary_byte = bytes;
-    if (e->hpz > 1 && !e->modules[u->module]->segs[u->segment].persistent)
-      bytes += (size_t)slice_numel(e, u) * zinc_dtype_size(u->dtype);
-  }
-  return bytes;
-}
-
-static int uses_secondary(const zinc_engine *e, const zinc_module *m) {
-  return e->hpz > 1 && m->secondary == ZINC_SECONDARY_VALID;
-}
-
-/* A gather over every rank completed: keep this rank's group slice of
- * every unit (hpZ). */
-static zinc_status secondary_fill(zinc_engine *e, zinc_module *m) {
-  int l = e->dp_rank % e->hpz;
-  for (int s = 0; s < m->nsegs; s++) {
-    const zinc_segment *seg = &m->segs[s];
-    if (seg->persistent)
-      continue;
-    char *base = (char *)m->gathered + seg->gather_offset;
-    for (int ui = seg->first_unit; ui < seg->first_unit + seg->nunits; ui++) {
-      const zinc_unit *u = &e->units[ui];
-      size_t bytes = (size_t)slice_numel(e, u) * zinc_dtype_size(u->dtype);
-      ZINC_CHECK(e->dev->ops->copy(e->dev, (char *)e->param_secondary + u->secondary_byte,
-                                   zinc_unit_ptr(base, u) + (size_t)l * bytes, bytes,
-                                   e->stream));
-    }
-  }
-  return ZINC_OK;
-}
 
 /* A parameter read buffer; when all are busy, complete the oldest gather
  * still reading from one (every rank started it, in the same order). */
@@ -369,7 +316,7 @@ static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
   read_runs runs;
   read_range(e, m, &runs);
   const char *src[2] = {NULL, NULL};
-  int group = uses_secondary(e, m);
+  int group = zinc_hpz_uses_secondary(e, m);
   zinc_status st = group ? ZINC_OK : shard_source(e, m, &runs, src);
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "fetching module \"%s\"", m->name);
@@ -458,7 +405,7 @@ static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
                                                    u->secondary_byte
                                              : unit_send(e, m, seg, ui, src),
                                .recv = zinc_unit_ptr(base, u),
-                               .count = (size_t)(group ? slice_numel(e, u) : u->chunk),
+                               .count = (size_t)(group ? zinc_hpz_slice_numel(e, u) : u->chunk),
                                .dtype = u->dtype};
     }
   }
@@ -487,7 +434,7 @@ static zinc_status gather_wait(zinc_engine *e, zinc_module *m) {
     st = qw_decode(e, m);
   qw_free(e, m);
   if (st == ZINC_OK && m->secondary == ZINC_SECONDARY_FILLING)
-    st = secondary_fill(e, m);
+    st = zinc_hpz_secondary_fill(e, m);
   if (m->secondary == ZINC_SECONDARY_FILLING)
     m->secondary = st == ZINC_OK ? ZINC_SECONDARY_VALID : ZINC_SECONDARY_STALE;
   if (st != ZINC_OK)

@@ -44,7 +44,7 @@
  * own, the norm and the inf/NaN check are summed over the ranks
  * (zinc_zoadam_norm), so every rank skips the same steps.
  *
- * The compressed all-reduce C is engine/onebit.h's (DeepSpeed's
+ * The compressed all-reduce C is engine/reduce/onebit.h's (DeepSpeed's
  * NcclBackend.compressed_allreduce for every trained parameter at once, one
  * segment and one scale per parameter, its formulas and padding there):
  * worker signs through one all-to-all-v, the worker scales through one
@@ -92,7 +92,9 @@
 #include "base/threadpool.h"
 #include "device/device_cpu.h"
 #include "engine/engine.h"
-#include "engine/onebit.h"
+#include "engine/reduce/methods.h"
+#include "engine/reduce/onebit.h"
+#include "engine/support.h"
 #include "optim/lr_schedule.h"
 
 typedef struct {

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 
 #include "engine/engine.h"
+#include "engine/monitor/monitor.h"
 
 static void hang(zinc_engine *e, zinc_comm *c, const char *group) {
   if (c && !c->log) { /* a comm serving two roles keeps its first label */

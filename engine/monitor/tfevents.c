@@ -3,7 +3,7 @@
  * varints, fixed64/fixed32 and length-delimited fields are needed) and
  * TFRecord framing. See tfevents.h for the messages and fields written.
  */
-#include "engine/tfevents.h"
+#include "engine/monitor/tfevents.h"
 
 #include <errno.h>
 #include <string.h>
