@@ -614,7 +614,8 @@ ZINC_API zinc_status zinc_allgather_host(zinc_engine *e, const double *values,
                                          int n, double *out);  /* [collective] */
 
 /* Wall-clock seconds spent by the engine in its phases since the last call
- * (forward = fetch..first grad, backward, step, comm waits), for
+ * (forward = fetch..first grad, backward, step, comm waits: the waits for
+ * collectives and for the agreements before them, in any phase), for
  * wall_clock_breakdown reporting. Resets the counters. */
 typedef struct {
   size_t size;         /* sizeof(zinc_timers): ZINC_TIMERS_INIT sets it */
