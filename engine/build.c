@@ -157,7 +157,7 @@ static void note_persistent(const zinc_engine *e) {
   if (persistent > 0)
     zinc_log0(ZINC_LOG_INFO, "stage 3: %d of %d parameters persistent: below "
               "stage3_param_persistence_threshold %lld, kept whole on every rank (%.3g MB "
-              "each), not partitioned; lower the threshold to partition them", persistent, all,
+              "on each), not partitioned; lower the threshold to partition them", persistent, all,
               (long long)e->cfg.stage3_param_persistence_threshold,
               (double)e->persist_bytes / 1e6);
 }

@@ -2,8 +2,8 @@
  * comms_logger.c — DeepSpeed's comms_logger on the engine: one set of
  * counters (comm/comm_log.h) hung on every comm the engine holds, the
  * summary printed by world rank 0 at destroy (to stdout, as DeepSpeed
- * prints it, in one block after what the trainer printed), and the public calls that
- * read, print and reset the counters.
+ * prints it, in one block after what the trainer printed), and the
+ * public calls that read, print and reset the counters.
  *
  * What DeepSpeed's keys mean here: enabled turns it on; prof_all counts
  * every op, and with it false only the ops prof_ops names are counted;
