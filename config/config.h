@@ -189,6 +189,9 @@ typedef struct {
    * 1e-3, (0.9, 0.999), 1e-8; Lion 1e-3, (0.9, 0.999); Adagrad 1e-2, eps
    * 1e-10; SGD 1e-3. */
   double max_coeff, min_coeff;            /* Lamb: 10, 0.01                */
+  double lamb_max_grad_norm;              /* Lamb: 0 = off; else FusedLamb's
+                                             own clipping, after
+                                             gradient_clipping's (step.c) */
   double momentum, dampening;             /* SGD: 0, 0                     */
   int nesterov;                           /* SGD: false                    */
   /* ZeroOneAdam (DeepSpeed's defaults; engine/reduce/zoadam.c) */

@@ -37,6 +37,27 @@ static size_t persistent_bytes(const zinc_engine *e) {
   return b;
 }
 
+/* Stage 3 keeps a module's segment whole on every rank when it is below
+ * stage3_param_persistence_threshold; on a small model (the threshold's
+ * default, 1e5, against small layers) that can be every parameter, and
+ * the run is stage 3 in name only: say so once, at build. */
+static void note_persistent(const zinc_engine *e) {
+  int persistent = 0, all = 0;
+  for (int mi = 0; mi < e->nmodules; mi++) {
+    const zinc_module *m = e->modules[mi];
+    for (int i = 0; i < m->nparams; i++) {
+      all++;
+      persistent += m->segs[m->params[i]->segment].persistent;
+    }
+  }
+  if (persistent > 0)
+    zinc_log0(ZINC_LOG_INFO, "stage 3: %d of %d parameters persistent: below "
+              "stage3_param_persistence_threshold %lld, kept whole on every rank (%.3g MB "
+              "on each), not partitioned; lower the threshold to partition them", persistent, all,
+              (long long)e->cfg.stage3_param_persistence_threshold,
+              (double)e->persist_bytes / 1e6);
+}
+
 /* What the build allocates for good, by location and category (the
  * estimator uses it too; the memory test holds the profiler to it). */
 void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]) {
@@ -105,6 +126,7 @@ static zinc_status alloc_states(zinc_engine *e) {
                                           ZINC_MEM_PARAMS, &e->param_secondary,
                                           "secondary parameter partition (hpZ)"));
     e->persist_bytes = persistent_bytes(e);
+    note_persistent(e);
     if (e->persist_bytes) {
       ZINC_CHECK(zinc_engine_buffer_alloc(e, e->persist_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS,
                                           &e->persist, "persistent parameters"));

@@ -41,14 +41,20 @@
 void zinc_engine_phase(zinc_engine *e, zinc_phase p) {
   double now = zinc_now();
   double dt = now - e->phase_start;
+  /* every comm wait so far but the model's own (gathers, restores) */
+  double waited = e->t_taken[3] + e->t_comm_wait - e->t_inner_wait;
   switch (e->phase) {
   case ZINC_PHASE_FORWARD: e->t_forward += dt; break;
-  case ZINC_PHASE_BACKWARD: e->t_backward += dt; break;
+  case ZINC_PHASE_BACKWARD:
+    e->t_backward += dt;
+    e->t_bwd_wait += waited - e->phase_waited; /* waits for the reductions */
+    break;
   case ZINC_PHASE_STEP: e->t_step += dt; break;
   default: break;
   }
   e->phase = p;
   e->phase_start = now;
+  e->phase_waited = waited;
   zinc_prof_phase(e->prof, (int)p);
   if (e->cfg.memory_timeline && e->built &&
       zinc_prof_sample(e->prof, e->step, e->micro_step, (int)p) != ZINC_OK && !e->timeline_warned) {

@@ -290,6 +290,17 @@ struct zinc_engine {
   double phase_start;
   double t_forward, t_backward, t_step, t_comm_wait;
   double t_taken[4];      /* the four above summed at each zinc_timers_take */
+  double t_inner_wait;    /* the part of t_comm_wait that is the model's own
+                             forward/backward work, as DeepSpeed books it
+                             in bwd_inner: stage 3's parameter gathers,
+                             activation restores, the trainer's
+                             model-parallel sums (never reset)            */
+  double t_bwd_wait;      /* the other comm waits inside backward phases
+                             (gradient reductions and the agreements
+                             before them), since the engine began:
+                             wall_clock_breakdown's bwd_allreduce         */
+  double phase_waited;    /* at the phase's start: t_taken[3] + t_comm_wait
+                             less t_inner_wait                            */
 
   /* ---- the trainer's registered activations (memory/profiler.c) */
   struct zinc_trainer_mem *tmem;

@@ -1,8 +1,9 @@
 /*
  * comms_logger.c — DeepSpeed's comms_logger on the engine: one set of
  * counters (comm/comm_log.h) hung on every comm the engine holds, the
- * summary printed by world rank 0 at destroy, and the public calls that
- * read, print and reset the counters.
+ * summary printed by world rank 0 at destroy (to stdout, as DeepSpeed
+ * prints it, in one block after what the trainer printed), and the
+ * public calls that read, print and reset the counters.
  *
  * What DeepSpeed's keys mean here: enabled turns it on; prof_all counts
  * every op, and with it false only the ops prof_ops names are counted;
@@ -55,7 +56,7 @@ static zinc_status print_summary(zinc_engine *e) {
     return ZINC_OK;
   char *text = NULL;
   ZINC_CHECK(zinc_comm_log_summary(e->comms_log, &text));
-  zinc_log_text(text);
+  zinc_log_report_text(text); /* stdout, one block after the trainer's lines */
   free(text);
   return ZINC_OK;
 }

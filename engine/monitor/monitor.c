@@ -16,7 +16,8 @@
  *    (DeepSpeed's global_samples: boundaries x train_batch_size, skipped
  *    steps included).
  *  - The engine writes at each boundary Train/Samples/lr and, with fp16,
- *    Train/Samples/loss_scale (DeepSpeed's two), and zinc's own:
+ *    Train/Samples/loss_scale (DeepSpeed's two), and zinc's own, for
+ *    which DeepSpeed writes no event (so has no name):
  *    Train/Samples/grad_norm, Train/Samples/step_time_ms (wall time since
  *    the previous boundary) and Train/Samples/memory_<location>_<category>
  *    (bytes held now, for each pair that has held any). With
@@ -67,14 +68,19 @@ static void timer_totals(const zinc_engine *e, double t[T_N]) {
   t[T_FWD] = e->t_taken[0] + e->t_forward;
   t[T_BWD] = e->t_taken[1] + e->t_backward;
   t[T_STEP] = e->t_taken[2] + e->t_step;
-  t[T_BWD_REDUCE] = e->t_taken[3] + e->t_comm_wait;
+  t[T_BWD_REDUCE] = e->t_bwd_wait;
   t[T_BWD_INNER] = 0;
 }
 
-/* Milliseconds in each timer between two totals. bwd_allreduce is the comm
- * waits (most fall in the backward pass; those of backward_end's flush and
- * the step count too), bwd_inner the backward pass without them, never
- * below 0. */
+/* Milliseconds in each timer between two totals. As DeepSpeed's timers
+ * mean them: bwd_allreduce is the time the backward pass waited for
+ * gradient reductions (the comm waits inside backward phases: a bucket's
+ * reduction, the agreement before the next one, which waits for the one
+ * in flight, and zinc_backward_end's flush), bwd_inner the backward pass
+ * without them: the trainer's own work, with what DeepSpeed books there
+ * too (stage 3's parameter gathers, activation restores, the trainer's
+ * model-parallel sums). Waits outside the backward pass stay where they
+ * happen: the forward's in fwd, the step's in step. */
 static void interval(const double now[T_N], const double before[T_N], double ms[T_N]) {
   for (int i = 0; i < T_N; i++)
     ms[i] = 1e3 * (now[i] - before[i]);

@@ -427,7 +427,9 @@ static zinc_status gather_wait(zinc_engine *e, zinc_module *m) {
     return ZINC_OK;
   zinc_comm_req *req = m->gather_req;
   m->gather_req = NULL;
+  double w0 = e->t_comm_wait;
   zinc_status st = zinc_engine_wait(e, m->gather_comm, req);
+  e->t_inner_wait += e->t_comm_wait - w0; /* a gather: the model's own wait */
   source_free(e, m);
   shard_copy_free(e, m);
   if (st == ZINC_OK && m->cx_wrecv)
