@@ -25,6 +25,9 @@ typedef struct zinc_zoadam zinc_zoadam;
  * state (NULL or zero when it is not the one selected). */
 struct zinc_reduce_state {
   const zinc_reducer *method; /* the selected row (reduce.c) */
+  void *priv;             /* the selected method's own state, read by its
+                             file only (delayed averaging's ring: dga.c);
+                             NULL: none (off, or nothing to keep)        */
   /* ---- compressed communication (compress.c) */
   zinc_codec cx_grad;     /* gradient slices to peers on other nodes (NONE:
                              the plain reduce-scatter)                  */
@@ -40,7 +43,6 @@ struct zinc_reduce_state {
   float *cx_scratch;      /* stages 0/1: (largest chunk) f32 sum        */
   size_t cx_scratch_bytes;
   struct zinc_dgc *dgc;   /* DGC's momentum correction (dgc.c); NULL: off */
-  struct zinc_dga *dga;   /* delayed averaging (dga.c); NULL: off        */
   zinc_powersgd *psgd;    /* PowerSGD at stages 0/1 (powersgd.c)        */
   zinc_zoadam *zoadam;    /* 0/1 Adam (zoadam.c): ZeroOneAdam            */
   struct zinc_onebit_lamb *onebit_lamb; /* onebit_lamb.c: OneBitLamb     */
