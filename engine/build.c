@@ -20,7 +20,7 @@
 #include "engine/grads.h"
 #include "engine/place/place.h"
 #include "engine/place/placements.h"
-#include "engine/reduce/methods.h"
+#include "engine/reduce/reduce.h"
 #include "engine/stage3/stage3.h"
 #include "engine/support.h"
 
@@ -95,8 +95,7 @@ void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_
   zinc_partial_sizes(e, bytes); /* ratio < 1: part of it on the device */
   bytes[ZINC_LOC_HOST][ZINC_MEM_BUFFERS] += zinc_offload_staging_bytes(e);
   zinc_nvme_sizes(e, bytes);
-  zinc_zoadam_sizes(e, bytes);
-  zinc_onebit_lamb_sizes(e, bytes);
+  zinc_reduce_sizes(e, bytes);
 }
 
 static zinc_status alloc_states(zinc_engine *e) {

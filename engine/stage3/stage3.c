@@ -38,7 +38,7 @@
 #include "engine/place/copy_run.h"
 #include "engine/place/place.h"
 #include "engine/place/placements.h"
-#include "engine/reduce/methods.h"
+#include "engine/reduce/reduce.h"
 #include "engine/stage3/stage3.h"
 #include "engine/support.h"
 #include "engine/trace.h"
@@ -395,7 +395,7 @@ static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
                                   * all-gather would send from here */
                                  .logical_bytes = (uint64_t)(e->dp_size - 1) *
                                                   (uint64_t)u->chunk * zinc_dtype_size(u->dtype),
-                                 .codec_name = zinc_codec_name(e->cx_weight)};
+                                 .codec_name = zinc_compress_weight_codec_name(e)};
         woff += b;
         continue;
       }
