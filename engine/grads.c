@@ -146,7 +146,7 @@ size_t zinc_grads_sum_bytes(const zinc_engine *e) {
 
 size_t zinc_grads_window_bytes(const zinc_engine *e) {
   if (e->cfg.stage < 2 || e->cfg.gradient_accumulation_steps <= 1 ||
-      e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NONE || !zinc_place_host_remote(e))
+      zinc_place_grad_location(e) == ZINC_LOC_DEVICE || !zinc_place_host_remote(e))
     return 0;
   return (size_t)e->train_shard_numel * 4;
 }
@@ -159,7 +159,7 @@ static float *partition_sum(zinc_engine *e) {
 
 /* Count a write into the partition when it is host memory across PCIe. */
 static void count_host_write(zinc_engine *e) {
-  if (!e->grad_window_sum && e->cfg.offload_optimizer.device != ZINC_OFFLOAD_NONE &&
+  if (!e->grad_window_sum && zinc_place_grad_location(e) != ZINC_LOC_DEVICE &&
       zinc_place_host_remote(e))
     e->grad_host_writes++;
 }
