@@ -39,8 +39,9 @@
  *    (param_full, param_shard at param_location, persistent segments)
  *    and before the collectives' buffers; free once, at destroy or after
  *    a failed build (it frees what init got, whatever point init reached;
- *    e->pl may be NULL). optim at the accumulation boundary, after the
- *    gradients are final on e->stream; the rest between init and free.
+ *    zinc_place_free also takes an engine whose init never ran). optim
+ *    at the accumulation boundary, after the gradients are final on
+ *    e->stream; the rest between init and free.
  *  - Collectives: none. Every hook is local to the rank: a failure is
  *    returned with its message, and the caller agrees on it before its
  *    next collective (init: zinc_build_buffers over the world; optim: the
