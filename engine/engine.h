@@ -5,8 +5,8 @@
  * every other part declares its calls in a header of its own: support.h
  * and failure.h (the bottom: any part may call them), grads.h, trace.h,
  * step.h, build.h, activations.h, stage3/stage3.h, monitor/monitor.h, the
- * reducer table reduce/reduce.h (the methods' own: reduce/methods.h), and the placements'
- * place/place.h (the accessors) and place/placements.h.
+ * reducer table reduce/reduce.h (the methods' own: reduce/methods.h), and
+ * the placement seam's place/place.h.
  *
  * Layout (the one idea everything else follows)
  * ---------------------------------------------
@@ -57,7 +57,6 @@
 #include "comm/comm.h"
 #include "comm/comm_log.h"
 #include "engine/checkpoint/mstate.h"
-#include "engine/place/placements.h"
 #include "engine/registry.h"
 #include "device/device.h"
 #include "optim/loss_scaler.h"
@@ -66,7 +65,6 @@
 #include "kernels/zinc_math.h"
 
 typedef struct zinc_prof zinc_prof;
-typedef struct zinc_nvme zinc_nvme;
 typedef struct zinc_reduction zinc_reduction; /* grads.h */
 typedef struct zinc_trace_event zinc_trace_event; /* trace.h */
 
@@ -164,7 +162,7 @@ struct zinc_engine {
                              16-bit segments (zinc_segment.acc), or NULL */
   size_t grad_acc_bytes;
   float *grad_part;       /* stage 2/3: (S) f32 reduced gradient partition
-                             (NULL: on NVMe, zinc_nvme_grads_on_disk) */
+                             (NULL: on NVMe, zinc_place_grad_location) */
   float *grad_window_sum; /* stage 2/3, grad_part in host memory across
                              PCIe, gradient_accumulation_steps > 1: (S) f32
                              on the device, the window's sum, copied into
@@ -178,13 +176,11 @@ struct zinc_engine {
   zinc_opt_hparams optim;  /* the optimizer (optimizer.type and params) */
   int opt_slots;          /* its state slots (ZINC_OPT_SLOT_* bits)     */
   int opt_location;       /* ZINC_LOC_DEVICE or ZINC_LOC_HOST (offload); with
-                             NVMe offload master/m/v are NULL and live in
-                             nvme's swap area, the gradient partition on the
-                             host */
-  zinc_nvme *nvme;        /* NVMe offload (place/nvme.c), or NULL */
-  zinc_offload off;       /* offload cpu with staging copies (place/cpu.c) */
-  zinc_partial partial;   /* offload_optimizer.ratio < 1 (place/partial.c) */
-  zinc_pcache pcache;     /* offload_param.max_in_cpu (place/pcache.c) */
+                             NVMe offload or partial offload master/m/v are
+                             NULL and live where the placement keeps them
+                             (place/place.h) */
+  struct zinc_place *pl;  /* the placement's state (place/place.h), NULL
+                             outside zinc_place_init .. zinc_place_free */
   int master_in_params;   /* every parameter is f32 and the optimizer state is
                              on the device: the fp32 master is the parameter
                              memory itself (param_full / param_shard chunks),

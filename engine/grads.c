@@ -28,9 +28,9 @@
  * micro-batch, the same f32 additions in the same order (DeepSpeed's stage
  * 3 keeps its gradient partitions on the device until the boundary too).
  *
- * With the partition on NVMe (zinc_nvme_grads_on_disk) the chunks go
- * there through place/nvme.c's accessor (the same f32 additions), and
- * the window's device sum, if any, at the boundary.
+ * With the partition on NVMe (zinc_place_grad_location) the chunks go
+ * there through the placement's grad_accumulate (the same f32 additions),
+ * and the window's device sum, if any, at the boundary.
  *
  * Frozen parameters (zinc_param_set_frozen) sit in segments of their own
  * that get no gradient memory (seg->grad stays NULL) and no reduction.
@@ -48,7 +48,7 @@
 #include "engine/engine.h"
 #include "engine/failure.h"
 #include "engine/grads.h"
-#include "engine/place/placements.h"
+#include "engine/place/place.h"
 #include "engine/reduce/reduce.h"
 #include "engine/support.h"
 #include "engine/trace.h"
@@ -146,7 +146,7 @@ size_t zinc_grads_sum_bytes(const zinc_engine *e) {
 
 size_t zinc_grads_window_bytes(const zinc_engine *e) {
   if (e->cfg.stage < 2 || e->cfg.gradient_accumulation_steps <= 1 ||
-      e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NONE || !zinc_offload_host_remote(e))
+      zinc_place_grad_location(e) == ZINC_LOC_DEVICE || !zinc_place_host_remote(e))
     return 0;
   return (size_t)e->train_shard_numel * 4;
 }
@@ -159,8 +159,8 @@ static float *partition_sum(zinc_engine *e) {
 
 /* Count a write into the partition when it is host memory across PCIe. */
 static void count_host_write(zinc_engine *e) {
-  if (!e->grad_window_sum && e->cfg.offload_optimizer.device != ZINC_OFFLOAD_NONE &&
-      zinc_offload_host_remote(e))
+  if (!e->grad_window_sum && zinc_place_grad_location(e) != ZINC_LOC_DEVICE &&
+      zinc_place_host_remote(e))
     e->grad_host_writes++;
 }
 
@@ -266,8 +266,8 @@ static zinc_status absorb(zinc_engine *e, zinc_module *m) {
       const char *src = zinc_unit_ptr(seg->grad, u) +
                         (size_t)e->dp_rank * (size_t)u->chunk * zinc_dtype_size(u->dtype);
       if (!partition_sum(e)) { /* on NVMe */
-        ZINC_CHECK(zinc_nvme_grad_accumulate(e, u->shard_offset, src, u->dtype, u->chunk,
-                                             overwrite));
+        ZINC_CHECK(zinc_place_grad_accumulate(e, u->shard_offset, src, u->dtype, u->chunk,
+                                              overwrite));
         continue;
       }
       ZINC_CHECK(e->dev->ops->accumulate_f32(e->dev, e->stream,
@@ -285,7 +285,7 @@ static zinc_status absorb(zinc_engine *e, zinc_module *m) {
  * of the gradient buffer (stages 0/1). */
 static zinc_status absorb_compressed(zinc_engine *e, zinc_reduction *r, zinc_module *m) {
   int overwrite = m->reduced_window != window_of(e);
-  if (e->cfg.stage >= 2 && !partition_sum(e)) /* zinc_nvme_grads_swapped excludes these */
+  if (e->cfg.stage >= 2 && !partition_sum(e)) /* the NVMe placement excludes these */
     return zinc_error(ZINC_ERR_UNSUPPORTED, "compressed gradients of module \"%s\" with the "
                       "gradient partition on NVMe", m->name);
   for (int s = 0; s < m->nsegs; s++) {
@@ -728,8 +728,8 @@ zinc_status zinc_grads_flush(zinc_engine *e) {
           for (int ui = seg->first_unit; !seg->frozen && ui < seg->first_unit + seg->nunits;
                ui++)
             if (!partition_sum(e)) /* on NVMe */
-              ZINC_CHECK(zinc_nvme_grad_accumulate(e, e->units[ui].shard_offset, NULL, ZINC_F32,
-                                                   e->units[ui].chunk, 1));
+              ZINC_CHECK(zinc_place_grad_accumulate(e, e->units[ui].shard_offset, NULL,
+                                                    ZINC_F32, e->units[ui].chunk, 1));
             else
               ZINC_CHECK(e->dev->ops->fill_zero(e->dev, partition_sum(e) + e->units[ui].shard_offset,
                                               (size_t)e->units[ui].chunk * 4, e->stream));
@@ -743,9 +743,9 @@ zinc_status zinc_grads_flush(zinc_engine *e) {
   /* the window's sum to the host partition, once (queued on the stream the
    * step's readers wait for) */
   if (e->grad_window_sum && zinc_grads_is_boundary_micro(e)) {
-    if (zinc_nvme_grads_on_disk(e))
-      ZINC_CHECK(zinc_nvme_grad_accumulate(e, 0, e->grad_window_sum, ZINC_F32,
-                                           e->train_shard_numel, 1));
+    if (zinc_place_grad_location(e) == ZINC_LOC_NVME)
+      ZINC_CHECK(zinc_place_grad_accumulate(e, 0, e->grad_window_sum, ZINC_F32,
+                                            e->train_shard_numel, 1));
     else
       ZINC_CHECK(e->dev->ops->copy(e->dev, e->grad_part, e->grad_window_sum,
                                    (size_t)e->train_shard_numel * 4, e->stream));

@@ -40,7 +40,6 @@
 #include "engine/failure.h"
 #include "engine/grads.h"
 #include "engine/place/place.h"
-#include "engine/place/placements.h"
 #include "engine/reduce/reduce.h"
 #include "engine/stage3/stage3.h"
 #include "engine/step.h"
@@ -164,7 +163,7 @@ static zinc_status sumsq_on_disk(zinc_engine *e, zinc_sumsq_chunk *pieces, unsig
   int np = 0;
   for (int ui = 0; ui < nu && st == ZINC_OK; ui++) {
     first[ui] = np;
-    st = zinc_nvme_grad_read(e, e->units[ui].shard_offset, e->units[ui].chunk, buf);
+    st = zinc_place_grad_read(e, e->units[ui].shard_offset, e->units[ui].chunk, buf);
     int k = chunk_pieces(e, ui, e->dp_rank, pieces + np, rep + np, buf);
     if (st == ZINC_OK)
       st = e->dev->ops->sumsq(e->dev, e->stream, pieces + np, k, partials + np);
@@ -222,7 +221,7 @@ static zinc_status grad_sumsq(zinc_engine *e, double *total, int *overflow) {
     st = zinc_engine_host_calloc(e, (void **)&mp_all, 2 * (size_t)e->mp_size, sizeof *mp_all,
                                  "norm partial sums");
   int npieces = 0;
-  if (st == ZINC_OK && zinc_nvme_grads_on_disk(e)) {
+  if (st == ZINC_OK && zinc_place_grad_location(e) == ZINC_LOC_NVME) {
     st = sumsq_on_disk(e, pieces, rep, first, partials, &npieces);
   } else if (st == ZINC_OK) {
     for (int r = 0; r < nr; r++)
@@ -416,15 +415,7 @@ static zinc_status lamb_update(zinc_engine *e, const zinc_opt_coef *c, int ncoef
     memcpy(upd, segs, (size_t)e->nruns * sizeof *upd);
     for (int i = 0; i < e->nruns; i++)
       upd[i].param_out = NULL; /* the weights move in APPLY */
-    if (zinc_nvme_opt_on_disk(e))
-      st = zinc_nvme_step(e, c, ncoef, upd, e->nruns, ZINC_OPT_PASS_UPDATE, norms);
-    else if (e->partial.on) /* ratio < 1: device and CPU optimizer */
-      st = zinc_partial_step(e, c, ncoef, upd, e->nruns, ZINC_OPT_PASS_UPDATE, norms);
-    else if (e->off.ready) /* staged copies: gradients in, no parameter out */
-      st = zinc_offload_step(e, c, ncoef, upd, e->nruns, ZINC_OPT_PASS_UPDATE, norms);
-    else
-      st = e->dev->ops->optim(e->dev, e->stream, c, ncoef, upd, e->nruns,
-                              ZINC_OPT_PASS_UPDATE, norms);
+    st = zinc_place_optim(e, c, ncoef, upd, e->nruns, ZINC_OPT_PASS_UPDATE, norms);
   }
   if (st == ZINC_OK)
     st = zinc_engine_sync(e);
@@ -435,39 +426,6 @@ static zinc_status lamb_update(zinc_engine *e, const zinc_opt_coef *c, int ncoef
     st = lamb_ratios(e, c, segs, norms);
   free(norms);
   free(upd);
-  return st;
-}
-
-/* Optimizer state in memory, parameter partition on NVMe: each run's
- * updated parameters go through a staging buffer to the swap area. */
-static zinc_status adam_params_on_disk(zinc_engine *e, const zinc_opt_coef *c, int ncoef,
-                                       zinc_opt_seg *segs) {
-  size_t most = 0;
-  for (int i = 0; i < e->nruns; i++)
-    if ((size_t)segs[i].n * 4 > most)
-      most = (size_t)segs[i].n * 4;
-  void *staging = NULL;
-  ZINC_CHECK(zinc_engine_buffer_alloc(e, most, ZINC_LOC_HOST, ZINC_MEM_BUFFERS, &staging,
-                                      "parameter staging"));
-  zinc_status st = ZINC_OK;
-  for (int i = 0; i < e->nruns && st == ZINC_OK; i++) {
-    const zinc_opt_run *run = &e->runs[i];
-    const zinc_unit *u = &e->units[run->unit];
-    zinc_opt_seg s = segs[i];
-    s.param_out = staging;
-    /* staged (the cuda device): the state is host memory, the CPU steps it */
-    zinc_device *d = e->off.ready ? e->off.host : e->dev;
-    st = d->ops->optim(d, e->off.ready ? NULL : e->stream, c, ncoef, &s, 1,
-                            zinc_opt_two_pass(c->kind) ? ZINC_OPT_PASS_APPLY
-                                                       : ZINC_OPT_PASS_UPDATE, NULL);
-    size_t es = zinc_dtype_size(u->dtype);
-    if (st == ZINC_OK) /* a device kernel wrote the staging: done before the host reads it */
-      st = zinc_engine_sync(e);
-    if (st == ZINC_OK)
-      st = zinc_pshard_write(e, u->shard_byte + (size_t)(run->unit_offset - (int64_t)run->owner * u->chunk) * es,
-                             (size_t)s.n * es, staging);
-  }
-  zinc_engine_buffer_free(e, staging, most, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
   return st;
 }
 
@@ -586,24 +544,10 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
   st = zinc_reduce_update(e, &ua, st, &done);
   if (done || st != ZINC_OK)
     ; /* agreed below, with the update's own failures */
-  else if (zinc_nvme_opt_on_disk(e))
-    st = zinc_nvme_step(e, c, ncoef, segs, e->nruns,
-                        zinc_opt_two_pass(c[0].kind) ? ZINC_OPT_PASS_APPLY : ZINC_OPT_PASS_UPDATE,
-                        NULL);
-  else if (zinc_nvme_param_on_disk(e))
-    st = adam_params_on_disk(e, c, ncoef, segs);
-  else if (e->partial.on) /* ratio < 1: device and CPU optimizer */
-    st = zinc_partial_step(e, c, ncoef, segs, e->nruns,
-                           zinc_opt_two_pass(c[0].kind) ? ZINC_OPT_PASS_APPLY
-                                                        : ZINC_OPT_PASS_UPDATE, NULL);
-  else if (e->off.ready) /* zinc_offload_init decided: staged copies */
-    st = zinc_offload_step(e, c, ncoef, segs, e->nruns,
-                           zinc_opt_two_pass(c[0].kind) ? ZINC_OPT_PASS_APPLY
-                                                        : ZINC_OPT_PASS_UPDATE, NULL);
-  else
-    st = e->dev->ops->optim(e->dev, e->stream, c, ncoef, segs, e->nruns,
-                            zinc_opt_two_pass(c[0].kind) ? ZINC_OPT_PASS_APPLY
-                                                         : ZINC_OPT_PASS_UPDATE, NULL);
+  else /* wherever the state lives (place/place.h) */
+    st = zinc_place_optim(e, c, ncoef, segs, e->nruns,
+                          zinc_opt_two_pass(c[0].kind) ? ZINC_OPT_PASS_APPLY
+                                                       : ZINC_OPT_PASS_UPDATE, NULL);
   free(segs);
   if (st == ZINC_OK)
     st = zinc_engine_sync(e);
