@@ -103,8 +103,12 @@ static zinc_status init_param(const zinc_param *p, float *dst, int64_t n, void *
   if (layer < 0)
     return ZINC_ERR_INVALID;
   float scale = 2.0f / sqrtf((float)m->width);
-  for (int64_t i = 0; i < n; i++)
+  for (int64_t i = 0; i < n; i++) {
     dst[i] = scale * hash_uniform((uint64_t)(2 * layer + is_bias), (uint64_t)i);
+    if (m->bf16) /* DeepSpeed casts the module to bf16 and takes its fp32 master
+                    from that, so zinc's master starts from the same values */
+      dst[i] = bf16_round(dst[i]);
+  }
   return ZINC_OK;
 }
 
