@@ -28,6 +28,7 @@
 
 #include "base/base.h"
 #include "base/fs.h"
+#include "engine/checkpoint/ckpt_mpi.h"
 #include "engine/checkpoint/format.h"
 #include "engine/engine.h"
 #include "engine/engine_test.h"
@@ -35,12 +36,6 @@
 
 
 static char root[512];
-
-static void shell(const char *cmd) {
-  if (et_rank == 0 && system(cmd) != 0)
-    fprintf(stderr, "command failed: %s\n", cmd);
-  MPI_Barrier(MPI_COMM_WORLD);
-}
 
 static et_run run_for(int stage) {
   et_run r = et_defaults();
@@ -291,20 +286,9 @@ static void test_export_nomem(int stage) {
 }
 
 int main(int argc, char **argv) {
-  int provided;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  MPI_Comm_rank(MPI_COMM_WORLD, &et_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &et_world);
-  if (et_world < 2) {
-    if (et_rank == 0)
-      printf("SKIPPED: test_ckpt_agree needs 2 or more ranks\n");
-    MPI_Finalize();
+  if (et_mpi_start(&argc, &argv, "test_ckpt_agree", 2))
     return 77;
-  }
-  snprintf(root, sizeof root, "%s/ckpt_agree_np%d", et_binary_dir(), et_world);
-  char cmd[1200];
-  snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", root, root);
-  shell(cmd);
+  et_scratch_dir(root, sizeof root, "ckpt_agree");
   const char *only = getenv("CKPT_AGREE_ONLY");
   if (!only || strchr(only, 'c'))
     test_crafted();
@@ -319,6 +303,7 @@ int main(int argc, char **argv) {
   int bad = et_failures;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (!bad) {
+    char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
     shell(cmd);
   }

@@ -24,6 +24,7 @@
 
 #include "base/endian.h"
 #include "base/fs.h"
+#include "engine/checkpoint/ckpt_mpi.h"
 #include "engine/checkpoint/format.h"
 #include "engine/checkpoint/mstate.h"
 #include "engine/engine.h"
@@ -31,12 +32,6 @@
 #include "engine/reduce/methods.h" /* the reducer's state: e->rd */
 
 static char root[512];
-
-static void shell(const char *cmd) {
-  if (et_rank == 0 && system(cmd) != 0)
-    fprintf(stderr, "command failed: %s\n", cmd);
-  MPI_Barrier(MPI_COMM_WORLD);
-}
 
 /* ------------------------------------------------------------ the engine */
 
@@ -310,26 +305,16 @@ static void test_model_parallel(void) {
 }
 
 int main(int argc, char **argv) {
-  int provided;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  MPI_Comm_rank(MPI_COMM_WORLD, &et_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &et_world);
-  if (et_world < 2) {
-    if (et_rank == 0)
-      printf("SKIPPED: test_ckpt_identity needs 2 or more ranks\n");
-    MPI_Finalize();
+  if (et_mpi_start(&argc, &argv, "test_ckpt_identity", 2))
     return 77;
-  }
-  snprintf(root, sizeof root, "%s/ckpt_identity_np%d", et_binary_dir(), et_world);
-  char cmd[1200];
-  snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", root, root);
-  shell(cmd);
+  et_scratch_dir(root, sizeof root, "ckpt_identity");
   test_kinds();
   if (et_world == 2)
     test_model_parallel();
   int bad = et_failures;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (!bad) {
+    char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
     shell(cmd);
   }

@@ -20,18 +20,13 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include "engine/checkpoint/ckpt_mpi.h"
 #include "engine/engine.h"
 #include "engine/engine_test.h"
 
 #define DELAY "8@1" /* seconds @ the write or read that sleeps */
 
 static char root[512];
-
-static void shell(const char *cmd) {
-  if (et_rank == 0 && system(cmd) != 0)
-    fprintf(stderr, "command failed: %s\n", cmd);
-  MPI_Barrier(MPI_COMM_WORLD);
-}
 
 static float *snapshot(et_model *m, zinc_state_kind kind) {
   int64_t total = 0;
@@ -115,25 +110,15 @@ static void test_slow(int stage) {
 }
 
 int main(int argc, char **argv) {
-  int provided;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  MPI_Comm_rank(MPI_COMM_WORLD, &et_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &et_world);
-  if (et_world < 2) {
-    if (et_rank == 0)
-      printf("SKIPPED: test_ckpt_slow needs 2 or more ranks\n");
-    MPI_Finalize();
+  if (et_mpi_start(&argc, &argv, "test_ckpt_slow", 2))
     return 77;
-  }
-  snprintf(root, sizeof root, "%s/ckpt_slow_np%d", et_binary_dir(), et_world);
-  char cmd[1200];
-  snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", root, root);
-  shell(cmd);
+  et_scratch_dir(root, sizeof root, "ckpt_slow");
   test_slow(1);
   test_slow(3);
   int bad = et_failures;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (!bad) {
+    char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
     shell(cmd);
   }

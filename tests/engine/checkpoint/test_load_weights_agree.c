@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "base/endian.h"
+#include "engine/checkpoint/ckpt_mpi.h"
 #include "engine/checkpoint/safetensors.h"
 #include "engine/engine.h"
 #include "engine/engine_test.h"
@@ -83,12 +84,6 @@ static int same(const float *a, const float *b) {
 }
 
 static char root[512];
-
-static void shell(const char *cmd) {
-  if (et_rank == 0 && system(cmd) != 0)
-    fprintf(stderr, "command failed: %s\n", cmd);
-  MPI_Barrier(MPI_COMM_WORLD);
-}
 
 /* Rank 0 exports distinct values (seed 0: every element its own); the
  * reference values come back in *want. */
@@ -342,20 +337,10 @@ static void test_map(int stage, const char *path) {
 }
 
 int main(int argc, char **argv) {
-  int provided;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  MPI_Comm_rank(MPI_COMM_WORLD, &et_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &et_world);
-  if (et_world < 2) {
-    if (et_rank == 0)
-      printf("SKIPPED: test_load_weights_agree needs 2 or more ranks\n");
-    MPI_Finalize();
+  if (et_mpi_start(&argc, &argv, "test_load_weights_agree", 2))
     return 77;
-  }
-  snprintf(root, sizeof root, "%s/load_weights_agree_np%d", et_binary_dir(), et_world);
-  char cmd[1200], path[700];
-  snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", root, root);
-  shell(cmd);
+  et_scratch_dir(root, sizeof root, "load_weights_agree");
+  char path[700];
   snprintf(path, sizeof path, "%s/model.safetensors", root);
   float *want = NULL;
   export_file(path, &want);
@@ -368,6 +353,7 @@ int main(int argc, char **argv) {
   int bad = et_failures;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (!bad) {
+    char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
     shell(cmd);
   }
