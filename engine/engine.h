@@ -324,6 +324,8 @@ struct zinc_engine {
   zinc_comm *hpz_comm;    /* hpZ: this rank's group of hpz consecutive
                              data-parallel ranks; device buffers */
   zinc_comm *hpz_host;    /* the same group for host buffers (MPI) */
+  struct zinc_pipe *pipe; /* pipeline parallelism: the grid, the pipeline
+                             group, transfers (engine/pipe.h)             */
 
   /* ---- device and accounting */
   zinc_device *dev;
