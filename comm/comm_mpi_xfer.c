@@ -19,14 +19,21 @@
  *    it), a shorter one short, and the headers then say what each end had.
  * MPI's non-overtaking order per (source, tag) pairs the k-th of each.
  *
- * Notes (ZINC_TAG_XFER_NOTE, to every other rank of the comm, at most one
- * of each kind per comm): W, a wait past its deadline says whom it waits
- * for; F, a failed transfer (or the destroy of a failed comm that ran
- * transfers) says its failure. Each names the rank it holds lost (the
- * peer that never answered, or the one a note named), and carries the
+ * Notes (ZINC_TAG_XFER_NOTE, to every other rank of the comm): W, a wait
+ * past its deadline says whom it waits for, and says it again when the
+ * peer it waits for names another rank (at most XFER_WAIT_NOTES times a
+ * comm); F, a failed transfer (or the destroy of a failed comm that ran
+ * transfers) says its failure, once. Each names the rank it holds lost
+ * (the peer that never answered, or the one a note named) and carries the
  * first words said about it unchanged, so that a note repeated down a
  * pipeline stays as short as the first. Every wait reads the notes that
- * have arrived and keeps the last of each sender (F over W).
+ * have arrived and keeps the last of each sender (F over W). A wait
+ * repeats a peer's F at once; past its deadline it gives the peers it
+ * waits for a grace (comm.h), passing on what their W notes name, and at
+ * the grace's end repeats the last W it holds, or names the peer. So down
+ * a pipeline whose deadlines pass about together (the ranks started
+ * waiting within the grace of each other), every rank names the rank at
+ * the end of the chain.
  *
  * Invariants:
  *  - the pair counters (sent, recvd) advance at start on both ends alike,
@@ -49,6 +56,8 @@
 #define XFER_BLOCK_SHIFT 20 /* whole blocks of 1 MiB */
 #define XFER_POLLS_BEFORE_YIELD 64
 #define XFER_NOTE_TEXT 560
+#define XFER_WAIT_NOTES 4 /* W notes a comm sends at most */
+#define XFER_NOTE_SEND_S 0.1 /* destroy gives a note's sends this long */
 
 /* The header each end of a pair sends the other. */
 typedef struct {
@@ -69,9 +78,10 @@ typedef struct {
 struct zinc_mpi_xfer {
   uint64_t *sent, *recvd;  /* (size) pairs started to / from each rank      */
   xfer_note *heard;        /* (size) the last note from each rank           */
-  xfer_note said[2];       /* this rank's W and F notes (sent from here)    */
-  MPI_Request *said_reqs;  /* (2 * size) their sends, completed at teardown */
-  int said_any[2];
+  xfer_note said[XFER_WAIT_NOTES + 1]; /* this rank's W notes, then its F
+                              note (sent from here)                         */
+  MPI_Request *said_reqs;  /* ((XFER_WAIT_NOTES + 1) * size) their sends    */
+  int nsaid_wait, said_fail;
   MPI_Datatype block;      /* 1 MiB of bytes, committed                     */
 };
 
@@ -116,10 +126,10 @@ static zinc_status state(zinc_mpi *m, struct zinc_mpi_xfer **out) {
   if (st == ZINC_OK)
     st = zinc_calloc((void **)&x->heard, n, sizeof *x->heard, "comm mpi transfer notes");
   if (st == ZINC_OK)
-    st = zinc_calloc((void **)&x->said_reqs, 2 * n, sizeof *x->said_reqs,
+    st = zinc_calloc((void **)&x->said_reqs, (XFER_WAIT_NOTES + 1) * n, sizeof *x->said_reqs,
                      "comm mpi transfer note requests");
   if (st == ZINC_OK) {
-    for (size_t k = 0; k < 2 * n; k++)
+    for (size_t k = 0; k < (XFER_WAIT_NOTES + 1) * n; k++)
       x->said_reqs[k] = MPI_REQUEST_NULL;
     x->block = MPI_DATATYPE_NULL;
     int rc = MPI_Type_contiguous(1 << XFER_BLOCK_SHIFT, MPI_BYTE, &x->block);
@@ -147,21 +157,32 @@ static zinc_status state(zinc_mpi *m, struct zinc_mpi_xfer **out) {
 
 /* ------------------------------------------------------------ notes */
 
-/* Send this rank's note of `kind` to every other rank (once per comm). */
+/* Send this rank's note of `kind` to every other rank: F once; W when it
+ * names another lost rank than the last W did, up to XFER_WAIT_NOTES. */
 static void say(zinc_mpi *m, char kind, int lost, const char *text) {
   struct zinc_mpi_xfer *x = m->xfer;
-  int which = kind == 'F';
-  if (!x || x->said_any[which])
+  if (!x)
     return;
-  x->said_any[which] = 1;
-  xfer_note *note = &x->said[which];
+  int slot;
+  if (kind == 'F') {
+    if (x->said_fail)
+      return;
+    x->said_fail = 1;
+    slot = XFER_WAIT_NOTES;
+  } else {
+    if (x->nsaid_wait == XFER_WAIT_NOTES ||
+        (x->nsaid_wait > 0 && x->said[x->nsaid_wait - 1].lost == lost))
+      return;
+    slot = x->nsaid_wait++;
+  }
+  xfer_note *note = &x->said[slot];
   note->kind = kind;
   note->lost = lost;
   snprintf(note->text, sizeof note->text, "%s", text);
   for (int k = 0; k < m->size; k++)
     if (k != m->rank)
       MPI_Isend(note, (int)sizeof *note, MPI_BYTE, k, m->p2p_tag + ZINC_TAG_XFER_NOTE, m->comm,
-                &x->said_reqs[which * m->size + k]);
+                &x->said_reqs[slot * m->size + k]);
 }
 
 /* Keep the notes that have arrived (an F note is not replaced by a W). */
@@ -422,8 +443,10 @@ static zinc_status complete(zinc_mpi *m, zinc_xfer_req *r) {
       continue;
     char peers[256], said[XFER_NOTE_TEXT];
     int first = pending_peers(m, r, peers, sizeof peers);
-    if (grace_end == 0) { /* tell whoever waits for this rank whom it waits for */
-      grace_end = now + grace;
+    peer = noted_peer(m, r, 'W');
+    if (peer >= 0) { /* pass on whom the peer waits for */
+      say(m, 'W', m->xfer->heard[peer].lost, m->xfer->heard[peer].text);
+    } else if (grace_end == 0) { /* tell whoever waits for this rank whom it waits for */
       char me[96], op[256];
       who(m, m->rank, me, sizeof me);
       op_with(m, r, first, op, sizeof op);
@@ -431,11 +454,12 @@ static zinc_status complete(zinc_mpi *m, zinc_xfer_req *r) {
                peers, op);
       say(m, 'W', zinc_mpi_rank_name(m, first), said);
     }
-    peer = noted_peer(m, r, 'W');
-    if (peer >= 0)
-      return repeat(m, r, peer, now - t0);
+    if (grace_end == 0)
+      grace_end = now + grace;
     if (now <= grace_end)
       continue;
+    if (peer >= 0)
+      return repeat(m, r, peer, now - t0);
     char op[256];
     op_with(m, r, first, op, sizeof op);
     zinc_status st = zinc_error(ZINC_ERR_COMM, "comm mpi: transfer (%s): timed out after %.1f s "
@@ -529,13 +553,12 @@ void zinc_mpi_xfer_teardown(zinc_mpi *m, int finalized) {
   }
   if (atomic_load(&m->abort)) /* a failed comm tells those waiting for it */
     say(m, 'F', -1, atomic_load(&m->failure_state) == 2 ? m->failure : "its comm failed");
-  /* the notes' sends read x->said: small, delivered at once in practice;
-   * give them a moment, and leave the state to the process if one is
-   * still pending (a peer's MPI stopped taking messages) */
-  int pending = 0;
-  for (double until = zinc_now() + 0.5;;) {
+  /* the notes' sends read x->said: small, delivered at once in practice
+   * (not to a lost rank); give them a moment, then cancel what is left */
+  int pending = 0, nreqs = (XFER_WAIT_NOTES + 1) * m->size;
+  for (double until = zinc_now() + XFER_NOTE_SEND_S;;) {
     pending = 0;
-    for (int k = 0; k < 2 * m->size; k++) {
+    for (int k = 0; k < nreqs; k++) {
       int flag = 1;
       if (x->said_reqs[k] != MPI_REQUEST_NULL &&
           MPI_Test(&x->said_reqs[k], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS)
@@ -550,15 +573,11 @@ void zinc_mpi_xfer_teardown(zinc_mpi *m, int finalized) {
   free(x->sent);
   free(x->recvd);
   free(x->heard);
-  if (pending) {
-    zinc_log(ZINC_LOG_DEBUG, "comm mpi: %d transfer note(s) still being sent at destroy; "
-             "their buffer is left to the process", pending);
-    for (int k = 0; k < 2 * m->size; k++)
-      if (x->said_reqs[k] != MPI_REQUEST_NULL)
-        MPI_Request_free(&x->said_reqs[k]);
-    free(x->said_reqs);
-    return; /* x->said stays allocated for the sends still reading it */
-  }
+  for (int k = 0; pending && k < nreqs; k++)
+    if (x->said_reqs[k] != MPI_REQUEST_NULL) {
+      MPI_Cancel(&x->said_reqs[k]);
+      MPI_Request_free(&x->said_reqs[k]);
+    }
   free(x->said_reqs);
   free(x);
 }
