@@ -140,7 +140,7 @@ static zinc_status create_comms(zinc_engine *e) {
   e->world_size = e->world->size;
   zinc_log_set_rank(e->world_rank);
   /* pipeline x data x model parallel: the sizes agreed and the grid made
-   * (engine/pipe.c), the groups split by its colors (engine/topology.h) */
+   * (engine/pipe.c), the groups split by its colors (engine/grid.h) */
   zinc_grid grid;
   ZINC_CHECK(zinc_pipe_grid(e, &grid));
   int mp = grid.tp;

@@ -1,6 +1,6 @@
 /*
  * pipe.h — pipeline parallelism in the engine: the 3D grid this engine's
- * world forms (engine/topology.h), its pipeline group, and the transfers
+ * world forms (engine/grid.h), its pipeline group, and the transfers
  * between neighbouring stages (include/zinc.h, "Pipeline parallelism").
  *
  * The engine calls these where it makes and frees its groups (engine.c:
@@ -12,7 +12,7 @@
 #define ZINC_ENGINE_PIPE_H
 
 #include "comm/comm.h"
-#include "engine/topology.h"
+#include "engine/grid.h"
 #include "zinc.h"
 
 typedef struct zinc_pipe zinc_pipe;

@@ -1,5 +1,5 @@
 /*
- * test_grid.c — the 3D grid's arithmetic (engine/topology.h), exhaustively
+ * test_grid.c — the 3D grid's arithmetic (engine/grid.h), exhaustively
  * for worlds of 1 to 64 ranks, 0 to 9 stages and 1 to 9 model-parallel
  * ranks: a grid is made exactly when the sizes factor the world (else the
  * message names the sizes); coordinates follow Megatron-LM's formula
@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "engine/topology.h"
+#include "engine/grid.h"
 
 static void sizes_that_factor(void **state) {
   (void)state;

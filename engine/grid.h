@@ -1,5 +1,5 @@
 /*
- * topology.h — the grid of ranks of 3D parallelism: pipeline stages x
+ * grid.h — the grid of ranks of 3D parallelism: pipeline stages x
  * data-parallel ranks x model-parallel (tensor-parallel) ranks, numbered
  * in Megatron-LM's order (include/zinc.h, "Pipeline parallelism"):
  *
@@ -8,8 +8,8 @@
  * Pure functions of the sizes: no comm, no engine, no I/O, so that every
  * rank computes the same grid and tests can check it exhaustively.
  */
-#ifndef ZINC_ENGINE_TOPOLOGY_H
-#define ZINC_ENGINE_TOPOLOGY_H
+#ifndef ZINC_ENGINE_GRID_H
+#define ZINC_ENGINE_GRID_H
 
 #include "zinc.h"
 
@@ -38,4 +38,4 @@ int zinc_grid_mp_color(const zinc_grid *g, int rank); /* same stage, dp     */
 int zinc_grid_dp_color(const zinc_grid *g, int rank); /* same stage, tp     */
 int zinc_grid_pp_color(const zinc_grid *g, int rank); /* same dp, tp        */
 
-#endif /* ZINC_ENGINE_TOPOLOGY_H */
+#endif /* ZINC_ENGINE_GRID_H */

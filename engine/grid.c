@@ -1,5 +1,5 @@
 /*
- * topology.c — the 3D grid's arithmetic (topology.h): sizes checked,
+ * grid.c — the 3D grid's arithmetic (grid.h): sizes checked,
  * coordinates and back, the colors that split the world into groups.
  *
  * Invariants: for every rank r of a grid made here,
@@ -8,7 +8,7 @@
  * they are ordered along it (a pipeline group by stage).
  */
 #include "base/base.h"
-#include "engine/topology.h"
+#include "engine/grid.h"
 
 zinc_status zinc_grid_make(int world, int pp, int tp, zinc_grid *out) {
   if (pp < 0)
