@@ -418,8 +418,12 @@ static zinc_status complete(zinc_mpi *m, zinc_xfer_req *r) {
       say(m, 'F', zinc_mpi_rank_name(m, r->ops[i].peer), zinc_last_error());
       return st;
     }
-    if (!pending)
+    if (!pending) { /* the peers answered: what they said about waiting is old */
+      for (int i = 0; i < r->n; i++)
+        if (m->xfer->heard[r->ops[i].peer].kind == 'W')
+          m->xfer->heard[r->ops[i].peer].kind = 0;
       return ZINC_OK;
+    }
     if (poll % XFER_POLLS_BEFORE_YIELD != XFER_POLLS_BEFORE_YIELD - 1)
       continue;
     sched_yield();

@@ -972,9 +972,11 @@ ZINC_API int zinc_coords_rank(const zinc_engine *e, int stage, int dp_rank,
  * for the peer, so there the order of separate starts does not matter.
  *
  * Overlap: zinc_pp_start returns once the transfers are under way (cpu:
- * the messages are posted; cuda: the peer has started its matching
- * transfers, the size check below is done, and the NCCL group is queued
- * after the work already on the compute stream); the trainer computes and
+ * the messages are posted, and MPI moves them as its progress allows —
+ * Open MPI moves a large message inside MPI calls, so much of it may move
+ * at the wait; cuda: the peer has started its matching transfers, the
+ * size check below is done, and the NCCL group is queued after the work
+ * already on the compute stream); the trainer computes and
  * calls zinc_pp_wait when it needs the data (cpu: returns when the batch
  * is complete; cuda: orders the compute stream after it and returns
  * without blocking the host, as the comm's waits do: "Streams" above). A
