@@ -199,6 +199,17 @@ void zinc_log_text(const char *text) {
   }
 }
 
+void zinc_log_report_text(const char *text) {
+  fflush(stdout); /* the trainer's lines first, then the block whole */
+  size_t len = strlen(text), done = 0;
+  while (done < len) {
+    ssize_t w = write(STDOUT_FILENO, text + done, len - done);
+    if (w <= 0)
+      return;
+    done += (size_t)w;
+  }
+}
+
 void zinc_log_report0(const char *fmt, ...) {
   int rank = atomic_load(&log_rank);
   if (rank > 0)

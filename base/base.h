@@ -78,10 +78,16 @@ void zinc_log0(zinc_log_level level, const char *fmt, ...) ZINC_PRINTF(2, 3);
  * rank 0 whatever the log level, to stdout as DeepSpeed's print_dist does:
  * "[Rank 0] <message>". */
 void zinc_log_report0(const char *fmt, ...) ZINC_PRINTF(1, 2);
-/* Text the config asked for by name (the comms logger's summary and its
- * verbose lines), written to stderr as it is, in one write, whatever the
- * log level and on whichever rank calls it. */
+/* Text the config asked for by name (the comms logger's verbose lines),
+ * written to stderr as it is, in one write, whatever the log level and on
+ * whichever rank calls it. */
 void zinc_log_text(const char *text);
+/* A report of many lines the config asked for by name (the comms logger's
+ * summary), to stdout as DeepSpeed prints it: what the trainer's stdio
+ * holds is flushed first, then the text goes out as one block, so that it
+ * never lands inside the trainer's own lines. Whatever the log level, on
+ * whichever rank calls it. */
+void zinc_log_report_text(const char *text);
 int zinc_log_enabled(zinc_log_level level);
 void zinc_log_set_level(zinc_log_level level);
 /* Parse "error|warn|info|debug" (case-insensitive); -1 if not one of them. */

@@ -201,7 +201,7 @@ typedef enum {
    * shorter or longer than it expected, mpi) and the comm is unusable;
    * its peers may complete or time out. The data is
    * moved, never combined (compressed reduce-scatter builds on it:
-   * engine/compress.c). Send and recv must not overlap (validate checks
+   * engine/reduce/compress.c). Send and recv must not overlap (validate checks
    * their extents). The arrays are copied by `start`: they may be reused
    * once it returns. mpi: point-to-point messages with every peer, on
    * every path (a comm on one node runs it over MPI too, between its

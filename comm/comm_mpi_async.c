@@ -14,6 +14,13 @@
  *
  * Locking: one mutex per worker guards the queue and every request's
  * done/status fields; the worker runs a batch without holding it.
+ *
+ * Tests only: ZINC_TEST_COMM_HOLD_MS=t (read when the worker starts; 0:
+ * off) makes every started batch slow in a way a test can count on: the
+ * worker takes a batch up only once the caller waits for it (wait, or a
+ * blocking call that drains the queue; test does not count), then lets t
+ * ms pass before running it. So each blocking wait for a started batch
+ * lasts at least t, on the thread that waits, whatever the load.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -24,6 +31,7 @@
 #include <time.h>
 
 #include "base/base.h"
+#include "base/env.h"
 #include "comm/comm_mpi_impl.h"
 
 #define REQ_MSG_MAX 1024
@@ -56,6 +64,8 @@ struct zinc_mpi_worker {
   double timeout_s;
   char failure[REQ_MSG_MAX]; /* the first batch that failed since a drain
                                 gave up (or since the start): its message  */
+  long long hold_ms;        /* ZINC_TEST_COMM_HOLD_MS (tests), 0: off        */
+  int waiters;              /* callers blocked in wait or drain (for hold_ms) */
 };
 
 static void req_free(zinc_comm_req *r) {
@@ -75,7 +85,14 @@ static void *worker_main(void *arg) {
     if (!w->head)
       break; /* shutdown with nothing queued */
     zinc_comm_req *r = w->head;
+    while (w->hold_ms > 0 && w->waiters == 0 && !w->shutdown)
+      pthread_cond_wait(&w->work, &w->mu); /* tests: until someone waits for it */
     pthread_mutex_unlock(&w->mu);
+    if (w->hold_ms > 0) {
+      struct timespec t = {(time_t)(w->hold_ms / 1000), (long)(w->hold_ms % 1000) * 1000000L};
+      while (nanosleep(&t, &t) != 0 && errno == EINTR)
+        ;
+    }
 
     zinc_status st = w->exec(w->ctx, r->colls, r->n);
     char msg[REQ_MSG_MAX] = "";
@@ -111,6 +128,7 @@ zinc_status zinc_mpi_worker_create(zinc_mpi_worker_exec_fn exec, void *ctx, _Ato
   w->ctx = ctx;
   w->abort = abort;
   w->timeout_s = timeout_s;
+  w->hold_ms = zinc_env_int("ZINC_TEST_COMM_HOLD_MS", 0, 0, 60000);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -246,6 +264,13 @@ static int wait_finished_for(zinc_mpi_worker *w, const zinc_comm_req *req, doubl
   return 0;
 }
 
+/* A caller is about to block for started batches (ZINC_TEST_COMM_HOLD_MS
+ * lets the worker take them up now); mutex held. */
+static void waiter_enter(zinc_mpi_worker *w) {
+  w->waiters++;
+  pthread_cond_signal(&w->work);
+}
+
 static int wait_finished(zinc_mpi_worker *w, const zinc_comm_req *req) {
   return wait_finished_for(w, req, w->timeout_s);
 }
@@ -276,9 +301,11 @@ zinc_status zinc_mpi_worker_wait(zinc_mpi_worker *w, zinc_comm_req *req) {
    * past the timeout, give it a grace to report before failing with the
    * generic message: one more timeout, at least 1 s (a loaded machine or a
    * sanitizer build takes the batch up that much later) and at most 2 s. */
+  waiter_enter(w);
   int timed_out = wait_finished(w, req);
   if (timed_out)
     timed_out = wait_finished_for(w, req, report_grace(w));
+  w->waiters--;
   if (timed_out) {
     /* From here the worker owns (and frees) the request: copy what the
      * message needs before letting go of the lock. */
@@ -320,9 +347,11 @@ zinc_status zinc_mpi_worker_drain(zinc_mpi_worker *w, const char *why) {
   /* as a wait does: past the timeout, the grace in which the worker may
    * still report the batch's failure itself, naming the ranks it waited
    * for */
+  waiter_enter(w);
   int timed_out = wait_finished(w, NULL);
   if (timed_out)
     timed_out = wait_finished_for(w, NULL, report_grace(w));
+  w->waiters--;
   if (!timed_out) {
     pthread_mutex_unlock(&w->mu);
     return ZINC_OK;

@@ -96,15 +96,15 @@ typedef enum {
   ZINC_GRAD_CODEC_DGC,       /* "dgc": top-k with a residual (Deep
                                 Gradient Compression)                   */
   ZINC_GRAD_CODEC_POWERSGD,  /* "powersgd": low-rank all-reduce at
-                                stages 0/1 (engine/powersgd.c)          */
+                                stages 0/1 (engine/reduce/powersgd.c)          */
 } zinc_gradient_codec;
 /* optimizer.type; the optimizer's own kind (kernels/zinc_math.h) follows
  * from it (Adam and AdamW are one kind). */
 typedef enum { ZINC_OPTIM_ADAM = 0, ZINC_OPTIM_ADAMW, ZINC_OPTIM_LAMB, ZINC_OPTIM_LION,
                ZINC_OPTIM_ADAGRAD, ZINC_OPTIM_SGD,
-               ZINC_OPTIM_ONEBIT_ADAM,   /* "OneBitAdam" (engine/onebit_adam.c) */
-               ZINC_OPTIM_ZERO_ONE_ADAM, /* DeepSpeed's ZeroOneAdam (engine/zoadam.c) */
-               ZINC_OPTIM_ONEBIT_LAMB    /* DeepSpeed's OneBitLamb (engine/onebit_lamb.c) */
+               ZINC_OPTIM_ONEBIT_ADAM,   /* "OneBitAdam" (engine/reduce/onebit_adam.c) */
+               ZINC_OPTIM_ZERO_ONE_ADAM, /* DeepSpeed's ZeroOneAdam (engine/reduce/zoadam.c) */
+               ZINC_OPTIM_ONEBIT_LAMB    /* DeepSpeed's OneBitLamb (engine/reduce/onebit_lamb.c) */
 } zinc_optim_type;
 typedef enum {
   ZINC_SCHED_NONE = 0,     /* constant lr */
@@ -189,9 +189,12 @@ typedef struct {
    * 1e-3, (0.9, 0.999), 1e-8; Lion 1e-3, (0.9, 0.999); Adagrad 1e-2, eps
    * 1e-10; SGD 1e-3. */
   double max_coeff, min_coeff;            /* Lamb: 10, 0.01                */
+  double lamb_max_grad_norm;              /* Lamb: 0 = off; else FusedLamb's
+                                             own clipping, after
+                                             gradient_clipping's (step.c) */
   double momentum, dampening;             /* SGD: 0, 0                     */
   int nesterov;                           /* SGD: false                    */
-  /* ZeroOneAdam (DeepSpeed's defaults; engine/zoadam.c) */
+  /* ZeroOneAdam (DeepSpeed's defaults; engine/reduce/zoadam.c) */
   int64_t var_freeze_step;                /* 100000                        */
   int64_t var_update_scaler;              /* 16                            */
   int64_t local_step_scaler;              /* 32678                         */
@@ -201,7 +204,7 @@ typedef struct {
   double coeff_beta;                      /* 0.9                           */
   double factor_max, factor_min;          /* 4.0, 0.5                      */
   double factor_threshold;                /* 0.1                           */
-  /* OneBitAdam (DeepSpeed's 1-bit Adam, engine/onebit_adam.c) */
+  /* OneBitAdam (DeepSpeed's 1-bit Adam, engine/reduce/onebit_adam.c) */
   int64_t onebit_freeze_step;             /* 100000: exact Adam steps before
                                              the compressed ones          */
   int onebit_cuda_aware;                  /* false: stored, no effect      */
@@ -255,7 +258,7 @@ typedef struct {
   int zero_hpz_partition_size;            /* 1; stage 3: ranks per secondary
                                              parameter partition (hpZ)     */
   /* ---- compressed communication (docs/config.md "Compressed
-   * communication"; engine/compress.c) */
+   * communication"; engine/reduce/compress.c) */
   int communication_data_type;            /* -1 (null: the gradient dtype),
                                              else ZINC_F32/BF16/F16: the
                                              dtype gradients travel in      */
@@ -330,16 +333,16 @@ typedef struct {
   int dgc_momentum_correction;            /* false: DGC's momentum correction
                                              and factor masking, SGD's
                                              momentum moved into the codec
-                                             path (engine/dgc.c)           */
+                                             path (engine/reduce/dgc.c)           */
   int dgc_local_clipping;                 /* false: with momentum correction,
                                              each rank's local gradient
                                              clipped to gradient_clipping
                                              N^-1/2 (stage 1)              */
   int64_t dga_delay;                      /* 0: off; D >= 1: delayed gradient
-                                             averaging at stage 0 (engine/dga.c):
+                                             averaging at stage 0 (engine/reduce/dga.c):
                                              the all-reduce of step t's
                                              gradient is applied at t + D   */
-  /* zinc.compression.powersgd: PyTorch's PowerSGDState (engine/powersgd.c) */
+  /* zinc.compression.powersgd: PyTorch's PowerSGDState (engine/reduce/powersgd.c) */
   int64_t psgd_rank;                      /* 1: matrix_approximation_rank  */
   int64_t psgd_start_iter;                /* 1000: start_powerSGD_iter     */
   double psgd_min_compression_rate;       /* 2: min_compression_rate       */

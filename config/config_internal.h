@@ -93,6 +93,10 @@ zinc_status zinc_cfg_fail(zinc_cfg_reader *r, const char *fmt, ...)
     ZINC_PRINTF(2, 3);
 /* Log "config <source>: <message>" at warn level and count it. */
 void zinc_cfg_warn(zinc_cfg_reader *r, const char *fmt, ...) ZINC_PRINTF(2, 3);
+/* The key at r->path is "auto" and nothing fills it: say at info level
+ * the value it reads as (printf-formatted), as DeepSpeed's config models
+ * drop an "auto" and keep their default. */
+void zinc_cfg_auto_default(zinc_cfg_reader *r, const char *value_fmt, ...) ZINC_PRINTF(2, 3);
 /* A short rendering of a JSON value for messages: 4, 5e8 as 500000000.0,
  * "cuda", [0.9, 1.2]; long values end in "...". */
 void zinc_cfg_render(const json_t *v, char *out, size_t cap);
@@ -175,7 +179,10 @@ typedef struct {
 #define ZINC_KIGNORED(n) {n, ZINC_KEY_IGNORED, 0, 0, 0, 0, 0, NULL}
 
 /* Walk the keys of obj (whose path is r->path): table keys of kinds
- * BOOL..F64 are read into base + offset, CUSTOM keys are left to the caller,
+ * BOOL..F64 are read into base + offset ("auto" on a key without
+ * ZINC_KEY_AUTO keeps the value there, the default, with an info line:
+ * DeepSpeed's config models drop "auto", its scalar reads pass it on, and
+ * nothing fills it), CUSTOM keys are left to the caller,
  * INERT keys warn unless they hold DeepSpeed's default, IGNORED keys are
  * collected into r->ignored, unknown keys warn with a did-you-mean. Two
  * table entries with the same offset are two spellings of one key: giving

@@ -215,6 +215,8 @@ static json_t *settings_json(const zinc_settings *s) {
     put(params, "max_coeff", json_real(s->max_coeff));
     put(params, "min_coeff", json_real(s->min_coeff));
   }
+  if (t == ZINC_OPTIM_LAMB)
+    put(params, "max_grad_norm", json_real(s->lamb_max_grad_norm));
   if (onebit_lamb) { /* (the ranks' settings are compared in this form too) */
     put(params, "freeze_step", json_integer(s->freeze_step));
     put(params, "coeff_beta", json_real(s->coeff_beta));

@@ -330,7 +330,18 @@ static void note_ignored(zinc_cfg_reader *r, const char *name) {
   snprintf(r->ignored + len, sizeof r->ignored - len, "%s%s", len ? ", " : "", name);
 }
 
+/* DeepSpeed hands optimizer.params and scheduler.params to the
+ * constructors as they are: "auto" there has no default to fall back to,
+ * only the keys a trainer fills (ZINC_KEY_AUTO) take it. */
+static int auto_reads_as_absent(const zinc_cfg_reader *r) {
+  return strncmp(r->path, "optimizer.", 10) != 0 && strncmp(r->path, "scheduler.", 10) != 0;
+}
+
 static void warn_inert(zinc_cfg_reader *r, const zinc_key *k, const json_t *v) {
+  if (zinc_cfg_is_auto(v) && auto_reads_as_absent(r)) {
+    zinc_cfg_auto_default(r, "DeepSpeed's default, which zinc does not act on either");
+    return;
+  }
   if (k->note) {
     json_t *def = json_loads(k->note, JSON_DECODE_ANY, NULL);
     int same = def && json_equal(def, (json_t *)v);
@@ -345,6 +356,31 @@ static void warn_inert(zinc_cfg_reader *r, const zinc_key *k, const json_t *v) {
   zinc_cfg_render(v, value, sizeof value);
   zinc_cfg_warn(r, "%s = %s: a DeepSpeed option zinc accepts but does not act on",
                 r->path, value);
+}
+
+void zinc_cfg_auto_default(zinc_cfg_reader *r, const char *value_fmt, ...) {
+  char value[160];
+  va_list ap;
+  va_start(ap, value_fmt);
+  vsnprintf(value, sizeof value, value_fmt, ap);
+  va_end(ap);
+  zinc_log0(ZINC_LOG_INFO, "config %s: %s is \"auto\" and nothing fills it: %s, as if not "
+            "written (DeepSpeed's config reads \"auto\" so); write a value to choose another",
+            r->source, r->path, value);
+}
+
+/* "auto" for a key with no "auto" of its own (ZINC_KEY_AUTO): the value
+ * the key has when the file does not write it, said at info level. */
+static void auto_as_absent(zinc_cfg_reader *r, const zinc_key *k, const void *base) {
+  const char *f = (const char *)base + k->offset;
+  switch (k->kind) {
+  case ZINC_KEY_BOOL:
+    zinc_cfg_auto_default(r, "%s", *(const int *)f ? "true" : "false");
+    break;
+  case ZINC_KEY_INT: zinc_cfg_auto_default(r, "%d", *(const int *)f); break;
+  case ZINC_KEY_I64: zinc_cfg_auto_default(r, "%lld", (long long)*(const int64_t *)f); break;
+  default: zinc_cfg_auto_default(r, "%.17g", *(const double *)f); break;
+  }
 }
 
 zinc_status zinc_cfg_walk(zinc_cfg_reader *r, const json_t *obj,
@@ -395,6 +431,11 @@ zinc_status zinc_cfg_walk(zinc_cfg_reader *r, const json_t *obj,
           return st;
         }
       seen[idx] = 1;
+      if (zinc_cfg_is_auto(v) && !(k->flags & ZINC_KEY_AUTO) && auto_reads_as_absent(r)) {
+        auto_as_absent(r, k, base);
+        zinc_cfg_pop(r, mark);
+        continue;
+      }
       zinc_status st = read_key(r, k, v, base);
       if (st != ZINC_OK)
         return st;

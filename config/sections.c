@@ -308,9 +308,10 @@ static const zinc_key adam_keys[] = {
     ZINC_KINERT("torch_adam", "false"),
 };
 
-/* DeepSpeed's FusedLamb. max_grad_norm is its own clipping (zinc clips
- * with gradient_clipping) and eps_inside_sqrt another formula: only their
- * defaults are accepted. */
+/* DeepSpeed's FusedLamb. max_grad_norm is its own clipping, applied by
+ * the step after gradient_clipping's (engine/step.c says how the two
+ * combine); eps_inside_sqrt is another formula: only its default is
+ * accepted. */
 static const zinc_key lamb_keys[] = {
     ZINC_KF(T, "lr", lr, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
     ZINC_KCUSTOM("betas"),
@@ -320,7 +321,8 @@ static const zinc_key lamb_keys[] = {
     ZINC_KF(T, "max_coeff", max_coeff, 0, INF, 0, 0),
     ZINC_KF(T, "min_coeff", min_coeff, 0, INF, 0, 0),
     ZINC_KCUSTOM("amsgrad"),
-    ZINC_KCUSTOM("max_grad_norm"),
+    /* FusedLamb clips only when it is > 0: a negative value reads as 0 */
+    ZINC_KF(T, "max_grad_norm", lamb_max_grad_norm, -INF, INF, 0, 0),
     ZINC_KCUSTOM("eps_inside_sqrt"),
 };
 
@@ -359,10 +361,11 @@ static const zinc_key sgd_keys[] = {
 
 /* DeepSpeed's OnebitAdam (deepspeed/runtime/fp16/onebit/adam.py): Adam
  * until freeze_step, then the variance frozen and the momentum all-reduced
- * 1-bit compressed (engine/onebit_adam.c). It never applies a bias
+ * 1-bit compressed (engine/reduce/onebit_adam.c). It never applies a bias
  * correction whatever bias_correction says, and reads neither
- * eps_inside_sqrt nor max_grad_norm (only their defaults are accepted
- * here); cuda_aware and comm_backend_name pick DeepSpeed's transport:
+ * eps_inside_sqrt (only its default is accepted here) nor max_grad_norm
+ * (stored by its constructor, never read: any value, with a warning when
+ * not 0); cuda_aware and comm_backend_name pick DeepSpeed's transport:
  * zinc's runs over its own data-parallel comm. */
 static const zinc_key onebit_adam_keys[] = {
     ZINC_KF(T, "lr", lr, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
@@ -377,11 +380,11 @@ static const zinc_key onebit_adam_keys[] = {
                  "its own data-parallel comm"),
     ZINC_KCUSTOM("comm_backend_name"),
     ZINC_KCUSTOM("amsgrad"),
-    ZINC_KCUSTOM("max_grad_norm"),
+    ZINC_KINERT("max_grad_norm", "0"), /* stored by DeepSpeed's constructor, never read */
     ZINC_KCUSTOM("eps_inside_sqrt"),
 };
 
-/* DeepSpeed's ZeroOneAdam (0/1 Adam, engine/zoadam.c). It applies no bias
+/* DeepSpeed's ZeroOneAdam (0/1 Adam, engine/reduce/zoadam.c). It applies no bias
  * correction whatever bias_correction says; cuda_aware and
  * comm_backend_name pick DeepSpeed's transport, zinc's is the engine's
  * data-parallel comm. */
@@ -399,11 +402,11 @@ static const zinc_key zero_one_adam_keys[] = {
     ZINC_KINERT("cuda_aware", "false"),
     ZINC_KINERT("comm_backend_name", "\"nccl\""),
     ZINC_KCUSTOM("amsgrad"),
-    ZINC_KCUSTOM("max_grad_norm"),
+    ZINC_KINERT("max_grad_norm", "0"), /* stored by DeepSpeed's constructor, never read */
     ZINC_KCUSTOM("eps_inside_sqrt"),
 };
 
-/* DeepSpeed's OneBitLamb (1-bit LAMB, engine/onebit_lamb.c); cuda_aware
+/* DeepSpeed's OneBitLamb (1-bit LAMB, engine/reduce/onebit_lamb.c); cuda_aware
  * and comm_backend_name as for ZeroOneAdam. */
 static const zinc_key onebit_lamb_keys[] = {
     ZINC_KF(T, "lr", lr, 0, INF, ZINC_KEY_AUTO, ZINC_AUTO_F64),
@@ -423,7 +426,7 @@ static const zinc_key onebit_lamb_keys[] = {
     ZINC_KINERT("cuda_aware", "false"),
     ZINC_KINERT("comm_backend_name", "\"nccl\""),
     ZINC_KCUSTOM("amsgrad"),
-    ZINC_KCUSTOM("max_grad_norm"),
+    ZINC_KINERT("max_grad_norm", "0"), /* stored by DeepSpeed's constructor, never read */
     ZINC_KCUSTOM("eps_inside_sqrt"),
 };
 
@@ -471,7 +474,6 @@ static void optim_defaults(zinc_settings *s) {
 static const struct {
   const char *key, *value, *why;
 } fixed_params[] = {
-    {"max_grad_norm", "0", "Lamb's own clipping; clip with gradient_clipping instead"},
     {"eps_inside_sqrt", "false", "zinc's Lamb adds eps outside the square root"},
     {"lr_decay", "0", "zinc's Adagrad has no learning-rate decay; use a scheduler"},
     {"initial_accumulator_value", "0", "zinc's Adagrad starts its sum of squares at 0"},
@@ -707,6 +709,12 @@ static zinc_status read_optimizer(zinc_cfg_reader *r, const json_t *root, zinc_s
     ZINC_CHECK(check_foreign_optimizer_params(r, params, spec));
     ZINC_CHECK(zinc_cfg_walk(r, params, spec->keys, spec->nkeys, s, sizeof *s));
     ZINC_CHECK(check_fixed_params(r, params));
+    if (s->lamb_max_grad_norm < 0) {
+      zinc_cfg_warn(r, "%s.max_grad_norm = %g: negative, read as 0 (no clipping), as "
+                    "DeepSpeed's FusedLamb clips only when it is > 0", r->path,
+                    s->lamb_max_grad_norm);
+      s->lamb_max_grad_norm = 0;
+    }
     const json_t *v;
     size_t m;
     if (spec->has_betas && (v = zinc_cfg_enter(r, params, "betas", &m))) {
@@ -984,13 +992,13 @@ static const zinc_key compression_keys[] = {
 };
 
 /* "zinc": {"compression": {"delayed_averaging": {"delay": D}}}: Delayed
- * Gradient Averaging (engine/dga.c); D = 0 is off. Stage 0 only (validate.c). */
+ * Gradient Averaging (engine/reduce/dga.c); D = 0 is off. Stage 0 only (validate.c). */
 static const zinc_key dga_keys[] = {
     {"delay", ZINC_KEY_I64, offsetof(T, dga_delay), 0, 1024, 0, 0, NULL},
 };
 
 /* "zinc": {"compression": {"dgc": {...}}}: Deep Gradient Compression's
- * top-k codec (kernels/codec.h ZINC_CODEC_TOPK, engine/compress.c). The
+ * top-k codec (kernels/codec.h ZINC_CODEC_TOPK, engine/reduce/compress.c). The
  * density is at most 1 and above 0; the codec keeps at least one element
  * per block. */
 static const zinc_key dgc_keys[] = {
@@ -1002,7 +1010,7 @@ static const zinc_key dgc_keys[] = {
 };
 
 /* "zinc": {"compression": {"powersgd": {...}}}: PowerSGD's parameters with
- * the names and defaults of PyTorch's PowerSGDState (engine/powersgd.c). */
+ * the names and defaults of PyTorch's PowerSGDState (engine/reduce/powersgd.c). */
 static const zinc_key powersgd_keys[] = {
     ZINC_KL(T, "matrix_approximation_rank", psgd_rank, 1, 0, 0),
     ZINC_KL(T, "start_powerSGD_iter", psgd_start_iter, 0, 0, 0),
@@ -1159,6 +1167,11 @@ static zinc_status read_monitor_string(zinc_cfg_reader *r, const json_t *obj, co
   const json_t *v = zinc_cfg_enter(r, obj, key, &m);
   if (!v)
     return ZINC_OK;
+  if (zinc_cfg_is_auto(v)) {
+    zinc_cfg_auto_default(r, "\"%s\", DeepSpeed's default", out);
+    zinc_cfg_pop(r, m);
+    return ZINC_OK;
+  }
   const char *str;
   ZINC_CHECK(zinc_cfg_string(r, v, &str));
   if (strlen(str) >= cap)
@@ -1237,6 +1250,11 @@ static zinc_status read_prof_ops(zinc_cfg_reader *r, const json_t *obj,
   const json_t *v = zinc_cfg_enter(r, obj, "prof_ops", &mark);
   if (!v)
     return ZINC_OK;
+  if (zinc_cfg_is_auto(v)) {
+    zinc_cfg_auto_default(r, "[] (no op singled out), DeepSpeed's default");
+    zinc_cfg_pop(r, mark);
+    return ZINC_OK;
+  }
   if (!json_is_array(v))
     return zinc_cfg_bad(r, v, "a list of op names, e.g. [\"all_reduce\", \"all_gather\"]");
   const char *known[ZINC_KEY_COUNT(comms_op_names)];
@@ -1251,12 +1269,13 @@ static zinc_status read_prof_ops(zinc_cfg_reader *r, const json_t *obj,
     while (k < ZINC_KEY_COUNT(comms_op_names) && strcmp(name, known[k]) != 0)
       k++;
     if (k == ZINC_KEY_COUNT(comms_op_names)) {
+      /* DeepSpeed's logger matches no call against it and runs on */
       const char *near = zinc_cfg_suggest(name, known, ZINC_KEY_COUNT(comms_op_names));
-      return zinc_cfg_bad(r, e, "a DeepSpeed communication op (all_reduce, reduce_scatter, "
-                          "all_gather, all_gatherv, broadcast, barrier, ...)%s%s%s",
-                          near ? "; did you mean \"" : "", near ? near : "", near ? "\"?" : "");
-    }
-    if (comms_op_names[k].op >= 0)
+      zinc_cfg_warn(r, "%s = \"%s\" is not a DeepSpeed communication op (all_reduce, "
+                    "reduce_scatter, all_gather, all_gatherv, broadcast, barrier, ...)%s%s%s; "
+                    "it counts nothing, as in DeepSpeed", r->path, name,
+                    near ? "; did you mean \"" : "", near ? near : "", near ? "\"?" : "");
+    } else if (comms_op_names[k].op >= 0)
       cl->prof_ops |= 1u << comms_op_names[k].op;
     zinc_cfg_pop(r, m);
   }

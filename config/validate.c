@@ -79,11 +79,11 @@ static zinc_status check_offload(zinc_cfg_reader *r, const json_t *root,
   return ZINC_OK;
 }
 
-/* 0/1 Adam (engine/zoadam.c) and 1-bit LAMB (engine/onebit_lamb.c) keep
+/* 0/1 Adam (engine/reduce/zoadam.c) and 1-bit LAMB (engine/reduce/onebit_lamb.c) keep
  * the whole model's momentum and variance on every rank and all-reduce
  * them compressed themselves, which is stage 0's layout; DeepSpeed runs
  * them without ZeRO too. On their rank-local steps gradient_clipping clips
- * by the ranks' agreed root-mean-square norm (engine/onebit_adam.c). */
+ * by the ranks' agreed root-mean-square norm (engine/reduce/onebit_adam.c). */
 static zinc_status check_zero_one_adam(zinc_cfg_reader *r, const json_t *root,
                                        const zinc_settings *s) {
   if (s->optimizer != ZINC_OPTIM_ZERO_ONE_ADAM && s->optimizer != ZINC_OPTIM_ONEBIT_LAMB)
@@ -119,7 +119,7 @@ static zinc_status check_zero(zinc_cfg_reader *r, const json_t *root, zinc_setti
                         "optimizer, which DeepSpeed runs with ZeRO stage %d only with that "
                         "flag (zinc implements it as torch.optim.SGD)", s->stage);
   }
-  /* Delayed gradient averaging (engine/dga.c) corrects the full local
+  /* Delayed gradient averaging (engine/reduce/dga.c) corrects the full local
    * gradient with the full averaged one: every rank must hold both. */
   if (s->dga_delay > 0 && s->stage != 0)
     return zinc_error(ZINC_ERR_CONFIG, "zinc.compression.delayed_averaging.delay = %lld at "
@@ -189,7 +189,7 @@ static zinc_status check_zero(zinc_cfg_reader *r, const json_t *root, zinc_setti
   /* DeepSpeed 0.14.4 means to reject a ratio < 1 below stage 3, but its
    * check never fires (it looks the section up with getattr on a dict), so
    * such files load there; zinc honours it at stages 1-3 with device
-   * "cpu" (engine/offload_partial.c). With NVMe on either side the whole
+   * "cpu" (engine/place/partial.c). With NVMe on either side the whole
    * optimizer state is offloaded: said, and the ratio read as 1. */
   zinc_offload_settings *oo = &s->offload_optimizer;
   if (oo->ratio < 1.0 && oo->device == ZINC_OFFLOAD_NONE && s->stage >= 1) /* stage 0: said */

@@ -102,7 +102,7 @@ static const zinc_key offload_optimizer_keys[] = {
     ZINC_KB(O, "pipeline_write", pipeline_write),
     ZINC_KB(O, "fast_init", fast_init),
     /* the fraction of the optimizer's sub-groups offloaded; the rest stay
-     * on the device (engine/offload_partial.c; validate.c says when not) */
+     * on the device (engine/place/partial.c; validate.c says when not) */
     ZINC_KF(O, "ratio", ratio, 0, 1, 0, 0),
     ZINC_KINERT("super_offload", "false"),
     ZINC_KINERT("cpuadam_cores_perc", NULL),
@@ -113,11 +113,11 @@ static const zinc_key offload_param_keys[] = {
     ZINC_KCUSTOM("nvme_path"),
     ZINC_KB_AUTO(O, "pin_memory", pin_memory),
     /* NVMe parameter reads: buffer_count buffers, each at most buffer_size
-     * elements (engine/offload_nvme.c) */
+     * elements (engine/place/nvme.c) */
     ZINC_KL(O, "buffer_count", buffer_count, 0, ZINC_KEY_AUTO | TR, ZINC_AUTO),
     ZINC_KL(O, "buffer_size", buffer_size, 1, TR, 0),
     /* NVMe parameters: this many elements of the partition (whole modules,
-     * in partition order) stay in host memory (engine/offload_pcache.c) */
+     * in partition order) stay in host memory (engine/place/pcache.c) */
     ZINC_KL(O, "max_in_cpu", max_in_cpu, 0, TR, 0),
 };
 
@@ -136,7 +136,9 @@ static zinc_status read_loco(zinc_cfg_reader *r, const json_t *zero, zinc_settin
   const json_t *v = zinc_cfg_enter(r, zero, "zeropp_loco_param", &mark);
   if (!v)
     return ZINC_OK;
-  if (!json_is_null(v)) {
+  if (zinc_cfg_is_auto(v))
+    zinc_cfg_auto_default(r, "null (LoCo off), DeepSpeed's default");
+  else if (!json_is_null(v)) {
     if (!json_is_object(v))
       return zinc_cfg_bad(r, v, "null or an object {\"err_beta\": 0.8, \"reset_T\": 1024}");
     ZINC_CHECK(zinc_cfg_walk(r, v, loco_keys, ZINC_KEY_COUNT(loco_keys), s, sizeof *s));
@@ -185,6 +187,10 @@ static zinc_status read_nvme_path(zinc_cfg_reader *r, const json_t *v,
                                   zinc_offload_settings *o) {
   if (json_is_null(v))
     return ZINC_OK;
+  if (zinc_cfg_is_auto(v)) {
+    zinc_cfg_auto_default(r, "no path (null), DeepSpeed's default");
+    return ZINC_OK;
+  }
   size_t n = json_is_array(v) ? json_array_size(v) : 1;
   if (!json_is_string(v) && !json_is_array(v))
     return zinc_cfg_bad(r, v, "a directory path, or a list of up to %d paths",
@@ -208,7 +214,9 @@ static zinc_status read_nvme_path(zinc_cfg_reader *r, const json_t *v,
 static zinc_status read_offload_device(zinc_cfg_reader *r, const json_t *v,
                                        zinc_offload_settings *o) {
   const char *name = json_is_string(v) ? json_string_value(v) : "";
-  if (strcmp(name, "none") == 0)
+  if (zinc_cfg_is_auto(v)) /* Accelerate fills it from its own default, "none" too */
+    zinc_cfg_auto_default(r, "\"none\" (no offload), DeepSpeed's default");
+  else if (strcmp(name, "none") == 0)
     o->device = ZINC_OFFLOAD_NONE;
   else if (strcmp(name, "cpu") == 0)
     o->device = ZINC_OFFLOAD_CPU;
@@ -223,11 +231,14 @@ static zinc_status read_offload(zinc_cfg_reader *r, const json_t *zero, const ch
                                 const zinc_key *keys, size_t nkeys,
                                 zinc_offload_settings *o) {
   size_t mark = zinc_cfg_push(r, name);
-  const json_t *obj;
-  ZINC_CHECK(zinc_cfg_object(r, json_object_get(zero, name), &obj));
+  const json_t *obj, *v = json_object_get(zero, name);
+  if (zinc_cfg_is_auto(v)) {
+    zinc_cfg_auto_default(r, "no %s (null), DeepSpeed's default", name);
+    v = NULL;
+  }
+  ZINC_CHECK(zinc_cfg_object(r, v, &obj));
   if (obj) {
     ZINC_CHECK(zinc_cfg_walk(r, obj, keys, nkeys, o, sizeof *o));
-    const json_t *v;
     size_t m;
     if ((v = zinc_cfg_enter(r, obj, "device", &m))) {
       ZINC_CHECK(read_offload_device(r, v, o));
@@ -252,8 +263,11 @@ static zinc_status read_deprecated_offload(zinc_cfg_reader *r, const json_t *zer
   if (!v)
     return ZINC_OK;
   size_t mark = zinc_cfg_push(r, name);
-  int on;
-  ZINC_CHECK(zinc_cfg_bool(r, v, &on));
+  int on = 0;
+  if (zinc_cfg_is_auto(v))
+    zinc_cfg_auto_default(r, "false, DeepSpeed's default");
+  else
+    ZINC_CHECK(zinc_cfg_bool(r, v, &on));
   if (on && json_object_get(zero, replacement))
     return zinc_cfg_bad(r, v, "nothing: %s replaces it and is given too; remove %s", replacement,
                         name);
@@ -288,7 +302,10 @@ zinc_status zinc_cfg_read_zero(zinc_cfg_reader *r, const json_t *v, zinc_setting
   size_t m;
   const json_t *overlap = zinc_cfg_enter(r, zero, "overlap_comm", &m);
   if (overlap) {
-    if (!json_is_null(overlap))
+    if (zinc_cfg_is_auto(overlap))
+      zinc_cfg_auto_default(r, "%s, DeepSpeed's default at stage %d", s->overlap_comm ? "true"
+                            : "false", s->stage);
+    else if (!json_is_null(overlap))
       ZINC_CHECK(zinc_cfg_bool(r, overlap, &s->overlap_comm));
     zinc_cfg_pop(r, m);
   }
@@ -342,7 +359,10 @@ zinc_status zinc_cfg_read_aio(zinc_cfg_reader *r, const json_t *v, zinc_settings
     ZINC_CHECK(zinc_cfg_walk(r, aio, aio_keys, ZINC_KEY_COUNT(aio_keys), s, sizeof *s));
     size_t m;
     const json_t *b = zinc_cfg_enter(r, aio, "block_size", &m);
-    if (b) {
+    if (b && zinc_cfg_is_auto(b)) {
+      zinc_cfg_auto_default(r, "%lld, DeepSpeed's default", (long long)s->aio_block_size);
+      zinc_cfg_pop(r, m);
+    } else if (b) {
       /* O_DIRECT transfers are whole, aligned pages, and each NVMe swap
        * block is a page of header (block number, checksum, ...) before its
        * payload, which must be at least a page too: 4096 bytes would leave

@@ -18,7 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/activations.h"
 #include "engine/engine.h"
+#include "engine/failure.h"
+#include "engine/support.h"
 
 typedef struct {
   void *data;              /* the stored slice (or whole), NULL if free */
@@ -226,7 +229,9 @@ zinc_status zinc_activation_wait(zinc_engine *e, int id) {
   if (a->req) {
     zinc_comm_req *req = a->req;
     a->req = NULL;
+    double w0 = e->t_comm_wait;
     zinc_status st = zinc_engine_wait(e, e->mp, req);
+    e->t_inner_wait += e->t_comm_wait - w0; /* a restore: the model's own wait */
     if (st != ZINC_OK)
       return zinc_error_wrap(st, "restoring activation checkpoint %d", id);
   }
@@ -284,6 +289,8 @@ zinc_status zinc_mp_allreduce_sum(zinc_engine *e, float *data, int64_t n) {
   ZINC_CHECK(zinc_engine_sync(e));
   double t0 = zinc_now();
   zinc_status st = zinc_comm_allreduce(e->mp, data, data, (size_t)n, ZINC_F32, ZINC_OP_SUM);
-  e->t_comm_wait += zinc_now() - t0;
+  double dt = zinc_now() - t0;
+  e->t_comm_wait += dt;
+  e->t_inner_wait += dt; /* the trainer's own sum, not a reduction's wait */
   return st;
 }

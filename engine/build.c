@@ -14,119 +14,15 @@
 
 #include <stdio.h>
 
+#include "engine/build.h"
 #include "engine/engine.h"
-
-/* The test hook: the n-th allocation from now fails as if out of memory. */
-void zinc_engine_inject_alloc_fault(zinc_engine *e, int64_t nth) {
-  e->alloc_fault_at = nth > 0 ? e->alloc_count + nth : 0;
-}
-
-static int alloc_faulted(zinc_engine *e) {
-  e->alloc_count++;
-  return e->alloc_fault_at > 0 && e->alloc_count == e->alloc_fault_at;
-}
-
-/* The test hook: unzeroed allocations on the cpu device are filled with
- * `byte` (< 0: left as the allocator gives them). */
-void zinc_engine_poison_unzeroed(zinc_engine *e, int byte) {
-  e->poison_unzeroed = byte < 0 ? 0 : (byte & 0xff) + 1;
-}
-
-zinc_status zinc_engine_buffer_alloc_unzeroed(zinc_engine *e, size_t bytes, int location,
-                                              int category, void **out, const char *what) {
-  *out = NULL;
-  if (alloc_faulted(e))
-    return zinc_error(ZINC_ERR_NOMEM, "allocating %s (%zu bytes on the %s): out of memory "
-                      "(injected by the test hook)", what, bytes,
-                      zinc_mem_location_name(location));
-  zinc_status st = e->dev->ops->alloc(e->dev, bytes ? bytes : 64, location, category, out);
-  if (st != ZINC_OK)
-    return zinc_error_wrap(st, "allocating %s (%zu bytes on the %s)", what, bytes,
-                           zinc_mem_location_name(location));
-  if (e->poison_unzeroed && !e->dev->ops->is_gpu && location != ZINC_LOC_NVME)
-    memset(*out, e->poison_unzeroed - 1, bytes);
-  return ZINC_OK;
-}
-
-zinc_status zinc_engine_buffer_alloc(zinc_engine *e, size_t bytes, int location, int category,
-                                     void **out, const char *what) {
-  ZINC_CHECK(zinc_engine_buffer_alloc_unzeroed(e, bytes, location, category, out, what));
-  /* Host memory is zeroed here, on the host: zeroing it with a kernel
-   * queued on the engine's stream would leave a write pending that neither
-   * the host (the CPU optimizer writing a staging buffer) nor a copy queued
-   * on another stream waits for, so the zeros could land after the data.
-   * The memset cannot race queued work either: the cuda pool hands a block
-   * out only once every stream's last use of it has completed
-   * (device/device_cuda_pool.c). Device memory is zeroed on the engine's
-   * stream, which orders it before the engine's own work there. */
-  if (location == ZINC_LOC_HOST) {
-    memset(*out, 0, bytes);
-    return ZINC_OK;
-  }
-  zinc_status st = e->dev->ops->fill_zero(e->dev, *out, bytes, e->stream);
-  if (st != ZINC_OK)
-    return zinc_error_wrap(st, "zero-filling %s", what);
-  return ZINC_OK;
-}
-
-zinc_status zinc_engine_host_calloc(zinc_engine *e, void **out, size_t n, size_t size,
-                                    const char *what) {
-  *out = NULL;
-  if (alloc_faulted(e))
-    return zinc_error(ZINC_ERR_NOMEM, "allocating %s (%zu bytes of host memory): out of "
-                      "memory (injected by the test hook)", what, n * size);
-  return zinc_calloc(out, n, size, what);
-}
-
-void zinc_engine_buffer_free(zinc_engine *e, void *p, size_t bytes, int location, int category) {
-  if (p)
-    e->dev->ops->free(e->dev, p, bytes ? bytes : 64, location, category);
-}
-
-/* Gradient memory that collectives read from: on the cpu device, memory the
- * comm can share with its peers on the node, so reductions need no copy.
- * Collective over the data-parallel group: every rank calls it at the same
- * point, and a rank that cannot allocate tells its peers before the shared
- * allocation (itself a collective) instead of leaving them inside it. */
-zinc_status zinc_engine_comm_buffer_alloc(zinc_engine *e, size_t bytes, int category, void **out,
-                                          int *shared, const char *what) {
-  *shared = 0;
-  *out = NULL;
-  zinc_status st;
-  if (!e->dev->ops->is_gpu && e->dp->ops->alloc_shared && e->dp->size > 1) {
-    st = alloc_faulted(e) ? zinc_error(ZINC_ERR_NOMEM, "allocating %s (%zu bytes, shared "
-                                       "with the node's ranks): out of memory (injected by "
-                                       "the test hook)", what, bytes)
-                          : ZINC_OK;
-    ZINC_CHECK(zinc_engine_agree(e, e->dp_host, st));
-    st = e->dp->ops->alloc_shared(e->dp, bytes ? bytes : 64, out);
-    if (st != ZINC_OK)
-      return zinc_error_wrap(st, "allocating %s (%zu bytes, shared with the node's ranks)",
-                             what, bytes);
-    memset(*out, 0, bytes);
-    zinc_prof_account(e->prof, ZINC_LOC_DEVICE, category, (int64_t)bytes);
-    *shared = 1;
-    return ZINC_OK;
-  }
-  st = zinc_engine_buffer_alloc(e, bytes, ZINC_LOC_DEVICE, category, out, what);
-  st = zinc_engine_agree(e, e->dp_host, st);
-  if (st != ZINC_OK && *out) {
-    zinc_engine_buffer_free(e, *out, bytes, ZINC_LOC_DEVICE, category);
-    *out = NULL;
-  }
-  return st;
-}
-
-void zinc_engine_comm_buffer_free(zinc_engine *e, void *p, size_t bytes, int category, int shared) {
-  if (!p)
-    return;
-  if (shared) {
-    e->dp->ops->free_shared(e->dp, p);
-    zinc_prof_account(e->prof, ZINC_LOC_DEVICE, category, -(int64_t)bytes);
-  } else {
-    zinc_engine_buffer_free(e, p, bytes, ZINC_LOC_DEVICE, category);
-  }
-}
+#include "engine/failure.h"
+#include "engine/grads.h"
+#include "engine/place/place.h"
+#include "engine/place/placements.h"
+#include "engine/reduce/methods.h"
+#include "engine/stage3/stage3.h"
+#include "engine/support.h"
 
 static size_t seg_bytes(const zinc_segment *s) {
   return (size_t)s->numel * zinc_dtype_size(s->dtype);
@@ -139,6 +35,27 @@ static size_t persistent_bytes(const zinc_engine *e) {
       if (e->modules[mi]->segs[s].persistent)
         b += seg_bytes(&e->modules[mi]->segs[s]);
   return b;
+}
+
+/* Stage 3 keeps a module's segment whole on every rank when it is below
+ * stage3_param_persistence_threshold; on a small model (the threshold's
+ * default, 1e5, against small layers) that can be every parameter, and
+ * the run is stage 3 in name only: say so once, at build. */
+static void note_persistent(const zinc_engine *e) {
+  int persistent = 0, all = 0;
+  for (int mi = 0; mi < e->nmodules; mi++) {
+    const zinc_module *m = e->modules[mi];
+    for (int i = 0; i < m->nparams; i++) {
+      all++;
+      persistent += m->segs[m->params[i]->segment].persistent;
+    }
+  }
+  if (persistent > 0)
+    zinc_log0(ZINC_LOG_INFO, "stage 3: %d of %d parameters persistent: below "
+              "stage3_param_persistence_threshold %lld, kept whole on every rank (%.3g MB "
+              "on each), not partitioned; lower the threshold to partition them", persistent, all,
+              (long long)e->cfg.stage3_param_persistence_threshold,
+              (double)e->persist_bytes / 1e6);
 }
 
 /* What the build allocates for good, by location and category (the
@@ -182,14 +99,6 @@ void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_
   zinc_onebit_lamb_sizes(e, bytes);
 }
 
-/* All parameters f32, optimizer state on the device, parameters not on
- * NVMe: the fp32 master would duplicate the parameters bit for bit. */
-int zinc_master_aliases_params(const zinc_engine *e) {
-  return e->psi[ZINC_BF16] == 0 && e->psi[ZINC_F16] == 0 &&
-         e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NONE &&
-         !(e->cfg.stage == 3 && e->cfg.offload_param.device != ZINC_OFFLOAD_NONE);
-}
-
 static zinc_status alloc_states(zinc_engine *e) {
   int stage = e->cfg.stage;
   e->master_in_params = zinc_master_aliases_params(e);
@@ -217,6 +126,7 @@ static zinc_status alloc_states(zinc_engine *e) {
                                           ZINC_MEM_PARAMS, &e->param_secondary,
                                           "secondary parameter partition (hpZ)"));
     e->persist_bytes = persistent_bytes(e);
+    note_persistent(e);
     if (e->persist_bytes) {
       ZINC_CHECK(zinc_engine_buffer_alloc(e, e->persist_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS,
                                           &e->persist, "persistent parameters"));
@@ -300,86 +210,6 @@ typedef struct {
   const float *values;   /* (numel) f32, host: the parameter from init */
   void *scratch;         /* (numel) 16-bit/f32 staging for conversions */
 } init_ctx;
-
-/* Host f32 values -> device memory in `dtype`. */
-zinc_status zinc_engine_put(zinc_engine *e, void *dst, int dtype, const float *src, int64_t n,
-                            void *scratch) {
-  const void *from = src;
-  if (dtype != ZINC_F32) {
-    for (int64_t i = 0; i < n; i++)
-      zinc_store_from_f32(scratch, i, dtype, src[i]);
-    from = scratch;
-  }
-  return e->dev->ops->copy(e->dev, dst, from, (size_t)n * zinc_dt_size(dtype), e->stream);
-}
-
-zinc_status zinc_frozen_io(zinc_engine *e, int array, int64_t off, int64_t count, float *data,
-                           int write) {
-  if (array != 0) { /* a frozen parameter has no moments */
-    if (!write)
-      memset(data, 0, (size_t)count * sizeof *data);
-    return ZINC_OK;
-  }
-  /* the frozen unit holding optimizer element off (offsets grow with units) */
-  int lo = e->ntrain_units, hi = e->nunits - 1;
-  while (lo < hi) {
-    int mid = (lo + hi + 1) / 2;
-    if (zinc_layout_opt_offset(e, &e->units[mid], 0) <= off)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  if (lo >= e->nunits || off < zinc_layout_opt_offset(e, &e->units[lo], 0))
-    return zinc_error(ZINC_ERR_INVALID, "optimizer element %lld is past the model's %lld",
-                      (long long)off, (long long)e->opt_numel);
-  const zinc_unit *u = &e->units[lo];
-  int64_t in_unit = off - zinc_layout_opt_offset(e, u, 0); /* stage 0: r*chunk + i */
-  if (e->cfg.stage != 0)
-    in_unit += (int64_t)e->dp_rank * u->chunk;
-  if (in_unit % u->chunk + count > u->chunk)
-    return zinc_error(ZINC_ERR_INVALID, "optimizer elements %lld..%lld cross a chunk of a "
-                      "frozen unit", (long long)off, (long long)(off + count));
-  size_t es = zinc_dtype_size(u->dtype), bytes = (size_t)count * es;
-  void *host = NULL;
-  ZINC_CHECK(zinc_calloc(&host, (size_t)count, es, "frozen parameter staging"));
-  zinc_status st = ZINC_OK;
-  const zinc_segment *seg = &e->modules[u->module]->segs[u->segment];
-  /* stage 3 keeps the parameter in the partition (and, for a persistent
-   * segment, whole: gathered again from the partition after a write) */
-  size_t pbyte = u->shard_byte + (size_t)(in_unit - (int64_t)e->dp_rank * u->chunk) * es;
-  char *full = e->cfg.stage == 3 ? NULL : zinc_unit_ptr(seg->full, u) + (size_t)in_unit * es;
-  if (write) {
-    for (int64_t i = 0; i < count; i++)
-      zinc_store_from_f32(host, i, u->dtype, data[i]);
-    st = full ? e->dev->ops->copy(e->dev, full, host, bytes, e->stream)
-              : zinc_pshard_write(e, pbyte, bytes, host);
-    if (st == ZINC_OK)
-      st = zinc_engine_sync(e);
-  } else {
-    st = full ? e->dev->ops->copy(e->dev, host, full, bytes, e->stream)
-              : zinc_pshard_read(e, pbyte, bytes, host);
-    if (st == ZINC_OK)
-      st = zinc_engine_sync(e);
-    for (int64_t i = 0; st == ZINC_OK && i < count; i++)
-      data[i] = zinc_load_as_f32(host, i, u->dtype);
-  }
-  free(host);
-  return st;
-}
-
-/* The piece's part of the optimizer state and (stage 3) the partition. */
-zinc_status zinc_put_owned_piece(zinc_engine *e, const zinc_unit *u, int r, int64_t chunk_off,
-                                 const float *src, int64_t len, int master, void *scratch) {
-  if (master && (e->cfg.stage == 0 || r == e->dp_rank))
-    ZINC_CHECK(zinc_opt_write(e, 0, zinc_layout_opt_offset(e, u, r) + chunk_off, len, src));
-  if (e->cfg.stage == 3 && r == e->dp_rank) {
-    for (int64_t i = 0; i < len; i++)
-      zinc_store_from_f32(scratch, i, u->dtype, src[i]);
-    ZINC_CHECK(zinc_pshard_write(e, u->shard_byte + (size_t)chunk_off * zinc_dtype_size(u->dtype),
-                                 (size_t)len * zinc_dtype_size(u->dtype), scratch));
-  }
-  return ZINC_OK;
-}
 
 static zinc_status init_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
                               int64_t chunk_off, int64_t param_off, int64_t len, void *vctx) {

@@ -29,7 +29,7 @@
  *    fate, comm/comm.h), so that no wait on another of them sits out the
  *    timeout for the same lost rank, and destroy returns at once.
  *
- * Declared in engine/engine.h.
+ * Declared in engine/failure.h.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -37,6 +37,8 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/failure.h"
+#include "engine/trace.h"
 
 /* ------------------------------------------------- stop after a failure */
 
@@ -67,13 +69,29 @@ zinc_status zinc_engine_usable(const zinc_engine *e, const char *what) {
 
 /* ------------------------------------------------ agreement across ranks */
 
+static zinc_status agree_at(zinc_engine *e, zinc_comm *c, zinc_status st, int64_t key,
+                            zinc_agreement *out);
+
 /* Collective: every rank learns whether any rank failed, and gets the
  * message of the lowest failing rank (prefixed with its rank). Every rank
  * also says where it is (key): ranks that reached different agreement
  * points learn it here, in one all-reduce of four values (MIN of: first
- * failing rank, 0 if this rank failed else -1, key, -key). */
+ * failing rank, 0 if this rank failed else -1, key, -key).
+ * It is a host collective on the data-parallel comm, which on the cpu
+ * device carries the reductions too: it waits for the peers and for the
+ * reductions still in flight (a blocking call drains the comm's started
+ * batches). That time is a comm wait (zinc_timers.comm_wait; in the
+ * backward pass wall_clock_breakdown's bwd_allreduce), not the trainer's. */
 zinc_status zinc_engine_agree_at(zinc_engine *e, zinc_comm *c, zinc_status st, int64_t key,
                                  zinc_agreement *out) {
+  double t0 = zinc_now();
+  zinc_status r = agree_at(e, c, st, key, out);
+  e->t_comm_wait += zinc_now() - t0;
+  return r;
+}
+
+static zinc_status agree_at(zinc_engine *e, zinc_comm *c, zinc_status st, int64_t key,
+                            zinc_agreement *out) {
   zinc_agreement local = {.lo = key, .hi = key, .all_failed = st != ZINC_OK};
   zinc_agreement *a = out ? out : &local;
   *a = local;

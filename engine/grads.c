@@ -29,7 +29,7 @@
  * 3 keeps its gradient partitions on the device until the boundary too).
  *
  * With the partition on NVMe (zinc_nvme_grads_on_disk) the chunks go
- * there through offload_nvme.c's accessor (the same f32 additions), and
+ * there through place/nvme.c's accessor (the same f32 additions), and
  * the window's device sum, if any, at the boundary.
  *
  * Frozen parameters (zinc_param_set_frozen) sit in segments of their own
@@ -46,6 +46,12 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/failure.h"
+#include "engine/grads.h"
+#include "engine/place/placements.h"
+#include "engine/reduce/methods.h"
+#include "engine/support.h"
+#include "engine/trace.h"
 
 static int64_t window_of(const zinc_engine *e) {
   return e->micro_step / e->cfg.gradient_accumulation_steps;
@@ -59,13 +65,6 @@ int zinc_grads_is_boundary_micro(const zinc_engine *e) {
 /* Reductions run in every micro-batch at stages 2/3, at the boundary at 0/1. */
 static int reduce_this_micro(const zinc_engine *e) {
   return e->cfg.stage >= 2 || zinc_grads_is_boundary_micro(e);
-}
-
-zinc_status zinc_engine_wait(zinc_engine *e, zinc_comm *c, zinc_comm_req *req) {
-  double t0 = zinc_now();
-  zinc_status st = c->ops->wait(c, req);
-  e->t_comm_wait += zinc_now() - t0;
-  return st;
 }
 
 /* ------------------------------------------------------------ the ring */

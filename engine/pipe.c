@@ -23,6 +23,7 @@
 #include <stdlib.h>
 
 #include "engine/engine.h"
+#include "engine/failure.h"
 #include "engine/pipe.h"
 
 struct zinc_pipe {

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/failure.h"
 
 static int name_ok(const char *name) {
   if (!name || !name[0] || strlen(name) > 255)

@@ -13,6 +13,11 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/failure.h"
+#include "engine/grads.h"
+#include "engine/place/place.h"
+#include "engine/place/placements.h"
+#include "engine/support.h"
 
 typedef struct {
   zinc_state_kind kind;

@@ -17,7 +17,8 @@
  *      the engine with an error on every rank;
  *   4. scale = 1 / (loss_scale * dp_size * gradient_accumulation_steps),
  *      times the clipping coefficient when the norm exceeds
- *      gradient_clipping (DeepSpeed's max_norm / (norm + 1e-6));
+ *      gradient_clipping (DeepSpeed's max_norm / (norm + 1e-6)), and for
+ *      Lamb with max_grad_norm FusedLamb's own clip of what is left;
  *   5. the fused optimizer (optimizer.type; Lamb in two passes with its
  *      per-parameter trust ratios between) over the owned runs, writing the
  *      compute copy, one coefficient per parameter group (lr x lr scale,
@@ -36,6 +37,14 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/failure.h"
+#include "engine/grads.h"
+#include "engine/place/place.h"
+#include "engine/place/placements.h"
+#include "engine/reduce/methods.h"
+#include "engine/stage3/stage3.h"
+#include "engine/step.h"
+#include "engine/support.h"
 #include "optim/adam.h"
 #include "optim/lr_schedule.h"
 
@@ -286,7 +295,7 @@ static zinc_status adam_segments(zinc_engine *e, zinc_opt_seg **out) {
     int gdt;
     const char *g = zinc_grads_chunk(e, run->unit, run->owner, &gdt);
     zinc_opt_seg *s = &segs[i];
-    /* in memory; with NVMe offload nvme.c points into its buffers */
+    /* in memory; with NVMe offload nvme_step.c points into its buffers */
     s->master = e->master ? e->master + run->opt_offset : NULL; /* NULL: below */
     s->exp_avg = e->exp_avg ? e->exp_avg + run->opt_offset : NULL;
     s->exp_avg_sq = e->exp_avg_sq ? e->exp_avg_sq + run->opt_offset : NULL;
@@ -540,6 +549,15 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
   if (e->cfg.gradient_clipping > 0 && norm > e->cfg.gradient_clipping && !e->dga &&
       !zinc_dgc_clips_locally(e)) /* DGC's local clipping: dgc.c */
     coef = e->cfg.gradient_clipping / (norm + 1e-6); /* delayed averaging clips locally */
+  /* Lamb's max_grad_norm, as DeepSpeed's FusedLamb: given the norm and the
+   * scale the engine divides by (gradient_clipping's included), it clips
+   * the norm those leave, dividing once more by (norm' + 1e-6) / max when
+   * that exceeds 1. The same agreed norm on every rank: every stage alike. */
+  if (e->cfg.optimizer == ZINC_OPTIM_LAMB && e->cfg.lamb_max_grad_norm > 0) {
+    double lamb_clip = (norm * coef + 1e-6) / e->cfg.lamb_max_grad_norm;
+    if (lamb_clip > 1)
+      coef /= lamb_clip;
+  }
 
   zinc_opt_coef c[ZINC_MAX_PARAM_GROUPS]; /* one per parameter group */
   int ncoef = e->ngroups > 0 ? e->ngroups : 1; /* 0: every parameter frozen */

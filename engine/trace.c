@@ -50,11 +50,10 @@
 #include <string.h>
 
 #include "engine/engine.h"
-
-static const char *kind_name(int kind) {
-  return kind == ZINC_EV_FETCH ? "fetch" : kind == ZINC_EV_RELEASE ? "release"
-         : kind == ZINC_EV_READY ? "grads_ready" : "backward_end";
-}
+#include "engine/failure.h"
+#include "engine/grads.h"
+#include "engine/stage3/stage3.h"
+#include "engine/trace.h"
 
 static int leads_to_collective(const zinc_engine *e, zinc_event_kind kind) {
   if (kind == ZINC_EV_READY)
@@ -65,48 +64,6 @@ static int leads_to_collective(const zinc_engine *e, zinc_event_kind kind) {
 /* An event as one number: kind and module (backward_end: no module). */
 static int event_code(const zinc_engine *e, int kind, const zinc_module *m) {
   return kind * (e->nmodules + 1) + (m ? m->index : e->nmodules);
-}
-
-int64_t zinc_trace_key(int tag, int64_t pos, int code) {
-  return ((int64_t)tag << 56) | ((pos & 0xffffffffll) << 24) | ((int64_t)code & 0xffffff);
-}
-
-static void event_text(const zinc_engine *e, int code, char *buf, size_t n) {
-  int n1 = e->nmodules + 1, kind = code / n1, mod = code % n1;
-  if (kind == ZINC_EV_END || mod >= e->nmodules)
-    snprintf(buf, n, "backward_end()");
-  else
-    snprintf(buf, n, "%s(\"%s\")", kind_name(kind), e->modules[mod]->name);
-}
-
-void zinc_trace_key_text(const zinc_engine *e, int64_t key, char *buf, size_t n) {
-  int tag = (int)(key >> 56);
-  int64_t pos = (key >> 24) & 0xffffffffll;
-  int code = (int)(key & 0xffffff);
-  char ev[96];
-  switch (tag) {
-  case ZINC_KEY_EVENT:
-  case ZINC_KEY_DEVIATE:
-    event_text(e, code, ev, sizeof ev);
-    snprintf(buf, n, "call %lld of the micro-batch, %s", (long long)pos + 1, ev);
-    break;
-  case ZINC_KEY_GATHER:
-    snprintf(buf, n, "the gather of module \"%s\"",
-             code < e->nmodules ? e->modules[code]->name : "?");
-    break;
-  case ZINC_KEY_REDUCE: snprintf(buf, n, "a gradient reduction"); break;
-  case ZINC_KEY_CHECK: snprintf(buf, n, "the start of zinc_backward_end"); break;
-  case ZINC_KEY_END:
-    snprintf(buf, n, "the end of zinc_backward_end after %lld calls", (long long)pos);
-    break;
-  case ZINC_KEY_EVAL_FETCH:
-    snprintf(buf, n, "zinc_module_fetch(\"%s\") inside zinc_eval_begin/zinc_eval_end "
-             "(evaluation is collective at every stage: every data-parallel rank fetches the "
-             "same modules)", code < e->nmodules ? e->modules[code]->name : "?");
-    break;
-  case ZINC_KEY_EVAL_END: snprintf(buf, n, "zinc_eval_end"); break;
-  default: snprintf(buf, n, "a collective outside the micro-batch (step, checkpoint, build)");
-  }
 }
 
 zinc_status zinc_trace_eval_agree(zinc_engine *e, zinc_module *m) {
@@ -198,8 +155,8 @@ zinc_status zinc_trace_forward_only_check(const zinc_engine *e) {
 static void rerecord(zinc_engine *e, int pos) {
   char want[96] = "the end of the recorded calls";
   if (pos < e->ntrace)
-    event_text(e, event_code(e, e->trace[pos].kind, e->modules[e->trace[pos].module]), want,
-               sizeof want);
+    zinc_trace_event_text(e, event_code(e, e->trace[pos].kind, e->modules[e->trace[pos].module]),
+                          want, sizeof want);
   zinc_log0(ZINC_LOG_INFO, "the module order changed on every rank at call %d of micro-batch "
             "%lld (where the recorded order has %s); recording it again", pos + 1,
             (long long)e->micro_step, want);
@@ -220,10 +177,10 @@ static void rerecord(zinc_engine *e, int pos) {
  * here), else ZINC_ERR_INVALID on every rank. */
 static zinc_status deviate(zinc_engine *e, int pos, int kind, zinc_module *m) {
   char got[96], want[96] = "the end of the recorded calls";
-  event_text(e, event_code(e, kind, m), got, sizeof got);
+  zinc_trace_event_text(e, event_code(e, kind, m), got, sizeof got);
   if (pos < e->ntrace)
-    event_text(e, event_code(e, e->trace[pos].kind, e->modules[e->trace[pos].module]), want,
-               sizeof want);
+    zinc_trace_event_text(e, event_code(e, e->trace[pos].kind, e->modules[e->trace[pos].module]),
+                          want, sizeof want);
   int fwd = forward_only(e, pos, kind, m);
   zinc_status st;
   if (fwd) {

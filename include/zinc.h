@@ -635,7 +635,8 @@ ZINC_API zinc_status zinc_allgather_host(zinc_engine *e, const double *values,
                                          int n, double *out);  /* [collective] */
 
 /* Wall-clock seconds spent by the engine in its phases since the last call
- * (forward = fetch..first grad, backward, step, comm waits), for
+ * (forward = fetch..first grad, backward, step, comm waits: the waits for
+ * collectives and for the agreements before them, in any phase), for
  * wall_clock_breakdown reporting. Resets the counters. */
 typedef struct {
   size_t size;         /* sizeof(zinc_timers): ZINC_TIMERS_INIT sets it */
@@ -683,8 +684,10 @@ ZINC_API zinc_status zinc_monitor_flush(zinc_engine *e);
  * "prof_ops", "debug"}): with enabled, every collective the engine issues
  * (its data-parallel, model-parallel and world groups) is counted on the
  * rank that issues it, in one row per (op, message size, algorithm), and
- * world rank 0 prints DeepSpeed's summary table to stderr at
- * zinc_engine_destroy. Message size is DeepSpeed's: the op's input
+ * world rank 0 prints DeepSpeed's summary table to stdout at
+ * zinc_engine_destroy, as DeepSpeed prints it (stdout is flushed first and
+ * the table written as one block, so it follows what the trainer printed
+ * and none of the trainer's lines fall inside it). Message size is DeepSpeed's: the op's input
  * (all-reduce and broadcast: the buffer; reduce-scatter: the whole input,
  * every rank's slice; all-gather(v): this rank's part; barrier: 0). Wire
  * bytes are what this rank put on the way to its peers (a peer reading this
@@ -746,7 +749,8 @@ typedef struct {
  * enabled. [engine] */
 ZINC_API zinc_status zinc_comms_stats(const zinc_engine *e, zinc_comms_stat *out, int cap,
                                       int *n);
-/* Print the summary now (world rank 0 prints; others print nothing): per
+/* Print the summary now, to stdout as at destroy (world rank 0 prints;
+ * others print nothing): per
  * op and message size DeepSpeed's columns (count, total and average
  * latency in ms, tput and busbw in Gbps), then zinc's (algorithm, wire
  * bytes intra-node and inter-node; with compressed rows also the

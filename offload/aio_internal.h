@@ -193,7 +193,7 @@ ZINC_INTERNAL zinc_status zinc_aio_probe_dir(const char *dir, int open_fault,
 /* Direct-I/O alignment an open file needs (0 if it reports none). */
 ZINC_INTERNAL size_t zinc_aio_probe_fd(int fd);
 
-/* ------------------------------------------------- aio_uring.c, psync.c */
+/* --------------------------------------------- aio_uring.c, aio_psync.c */
 
 ZINC_INTERNAL int zinc_aio_uring_init(zinc_aio_ring *r);   /* 0 or -errno */
 ZINC_INTERNAL void zinc_aio_uring_exit(zinc_aio_ring *r);

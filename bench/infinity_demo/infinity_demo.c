@@ -36,8 +36,8 @@
  *
  * Host memory: the optimizer state (12 bytes per parameter), the reduced
  * f32 gradient partition (4) and the bf16 parameters (2) live only on disk
- * (the gradient partition in the optimizer's sub-groups, engine/
- * offload_nvme.c). The forecast, written here from the configuration:
+ * (the gradient partition in the optimizer's sub-groups, engine/place/
+ * nvme.c). The forecast, written here from the configuration:
  * 4 x 16 G (sub-group state and gradient buffers, G = sub_group_size) +
  * 4 W^2 (one layer's f32 gradient chunk read for the norm) + 24 x 2 W^2
  * (parameter read buffers, gathered copies, gradient areas and the bounce

@@ -41,7 +41,7 @@
  * --dgc DENSITY likewise: exact against DGC's top-k gradients (block 256,
  * the fp32 residual) at that density, parameters gathered exactly;
  * --dgc-momentum: SGD (momentum 0.9) in both runs and DGC's momentum
- * correction (engine/dgc.c) with scope "all".
+ * correction (engine/reduce/dgc.c) with scope "all".
  *
  * --dga D: stage 0 only, the synchronous all-reduce against delayed
  * gradient averaging with delay D (the all-reduce in the background for D
@@ -53,7 +53,7 @@
 
  * --onebit times stage 0: exact AdamW against OneBitAdam (same lr and
  * decay) after its freeze_step 1 (the warm-up step is untimed): no
- * gradient reduction, the momentum all-reduced 1-bit (engine/onebit.h).
+ * gradient reduction, the momentum all-reduced 1-bit (engine/reduce/onebit.h).
  *
  * --zoadam likewise: exact AdamW against ZeroOneAdam (0/1 Adam) with its
  * variance frozen after the warm-up step and a sync every step
@@ -396,7 +396,7 @@ static void run_onebit(const bench_args *a, int rank) {
  * variance frozen after the first (untimed) step, then a sync every step
  * (DeepSpeed's local_step_scaler 32678 keeps the interval at 1 this
  * early): no gradient reduction, the momentum accumulator all-reduced
- * 1-bit (engine/zoadam.c, engine/onebit.h). With --zoadam-local H the
+ * 1-bit (engine/reduce/zoadam.c, engine/reduce/onebit.h). With --zoadam-local H the
  * interval doubles every step up to H (local_step_scaler 1,
  * local_step_clipper H): one sync every H steps, the local steps between
  * move nothing but the norm's two doubles. */
@@ -419,7 +419,7 @@ static void run_zoadam(const bench_args *a, int rank) {
 /* 1-bit LAMB at stage 0 after its freeze_step (1: the untimed warm-up
  * step) against exact AdamW, same lr and decay: no gradient reduction,
  * the whole momentum all-reduced 1-bit as one segment
- * (engine/onebit_lamb.c). */
+ * (engine/reduce/onebit_lamb.c). */
 static void run_onebit_lamb(const bench_args *a, int rank) {
   bench_args s0 = *a;
   s0.pair_stage = 0;
@@ -435,7 +435,7 @@ static void run_onebit_lamb(const bench_args *a, int rank) {
 static void run_dgc(const bench_args *a, int rank) {
   char top[384], label[64];
   bench_args am = *a;
-  if (a->dgc_momentum) { /* engine/dgc.c: SGD with momentum in both runs */
+  if (a->dgc_momentum) { /* engine/reduce/dgc.c: SGD with momentum in both runs */
     am.pair_optimizer[0] = am.pair_optimizer[1] =
         "{\"type\": \"SGD\", \"params\": {\"lr\": 1e-3, \"momentum\": 0.9}}";
     a = &am;

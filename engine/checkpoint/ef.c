@@ -1,5 +1,5 @@
 /*
- * ef.c — error-feedback residuals (engine/compress.c) in checkpoints.
+ * ef.c — error-feedback residuals (engine/reduce/compress.c) in checkpoints.
  * DeepSpeed drops them on every load; zinc saves them and gives them back.
  *
  * Save: every data-parallel rank writes its e->cx_ef bytes, raw, to
@@ -55,6 +55,8 @@
 
 #include "base/endian.h"
 #include "base/fs.h"
+#include "engine/reduce/methods.h"
+#include "engine/support.h"
 #include "kernels/codec.h"
 #include "kernels/cpu_kernels.h"
 

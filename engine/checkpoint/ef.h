@@ -1,6 +1,6 @@
 /*
  * ef.h — the error-feedback residuals of compressed gradients in
- * checkpoints (engine/checkpoint/ef.c), for checkpoint.c: written beside
+ * checkpoints (engine/checkpoint/ef.c), for save.c and load.c: written beside
  * each rank's shard as rank_NNNNN.zef, described in the manifest
  * (zinc_manifest_ef), restored or resharded on load.
  */

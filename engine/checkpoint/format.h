@@ -12,8 +12,8 @@
  *                       nsections, elements, crc32c of each section, the
  *                       save's identity (below), crc32c of the trailer
  *                       (little-endian, base/endian.h);
- *   rank_NNNNN.zef      with error feedback on (engine/compress.c): the rank's
- *                       residual bytes, raw (manifest.h, zinc_manifest_ef;
+ *   rank_NNNNN.zef      with error feedback on (engine/reduce/compress.c):
+ *                       the rank's residual bytes, raw (manifest.h, zinc_manifest_ef;
  *                       engine/checkpoint/ef.c), then the identity trailer;
  *   rank_NNNNN.zms      with a compression method that keeps rank-local
  *                       state (1-bit Adam's errors, PowerSGD's Q, ...):
@@ -28,7 +28,7 @@
  * A save writes <dir>/.<tag>.partial/, fsyncs every file and the directory,
  * then renames it into place (exchanging with an older <tag>) and replaces
  * latest atomically: a crash leaves the old checkpoint or the new one
- * (engine/checkpoint/checkpoint.c, "publishing").
+ * (engine/checkpoint/publish.c).
  *
  * Per-rank files. Every file a rank writes for itself says whose it is, so
  * that one moved under another rank's name (or from another save, or from
@@ -71,7 +71,7 @@ extern "C" {
 #define ZINC_MANIFEST_NAME "manifest.json"
 #define ZINC_CHECKSUMS_NAME "checksums.crc32c"
 #define ZINC_LATEST_NAME "latest"
-#define ZINC_STAGED_SUFFIX ".next"   /* .<tag>.next: see checkpoint.c, publishing */
+#define ZINC_STAGED_SUFFIX ".next"   /* .<tag>.next: see publish.c */
 #define ZINC_OWN_MARKER ".zinc-checkpoint" /* in every directory a save creates */
 #define ZINC_LOCK_NAME ".zinc-save.lock"
 #define ZINC_TAG_MAX 200

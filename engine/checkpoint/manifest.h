@@ -55,7 +55,7 @@ typedef struct {
   uint32_t crc32c;       /* of the whole file */
 } zinc_manifest_file;
 
-/* Error-feedback residuals of compressed gradients (engine/compress.c),
+/* Error-feedback residuals of compressed gradients (engine/reduce/compress.c),
  * saved when the engine kept them: one raw file per data-parallel rank,
  * rank_NNNNN.zef, its cx_ef bytes as they were (for every trained unit in
  * order, (dp_size - 1) slices, INT8 codec slices of `block` or fp32

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/fs.h"
+#include "engine/support.h"
 
 #define MS_STAGE_BYTES ((size_t)4 << 20)
 

@@ -1,6 +1,6 @@
 /*
  * mstate_io.h — the compression methods' state (mstate.h) on disk, for
- * checkpoint.c: rank_NNNNN.zms beside each shard, described in the
+ * save.c and load.c: rank_NNNNN.zms beside each shard, described in the
  * manifest (zinc_manifest_mstate), restored or reset on load.
  */
 #ifndef ZINC_CKPT_MSTATE_IO_H

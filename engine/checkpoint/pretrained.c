@@ -36,6 +36,9 @@
 #include "engine/checkpoint/safetensors.h"
 #include "engine/checkpoint/wait_bound.h"
 #include "engine/engine.h"
+#include "engine/failure.h"
+#include "engine/place/place.h"
+#include "engine/step.h"
 #include "kernels/zinc_math.h"
 
 #define STAGING_ELEMS (1 << 20) /* f32 between the file and the master */

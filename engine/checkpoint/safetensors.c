@@ -18,6 +18,7 @@
 #include "base/fs.h"
 #include "engine/checkpoint/wait_bound.h"
 #include "engine/engine.h"
+#include "engine/failure.h"
 #include "kernels/zinc_math.h"
 
 #define PUT_CHUNK 65536 /* elements converted per write */

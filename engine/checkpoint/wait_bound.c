@@ -5,6 +5,8 @@
 
 #include <stdio.h>
 
+#include "engine/failure.h"
+
 double zinc_ckpt_wait_bound(const zinc_engine *e) {
   return e->cfg.checkpoint_timeout_s > e->cfg.comm_timeout_s ? e->cfg.checkpoint_timeout_s
                                                              : e->cfg.comm_timeout_s;

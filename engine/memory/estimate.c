@@ -6,7 +6,7 @@
  * memory only; with hpZ the secondary partition counts as parameter
  * memory on the device; with quantized gradients and zeropp_loco_param the
  * error-feedback residuals count as gradient memory on the device, sized
- * as engine/compress.c allocates them (ef_bytes), with DGC's momentum
+ * as engine/reduce/compress.c allocates them (ef_bytes), with DGC's momentum
  * correction its velocities and own slices (zinc_dgc_state_bytes); OneBitAdam's worker and
  * server errors count as optimizer memory on the device
  * (zinc_onebit_adam_state_bytes); the device's window gradient sum of an
@@ -32,7 +32,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/build.h"
 #include "engine/engine.h"
+#include "engine/memory/profiler.h"
+#include "engine/reduce/methods.h"
+#include "engine/stage3/stage3.h"
+#include "engine/step.h"
 #include "kernels/codec.h"
 
 /* The error-feedback residuals zinc_compress_init allocates: (N - 1)

@@ -16,6 +16,7 @@
 #include "engine/engine.h"
 #include "device/device_cuda.h"
 #include "engine/memory/profiler.h"
+#include "engine/place/place.h"
 
 typedef struct {
   double t;

@@ -1,5 +1,5 @@
 /*
- * memreport.c — the memory report: one rank's figures as a table or JSON,
+ * report.c — the memory report: one rank's figures as a table or JSON,
  * and every rank's gathered on rank 0 with min/max/mean across ranks.
  *
  * Model states = params + grads + optimizer state, over every location;

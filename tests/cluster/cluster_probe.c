@@ -1,4 +1,4 @@
-/* The emulated cluster's own check (cluster_selftest.sh): every rank
+/* The emulated cluster's own check (cluster_test.sh selftest): every rank
  * prints its hostname, the ranks agree on a sum (MPI works across the
  * nodes), and rank 0 times a transfer to the first rank on another host
  * (the link's rate, shaped by tc).

@@ -1,5 +1,5 @@
 /*
- * capture.c — stderr capture for tests (capture.h).
+ * capture.c — stderr and stdout capture for tests (capture.h).
  */
 #include "common/capture.h"
 
@@ -7,24 +7,26 @@
 #include <string.h>
 #include <unistd.h>
 
-void test_stderr_begin(test_stderr *c) {
-  fflush(stderr);
+static void capture_begin(test_stderr *c, int fd, FILE *stream) {
+  fflush(stream);
+  c->fd = fd;
   c->tmp = tmpfile();
-  c->saved_fd = c->tmp ? dup(STDERR_FILENO) : -1;
-  if (!c->tmp || c->saved_fd < 0 || dup2(fileno(c->tmp), STDERR_FILENO) < 0) {
-    perror("test_stderr_begin: cannot redirect stderr to a temporary file");
+  c->saved_fd = c->tmp ? dup(fd) : -1;
+  if (!c->tmp || c->saved_fd < 0 || dup2(fileno(c->tmp), fd) < 0) {
+    perror("test capture: cannot redirect a stream to a temporary file");
     exit(1);
   }
 }
 
-char *test_stderr_end(test_stderr *c) {
-  fflush(stderr);
-  dup2(c->saved_fd, STDERR_FILENO);
+static char *capture_end(test_stderr *c, FILE *stream) {
+  fflush(stream);
+  dup2(c->saved_fd, c->fd);
   close(c->saved_fd);
-  long len = ftell(c->tmp);
+  /* the descriptor's offset: what was written through fd, not tmp's stdio */
+  long len = lseek(fileno(c->tmp), 0, SEEK_END);
   char *text = malloc((size_t)(len > 0 ? len : 0) + 1);
   if (!text) {
-    perror("test_stderr_end: captured text");
+    perror("test capture: captured text");
     exit(1);
   }
   rewind(c->tmp);
@@ -34,6 +36,11 @@ char *test_stderr_end(test_stderr *c) {
   c->tmp = NULL;
   return text;
 }
+
+void test_stderr_begin(test_stderr *c) { capture_begin(c, STDERR_FILENO, stderr); }
+char *test_stderr_end(test_stderr *c) { return capture_end(c, stderr); }
+void test_stdout_begin(test_stderr *c) { capture_begin(c, STDOUT_FILENO, stdout); }
+char *test_stdout_end(test_stderr *c) { return capture_end(c, stdout); }
 
 int test_count_lines(const char *text, const char *needle) {
   int n = 0;

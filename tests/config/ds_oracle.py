@@ -22,16 +22,49 @@ import subprocess
 import sys
 
 
-# file name -> why zinc rejects what DeepSpeedConfig accepts (docs/config.md)
+# file name -> why zinc rejects what DeepSpeedConfig accepts (docs/config.md).
+# Only what cannot run: an optimizer class zinc does not have, a 1-bit
+# optimizer under ZeRO, keys a constructor would refuse. The other way
+# round, zinc loads on purpose what DeepSpeed's engine refuses at start-up
+# though its config class accepts it: Lamb's optimizer.params.max_grad_norm
+# (valid/lamb_max_grad_norm*.json, valid/*bert_lamb*.json), which
+# DeepSpeed's _configure_basic_optimizer refuses and zinc runs as FusedLamb
+# clips (docs/config.md, "Lamb's max_grad_norm"). "auto" on a key no
+# trainer fills reads as the key's default, as DeepSpeed's pydantic models
+# read it (valid/auto_deepspeed_defaults.json).
 DELIBERATE = {
     "lr_range_test_step_size_zero.json": "scheduler: DeepSpeed divides by it at construction",
     "scheduler_onecycle_warmup_key.json": "scheduler: a key of another scheduler, ignored by "
                                           "DeepSpeed's OneCycle; an error in zinc",
     "max_consecutive_skips_negative.json": "zinc's own key (zinc.max_consecutive_skips)",
-    "lamb_max_grad_norm.json": "optimizer: a value that would change the formula",
+    "optimizer_type_auto.json": "optimizer: DeepSpeed's engine asserts a type it has at start-up",
+    "scheduler_type_auto.json": "scheduler: DeepSpeed's engine asserts a schedule it has at "
+                                "start-up",
+    "optimizer_param_auto.json": "optimizer: \"auto\" on a constructor key no trainer fills; "
+                                 "DeepSpeed hands the string to the constructor",
     "sgd_nesterov_without_momentum.json": "optimizer: torch refuses it at construction",
     "sgd_zero_without_untested_flag.json": "optimizer: DeepSpeed refuses it at engine creation",
     "csv_monitor_job_name_number.json": "a number where a string is expected (Strings)",
+    "comms_logger_verbose_string.json": "a string where a boolean is expected (Booleans)",
+    "adagrad_betas.json": "optimizer: a key the type's constructor does not take (DeepSpeed: "
+                          "a TypeError at start-up)",
+    "lion_eps.json": "optimizer: a key the type's constructor does not take (DeepSpeed: a "
+                     "TypeError at start-up)",
+    "sgd_eps.json": "optimizer: a key the type's constructor does not take (DeepSpeed: a "
+                    "TypeError at start-up)",
+    "eps_zero_in_fp32.json": "optimizer: eps 0 in fp32, where zinc adds it (0/0: cannot train)",
+    "gradient_predivide_factor_huge.json": "every gradient zeroed in fp32 (cannot train)",
+    "lamb_max_coeff_zero.json": "optimizer: a trust ratio of 0, no step moves a parameter "
+                                "(cannot train)",
+    "onebit_lamb_factor_min_above_max.json": "optimizer: an empty clamp range for the "
+                                             "factor (cannot train as written)",
+    "onebit_lamb_freeze_step_zero.json": "optimizer: no warm-up step, the state turns NaN "
+                                         "at the first step (cannot train)",
+    "aio_block_size_4096.json": "aio: beyond what zinc's I/O engine runs (refused at load, "
+                                "not at build)",
+    "aio_intra_op_above_engine.json": "aio: beyond what zinc's I/O engine runs",
+    "aio_queue_depth_above_engine.json": "aio: beyond what zinc's I/O engine runs",
+    "comm_timeout_tiny.json": "zinc's own key (zinc.comm_timeout_s)",
     "batch_too_big.json": "an integer beyond int64 (Integers)",
 }
 

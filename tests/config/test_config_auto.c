@@ -149,6 +149,23 @@ static const auto_case cases[] = {
       {"gradient_accumulation_steps", 1}, {"gradient_clipping", 1.0}},
      {{"train_batch_size", 4}, {"gradient_clipping", 1.0}, {"fp16.enabled", 1}}},
     {"hjson/hf_auto_trailing.hjson", 0, ZINC_F16, {HF_BATCH, HF_OPTIM}, {X_BATCH}},
+    /* Accelerate's template with the offload devices, the parameter
+     * buffer, sub-groups, overlap and steps_per_print left "auto": nothing
+     * fills those, they read as DeepSpeed's defaults at load */
+    {"valid/accelerate_offload_auto.json", 0, ZINC_BF16,
+     {{"train_micro_batch_size_per_gpu", 4}, {"gradient_accumulation_steps", 2},
+      {"gradient_clipping", 1.0}},
+     {{"train_batch_size", 8}, {"gradient_clipping", 1.0}, {"steps_per_print", 10},
+      {"zero_optimization.sub_group_size", 1e9}, {"zero_optimization.overlap_comm", 1},
+      {"zero_optimization.stage3_max_live_parameters", 1e9}, X_H3, {"bf16.enabled", 1}}},
+    /* every key DeepSpeed's parser passes "auto" through and no trainer
+     * fills: the defaults, nothing left to fill */
+    {"valid/auto_deepspeed_defaults.json", 0, ZINC_F16,
+     {{"train_batch_size", 8}},
+     {{"train_batch_size", 8}, {"steps_per_print", 10}, {"fp16.loss_scale_window", 1000},
+      {"fp16.hysteresis", 2}, {"zero_optimization.allgather_bucket_size", 5e8},
+      {"zero_optimization.overlap_comm", 1}, {"aio.block_size", 1048576},
+      {"aio.queue_depth", 8}, {"zero_optimization.zero_hpz_partition_size", 1}}},
     {"valid/hf_zero3_bf16_nvme.json", 1, ZINC_BF16,
      {{"train_batch_size", 8}, {"optimizer.params.lr", 2e-5}},
      {{"train_batch_size", 8}, {"train_micro_batch_size_per_gpu", 2},

@@ -54,6 +54,7 @@ typedef struct {
   double momentum, dampening; /* SGD */
   int nesterov;            /* SGD */
   double min_coeff, max_coeff; /* Lamb */
+  double max_grad_norm;    /* Lamb: FusedLamb's own clipping (0: not written) */
 } et_optim;
 
 typedef struct {
@@ -115,10 +116,14 @@ static inline void et_optim_json(const et_optim *o, char *buf, size_t size) {
              "\"weight_decay\": %.17g%s", o->lr, o->beta1, o->beta2, o->eps, o->weight_decay,
              et_optim_is(o, "AdamW") ? "" : o->adam_w_mode ? ", \"adam_w_mode\": true"
                                                            : ", \"adam_w_mode\": false");
-  else if (et_optim_is(o, "Lamb"))
+  else if (et_optim_is(o, "Lamb")) {
+    char clip[64] = "";
+    if (o->max_grad_norm > 0)
+      snprintf(clip, sizeof clip, ", \"max_grad_norm\": %.17g", o->max_grad_norm);
     snprintf(params, sizeof params, "\"lr\": %.17g, \"betas\": [%.17g, %.17g], \"eps\": %.17g, "
-             "\"weight_decay\": %.17g, \"min_coeff\": %.17g, \"max_coeff\": %.17g", o->lr,
-             o->beta1, o->beta2, o->eps, o->weight_decay, o->min_coeff, o->max_coeff);
+             "\"weight_decay\": %.17g, \"min_coeff\": %.17g, \"max_coeff\": %.17g%s", o->lr,
+             o->beta1, o->beta2, o->eps, o->weight_decay, o->min_coeff, o->max_coeff, clip);
+  }
   else if (et_optim_is(o, "Lion"))
     snprintf(params, sizeof params, "\"lr\": %.17g, \"betas\": [%.17g, %.17g], "
              "\"weight_decay\": %.17g", o->lr, o->beta1, o->beta2, o->weight_decay);

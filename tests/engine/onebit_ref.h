@@ -2,7 +2,7 @@
  * onebit_ref.h — what the tests of the optimizers built on 1-bit Adam's
  * compressed all-reduce (0/1 Adam, 1-bit LAMB) share: every rank's own
  * parameters read back, and DeepSpeed's compressed all-reduce simulated
- * over n ranks as the reference of engine/onebit.h.
+ * over n ranks as the reference of engine/reduce/onebit.h.
  */
 #ifndef ZINC_TESTS_ONEBIT_REF_H
 #define ZINC_TESTS_ONEBIT_REF_H

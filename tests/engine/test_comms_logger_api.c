@@ -1,6 +1,7 @@
 /*
  * test_comms_logger_api.c — the comms logger's public side: the summary's
- * format (DeepSpeed's table, captured from stderr), verbose lines, debug's
+ * format (DeepSpeed's table, captured from stdout), the summary at destroy
+ * as one block in order with the trainer's own stdout, verbose lines, debug's
  * group rows, prof_ops, reset, and zinc_comms_stats's size/INIT contract
  * (older and newer callers' strides, uninitialised structs, the logger
  * off).
@@ -65,9 +66,9 @@ static void summary_format(void) {
   int n = 0;
   zinc_comms_stat *rows = all_rows(e, &n);
   test_stderr cap;
-  test_stderr_begin(&cap);
+  test_stdout_begin(&cap);
   zinc_status st = zinc_comms_log_summary(e);
-  char *text = test_stderr_end(&cap);
+  char *text = test_stdout_end(&cap);
   ET_OK(st);
   if (et_rank != 0) {
     ET_CHECK(text[0] == '\0', "rank %d printed a summary:\n%s", et_rank, text);
@@ -116,6 +117,45 @@ static void summary_format(void) {
   free(rows);
   et_model_free(&m);
   zinc_engine_destroy(e);
+}
+
+/* At destroy the summary goes to stdout, the stream the trainer prints
+ * on, after what the trainer's stdio holds and as one block: the
+ * trainer's lines before destroy come before it, those after it after,
+ * and none inside (the captured stdout is a file, so printf buffers as a
+ * trainer's does when its output is redirected). Nothing of it on stderr. */
+static void summary_at_destroy_in_order(void) {
+  et_model m;
+  zinc_engine *e = open_with("  \"comms_logger\": {\"enabled\": true}", &m);
+  one_step(&m, 0);
+  et_model_free(&m);
+  test_stderr out, err;
+  test_stdout_begin(&out);
+  test_stderr_begin(&err);
+  printf("trainer: line 1 before destroy\n");
+  printf("trainer: line 2 before destroy\n");
+  zinc_engine_destroy(e);
+  printf("trainer: after destroy\n");
+  char *errors = test_stderr_end(&err);
+  char *text = test_stdout_end(&out);
+  const char *header = "Comm. Op";
+  if (et_rank != 0) {
+    ET_CHECK(!strstr(text, header) && !strstr(errors, header), "rank %d printed a summary",
+             et_rank);
+  } else {
+    const char *before = "trainer: line 1 before destroy\ntrainer: line 2 before destroy\n";
+    ET_CHECK(strncmp(text, before, strlen(before)) == 0 &&
+                 strncmp(text + strlen(before), header, strlen(header)) == 0,
+             "stdout does not hold the trainer's two lines, then the summary:\n%s", text);
+    const char *after = strstr(text, "trainer: after destroy\n");
+    ET_CHECK(after && after[strlen("trainer: after destroy\n")] == '\0',
+             "the trainer's line after destroy is not last on stdout:\n%s", text);
+    ET_CHECK(test_count_lines(text, "trainer:") == 3 && test_count_lines(text, header) == 1,
+             "the summary is not one block between the trainer's lines:\n%s", text);
+    ET_CHECK(!strstr(errors, header), "the summary went to stderr:\n%s", errors);
+  }
+  free(text);
+  free(errors);
 }
 
 /* verbose: one line per op counted, on rank 0; debug: rows per group. */
@@ -247,6 +287,7 @@ static void struct_contract(void) {
 
 int main(void) {
   summary_format();
+  summary_at_destroy_in_order();
   verbose_and_debug();
   prof_ops_only();
   struct_contract();

@@ -1,7 +1,7 @@
 /*
  * test_compress_dgc.c — Deep Gradient Compression in the engine
  * (zinc.compression.gradient_codec "dgc": kernels/codec.h's TOPK with an
- * fp32 residual, engine/compress.c). Under mpirun (2 or 4 ranks),
+ * fp32 residual, engine/reduce/compress.c). Under mpirun (2 or 4 ranks),
  * zinc.compression.scope "all" so that one machine compresses:
  *
  *  - close: 20 AdamW steps of the tiny model at density 1% stay within the
@@ -26,7 +26,7 @@
  *    TOPK layout's bytes for the density in force at each step of the
  *    warm-up: 6 bytes per kept element, k = max(1, ceil(density x block))
  *    per block, padded to 16 bytes; the same with momentum correction
- *    (engine/dgc.c: the owner's own top-k stays off the wire).
+ *    (engine/reduce/dgc.c: the owner's own top-k stays off the wire).
  */
 #include <math.h>
 #include <mpi.h>
@@ -292,7 +292,7 @@ static zinc_status wire_init(const zinc_param *p, float *dst, int64_t n, void *c
   ", \"zero_optimization\": {\"stage\": 3, \"stage3_param_persistence_threshold\": 0,"            \
   " \"zero_quantized_gradients\": true}}"
 
-/* mc: with momentum correction (engine/dgc.c), whose own slice stays off
+/* mc: with momentum correction (engine/reduce/dgc.c), whose own slice stays off
  * the wire: the same bytes. */
 static void test_wire(int mc) {
   if (et_world != 2)

@@ -1,6 +1,6 @@
 /*
  * test_dga.c — delayed gradient averaging (zinc.compression.delayed_averaging,
- * engine/dga.c). Under mpirun (2 or 4 ranks), stage 0, the tiny model:
+ * engine/reduce/dga.c). Under mpirun (2 or 4 ranks), stage 0, the tiny model:
  *
  *  - reference: 10 steps with D = 1 and D = 2, SGD with momentum and AdamW,
  *    against a double-precision simulation of every rank written here
@@ -33,6 +33,8 @@
 
 #include "engine/engine.h"
 #include "engine/memory/estimate.h"
+#include "engine/reduce/methods.h"
+#include "engine/support.h"
 #include "engine_test.h"
 
 #define DGA_JSON(d) "\"zinc\": {\"compression\": {\"delayed_averaging\": {\"delay\": " d "}}}"

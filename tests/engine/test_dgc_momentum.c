@@ -1,6 +1,6 @@
 /*
  * test_dgc_momentum.c — DGC's momentum correction and momentum factor
- * masking (zinc.compression.dgc.momentum_correction, engine/dgc.c), under
+ * masking (zinc.compression.dgc.momentum_correction, engine/reduce/dgc.c), under
  * mpirun at 2 and 4 ranks, zinc.compression.scope "all":
  *
  *  - reference: 12 SGD steps (momentum 0.9, lr 0.05, no decay, no

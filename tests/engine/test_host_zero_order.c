@@ -14,6 +14,7 @@
 #include <mpi.h>
 
 #include "engine/engine.h"
+#include "engine/support.h"
 #include "engine_test.h"
 
 /* the queued zeroings (a GPU stream's pending kernels) */

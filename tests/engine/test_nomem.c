@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 
 #include "engine/engine.h"
+#include "engine/support.h"
 #include "engine_test.h"
 
 static char root[512];

@@ -30,7 +30,10 @@
 #include <mpi.h>
 #include <sys/stat.h>
 
+#include "engine/build.h"
 #include "engine/engine.h"
+#include "engine/place/place.h"
+#include "engine/place/placements.h"
 #include "engine_test.h"
 
 static char root[512];

@@ -19,8 +19,10 @@
 #include <mpi.h>
 #include <sys/stat.h>
 
+#include "engine/build.h"
 #include "engine/engine.h"
 #include "engine/memory/estimate.h"
+#include "engine/place/placements.h"
 #include "engine_test.h"
 
 #define STEPS 6

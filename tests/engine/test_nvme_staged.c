@@ -2,7 +2,7 @@
  * test_nvme_staged.c — ZeRO-Infinity through the pipeline a GPU run takes:
  * with ZINC_OFFLOAD_STAGING=1 the cpu device stages the NVMe sub-groups'
  * gradients in and parameters out through the pinned slots, the CPU
- * optimizer stepping the state read from the swap area (offload_nvme.c).
+ * optimizer stepping the state read from the swap area (nvme_step.c).
  *
  *  - the oracle: offload_optimizer nvme at stages 1-3, in sub-groups of 300
  *    elements (several per rank) through 2 swap buffers, and stage 3 with
@@ -17,8 +17,10 @@
 #include <mpi.h>
 #include <sys/stat.h>
 
+#include "engine/build.h"
 #include "engine/engine.h"
 #include "engine/memory/estimate.h"
+#include "engine/place/placements.h"
 #include "engine_test.h"
 
 static char root[512];

@@ -27,12 +27,13 @@
  * sub-group boundary is two pieces; no boundary falls between two runs).
  * The parameters after the steps are bitwise those of stage 0
  * without offload, fp32 and bf16, at stages 1, 2 and 3, also with
- * NVMe optimizer state (offload_nvme.c's staged path, the same closed form).
+ * NVMe optimizer state (place/nvme_step.c's staged path, the same closed form).
  */
 #include <mpi.h>
 #include <sys/stat.h>
 
 #include "engine/engine.h"
+#include "engine/place/placements.h"
 #include "engine_test.h"
 
 enum { NP = 120, PN = 7, ALIGN = 32, PADDED = (PN + ALIGN - 1) / ALIGN * ALIGN };

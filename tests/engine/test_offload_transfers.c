@@ -23,6 +23,7 @@
 #include <mpi.h>
 
 #include "engine/engine.h"
+#include "engine/support.h"
 #include "engine_test.h"
 
 enum { NMOD = 3, GAS = 3, STEPS = 2 };

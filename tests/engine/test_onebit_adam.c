@@ -1,5 +1,5 @@
 /*
- * test_onebit_adam.c — optimizer.type "OneBitAdam" (engine/onebit_adam.c)
+ * test_onebit_adam.c — optimizer.type "OneBitAdam" (engine/reduce/onebit_adam.c)
  * on the tiny model at stage 0, 1, 2 and 4 ranks:
  *   - the engine against a double-precision simulation of 1-bit Adam
  *     written here (every rank's local gradients from the tiny model;
@@ -41,6 +41,7 @@
 #include "config/config.h"
 #include "engine/engine.h"
 #include "engine/memory/estimate.h"
+#include "engine/support.h"
 #include "engine_test.h"
 
 #define FREEZE 3

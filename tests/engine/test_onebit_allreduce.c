@@ -1,5 +1,5 @@
 /*
- * test_onebit_allreduce.c — engine/onebit.h's compressed all-reduce (1-bit
+ * test_onebit_allreduce.c — engine/reduce/onebit.h's compressed all-reduce (1-bit
  * Adam's, DeepSpeed's compressed_allreduce) on an mpi comm at 2-4 ranks:
  *   - padded(n): a multiple of N * lcm(N, 8), the smallest one >= n, for
  *     n = 1..300 (the formula written here);
@@ -28,7 +28,7 @@
 
 #include "comm/comm.h"
 #include "device/device.h"
-#include "engine/onebit.h"
+#include "engine/reduce/onebit.h"
 
 static int rank_, nranks_, failures;
 

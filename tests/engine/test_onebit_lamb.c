@@ -1,6 +1,6 @@
 /*
  * test_onebit_lamb.c — 1-bit LAMB (optimizer.type "OneBitLamb",
- * engine/onebit_lamb.c) at ZeRO stage 0 under mpirun (2 and 4 ranks):
+ * engine/reduce/onebit_lamb.c) at ZeRO stage 0 under mpirun (2 and 4 ranks):
  *
  *  - reference: the tiny model trained 30 steps (freeze_step 10) by the
  *    engine equals, on every rank, a reference written here: every rank

@@ -1,6 +1,6 @@
 /*
  * test_param_cache.c — offload_param.max_in_cpu, the host cache in front of
- * the NVMe parameter partition (engine/offload_pcache.c), at stage 3:
+ * the NVMe parameter partition (engine/place/pcache.c), at stage 3:
  *
  *  1. values: 20 steps with max_in_cpu 0, at each module boundary of the
  *     partition (and between two), and at 1e9, with offload_optimizer cpu
@@ -18,6 +18,7 @@
 #include "config/config.h"
 #include "engine/engine.h"
 #include "engine/memory/estimate.h"
+#include "engine/place/placements.h"
 #include "engine_test.h"
 
 static char nvme_dir[512];

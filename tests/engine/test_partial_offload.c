@@ -1,6 +1,6 @@
 /*
  * test_partial_offload.c — offload_optimizer.ratio < 1 (partial optimizer
- * offload, engine/offload_partial.c):
+ * offload, engine/place/partial.c):
  *
  *  1. the oracle: at stages 1, 2 and 3 (3 also with offload_param cpu),
  *     ratios 0, 0.3, 0.5 and 1 with offload_optimizer cpu, each through

@@ -1,6 +1,6 @@
 /*
  * test_powersgd.c — PowerSGD in the engine (zinc.compression.gradient_codec
- * "powersgd", engine/powersgd.c) against a reference written here: the
+ * "powersgd", engine/reduce/powersgd.c) against a reference written here: the
  * algorithm of Vogels et al. / PyTorch's powerSGD_hook in plain double
  * loops over every rank's local gradients (the test knows them all: each
  * is a hash of (rank, iteration, parameter, element)). Under mpirun with 2
@@ -46,6 +46,7 @@
 
 #include "engine/engine.h"
 #include "engine/memory/estimate.h"
+#include "engine/support.h"
 #include "engine_test.h"
 
 #define NPAR 5
@@ -113,7 +114,7 @@ static float local_grad(int r, int64_t mb, int j, int64_t k) {
 
 /* ------------------------------------------------ the reference */
 
-/* engine/powersgd.c's documented draw for a fresh Q (its header). */
+/* engine/reduce/powersgd.c's documented draw for a fresh Q (its header). */
 static float ref_draw(uint64_t seed, uint64_t t, uint64_t j, uint64_t k) {
   uint64_t h1 = mix(seed ^ mix(t ^ mix(j ^ mix(k)))), h2 = mix(h1);
   double u1 = (double)((h1 >> 11) + 1) * 0x1p-53, u2 = (double)(h2 >> 11) * 0x1p-53;

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "engine/engine.h"
+#include "engine/place/placements.h"
 #include "engine_test.h"
 
 static char nvme_dir[512];

@@ -1,5 +1,5 @@
 /*
- * test_zoadam.c — 0/1 Adam (optimizer.type "ZeroOneAdam", engine/zoadam.c)
+ * test_zoadam.c — 0/1 Adam (optimizer.type "ZeroOneAdam", engine/reduce/zoadam.c)
  * at ZeRO stage 0 under mpirun (2 and 4 ranks):
  *
  *  - reference: the tiny model trained 40 steps by the engine equals, on

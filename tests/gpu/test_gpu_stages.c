@@ -24,6 +24,7 @@
 
 #include "../engine/engine_test.h"
 #include "engine/engine.h" /* zinc_nvme_inject */
+#include "engine/place/placements.h"
 
 static char nvme_dir[512];
 

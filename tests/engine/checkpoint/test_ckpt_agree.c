@@ -31,6 +31,7 @@
 #include "engine/checkpoint/format.h"
 #include "engine/engine.h"
 #include "engine/engine_test.h"
+#include "engine/support.h"
 
 
 static char root[512];

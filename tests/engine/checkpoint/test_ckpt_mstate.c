@@ -22,6 +22,7 @@
 #include "engine/checkpoint/format.h"
 #include "engine/engine.h"
 #include "engine/engine_test.h"
+#include "engine/support.h"
 
 static char root[512];
 

@@ -108,7 +108,9 @@ int main(int argc, char **argv) {
   zinc_status again = zinc_module_fetch(e, m);
   printf("survivor %d: later call: %s: %s\n", rank, zinc_status_name(again), zinc_last_error());
   fflush(stdout);
+  double t0 = now_s();
   zinc_engine_destroy(e);
+  printf("survivor %d: destroy took %.2f s\n", rank, now_s() - t0);
   printf("survivor %d: destroy returned after %.1f s\n", rank, now_s() - kill_time);
   fflush(stdout);
   return st == ZINC_ERR_COMM && again == ZINC_ERR_COMM ? 0 : 1;

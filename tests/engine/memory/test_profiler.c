@@ -13,6 +13,7 @@
 #include <mpi.h>
 #include <sys/stat.h>
 
+#include "engine/build.h"
 #include "engine/engine.h"
 #include "engine/memory/estimate.h"
 #include "engine/engine_test.h"
