@@ -19,8 +19,7 @@
 #include "engine/failure.h"
 #include "engine/grads.h"
 #include "engine/place/place.h"
-#include "engine/place/placements.h"
-#include "engine/reduce/methods.h"
+#include "engine/reduce/reduce.h"
 #include "engine/stage3/stage3.h"
 #include "engine/support.h"
 
@@ -63,10 +62,6 @@ static void note_persistent(const zinc_engine *e) {
 void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]) {
   memset(bytes, 0, sizeof(uint64_t) * ZINC_LOC_N * ZINC_MEM_NCAT);
   int stage = e->cfg.stage;
-  /* with NVMe offload the gradient partition stays in host memory and the
-   * state on disk and its host buffers come from zinc_nvme_sizes */
-  int opt_loc = e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NONE ? ZINC_LOC_DEVICE
-                                                                     : ZINC_LOC_HOST;
   if (stage < 3) {
     bytes[ZINC_LOC_DEVICE][ZINC_MEM_PARAMS] += e->full_bytes;
   } else {
@@ -80,23 +75,13 @@ void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_
   if (stage <= 1) {
     bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += e->train_bytes; /* frozen: none */
     bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += zinc_grads_sum_bytes(e); /* f32 sums */
-  } else {
-    if (!zinc_nvme_grads_swapped(e)) /* else on NVMe: zinc_nvme_sizes */
-      bytes[opt_loc][ZINC_MEM_GRADS] += (uint64_t)e->train_shard_numel * 4;
+  } else { /* the partition itself: the placement's */
     bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += zinc_grads_window_bytes(e); /* window sum */
     bytes[ZINC_LOC_DEVICE][ZINC_MEM_BUFFERS] += zinc_grads_ring_bytes(e);
   }
-  int64_t opt_numel = e->opt_numel; /* trained units only */
-  if (e->cfg.offload_optimizer.device != ZINC_OFFLOAD_NVME)
-    bytes[opt_loc][ZINC_MEM_OPTIM] += (uint64_t)(zinc_master_aliases_params(e) ? 0 : 4) *
-                                          (uint64_t)opt_numel +
-                                      (uint64_t)zinc_opt_state_bytes(&e->optim) *
-                                          (uint64_t)opt_numel;
-  zinc_partial_sizes(e, bytes); /* ratio < 1: part of it on the device */
-  bytes[ZINC_LOC_HOST][ZINC_MEM_BUFFERS] += zinc_offload_staging_bytes(e);
-  zinc_nvme_sizes(e, bytes);
-  zinc_zoadam_sizes(e, bytes);
-  zinc_onebit_lamb_sizes(e, bytes);
+  /* optimizer state, gradient partition, staging, swap areas */
+  zinc_place_sizes(e, bytes);
+  zinc_reduce_sizes(e, bytes);
 }
 
 static zinc_status alloc_states(zinc_engine *e) {
@@ -118,7 +103,7 @@ static zinc_status alloc_states(zinc_engine *e) {
     e->param_location = e->cfg.offload_param.device == ZINC_OFFLOAD_NONE ? ZINC_LOC_DEVICE
                         : e->cfg.offload_param.device == ZINC_OFFLOAD_CPU ? ZINC_LOC_HOST
                                                                           : ZINC_LOC_NVME;
-    if (e->param_location != ZINC_LOC_NVME) /* else in nvme.c's swap area */
+    if (e->param_location != ZINC_LOC_NVME) /* else the placement's swap area */
       ZINC_CHECK(zinc_engine_buffer_alloc(e, e->shard_bytes, e->param_location, ZINC_MEM_PARAMS,
                                           &e->param_shard, "parameter partition"));
     if (e->secondary_bytes) /* hpZ: filled by the gathers (stage3.c) */
@@ -141,30 +126,11 @@ static zinc_status alloc_states(zinc_engine *e) {
         }
     }
   }
-  /* gradients (at stages 0-1 comm memory: alloc_comm_buffers) */
-  if (stage >= 2 && !zinc_nvme_grads_swapped(e)) /* else on NVMe (nvme.c) */
-    ZINC_CHECK(zinc_engine_buffer_alloc(e, (size_t)e->train_shard_numel * 4, e->opt_location,
-                                        ZINC_MEM_GRADS, (void **)&e->grad_part,
-                                        "gradient partition"));
-  /* optimizer state (with NVMe offload: in nvme.c's swap area; for an
-   * all-f32 model on the device the master is the parameter memory) */
-  if (zinc_partial_enabled(e)) {
-    ZINC_CHECK(zinc_partial_alloc(e)); /* ratio < 1: split device / host */
-  } else if (e->cfg.offload_optimizer.device != ZINC_OFFLOAD_NVME) {
-    size_t ob = (size_t)e->opt_numel * 4;
-    if (!e->master_in_params)
-      ZINC_CHECK(zinc_engine_buffer_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM,
-                                          (void **)&e->master, "fp32 master parameters"));
-    /* only the slots this optimizer keeps (optim/optimizer.h) */
-    if (e->opt_slots & ZINC_OPT_SLOT_EXP_AVG)
-      ZINC_CHECK(zinc_engine_buffer_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM,
-                                          (void **)&e->exp_avg, "optimizer exp_avg"));
-    if (e->opt_slots & ZINC_OPT_SLOT_EXP_AVG_SQ)
-      ZINC_CHECK(zinc_engine_buffer_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM,
-                                          (void **)&e->exp_avg_sq, "optimizer exp_avg_sq"));
-  }
-  ZINC_CHECK(zinc_offload_init(e));
-  return zinc_nvme_init(e);
+  /* the gradient partition (stages 2-3; at 0-1 comm memory:
+   * alloc_comm_buffers) and the optimizer state, where the placement keeps
+   * them (for an all-f32 model on the device the master is the parameter
+   * memory) */
+  return zinc_place_init(e);
 }
 
 void zinc_build_free(zinc_engine *e) {
@@ -172,21 +138,12 @@ void zinc_build_free(zinc_engine *e) {
     return;
   zinc_grads_free(e);
   zinc_stage3_free(e);
-  zinc_nvme_free(e);
-  zinc_offload_free(e);
-  zinc_partial_free(e);
+  zinc_place_free(e); /* optimizer state, gradient partition */
   for (int mi = 0; mi < e->nmodules; mi++) {
     zinc_module *m = e->modules[mi];
     for (int s = 0; s < m->nsegs; s++)
       m->segs[s].full = m->segs[s].grad = NULL;
   }
-  size_t ob = (size_t)e->opt_numel * 4;
-  if (e->master)
-    zinc_engine_buffer_free(e, e->master, ob, e->opt_location, ZINC_MEM_OPTIM);
-  zinc_engine_buffer_free(e, e->exp_avg, ob, e->opt_location, ZINC_MEM_OPTIM);
-  zinc_engine_buffer_free(e, e->exp_avg_sq, ob, e->opt_location, ZINC_MEM_OPTIM);
-  zinc_engine_buffer_free(e, e->grad_part, (size_t)e->train_shard_numel * 4, e->opt_location,
-                          ZINC_MEM_GRADS);
   zinc_engine_comm_buffer_free(e, e->grad_full, e->train_bytes, ZINC_MEM_GRADS, e->grad_full_shared);
   zinc_engine_buffer_free(e, e->param_full, e->full_bytes, ZINC_LOC_DEVICE, ZINC_MEM_PARAMS);
   if (e->param_location != ZINC_LOC_NVME)
@@ -195,7 +152,6 @@ void zinc_build_free(zinc_engine *e) {
   zinc_engine_buffer_free(e, e->param_secondary, e->secondary_bytes, ZINC_LOC_DEVICE,
                           ZINC_MEM_PARAMS);
   e->param_secondary = NULL;
-  e->master = e->exp_avg = e->exp_avg_sq = e->grad_part = NULL;
   e->grad_full = e->param_full = e->param_shard = e->persist = NULL;
   free(e->units);
   free(e->runs);

@@ -5,9 +5,9 @@
  * every other part declares its calls in a header of its own: support.h
  * and failure.h (the bottom: any part may call them), grads.h, trace.h,
  * step.h, build.h, activations.h, pipe.h (pipeline parallelism),
- * stage3/stage3.h, monitor/monitor.h, the gradient-communication methods'
- * reduce/methods.h, and the placements' place/place.h (the accessors) and
- * place/placements.h.
+ * stage3/stage3.h, monitor/monitor.h, the reducer table reduce/reduce.h
+ * (the methods' own: reduce/methods.h), and the placement seam's
+ * place/place.h.
  *
  * Layout (the one idea everything else follows)
  * ---------------------------------------------
@@ -58,9 +58,7 @@
 #include "comm/comm.h"
 #include "comm/comm_log.h"
 #include "engine/checkpoint/mstate.h"
-#include "engine/place/placements.h"
 #include "engine/registry.h"
-#include "engine/reduce/onebit.h"
 #include "device/device.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
@@ -68,9 +66,6 @@
 #include "kernels/zinc_math.h"
 
 typedef struct zinc_prof zinc_prof;
-typedef struct zinc_nvme zinc_nvme;
-typedef struct zinc_powersgd zinc_powersgd;
-typedef struct zinc_zoadam zinc_zoadam;
 typedef struct zinc_reduction zinc_reduction; /* grads.h */
 typedef struct zinc_trace_event zinc_trace_event; /* trace.h */
 
@@ -170,7 +165,7 @@ struct zinc_engine {
                              16-bit segments (zinc_segment.acc), or NULL */
   size_t grad_acc_bytes;
   float *grad_part;       /* stage 2/3: (S) f32 reduced gradient partition
-                             (NULL: on NVMe, zinc_nvme_grads_on_disk) */
+                             (NULL: on NVMe, zinc_place_grad_location) */
   float *grad_window_sum; /* stage 2/3, grad_part in host memory across
                              PCIe, gradient_accumulation_steps > 1: (S) f32
                              on the device, the window's sum, copied into
@@ -184,13 +179,11 @@ struct zinc_engine {
   zinc_opt_hparams optim;  /* the optimizer (optimizer.type and params) */
   int opt_slots;          /* its state slots (ZINC_OPT_SLOT_* bits)     */
   int opt_location;       /* ZINC_LOC_DEVICE or ZINC_LOC_HOST (offload); with
-                             NVMe offload master/m/v are NULL and live in
-                             nvme's swap area, the gradient partition on the
-                             host */
-  zinc_nvme *nvme;        /* NVMe offload (place/nvme.c), or NULL */
-  zinc_offload off;       /* offload cpu with staging copies (place/cpu.c) */
-  zinc_partial partial;   /* offload_optimizer.ratio < 1 (place/partial.c) */
-  zinc_pcache pcache;     /* offload_param.max_in_cpu (place/pcache.c) */
+                             NVMe offload or partial offload master/m/v are
+                             NULL and live where the placement keeps them
+                             (place/place.h) */
+  struct zinc_place *pl;  /* the placement's state (place/place.h), NULL
+                             outside zinc_place_init .. zinc_place_free */
   int master_in_params;   /* every parameter is f32 and the optimizer state is
                              on the device: the fp32 master is the parameter
                              memory itself (param_full / param_shard chunks),
@@ -213,33 +206,10 @@ struct zinc_engine {
   int nlaunched, launched_cap;
   int dedicated_warned;
 
-  /* ---- compressed communication (reduce/compress.c) */
-  zinc_codec cx_grad;     /* gradient slices to peers on other nodes (NONE:
-                             the plain reduce-scatter)                  */
-  zinc_codec cx_local;    /* ... to peers on this node when cx_local_raw
-                             (NONE: raw, the unit's dtype)              */
-  int cx_local_raw;       /* scope inter_node: pairs on a node use cx_local */
-  zinc_codec cx_weight;   /* stage-3 parameter gather (NONE: exact)     */
-  void *cx_ef;            /* (cx_ef_bytes) device: INT8 residuals (fp32
-                             for TOPK: DGC), per
-                             trained unit (N-1) slices (cx_ef_off)      */
-  size_t cx_ef_bytes;
-  size_t *cx_ef_off;      /* (ntrain_units) byte offset of each unit's  */
-  float *cx_scratch;      /* stages 0/1: (largest chunk) f32 sum        */
-  size_t cx_scratch_bytes;
-  struct zinc_dgc *dgc;   /* DGC's momentum correction (reduce/dgc.c); NULL: off */
-  /* ---- delayed gradient averaging (reduce/dga.c) */
-  struct zinc_dga *dga;   /* NULL: off (the synchronous reduction)       */
-  zinc_powersgd *psgd;    /* PowerSGD at stages 0/1 (reduce/powersgd.c) */
-  zinc_zoadam *zoadam;    /* 0/1 Adam (reduce/zoadam.c): ZeroOneAdam */
-  struct zinc_onebit_lamb *onebit_lamb; /* reduce/onebit_lamb.c: OneBitLamb */
-  /* 1-bit Adam (reduce/onebit_adam.c; optimizer.type "OneBitAdam", stage 0) */
-  zinc_onebit_plan ob_plan; /* one segment per trained parameter, in the
-                               optimizer arrays (N*S)                     */
-  float *ob_worker_error;  /* (ob_worker_bytes) device: padded momentum  */
-  float *ob_server_error;  /* (ob_server_bytes) device: this rank's chunks */
-  size_t ob_worker_bytes, ob_server_bytes;
-  double *ob_norms;        /* (2 N) host: the 1-bit optimizers' norm gather */
+  /* ---- gradient communication (reduce/reduce.h) */
+  struct zinc_reduce_state *rd; /* the selected method and its state (the
+                             reducer's own: reduce/methods.h); NULL until
+                             zinc_reduce_init and after zinc_reduce_free */
   /* rank-local state of the compression methods, saved in checkpoints
    * (engine/checkpoint/mstate.h) */
   zinc_mstate_entry mstate[ZINC_MSTATE_MAX];

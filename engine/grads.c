@@ -28,9 +28,9 @@
  * micro-batch, the same f32 additions in the same order (DeepSpeed's stage
  * 3 keeps its gradient partitions on the device until the boundary too).
  *
- * With the partition on NVMe (zinc_nvme_grads_on_disk) the chunks go
- * there through place/nvme.c's accessor (the same f32 additions), and
- * the window's device sum, if any, at the boundary.
+ * With the partition on NVMe (zinc_place_grad_location) the chunks go
+ * there through the placement's grad_accumulate (the same f32 additions),
+ * and the window's device sum, if any, at the boundary.
  *
  * Frozen parameters (zinc_param_set_frozen) sit in segments of their own
  * that get no gradient memory (seg->grad stays NULL) and no reduction.
@@ -48,8 +48,8 @@
 #include "engine/engine.h"
 #include "engine/failure.h"
 #include "engine/grads.h"
-#include "engine/place/placements.h"
-#include "engine/reduce/methods.h"
+#include "engine/place/place.h"
+#include "engine/reduce/reduce.h"
 #include "engine/support.h"
 #include "engine/trace.h"
 
@@ -146,7 +146,7 @@ size_t zinc_grads_sum_bytes(const zinc_engine *e) {
 
 size_t zinc_grads_window_bytes(const zinc_engine *e) {
   if (e->cfg.stage < 2 || e->cfg.gradient_accumulation_steps <= 1 ||
-      e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NONE || !zinc_offload_host_remote(e))
+      zinc_place_grad_location(e) == ZINC_LOC_DEVICE || !zinc_place_host_remote(e))
     return 0;
   return (size_t)e->train_shard_numel * 4;
 }
@@ -159,8 +159,8 @@ static float *partition_sum(zinc_engine *e) {
 
 /* Count a write into the partition when it is host memory across PCIe. */
 static void count_host_write(zinc_engine *e) {
-  if (!e->grad_window_sum && e->cfg.offload_optimizer.device != ZINC_OFFLOAD_NONE &&
-      zinc_offload_host_remote(e))
+  if (!e->grad_window_sum && zinc_place_grad_location(e) != ZINC_LOC_DEVICE &&
+      zinc_place_host_remote(e))
     e->grad_host_writes++;
 }
 
@@ -200,15 +200,7 @@ zinc_status zinc_grads_init(zinc_engine *e) {
   if (window)
     ZINC_CHECK(zinc_engine_buffer_alloc(e, window, ZINC_LOC_DEVICE, ZINC_MEM_GRADS,
                                         (void **)&e->grad_window_sum, "window gradient sum"));
-  ZINC_CHECK(zinc_compress_init(e));
-  ZINC_CHECK(zinc_dgc_init(e));
-  ZINC_CHECK(zinc_compress_scratch(e));
-  ZINC_CHECK(zinc_dga_init(e));
-  ZINC_CHECK(zinc_powersgd_init(e));
-  ZINC_CHECK(zinc_zoadam_init(e));
-  ZINC_CHECK(zinc_onebit_lamb_init(e));
-  ZINC_CHECK(zinc_onebit_adam_init(e));
-  ZINC_CHECK(zinc_onebit_norms_init(e));
+  ZINC_CHECK(zinc_reduce_init(e));
   return ZINC_OK; /* the bucket ring: zinc_build_buffers, with the other comm memory */
 }
 
@@ -225,15 +217,7 @@ void zinc_grads_free(zinc_engine *e) {
       zinc_engine_buffer_free(e, m->grad_area, m->grad_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS);
     m->grad_area = NULL;
   }
-  zinc_dga_free(e);
-  zinc_dgc_free(e);
-  zinc_compress_free(e);
-  zinc_compress_scratch_free(e);
-  zinc_powersgd_free(e);
-  zinc_zoadam_free(e);
-  zinc_onebit_lamb_free(e);
-  zinc_onebit_adam_free(e);
-  zinc_onebit_norms_free(e);
+  zinc_reduce_free(e);
   if (e->grad_acc)
     zinc_engine_buffer_free(e, e->grad_acc, e->grad_acc_bytes, ZINC_LOC_DEVICE, ZINC_MEM_GRADS);
   e->grad_acc = NULL;
@@ -282,8 +266,8 @@ static zinc_status absorb(zinc_engine *e, zinc_module *m) {
       const char *src = zinc_unit_ptr(seg->grad, u) +
                         (size_t)e->dp_rank * (size_t)u->chunk * zinc_dtype_size(u->dtype);
       if (!partition_sum(e)) { /* on NVMe */
-        ZINC_CHECK(zinc_nvme_grad_accumulate(e, u->shard_offset, src, u->dtype, u->chunk,
-                                             overwrite));
+        ZINC_CHECK(zinc_place_grad_accumulate(e, u->shard_offset, src, u->dtype, u->chunk,
+                                              overwrite));
         continue;
       }
       ZINC_CHECK(e->dev->ops->accumulate_f32(e->dev, e->stream,
@@ -301,7 +285,7 @@ static zinc_status absorb(zinc_engine *e, zinc_module *m) {
  * of the gradient buffer (stages 0/1). */
 static zinc_status absorb_compressed(zinc_engine *e, zinc_reduction *r, zinc_module *m) {
   int overwrite = m->reduced_window != window_of(e);
-  if (e->cfg.stage >= 2 && !partition_sum(e)) /* zinc_nvme_grads_swapped excludes these */
+  if (e->cfg.stage >= 2 && !partition_sum(e)) /* the NVMe placement excludes these */
     return zinc_error(ZINC_ERR_UNSUPPORTED, "compressed gradients of module \"%s\" with the "
                       "gradient partition on NVMe", m->name);
   for (int s = 0; s < m->nsegs; s++) {
@@ -500,8 +484,9 @@ static zinc_status prescale_pending(zinc_engine *e) {
 
 /* ------------------------------------------------------------ launch */
 
-/* Delayed averaging (stage 0, dga.c): the pending modules keep their local
- * gradients (their f32 sums rounded in as the reduction would read them). */
+/* The method keeps this window's gradients rank-local (reduce.h): the
+ * pending modules keep them (their f32 sums rounded in as the reduction
+ * would read them). */
 static zinc_status keep_local(zinc_engine *e) {
   for (int i = 0; e->grad_acc && i < e->npending; i++)
     ZINC_CHECK(sums_to_grads(e, e->modules[e->pending[i]]));
@@ -513,19 +498,8 @@ static zinc_status keep_local(zinc_engine *e) {
 static zinc_status launch(zinc_engine *e) {
   if (e->npending == 0)
     return ZINC_OK;
-  if (e->dga) /* delayed averaging: the step reduces, in the background (dga.c) */
+  if (zinc_reduce_local_grads(e))
     return keep_local(e);
-  /* 1-bit Adam and 1-bit LAMB after freeze_step, 0/1 Adam's compressed
-   * and local steps (zoadam.c): no reduction, the step reads this rank's own gradients */
-  if (zinc_onebit_local_grads(e) || zinc_zoadam_local_grads(e) ||
-      zinc_onebit_lamb_local_grads(e)) {
-    zinc_status st = ZINC_OK;
-    for (int i = 0; e->grad_acc && st == ZINC_OK && i < e->npending; i++)
-      st = sums_to_grads(e, e->modules[e->pending[i]]);
-    e->npending = 0;
-    e->pending_elems = 0;
-    return st;
-  }
   int ncoll = 0;
   for (int i = 0; i < e->npending; i++) {
     zinc_module *m = e->modules[e->pending[i]];
@@ -569,11 +543,13 @@ static zinc_status launch(zinc_engine *e) {
     free(colls);
     return ast;
   }
-  if (zinc_powersgd_active(e)) { /* PowerSGD reduces them all at the flush (powersgd.c) */
+  int taken = 0; /* the method reduces these modules itself, at the flush */
+  ast = zinc_reduce_take_bucket(e, e->launched_modules + e->nlaunched, r->nmodules, &taken);
+  if (taken || ast != ZINC_OK) {
     free(colls);
     e->npending = 0;
     e->pending_elems = 0;
-    return zinc_powersgd_defer(e, e->launched_modules + e->nlaunched, r->nmodules);
+    return ast;
   }
   /* compressed: colls[0] is the exchange; else one reduce-scatter per unit */
   for (int i = 0, k = 0; !compressed && i < e->npending; i++) {
@@ -694,8 +670,8 @@ zinc_status zinc_grads_open(zinc_engine *e, zinc_module *m) {
 static zinc_status enqueue(zinc_engine *e, zinc_module *m) {
   e->pending[e->npending++] = m->index;
   e->pending_elems += m->numel;
-  if (e->pending_elems >= e->cfg.reduce_bucket_size && !zinc_dgc_clips_locally(e))
-    return launch(e); /* (DGC's local clipping reduces the window at the flush) */
+  if (e->pending_elems >= e->cfg.reduce_bucket_size && !zinc_reduce_holds_window(e))
+    return launch(e); /* (a method may reduce the window as one, at the flush) */
   return ZINC_OK;
 }
 
@@ -741,7 +717,7 @@ zinc_status zinc_grads_flush(zinc_engine *e) {
         ZINC_CHECK(enqueue(e, e->modules[mi]));
   ZINC_CHECK(launch(e));
   ZINC_CHECK(retire_all(e));
-  ZINC_CHECK(zinc_powersgd_flush(e));
+  ZINC_CHECK(zinc_reduce_flush(e));
   /* Modules that produced no gradient this window hold zeros. */
   for (int mi = 0; mi < e->nmodules; mi++) {
     zinc_module *m = e->modules[mi];
@@ -752,8 +728,8 @@ zinc_status zinc_grads_flush(zinc_engine *e) {
           for (int ui = seg->first_unit; !seg->frozen && ui < seg->first_unit + seg->nunits;
                ui++)
             if (!partition_sum(e)) /* on NVMe */
-              ZINC_CHECK(zinc_nvme_grad_accumulate(e, e->units[ui].shard_offset, NULL, ZINC_F32,
-                                                   e->units[ui].chunk, 1));
+              ZINC_CHECK(zinc_place_grad_accumulate(e, e->units[ui].shard_offset, NULL,
+                                                    ZINC_F32, e->units[ui].chunk, 1));
             else
               ZINC_CHECK(e->dev->ops->fill_zero(e->dev, partition_sum(e) + e->units[ui].shard_offset,
                                               (size_t)e->units[ui].chunk * 4, e->stream));
@@ -767,9 +743,9 @@ zinc_status zinc_grads_flush(zinc_engine *e) {
   /* the window's sum to the host partition, once (queued on the stream the
    * step's readers wait for) */
   if (e->grad_window_sum && zinc_grads_is_boundary_micro(e)) {
-    if (zinc_nvme_grads_on_disk(e))
-      ZINC_CHECK(zinc_nvme_grad_accumulate(e, 0, e->grad_window_sum, ZINC_F32,
-                                           e->train_shard_numel, 1));
+    if (zinc_place_grad_location(e) == ZINC_LOC_NVME)
+      ZINC_CHECK(zinc_place_grad_accumulate(e, 0, e->grad_window_sum, ZINC_F32,
+                                            e->train_shard_numel, 1));
     else
       ZINC_CHECK(e->dev->ops->copy(e->dev, e->grad_part, e->grad_window_sum,
                                    (size_t)e->train_shard_numel * 4, e->stream));

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
-#include "engine/place/placements.h"
+#include "engine/place/place.h"
 #include "engine/stage3/stage3.h"
 
 void zinc_partition(int64_t count, int ranks, int64_t align, int64_t *chunk,

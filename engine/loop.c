@@ -18,7 +18,6 @@
 #include "engine/grads.h"
 #include "engine/memory/profiler.h"
 #include "engine/monitor/monitor.h"
-#include "engine/place/placements.h"
 #include "engine/stage3/stage3.h"
 #include "engine/step.h"
 #include "engine/trace.h"
@@ -82,8 +81,8 @@ zinc_status zinc_eval_end(zinc_engine *e) {
   zinc_status st = zinc_trace_eval_agree(e, NULL); /* every rank ends here */
   if (st == ZINC_OK && e->cfg.stage == 3)
     st = zinc_stage3_invalidate(e);
-  if (st == ZINC_OK && zinc_nvme_param_on_disk(e)) /* a parameter read failed: the
-                                                      forward saw zeros */
+  if (st == ZINC_OK && e->param_location == ZINC_LOC_NVME) /* a parameter read failed:
+                                                             the forward saw zeros */
     st = zinc_engine_agree_deferred(e);
   if (st != ZINC_OK)
     return zinc_engine_fail(e, st);
@@ -278,7 +277,7 @@ zinc_status zinc_backward_end(zinc_engine *e) {
     st = zinc_grads_flush(e);
   if (st == ZINC_OK)
     st = zinc_trace_end_micro(e);
-  if (st == ZINC_OK && zinc_nvme_param_on_disk(e)) /* before anything is stepped */
+  if (st == ZINC_OK && e->param_location == ZINC_LOC_NVME) /* before anything is stepped */
     st = zinc_engine_agree_deferred(e);
   if (st != ZINC_OK)
     return zinc_engine_fail(e, st);

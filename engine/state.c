@@ -16,7 +16,6 @@
 #include "engine/failure.h"
 #include "engine/grads.h"
 #include "engine/place/place.h"
-#include "engine/place/placements.h"
 #include "engine/support.h"
 
 typedef struct {
@@ -61,7 +60,7 @@ static zinc_status read_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
       /* device -> host, then to f32 and averaged */
       size_t es = zinc_dt_size(dt);
       if (!g) { /* the partition on NVMe (f32) */
-        ZINC_CHECK(zinc_nvme_grad_read(e, u->shard_offset + chunk_off, len, c->scratch));
+        ZINC_CHECK(zinc_place_grad_read(e, u->shard_offset + chunk_off, len, c->scratch));
       } else {
         ZINC_CHECK(e->dev->ops->copy(e->dev, c->scratch, g + (size_t)chunk_off * es,
                                      (size_t)len * es, e->stream));

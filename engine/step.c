@@ -40,8 +40,7 @@
 #include "engine/failure.h"
 #include "engine/grads.h"
 #include "engine/place/place.h"
-#include "engine/place/placements.h"
-#include "engine/reduce/methods.h"
+#include "engine/reduce/reduce.h"
 #include "engine/stage3/stage3.h"
 #include "engine/step.h"
 #include "engine/support.h"
@@ -164,7 +163,7 @@ static zinc_status sumsq_on_disk(zinc_engine *e, zinc_sumsq_chunk *pieces, unsig
   int np = 0;
   for (int ui = 0; ui < nu && st == ZINC_OK; ui++) {
     first[ui] = np;
-    st = zinc_nvme_grad_read(e, e->units[ui].shard_offset, e->units[ui].chunk, buf);
+    st = zinc_place_grad_read(e, e->units[ui].shard_offset, e->units[ui].chunk, buf);
     int k = chunk_pieces(e, ui, e->dp_rank, pieces + np, rep + np, buf);
     if (st == ZINC_OK)
       st = e->dev->ops->sumsq(e->dev, e->stream, pieces + np, k, partials + np);
@@ -222,7 +221,7 @@ static zinc_status grad_sumsq(zinc_engine *e, double *total, int *overflow) {
     st = zinc_engine_host_calloc(e, (void **)&mp_all, 2 * (size_t)e->mp_size, sizeof *mp_all,
                                  "norm partial sums");
   int npieces = 0;
-  if (st == ZINC_OK && zinc_nvme_grads_on_disk(e)) {
+  if (st == ZINC_OK && zinc_place_grad_location(e) == ZINC_LOC_NVME) {
     st = sumsq_on_disk(e, pieces, rep, first, partials, &npieces);
   } else if (st == ZINC_OK) {
     for (int r = 0; r < nr; r++)
@@ -341,7 +340,7 @@ void zinc_opt_from_config(zinc_engine *e) {
   h.weight_decay = s->weight_decay;
   h.adamw = s->optimizer == ZINC_OPTIM_ADAMW || onebit ? 1 : s->adam_w_mode;
   h.bias_correction = onebit ? 0 : s->bias_correction;
-  h.momentum = zinc_dgc_momentum_on(s, e->dp_size) ? 0.0 : s->momentum; /* dgc.c's */
+  h.momentum = zinc_reduce_owns_momentum(e) ? 0.0 : s->momentum; /* sent by the method */
   h.dampening = s->dampening;
   h.nesterov = s->nesterov;
   h.min_coeff = s->min_coeff;
@@ -416,15 +415,7 @@ static zinc_status lamb_update(zinc_engine *e, const zinc_opt_coef *c, int ncoef
     memcpy(upd, segs, (size_t)e->nruns * sizeof *upd);
     for (int i = 0; i < e->nruns; i++)
       upd[i].param_out = NULL; /* the weights move in APPLY */
-    if (zinc_nvme_opt_on_disk(e))
-      st = zinc_nvme_step(e, c, ncoef, upd, e->nruns, ZINC_OPT_PASS_UPDATE, norms);
-    else if (e->partial.on) /* ratio < 1: device and CPU optimizer */
-      st = zinc_partial_step(e, c, ncoef, upd, e->nruns, ZINC_OPT_PASS_UPDATE, norms);
-    else if (e->off.ready) /* staged copies: gradients in, no parameter out */
-      st = zinc_offload_step(e, c, ncoef, upd, e->nruns, ZINC_OPT_PASS_UPDATE, norms);
-    else
-      st = e->dev->ops->optim(e->dev, e->stream, c, ncoef, upd, e->nruns,
-                              ZINC_OPT_PASS_UPDATE, norms);
+    st = zinc_place_optim(e, c, ncoef, upd, e->nruns, ZINC_OPT_PASS_UPDATE, norms);
   }
   if (st == ZINC_OK)
     st = zinc_engine_sync(e);
@@ -435,39 +426,6 @@ static zinc_status lamb_update(zinc_engine *e, const zinc_opt_coef *c, int ncoef
     st = lamb_ratios(e, c, segs, norms);
   free(norms);
   free(upd);
-  return st;
-}
-
-/* Optimizer state in memory, parameter partition on NVMe: each run's
- * updated parameters go through a staging buffer to the swap area. */
-static zinc_status adam_params_on_disk(zinc_engine *e, const zinc_opt_coef *c, int ncoef,
-                                       zinc_opt_seg *segs) {
-  size_t most = 0;
-  for (int i = 0; i < e->nruns; i++)
-    if ((size_t)segs[i].n * 4 > most)
-      most = (size_t)segs[i].n * 4;
-  void *staging = NULL;
-  ZINC_CHECK(zinc_engine_buffer_alloc(e, most, ZINC_LOC_HOST, ZINC_MEM_BUFFERS, &staging,
-                                      "parameter staging"));
-  zinc_status st = ZINC_OK;
-  for (int i = 0; i < e->nruns && st == ZINC_OK; i++) {
-    const zinc_opt_run *run = &e->runs[i];
-    const zinc_unit *u = &e->units[run->unit];
-    zinc_opt_seg s = segs[i];
-    s.param_out = staging;
-    /* staged (the cuda device): the state is host memory, the CPU steps it */
-    zinc_device *d = e->off.ready ? e->off.host : e->dev;
-    st = d->ops->optim(d, e->off.ready ? NULL : e->stream, c, ncoef, &s, 1,
-                            zinc_opt_two_pass(c->kind) ? ZINC_OPT_PASS_APPLY
-                                                       : ZINC_OPT_PASS_UPDATE, NULL);
-    size_t es = zinc_dtype_size(u->dtype);
-    if (st == ZINC_OK) /* a device kernel wrote the staging: done before the host reads it */
-      st = zinc_engine_sync(e);
-    if (st == ZINC_OK)
-      st = zinc_pshard_write(e, u->shard_byte + (size_t)(run->unit_offset - (int64_t)run->owner * u->chunk) * es,
-                             (size_t)s.n * es, staging);
-  }
-  zinc_engine_buffer_free(e, staging, most, ZINC_LOC_HOST, ZINC_MEM_BUFFERS);
   return st;
 }
 
@@ -518,21 +476,19 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
     fill_info(e, info, 0, lr);
     return ZINC_OK;
   }
-  /* stage 0: delayed averaging's corrected gradient (dga.c); PowerSGD
-   * leaves the whole gradient on every rank; the 1-bit optimizers' local
-   * steps read each rank's own; otherwise the all-gather */
-  if (e->cfg.stage == 0 && !zinc_powersgd_take_whole(e) && !zinc_onebit_local_grads(e) &&
-      !zinc_zoadam_local_grads(e) && !zinc_onebit_lamb_local_grads(e))
-    ZINC_CHECK(e->dga ? zinc_dga_step(e) : gather_units_in_place(e, 1, e->ntrain_units));
+  /* stage 0: the whole gradient on every rank, by the method (or kept
+   * rank-local for its own step), otherwise by the all-gather */
+  if (e->cfg.stage == 0) {
+    int whole = 0;
+    ZINC_CHECK(zinc_reduce_whole_grads(e, &whole));
+    if (!whole)
+      ZINC_CHECK(gather_units_in_place(e, 1, e->ntrain_units));
+  }
 
   double total = 0.0;
   int overflow = 0;
   ZINC_CHECK(grad_sumsq(e, &total, &overflow));
-  overflow = overflow || zinc_dga_skipped(e); /* some rank's local gradient (dga.c) */
-  ZINC_CHECK(zinc_zoadam_norm(e, &total, &overflow)); /* 0/1 Adam's rank-local steps */
-  ZINC_CHECK(zinc_onebit_lamb_norm(e, &total, &overflow)); /* 1-bit LAMB's */
-  if (zinc_onebit_local_grads(e))
-    ZINC_CHECK(zinc_onebit_norm_agree(e, "1-bit Adam", &total, &overflow));
+  ZINC_CHECK(zinc_reduce_norm(e, &total, &overflow)); /* the method's part, agreed */
   double base = zinc_grads_mean_base(e); /* 1 / (scale x dp_size x gas), grads.c */
   double norm = overflow ? INFINITY : sqrt(total) * base;
   e->last_grad_norm = (float)norm;
@@ -546,9 +502,9 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
     return skip_limit(e);
   }
   double coef = 1.0;
-  if (e->cfg.gradient_clipping > 0 && norm > e->cfg.gradient_clipping && !e->dga &&
-      !zinc_dgc_clips_locally(e)) /* DGC's local clipping: dgc.c */
-    coef = e->cfg.gradient_clipping / (norm + 1e-6); /* delayed averaging clips locally */
+  if (e->cfg.gradient_clipping > 0 && norm > e->cfg.gradient_clipping &&
+      !zinc_reduce_clips_locally(e)) /* (or the method clipped locally) */
+    coef = e->cfg.gradient_clipping / (norm + 1e-6);
   /* Lamb's max_grad_norm, as DeepSpeed's FusedLamb: given the norm and the
    * scale the engine divides by (gradient_clipping's included), it clips
    * the norm those leave, dividing once more by (norm' + 1e-6) / max when
@@ -582,36 +538,16 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
       return st; /* agreed: every rank has it */
     }
   }
-  if (zinc_onebit_local_grads(e)) /* every rank: st agreed before its collectives */
-    st = zinc_onebit_adam_step(e, c, segs, st, base * coef * (double)e->dp_size);
-  else if (e->zoadam || e->onebit_lamb) {
-    /* 0/1 Adam, 1-bit LAMB: their own communication and update, on every
-     * rank whatever st (they read no segs); a failure before them is
-     * agreed below, after their collectives */
-    zinc_status ust = e->zoadam ? zinc_zoadam_update(e, lr, base * coef)
-                                : zinc_onebit_lamb_update(e, lr, base * coef);
-    if (st == ZINC_OK)
-      st = ust;
-  } else if (st != ZINC_OK)
+  /* the method's own communication and update, on every rank whatever st */
+  zinc_reduce_update_args ua = {c, ncoef, segs, lr, base * coef, base * coef * (double)e->dp_size};
+  int done = 0;
+  st = zinc_reduce_update(e, &ua, st, &done);
+  if (done || st != ZINC_OK)
     ; /* agreed below, with the update's own failures */
-  else if (zinc_nvme_opt_on_disk(e))
-    st = zinc_nvme_step(e, c, ncoef, segs, e->nruns,
-                        zinc_opt_two_pass(c[0].kind) ? ZINC_OPT_PASS_APPLY : ZINC_OPT_PASS_UPDATE,
-                        NULL);
-  else if (zinc_nvme_param_on_disk(e))
-    st = adam_params_on_disk(e, c, ncoef, segs);
-  else if (e->partial.on) /* ratio < 1: device and CPU optimizer */
-    st = zinc_partial_step(e, c, ncoef, segs, e->nruns,
-                           zinc_opt_two_pass(c[0].kind) ? ZINC_OPT_PASS_APPLY
-                                                        : ZINC_OPT_PASS_UPDATE, NULL);
-  else if (e->off.ready) /* zinc_offload_init decided: staged copies */
-    st = zinc_offload_step(e, c, ncoef, segs, e->nruns,
-                           zinc_opt_two_pass(c[0].kind) ? ZINC_OPT_PASS_APPLY
-                                                        : ZINC_OPT_PASS_UPDATE, NULL);
-  else
-    st = e->dev->ops->optim(e->dev, e->stream, c, ncoef, segs, e->nruns,
-                            zinc_opt_two_pass(c[0].kind) ? ZINC_OPT_PASS_APPLY
-                                                         : ZINC_OPT_PASS_UPDATE, NULL);
+  else /* wherever the state lives (place/place.h) */
+    st = zinc_place_optim(e, c, ncoef, segs, e->nruns,
+                          zinc_opt_two_pass(c[0].kind) ? ZINC_OPT_PASS_APPLY
+                                                       : ZINC_OPT_PASS_UPDATE, NULL);
   free(segs);
   if (st == ZINC_OK)
     st = zinc_engine_sync(e);
@@ -624,7 +560,7 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
   ZINC_CHECK(gather_updated_params(e, 0));
   zinc_loss_scaler_update(&e->scaler, 0);
   e->step++;
-  ZINC_CHECK(zinc_compress_step_end(e));
+  ZINC_CHECK(zinc_reduce_step_end(e));
   fill_info(e, info, 1, lr);
   return ZINC_OK;
 }

@@ -54,20 +54,6 @@ SHARED = {
 # (file, include) edges from the core (or across the seams) to a method's or
 # a placement's own header that the reducer and placement tables remove
 TODO = {
-    ("engine/engine.h", "engine/place/placements.h"): "placement state in the engine struct",
-    ("engine/engine.h", "engine/reduce/onebit.h"): "1-bit Adam's plan in the engine struct",
-    ("engine/build.c", "engine/place/placements.h"): "placement init/free/sizes",
-    ("engine/build.c", "engine/reduce/methods.h"): "method init/free/sizes",
-    ("engine/grads.c", "engine/place/placements.h"): "the gradient partition on NVMe",
-    ("engine/grads.c", "engine/reduce/methods.h"): "launch/retire/flush per method",
-    ("engine/layout.c", "engine/place/placements.h"): "Lamb's grid and sub-groups",
-    ("engine/loop.c", "engine/place/placements.h"): "parameters on NVMe at fetch",
-    ("engine/state.c", "engine/place/placements.h"): "the gradient partition on NVMe",
-    ("engine/step.c", "engine/place/placements.h"): "the placement ladder of the update",
-    ("engine/step.c", "engine/reduce/methods.h"): "the method predicates and updates",
-    ("engine/stage3/stage3.c", "engine/place/copy_run.h"): "host partition copies",
-    ("engine/stage3/stage3.c", "engine/place/placements.h"): "parameter reads from NVMe",
-    ("engine/stage3/stage3.c", "engine/reduce/methods.h"): "qwZ's weight codec",
     ("engine/place/nvme.c", "engine/reduce/methods.h"): "which methods keep the "
                                                         "gradient partition in memory",
 }

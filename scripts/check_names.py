@@ -40,6 +40,7 @@ EXTERNAL = {
     "runtime/config.py": "DeepSpeed's runtime/config.py",
     "runtime/comm/nccl.py": "DeepSpeed's runtime/comm/nccl.py",
     "integrations/deepspeed.py": "transformers' integrations/deepspeed.py",
+    "cblas.h": "OpenBLAS's CBLAS header, opened at run time by bench/ds_peer (not a build dependency)",
 }
 # paths under these folders are other projects' (DeepSpeed's package)
 EXTERNAL_ROOTS = ("deepspeed/",)

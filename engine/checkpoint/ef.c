@@ -2,7 +2,7 @@
  * ef.c — error-feedback residuals (engine/reduce/compress.c) in checkpoints.
  * DeepSpeed drops them on every load; zinc saves them and gives them back.
  *
- * Save: every data-parallel rank writes its e->cx_ef bytes, raw, to
+ * Save: every data-parallel rank writes its e->rd->cx_ef bytes, raw, to
  * rank_NNNNN.zef beside its shard (inside the partial directory, fsynced,
  * listed with its crc32c in the manifest and the checksums file, like the
  * shards). The manifest's "error_feedback" holds what decides whether the
@@ -65,7 +65,7 @@
 
 static zinc_codec int8_codec(int block) { return (zinc_codec){ZINC_CODEC_INT8, block, 0}; }
 
-static int engine_f32(const zinc_engine *e) { return e->cx_grad.kind == ZINC_CODEC_TOPK; }
+static int engine_f32(const zinc_engine *e) { return e->rd->cx_grad.kind == ZINC_CODEC_TOPK; }
 static const char *format_name(int f32) { return f32 ? "f32" : "int8"; }
 
 /* ---------------------------------------------------------------- INT8 */
@@ -87,9 +87,9 @@ zinc_status zinc_ckpt_ef_write(zinc_engine *e, const char *path, const zinc_rank
   ZINC_CHECK(zinc_aligned_alloc((void **)&stage, 64, EF_STAGE_BYTES, "error-feedback staging"));
   int fd = zinc_fs_create_new(path, 0600);
   zinc_status st = fd >= 0 ? ZINC_OK : zinc_fs_error("create", path, 0, errno);
-  for (size_t off = 0; st == ZINC_OK && off < e->cx_ef_bytes; off += EF_STAGE_BYTES) {
-    size_t n = e->cx_ef_bytes - off < EF_STAGE_BYTES ? e->cx_ef_bytes - off : EF_STAGE_BYTES;
-    st = e->dev->ops->copy(e->dev, stage, (const char *)e->cx_ef + off, n, e->stream);
+  for (size_t off = 0; st == ZINC_OK && off < e->rd->cx_ef_bytes; off += EF_STAGE_BYTES) {
+    size_t n = e->rd->cx_ef_bytes - off < EF_STAGE_BYTES ? e->rd->cx_ef_bytes - off : EF_STAGE_BYTES;
+    st = e->dev->ops->copy(e->dev, stage, (const char *)e->rd->cx_ef + off, n, e->stream);
     if (st == ZINC_OK)
       st = zinc_engine_sync(e);
     if (st == ZINC_OK)
@@ -99,19 +99,19 @@ zinc_status zinc_ckpt_ef_write(zinc_engine *e, const char *path, const zinc_rank
     *crc = zinc_crc32c(*crc, stage, n);
   }
   unsigned char tr[ZINC_RANK_TRAILER]; /* whose residuals these are */
-  zinc_rank_trailer_encode(ZINC_RANK_FILE_EF, id, e->cx_ef_bytes, tr);
+  zinc_rank_trailer_encode(ZINC_RANK_FILE_EF, id, e->rd->cx_ef_bytes, tr);
   if (st == ZINC_OK)
-    st = zinc_ckpt_fault_hit(fault, "write", path, (int64_t)e->cx_ef_bytes);
+    st = zinc_ckpt_fault_hit(fault, "write", path, (int64_t)e->rd->cx_ef_bytes);
   if (st == ZINC_OK)
-    st = zinc_fs_pwrite_all(fd, path, tr, sizeof tr, (int64_t)e->cx_ef_bytes);
+    st = zinc_fs_pwrite_all(fd, path, tr, sizeof tr, (int64_t)e->rd->cx_ef_bytes);
   *crc = zinc_crc32c(*crc, tr, sizeof tr);
   if (st == ZINC_OK && fsync(fd) != 0)
-    st = zinc_fs_error("fsync", path, (int64_t)e->cx_ef_bytes, errno);
+    st = zinc_fs_error("fsync", path, (int64_t)e->rd->cx_ef_bytes, errno);
   if (fd >= 0)
     close(fd);
   if (st != ZINC_OK && fd >= 0)
     unlink(path);
-  *bytes = (int64_t)e->cx_ef_bytes + ZINC_RANK_TRAILER;
+  *bytes = (int64_t)e->rd->cx_ef_bytes + ZINC_RANK_TRAILER;
   free(stage);
   return st;
 }
@@ -119,7 +119,7 @@ zinc_status zinc_ckpt_ef_write(zinc_engine *e, const char *path, const zinc_rank
 zinc_status zinc_ckpt_ef_describe(const zinc_engine *e, const uint32_t *crcs,
                                   const int64_t *bytes, zinc_manifest_ef *ef) {
   memset(ef, 0, sizeof *ef);
-  ef->block = e->cx_grad.block;
+  ef->block = e->rd->cx_grad.block;
   ef->f32 = engine_f32(e);
   ef->dp_size = e->dp_size;
   ef->nunits = e->ntrain_units;
@@ -182,7 +182,7 @@ static int cmp_piece(const void *a, const void *b) {
  * in another order can give equal units holding other elements). */
 static int same_layout(zinc_engine *e, const zinc_manifest *m, const int *map) {
   const zinc_manifest_ef *ef = &m->ef;
-  if (ef->dp_size != e->dp_size || ef->block != e->cx_grad.block || ef->f32 != engine_f32(e) ||
+  if (ef->dp_size != e->dp_size || ef->block != e->rd->cx_grad.block || ef->f32 != engine_f32(e) ||
       ef->nunits != e->ntrain_units)
     return 0;
   for (int ui = 0; ui < ef->nunits; ui++)
@@ -210,7 +210,7 @@ static int same_layout(zinc_engine *e, const zinc_manifest *m, const int *map) {
 zinc_ef_load_mode zinc_ckpt_ef_mode(zinc_engine *e, const zinc_ckpt_dir *d, const int *map,
                                     int weights_only) {
   const zinc_manifest_ef *ef = &d->manifest->ef;
-  if (!e->cx_ef)
+  if (!e->rd->cx_ef)
     return ZINC_EF_LOAD_NONE;
   if (!ef->present || weights_only)
     return ZINC_EF_LOAD_ZERO;
@@ -238,10 +238,10 @@ static zinc_status open_ef_file(const zinc_ckpt_dir *d, int r, int *fds) {
 static zinc_status load_exact(zinc_engine *e, const zinc_ckpt_dir *d) {
   int fd = -1;
   const zinc_manifest_file *f = &d->manifest->ef.files[e->dp_rank];
-  if ((size_t)(f->bytes - zinc_manifest_rank_trailer(d->manifest)) != e->cx_ef_bytes)
+  if ((size_t)(f->bytes - zinc_manifest_rank_trailer(d->manifest)) != e->rd->cx_ef_bytes)
     /* the layouts matched: a bug if it fires */
     return zinc_error(ZINC_ERR_CORRUPT, "checkpoint %s: %s holds %lld bytes, the engine's "
-                      "residuals %zu", d->path, f->name, (long long)f->bytes, e->cx_ef_bytes);
+                      "residuals %zu", d->path, f->name, (long long)f->bytes, e->rd->cx_ef_bytes);
   unsigned char *stage = NULL;
   ZINC_CHECK(zinc_aligned_alloc((void **)&stage, 64, EF_STAGE_BYTES, "error-feedback staging"));
   char *path = zinc_path_join(d->path, f->name);
@@ -250,11 +250,11 @@ static zinc_status load_exact(zinc_engine *e, const zinc_ckpt_dir *d) {
                                      "path of %s/%s", d->path, f->name);
   if (st == ZINC_OK && (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
     st = zinc_fs_error("open", path, 0, errno);
-  for (size_t off = 0; st == ZINC_OK && off < e->cx_ef_bytes; off += EF_STAGE_BYTES) {
-    size_t n = e->cx_ef_bytes - off < EF_STAGE_BYTES ? e->cx_ef_bytes - off : EF_STAGE_BYTES;
+  for (size_t off = 0; st == ZINC_OK && off < e->rd->cx_ef_bytes; off += EF_STAGE_BYTES) {
+    size_t n = e->rd->cx_ef_bytes - off < EF_STAGE_BYTES ? e->rd->cx_ef_bytes - off : EF_STAGE_BYTES;
     st = zinc_fs_pread_all(fd, path, stage, n, (int64_t)off);
     if (st == ZINC_OK)
-      st = e->dev->ops->copy(e->dev, (char *)e->cx_ef + off, stage, n, e->stream);
+      st = e->dev->ops->copy(e->dev, (char *)e->rd->cx_ef + off, stage, n, e->stream);
     if (st == ZINC_OK)
       st = zinc_engine_sync(e); /* the staging is reused */
   }
@@ -395,7 +395,7 @@ static zinc_status load_reshard(zinc_engine *e, const zinc_ckpt_dir *d, const in
   int64_t most = 0;
   for (int ui = 0; ui < e->ntrain_units; ui++)
     most = e->units[ui].chunk > most ? e->units[ui].chunk : most;
-  zinc_status st = e->dev->ops->fill_zero(e->dev, e->cx_ef, e->cx_ef_bytes ? e->cx_ef_bytes : 16,
+  zinc_status st = e->dev->ops->fill_zero(e->dev, e->rd->cx_ef, e->rd->cx_ef_bytes ? e->rd->cx_ef_bytes : 16,
                                           e->stream);
   if (st == ZINC_OK)
     st = zinc_calloc((void **)&c.off, (size_t)ef->nunits + 1, sizeof *c.off, "reshard offsets");
@@ -411,7 +411,7 @@ static zinc_status load_reshard(zinc_engine *e, const zinc_ckpt_dir *d, const in
   if (st == ZINC_OK)
     st = zinc_calloc((void **)&E, (size_t)(most ? most : 1), sizeof *E, "reshard sums");
   if (st == ZINC_OK)
-    st = zinc_calloc((void **)&enc, zinc_compress_ef_slice_bytes(e->cx_grad, most) + 16, 1,
+    st = zinc_calloc((void **)&enc, zinc_compress_ef_slice_bytes(e->rd->cx_grad, most) + 16, 1,
                      "reshard encoding");
   for (int uo = 1; st == ZINC_OK && uo <= ef->nunits; uo++)
     c.off[uo] = c.off[uo - 1] +
@@ -430,17 +430,17 @@ static zinc_status load_reshard(zinc_engine *e, const zinc_ckpt_dir *d, const in
       st = gather_piece(&c, &l.v[k], E);
     if (st != ZINC_OK)
       break;
-    size_t one = zinc_compress_ef_slice_bytes(e->cx_grad, u->chunk);
+    size_t one = zinc_compress_ef_slice_bytes(e->rd->cx_grad, u->chunk);
     if (engine_f32(e)) { /* DGC's residual: E as it is (the raw bytes of cx_ef) */
       memset(enc, 0, one);
       memcpy(enc, E, (size_t)u->chunk * sizeof *E);
     } else {
-      st = zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, int8_codec(e->cx_grad.block), enc, E,
+      st = zinc_cpu_codec_encode(NULL, ZINC_CPU_ISA_SCALAR, int8_codec(e->rd->cx_grad.block), enc, E,
                                  ZINC_F32, u->chunk, NULL, 0.0f, 0);
     }
     if (st != ZINC_OK)
       break;
-    char *slot = (char *)e->cx_ef + e->cx_ef_off[ui] + (size_t)slot_of(e->dp_rank, p) * one;
+    char *slot = (char *)e->rd->cx_ef + e->rd->cx_ef_off[ui] + (size_t)slot_of(e->dp_rank, p) * one;
     st = e->dev->ops->copy(e->dev, slot, enc, one, e->stream);
     if (st == ZINC_OK)
       st = zinc_engine_sync(e); /* enc is reused */
@@ -472,7 +472,7 @@ zinc_status zinc_ckpt_ef_load(zinc_engine *e, const zinc_ckpt_dir *d, const int 
   case ZINC_EF_LOAD_ZERO:
     zinc_log0(ZINC_LOG_INFO, "error-feedback residuals start at zero: %s", ef->present
               ? "a weights-only load" : "the checkpoint holds none (saved without them)");
-    return e->dev->ops->fill_zero(e->dev, e->cx_ef, e->cx_ef_bytes ? e->cx_ef_bytes : 16,
+    return e->dev->ops->fill_zero(e->dev, e->rd->cx_ef, e->rd->cx_ef_bytes ? e->rd->cx_ef_bytes : 16,
                                   e->stream);
   case ZINC_EF_LOAD_EXACT:
     ZINC_CHECK(load_exact(e, d));
@@ -484,7 +484,7 @@ zinc_status zinc_ckpt_ef_load(zinc_engine *e, const zinc_ckpt_dir *d, const int 
     zinc_log0(ZINC_LOG_INFO, "error-feedback residuals resharded from %d ranks (%s block %d, "
               "%d units) to %d ranks (%s block %d, %d units): each element's summed error is "
               "carried by one sender", ef->dp_size, format_name(ef->f32), ef->block, ef->nunits,
-              e->dp_size, format_name(engine_f32(e)), e->cx_grad.block, e->ntrain_units);
+              e->dp_size, format_name(engine_f32(e)), e->rd->cx_grad.block, e->ntrain_units);
     return ZINC_OK;
   }
   return ZINC_OK;

@@ -20,7 +20,7 @@ typedef enum {
   ZINC_EF_LOAD_RESHARD   /* another layout: summed per element and re-encoded */
 } zinc_ef_load_mode;
 
-/* Write e->cx_ef to path, then the identity trailer naming id (format.h,
+/* Write e->rd->cx_ef to path, then the identity trailer naming id (format.h,
  * "Per-rank files"; created, fsynced; removed on failure); the file's
  * crc32c and size come back for the manifest. Counts its writes in fault. */
 zinc_status zinc_ckpt_ef_write(zinc_engine *e, const char *path, const zinc_rank_file_id *id,
@@ -36,7 +36,7 @@ void zinc_ckpt_ef_describe_free(zinc_manifest_ef *ef);
  * layout are the same on every rank. */
 zinc_ef_load_mode zinc_ckpt_ef_mode(zinc_engine *e, const zinc_ckpt_dir *d, const int *map,
                                     int weights_only);
-/* Restore (mode EXACT), reshard (RESHARD) or zero (ZERO) e->cx_ef from d;
+/* Restore (mode EXACT), reshard (RESHARD) or zero (ZERO) e->rd->cx_ef from d;
  * map[i]: the manifest index of engine parameter i. Says which in an info
  * line. The files were verified before. */
 zinc_status zinc_ckpt_ef_load(zinc_engine *e, const zinc_ckpt_dir *d, const int *map,

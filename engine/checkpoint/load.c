@@ -492,8 +492,9 @@ zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char 
   if (flags & ~ZINC_LOAD_WEIGHTS_ONLY)
     return zinc_error(ZINC_ERR_INVALID, "zinc_load_checkpoint_ex: flags 0x%x has bits other "
                       "than ZINC_LOAD_WEIGHTS_ONLY", flags);
-  if (e->dga) /* delayed averaging: no all-reduce may write into what is loaded */
-    ZINC_CHECK(zinc_dga_sync(e, 0));
+  /* the method: nothing in flight (delayed averaging: one model to save,
+   * no all-reduce writing into what is loaded) */
+  ZINC_CHECK(zinc_reduce_sync(e, 0));
   /* peers busy reading and checking files are waited for up to
    * zinc.checkpoint_timeout_s */
   zinc_ckpt_wait w;

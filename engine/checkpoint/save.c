@@ -141,7 +141,7 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
     crcs[r] = m.files[r].crc32c;
     bytes[r] = m.files[r].bytes;
   }
-  if (e->cx_ef) { /* the error-feedback files, after the shards in the checksums */
+  if (e->rd->cx_ef) { /* the error-feedback files, after the shards in the checksums */
     for (int r = 0; r < e->dp_size; r++) {
       crcs[e->dp_size + 3 + r] = (uint32_t)file_info[INFO * r + 2];
       bytes[e->dp_size + 3 + r] = file_info[INFO * r + 3];
@@ -341,7 +341,7 @@ static zinc_status save_checkpoint(zinc_engine *e, const char *dir, const char *
     /* the error-feedback residuals beside it */
     uint32_t ef_crc = 0;
     int64_t ef_bytes = 0;
-    if (st == ZINC_OK && e->cx_ef) {
+    if (st == ZINC_OK && e->rd->cx_ef) {
       snprintf(name, sizeof name, ZINC_EF_FILE_FORMAT, e->dp_rank);
       char *efpath = zinc_path_join(setdir, name);
       st = efpath ? zinc_ckpt_ef_write(e, efpath, &id, &pub.fault, &ef_crc, &ef_bytes)
@@ -420,8 +420,9 @@ static zinc_status save_checkpoint(zinc_engine *e, const char *dir, const char *
 
 zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *tag) {
   ZINC_CHECK(check_call(e, dir, tag, "zinc_save_checkpoint", 1));
-  if (e->dga) /* delayed averaging: one model to save (engine/reduce/dga.c) */
-    ZINC_CHECK(zinc_dga_sync(e, 1));
+  /* the method: nothing in flight (delayed averaging: one model to save,
+   * no all-reduce writing into what is loaded) */
+  ZINC_CHECK(zinc_reduce_sync(e, 1));
   /* peers busy writing are waited for up to zinc.checkpoint_timeout_s */
   zinc_ckpt_wait w;
   ZINC_CHECK(zinc_ckpt_wait_begin(e, &w, "zinc_save_checkpoint"));

@@ -9,10 +9,11 @@
  *   zinc_put_owned_piece                a piece of both at once
  *   zinc_frozen_io                      a frozen unit's "optimizer" elements:
  *                                       its parameter memory
- * The state is in memory on the device or the host (one device copy,
- * per chunk when the fp32 master is the parameter memory itself:
- * master_in_params), split between both (partial.c), or on NVMe with the
- * host cache in front of the parameter partition (nvme.c, pcache.c).
+ * They check what every placement shares (the array kept, a frozen
+ * unit's elements) and leave the bytes to the placement's opt_io and
+ * pshard_io (place.h): in memory (device.c), split between device and host
+ * (partial.c), or on NVMe with the host cache in front of the parameter
+ * partition (nvme.c, pcache.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -39,10 +40,6 @@ static zinc_status array_kept(const zinc_engine *e, int array, int write) {
   return ZINC_OK;
 }
 
-static float *opt_array(zinc_engine *e, int array) {
-  return array == 0 ? e->master : array == 1 ? e->exp_avg : e->exp_avg_sq;
-}
-
 float *zinc_master_in_params(const zinc_engine *e, int64_t x, int64_t *chunk_left) {
   /* the unit holding optimizer element x (opt offsets grow with units) */
   int lo = 0, hi = e->nunits - 1;
@@ -64,41 +61,13 @@ float *zinc_master_in_params(const zinc_engine *e, int64_t x, int64_t *chunk_lef
   return (float *)zinc_unit_ptr(seg->full, u) + in_unit;
 }
 
-/* In-memory state: one device copy (per chunk when the master is the
- * parameter memory). */
-static zinc_status opt_copy(zinc_engine *e, int array, int64_t off, int64_t count, float *host,
-                            int write) {
-  while (count > 0) {
-    float *at;
-    int64_t n = count;
-    if (array == 0 && e->master_in_params) {
-      int64_t left;
-      at = zinc_master_in_params(e, off, &left);
-      n = count < left ? count : left;
-    } else {
-      at = opt_array(e, array) + off;
-    }
-    ZINC_CHECK(e->dev->ops->copy(e->dev, write ? (void *)at : (void *)host,
-                                 write ? (const void *)host : (const void *)at, (size_t)n * 4,
-                                 e->stream));
-    off += n;
-    host += n;
-    count -= n;
-  }
-  return zinc_engine_sync(e);
-}
-
 zinc_status zinc_opt_read(zinc_engine *e, int array, int64_t off, int64_t count, float *dst) {
   if (count <= 0)
     return ZINC_OK;
   if (off >= e->opt_numel) /* a frozen parameter's: its parameter memory */
     return zinc_frozen_io(e, array, off, count, dst, 0);
   ZINC_CHECK(array_kept(e, array, 0));
-  if (zinc_nvme_opt_on_disk(e))
-    return zinc_nvme_opt_io(e, array, off, count, dst, 0);
-  if (e->partial.on) /* ratio < 1: partial.c */
-    return zinc_partial_opt_io(e, array, off, count, dst, 0);
-  return opt_copy(e, array, off, count, dst, 0);
+  return zinc_place_opt_io(e, array, off, count, dst, 0);
 }
 
 zinc_status zinc_opt_write(zinc_engine *e, int array, int64_t off, int64_t count,
@@ -108,34 +77,15 @@ zinc_status zinc_opt_write(zinc_engine *e, int array, int64_t off, int64_t count
   if (off >= e->opt_numel) /* a frozen parameter's: its parameter memory */
     return zinc_frozen_io(e, array, off, count, (float *)src, 1);
   ZINC_CHECK(array_kept(e, array, 1));
-  if (zinc_nvme_opt_on_disk(e))
-    return zinc_nvme_opt_io(e, array, off, count, (float *)src, 1);
-  if (e->partial.on) /* ratio < 1: partial.c */
-    return zinc_partial_opt_io(e, array, off, count, (float *)src, 1);
-  return opt_copy(e, array, off, count, (float *)src, 1);
+  return zinc_place_opt_io(e, array, off, count, (float *)src, 1);
 }
 
 zinc_status zinc_pshard_read(zinc_engine *e, size_t off, size_t bytes, void *dst) {
-  if (!bytes)
-    return ZINC_OK;
-  if (zinc_nvme_param_on_disk(e)) {
-    zinc_pcache_io(e, &off, &bytes, (char **)&dst, 0); /* max_in_cpu: the cached head */
-    return bytes ? zinc_nvme_param_io(e, off - e->pcache.bytes, dst, bytes, 0) : ZINC_OK;
-  }
-  ZINC_CHECK(e->dev->ops->copy(e->dev, dst, (char *)e->param_shard + off, bytes, e->stream));
-  return zinc_engine_sync(e);
+  return bytes ? zinc_place_pshard_io(e, off, bytes, dst, 0) : ZINC_OK;
 }
 
 zinc_status zinc_pshard_write(zinc_engine *e, size_t off, size_t bytes, const void *src) {
-  if (!bytes)
-    return ZINC_OK;
-  if (zinc_nvme_param_on_disk(e)) {
-    zinc_pcache_io(e, &off, &bytes, (char **)&src, 1); /* max_in_cpu: the cached head */
-    return bytes ? zinc_nvme_param_io(e, off - e->pcache.bytes, (void *)src, bytes, 1)
-                 : ZINC_OK;
-  }
-  ZINC_CHECK(e->dev->ops->copy(e->dev, (char *)e->param_shard + off, src, bytes, e->stream));
-  return zinc_engine_sync(e);
+  return bytes ? zinc_place_pshard_io(e, off, bytes, (void *)src, 1) : ZINC_OK;
 }
 
 zinc_status zinc_frozen_io(zinc_engine *e, int array, int64_t off, int64_t count, float *data,

@@ -18,7 +18,7 @@
  * (the reduction wrote it there), and with offload_param cpu the stage-3
  * parameter partition does too.
  *
- * Lamb runs the pipeline twice (step.c): UPDATE copies the gradients in,
+ * Lamb runs the pipeline twice (the step's two passes): UPDATE copies the gradients in,
  * moves the moments and returns each run's two sums of squares, writing no
  * parameter; after the trust ratios, APPLY copies no gradient and copies
  * the parameters out. Its sub-groups are made of whole runs (each at most
@@ -28,18 +28,18 @@
  * nvme_step.c runs the NVMe sub-groups (ZeRO-Infinity) through the same
  * slots, streams and events, the swap area's reads and writes beside them.
  *
- * On the cpu device nothing needs copying and step.c runs the CPU Adam over
- * the buffers directly. ZINC_OFFLOAD_STAGING=1 (tests) makes the cpu device
+ * On the cpu device nothing needs copying and the device's op runs the CPU
+ * Adam over the buffers directly (zinc_offload_optim). ZINC_OFFLOAD_STAGING=1 (tests) makes the cpu device
  * take this path, copies included, so the CPU build exercises the same
  * pipeline logic, sub-group cuts and staging offsets as a GPU run.
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/env.h"
 #include "device/device_cpu.h"
 #include "engine/engine.h"
-#include "engine/place/copy_run.h"
+#include "engine/copy_run.h"
+#include "engine/place/place.h"
 #include "engine/place/placements.h"
 #include "engine/support.h"
 
@@ -69,19 +69,13 @@ typedef struct {
   int64_t off, n;
 } piece;
 
-static int staging_forced(void) { return zinc_env_flag("ZINC_OFFLOAD_STAGING", 0); }
-
-int zinc_offload_host_remote(const zinc_engine *e) {
-  return (e->dev ? e->dev->ops->is_gpu : e->sized_as_gpu) || staging_forced();
-}
-
 /* Offloaded optimizer state, in host memory or on NVMe (ZeRO-Infinity:
  * nvme_step.c runs its sub-groups through the same staging slots). */
 int zinc_offload_staged(const zinc_engine *e) {
   if (e->cfg.offload_optimizer.device != ZINC_OFFLOAD_CPU &&
       e->cfg.offload_optimizer.device != ZINC_OFFLOAD_NVME)
     return 0;
-  return zinc_offload_host_remote(e);
+  return zinc_place_host_remote(e);
 }
 
 /* Gradients to copy in: stage 0-1 keep them on the device in the compute
@@ -116,7 +110,7 @@ size_t zinc_offload_staging_bytes(const zinc_engine *e) {
 zinc_status zinc_offload_init(zinc_engine *e) {
   if (!zinc_offload_staged(e))
     return ZINC_OK;
-  zinc_offload *o = &e->off;
+  zinc_offload *o = &e->pl->off;
   o->host = e->dev;
   if (e->dev->ops->is_gpu) {
     /* the CPU Adam runs on a cpu device of its own: this rank's share of
@@ -147,7 +141,7 @@ zinc_status zinc_offload_init(zinc_engine *e) {
 }
 
 void zinc_offload_free(zinc_engine *e) {
-  zinc_offload *o = &e->off;
+  zinc_offload *o = &e->pl->off;
   if (!e->dev)
     return;
   for (int s = 0; s < 2; s++) {
@@ -210,7 +204,7 @@ static zinc_status cut_groups(const zinc_opt_seg *segs, int nseg, int64_t g, int
  * that reads no gradient). */
 static zinc_status copy_in(zinc_engine *e, const zinc_opt_seg *segs, const piece *p, int np,
                            int slot, int pass) {
-  zinc_offload *o = &e->off;
+  zinc_offload *o = &e->pl->off;
   if (grads_on_device(e) && pass == ZINC_OPT_PASS_UPDATE) {
     size_t at = 0;
     zinc_copy_run run = {0}; /* pieces back to back: one copy (copy_run.h) */
@@ -233,7 +227,7 @@ static zinc_status copy_in(zinc_engine *e, const zinc_opt_seg *segs, const piece
 static zinc_status update(zinc_engine *e, const zinc_opt_coef *c, int ncoef, const zinc_opt_seg *segs,
                           const piece *p, int np, int slot, zinc_opt_seg *work, int pass,
                           double *norms) {
-  zinc_offload *o = &e->off;
+  zinc_offload *o = &e->pl->off;
   size_t gat = 0, pat = 0;
   for (int i = 0; i < np; i++) {
     const zinc_opt_seg *s = &segs[p[i].seg];
@@ -267,7 +261,7 @@ static zinc_status update(zinc_engine *e, const zinc_opt_coef *c, int ncoef, con
 /* Queue the parameter copies of group k out of slot k & 1. */
 static zinc_status copy_out(zinc_engine *e, const zinc_opt_seg *segs, const piece *p, int np,
                             int slot) {
-  zinc_offload *o = &e->off;
+  zinc_offload *o = &e->pl->off;
   if (params_on_device(e)) {
     size_t at = 0;
     zinc_copy_run run = {0}; /* pieces back to back: one copy (copy_run.h) */
@@ -288,7 +282,7 @@ static zinc_status copy_out(zinc_engine *e, const zinc_opt_seg *segs, const piec
 
 zinc_status zinc_offload_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, const zinc_opt_seg *segs,
                               int nseg, int pass, double *norms) {
-  zinc_offload *o = &e->off;
+  zinc_offload *o = &e->pl->off;
   const zinc_device_ops *d = e->dev->ops;
   /* the gradients are final once the engine's queued work is */
   ZINC_CHECK(d->event_record(e->dev, o->grads_done, e->stream));
@@ -350,3 +344,42 @@ zinc_status zinc_offload_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef,
 int64_t zinc_offload_staging_group(const zinc_engine *e) { return group_elems(e); }
 int zinc_offload_grads_on_device(const zinc_engine *e) { return grads_on_device(e); }
 int zinc_offload_params_on_device(const zinc_engine *e) { return params_on_device(e); }
+
+zinc_status zinc_offload_optim(zinc_engine *e, const zinc_opt_coef *c, int ncoef,
+                               const zinc_opt_seg *segs, int nseg, int pass, double *norms) {
+  if (e->pl->off.ready) /* zinc_offload_init decided: staged copies */
+    return zinc_offload_step(e, c, ncoef, segs, nseg, pass, norms);
+  return zinc_place_device_optim(e, c, ncoef, segs, nseg, pass, norms);
+}
+
+/* ------------------------------------------------------- the cpu row */
+
+static int cpu_selects(const zinc_engine *e) {
+  return e->cfg.offload_optimizer.device == ZINC_OFFLOAD_CPU;
+}
+
+static void cpu_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]) {
+  zinc_place_grads_sizes(e, bytes);
+  zinc_place_state_sizes(e, bytes);
+  bytes[ZINC_LOC_HOST][ZINC_MEM_BUFFERS] += zinc_offload_staging_bytes(e);
+}
+
+static zinc_status cpu_init(zinc_engine *e) {
+  ZINC_CHECK(zinc_place_grads_alloc(e));
+  ZINC_CHECK(zinc_place_state_alloc(e));
+  return zinc_offload_init(e);
+}
+
+static void cpu_free(zinc_engine *e) {
+  zinc_offload_free(e);
+  zinc_place_memory_free(e);
+}
+
+const zinc_placement zinc_place_cpu_row = {
+    .name = "cpu",
+    .selects = cpu_selects,
+    .sizes = cpu_sizes,
+    .init = cpu_init,
+    .free = cpu_free,
+    .optim = zinc_offload_optim,
+};

@@ -61,6 +61,7 @@
 #include "engine/engine.h"
 #include "engine/memory/profiler.h"
 #include "engine/place/nvme.h"
+#include "engine/place/place.h"
 #include "engine/place/placements.h"
 #include "engine/reduce/methods.h"
 #include "engine/stage3/stage3.h"
@@ -158,7 +159,7 @@ void zinc_nvme_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_N
     return;
   /* the I/O alignment is probed when the swap area is created: 4096 (the
    * usual, and the largest header) for an engine not built (estimator) */
-  size_t align = e->nvme && e->nvme->aio ? zinc_aio_alignment(e->nvme->aio) : 4096;
+  size_t align = nvme_of(e) && nvme_of(e)->aio ? zinc_aio_alignment(nvme_of(e)->aio) : 4096;
   if (opt_nvme) {
     int64_t g;
     int ng, at[3];
@@ -204,7 +205,7 @@ zinc_status zinc_nvme_init(zinc_engine *e) {
     return ZINC_OK;
   zinc_nvme *n = NULL;
   ZINC_CHECK(zinc_calloc((void **)&n, 1, sizeof *n, "NVMe offload"));
-  e->nvme = n;
+  e->pl->nvme = n;
   zinc_aio_params ap;
   zinc_aio_params_from_settings(&e->cfg, &ap);
   zinc_status st = zinc_aio_create(&ap, &n->aio);
@@ -310,7 +311,7 @@ zinc_status zinc_nvme_init(zinc_engine *e) {
 }
 
 void *zinc_nvme_param_buffer_take(zinc_engine *e, size_t bytes) {
-  zinc_nvme *n = e->nvme;
+  zinc_nvme *n = nvme_of(e);
   if (!n || bytes > n->pbuf_bytes)
     return NULL;
   for (int b = 0; b < n->npbuf; b++)
@@ -322,14 +323,14 @@ void *zinc_nvme_param_buffer_take(zinc_engine *e, size_t bytes) {
 }
 
 void zinc_nvme_param_buffer_give(zinc_engine *e, void *buf) {
-  zinc_nvme *n = e->nvme;
+  zinc_nvme *n = nvme_of(e);
   for (int b = 0; n && b < n->npbuf; b++)
     if (n->pbuf[b] == buf)
       n->pbuf_busy[b] = 0;
 }
 
 void zinc_nvme_free(zinc_engine *e) {
-  zinc_nvme *n = e->nvme;
+  zinc_nvme *n = nvme_of(e);
   zinc_pcache_free(e);
   if (!n)
     return;
@@ -373,12 +374,12 @@ void zinc_nvme_free(zinc_engine *e) {
   }
   zinc_aio_destroy(n->aio);
   free(n);
-  e->nvme = NULL;
+  e->pl->nvme = NULL;
 }
 
-int zinc_nvme_opt_on_disk(const zinc_engine *e) { return e->nvme && e->nvme->opt; }
-int zinc_nvme_param_on_disk(const zinc_engine *e) { return e->nvme && e->nvme->param; }
-int zinc_nvme_grads_on_disk(const zinc_engine *e) { return e->nvme && e->nvme->grad; }
+int zinc_nvme_opt_on_disk(const zinc_engine *e) { return nvme_of(e) && nvme_of(e)->opt; }
+int zinc_nvme_param_on_disk(const zinc_engine *e) { return nvme_of(e) && nvme_of(e)->param; }
+int zinc_nvme_grads_on_disk(const zinc_engine *e) { return nvme_of(e) && nvme_of(e)->grad; }
 
 int zinc_nvme_grads_swapped(const zinc_engine *e) {
   const zinc_settings *s = &e->cfg;
@@ -424,7 +425,7 @@ static zinc_status region_io(zinc_nvme *n, zinc_swap *sw, int region, uint64_t o
 
 zinc_status zinc_nvme_opt_io(zinc_engine *e, int array, int64_t off, int64_t count, float *data,
                              int write) {
-  zinc_nvme *n = e->nvme;
+  zinc_nvme *n = nvme_of(e);
   int pos = n->at[array]; /* kept: array_kept */
   while (count > 0) {
     int k = (int)(off / n->group);
@@ -441,13 +442,13 @@ zinc_status zinc_nvme_opt_io(zinc_engine *e, int array, int64_t off, int64_t cou
 
 zinc_status zinc_nvme_param_io(zinc_engine *e, uint64_t off, void *data, uint64_t len,
                                int write) {
-  return region_io(e->nvme, e->nvme->param, 0, off, data, len, write);
+  return region_io(nvme_of(e), nvme_of(e)->param, 0, off, data, len, write);
 }
 
 /* ------------------------------------ the gradient partition on disk */
 
 static zinc_status grad_io(zinc_engine *e, int64_t off, int64_t count, float *data, int write) {
-  zinc_nvme *n = e->nvme;
+  zinc_nvme *n = nvme_of(e);
   while (count > 0) {
     int k = (int)(off / n->group);
     int64_t g = group_len(n, e->opt_numel, k), i = off - (int64_t)k * n->group;
@@ -470,7 +471,7 @@ zinc_status zinc_nvme_grad_read(zinc_engine *e, int64_t off, int64_t count, floa
  * partition), write them back. src NULL: zeros. */
 zinc_status zinc_nvme_grad_accumulate(zinc_engine *e, int64_t off, const void *src, int dtype,
                                       int64_t count, int overwrite) {
-  zinc_nvme *n = e->nvme;
+  zinc_nvme *n = nvme_of(e);
   float *w = n->gbuf[0];
   size_t es = src ? zinc_dtype_size(dtype) : 0;
   while (count > 0) {
@@ -493,8 +494,8 @@ zinc_status zinc_nvme_grad_accumulate(zinc_engine *e, int64_t off, const void *s
 
 void zinc_nvme_io_bytes(const zinc_engine *e, uint64_t *read, uint64_t *written) {
   zinc_aio_stats s = {0};
-  if (e->nvme && e->nvme->aio)
-    zinc_aio_stats_get(e->nvme->aio, &s);
+  if (nvme_of(e) && nvme_of(e)->aio)
+    zinc_aio_stats_get(nvme_of(e)->aio, &s);
   *read = s.bytes_read;
   *written = s.bytes_written;
 }
@@ -502,10 +503,78 @@ void zinc_nvme_io_bytes(const zinc_engine *e, uint64_t *read, uint64_t *written)
 /* Tests: inject I/O faults (offload/aio.h's ZINC_AIO_FAULT syntax) into the
  * engine's NVMe traffic from now on (the request count restarts). */
 zinc_status zinc_nvme_inject(zinc_engine *e, const char *spec) {
-  if (!e->nvme)
+  if (!nvme_of(e))
     return zinc_error(ZINC_ERR_INVALID, "zinc_nvme_inject: no NVMe offload in this engine");
   zinc_aio_fault f;
   ZINC_CHECK(zinc_aio_fault_parse(spec, &f));
-  zinc_aio_fault_set(e->nvme->aio, &f);
+  zinc_aio_fault_set(nvme_of(e)->aio, &f);
   return ZINC_OK;
 }
+
+/* ------------------------------------------------------ the nvme row */
+
+/* The stage-3 partition (both NVMe rows): the head from the host cache
+ * (max_in_cpu), the rest from the swap area; memory when it has none. */
+zinc_status zinc_nvme_pshard_io(zinc_engine *e, size_t off, size_t bytes, void *data, int write) {
+  if (!zinc_nvme_param_on_disk(e))
+    return zinc_place_memory_pshard_io(e, off, bytes, data, write);
+  zinc_pcache_io(e, &off, &bytes, (char **)&data, write); /* max_in_cpu: the cached head */
+  return bytes ? zinc_nvme_param_io(e, off - e->pl->pcache.bytes, data, bytes, write) : ZINC_OK;
+}
+
+static int nvme_selects(const zinc_engine *e) {
+  return e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NVME;
+}
+
+static int nvme_grad_location(const zinc_engine *e) {
+  return zinc_nvme_grads_swapped(e) ? ZINC_LOC_NVME : zinc_place_memory_grad_location(e);
+}
+
+static zinc_status nvme_grad_read(zinc_engine *e, int64_t off, int64_t count, float *dst) {
+  if (!zinc_nvme_grads_on_disk(e))
+    return zinc_place_device_row.grad_read(e, off, count, dst);
+  return zinc_nvme_grad_read(e, off, count, dst);
+}
+
+static zinc_status nvme_grad_accumulate(zinc_engine *e, int64_t off, const void *src, int dtype,
+                                        int64_t count, int overwrite) {
+  if (!zinc_nvme_grads_on_disk(e))
+    return zinc_place_device_row.grad_accumulate(e, off, src, dtype, count, overwrite);
+  return zinc_nvme_grad_accumulate(e, off, src, dtype, count, overwrite);
+}
+
+/* No optimizer state in memory: the swap area and its buffers instead. */
+static void nvme_row_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]) {
+  zinc_place_grads_sizes(e, bytes); /* none when on NVMe too */
+  bytes[ZINC_LOC_HOST][ZINC_MEM_BUFFERS] += zinc_offload_staging_bytes(e);
+  zinc_nvme_sizes(e, bytes);
+}
+
+static zinc_status nvme_row_init(zinc_engine *e) {
+  ZINC_CHECK(zinc_place_grads_alloc(e));
+  ZINC_CHECK(zinc_offload_init(e)); /* the sub-groups stage through cpu.c's slots */
+  return zinc_nvme_init(e);
+}
+
+/* Both NVMe rows. */
+void zinc_nvme_row_free(zinc_engine *e) {
+  zinc_nvme_free(e);
+  zinc_offload_free(e);
+  zinc_place_memory_free(e);
+}
+
+const zinc_placement zinc_place_nvme_row = {
+    .name = "nvme",
+    .selects = nvme_selects,
+    .sizes = nvme_row_sizes,
+    .init = nvme_row_init,
+    .free = zinc_nvme_row_free,
+    .optim = zinc_nvme_step,
+    .opt_io = zinc_nvme_opt_io,
+    .grad_location = nvme_grad_location,
+    .grad_read = nvme_grad_read,
+    .grad_accumulate = nvme_grad_accumulate,
+    .pshard_io = zinc_nvme_pshard_io,
+    .param_buffer_take = zinc_nvme_param_buffer_take,
+    .param_buffer_give = zinc_nvme_param_buffer_give,
+};

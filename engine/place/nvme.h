@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "engine/engine.h"
+#include "engine/place/placements.h"
 #include "offload/aio.h"
 #include "offload/swap.h"
 
@@ -43,6 +44,10 @@ struct zinc_nvme {
   size_t bounce_bytes;
   size_t host_bytes;           /* accounted host memory (buffers, bounce)   */
 };
+
+/* The engine's NVMe state, or NULL (none, or before the placement's init:
+ * the estimator's bare engine). */
+static inline zinc_nvme *nvme_of(const zinc_engine *e) { return e->pl ? e->pl->nvme : NULL; }
 
 static inline int64_t group_len(const zinc_nvme *n, int64_t total, int k) {
   int64_t a = (int64_t)k * n->group;

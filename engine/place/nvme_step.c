@@ -31,7 +31,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
-#include "engine/place/copy_run.h"
+#include "engine/copy_run.h"
 #include "engine/place/nvme.h"
 #include "engine/place/place.h"
 #include "engine/place/placements.h"
@@ -65,7 +65,7 @@ static size_t shard_byte_of(const zinc_engine *e, int64_t x) {
 static int group_pieces(zinc_engine *e, const zinc_opt_seg *segs, int k, float *M, void *pstage,
                         const float *G, int moments_only, int *first, int *first_run,
                         zinc_opt_seg *piece) {
-  zinc_nvme *n = e->nvme;
+  zinc_nvme *n = nvme_of(e);
   int64_t a0 = (int64_t)k * n->group, g = group_len(n, e->opt_numel, k);
   float *Mm = M && n->at[1] >= 0 ? M + n->at[1] * g : NULL;
   float *Mv = M && n->at[2] >= 0 ? M + n->at[2] * g : NULL;
@@ -108,7 +108,7 @@ static int group_pieces(zinc_engine *e, const zinc_opt_seg *segs, int k, float *
  * updated (cpu.c's slots, events and streams). */
 
 static zinc_status staged_in(zinc_engine *e, const zinc_opt_seg *p, int np, int slot, int pass) {
-  zinc_offload *o = &e->off;
+  zinc_offload *o = &e->pl->off;
   if (zinc_offload_grads_on_device(e) && pass == ZINC_OPT_PASS_UPDATE) {
     size_t at = 0;
     zinc_copy_run run = {0}; /* pieces back to back: one copy (copy_run.h) */
@@ -126,7 +126,7 @@ static zinc_status staged_in(zinc_engine *e, const zinc_opt_seg *p, int np, int 
 /* The host view of the pieces: gradients and device-resident parameters
  * in slot `slot`. */
 static void staged_redirect(zinc_engine *e, zinc_opt_seg *p, int np, int slot, int pass) {
-  zinc_offload *o = &e->off;
+  zinc_offload *o = &e->pl->off;
   int grads_in = zinc_offload_grads_on_device(e), params_out = zinc_offload_params_on_device(e);
   size_t gat = 0, pat = 0;
   for (int i = 0; i < np; i++) {
@@ -145,7 +145,7 @@ static void staged_redirect(zinc_engine *e, zinc_opt_seg *p, int np, int slot, i
 
 /* dev: the pieces' device view (where the parameters go). */
 static zinc_status staged_out(zinc_engine *e, const zinc_opt_seg *dev, int np, int slot) {
-  zinc_offload *o = &e->off;
+  zinc_offload *o = &e->pl->off;
   if (zinc_offload_params_on_device(e)) {
     size_t at = 0;
     zinc_copy_run run = {0}; /* pieces back to back: one copy (copy_run.h) */
@@ -165,7 +165,7 @@ static zinc_status staged_out(zinc_engine *e, const zinc_opt_seg *dev, int np, i
 /* Wait for the slot: its gradients in, and the parameters of sub-group
  * k - 2, which used it before, out. */
 static zinc_status staged_wait(zinc_engine *e, int k, int slot) {
-  zinc_offload *o = &e->off;
+  zinc_offload *o = &e->pl->off;
   ZINC_CHECK(e->dev->ops->event_sync(e->dev, o->in_done[slot]));
   if (k >= 2)
     ZINC_CHECK(e->dev->ops->event_sync(e->dev, o->out_done[slot]));
@@ -174,18 +174,18 @@ static zinc_status staged_wait(zinc_engine *e, int k, int slot) {
 
 /* Adam over the sub-group pipeline. segs[i] describe runs[i] with their
  * gradient and (in-memory) parameter pointers; master/m/v are ignored.
- * Staged (e->off.ready): gradients in and parameters out through the
+ * Staged (e->pl->off.ready): gradients in and parameters out through the
  * pinned slots, the optimizer on the host device. */
 zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, const zinc_opt_seg *segs,
                            int nseg, int pass, double *norms) {
   /* Lamb's UPDATE moves the moments only: no parameter is written */
   int moments_only = zinc_opt_two_pass(c->kind) && pass == ZINC_OPT_PASS_UPDATE;
-  zinc_nvme *n = e->nvme;
+  zinc_nvme *n = nvme_of(e);
   int K = n->ngroups, B = n->nbuf;
-  int staged = e->off.ready;
+  int staged = e->pl->off.ready;
   /* the gradients on disk come with the state (Lamb's APPLY reads none) */
   int read_grads = n->grad && pass == ZINC_OPT_PASS_UPDATE;
-  zinc_device *cpu = staged ? e->off.host : e->dev; /* runs the optimizer */
+  zinc_device *cpu = staged ? e->pl->off.host : e->dev; /* runs the optimizer */
   zinc_stream *cpu_stream = staged ? NULL : e->stream;
   zinc_status st = ZINC_OK;
   zinc_opt_seg *piece = NULL, *dev_piece = NULL;
@@ -203,9 +203,9 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, co
     holds[b] = -1;
   int first = 0, ahead = 0, first_run = 0, unused;
   if (st == ZINC_OK && staged) { /* the gradients are final once the queued work is */
-    st = e->dev->ops->event_record(e->dev, e->off.grads_done, e->stream);
+    st = e->dev->ops->event_record(e->dev, e->pl->off.grads_done, e->stream);
     if (st == ZINC_OK)
-      st = e->dev->ops->stream_wait_event(e->dev, e->off.copy[0], e->off.grads_done);
+      st = e->dev->ops->stream_wait_event(e->dev, e->pl->off.copy[0], e->pl->off.grads_done);
   }
   if (st == ZINC_OK && K > 0) {
     st = zinc_swap_read(n->opt, 0, 0, n->buf[0],
@@ -309,7 +309,7 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, co
   /* every copy done before the gathers read the parameters, or before an
    * error returns and the slots are reused */
   for (int i = 0; staged && i < 2; i++) {
-    zinc_status s2 = e->dev->ops->stream_sync(e->dev, e->off.copy[i]);
+    zinc_status s2 = e->dev->ops->stream_sync(e->dev, e->pl->off.copy[i]);
     if (st == ZINC_OK)
       st = s2;
   }

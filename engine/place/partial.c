@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/place/place.h"
 #include "engine/place/placements.h"
 #include "engine/support.h"
 
@@ -80,7 +81,7 @@ static const char *array_what(int array, int device) {
 }
 
 zinc_status zinc_partial_alloc(zinc_engine *e) {
-  zinc_partial *p = &e->partial;
+  zinc_partial *p = &e->pl->partial;
   if (e->cfg.offload_param.device == ZINC_OFFLOAD_NVME && e->cfg.stage == 3)
     return zinc_error(ZINC_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer.ratio %g "
                       "with offload_param.device \"nvme\": partial optimizer offload keeps "
@@ -101,7 +102,6 @@ zinc_status zinc_partial_alloc(zinc_engine *e) {
                                           ZINC_MEM_OPTIM, (void **)&p->host[a],
                                           array_what(a, 0)));
   }
-  p->on = 1;
   zinc_log0(ZINC_LOG_INFO, "partial optimizer offload (ratio %g): %lld of %lld optimizer "
             "elements on the device, %lld offloaded", e->cfg.offload_optimizer.ratio,
             (long long)p->device_numel, (long long)e->opt_numel, (long long)host_numel);
@@ -109,7 +109,7 @@ zinc_status zinc_partial_alloc(zinc_engine *e) {
 }
 
 void zinc_partial_free(zinc_engine *e) {
-  zinc_partial *p = &e->partial;
+  zinc_partial *p = &e->pl->partial;
   int64_t host_numel = e->opt_numel - p->device_numel;
   for (int a = 0; a < 3; a++) {
     zinc_engine_buffer_free(e, p->dev[a], (size_t)p->device_numel * 4, ZINC_LOC_DEVICE,
@@ -123,7 +123,7 @@ void zinc_partial_free(zinc_engine *e) {
 /* Optimizer element x of array a: its address on whichever side holds it,
  * and how many elements follow it on that side. */
 static float *state_at(const zinc_engine *e, int a, int64_t x, int64_t *left) {
-  const zinc_partial *p = &e->partial;
+  const zinc_partial *p = &e->pl->partial;
   if (x < p->device_numel) {
     *left = p->device_numel - x;
     return p->dev[a] ? p->dev[a] + x : NULL;
@@ -166,7 +166,7 @@ static zinc_opt_seg piece_of(const zinc_engine *e, const zinc_opt_seg *s, const 
 
 zinc_status zinc_partial_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef,
                               const zinc_opt_seg *segs, int nseg, int pass, double *norms) {
-  int64_t d = e->partial.device_numel;
+  int64_t d = e->pl->partial.device_numel;
   zinc_opt_seg *dev = NULL, *off = NULL;
   int ndev = 0, noff = 0;
   ZINC_CHECK(zinc_engine_host_calloc(e, (void **)&dev, (size_t)nseg + 1, sizeof *dev,
@@ -195,10 +195,8 @@ zinc_status zinc_partial_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef,
     st = e->dev->ops->optim(e->dev, e->stream, c, ncoef, dev, ndev, pass, norms);
   if (st == ZINC_OK && noff > 0) {
     double *off_norms = norms ? norms + 2 * (size_t)ndev : NULL;
-    if (e->off.ready)
-      st = zinc_offload_step(e, c, ncoef, off, noff, pass, off_norms);
-    else /* the cpu device: host memory is where its optimizer runs */
-      st = e->dev->ops->optim(e->dev, e->stream, c, ncoef, off, noff, pass, off_norms);
+    /* staged, or the cpu device: host memory is where its optimizer runs */
+    st = zinc_offload_optim(e, c, ncoef, off, noff, pass, off_norms);
   }
   free(dev);
   free(off);
@@ -207,3 +205,36 @@ zinc_status zinc_partial_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef,
                            "device)", (long long)d, (long long)e->opt_numel);
   return ZINC_OK;
 }
+
+/* --------------------------------------------------- the partial row */
+
+static int partial_selects(const zinc_engine *e) { return zinc_partial_enabled(e); }
+
+static void partial_row_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]) {
+  zinc_place_grads_sizes(e, bytes);
+  zinc_place_state_sizes(e, bytes);
+  zinc_partial_sizes(e, bytes); /* part of the state on the device */
+  bytes[ZINC_LOC_HOST][ZINC_MEM_BUFFERS] += zinc_offload_staging_bytes(e);
+}
+
+static zinc_status partial_init(zinc_engine *e) {
+  ZINC_CHECK(zinc_place_grads_alloc(e));
+  ZINC_CHECK(zinc_partial_alloc(e)); /* instead of e->master, exp_avg, exp_avg_sq */
+  return zinc_offload_init(e);
+}
+
+static void partial_row_free(zinc_engine *e) {
+  zinc_offload_free(e);
+  zinc_partial_free(e);
+  zinc_place_memory_free(e);
+}
+
+const zinc_placement zinc_place_partial_row = {
+    .name = "partial",
+    .selects = partial_selects,
+    .sizes = partial_row_sizes,
+    .init = partial_init,
+    .free = partial_row_free,
+    .optim = zinc_partial_step,
+    .opt_io = zinc_partial_opt_io,
+};

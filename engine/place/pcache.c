@@ -14,7 +14,7 @@
  * partition:
  *
  *   partition bytes  [0, bytes)               [bytes, shard_bytes)
- *   lives in         host (e->pcache.host)    the swap area, at offset
+ *   lives in         host (pcache.host)      the swap area, at offset
  *                                             (partition offset - bytes)
  *
  * zinc_pshard_read / zinc_pshard_write (access.c) serve the head of a
@@ -60,7 +60,7 @@ uint64_t zinc_pcache_disk_bytes(const zinc_engine *e) {
 }
 
 zinc_status zinc_pcache_init(zinc_engine *e) {
-  zinc_pcache *c = &e->pcache;
+  zinc_pcache *c = &e->pl->pcache;
   int units;
   c->bytes = zinc_pcache_plan(e, &c->elems, &units);
   if (c->bytes == 0)
@@ -76,14 +76,14 @@ zinc_status zinc_pcache_init(zinc_engine *e) {
 }
 
 void zinc_pcache_free(zinc_engine *e) {
-  zinc_pcache *c = &e->pcache;
+  zinc_pcache *c = &e->pl->pcache;
   if (c->host)
     zinc_engine_buffer_free(e, c->host, c->bytes, ZINC_LOC_HOST, ZINC_MEM_PARAMS);
   memset(c, 0, sizeof *c);
 }
 
 void zinc_pcache_io(zinc_engine *e, size_t *off, size_t *bytes, char **data, int write) {
-  zinc_pcache *c = &e->pcache;
+  zinc_pcache *c = &e->pl->pcache;
   if (*off >= c->bytes || *bytes == 0)
     return;
   size_t n = c->bytes - *off < *bytes ? c->bytes - *off : *bytes;

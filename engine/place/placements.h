@@ -1,11 +1,13 @@
 /*
- * placements.h — where the optimizer state, the gradient partition and
- * (stage 3) the parameter partition live, one banner per file of
- * engine/place/: the CPU optimizer with staged copies (cpu.c), partial
- * offload (partial.c), the host cache in front of the NVMe parameter
- * partition (pcache.c) and the NVMe swap areas (nvme.c). The engine
- * struct holds the first three's state (engine.h); a placement table is
- * to replace the core's calls below.
+ * placements.h — the placements' own state and calls, shared by the files
+ * of engine/place/ (and tests); the rest of the engine reaches them
+ * through place.h's table. One banner per file: the staged CPU optimizer
+ * (cpu.c), partial offload (partial.c), the host cache in front of the
+ * NVMe parameter partition (pcache.c), the NVMe swap areas (nvme.c,
+ * nvme_step.c, nvme_param.c) and the device row every other row falls
+ * back to (device.c). The state of all of them is one struct behind
+ * e->pl (struct zinc_place below): the rows share pieces of it (the NVMe
+ * rows and partial offload stage through cpu.c's slots).
  */
 #ifndef ZINC_ENGINE_PLACE_PLACEMENTS_H
 #define ZINC_ENGINE_PLACE_PLACEMENTS_H
@@ -14,8 +16,12 @@
 #include <stdint.h>
 
 #include "device/device.h"
+#include "engine/engine.h"
+#include "engine/place/place.h"
 #include "optim/optimizer.h"
 #include "zinc.h"
+
+typedef struct zinc_nvme zinc_nvme; /* nvme.h */
 
 /* The offloaded optimizer's copy pipeline (cpu.c), when gradients or
  * parameters live where the CPU cannot compute on them. */
@@ -35,7 +41,6 @@ typedef struct {
  * [0, device_numel) keep master/m/v on the device, the rest in host
  * memory; e->master, exp_avg, exp_avg_sq are then NULL. */
 typedef struct {
-  int on;
   int64_t device_numel;   /* D: a whole number of sub-groups */
   float *dev[3];          /* (D) f32 on the device: master, exp_avg,
                              exp_avg_sq (NULL: a slot not kept) */
@@ -51,6 +56,43 @@ typedef struct {
   void *host;             /* (bytes) host memory, the partition's dtype */
 } zinc_pcache;
 
+/* The placement's state (e->pl): the row init chose and every piece a row
+ * may hold (zeros where unused). */
+struct zinc_place {
+  const zinc_placement *ops; /* the row (place.c's table) */
+  zinc_offload off;          /* cpu.c's staging pipeline */
+  zinc_partial partial;      /* partial.c */
+  zinc_pcache pcache;        /* pcache.c */
+  zinc_nvme *nvme;           /* nvme.c, or NULL */
+};
+
+/* The rows (place.c's table). */
+extern const zinc_placement zinc_place_nvme_row, zinc_place_partial_row,
+    zinc_place_nvme_param_row, zinc_place_cpu_row, zinc_place_device_row;
+
+/* place.c: the raw hooks behind access.c's checks. */
+zinc_status zinc_place_opt_io(zinc_engine *e, int array, int64_t off, int64_t count, float *data,
+                              int write);
+zinc_status zinc_place_pshard_io(zinc_engine *e, size_t off, size_t bytes, void *data,
+                                 int write);
+
+/* ------------------------------------------------------------- device.c */
+/* The device row's hooks, and the pieces the other rows build theirs
+ * from: the gradient partition in memory at stages 2-3 (unless the row's
+ * grad_location is NVMe), the optimizer state as three arrays at
+ * opt_location. */
+void zinc_place_grads_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]);
+void zinc_place_state_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]);
+zinc_status zinc_place_grads_alloc(zinc_engine *e);
+zinc_status zinc_place_state_alloc(zinc_engine *e);
+void zinc_place_memory_free(zinc_engine *e); /* both, whatever was allocated */
+int zinc_place_memory_grad_location(const zinc_engine *e);
+zinc_status zinc_place_device_optim(zinc_engine *e, const zinc_opt_coef *c, int ncoef,
+                                    const zinc_opt_seg *segs, int nseg, int pass,
+                                    double *norms);
+zinc_status zinc_place_memory_pshard_io(zinc_engine *e, size_t off, size_t bytes, void *data,
+                                        int write);
+
 /* ---------------------------------------------------------------- cpu.c */
 /* 1 when the offloaded optimizer goes through staging copies: offload cpu
  * or nvme on the cuda device (or on the cpu device with
@@ -62,9 +104,6 @@ int zinc_offload_staged(const zinc_engine *e);
 int64_t zinc_offload_staging_group(const zinc_engine *e);
 int zinc_offload_grads_on_device(const zinc_engine *e);
 int zinc_offload_params_on_device(const zinc_engine *e);
-/* 1 on the cuda device, or on the cpu device with ZINC_OFFLOAD_STAGING=1:
- * host memory is across PCIe and worth copying to the device first. */
-int zinc_offload_host_remote(const zinc_engine *e);
 /* Elements per sub-group of the offloaded step (cpu and NVMe):
  * zero_optimization.sub_group_size, at most the optimizer partition, at
  * least 1. DeepSpeed's 0 makes every parameter its own sub-group; zinc's
@@ -73,11 +112,6 @@ int zinc_offload_host_remote(const zinc_engine *e);
  * ranges of one element. */
 #define ZINC_SUB_GROUP_FOR_ZERO ((int64_t)16 << 20)
 int64_t zinc_offload_sub_group(const zinc_engine *e);
-/* Lamb: its runs are also cut every zinc_lamb_grid elements of the shard
- * (the same cut on every rank and at stage 0), and its sub-groups have
- * that size, so that no offload path cuts a run further: each run's norms
- * are then the same bits whatever the stage or offload target. */
-int64_t zinc_lamb_grid(const zinc_engine *e);
 /* Pinned staging the build allocates for it (0 when not staged). */
 size_t zinc_offload_staging_bytes(const zinc_engine *e);
 zinc_status zinc_offload_init(zinc_engine *e);
@@ -89,6 +123,10 @@ void zinc_offload_free(zinc_engine *e);
  * APPLY pass copies no gradient. norms is NULL otherwise. */
 zinc_status zinc_offload_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, const zinc_opt_seg *segs,
                               int nseg, int pass, double *norms);
+/* The CPU optimizer over state in host memory: zinc_offload_step when
+ * staged, else the device's op (the cpu device computes on host memory). */
+zinc_status zinc_offload_optim(zinc_engine *e, const zinc_opt_coef *c, int ncoef,
+                               const zinc_opt_seg *segs, int nseg, int pass, double *norms);
 
 /* ------------------------------------------------------------ partial.c */
 /* offload_optimizer.ratio < 1 applies: device cpu, stages 1-3. */
@@ -101,7 +139,7 @@ void zinc_partial_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_ME
 /* Allocate both sides (instead of e->master/exp_avg/exp_avg_sq); free. */
 zinc_status zinc_partial_alloc(zinc_engine *e);
 void zinc_partial_free(zinc_engine *e);
-/* zinc_opt_read/zinc_opt_write's copy when partial.on. */
+/* zinc_opt_read/zinc_opt_write's copy (the partial row's opt_io). */
 zinc_status zinc_partial_opt_io(zinc_engine *e, int array, int64_t off, int64_t count,
                                 float *host, int write);
 /* One optimizer pass (segs: one per run, as step.c builds them): the
@@ -165,6 +203,11 @@ zinc_status zinc_nvme_opt_io(zinc_engine *e, int array, int64_t off, int64_t cou
                              int write);
 zinc_status zinc_nvme_param_io(zinc_engine *e, uint64_t off, void *data, uint64_t len,
                                int write);
+
+/* The NVMe rows' stage-3 partition I/O (pcache, then the swap area; memory
+ * without a parameter swap area) and their free. */
+zinc_status zinc_nvme_pshard_io(zinc_engine *e, size_t off, size_t bytes, void *data, int write);
+void zinc_nvme_row_free(zinc_engine *e);
 
 /* ---------------------------------------------------------- nvme_step.c */
 /* One optimizer pass over NVMe-resident state in sub-groups (segs: one per

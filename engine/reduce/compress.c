@@ -99,7 +99,7 @@ double zinc_compress_dgc_density(const zinc_settings *s, int64_t step) {
 /* The gradient codec of this reduction: DGC's k follows the density
  * schedule of the optimizer step (the same on every rank). */
 static zinc_codec grad_codec(const zinc_engine *e) {
-  zinc_codec c = e->cx_grad;
+  zinc_codec c = e->rd->cx_grad;
   if (c.kind == ZINC_CODEC_TOPK)
     c.k = zinc_codec_topk_k(zinc_compress_dgc_density(&e->cfg, e->step), c.block);
   return c;
@@ -113,8 +113,8 @@ static int node_of(const zinc_engine *e, int p) {
  * reduction r (whose cx_codec was fixed when it was encoded). NONE: raw
  * bytes of the unit's dtype. */
 static zinc_codec pair_codec(const zinc_engine *e, const zinc_reduction *r, int p) {
-  if (e->cx_local_raw && node_of(e, p) == node_of(e, e->dp_rank))
-    return e->cx_local;
+  if (e->rd->cx_local_raw && node_of(e, p) == node_of(e, e->dp_rank))
+    return e->rd->cx_local;
   return r->cx_codec;
 }
 
@@ -125,7 +125,7 @@ static size_t slice_bytes(zinc_codec c, int dtype, int64_t n) {
 }
 
 static int ef_on(const zinc_engine *e, zinc_codec c) {
-  return e->cx_ef != NULL && (zinc_codec_is_block(c) || c.kind == ZINC_CODEC_TOPK);
+  return e->rd->cx_ef != NULL && (zinc_codec_is_block(c) || c.kind == ZINC_CODEC_TOPK);
 }
 
 size_t zinc_compress_ef_slice_bytes(zinc_codec grad, int64_t chunk) {
@@ -157,17 +157,17 @@ static uint64_t slice_seed(const zinc_engine *e, int ui, int p) {
 /* The residual slot of (unit ui, peer p != me). */
 static void *ef_slice(const zinc_engine *e, int ui, int p) {
   const zinc_unit *u = &e->units[ui];
-  size_t one = zinc_compress_ef_slice_bytes(e->cx_grad, u->chunk);
+  size_t one = zinc_compress_ef_slice_bytes(e->rd->cx_grad, u->chunk);
   int slot = p < e->dp_rank ? p : p - 1;
-  return (char *)e->cx_ef + e->cx_ef_off[ui] + (size_t)slot * one;
+  return (char *)e->rd->cx_ef + e->rd->cx_ef_off[ui] + (size_t)slot * one;
 }
 
 /* ---------------------------------------------------------------- build */
 
 zinc_status zinc_compress_init(zinc_engine *e) {
   const zinc_settings *s = &e->cfg;
-  e->cx_grad = e->cx_local = e->cx_weight = codec_none();
-  e->cx_local_raw = 0;
+  e->rd->cx_grad = e->rd->cx_local = e->rd->cx_weight = codec_none();
+  e->rd->cx_local_raw = 0;
   int n = e->dp_size, nnodes = e->dp->nnodes > 0 ? e->dp->nnodes : 1;
   int all = s->compress_scope == ZINC_COMPRESS_ALL;
   if (n == 1)
@@ -188,68 +188,68 @@ zinc_status zinc_compress_init(zinc_engine *e) {
               "anyway", n);
   int dgc = s->compress_gradient_codec == ZINC_GRAD_CODEC_DGC;
   if (qgz && (nnodes > 1 || all)) {
-    e->cx_grad = s->compress_gradient_codec == ZINC_GRAD_CODEC_TERNGRAD
+    e->rd->cx_grad = s->compress_gradient_codec == ZINC_GRAD_CODEC_TERNGRAD
                      ? (zinc_codec){ZINC_CODEC_TERN2, (int)s->compress_block_size, 0}
                  : dgc ? (zinc_codec){ZINC_CODEC_TOPK, (int)s->compress_block_size,
                                       zinc_codec_topk_k(s->dgc_density, (int)s->compress_block_size)}
                      : quant_codec(s->compress_gradient_bits, s->compress_block_size);
-    e->cx_local = cast;
-    e->cx_local_raw = !all;
+    e->rd->cx_local = cast;
+    e->rd->cx_local_raw = !all;
   } else {
-    e->cx_grad = cast;
+    e->rd->cx_grad = cast;
   }
   if (s->zero_quantized_weights && s->stage == 3 && (nnodes > 1 || all))
-    e->cx_weight = quant_codec(s->compress_weight_bits, s->compress_block_size);
+    e->rd->cx_weight = quant_codec(s->compress_weight_bits, s->compress_block_size);
   else if (s->zero_quantized_weights && s->stage == 3)
     zinc_log0(ZINC_LOG_WARN, "zero_quantized_weights: all %d data-parallel ranks are on one "
               "node and zinc.compression.scope is \"inter_node\", so parameters are gathered "
               "exactly; set zinc.compression.scope to \"all\" to quantize anyway", n);
 
   int residual = dgc ? s->dgc_residual : s->loco_enabled;
-  if (residual && (zinc_codec_is_block(e->cx_grad) || e->cx_grad.kind == ZINC_CODEC_TOPK)) {
+  if (residual && (zinc_codec_is_block(e->rd->cx_grad) || e->rd->cx_grad.kind == ZINC_CODEC_TOPK)) {
     size_t total = 0;
-    ZINC_CHECK(zinc_calloc((void **)&e->cx_ef_off, (size_t)e->ntrain_units + 1,
-                           sizeof *e->cx_ef_off, "error-feedback offsets"));
+    ZINC_CHECK(zinc_calloc((void **)&e->rd->cx_ef_off, (size_t)e->ntrain_units + 1,
+                           sizeof *e->rd->cx_ef_off, "error-feedback offsets"));
     for (int ui = 0; ui < e->ntrain_units; ui++) {
-      e->cx_ef_off[ui] = total;
-      total += (size_t)(n - 1) * zinc_compress_ef_slice_bytes(e->cx_grad, e->units[ui].chunk);
+      e->rd->cx_ef_off[ui] = total;
+      total += (size_t)(n - 1) * zinc_compress_ef_slice_bytes(e->rd->cx_grad, e->units[ui].chunk);
     }
-    e->cx_ef_bytes = total;
+    e->rd->cx_ef_bytes = total;
     ZINC_CHECK(zinc_engine_buffer_alloc(e, total ? total : 16, ZINC_LOC_DEVICE, ZINC_MEM_GRADS,
-                                        &e->cx_ef, "gradient error-feedback residuals"));
-    ZINC_CHECK(e->dev->ops->fill_zero(e->dev, e->cx_ef, total ? total : 16, e->stream));
+                                        &e->rd->cx_ef, "gradient error-feedback residuals"));
+    ZINC_CHECK(e->dev->ops->fill_zero(e->dev, e->rd->cx_ef, total ? total : 16, e->stream));
   }
-  if (e->cx_grad.kind == ZINC_CODEC_TOPK)
+  if (e->rd->cx_grad.kind == ZINC_CODEC_TOPK)
     zinc_log0(ZINC_LOG_INFO, "DGC: top-k of every %d gradient elements at density %g (k = %d "
-              "after %lld warm-up steps), %s", e->cx_grad.block, s->dgc_density, e->cx_grad.k,
+              "after %lld warm-up steps), %s", e->rd->cx_grad.block, s->dgc_density, e->rd->cx_grad.k,
               (long long)s->dgc_warmup_steps,
-              e->cx_ef ? "the unsent values kept in an fp32 residual"
+              e->rd->cx_ef ? "the unsent values kept in an fp32 residual"
                        : "the unsent values dropped (zinc.compression.dgc.residual false)");
-  if (e->cx_grad.kind != ZINC_CODEC_NONE || e->cx_weight.kind != ZINC_CODEC_NONE)
+  if (e->rd->cx_grad.kind != ZINC_CODEC_NONE || e->rd->cx_weight.kind != ZINC_CODEC_NONE)
     zinc_log0(ZINC_LOG_INFO, "compressed communication over %d ranks on %d node(s): gradients "
               "%s across nodes, %s inside a node%s; stage-3 parameters %s",
-              n, nnodes, zinc_codec_name(e->cx_grad),
-              e->cx_local_raw ? (e->cx_local.kind ? zinc_codec_name(e->cx_local) : "raw")
-                              : zinc_codec_name(e->cx_grad),
-              e->cx_ef ? " with error feedback" : "", zinc_codec_name(e->cx_weight));
+              n, nnodes, zinc_codec_name(e->rd->cx_grad),
+              e->rd->cx_local_raw ? (e->rd->cx_local.kind ? zinc_codec_name(e->rd->cx_local) : "raw")
+                              : zinc_codec_name(e->rd->cx_grad),
+              e->rd->cx_ef ? " with error feedback" : "", zinc_codec_name(e->rd->cx_weight));
   return ZINC_OK;
 }
 
 void zinc_compress_free(zinc_engine *e) {
-  if (e->cx_ef)
-    zinc_engine_buffer_free(e, e->cx_ef, e->cx_ef_bytes ? e->cx_ef_bytes : 16, ZINC_LOC_DEVICE,
+  if (e->rd->cx_ef)
+    zinc_engine_buffer_free(e, e->rd->cx_ef, e->rd->cx_ef_bytes ? e->rd->cx_ef_bytes : 16, ZINC_LOC_DEVICE,
                             ZINC_MEM_GRADS);
-  e->cx_ef = NULL;
-  free(e->cx_ef_off);
-  e->cx_ef_off = NULL;
-  e->cx_ef_bytes = 0;
+  e->rd->cx_ef = NULL;
+  free(e->rd->cx_ef_off);
+  e->rd->cx_ef_off = NULL;
+  e->rd->cx_ef_bytes = 0;
 }
 
 zinc_status zinc_compress_step_end(zinc_engine *e) {
-  if (!e->cx_ef || e->cx_grad.kind == ZINC_CODEC_TOPK || e->cfg.loco_reset_T <= 0 ||
+  if (!e->rd->cx_ef || e->rd->cx_grad.kind == ZINC_CODEC_TOPK || e->cfg.loco_reset_T <= 0 ||
       e->step % e->cfg.loco_reset_T != 0)
     return ZINC_OK;
-  return e->dev->ops->fill_zero(e->dev, e->cx_ef, e->cx_ef_bytes ? e->cx_ef_bytes : 16,
+  return e->dev->ops->fill_zero(e->dev, e->rd->cx_ef, e->rd->cx_ef_bytes ? e->rd->cx_ef_bytes : 16,
                                 e->stream);
 }
 
@@ -284,14 +284,14 @@ static zinc_status encode_unit(zinc_engine *e, zinc_reduction *r, int ui, const 
   for (int p = 0; p < e->dp_size; p++) {
     const char *src = grad + (size_t)p * (size_t)u->chunk * es;
     if (p == e->dp_rank) {
-      if (e->dgc) /* momentum correction: the own slice through top-k too */
+      if (e->rd->dgc) /* momentum correction: the own slice through top-k too */
         ZINC_CHECK(zinc_dgc_encode_slice(e, r->cx_codec, ui, p, src, NULL, NULL));
       continue;
     }
     zinc_codec c = pair_codec(e, r, p);
     char *dst = (char *)r->cx_send + r->cx_cursor[p];
     size_t b = slice_bytes(c, u->dtype, u->chunk);
-    if (e->dgc)
+    if (e->rd->dgc)
       ZINC_CHECK(zinc_dgc_encode_slice(e, c, ui, p, src, dst, ef_slice(e, ui, p)));
     else if (c.kind == ZINC_CODEC_NONE)
       ZINC_CHECK(e->dev->ops->copy(e->dev, dst, src, (size_t)u->chunk * es, e->stream));
@@ -332,7 +332,9 @@ static void release_staging(zinc_engine *e, zinc_reduction *r) {
 
 void zinc_compress_reduction_free(zinc_engine *e, zinc_reduction *r) { release_staging(e, r); }
 
-int zinc_compress_grads(const zinc_engine *e) { return e->cx_grad.kind != ZINC_CODEC_NONE; }
+int zinc_compress_grads(const zinc_engine *e) {
+  return e->rd && e->rd->cx_grad.kind != ZINC_CODEC_NONE;
+}
 
 /* Encode reduction r's units and describe its all-to-all-v in *coll.
  * Counts are symmetric (the pair codec is), so what this rank sends to p
@@ -409,7 +411,7 @@ static zinc_status sum_unit(zinc_engine *e, zinc_reduction *r, int ui, const cha
   size_t es = zinc_dtype_size(u->dtype);
   for (int p = 0; p < e->dp_size; p++) {
     int first = p == 0 && !accumulate;
-    if (p == e->dp_rank && e->dgc) {
+    if (p == e->dp_rank && e->rd->dgc) {
       ZINC_CHECK(zinc_dgc_own_decode(e, r->cx_codec, ui, dst, !first));
       continue;
     }
@@ -440,44 +442,54 @@ zinc_status zinc_compress_reduce_unit(zinc_engine *e, zinc_reduction *r, int ui,
   /* stages 0/1: the reduced chunk goes to this rank's own slot, in the
    * unit's dtype */
   char *own = (char *)grad + (size_t)e->dp_rank * (size_t)u->chunk * zinc_dtype_size(u->dtype);
-  ZINC_CHECK(sum_unit(e, r, ui, grad, e->cx_scratch, 0));
-  return e->dev->ops->cast(e->dev, e->stream, own, u->dtype, e->cx_scratch, ZINC_F32, u->chunk);
+  ZINC_CHECK(sum_unit(e, r, ui, grad, e->rd->cx_scratch, 0));
+  return e->dev->ops->cast(e->dev, e->stream, own, u->dtype, e->rd->cx_scratch, ZINC_F32, u->chunk);
 }
 
 zinc_status zinc_compress_scratch(zinc_engine *e) {
-  if (e->cx_grad.kind == ZINC_CODEC_NONE || e->cfg.stage >= 2)
+  if (e->rd->cx_grad.kind == ZINC_CODEC_NONE || e->cfg.stage >= 2)
     return ZINC_OK;
   int64_t most = 0;
   for (int ui = 0; ui < e->ntrain_units; ui++)
     if (e->units[ui].chunk > most)
       most = e->units[ui].chunk;
-  e->cx_scratch_bytes = (size_t)(most ? most : 4) * 4;
-  return zinc_engine_buffer_alloc(e, e->cx_scratch_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS,
-                                  (void **)&e->cx_scratch, "reduced-gradient scratch");
+  e->rd->cx_scratch_bytes = (size_t)(most ? most : 4) * 4;
+  return zinc_engine_buffer_alloc(e, e->rd->cx_scratch_bytes, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS,
+                                  (void **)&e->rd->cx_scratch, "reduced-gradient scratch");
 }
 
 void zinc_compress_scratch_free(zinc_engine *e) {
-  if (e->cx_scratch)
-    zinc_engine_buffer_free(e, e->cx_scratch, e->cx_scratch_bytes, ZINC_LOC_DEVICE,
+  if (e->rd->cx_scratch)
+    zinc_engine_buffer_free(e, e->rd->cx_scratch, e->rd->cx_scratch_bytes, ZINC_LOC_DEVICE,
                             ZINC_MEM_BUFFERS);
-  e->cx_scratch = NULL;
+  e->rd->cx_scratch = NULL;
 }
 
 /* ------------------------------------------------- the parameter gather */
 
-int zinc_compress_weights(const zinc_engine *e) { return e->cx_weight.kind != ZINC_CODEC_NONE; }
+/* The weight codec; NONE before zinc_reduce_init (the estimator's bare
+ * engine sizes the gather without one). */
+static zinc_codec weight_codec(const zinc_engine *e) {
+  return e->rd ? e->rd->cx_weight : codec_none();
+}
+
+int zinc_compress_weights(const zinc_engine *e) { return weight_codec(e).kind != ZINC_CODEC_NONE; }
+
+const char *zinc_compress_weight_codec_name(const zinc_engine *e) {
+  return zinc_codec_name(weight_codec(e));
+}
 
 size_t zinc_compress_weight_bytes(const zinc_engine *e, int64_t chunk) {
-  return zinc_codec_bytes(e->cx_weight, chunk);
+  return zinc_codec_bytes(weight_codec(e), chunk);
 }
 
 zinc_status zinc_compress_weight_encode(zinc_engine *e, void *dst, const void *src, int dtype,
                                         int64_t chunk) {
-  return e->dev->ops->encode(e->dev, e->stream, e->cx_weight, dst, src, dtype, chunk, NULL, 0.0f,
+  return e->dev->ops->encode(e->dev, e->stream, e->rd->cx_weight, dst, src, dtype, chunk, NULL, 0.0f,
                              0);
 }
 
 zinc_status zinc_compress_weight_decode(zinc_engine *e, void *dst, int dtype, const void *src,
                                         int64_t chunk) {
-  return e->dev->ops->decode(e->dev, e->stream, e->cx_weight, dst, dtype, src, chunk, 0);
+  return e->dev->ops->decode(e->dev, e->stream, e->rd->cx_weight, dst, dtype, src, chunk, 0);
 }

@@ -105,6 +105,9 @@ struct zinc_dga {
   int skip;               /* this step is skipped on every rank          */
 };
 
+/* Its state: the reducer's method-private pointer (reduce/methods.h). */
+static struct zinc_dga *dga_of(const zinc_engine *e) { return e->rd->priv; }
+
 /* ------------------------------------------------------------ setup */
 
 static size_t ring_bytes(int64_t n, int delay) { return (size_t)delay * (size_t)n * 4; }
@@ -135,7 +138,7 @@ zinc_status zinc_dga_init(zinc_engine *e) {
                       "or set delay 0");
   struct zinc_dga *d = NULL;
   ZINC_CHECK(zinc_calloc((void **)&d, 1, sizeof *d, "delayed averaging"));
-  e->dga = d;
+  e->rd->priv = d;
   d->delay = (int)s->dga_delay;
   d->n = (int64_t)e->dp_size * e->train_shard_numel;
   d->ring_bytes = ring_bytes(d->n, d->delay);
@@ -171,7 +174,7 @@ zinc_status zinc_dga_init(zinc_engine *e) {
 /* Wait for the all-reduces in flight. Collective in effect: every rank
  * waits for the same all-reduces, which the comm's worker completes. */
 static zinc_status settle(zinc_engine *e) {
-  struct zinc_dga *d = e->dga;
+  struct zinc_dga *d = dga_of(e);
   zinc_status st = ZINC_OK;
   for (int k = 0; d && d->req && k < d->delay; k++) {
     if (!d->req[k])
@@ -185,7 +188,7 @@ static zinc_status settle(zinc_engine *e) {
 }
 
 zinc_status zinc_dga_sync(zinc_engine *e, int adopt_rank0) {
-  struct zinc_dga *d = e->dga;
+  struct zinc_dga *d = dga_of(e);
   ZINC_CHECK(zinc_engine_agree(e, e->dp_host, settle(e)));
   if (!adopt_rank0)
     return ZINC_OK;
@@ -210,7 +213,7 @@ zinc_status zinc_dga_sync(zinc_engine *e, int adopt_rank0) {
 }
 
 void zinc_dga_free(zinc_engine *e) {
-  struct zinc_dga *d = e->dga;
+  struct zinc_dga *d = dga_of(e);
   if (!d)
     return;
   /* the buffers must outlive the all-reduces that read and write them */
@@ -226,10 +229,10 @@ void zinc_dga_free(zinc_engine *e) {
                           ZINC_MEM_BUFFERS);
   free(d->req);
   free(d);
-  e->dga = NULL;
+  e->rd->priv = NULL;
 }
 
-int zinc_dga_skipped(const zinc_engine *e) { return e->dga ? e->dga->skip : 0; }
+int zinc_dga_skipped(const zinc_engine *e) { return dga_of(e) ? dga_of(e)->skip : 0; }
 
 /* ------------------------------------------------------------ the step */
 
@@ -239,8 +242,8 @@ static char *unit_grad(zinc_engine *e, int ui) {
   const zinc_unit *u = &e->units[ui];
   const zinc_segment *seg = &e->modules[u->module]->segs[u->segment];
   char *p = zinc_unit_ptr(seg->grad, u);
-  if (e->dga->staging)
-    p = (char *)e->dga->staging + (p - (char *)e->grad_full);
+  if (dga_of(e)->staging)
+    p = (char *)dga_of(e)->staging + (p - (char *)e->grad_full);
   return p;
 }
 
@@ -317,7 +320,7 @@ static void correct_part(void *ctx, int64_t begin, int64_t end, int tid) {
  * finished sum to apply. Element-wise, so split over the cpu device's
  * threads (the caller alone on the cuda device, over the staging copy). */
 static void correct(zinc_engine *e, int slot, int old, double ratio, double clip) {
-  struct zinc_dga *d = e->dga;
+  struct zinc_dga *d = dga_of(e);
   zinc_threadpool *pool = e->dev->ops->is_gpu ? NULL : zinc_device_cpu_pool(e->dev);
   float *local = d->local + (size_t)slot * (size_t)d->n;
   const float *sum = d->sum + (size_t)slot * (size_t)d->n;
@@ -330,7 +333,7 @@ static void correct(zinc_engine *e, int slot, int old, double ratio, double clip
 }
 
 zinc_status zinc_dga_step(zinc_engine *e) {
-  struct zinc_dga *d = e->dga;
+  struct zinc_dga *d = dga_of(e);
   d->skip = 0;
   double over = 0.0, any = 0.0, sumsq = 0.0;
   zinc_status st = local_overflow(e, &over, &sumsq);
@@ -380,3 +383,41 @@ zinc_status zinc_dga_step(zinc_engine *e) {
                            : zinc_error_wrap(st, "delayed gradient averaging: starting the "
                                              "all-reduce"));
 }
+
+/* ------------------------------------------------------ the table row */
+
+static int selects(const zinc_settings *s) { return s->dga_delay > 0 && s->stage == 0; }
+
+/* The step reduces, in the background: the buckets keep the local
+ * gradients (one rank: no ring, the exact step). */
+static int keeps_local(zinc_engine *e) { return dga_of(e) != NULL; }
+static int clips_locally(const zinc_engine *e) { return dga_of(e) != NULL; }
+
+static zinc_status whole_grads(zinc_engine *e, int *done) {
+  if (!dga_of(e))
+    return ZINC_OK;
+  *done = 1; /* the corrected gradient in place of the all-gather */
+  return zinc_dga_step(e);
+}
+
+static zinc_status norm(zinc_engine *e, double *total, int *overflow) {
+  (void)total;
+  *overflow = *overflow || zinc_dga_skipped(e); /* some rank's local gradient */
+  return ZINC_OK;
+}
+
+static zinc_status sync_before_checkpoint(zinc_engine *e, int adopt_rank0) {
+  return dga_of(e) ? zinc_dga_sync(e, adopt_rank0) : ZINC_OK;
+}
+
+const zinc_reducer zinc_reducer_dga = {
+    .name = "delayed_averaging",
+    .selects = selects,
+    .init = zinc_dga_init,
+    .free = zinc_dga_free,
+    .local_grads = keeps_local,
+    .whole_grads = whole_grads,
+    .norm = norm,
+    .clips_locally = clips_locally,
+    .sync = sync_before_checkpoint,
+};

@@ -119,7 +119,7 @@ uint64_t zinc_dgc_state_bytes(const zinc_engine *e) {
 /* Some pair of data-parallel ranks travels exact (scope inter_node, two
  * ranks on one node): the same answer on every rank. */
 static int exact_pairs(const zinc_engine *e) {
-  if (!e->cx_local_raw)
+  if (!e->rd->cx_local_raw)
     return 0;
   for (int p = 0; p < e->dp_size; p++)
     for (int q = p + 1; q < e->dp_size; q++)
@@ -144,7 +144,7 @@ static zinc_status check_config(const zinc_engine *e) {
   if (!s->dgc_residual)
     return zinc_error(ZINC_ERR_CONFIG, "%s = true needs zinc.compression.dgc.residual true: the "
                       "velocity is accumulated into the residual before top-k", key);
-  if (e->cx_grad.kind != ZINC_CODEC_TOPK || exact_pairs(e))
+  if (e->rd->cx_grad.kind != ZINC_CODEC_TOPK || exact_pairs(e))
     return zinc_error(ZINC_ERR_CONFIG, "%s = true needs every pair of data-parallel ranks on "
                       "the top-k codec (SGD's momentum is off, so an exact pair would lose it), "
                       "but with zinc.compression.scope \"inter_node\" the ranks of one node "
@@ -188,7 +188,7 @@ zinc_status zinc_dgc_init(zinc_engine *e) {
   ZINC_CHECK(check_config(e));
   zinc_dgc *g;
   ZINC_CHECK(zinc_calloc((void **)&g, 1, sizeof *g, "DGC momentum correction"));
-  e->dgc = g;
+  e->rd->dgc = g;
   size_t n = (size_t)e->ntrain_units + 1;
   ZINC_CHECK(zinc_calloc((void **)&g->vel_off, 3 * n, sizeof(size_t), "DGC offsets"));
   g->res_off = g->vel_off + n;
@@ -217,7 +217,7 @@ zinc_status zinc_dgc_init(zinc_engine *e) {
 }
 
 void zinc_dgc_free(zinc_engine *e) {
-  zinc_dgc *g = e->dgc;
+  zinc_dgc *g = e->rd->dgc;
   if (!g)
     return;
   if (g->vel)
@@ -229,7 +229,7 @@ void zinc_dgc_free(zinc_engine *e) {
                             ZINC_MEM_GRADS);
   free(g->vel_off);
   free(g);
-  e->dgc = NULL;
+  e->rd->dgc = NULL;
 }
 
 /* u <- u with the elements TOPK slice `bytes` kept (chunk n) set to 0:
@@ -245,7 +245,7 @@ static void mask_kept(float *u, const void *bytes, zinc_codec c, int64_t n) {
 
 zinc_status zinc_dgc_encode_slice(zinc_engine *e, zinc_codec c, int ui, int p, const char *src,
                                   void *dst, void *ef) {
-  zinc_dgc *g = e->dgc;
+  zinc_dgc *g = e->rd->dgc;
   const zinc_unit *un = &e->units[ui];
   int64_t n = un->chunk;
   float *u = g->vel + g->vel_off[ui] + (size_t)p * (size_t)n;
@@ -266,17 +266,17 @@ zinc_status zinc_dgc_encode_slice(zinc_engine *e, zinc_codec c, int ui, int p, c
 
 zinc_status zinc_dgc_own_decode(zinc_engine *e, zinc_codec c, int ui, float *dst,
                                 int accumulate) {
-  zinc_dgc *g = e->dgc;
+  zinc_dgc *g = e->rd->dgc;
   return e->dev->ops->decode(e->dev, e->stream, c, dst, ZINC_F32, g->own_bytes + g->bytes_off[ui],
                              e->units[ui].chunk, accumulate);
 }
 
 /* ------------------------------------------------ local gradient clipping */
 
-int zinc_dgc_clips_locally(const zinc_engine *e) { return e->dgc && e->dgc->local_clip; }
+int zinc_dgc_clips_locally(const zinc_engine *e) { return e->rd->dgc && e->rd->dgc->local_clip; }
 
 zinc_status zinc_dgc_local_norm_add(zinc_engine *e, int ui, const char *grad) {
-  zinc_dgc *g = e->dgc;
+  zinc_dgc *g = e->rd->dgc;
   const zinc_unit *u = &e->units[ui];
   if (g->have_coef) { /* a new batch */
     g->have_coef = 0;
@@ -291,7 +291,7 @@ zinc_status zinc_dgc_local_norm_add(zinc_engine *e, int ui, const char *grad) {
 }
 
 zinc_status zinc_dgc_local_scale(zinc_engine *e, int ui, char *grad) {
-  zinc_dgc *g = e->dgc;
+  zinc_dgc *g = e->rd->dgc;
   const zinc_unit *u = &e->units[ui];
   if (!g->have_coef) {
     double norm = sqrt(g->sq), thr = e->cfg.gradient_clipping / sqrt((double)e->dp_size);
@@ -304,3 +304,21 @@ zinc_status zinc_dgc_local_scale(zinc_engine *e, int ui, char *grad) {
     zinc_store_from_f32(grad, i, u->dtype, zinc_load_as_f32(grad, i, u->dtype) * g->coef);
   return ZINC_OK;
 }
+
+/* ------------------------------------------------------ the table row */
+
+static int selects(const zinc_settings *s) {
+  return s->compress_gradient_codec == ZINC_GRAD_CODEC_DGC;
+}
+
+/* Top-k itself is the codec transport's (compress.c); this row adds the
+ * momentum correction and the local clipping. */
+const zinc_reducer zinc_reducer_dgc = {
+    .name = "dgc",
+    .selects = selects,
+    .init = zinc_dgc_init,
+    .free = zinc_dgc_free,
+    .owns_momentum = zinc_dgc_momentum_on,
+    .holds_window = zinc_dgc_clips_locally,
+    .clips_locally = zinc_dgc_clips_locally,
+};

@@ -14,11 +14,51 @@
 #include <stdint.h>
 
 #include "engine/engine.h"
+#include "engine/reduce/onebit.h"
+#include "engine/reduce/reduce.h"
+
+typedef struct zinc_powersgd zinc_powersgd;
+typedef struct zinc_zoadam zinc_zoadam;
+
+/* The reducer's state (e->rd): the selected row, the codec transport's
+ * fields (compress.c, every method's buckets use it) and each method's own
+ * state (NULL or zero when it is not the one selected). */
+struct zinc_reduce_state {
+  const zinc_reducer *method; /* the selected row (reduce.c) */
+  void *priv;             /* the selected method's own state, read by its
+                             file only (delayed averaging's ring: dga.c);
+                             NULL: none (off, or nothing to keep)        */
+  /* ---- compressed communication (compress.c) */
+  zinc_codec cx_grad;     /* gradient slices to peers on other nodes (NONE:
+                             the plain reduce-scatter)                  */
+  zinc_codec cx_local;    /* ... to peers on this node when cx_local_raw
+                             (NONE: raw, the unit's dtype)              */
+  int cx_local_raw;       /* scope inter_node: pairs on a node use cx_local */
+  zinc_codec cx_weight;   /* stage-3 parameter gather (NONE: exact)     */
+  void *cx_ef;            /* (cx_ef_bytes) device: INT8 residuals (fp32
+                             for TOPK: DGC), per trained unit (N-1)
+                             slices (cx_ef_off)                         */
+  size_t cx_ef_bytes;
+  size_t *cx_ef_off;      /* (ntrain_units) byte offset of each unit's  */
+  float *cx_scratch;      /* stages 0/1: (largest chunk) f32 sum        */
+  size_t cx_scratch_bytes;
+  struct zinc_dgc *dgc;   /* DGC's momentum correction (dgc.c); NULL: off */
+  zinc_powersgd *psgd;    /* PowerSGD at stages 0/1 (powersgd.c)        */
+  zinc_zoadam *zoadam;    /* 0/1 Adam (zoadam.c): ZeroOneAdam            */
+  struct zinc_onebit_lamb *onebit_lamb; /* onebit_lamb.c: OneBitLamb     */
+  /* 1-bit Adam (onebit_adam.c; optimizer.type "OneBitAdam", stage 0) */
+  zinc_onebit_plan ob_plan; /* one segment per trained parameter, in the
+                               optimizer arrays (N*S)                     */
+  float *ob_worker_error;  /* (ob_worker_bytes) device: padded momentum  */
+  float *ob_server_error;  /* (ob_server_bytes) device: this rank's chunks */
+  size_t ob_worker_bytes, ob_server_bytes;
+  double *ob_norms;        /* (2 N) host: the 1-bit optimizers' norm gather */
+};
 
 /* ---------------------------------------------------------------- dga.c */
 /* Delayed gradient averaging (zinc.compression.delayed_averaging, stage 0;
  * dga.c's header): the ring of snapshots and its comm, after the layout
- * (e->dga stays NULL when off); free waits for the all-reduces in flight. */
+ * (e->rd->dga stays NULL when off); free waits for the all-reduces in flight. */
 zinc_status zinc_dga_init(zinc_engine *e);
 void zinc_dga_free(zinc_engine *e);
 /* In the step, in place of stage 0's gradient all-gather: this rank's
@@ -54,29 +94,13 @@ double zinc_compress_dgc_density(const zinc_settings *s, int64_t step);
 /* Bytes of one error-feedback slice of `chunk` elements for gradient
  * codec `grad`: fp32 for TOPK (DGC), INT8 blocks otherwise. */
 size_t zinc_compress_ef_slice_bytes(zinc_codec grad, int64_t chunk);
-int zinc_compress_grads(const zinc_engine *e);
-/* Encode reduction r's units and fill *coll with its all-to-all-v. */
-zinc_status zinc_compress_reduce_prepare(zinc_engine *e, zinc_reduction *r, zinc_coll *coll);
-/* After r's all-to-all-v: unit ui's rank-order sum into partition (f32;
- * overwrite or add), or with partition NULL (stages 0/1) into this rank's
- * slot of grad in the unit's dtype. Units in launch order. */
-zinc_status zinc_compress_reduce_unit(zinc_engine *e, zinc_reduction *r, int ui,
-                                      const char *grad, float *partition, int overwrite);
-void zinc_compress_reduction_free(zinc_engine *e, zinc_reduction *r);
-int zinc_compress_weights(const zinc_engine *e);
-size_t zinc_compress_weight_bytes(const zinc_engine *e, int64_t chunk);
-zinc_status zinc_compress_weight_encode(zinc_engine *e, void *dst, const void *src, int dtype,
-                                        int64_t chunk);
-zinc_status zinc_compress_weight_decode(zinc_engine *e, void *dst, int dtype, const void *src,
-                                        int64_t chunk);
-
 /* ---------------------------------------------------------------- dgc.c */
 /* DGC's momentum correction (zinc.compression.dgc.momentum_correction)
  * is on for this configuration over dp_size ranks: SGD then runs with
  * momentum 0 (the momentum is in what was sent). */
 int zinc_dgc_momentum_on(const zinc_settings *s, int dp_size);
 /* Its velocities, the owner's residuals and encoded slices, after
- * zinc_compress_init (e->dgc stays NULL when off); registered as method
+ * zinc_compress_init (e->rd->dgc stays NULL when off); registered as method
  * state. ZINC_ERR_CONFIG for a configuration it cannot serve,
  * ZINC_ERR_UNSUPPORTED on the cuda device. */
 zinc_status zinc_dgc_init(zinc_engine *e);
@@ -159,7 +183,7 @@ void zinc_onebit_adam_free(zinc_engine *e);
  * freeze_step): grads.c reduces nothing, step.c gathers nothing. */
 int zinc_onebit_local_grads(const zinc_engine *e);
 /* The 1-bit optimizers' rank-local steps, after the local norm: every
- * rank's squared norm and overflow gathered (into e->ob_norms, allocated
+ * rank's squared norm and overflow gathered (into e->rd->ob_norms, allocated
  * at build by zinc_onebit_norms_init) and summed in rank order; *total
  * becomes N x the sum, *overflow any rank's (onebit_adam.c's header says
  * what the norm means). Collective over the data-parallel group. */

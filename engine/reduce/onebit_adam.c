@@ -126,22 +126,22 @@ zinc_status zinc_onebit_adam_init(zinc_engine *e) {
   zinc_onebit_seg *seg = NULL;
   int n = 0;
   ZINC_CHECK(param_segments(e, &seg, &n));
-  zinc_status st = zinc_onebit_plan_init(&e->ob_plan, seg, n, e->dp_size, e->dp_rank);
+  zinc_status st = zinc_onebit_plan_init(&e->rd->ob_plan, seg, n, e->dp_size, e->dp_rank);
   free(seg);
   ZINC_CHECK(st);
-  zinc_onebit_plan *p = &e->ob_plan;
-  e->ob_worker_bytes = p->worker_error_bytes ? p->worker_error_bytes : 16;
-  e->ob_server_bytes = p->server_error_bytes ? p->server_error_bytes : 16;
-  ZINC_CHECK(zinc_engine_buffer_alloc(e, e->ob_worker_bytes, ZINC_LOC_DEVICE, ZINC_MEM_OPTIM,
-                                      (void **)&e->ob_worker_error, "1-bit Adam worker error"));
-  ZINC_CHECK(zinc_engine_buffer_alloc(e, e->ob_server_bytes, ZINC_LOC_DEVICE, ZINC_MEM_OPTIM,
-                                      (void **)&e->ob_server_error, "1-bit Adam server error"));
-  ZINC_CHECK(e->dev->ops->fill_zero(e->dev, e->ob_worker_error, e->ob_worker_bytes, e->stream));
-  ZINC_CHECK(e->dev->ops->fill_zero(e->dev, e->ob_server_error, e->ob_server_bytes, e->stream));
-  ZINC_CHECK(zinc_mstate_register(e, "onebit_adam.worker_error", e->ob_worker_error,
-                                  e->ob_worker_bytes, 0));
-  ZINC_CHECK(zinc_mstate_register(e, "onebit_adam.server_error", e->ob_server_error,
-                                  e->ob_server_bytes, 0));
+  zinc_onebit_plan *p = &e->rd->ob_plan;
+  e->rd->ob_worker_bytes = p->worker_error_bytes ? p->worker_error_bytes : 16;
+  e->rd->ob_server_bytes = p->server_error_bytes ? p->server_error_bytes : 16;
+  ZINC_CHECK(zinc_engine_buffer_alloc(e, e->rd->ob_worker_bytes, ZINC_LOC_DEVICE, ZINC_MEM_OPTIM,
+                                      (void **)&e->rd->ob_worker_error, "1-bit Adam worker error"));
+  ZINC_CHECK(zinc_engine_buffer_alloc(e, e->rd->ob_server_bytes, ZINC_LOC_DEVICE, ZINC_MEM_OPTIM,
+                                      (void **)&e->rd->ob_server_error, "1-bit Adam server error"));
+  ZINC_CHECK(e->dev->ops->fill_zero(e->dev, e->rd->ob_worker_error, e->rd->ob_worker_bytes, e->stream));
+  ZINC_CHECK(e->dev->ops->fill_zero(e->dev, e->rd->ob_server_error, e->rd->ob_server_bytes, e->stream));
+  ZINC_CHECK(zinc_mstate_register(e, "onebit_adam.worker_error", e->rd->ob_worker_error,
+                                  e->rd->ob_worker_bytes, 0));
+  ZINC_CHECK(zinc_mstate_register(e, "onebit_adam.server_error", e->rd->ob_server_error,
+                                  e->rd->ob_server_bytes, 0));
   zinc_log0(ZINC_LOG_INFO, "compressed communication (OneBitAdam): exact Adam for %lld "
             "steps, then the momentum all-reduced 1-bit over %d ranks (%d parameters, %zu + "
             "%zu bytes of error buffers per rank)%s", (long long)e->cfg.onebit_freeze_step, e->dp_size, p->nseg,
@@ -152,14 +152,14 @@ zinc_status zinc_onebit_adam_init(zinc_engine *e) {
 }
 
 void zinc_onebit_adam_free(zinc_engine *e) {
-  if (e->ob_worker_error)
-    zinc_engine_buffer_free(e, e->ob_worker_error, e->ob_worker_bytes, ZINC_LOC_DEVICE,
+  if (e->rd->ob_worker_error)
+    zinc_engine_buffer_free(e, e->rd->ob_worker_error, e->rd->ob_worker_bytes, ZINC_LOC_DEVICE,
                             ZINC_MEM_OPTIM);
-  if (e->ob_server_error)
-    zinc_engine_buffer_free(e, e->ob_server_error, e->ob_server_bytes, ZINC_LOC_DEVICE,
+  if (e->rd->ob_server_error)
+    zinc_engine_buffer_free(e, e->rd->ob_server_error, e->rd->ob_server_bytes, ZINC_LOC_DEVICE,
                             ZINC_MEM_OPTIM);
-  e->ob_worker_error = e->ob_server_error = NULL;
-  zinc_onebit_plan_free(&e->ob_plan);
+  e->rd->ob_worker_error = e->rd->ob_server_error = NULL;
+  zinc_onebit_plan_free(&e->rd->ob_plan);
 }
 
 /* The 1-bit optimizers (OneBitAdam, ZeroOneAdam, OneBitLamb) at stage 0:
@@ -174,19 +174,19 @@ static int onebit_family(const zinc_engine *e) {
 zinc_status zinc_onebit_norms_init(zinc_engine *e) {
   if (!onebit_family(e))
     return ZINC_OK;
-  return zinc_calloc((void **)&e->ob_norms, 2 * (size_t)e->dp_size, sizeof *e->ob_norms,
+  return zinc_calloc((void **)&e->rd->ob_norms, 2 * (size_t)e->dp_size, sizeof *e->rd->ob_norms,
                      "the 1-bit optimizers' norm agreement");
 }
 
 void zinc_onebit_norms_free(zinc_engine *e) {
-  free(e->ob_norms);
-  e->ob_norms = NULL;
+  free(e->rd->ob_norms);
+  e->rd->ob_norms = NULL;
 }
 
 zinc_status zinc_onebit_norm_agree(zinc_engine *e, const char *who, double *total,
                                    int *overflow) {
   int n = e->dp_size;
-  double mine[2] = {*overflow ? 1.0 : *total, *overflow ? 1.0 : 0.0}, *all = e->ob_norms;
+  double mine[2] = {*overflow ? 1.0 : *total, *overflow ? 1.0 : 0.0}, *all = e->rd->ob_norms;
   zinc_status st = ZINC_OK;
   if (n > 1)
     st = zinc_comm_allgather(e->dp_host, mine, all, 2, ZINC_DT_F64);
@@ -219,7 +219,7 @@ typedef struct {
 
 static zinc_status host_open(zinc_engine *e, const zinc_opt_seg *s, host_run *h) {
   memset(h, 0, sizeof *h);
-  if (!e->dev->ops->is_gpu && !e->ob_plan.staged) { /* staged: tests, onebit.h */
+  if (!e->dev->ops->is_gpu && !e->rd->ob_plan.staged) { /* staged: tests, onebit.h */
     *h = (host_run){s->master, s->exp_avg, s->exp_avg_sq, s->grad, s->param_out, NULL};
     return ZINC_OK;
   }
@@ -320,16 +320,61 @@ zinc_status zinc_onebit_adam_step(zinc_engine *e, const zinc_opt_coef *c,
    * collectives; every rank agrees exactly once here */
   ZINC_CHECK(zinc_engine_agree(e, e->dp_host, st));
   if (no_error_feedback()) {
-    ZINC_CHECK(e->dev->ops->fill_zero(e->dev, e->ob_worker_error, e->ob_worker_bytes, e->stream));
-    ZINC_CHECK(e->dev->ops->fill_zero(e->dev, e->ob_server_error, e->ob_server_bytes, e->stream));
+    ZINC_CHECK(e->dev->ops->fill_zero(e->dev, e->rd->ob_worker_error, e->rd->ob_worker_bytes, e->stream));
+    ZINC_CHECK(e->dev->ops->fill_zero(e->dev, e->rd->ob_server_error, e->rd->ob_server_bytes, e->stream));
     ZINC_CHECK(zinc_engine_sync(e));
   }
-  double waited = e->ob_plan.comm_seconds;
-  st = zinc_onebit_allreduce(&e->ob_plan, e->dev, e->stream, e->dp_host, e->exp_avg,
-                             e->ob_worker_error, e->ob_server_error);
-  e->t_comm_wait += e->ob_plan.comm_seconds - waited;
+  double waited = e->rd->ob_plan.comm_seconds;
+  st = zinc_onebit_allreduce(&e->rd->ob_plan, e->dev, e->stream, e->dp_host, e->exp_avg,
+                             e->rd->ob_worker_error, e->rd->ob_server_error);
+  e->t_comm_wait += e->rd->ob_plan.comm_seconds - waited;
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "1-bit Adam: compressed momentum all-reduce (step %lld)",
                            (long long)e->step + 1);
   return update_pass(e, c, segs);
 }
+
+/* ------------------------------------------------------ the table row */
+
+static int selects(const zinc_settings *s) { return s->optimizer == ZINC_OPTIM_ONEBIT_ADAM; }
+
+static zinc_status init(zinc_engine *e) {
+  ZINC_CHECK(zinc_onebit_adam_init(e));
+  return zinc_onebit_norms_init(e);
+}
+
+static void release(zinc_engine *e) {
+  zinc_onebit_adam_free(e);
+  zinc_onebit_norms_free(e);
+}
+
+static int local_grads(zinc_engine *e) { return zinc_onebit_local_grads(e); }
+
+static zinc_status whole_grads(zinc_engine *e, int *done) {
+  *done = zinc_onebit_local_grads(e); /* the local step reads each rank's own */
+  return ZINC_OK;
+}
+
+static zinc_status norm(zinc_engine *e, double *total, int *overflow) {
+  return zinc_onebit_local_grads(e) ? zinc_onebit_norm_agree(e, "1-bit Adam", total, overflow)
+                                    : ZINC_OK;
+}
+
+static zinc_status update(zinc_engine *e, const zinc_reduce_update_args *a, zinc_status st,
+                          int *done) {
+  if (!zinc_onebit_local_grads(e))
+    return st; /* the warm-up: the optimizer's exact step */
+  *done = 1;
+  return zinc_onebit_adam_step(e, a->c, a->segs, st, a->local_scale);
+}
+
+const zinc_reducer zinc_reducer_onebit_adam = {
+    .name = "onebit_adam",
+    .selects = selects,
+    .init = init,
+    .free = release,
+    .local_grads = local_grads,
+    .whole_grads = whole_grads,
+    .norm = norm,
+    .update = update,
+};

@@ -98,7 +98,7 @@ static int lamb_on(const zinc_engine *e) {
 static int compressing(const zinc_engine *e) { return e->step + 1 > e->cfg.freeze_step; }
 
 int zinc_onebit_lamb_local_grads(const zinc_engine *e) {
-  return e->onebit_lamb && e->dp_size > 1 && compressing(e);
+  return e->rd->onebit_lamb && e->dp_size > 1 && compressing(e);
 }
 
 static int64_t trained_numel(const zinc_engine *e, int *np) {
@@ -125,7 +125,7 @@ void zinc_onebit_lamb_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZIN
 }
 
 void zinc_onebit_lamb_free(zinc_engine *e) {
-  struct zinc_onebit_lamb *z = e->onebit_lamb;
+  struct zinc_onebit_lamb *z = e->rd->onebit_lamb;
   if (!z)
     return;
   size_t ob = (size_t)e->opt_numel * 4;
@@ -141,7 +141,7 @@ void zinc_onebit_lamb_free(zinc_engine *e) {
   zinc_onebit_plan_free(&z->plan);
   free(z->params);
   free(z);
-  e->onebit_lamb = NULL;
+  e->rd->onebit_lamb = NULL;
 }
 
 static zinc_status alloc_zeroed(zinc_engine *e, size_t bytes, int loc, int cat, void **out,
@@ -159,7 +159,7 @@ static zinc_status alloc_zeroed(zinc_engine *e, size_t bytes, int loc, int cat, 
 static zinc_status coefficients_reset(zinc_engine *e, void *ptr, size_t bytes) {
   double *k = ptr;
   memset(ptr, 0, bytes);
-  for (int i = 0; i < e->onebit_lamb->np; i++)
+  for (int i = 0; i < e->rd->onebit_lamb->np; i++)
     k[4 * i + 1] = 1.0;
   return ZINC_OK;
 }
@@ -182,7 +182,7 @@ zinc_status zinc_onebit_lamb_init(zinc_engine *e) {
                       "zinc's 1-bit LAMB runs on the cpu device only so far", e->dev->ops->name);
   struct zinc_onebit_lamb *z = NULL;
   ZINC_CHECK(zinc_calloc((void **)&z, 1, sizeof *z, "1-bit LAMB state"));
-  e->onebit_lamb = z;
+  e->rd->onebit_lamb = z;
   int np;
   z->flat_n = trained_numel(e, &np);
   ZINC_CHECK(zinc_calloc((void **)&z->params, (size_t)np + 1, sizeof *z->params,
@@ -269,7 +269,7 @@ static double grad_at(const lb_param *q, int64_t j, double scale) {
 }
 
 zinc_status zinc_onebit_lamb_update(zinc_engine *e, double lr_base, double grad_scale) {
-  struct zinc_onebit_lamb *z = e->onebit_lamb;
+  struct zinc_onebit_lamb *z = e->rd->onebit_lamb;
   const zinc_settings *cfg = &e->cfg;
   int64_t s = e->step + 1;
   int comp = compressing(e), n = e->dp_size;
@@ -390,3 +390,47 @@ zinc_status zinc_onebit_lamb_update(zinc_engine *e, double lr_base, double grad_
   }
   return ZINC_OK;
 }
+
+/* ------------------------------------------------------ the table row */
+
+static int selects(const zinc_settings *s) { return s->optimizer == ZINC_OPTIM_ONEBIT_LAMB; }
+
+static zinc_status init(zinc_engine *e) {
+  ZINC_CHECK(zinc_onebit_lamb_init(e));
+  return zinc_onebit_norms_init(e);
+}
+
+static void release(zinc_engine *e) {
+  zinc_onebit_lamb_free(e);
+  zinc_onebit_norms_free(e);
+}
+
+static int local_grads(zinc_engine *e) { return zinc_onebit_lamb_local_grads(e); }
+
+static zinc_status whole_grads(zinc_engine *e, int *done) {
+  *done = zinc_onebit_lamb_local_grads(e); /* the local step reads each rank's own */
+  return ZINC_OK;
+}
+
+/* Its own communication and update, on every rank whatever st (it reads
+ * no segs); a failure before it is agreed after its collectives. */
+static zinc_status update(zinc_engine *e, const zinc_reduce_update_args *a, zinc_status st,
+                          int *done) {
+  if (!e->rd->onebit_lamb)
+    return st;
+  *done = 1;
+  zinc_status ust = zinc_onebit_lamb_update(e, a->lr, a->grad_scale);
+  return st == ZINC_OK ? ust : st;
+}
+
+const zinc_reducer zinc_reducer_onebit_lamb = {
+    .name = "onebit_lamb",
+    .selects = selects,
+    .sizes = zinc_onebit_lamb_sizes,
+    .init = init,
+    .free = release,
+    .local_grads = local_grads,
+    .whole_grads = whole_grads,
+    .norm = zinc_onebit_lamb_norm,
+    .update = update,
+};

@@ -212,8 +212,8 @@ void zinc_powersgd_sizes(const zinc_engine *e, uint64_t *state, uint64_t *scratc
 /* This rank's own part of zinc_powersgd_init: the plan, the state, the
  * row work (nothing collective). */
 static zinc_status init_local(zinc_engine *e) {
-  ZINC_CHECK(zinc_calloc((void **)&e->psgd, 1, sizeof *e->psgd, "PowerSGD state"));
-  zinc_powersgd *ps = e->psgd;
+  ZINC_CHECK(zinc_calloc((void **)&e->rd->psgd, 1, sizeof *e->rd->psgd, "PowerSGD state"));
+  zinc_powersgd *ps = e->rd->psgd;
   psgd_sizes z;
   plan_sizes(e, &z);
   ZINC_CHECK(zinc_calloc((void **)&ps->mat_of, (size_t)e->nparams + 1, sizeof *ps->mat_of,
@@ -272,7 +272,7 @@ zinc_status zinc_powersgd_init(zinc_engine *e) {
   /* a rank that failed on its own stops every rank here, before the
    * collective allocations of one step's wire buffers */
   ZINC_CHECK(zinc_engine_agree(e, e->dp_host, init_local(e)));
-  zinc_powersgd *ps = e->psgd;
+  zinc_powersgd *ps = e->rd->psgd;
   ps->p_wire_bytes = (size_t)ps->p_numel * 4;
   ps->q_wire_bytes = (size_t)ps->q_numel * 4;
   ZINC_CHECK(zinc_engine_comm_buffer_alloc(e, ps->p_wire_bytes, ZINC_MEM_BUFFERS,
@@ -290,7 +290,7 @@ zinc_status zinc_powersgd_init(zinc_engine *e) {
 }
 
 void zinc_powersgd_free(zinc_engine *e) {
-  zinc_powersgd *ps = e->psgd;
+  zinc_powersgd *ps = e->rd->psgd;
   if (!ps)
     return;
   zinc_engine_buffer_free(e, ps->q, (size_t)ps->q_numel * 4 + 4, ZINC_LOC_DEVICE, ZINC_MEM_GRADS);
@@ -311,7 +311,7 @@ void zinc_powersgd_free(zinc_engine *e) {
   free(ps->mat_of);
   free(ps->deferred);
   free(ps);
-  e->psgd = NULL;
+  e->rd->psgd = NULL;
 }
 
 /* ------------------------------------------------ the numbers */
@@ -472,14 +472,14 @@ static void decompress(void *g, int dtype, float *err, const psgd_matrix *x, con
 /* ------------------------------------------------- the reduction */
 
 int zinc_powersgd_active(const zinc_engine *e) {
-  return e->psgd && e->micro_step / e->cfg.gradient_accumulation_steps >= e->cfg.psgd_start_iter;
+  return e->rd->psgd && e->micro_step / e->cfg.gradient_accumulation_steps >= e->cfg.psgd_start_iter;
 }
 
 int zinc_powersgd_take_whole(zinc_engine *e) {
-  if (!e->psgd)
+  if (!e->rd->psgd)
     return 0;
-  int w = e->psgd->whole;
-  e->psgd->whole = 0;
+  int w = e->rd->psgd->whole;
+  e->rd->psgd->whole = 0;
   return w;
 }
 
@@ -496,7 +496,7 @@ static void *param_grad(const zinc_engine *e, const zinc_param *p) {
         if (!p->frozen && p->module->segs[p->segment].grad)
 
 static void log_stats(zinc_engine *e, int64_t t) {
-  zinc_powersgd *ps = e->psgd;
+  zinc_powersgd *ps = e->rd->psgd;
   if (t < ps->next_report)
     return;
   int64_t f = e->cfg.psgd_stats_frequency > 1 ? e->cfg.psgd_stats_frequency : 1;
@@ -507,7 +507,7 @@ static void log_stats(zinc_engine *e, int64_t t) {
 }
 
 static zinc_status reduce_modules(zinc_engine *e, const int *mods, int nmods) {
-  zinc_powersgd *ps = e->psgd;
+  zinc_powersgd *ps = e->rd->psgd;
   const zinc_settings *s = &e->cfg;
   const int64_t t = e->micro_step / s->gradient_accumulation_steps;
   const int N = e->dp_size;
@@ -591,7 +591,7 @@ static zinc_status reduce_modules(zinc_engine *e, const int *mods, int nmods) {
   }
   ps->before += before;
   ps->after += after;
-  e->psgd->whole = 1;
+  e->rd->psgd->whole = 1;
   if (!pn) {
     log_stats(e, t);
     return ZINC_OK;
@@ -654,17 +654,41 @@ static zinc_status reduce_modules(zinc_engine *e, const int *mods, int nmods) {
 }
 
 zinc_status zinc_powersgd_defer(zinc_engine *e, const int *mods, int nmods) {
-  zinc_powersgd *ps = e->psgd;
+  zinc_powersgd *ps = e->rd->psgd;
   memcpy(ps->deferred + ps->ndeferred, mods, (size_t)nmods * sizeof *mods);
   ps->ndeferred += nmods;
   return ZINC_OK;
 }
 
 zinc_status zinc_powersgd_flush(zinc_engine *e) {
-  zinc_powersgd *ps = e->psgd;
+  zinc_powersgd *ps = e->rd->psgd;
   if (!ps || ps->ndeferred == 0)
     return ZINC_OK;
   int n = ps->ndeferred;
   ps->ndeferred = 0;
   return reduce_modules(e, ps->deferred, n);
 }
+
+/* ------------------------------------------------------ the table row */
+
+static zinc_status take_bucket(zinc_engine *e, const int *mods, int nmods, int *taken) {
+  if (!zinc_powersgd_active(e))
+    return ZINC_OK;
+  *taken = 1; /* reduced with the window's others at the flush */
+  return zinc_powersgd_defer(e, mods, nmods);
+}
+
+static zinc_status whole_grads(zinc_engine *e, int *done) {
+  *done = zinc_powersgd_take_whole(e);
+  return ZINC_OK;
+}
+
+const zinc_reducer zinc_reducer_powersgd = {
+    .name = "powersgd",
+    .selects = zinc_powersgd_enabled,
+    .init = zinc_powersgd_init,
+    .free = zinc_powersgd_free,
+    .take_bucket = take_bucket,
+    .flush = zinc_powersgd_flush,
+    .whole_grads = whole_grads,
+};

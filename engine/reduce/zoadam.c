@@ -217,17 +217,17 @@ static const zo_sched *sched_at(zinc_zoadam *z, const zinc_settings *c, int64_t 
 }
 
 int zinc_zoadam_local_grads(zinc_engine *e) {
-  if (!e->zoadam || e->dp_size < 2)
+  if (!e->rd->zoadam || e->dp_size < 2)
     return 0;
   int64_t s = e->step + 1;
-  const zo_sched *k = sched_at(e->zoadam, &e->cfg, s);
+  const zo_sched *k = sched_at(e->rd->zoadam, &e->cfg, s);
   return frozen_at(&e->cfg, s) || s % k->var_interval != 0;
 }
 
 /* ---------------------------------------------------------------- init */
 
 void zinc_zoadam_free(zinc_engine *e) {
-  zinc_zoadam *z = e->zoadam;
+  zinc_zoadam *z = e->rd->zoadam;
   if (!z)
     return;
   zinc_engine_buffer_free(e, z->u, (size_t)e->opt_numel * 4, ZINC_LOC_DEVICE, ZINC_MEM_OPTIM);
@@ -241,7 +241,7 @@ void zinc_zoadam_free(zinc_engine *e) {
   zinc_onebit_plan_free(&z->plan);
   free(z->params);
   free(z);
-  e->zoadam = NULL;
+  e->rd->zoadam = NULL;
 }
 
 /* An engine buffer of `bytes`, zeroed (memory the host reads: the cpu
@@ -267,7 +267,7 @@ zinc_status zinc_zoadam_init(zinc_engine *e) {
                       "or the cpu device", e->dev->ops->name);
   zinc_zoadam *z = NULL;
   ZINC_CHECK(zinc_calloc((void **)&z, 1, sizeof *z, "0/1 Adam state"));
-  e->zoadam = z;
+  e->rd->zoadam = z;
   ZINC_CHECK(plan_params(e, z));
   zinc_onebit_seg *segs = NULL;
   ZINC_CHECK(zinc_calloc((void **)&segs, (size_t)z->np + 1, sizeof *segs, "0/1 Adam segments"));
@@ -430,7 +430,7 @@ static void zo_pass(const zinc_engine *e, zo_job *jb, const zo_coef *co, int pas
 }
 
 zinc_status zinc_zoadam_update(zinc_engine *e, double lr, double grad_scale) {
-  zinc_zoadam *z = e->zoadam;
+  zinc_zoadam *z = e->rd->zoadam;
   const zinc_settings *cfg = &e->cfg;
   int64_t s = e->step + 1;
   const zo_sched *k = sched_at(z, cfg, s);
@@ -479,3 +479,47 @@ zinc_status zinc_zoadam_update(zinc_engine *e, double lr, double grad_scale) {
     sched_advance(cfg, &z->sched);
   return st;
 }
+
+/* ------------------------------------------------------ the table row */
+
+static int selects(const zinc_settings *s) { return s->optimizer == ZINC_OPTIM_ZERO_ONE_ADAM; }
+
+static zinc_status init(zinc_engine *e) {
+  ZINC_CHECK(zinc_zoadam_init(e));
+  return zinc_onebit_norms_init(e);
+}
+
+static void release(zinc_engine *e) {
+  zinc_zoadam_free(e);
+  zinc_onebit_norms_free(e);
+}
+
+static int local_grads(zinc_engine *e) { return zinc_zoadam_local_grads(e); }
+
+static zinc_status whole_grads(zinc_engine *e, int *done) {
+  *done = zinc_zoadam_local_grads(e); /* the local step reads each rank's own */
+  return ZINC_OK;
+}
+
+/* Its own communication and update, on every rank whatever st (it reads
+ * no segs); a failure before it is agreed after its collectives. */
+static zinc_status update(zinc_engine *e, const zinc_reduce_update_args *a, zinc_status st,
+                          int *done) {
+  if (!e->rd->zoadam)
+    return st;
+  *done = 1;
+  zinc_status ust = zinc_zoadam_update(e, a->lr, a->grad_scale);
+  return st == ZINC_OK ? ust : st;
+}
+
+const zinc_reducer zinc_reducer_zoadam = {
+    .name = "zoadam",
+    .selects = selects,
+    .sizes = zinc_zoadam_sizes,
+    .init = init,
+    .free = release,
+    .local_grads = local_grads,
+    .whole_grads = whole_grads,
+    .norm = zinc_zoadam_norm,
+    .update = update,
+};

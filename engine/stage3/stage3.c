@@ -35,10 +35,9 @@
 
 #include "engine/engine.h"
 #include "engine/failure.h"
-#include "engine/place/copy_run.h"
+#include "engine/copy_run.h"
 #include "engine/place/place.h"
-#include "engine/place/placements.h"
-#include "engine/reduce/methods.h"
+#include "engine/reduce/reduce.h"
 #include "engine/stage3/stage3.h"
 #include "engine/support.h"
 #include "engine/trace.h"
@@ -99,7 +98,7 @@ static zinc_status gather_wait(zinc_engine *e, zinc_module *m);
  * still reading from one (every rank started it, in the same order). */
 static zinc_status read_buffer(zinc_engine *e, size_t bytes, void **out) {
   for (;;) {
-    *out = zinc_nvme_param_buffer_take(e, bytes);
+    *out = zinc_place_param_buffer_take(e, bytes);
     if (*out)
       return ZINC_OK;
     zinc_module *oldest = NULL;
@@ -122,7 +121,7 @@ static zinc_status shard_source(zinc_engine *e, zinc_module *m, const read_runs 
                                 const char *base[2]) {
   m->read_staging = NULL;
   m->read_staging_bytes = 0;
-  if (!zinc_nvme_param_on_disk(e)) {
+  if (e->param_location != ZINC_LOC_NVME) {
     base[0] = base[1] = (const char *)e->param_shard;
     return ZINC_OK;
   }
@@ -152,7 +151,7 @@ static zinc_status shard_source(zinc_engine *e, zinc_module *m, const read_runs 
     st = ZINC_OK;
   }
   if (st != ZINC_OK) {
-    zinc_nvme_param_buffer_give(e, buf);
+    zinc_place_param_buffer_give(e, buf);
     return st;
   }
   m->read_staging = buf;
@@ -163,7 +162,7 @@ static zinc_status shard_source(zinc_engine *e, zinc_module *m, const read_runs 
 
 static void source_free(zinc_engine *e, zinc_module *m) {
   if (m->read_staging)
-    zinc_nvme_param_buffer_give(e, m->read_staging);
+    zinc_place_param_buffer_give(e, m->read_staging);
   m->read_staging = NULL;
   m->read_staging_bytes = 0;
 }
@@ -204,7 +203,7 @@ static zinc_status shard_to_device(zinc_engine *e, zinc_module *m, const char *s
 static const char *unit_send(const zinc_engine *e, const zinc_module *m, const zinc_segment *seg,
                              int ui, const char *src[2]) {
   const zinc_unit *u = &e->units[ui];
-  if (zinc_nvme_param_on_disk(e)) /* in place: shard_to_device */
+  if (e->param_location == ZINC_LOC_NVME) /* in place: shard_to_device */
     return own_slot(e, (char *)m->gathered + seg->gather_offset, u);
   return src[ui >= e->ntrain_units] + u->shard_byte;
 }
@@ -218,8 +217,7 @@ static const char *unit_send(const zinc_engine *e, const zinc_module *m, const z
  * queued before it; only kernels queued after the gather starts wait. */
 static zinc_status chunks_to_device(zinc_engine *e, zinc_module *m, const read_runs *r,
                                    const char *base[2]) {
-  if (e->param_location != ZINC_LOC_HOST || zinc_nvme_param_on_disk(e) ||
-      !zinc_offload_host_remote(e))
+  if (e->param_location != ZINC_LOC_HOST || !zinc_place_host_remote(e))
     return ZINC_OK;
   const zinc_device_ops *d = e->dev->ops;
   if (!e->param_copy)
@@ -335,7 +333,7 @@ static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
                                            "gathered parameters");
   if (st == ZINC_OK)
     st = zinc_calloc((void **)&colls, (size_t)ncoll, sizeof *colls, "gather batch");
-  if (st == ZINC_OK && !group && zinc_nvme_param_on_disk(e))
+  if (st == ZINC_OK && !group && e->param_location == ZINC_LOC_NVME)
     st = shard_to_device(e, m, src);
   /* qwZ: this rank's chunks encoded once, one all-gather of bytes */
   int quantized = !group && zinc_compress_weights(e);
@@ -395,7 +393,7 @@ static zinc_status gather_start(zinc_engine *e, zinc_module *m) {
                                   * all-gather would send from here */
                                  .logical_bytes = (uint64_t)(e->dp_size - 1) *
                                                   (uint64_t)u->chunk * zinc_dtype_size(u->dtype),
-                                 .codec_name = zinc_codec_name(e->cx_weight)};
+                                 .codec_name = zinc_compress_weight_codec_name(e)};
         woff += b;
         continue;
       }
@@ -599,7 +597,7 @@ zinc_status zinc_stage3_gather_persistent(zinc_engine *e) {
    * its peers before the gather instead of leaving them inside it. */
   zinc_coll *colls = NULL;
   zinc_status st = zinc_calloc((void **)&colls, (size_t)ncoll, sizeof *colls, "gather batch");
-  int on_disk = zinc_nvme_param_on_disk(e);
+  int on_disk = e->param_location == ZINC_LOC_NVME;
   void *staging = NULL;
   size_t staging_bytes = 0, used = 0;
   if (on_disk && st == ZINC_OK) {

@@ -33,6 +33,7 @@
 
 #include "engine/engine.h"
 #include "engine/memory/estimate.h"
+#include "engine/reduce/methods.h" /* the reducer's state: e->rd */
 #include "engine_test.h"
 
 static char root[400];
@@ -132,11 +133,11 @@ static void test_resume(int stage) {
 }
 
 /* Sum and sum of |.| over every rank's fp32 residual slots (engine
- * internals: e->cx_ef, the CPU device's memory). */
+ * internals: e->rd->cx_ef, the CPU device's memory). */
 static void residual_sums(const zinc_engine *e, double *sum, double *abs_sum) {
-  const float *r = e->cx_ef;
+  const float *r = e->rd->cx_ef;
   double s[2] = {0, 0};
-  for (size_t i = 0; r && i < e->cx_ef_bytes / 4; i++) {
+  for (size_t i = 0; r && i < e->rd->cx_ef_bytes / 4; i++) {
     s[0] += r[i];
     s[1] += fabs((double)r[i]);
   }
@@ -152,7 +153,7 @@ static void residual_sums(const zinc_engine *e, double *sum, double *abs_sum) {
 /* The same sums over an INT8 (LoCo) residual: per trained unit, (N - 1)
  * slices of fp32 scales then int8 values, each padded to 16 bytes. */
 static void int8_residual_sums(const zinc_engine *e, int block, double *sum, double *abs_sum) {
-  const unsigned char *base = e->cx_ef;
+  const unsigned char *base = e->rd->cx_ef;
   double s[2] = {0, 0};
   size_t off = 0;
   for (int ui = 0; base && ui < e->ntrain_units; ui++) {
@@ -259,8 +260,8 @@ static void test_memory(int stage) {
   uint64_t want = 0;
   for (int ui = 0; ui < e->ntrain_units; ui++)
     want += (uint64_t)(et_world - 1) * (uint64_t)((4 * e->units[ui].chunk + 15) / 16 * 16);
-  ET_CHECK(e->cx_ef_bytes == want, "stage %d: the engine's DGC residuals are %zu bytes, want "
-           "%llu", stage, e->cx_ef_bytes, (unsigned long long)want);
+  ET_CHECK(e->rd->cx_ef_bytes == want, "stage %d: the engine's DGC residuals are %zu bytes, want "
+           "%llu", stage, e->rd->cx_ef_bytes, (unsigned long long)want);
   et_model_free(&m);
   zinc_engine_destroy(e);
   uint64_t with = estimate_grads(&dgc), without = estimate_grads(&plain),

@@ -118,7 +118,7 @@ static void fault(const char *spec, int stage, const char *offload_param) {
   setenv("ZINC_OFFLOAD_STAGING", "1", 1);
   et_model m;
   zinc_engine *e = et_open(&r, NULL, &m);
-  ET_CHECK(e->off.ready && zinc_nvme_opt_on_disk(e),
+  ET_CHECK(e->pl->off.ready && zinc_nvme_opt_on_disk(e),
            "stage %d offload nvme with ZINC_OFFLOAD_STAGING=1: the staging pipeline is not "
            "set up", stage);
   /* the build's plan (the estimator's sizes) holds the staging slots too */

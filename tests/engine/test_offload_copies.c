@@ -104,7 +104,7 @@ static void many_train(int stage, const char *off, int staged, zinc_dtype dt,
       ET_OK(zinc_param_set_weight_decay(m.par[i], 0));
   }
   ET_OK(zinc_engine_build(m.e, many_init, NULL));
-  ET_CHECK(!staged || m.e->off.ready || zinc_nvme_opt_on_disk(m.e),
+  ET_CHECK(!staged || m.e->pl->off.ready || zinc_nvme_opt_on_disk(m.e),
            "stage %d offload %s: ZINC_OFFLOAD_STAGING=1 did not stage", stage, off);
   for (int s = 0; s < STEPS; s++)
     copies[s] = many_step(&m, dt, s);

@@ -42,6 +42,7 @@
 #include "engine/engine.h"
 #include "engine/memory/estimate.h"
 #include "engine/support.h"
+#include "engine/reduce/methods.h" /* the reducer's state: e->rd */
 #include "engine_test.h"
 
 #define FREEZE 3
@@ -541,10 +542,10 @@ static void test_config(void) {
 static char root[512];
 
 static void errors_copy(zinc_engine *e, unsigned char **w, unsigned char **s) {
-  *w = malloc(e->ob_worker_bytes);
-  *s = malloc(e->ob_server_bytes);
-  memcpy(*w, e->ob_worker_error, e->ob_worker_bytes); /* the cpu device: host memory */
-  memcpy(*s, e->ob_server_error, e->ob_server_bytes);
+  *w = malloc(e->rd->ob_worker_bytes);
+  *s = malloc(e->rd->ob_server_bytes);
+  memcpy(*w, e->rd->ob_worker_error, e->rd->ob_worker_bytes); /* the cpu device: host memory */
+  memcpy(*s, e->rd->ob_server_error, e->rd->ob_server_bytes);
 }
 
 static void test_resume(void) {
@@ -558,7 +559,7 @@ static void test_resume(void) {
   ET_OK(zinc_save_checkpoint(e, dir, "t"));
   unsigned char *w_saved, *s_saved;
   errors_copy(e, &w_saved, &s_saved);
-  size_t wb = e->ob_worker_bytes, sb = e->ob_server_bytes;
+  size_t wb = e->rd->ob_worker_bytes, sb = e->rd->ob_server_bytes;
   int nonzero = 0;
   for (size_t i = 0; i < wb; i++)
     nonzero |= w_saved[i];
@@ -575,13 +576,13 @@ static void test_resume(void) {
     e = onebit_open(r, FREEZE, NULL, &m);
     ET_OK(zinc_load_checkpoint(e, dir, "t"));
     if (!zeroed)
-      ET_CHECK(e->ob_worker_bytes == wb && e->ob_server_bytes == sb &&
-                   !memcmp(e->ob_worker_error, w_saved, wb) &&
-                   !memcmp(e->ob_server_error, s_saved, sb),
+      ET_CHECK(e->rd->ob_worker_bytes == wb && e->rd->ob_server_bytes == sb &&
+                   !memcmp(e->rd->ob_worker_error, w_saved, wb) &&
+                   !memcmp(e->rd->ob_server_error, s_saved, sb),
                "rank %d: the loaded worker/server errors differ from the saved ones", et_rank);
     else {
-      memset(e->ob_worker_error, 0, e->ob_worker_bytes);
-      memset(e->ob_server_error, 0, e->ob_server_bytes);
+      memset(e->rd->ob_worker_error, 0, e->rd->ob_worker_bytes);
+      memset(e->rd->ob_server_error, 0, e->rd->ob_server_bytes);
     }
     ET_OK(et_steps(&m, &r, k, STEPS));
     et_get_params(&m, got);
@@ -615,7 +616,7 @@ static void test_staged(void) {
   for (int staged = 0; staged < 2; staged++) {
     et_model m;
     zinc_engine *e = onebit_open(r, FREEZE, NULL, &m);
-    e->ob_plan.staged = staged;
+    e->rd->ob_plan.staged = staged;
     ET_OK(et_steps(&m, &r, 0, STEPS));
     p[staged] = et_alloc_params(&r.shape);
     et_get_params(&m, p[staged]);

@@ -33,6 +33,7 @@
 #include "engine/checkpoint/format.h"
 #include "engine/engine.h"
 #include "engine/engine_test.h"
+#include "engine/reduce/methods.h" /* the reducer's state: e->rd */
 
 #define QGZ "\"zero_quantized_gradients\": true,"
 #define LOCO "\"zeropp_loco_param\": {\"err_beta\": 0.8, \"reset_T\": 1024},"
@@ -100,21 +101,21 @@ static void gen_slice(int seed, int sender, int ui, int p, int64_t n, int block,
 }
 
 static size_t slice_of(const zinc_engine *e, int ui) {
-  return int8_bytes(e->units[ui].chunk, e->cx_grad.block);
+  return int8_bytes(e->units[ui].chunk, e->rd->cx_grad.block);
 }
 
 /* Fill this rank's residuals with generated slices; a host copy back. */
 static unsigned char *fill(zinc_engine *e, int seed) {
-  unsigned char *copy = malloc(e->cx_ef_bytes + 1);
+  unsigned char *copy = malloc(e->rd->cx_ef_bytes + 1);
   for (int ui = 0; ui < e->ntrain_units; ui++)
     for (int p = 0; p < e->dp_size; p++) {
       if (p == e->dp_rank)
         continue;
       int slot = p < e->dp_rank ? p : p - 1;
-      gen_slice(seed, e->dp_rank, ui, p, e->units[ui].chunk, e->cx_grad.block,
-                copy + e->cx_ef_off[ui] + (size_t)slot * slice_of(e, ui));
+      gen_slice(seed, e->dp_rank, ui, p, e->units[ui].chunk, e->rd->cx_grad.block,
+                copy + e->rd->cx_ef_off[ui] + (size_t)slot * slice_of(e, ui));
     }
-  memcpy(e->cx_ef, copy, e->cx_ef_bytes); /* the cpu device: host memory */
+  memcpy(e->rd->cx_ef, copy, e->rd->cx_ef_bytes); /* the cpu device: host memory */
   return copy;
 }
 
@@ -137,9 +138,9 @@ static zinc_status add_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
   for (int s = 0; s < e->dp_size; s++) {
     if (s == r)
       continue;
-    gen_slice(c->seed, s, ui, r, u->chunk, e->cx_grad.block, c->buf);
+    gen_slice(c->seed, s, ui, r, u->chunk, e->rd->cx_grad.block, c->buf);
     for (int64_t k = 0; k < len; k++)
-      c->sum[param_off + k] += int8_value(c->buf, u->chunk, e->cx_grad.block, chunk_off + k);
+      c->sum[param_off + k] += int8_value(c->buf, u->chunk, e->rd->cx_grad.block, chunk_off + k);
   }
   return ZINC_OK;
 }
@@ -149,7 +150,7 @@ static double **expected_sums(zinc_engine *e, zinc_param **par, int npar, int se
   int64_t most = 0;
   for (int ui = 0; ui < e->ntrain_units; ui++)
     most = e->units[ui].chunk > most ? e->units[ui].chunk : most;
-  sum_ctx c = {.e = e, .seed = seed, .buf = malloc(int8_bytes(most, e->cx_grad.block))};
+  sum_ctx c = {.e = e, .seed = seed, .buf = malloc(int8_bytes(most, e->rd->cx_grad.block))};
   for (int i = 0; i < npar; i++) {
     sum[i] = calloc((size_t)zinc_param_numel(par[i]), sizeof **sum);
     c.sum = sum[i];
@@ -196,13 +197,13 @@ static void check_reshard(zinc_engine *e, zinc_param **par, int npar, double **s
   int me = e->dp_rank;
   for (int ui = 0; ui < e->ntrain_units; ui++) {
     int64_t n = e->units[ui].chunk;
-    int block = e->cx_grad.block;
+    int block = e->rd->cx_grad.block;
     for (int p = 0; p < e->dp_size; p++) {
       if (p == me)
         continue;
       int slot = p < me ? p : p - 1;
       const unsigned char *s =
-          (const unsigned char *)e->cx_ef + e->cx_ef_off[ui] + (size_t)slot * slice_of(e, ui);
+          (const unsigned char *)e->rd->cx_ef + e->rd->cx_ef_off[ui] + (size_t)slot * slice_of(e, ui);
       int carries = me == (p == 0 ? 1 : 0);
       c.want = calloc((size_t)n, sizeof *c.want);
       for (int i = 0; i < npar && carries; i++) {
@@ -295,10 +296,10 @@ static void test_exact(int stage) {
   snprintf(what, sizeof what, "exact restore at stage %d", stage);
   et_model m;
   zinc_engine *e = et_open(&r, NULL, &m);
-  ET_CHECK(e->cx_ef != NULL && e->cx_ef_bytes > 0, "%s: the engine keeps no residuals", what);
+  ET_CHECK(e->rd->cx_ef != NULL && e->rd->cx_ef_bytes > 0, "%s: the engine keeps no residuals", what);
   unsigned char *saved = fill(e, 11 + stage);
   ET_OK(zinc_save_checkpoint(e, dir, "ef"));
-  size_t bytes = e->cx_ef_bytes;
+  size_t bytes = e->rd->cx_ef_bytes;
   int units = e->ntrain_units;
   /* the manifest describes the layout, the file holds the bytes */
   zinc_ckpt_dir *d = NULL;
@@ -346,9 +347,9 @@ static void test_exact(int stage) {
   zinc_engine_destroy(e);
 
   e = et_open(&r, NULL, &m);
-  memset(e->cx_ef, 0x5a, e->cx_ef_bytes);
+  memset(e->rd->cx_ef, 0x5a, e->rd->cx_ef_bytes);
   ET_OK(zinc_load_checkpoint(e, dir, "ef"));
-  ET_CHECK(e->cx_ef_bytes == bytes && memcmp(e->cx_ef, saved, bytes) == 0,
+  ET_CHECK(e->rd->cx_ef_bytes == bytes && memcmp(e->rd->cx_ef, saved, bytes) == 0,
            "%s: the loaded residuals differ from the saved bytes", what);
   /* a damaged .zef: refused on every rank, nothing changed */
   MPI_Barrier(MPI_COMM_WORLD);
@@ -362,13 +363,13 @@ static void test_exact(int stage) {
   }
   MPI_Barrier(MPI_COMM_WORLD);
   check_tool(dir, "ef", 1, what);
-  memset(e->cx_ef, 0x33, e->cx_ef_bytes);
+  memset(e->rd->cx_ef, 0x33, e->rd->cx_ef_bytes);
   zinc_status st = zinc_load_checkpoint(e, dir, "ef");
   ET_CHECK(st == ZINC_ERR_CORRUPT && strstr(zinc_last_error(), ".zef"),
            "%s: a damaged .zef gave %s: %s", what, zinc_status_name(st), zinc_last_error());
   int same = 1;
-  for (size_t k = 0; k < e->cx_ef_bytes; k++)
-    same &= ((unsigned char *)e->cx_ef)[k] == 0x33;
+  for (size_t k = 0; k < e->rd->cx_ef_bytes; k++)
+    same &= ((unsigned char *)e->rd->cx_ef)[k] == 0x33;
   ET_CHECK(same, "%s: a refused load changed the residuals", what);
   et_model_free(&m);
   zinc_engine_destroy(e);
@@ -399,7 +400,7 @@ static void test_reshard(int ranks, int stage, int block) {
     zinc_engine *e2 = et_create(&r2, &sub);
     et_model m2;
     ET_OK(et_build(&m2, e2, &r2));
-    memset(e2->cx_ef, 0x77, e2->cx_ef_bytes);
+    memset(e2->rd->cx_ef, 0x77, e2->rd->cx_ef_bytes);
     ET_OK(zinc_load_checkpoint(e2, dir, "ef"));
     check_reshard(e2, m2.par, TM_NPARAM, sum, what);
     et_model_free(&m2);
@@ -457,7 +458,7 @@ static void test_absent(void) {
   et_run plain = run_at(2, 8, 0), comp = run_at(2, 8, 1);
   et_model m;
   zinc_engine *e = et_open(&plain, NULL, &m);
-  ET_CHECK(e->cx_ef == NULL, "an engine without compression keeps residuals");
+  ET_CHECK(e->rd->cx_ef == NULL, "an engine without compression keeps residuals");
   ET_OK(zinc_save_checkpoint(e, dir, "plain"));
   et_model_free(&m);
   zinc_engine_destroy(e);
@@ -470,8 +471,8 @@ static void test_absent(void) {
   free(fill(e, 5));
   ET_OK(zinc_load_checkpoint(e, dir, "plain"));
   int zero = 1;
-  for (size_t k = 0; k < e->cx_ef_bytes; k++)
-    zero &= ((unsigned char *)e->cx_ef)[k] == 0;
+  for (size_t k = 0; k < e->rd->cx_ef_bytes; k++)
+    zero &= ((unsigned char *)e->rd->cx_ef)[k] == 0;
   ET_CHECK(zero, "a checkpoint without residuals left the engine's residuals nonzero");
   free(fill(e, 6));
   ET_OK(zinc_save_checkpoint(e, dir, "comp"));
@@ -479,8 +480,8 @@ static void test_absent(void) {
   free(fill(e, 7));
   ET_OK(zinc_load_checkpoint_ex(e, dir, "comp", ZINC_LOAD_WEIGHTS_ONLY));
   zero = 1;
-  for (size_t k = 0; k < e->cx_ef_bytes; k++)
-    zero &= ((unsigned char *)e->cx_ef)[k] == 0;
+  for (size_t k = 0; k < e->rd->cx_ef_bytes; k++)
+    zero &= ((unsigned char *)e->rd->cx_ef)[k] == 0;
   ET_CHECK(zero, "a weights-only load kept residuals");
   et_model_free(&m);
   zinc_engine_destroy(e);
@@ -495,7 +496,7 @@ static void test_absent(void) {
   zinc_engine *e1 = et_create(&comp, &one);
   et_model m1;
   ET_OK(et_build(&m1, e1, &comp));
-  ET_CHECK(e1->cx_ef == NULL, "a single-rank engine keeps residuals");
+  ET_CHECK(e1->rd->cx_ef == NULL, "a single-rank engine keeps residuals");
   ET_OK(zinc_load_checkpoint(e1, dir, "comp"));
   et_model_free(&m1);
   zinc_engine_destroy(e1);
@@ -531,7 +532,7 @@ static void test_save_faults(void) {
   }
   ET_CHECK(zef, "none of the %d failing writes was of the .zef file", n - 1);
   ET_OK(zinc_load_checkpoint(e, dir, "good"));
-  ET_CHECK(memcmp(e->cx_ef, good, e->cx_ef_bytes) == 0, "'good' lost its residuals");
+  ET_CHECK(memcmp(e->rd->cx_ef, good, e->rd->cx_ef_bytes) == 0, "'good' lost its residuals");
   free(good);
   et_model_free(&m);
   zinc_engine_destroy(e);
@@ -565,8 +566,8 @@ static void test_estimate(int stage, int block) {
   uint64_t want = 0;
   for (int ui = 0; ui < e->ntrain_units; ui++)
     want += (uint64_t)(et_world - 1) * int8_bytes(e->units[ui].chunk, block);
-  ET_CHECK(e->cx_ef_bytes == want, "stage %d block %d: the engine's residuals are %zu bytes, "
-           "want %llu", stage, block, e->cx_ef_bytes, (unsigned long long)want);
+  ET_CHECK(e->rd->cx_ef_bytes == want, "stage %d block %d: the engine's residuals are %zu bytes, "
+           "want %llu", stage, block, e->rd->cx_ef_bytes, (unsigned long long)want);
   et_model_free(&m);
   zinc_engine_destroy(e);
   uint64_t with = estimate_grads(&comp), without = estimate_grads(&plain);

@@ -28,6 +28,7 @@
 #include "engine/checkpoint/mstate.h"
 #include "engine/engine.h"
 #include "engine/engine_test.h"
+#include "engine/reduce/methods.h" /* the reducer's state: e->rd */
 
 static char root[512];
 
@@ -52,15 +53,15 @@ static unsigned char gen(int seed, int rank, size_t k) {
 
 /* Residuals and method state of this rank, made from (seed, rank). */
 static void fill(zinc_engine *e, int seed) {
-  for (size_t k = 0; k < e->cx_ef_bytes; k++) /* the cpu device: host memory */
-    ((unsigned char *)e->cx_ef)[k] = gen(seed, et_rank, k);
+  for (size_t k = 0; k < e->rd->cx_ef_bytes; k++) /* the cpu device: host memory */
+    ((unsigned char *)e->rd->cx_ef)[k] = gen(seed, et_rank, k);
   for (size_t k = 0; k < MS_BYTES; k++)
     ms_buf[k] = gen(seed + 100, et_rank, k);
 }
 
 static int holds(zinc_engine *e, int seed) {
-  for (size_t k = 0; k < e->cx_ef_bytes; k++)
-    if (((unsigned char *)e->cx_ef)[k] != gen(seed, et_rank, k))
+  for (size_t k = 0; k < e->rd->cx_ef_bytes; k++)
+    if (((unsigned char *)e->rd->cx_ef)[k] != gen(seed, et_rank, k))
       return 0;
   for (size_t k = 0; k < MS_BYTES; k++)
     if (ms_buf[k] != gen(seed + 100, et_rank, k))
@@ -78,7 +79,7 @@ static zinc_engine *open_engine(et_model *m) {
   r.extra = "\"zinc\": {\"comm_timeout_s\": 60, \"compression\": {\"scope\": \"all\", "
             "\"block_size\": 8}}";
   zinc_engine *e = et_open(&r, NULL, m);
-  ET_CHECK(e->cx_ef && e->cx_ef_bytes > 0, "the engine keeps no error-feedback residuals");
+  ET_CHECK(e->rd->cx_ef && e->rd->cx_ef_bytes > 0, "the engine keeps no error-feedback residuals");
   ET_OK(zinc_mstate_register(e, "test.state", ms_buf, MS_BYTES, 1));
   return e;
 }

@@ -1,6 +1,6 @@
 /*
- * copy_run.h — coalescing the staging pipeline's copies (cpu.c,
- * nvme_step.c): a sub-group is many pieces of optimizer runs, each a
+ * copy_run.h — coalescing many small device copies (place/cpu.c,
+ * place/nvme_step.c, stage3/stage3.c): a sub-group is many pieces of optimizer runs, each a
  * (device range, staging range) pair, and consecutive pieces usually lie
  * back to back on both sides (the runs of one parameter partition, the
  * parameters of one module). A copy_run holds the pending range; a piece
