@@ -4,6 +4,9 @@
  */
 #include "comm/comm.h"
 
+#include <stdint.h>
+#include <stdio.h>
+
 #include "base/base.h"
 
 size_t zinc_dt_size(int dtype) {
@@ -151,6 +154,40 @@ zinc_status zinc_coll_validate(const zinc_comm *c, const zinc_coll *colls, int n
                         c->ops->name, what, o->count);
   }
   return ZINC_OK;
+}
+
+zinc_status zinc_xfer_validate(const zinc_comm *c, const zinc_xfer *x, int n) {
+  if (!c || !x || n < 1)
+    return zinc_error(ZINC_ERR_INVALID, "comm: NULL comm or an empty batch of transfers "
+                      "(n=%d)", n);
+  if (!c->ops->xfer_start)
+    return zinc_error(ZINC_ERR_UNSUPPORTED, "comm %s: no transfers between ranks (a comm of "
+                      "one rank has no peer)", c->ops->name);
+  for (int i = 0; i < n; i++) {
+    const zinc_xfer *o = &x[i];
+    if (o->peer < 0 || o->peer >= c->size || o->peer == c->rank)
+      return zinc_error(ZINC_ERR_INVALID, "comm %s: transfer %d of the batch names peer %d: "
+                        "give another rank of the comm (0..%d, not %d)", c->ops->name, i,
+                        o->peer, c->size - 1, c->rank);
+    size_t es = zinc_dt_size(o->dtype);
+    if (es == 0)
+      return zinc_error(ZINC_ERR_INVALID, "comm %s: transfer %d of the batch has unknown "
+                        "element type %d", c->ops->name, i, o->dtype);
+    if (o->count > (SIZE_MAX >> 1) / es)
+      return zinc_error(ZINC_ERR_INVALID, "comm %s: transfer %d of the batch: %zu elements of "
+                        "%s is too large", c->ops->name, i, o->count, zinc_dt_name(o->dtype));
+    if (o->count > 0 && !o->buf && !o->check_only)
+      return zinc_error(ZINC_ERR_INVALID, "comm %s: transfer %d of the batch: %zu elements "
+                        "with a NULL buffer", c->ops->name, i, o->count);
+  }
+  return ZINC_OK;
+}
+
+void zinc_xfer_rank_text(const zinc_comm *c, int k, int name, char *buf, size_t len) {
+  if (c && c->xfer_label)
+    snprintf(buf, len, "%s %d (rank %d)", c->xfer_label, k, name);
+  else
+    snprintf(buf, len, "rank %d", name);
 }
 
 static zinc_status run1(zinc_comm *c, zinc_coll o) { return c->ops->run(c, &o, 1); }

@@ -120,6 +120,48 @@
  * zinc_comm_abort fails a fate on purpose (an owner that learnt of a
  * failure otherwise, e.g. agreed from a peer). Errors that leave a comm
  * usable (bad arguments, mismatched collectives) do not touch its fate.
+ *
+ * Transfers (xfer_start / xfer_wait; a pipeline's activations and
+ * gradients): point-to-point messages between two ranks of a comm,
+ * outside the rules of batches above: only the two ranks of a pair take
+ * part, and transfers and collective batches do not wait for each other.
+ *  - Pairing: rank a's k-th send to rank b pairs with b's k-th receive from
+ *    a, each side counting in the order it starts them (across batches).
+ *    The two ends of a pair give the same count and dtype.
+ *  - Checking: the two ends of every pair exchange a header (count,
+ *    dtype, the pair's number) and compare. A difference is
+ *    ZINC_ERR_INVALID on both ends, each message naming both ranks and
+ *    both counts, dtypes and bytes; the pair is used up on both ends and
+ *    the comm stays usable (its fate untouched). mpi: found by xfer_wait,
+ *    the receive buffer's contents are then undefined; nccl: found by
+ *    xfer_start, before anything is queued.
+ *  - mpi: start posts every message (headers and data) and returns; wait
+ *    blocks the host until the batch is done, its deadline timeout_s from
+ *    the wait (a trainer computes between start and wait). nccl: start
+ *    exchanges the headers over the bootstrap comm (an mpi transfer with
+ *    check_only, bounded by its timeout: start returns once the peer has
+ *    started its side), then queues the batch as one NCCL group, ordered
+ *    after the compute stream as any batch; wait as the collectives' wait
+ *    ("Streams"), the watchdog bounding it by timeout_s from the start.
+ *    Two ranks that each start a send before the receive that pairs with
+ *    the other's send wait for each other there (NCCL's sends wait for
+ *    their receiver): such crossing pairs go in one batch.
+ *  - Failure: a lost or silent peer is ZINC_ERR_COMM naming it, and the
+ *    comm fails (and its fate). mpi: so that a rank waiting for a peer
+ *    that itself waits for a lost rank names the lost one, ranks tell the
+ *    comm's other ranks by small notes: a wait past its deadline says
+ *    whom it waits for, then gives the peers it waits for up to
+ *    min(max(timeout_s, 1 s), 2 s) more to say the same; a failed
+ *    transfer, or the destroy of a failed comm that ran transfers, says
+ *    its failure. A wait that hears from a peer it waits for repeats what
+ *    it said: at once when the peer failed, at its deadline when the peer
+ *    waits too. Ranks are named as everywhere ("rank 5"), with
+ *    zinc_comm.xfer_label's word before the comm rank when it is set
+ *    ("stage 1 (rank 5)").
+ *  - xfer_wait consumes the request whatever it returns; xfer_drop
+ *    abandons one never waited for (an owner's destroy): receives are
+ *    cancelled, a send may still read its buffer until its peer receives
+ *    it (mpi) or the device passes it (nccl).
  */
 #ifndef ZINC_COMM_H
 #define ZINC_COMM_H
@@ -212,6 +254,20 @@ typedef struct {
 typedef struct zinc_comm zinc_comm;
 typedef struct zinc_comm_req zinc_comm_req;
 
+/* One end of a transfer ("Transfers" above). */
+typedef struct {
+  int peer;                /* the other end: a rank of the comm, not this one */
+  int send;                /* 1: buf goes to peer; 0: buf receives from peer  */
+  void *buf;               /* count elements of dtype: host memory (mpi) or
+                              device memory (nccl)                            */
+  size_t count;
+  int dtype;               /* zinc_dtype or ZINC_DT_*                         */
+  int check_only;          /* mpi: 1 = exchange and compare the headers only,
+                              no data moves (buf unused); both ends must set
+                              it alike (the nccl backend's handshake)         */
+} zinc_xfer;
+typedef struct zinc_xfer_req zinc_xfer_req;
+
 typedef struct {
   const char *name;                                         /* "mpi" */
   zinc_status (*run)(zinc_comm *c, const zinc_coll *colls, int n);
@@ -247,6 +303,14 @@ typedef struct {
    * destroy; non-blocking (waits notice it at their next poll). Called by
    * the fate, never by owners (zinc_comm_abort). */
   void (*abort)(zinc_comm *c, const char *why);
+  /* Optional (NULL: no transfers; self, whose one rank has no peer).
+   * Transfers ("Transfers" above): start a batch of n (the array may be
+   * reused once start returns; the buffers must stay valid until done);
+   * wait completes it and consumes the request; drop abandons one never
+   * waited for. */
+  zinc_status (*xfer_start)(zinc_comm *c, const zinc_xfer *x, int n, zinc_xfer_req **req);
+  zinc_status (*xfer_wait)(zinc_comm *c, zinc_xfer_req *req);
+  void (*xfer_drop)(zinc_comm *c, zinc_xfer_req *req);
 } zinc_comm_ops;
 
 typedef struct zinc_comm_log zinc_comm_log; /* comm/comm_log.h */
@@ -277,6 +341,10 @@ struct zinc_comm {
   /* The comms this one fails with ("Fate"): set by the backend at
    * creation (zinc_comm_fate_join), NULL for a comm that cannot fail. */
   zinc_comm_fate *fate;
+  /* How transfers' messages name a rank of this comm: NULL, "rank 5"; a
+   * word ("stage"), "stage 1 (rank 5)" for comm rank 1. Set by the owner
+   * (static string). */
+  const char *xfer_label;
 };
 
 /* -------------------------------------------------------------- creation */
@@ -366,6 +434,12 @@ const char *zinc_coll_name(zinc_coll_kind k);
 /* Check a batch's arguments (kinds, dtypes, NULL buffers, counts) before a
  * backend touches them; every backend calls it first. */
 zinc_status zinc_coll_validate(const zinc_comm *c, const zinc_coll *colls, int n);
+/* The same for a batch of transfers (peers, dtypes, NULL buffers, sizes). */
+zinc_status zinc_xfer_validate(const zinc_comm *c, const zinc_xfer *x, int n);
+/* How a transfer's message names rank k of c (zinc_comm.xfer_label):
+ * "stage 1 (rank 5)" or "rank 5", `name` being k's name ("Ranks are
+ * named" above). */
+void zinc_xfer_rank_text(const zinc_comm *c, int k, int name, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

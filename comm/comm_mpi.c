@@ -2,7 +2,8 @@
  * comm_mpi.c — the mpi comm backend's plumbing: MPI initialisation, zinc's
  * duplicate of the trainer's communicator, MPI errors as zinc statuses, the
  * choice between the shared-memory and point-to-point paths, and the ops
- * table (run, start/wait/test, split, alloc_shared, destroy).
+ * table (run, start/wait/test, split, alloc_shared, destroy; transfers are
+ * comm_mpi_xfer.c's).
  *
  * MPI life cycle: when nobody has initialised MPI, the first comm does it
  * with MPI_THREAD_MULTIPLE and registers one atexit handler that finalises
@@ -432,6 +433,7 @@ static void mpi_release(zinc_comm *c) {
     free(m->scratch);
   }
   zinc_mpi_hier_teardown(m, !collective_ok);
+  zinc_mpi_xfer_teardown(m, finalized); /* a failed comm's transfer peers are told */
   zinc_mpi_p2p_teardown(m);
   free(m->node_of);
   free(m->rank_names);
@@ -486,6 +488,9 @@ static const zinc_comm_ops mpi_ops = {
     .destroy = mpi_destroy,
     .set_timeout = mpi_set_timeout,
     .abort = mpi_abort,
+    .xfer_start = zinc_mpi_xfer_start,
+    .xfer_wait = zinc_mpi_xfer_wait,
+    .xfer_drop = zinc_mpi_xfer_drop,
 };
 
 /* ------------------------------------------------------------- creation */

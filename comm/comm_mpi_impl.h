@@ -15,6 +15,7 @@
  *   comm_mpi_reduce.c  the element-wise reduction in the canonical tree
  *                      order over ranks
  *   comm_mpi_async.c   the worker thread that runs started batches
+ *   comm_mpi_xfer.c    transfers: point-to-point messages of two ranks
  *
  * Invariants:
  *  - At most one thread executes a batch on a comm at any time: the worker
@@ -48,6 +49,20 @@
 #define ZINC_SHM_SCRATCH_DEFAULT (8u << 20)
 /* Bytes per message piece on the p2p path (ZINC_COMM_P2P_CHUNK). */
 #define ZINC_P2P_CHUNK_DEFAULT (4u << 20)
+
+/* Message tags: each comm draws a nonce at creation and uses the tags
+ * ZINC_MPI_NTAGS * nonce + one of these (comm_mpi_p2p.c), so that messages
+ * left behind by a failed comm never match in a later one. */
+enum {
+  ZINC_TAG_DATA = 0,       /* p2p collectives' pieces                        */
+  ZINC_TAG_BARRIER,        /* barrier tokens                                 */
+  ZINC_TAG_NOTE,           /* the node-aware path's notes                    */
+  ZINC_TAG_XFER_HDR_SEND,  /* a transfer's header from its sending end       */
+  ZINC_TAG_XFER_HDR_RECV,  /* ... from its receiving end                     */
+  ZINC_TAG_XFER_DATA,      /* a transfer's data                              */
+  ZINC_TAG_XFER_NOTE,      /* transfers' notes (comm_mpi_xfer.c)             */
+  ZINC_MPI_NTAGS = 8
+};
 
 /* One op as a rank publishes it in the control window, so that every rank
  * can check that all ranks issued the same op and find each other's
@@ -131,7 +146,7 @@ typedef struct zinc_mpi_s {
   MPI_Request *p2p_reqs;   /* (2 * size)                                      */
   int *p2p_peer;           /* (2 * size) the peer of each request             */
   size_t *p2p_expect;      /* (2 * size) a receive's bytes; SIZE_MAX: a send  */
-  int p2p_tag;             /* data tag; +1 for barrier tokens                 */
+  int p2p_tag;             /* ZINC_MPI_NTAGS * nonce: + ZINC_TAG_* the tags    */
 
   /* nodes, for the comms logger's intra/inter split */
   int *node_of;            /* (size) node of each rank, numbered 0 .. in
@@ -164,6 +179,9 @@ typedef struct zinc_mpi_s {
                               other nodes whom it waits for (once)           */
   int noted;
   char note_out[512];      /* that note (sent from here: lives with the comm) */
+
+  struct zinc_mpi_xfer *xfer; /* transfers' state (comm_mpi_xfer.c), made by
+                              the first transfer; NULL before              */
 
   zinc_mpi_worker *worker; /* NULL: `start` runs batches at once              */
   int in_worker;           /* the worker is executing (shorter barrier spins) */
@@ -270,6 +288,16 @@ zinc_status zinc_mpi_p2p_setup(zinc_mpi *m);
 void zinc_mpi_p2p_note(zinc_mpi *m, const char *text);
 void zinc_mpi_p2p_teardown(zinc_mpi *m);
 zinc_status zinc_mpi_p2p_run(zinc_mpi *m, const zinc_coll *colls, int n);
+
+/* ----------------------------------------------------- comm_mpi_xfer.c */
+
+/* The ops table's transfers (comm.h, "Transfers"). */
+zinc_status zinc_mpi_xfer_start(zinc_comm *c, const zinc_xfer *x, int n, zinc_xfer_req **req);
+zinc_status zinc_mpi_xfer_wait(zinc_comm *c, zinc_xfer_req *req);
+void zinc_mpi_xfer_drop(zinc_comm *c, zinc_xfer_req *req);
+/* Destroy: a failed comm that ran transfers tells its other ranks its
+ * failure (once), then the state is freed. No state: nothing. */
+void zinc_mpi_xfer_teardown(zinc_mpi *m, int finalized);
 
 /* --------------------------------------------------- comm_mpi_reduce.c */
 

@@ -50,16 +50,18 @@ zinc_status zinc_mpi_p2p_setup(zinc_mpi *m) {
   if (chunk > (1 << 30))
     chunk = 1 << 30;
   m->p2p_chunk_bytes = (size_t)chunk / 8 * 8;
-  /* Tags: 3*nonce (data), 3*nonce + 1 (barrier tokens), 3*nonce + 2 (the
-   * node-aware path's notes, zinc_mpi_p2p_note). */
+  /* Tags: ZINC_MPI_NTAGS * nonce + ZINC_TAG_* (comm_mpi_impl.h): data,
+   * barrier tokens, the node-aware path's notes (zinc_mpi_p2p_note), and
+   * the transfers' (comm_mpi_xfer.c). */
   int *tag_ub = NULL, flag = 0;
   MPI_Comm_get_attr(m->comm, MPI_TAG_UB, &tag_ub, &flag);
-  int nonces = (flag && tag_ub && *tag_ub > 3) ? *tag_ub / 3 : 10922;
+  int nonces = (flag && tag_ub && *tag_ub > ZINC_MPI_NTAGS) ? *tag_ub / ZINC_MPI_NTAGS
+                                                            : 32767 / ZINC_MPI_NTAGS;
   int nonce = (int)((uint64_t)(zinc_now() * 1e9) % (uint64_t)nonces);
   int rc = MPI_Bcast(&nonce, 1, MPI_INT, 0, m->comm);
   if (rc != MPI_SUCCESS)
     return zinc_mpi_error(rc, "MPI_Bcast of the message tag nonce", 0);
-  m->p2p_tag = 3 * nonce;
+  m->p2p_tag = ZINC_MPI_NTAGS * nonce;
   ZINC_CHECK(zinc_calloc((void **)&m->p2p_reqs, 2 * (size_t)m->size, sizeof *m->p2p_reqs,
                          "comm mpi p2p requests"));
   ZINC_CHECK(zinc_calloc((void **)&m->p2p_peer, 2 * (size_t)m->size, sizeof *m->p2p_peer,
@@ -121,8 +123,8 @@ void zinc_mpi_p2p_note(zinc_mpi *m, const char *text) {
     if (k == m->rank)
       continue;
     MPI_Request req; /* small: delivered eagerly; `text` lives with the comm */
-    if (MPI_Isend(text, (int)strlen(text) + 1, MPI_CHAR, k, m->p2p_tag + 2, m->comm, &req) ==
-        MPI_SUCCESS)
+    if (MPI_Isend(text, (int)strlen(text) + 1, MPI_CHAR, k, m->p2p_tag + ZINC_TAG_NOTE,
+                  m->comm, &req) == MPI_SUCCESS)
       MPI_Request_free(&req);
   }
 }
@@ -132,12 +134,13 @@ void zinc_mpi_p2p_note(zinc_mpi *m, const char *text) {
 static int take_note(zinc_mpi *m, char *out, size_t len) {
   int flag = 0;
   MPI_Status status;
-  if (MPI_Iprobe(MPI_ANY_SOURCE, m->p2p_tag + 2, m->comm, &flag, &status) != MPI_SUCCESS ||
+  if (MPI_Iprobe(MPI_ANY_SOURCE, m->p2p_tag + ZINC_TAG_NOTE, m->comm, &flag, &status) !=
+          MPI_SUCCESS ||
       !flag)
     return -1;
   char note[sizeof m->note_out] = "";
-  if (MPI_Recv(note, (int)sizeof note, MPI_CHAR, status.MPI_SOURCE, m->p2p_tag + 2, m->comm,
-               MPI_STATUS_IGNORE) != MPI_SUCCESS)
+  if (MPI_Recv(note, (int)sizeof note, MPI_CHAR, status.MPI_SOURCE,
+               m->p2p_tag + ZINC_TAG_NOTE, m->comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
     return -1;
   note[sizeof note - 1] = '\0';
   snprintf(out, len, "%s", note);
@@ -438,8 +441,9 @@ static zinc_status run_one(zinc_mpi *m, const zinc_coll *o) {
       }
       snprintf(suspects + used, sizeof suspects - used, " had not all arrived");
       b.suspects = suspects;
-      ZINC_CHECK(post_tagged(&b, 0, token_in, 1, (r - dist + n) % n, m->p2p_tag + 1));
-      ZINC_CHECK(post_tagged(&b, 1, &token_out, 1, (r + dist) % n, m->p2p_tag + 1));
+      int tag = m->p2p_tag + ZINC_TAG_BARRIER;
+      ZINC_CHECK(post_tagged(&b, 0, token_in, 1, (r - dist + n) % n, tag));
+      ZINC_CHECK(post_tagged(&b, 1, &token_out, 1, (r + dist) % n, tag));
       ZINC_CHECK(complete(&b));
     }
     return ZINC_OK;

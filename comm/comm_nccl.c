@@ -78,7 +78,12 @@
  * NCCL's; all-gatherv is one ncclBroadcast per rank with a non-zero count,
  * grouped; all-to-all-v is one ncclRecv and one ncclSend per rank with a
  * non-zero count (itself included), grouped; barrier is a one-element max
- * all-reduce of a device word.
+ * all-reduce of a device word. Transfers (comm.h, "Transfers") exchange
+ * each pair's header over the bootstrap comm first (an mpi transfer with
+ * check_only: a size mismatch fails both ends before anything is queued),
+ * then run as one group of ncclSend/ncclRecv, a batch like any other
+ * (ordered after the compute stream, waited for on the device, bounded by
+ * the watchdog).
  *
  * Nodes: node_of is the bootstrap comm's table (NCCL ranks are the
  * bootstrap's); a split gathers its members' nodes over the new comm (one
@@ -224,7 +229,18 @@ struct zinc_comm_req {
   double started;     /* zinc_now() when the batch was started */
   int nops;
   zinc_coll_kind first_kind;
+  const char *what;   /* a transfer batch's name; NULL: first_kind's */
   zinc_coll *logged;  /* the batch, kept for the comms logger (NULL: off) */
+};
+
+/* What a request is, for messages: "all-reduce", "transfer". */
+static const char *req_name(const zinc_comm_req *req) {
+  return req->what ? req->what : zinc_coll_name(req->first_kind);
+}
+
+/* A transfer batch (comm.h, "Transfers"): a batch's request. */
+struct zinc_xfer_req {
+  zinc_comm_req *batch;
 };
 
 typedef struct {
@@ -238,6 +254,9 @@ typedef struct {
   cudaEvent_t *spare;        /* (nspare) events for requests */
   int nspare, cap_spare;
   int *node_of;              /* (size) zinc_comm.node_of */
+  zinc_comm *bootstrap;      /* the comm the id came over (not owned; it must
+                                outlive this one): transfers exchange their
+                                headers over it. NULL for a split's comm */
   char abort_reason[256];    /* non-empty once aborted */
   /* Batches `wait` ordered the compute stream after, not yet seen done, in
    * start order (they complete in it): their end events and start times.
@@ -603,7 +622,7 @@ static zinc_status poll_once(zinc_comm *c, zinc_comm_req *req, int *done) {
   }
   if (q != cudaErrorNotReady) {
     zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): %s batch of %d failed on the "
-               "device: %s", c->rank, c->size, zinc_coll_name(req->first_kind), req->nops,
+               "device: %s", c->rank, c->size, req_name(req), req->nops,
                cudaGetErrorString(q));
     return comm_abort(c);
   }
@@ -613,14 +632,14 @@ static zinc_status poll_once(zinc_comm *c, zinc_comm_req *req, int *done) {
     async = r;
   if (async != ncclSuccess && async != ncclInProgress) {
     zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): %s batch of %d: %s (%s); a peer "
-               "may have died", c->rank, c->size, zinc_coll_name(req->first_kind), req->nops,
+               "may have died", c->rank, c->size, req_name(req), req->nops,
                ncclGetErrorString(async), ncclGetLastError(ni->nccl));
     return comm_abort(c);
   }
   if (timed_out(c->timeout_s, req->started)) {
     zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): %s batch of %d not done after "
                "%.0f s: a peer is lost or stuck (raise the comm timeout if it is only slow)",
-               c->rank, c->size, zinc_coll_name(req->first_kind), req->nops, c->timeout_s);
+               c->rank, c->size, req_name(req), req->nops, c->timeout_s);
     return comm_abort(c);
   }
   return ZINC_OK;
@@ -753,7 +772,7 @@ static zinc_status nccl_wait(zinc_comm *c, zinc_comm_req *req) {
     cudaError_t err = cudaStreamWaitEvent(ni->compute, req->done, 0);
     if (err != cudaSuccess) {
       zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d): ordering the compute stream after a "
-                 "%s batch of %d: %s", c->rank, zinc_coll_name(req->first_kind), req->nops,
+                 "%s batch of %d: %s", c->rank, req_name(req), req->nops,
                  cudaGetErrorString(err));
       st = comm_abort(c);
     } else if ((st = order_batch(c, req->done, req->started)) == ZINC_OK) {
@@ -818,6 +837,142 @@ static zinc_status nccl_run(zinc_comm *c, const zinc_coll *colls, int n) {
   return st;
 }
 
+/* ------------------------------------------------------------ transfers */
+
+/* The launch of a transfer batch on the device's queue (its mutex held):
+ * ordered after the compute stream, one group of sends and receives, the
+ * end event. ZINC_ERR_DEVICE before NCCL was called, else ZINC_ERR_COMM. */
+static zinc_status launch_xfer(zinc_comm *c, const zinc_xfer *x, int n, zinc_comm_req *req) {
+  nccl_impl *ni = impl_of(c);
+  cudaError_t err = cudaEventRecord(ni->compute_ready, ni->compute);
+  if (err == cudaSuccess)
+    err = cudaStreamWaitEvent(ni->stream, ni->compute_ready, 0);
+  if (err != cudaSuccess)
+    return zinc_error(ZINC_ERR_DEVICE, "comm nccl (rank %d): ordering a transfer batch of %d "
+                      "after the compute stream: %s", c->rank, n, cudaGetErrorString(err));
+  ncclResult_t first = ncclSuccess;
+  int failed_at = -1;
+  ncclGroupStart();
+  for (int i = 0; i < n && first == ncclSuccess; i++) {
+    const zinc_xfer *o = &x[i];
+    ncclResult_t r = o->send ? ncclSend(o->buf, o->count, nccl_type(o->dtype), o->peer,
+                                        ni->nccl, ni->stream)
+                             : ncclRecv(o->buf, o->count, nccl_type(o->dtype), o->peer,
+                                        ni->nccl, ni->stream);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      first = r;
+      failed_at = i;
+    }
+  }
+  ncclResult_t end = ncclGroupEnd();
+  zinc_status st = ZINC_OK;
+  if (first == ncclSuccess && end == ncclInProgress)
+    st = settle(c->rank, c->size, c->timeout_s, ni->nccl, req->started, "enqueueing transfers");
+  else if (first != ncclSuccess)
+    st = zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): transfer %d of a batch of %d "
+                    "(%s rank %d): %s (%s)", c->rank, c->size, failed_at, n,
+                    x[failed_at].send ? "send to" : "receive from", x[failed_at].peer,
+                    ncclGetErrorString(first), ncclGetLastError(ni->nccl));
+  else if (end != ncclSuccess)
+    st = zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d of %d): ending the group of a transfer "
+                    "batch of %d: %s (%s)", c->rank, c->size, n, ncclGetErrorString(end),
+                    ncclGetLastError(ni->nccl));
+  if (st == ZINC_OK && (err = cudaEventRecord(req->done, ni->stream)) != cudaSuccess)
+    st = zinc_error(ZINC_ERR_COMM, "comm nccl (rank %d): marking the end of a transfer "
+                    "batch: %s", c->rank, cudaGetErrorString(err));
+  return st;
+}
+
+/* The two ends' headers first, over the bootstrap comm (comm.h,
+ * "Transfers": a mismatch is ZINC_ERR_INVALID on both ends before
+ * anything is queued), then the group, as a batch. */
+static zinc_status nccl_xfer_start(zinc_comm *c, const zinc_xfer *x, int n,
+                                   zinc_xfer_req **out) {
+  if (!out)
+    return zinc_error(ZINC_ERR_INVALID, "comm nccl: transfer start needs a request pointer");
+  *out = NULL;
+  ZINC_CHECK(zinc_xfer_validate(c, x, n));
+  nccl_impl *ni = impl_of(c);
+  zinc_comm *boot = ni->bootstrap;
+  if (!boot || !boot->ops->xfer_start)
+    return zinc_error(ZINC_ERR_UNSUPPORTED, "comm nccl (rank %d): transfers exchange their "
+                      "headers over the bootstrap comm, and this comm (a split's) has none",
+                      c->rank);
+  zinc_xfer *check = calloc((size_t)n, sizeof *check);
+  zinc_xfer_req *hr = NULL;
+  if (!check)
+    return zinc_error(ZINC_ERR_NOMEM, "comm nccl (rank %d): out of memory for the headers "
+                      "of %d transfers", c->rank, n);
+  for (int i = 0; i < n; i++) {
+    check[i] = x[i];
+    check[i].buf = NULL;
+    check[i].check_only = 1;
+  }
+  zinc_status st = boot->ops->xfer_start(boot, check, n, &hr);
+  free(check);
+  if (st == ZINC_OK)
+    st = boot->ops->xfer_wait(boot, hr);
+  if (st != ZINC_OK) /* a mismatch, or the bootstrap failed (and this comm with it) */
+    return st;
+  zinc_xfer_req *w = calloc(1, sizeof *w);
+  zinc_comm_req *req = calloc(1, sizeof *req);
+  if (!w || !req) {
+    free(w);
+    free(req);
+    return zinc_error(ZINC_ERR_NOMEM, "comm nccl (rank %d): out of memory for a transfer "
+                      "request", c->rank);
+  }
+  pthread_mutex_lock(&ni->mu);
+  st = check_usable(c);
+  if (st == ZINC_OK)
+    st = req_event(c, &req->done);
+  if (st != ZINC_OK) {
+    pthread_mutex_unlock(&ni->mu);
+    free(req);
+    free(w);
+    return st;
+  }
+  req->started = zinc_now();
+  req->nops = n;
+  req->first_kind = ZINC_COLL_ALLTOALLV;
+  req->what = "transfer";
+  pthread_mutex_lock(&ni->queue->launch);
+  st = launch_xfer(c, x, n, req);
+  pthread_mutex_unlock(&ni->queue->launch);
+  if (st != ZINC_OK) {
+    req_free(c, req);
+    if (st != ZINC_ERR_DEVICE)
+      st = comm_abort(c);
+    pthread_mutex_unlock(&ni->mu);
+    free(w);
+    return st;
+  }
+  pthread_mutex_unlock(&ni->mu);
+  w->batch = req;
+  *out = w;
+  return ZINC_OK;
+}
+
+static zinc_status nccl_xfer_wait(zinc_comm *c, zinc_xfer_req *w) {
+  if (!w)
+    return zinc_error(ZINC_ERR_INVALID, "comm nccl: transfer wait on a NULL request");
+  zinc_comm_req *req = w->batch;
+  free(w);
+  return nccl_wait(c, req);
+}
+
+/* Never waited for: the group stays queued (NCCL cannot take it back);
+ * the request is released. */
+static void nccl_xfer_drop(zinc_comm *c, zinc_xfer_req *w) {
+  if (!w)
+    return;
+  nccl_impl *ni = impl_of(c);
+  pthread_mutex_lock(&ni->mu);
+  req_free(c, w->batch);
+  pthread_mutex_unlock(&ni->mu);
+  free(w);
+}
+
 /* ------------------------------------------------ creation, split, end */
 
 static void nccl_destroy(zinc_comm *c);
@@ -835,6 +990,9 @@ static const zinc_comm_ops nccl_ops = {
     .free_shared = NULL,
     .destroy = nccl_destroy,
     .abort = nccl_abort,
+    .xfer_start = nccl_xfer_start,
+    .xfer_wait = nccl_xfer_wait,
+    .xfer_drop = nccl_xfer_drop,
 };
 
 /* Wrap an initialised NCCL communicator; takes ownership (aborts it on
@@ -1096,6 +1254,7 @@ zinc_status zinc_comm_nccl_create(zinc_comm *bootstrap, int cuda_device, void *c
     return st;
   }
   ZINC_CHECK(comm_wrap(nc, cuda_device, (cudaStream_t)compute_stream, timeout_s, out));
+  impl_of(*out)->bootstrap = bootstrap; /* transfers' headers travel over it */
   /* fails with its bootstrap (comm.h, "Fate"); NCCL's ranks are the
    * bootstrap's: its node table holds (a bootstrap without one: every rank
    * a node of its own) */

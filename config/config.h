@@ -297,6 +297,14 @@ typedef struct {
   zinc_monitor_settings csv_monitor, tensorboard;
   zinc_comms_logger_settings comms_logger;
 
+  /* ---- pipeline (DeepSpeed's "pipeline" section; its other keys belong
+   * to the trainer's model and are accepted without effect) */
+  int64_t pipeline_stages;                /* 0: "auto" or not given (the
+                                             trainer's zinc_options decide);
+                                             n >= 1: must equal
+                                             pipeline_parallel_size
+                                             (engine/pipe.c)               */
+
   /* ---- "zinc" section: options DeepSpeed has no key for */
   int log_level;                          /* -1: leave the logger as is;
                                              else a zinc_log_level         */

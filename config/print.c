@@ -293,6 +293,12 @@ static json_t *settings_json(const zinc_settings *s) {
   put(cl, "prof_ops", ops);
   put(root, "comms_logger", cl);
 
+  if (s->pipeline_stages > 0) { /* "auto" and absent read back the same */
+    json_t *pipe = json_object();
+    put(pipe, "stages", json_integer(s->pipeline_stages));
+    put(root, "pipeline", pipe);
+  }
+
   static const char *const levels[] = {"error", "warn", "info", "debug"};
   json_t *z = json_object();
   put(z, "log_level", s->log_level >= 0 && s->log_level <= 3 ? json_string(levels[s->log_level])

@@ -106,6 +106,7 @@ static const zinc_key top_keys[] = {
     ZINC_KIGNORED("monitor_config"),
     ZINC_KIGNORED("comms_config"),
     ZINC_KCUSTOM("comms_logger"),
+    ZINC_KCUSTOM("pipeline"),
     ZINC_KIGNORED("flops_profiler"),
     ZINC_KIGNORED("compression_training"),
     ZINC_KIGNORED("data_efficiency"),
@@ -114,7 +115,6 @@ static const zinc_key top_keys[] = {
     ZINC_KIGNORED("autotuning"),
     ZINC_KIGNORED("amp"),
     ZINC_KIGNORED("sparse_attention"),
-    ZINC_KIGNORED("pipeline"),
     ZINC_KIGNORED("checkpoint"),
     ZINC_KIGNORED("data_types"),
     ZINC_KIGNORED("eigenvalue"),
@@ -1300,6 +1300,49 @@ static zinc_status read_comms_logger(zinc_cfg_reader *r, const json_t *root,
   return ZINC_OK;
 }
 
+/* ---------------------------------------------------------------- pipeline */
+
+/* DeepSpeed's "pipeline" section (its runtime/config.py get_pipeline_config,
+ * read by its PipelineEngine). DeepSpeed takes the number of stages from
+ * the PipelineModule, never from "stages" (default "auto"); zinc takes it
+ * from zinc_options.pipeline_parallel_size, and a number written here must
+ * agree with it (engine/pipe.c). The other keys shape the trainer's model
+ * (how layers are split, seeded and checkpointed, whether activations are
+ * sent partitioned over the tensor-parallel group): zinc sends whole
+ * buffers and leaves the model to the trainer. */
+static const zinc_key pipeline_keys[] = {
+    ZINC_KCUSTOM("stages"),
+    ZINC_KINERT("partition", "\"best\""),
+    ZINC_KINERT("seed_layers", "false"),
+    ZINC_KINERT("activation_checkpoint_interval", "0"),
+    ZINC_KINERT("pipe_partitioned", "true"),
+    ZINC_KINERT("grad_partitioned", "true"),
+    ZINC_KINERT("use_reentrant", "true"),
+};
+
+static zinc_status read_pipeline(zinc_cfg_reader *r, const json_t *root, zinc_settings *s) {
+  const json_t *obj;
+  size_t mark;
+  ZINC_CHECK(section(r, root, "pipeline", &obj, &mark));
+  if (obj) {
+    ZINC_CHECK(zinc_cfg_walk(r, obj, pipeline_keys, ZINC_KEY_COUNT(pipeline_keys), s,
+                             sizeof *s));
+    size_t m;
+    const json_t *v = zinc_cfg_enter(r, obj, "stages", &m);
+    if (v) {
+      if (json_is_null(v) || zinc_cfg_is_auto(v))
+        s->pipeline_stages = 0;
+      else if (!json_is_number(v) ||
+               zinc_cfg_int64(r, v, 1, 1 << 20, &s->pipeline_stages) != ZINC_OK)
+        return zinc_cfg_bad(r, v, "\"auto\" or the number of pipeline stages (1 to %d), "
+                            "the same as zinc_options.pipeline_parallel_size", 1 << 20);
+      zinc_cfg_pop(r, m);
+    }
+  }
+  zinc_cfg_pop(r, mark);
+  return ZINC_OK;
+}
+
 /* "wandb" and "comet" are accepted; zinc does not write them. Enabled, they
  * get a warning of their own (the trainer expects logs that will not come). */
 static void note_unwritten_monitor(zinc_cfg_reader *r, const json_t *root, const char *name) {
@@ -1345,6 +1388,7 @@ zinc_status zinc_cfg_read_document(zinc_cfg_reader *r, const json_t *root,
   ZINC_CHECK(read_monitor(r, root, "csv_monitor", &s->csv_monitor));
   ZINC_CHECK(read_monitor(r, root, "tensorboard", &s->tensorboard));
   ZINC_CHECK(read_comms_logger(r, root, &s->comms_logger));
+  ZINC_CHECK(read_pipeline(r, root, s));
   note_unwritten_monitor(r, root, "wandb");
   note_unwritten_monitor(r, root, "comet");
 

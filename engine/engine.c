@@ -5,8 +5,9 @@
  * collectives. The public entry points of the training loop are loop.c's.
  *
  * Groups: model-parallel groups are consecutive world ranks (as Megatron);
- * data-parallel groups take one rank of every model-parallel group. ZeRO
- * partitions over the data-parallel group only.
+ * data-parallel groups take one rank of every model-parallel group of a
+ * pipeline stage; the grid and the pipeline group are engine/pipe.c's.
+ * ZeRO partitions over the data-parallel group only.
  *
  * How a failure on one rank reaches the others and stops the engine is in
  * engine/failure.c.
@@ -31,6 +32,7 @@
 #include "engine/grads.h"
 #include "engine/memory/profiler.h"
 #include "engine/monitor/monitor.h"
+#include "engine/pipe.h"
 #include "engine/stage3/stage3.h"
 #include "engine/step.h"
 #include "engine/trace.h"
@@ -139,22 +141,28 @@ static zinc_status create_comms(zinc_engine *e) {
   e->world_rank = e->world->rank;
   e->world_size = e->world->size;
   zinc_log_set_rank(e->world_rank);
-  int mp = e->opt.model_parallel_size;
-  if (mp < 1 || e->world_size % mp != 0)
-    return zinc_error(ZINC_ERR_INVALID, "zinc_options.model_parallel_size is %d but the "
-                      "world has %d ranks: it must be >= 1 and divide the world size",
-                      mp, e->world_size);
+  /* pipeline x data x model parallel: the sizes agreed and the grid made
+   * (engine/pipe.c), the groups split by its colors (engine/grid.h) */
+  zinc_grid grid;
+  ZINC_CHECK(zinc_pipe_grid(e, &grid));
+  int mp = grid.tp;
   e->mp_size = mp;
   e->mp_rank = e->world_rank % mp;
-  e->dp_size = e->world_size / mp;
-  e->dp_rank = e->world_rank / mp;
-  if (mp == 1) {
+  e->dp_size = grid.dp;
+  e->dp_rank = zinc_grid_coord(&grid, e->world_rank).dp;
+  if (mp == 1 && grid.pp == 1) {
     e->dp_host = e->world;
     ZINC_CHECK(zinc_comm_self_create(&e->mp_host));
   } else {
-    ZINC_CHECK(e->world->ops->split(e->world, e->world_rank / mp, e->world_rank, &e->mp_host));
-    ZINC_CHECK(e->world->ops->split(e->world, e->world_rank % mp, e->world_rank, &e->dp_host));
+    if (mp == 1)
+      ZINC_CHECK(zinc_comm_self_create(&e->mp_host));
+    else
+      ZINC_CHECK(e->world->ops->split(e->world, zinc_grid_mp_color(&grid, e->world_rank),
+                                      e->world_rank, &e->mp_host));
+    ZINC_CHECK(e->world->ops->split(e->world, zinc_grid_dp_color(&grid, e->world_rank),
+                                    e->world_rank, &e->dp_host));
   }
+  ZINC_CHECK(zinc_pipe_create(e)); /* the pipeline group (engine/pipe.c) */
   /* on the cpu device the same comms carry device and host buffers; the
    * cuda device replaces dp/mp with NCCL comms (create_device) */
   e->dp = e->dp_host;
@@ -323,6 +331,7 @@ static zinc_status create_device(zinc_engine *e) {
     if (e->hpz_host)
       ZINC_CHECK(zinc_comm_nccl_create(e->hpz_host, want, e->opt.cuda_stream,
                                        e->cfg.comm_timeout_s, &e->hpz_comm));
+    ZINC_CHECK(zinc_pipe_create_device(e, want)); /* pipeline transfers (engine/pipe.c) */
   }
   return ZINC_OK;
 }
@@ -403,6 +412,8 @@ zinc_status zinc_engine_create(const zinc_config *cfg, const zinc_options *opt,
     st = zinc_error(ZINC_ERR_INVALID, "zinc_options.hidden_size is %lld: give the model's "
                     "hidden size (d_model), or 0 when the config writes no bucket size "
                     "\"auto\"", (long long)e->opt.hidden_size);
+  if (st == ZINC_OK) /* the config's pipeline stages against the options (engine/pipe.c) */
+    st = zinc_pipe_check_config(e);
   if (st == ZINC_OK) /* rank 0's directories: a failure there stops every rank */
     st = zinc_monitor_open(e);
   if (st == ZINC_OK) /* counted from the first collective on (the agreement below) */
@@ -414,9 +425,10 @@ zinc_status zinc_engine_create(const zinc_config *cfg, const zinc_options *opt,
   ZINC_CHECK_GOTO(create_device(e), st, fail);
   ZINC_CHECK_GOTO(zinc_comms_logger_attach(e), st, fail); /* the device's comms (nccl) */
   e->phase_start = zinc_now();
-  zinc_log0(ZINC_LOG_INFO, "engine: %d ranks (data-parallel %d x model-parallel %d), "
-            "%d on this node, device %s, comm %s, stage %d",
-            e->world_size, e->dp_size, e->mp_size, e->local_size, e->dev->ops->name,
+  zinc_log0(ZINC_LOG_INFO, "engine: %d ranks (pipeline %d x data-parallel %d x "
+            "model-parallel %d), %d on this node, device %s, comm %s, stage %d",
+            e->world_size, zinc_pp_size(e), e->dp_size, e->mp_size, e->local_size,
+            e->dev->ops->name,
             e->dp->ops->name, e->cfg.stage);
   *out = e;
   return ZINC_OK;
@@ -447,6 +459,7 @@ void zinc_engine_destroy(zinc_engine *e) {
     zinc_comm_destroy(e->mp);
   if (e->hpz_comm != e->hpz_host)
     zinc_comm_destroy(e->hpz_comm);
+  zinc_pipe_destroy(e); /* its transfers and comms (engine/pipe.c) */
   zinc_device_destroy(e->dev);
   if (e->dp_host != e->world)
     zinc_comm_destroy(e->dp_host);
@@ -506,6 +519,7 @@ zinc_status zinc_engine_build(zinc_engine *e, zinc_init_fn init, void *ctx) {
     return zinc_error(ZINC_ERR_INVALID, "zinc_engine_build: engine is NULL");
   if (e->built)
     return zinc_error(ZINC_ERR_INVALID, "zinc_engine_build: the engine is already built");
+  ZINC_CHECK(zinc_pipe_check_build(e)); /* what a pipeline cannot do yet (engine/pipe.c) */
   int any16[3] = {0, 0, 0};
   for (int i = 0; i < e->nparams; i++)
     any16[e->params[i]->dtype] = 1;
@@ -566,6 +580,7 @@ static zinc_comm *scope_comm(zinc_engine *e, zinc_scope scope) {
   case ZINC_SCOPE_WORLD: return e->world;
   case ZINC_SCOPE_DP: return e->dp_host;
   case ZINC_SCOPE_MP: return e->mp_host;
+  case ZINC_SCOPE_PP: return zinc_pipe_host_comm(e); /* engine/pipe.c */
   }
   return NULL;
 }

@@ -4,9 +4,10 @@
  * engine.c's calls. The model's types are registry.h's (included here);
  * every other part declares its calls in a header of its own: support.h
  * and failure.h (the bottom: any part may call them), grads.h, trace.h,
- * step.h, build.h, activations.h, stage3/stage3.h, monitor/monitor.h, the
- * reducer table reduce/reduce.h (the methods' own: reduce/methods.h), and
- * the placement seam's place/place.h.
+ * step.h, build.h, activations.h, pipe.h (pipeline parallelism),
+ * stage3/stage3.h, monitor/monitor.h, the reducer table reduce/reduce.h
+ * (the methods' own: reduce/methods.h), and the placement seam's
+ * place/place.h.
  *
  * Layout (the one idea everything else follows)
  * ---------------------------------------------
@@ -105,6 +106,8 @@ struct zinc_engine {
   zinc_comm *hpz_comm;    /* hpZ: this rank's group of hpz consecutive
                              data-parallel ranks; device buffers */
   zinc_comm *hpz_host;    /* the same group for host buffers (MPI) */
+  struct zinc_pipe *pipe; /* pipeline parallelism: the grid, the pipeline
+                             group, transfers (engine/pipe.h)             */
 
   /* ---- device and accounting */
   zinc_device *dev;

@@ -274,6 +274,13 @@ typedef struct {                 /* what a JSON file should not carry */
                                     stage3_param_persistence_threshold = 10*h.
                                     0 = not given: a size written "auto" is then
                                     ZINC_ERR_CONFIG at zinc_engine_build */
+  int   pipeline_parallel_size;  /* pipeline stages p; 0 or 1 = no pipeline. The
+                                    world is p x d x t ranks (t =
+                                    model_parallel_size, d data-parallel) in
+                                    Megatron-LM's order, tensor-parallel rank
+                                    fastest, then data-parallel, then stage:
+                                    world rank = (stage*d + dp_rank)*t + mp_rank
+                                    ("Pipeline parallelism" below) */
 } zinc_options;
 #define ZINC_DEVICE_AUTO (-2)
 #define ZINC_DEVICE_CPU  (-1)
@@ -281,7 +288,7 @@ typedef struct {                 /* what a JSON file should not carry */
  * ones you need: fields beyond opt->size (a trainer compiled against an
  * older header) take these defaults. */
 #define ZINC_OPTIONS_INIT \
-  { sizeof(zinc_options), ZINC_DEVICE_AUTO, NULL, 1, NULL, 0, 0 }
+  { sizeof(zinc_options), ZINC_DEVICE_AUTO, NULL, 1, NULL, 0, 0, 0 }
 
 /* Create an engine. Collective over the communicator: every rank calls it.
  * Under an MPI launcher (mpirun, srun) with MPI not initialised, zinc
@@ -310,6 +317,10 @@ ZINC_API int zinc_dp_size(const zinc_engine *e);  /* [any thread] */
 /* Rank and size in the model-parallel group (consecutive world ranks). */
 ZINC_API int zinc_mp_rank(const zinc_engine *e);  /* [any thread] */
 ZINC_API int zinc_mp_size(const zinc_engine *e);  /* [any thread] */
+/* Pipeline stage and number of stages (1 without a pipeline); the rest of
+ * the pipeline's queries are under "Pipeline parallelism" below. */
+ZINC_API int zinc_pp_rank(const zinc_engine *e);  /* [any thread] */
+ZINC_API int zinc_pp_size(const zinc_engine *e);  /* [any thread] */
 /* 1 when the engine computes on a CUDA device, 0 on the CPU. */
 ZINC_API int zinc_engine_on_gpu(const zinc_engine *e);  /* [any thread] */
 
@@ -596,9 +607,12 @@ typedef enum { ZINC_REDUCE_SUM, ZINC_REDUCE_MAX, ZINC_REDUCE_MIN,
                ZINC_REDUCE_MEAN } zinc_reduce_op;
 /* The group a trainer's host collective runs over: every rank, the ranks
  * that hold the same model shard (data-parallel group, zinc_dp_rank and
- * zinc_dp_size), or the ranks that hold one replica's shards
- * (model-parallel group, consecutive world ranks, zinc_mp_rank). */
-typedef enum { ZINC_SCOPE_WORLD, ZINC_SCOPE_DP, ZINC_SCOPE_MP } zinc_scope;
+ * zinc_dp_size), the ranks of one stage that hold one replica's shards
+ * (model-parallel group, consecutive world ranks, zinc_mp_rank), or the
+ * stages of one replica's shard (pipeline group, zinc_pp_rank; a group
+ * of one without a pipeline). "Pipeline parallelism" lists each. */
+typedef enum { ZINC_SCOPE_WORLD, ZINC_SCOPE_DP, ZINC_SCOPE_MP,
+               ZINC_SCOPE_PP } zinc_scope;
 /* All-reduce n host doubles over `scope`, in place, for a trainer's own
  * figures (mean loss, token counts); MEAN divides the sum by the group's
  * size. Every rank of the group calls it with the same n and op.
@@ -884,6 +898,147 @@ ZINC_API zinc_status zinc_activation_stats_get(const zinc_engine *e, zinc_activa
  * the partial sums of tensor-parallel layers. Collective over the group. */
 /* [collective] */
 ZINC_API zinc_status zinc_mp_allreduce_sum(zinc_engine *e, float *data, int64_t n);
+
+/* --------------------------------------------------- pipeline parallelism */
+
+/* 3D parallelism. With zinc_options.pipeline_parallel_size p > 1 the
+ * trainer splits its layers into p consecutive stages, and zinc owns the
+ * groups and the transfers between stages; the trainer owns its schedule
+ * (GPipe, 1F1B). The world's w ranks form a grid of p stages x d
+ * data-parallel ranks x t model-parallel (tensor-parallel) ranks, t =
+ * model_parallel_size, d = w / (p t), numbered as Megatron-LM numbers
+ * them, tensor-parallel rank fastest, then data-parallel rank, then stage:
+ *
+ *     world rank = (stage * d + dp_rank) * t + mp_rank
+ *
+ * A stage is a block of d t consecutive world ranks. The groups of a rank
+ * (each ordered by world rank):
+ *   model-parallel (ZINC_SCOPE_MP)  same stage and dp_rank: t consecutive
+ *                                   ranks, one replica's shards of a stage
+ *   data-parallel (ZINC_SCOPE_DP)   same stage and mp_rank: the d ranks
+ *                                   ZeRO partitions over
+ *   pipeline (ZINC_SCOPE_PP)        same dp_rank and mp_rank: p ranks, one
+ *                                   per stage, in stage order
+ * E.g. w = 8, p = 2, t = 2 (d = 2): stage 0 is ranks 0-3, stage 1 ranks
+ * 4-7; rank 5 is stage 1, dp_rank 0, mp_rank 1; its model-parallel group
+ * is {4, 5}, its data-parallel group {5, 7}, its pipeline group {1, 5}.
+ * Without a pipeline (p = 1) this is the layout of zinc_mp_rank and
+ * zinc_dp_rank as before.
+ *
+ * zinc_engine_create refuses, with ZINC_ERR_INVALID on every rank naming
+ * the sizes, a pipeline_parallel_size below 0, sizes that differ across
+ * ranks, and a world that p x t does not divide; and a config whose
+ * "pipeline": {"stages": n} gives a number other than p with
+ * ZINC_ERR_CONFIG naming both (write the same in both, or "auto").
+ *
+ * Not yet: training across stages. With p > 1 zinc_engine_build is
+ * refused with ZINC_ERR_INVALID (nothing changes): the gradient norm,
+ * clipping, the overflow skip and checkpoints do not yet cover every
+ * stage. The groups, the queries and the transfers below work on an
+ * engine that is created and not built (docs/3d.md). */
+
+/* World rank of this rank's neighbour in its pipeline group: the previous
+ * stage's (same dp_rank and mp_rank), or the next one's; -1 on the first
+ * (prev) or last (next) stage, without a pipeline, and for NULL. */
+ZINC_API int zinc_pp_prev(const zinc_engine *e);  /* [any thread] */
+ZINC_API int zinc_pp_next(const zinc_engine *e);  /* [any thread] */
+/* 1 when this rank is on the first / last stage (both without a
+ * pipeline), else 0 (also for NULL). */
+ZINC_API int zinc_pp_is_first(const zinc_engine *e);  /* [any thread] */
+ZINC_API int zinc_pp_is_last(const zinc_engine *e);  /* [any thread] */
+/* The coordinates of any world rank of e's grid: its stage, dp_rank and
+ * mp_rank (each output may be NULL). ZINC_ERR_INVALID for a rank outside
+ * 0 .. world size - 1. */
+ZINC_API zinc_status zinc_rank_coords(const zinc_engine *e, int world_rank, int *stage,
+                                      int *dp_rank, int *mp_rank);  /* [any thread] */
+/* The world rank at (stage, dp_rank, mp_rank), or -1 outside the grid. */
+ZINC_API int zinc_coords_rank(const zinc_engine *e, int stage, int dp_rank,
+                              int mp_rank);  /* [any thread] */
+
+/* Transfers between neighbouring stages of a pipeline group: activations
+ * forward to the next stage, their gradients backward to the previous one
+ * (Megatron-LM's send_forward / recv_forward / send_backward /
+ * recv_backward).
+ *
+ * Pairing: stage s's SEND_NEXT transfers pair with stage s+1's RECV_PREV
+ * ones, and s+1's SEND_PREV with s's RECV_NEXT, the k-th one each side
+ * starts with the k-th one the other side starts (as MPI pairs messages).
+ * Both ends of a pair give the same count and dtype.
+ *
+ * A batch (zinc_pp_start with n ops) starts its ops together and completes
+ * them together (zinc_pp_wait). Transfers that cross between two stages at
+ * the same time — 1F1B's send-forward-receive-backward (SEND_NEXT with
+ * RECV_NEXT) and send-backward-receive-forward (SEND_PREV with RECV_PREV)
+ * — go in one batch: on the cuda device a batch is one NCCL group, and
+ * two stages that each start a send before the receive that pairs with
+ * the other's send wait for each other until the comm timeout, as two
+ * MPI_Send calls would. The cpu device starts transfers without waiting
+ * for the peer, so there the order of separate starts does not matter.
+ *
+ * Overlap: zinc_pp_start returns once the transfers are under way (cpu:
+ * the messages are posted, and MPI moves them as its progress allows —
+ * Open MPI moves a large message inside MPI calls, so much of it may move
+ * at the wait; cuda: the peer has started its matching transfers, the
+ * size check below is done, and the NCCL group is queued after the work
+ * already on the compute stream); the trainer computes and
+ * calls zinc_pp_wait when it needs the data (cpu: returns when the batch
+ * is complete; cuda: orders the compute stream after it and returns
+ * without blocking the host, as the comm's waits do: "Streams" above). A
+ * send buffer must not be changed, nor a receive buffer read, until the
+ * wait (cuda: until the compute stream has passed it).
+ *
+ * Checks: both ends compare each pair's count and dtype. A difference is
+ * ZINC_ERR_INVALID on both ends, each message naming both stages and
+ * ranks and both sizes (count, dtype and bytes); the cpu device finds it
+ * at zinc_pp_wait (the receive buffer's contents are then undefined), the
+ * cuda device at zinc_pp_start (nothing moved). The pair is used up on
+ * both ends, the transfers that follow pair as before and the engine goes
+ * on. Misuse that starts nothing is ZINC_ERR_INVALID on the calling rank
+ * only, and the engine goes on: no such neighbour (SEND_NEXT on the last
+ * stage, any transfer without a pipeline), n < 1, a negative count, a
+ * NULL buffer with count > 0, an unknown dtype or direction, a NULL
+ * handle.
+ *
+ * Failure: a lost or frozen peer is ZINC_ERR_COMM within the engine's
+ * comm timeout (zinc.comm_timeout_s; cpu: counted from zinc_pp_wait, cuda:
+ * from zinc_pp_start, as the comm's other batches) plus up to 2 s, naming
+ * the lost rank: a stage whose neighbour is itself stuck waiting for a
+ * lost rank further along the pipeline names that rank, and a stage whose
+ * neighbour failed repeats the neighbour's message at once. The engine then
+ * stops (every later call returns that status and message) and
+ * zinc_engine_destroy returns at once. Ranks of other pipeline groups
+ * learn of it at their next collective with a rank that failed.
+ *
+ * Transfers need no zinc_engine_build and are not collective: only the
+ * two stages of a pair take part. [engine] */
+typedef enum {
+  ZINC_PP_SEND_NEXT = 0, /* buf -> the next stage (forward: activations)     */
+  ZINC_PP_RECV_PREV,     /* the previous stage -> buf                        */
+  ZINC_PP_SEND_PREV,     /* buf -> the previous stage (backward: gradients)  */
+  ZINC_PP_RECV_NEXT      /* the next stage -> buf                            */
+} zinc_pp_dir;
+typedef struct {
+  zinc_pp_dir dir;
+  void *buf;             /* count elements of dtype in the engine's device
+                            memory (host memory on the cpu device): read by
+                            a send, written by a receive                    */
+  int64_t count;         /* elements, >= 0                                   */
+  zinc_dtype dtype;
+} zinc_pp_op;
+/* A started batch; zinc_pp_wait consumes it, whatever it returns. */
+typedef struct zinc_pp_handle zinc_pp_handle;
+/* Start a batch of n transfers (ops may be reused once this returns).
+ * *out is NULL on failure. */
+ZINC_API zinc_status zinc_pp_start(zinc_engine *e, const zinc_pp_op *ops, int n,
+                                   zinc_pp_handle **out);  /* [engine] */
+/* Complete a started batch (see Overlap) and free its handle. */
+ZINC_API zinc_status zinc_pp_wait(zinc_engine *e, zinc_pp_handle *h);  /* [engine] */
+/* Start and wait: a blocking batch. */
+ZINC_API zinc_status zinc_pp_transfer(zinc_engine *e, const zinc_pp_op *ops,
+                                      int n);  /* [engine] */
+/* zinc_engine_destroy frees the handles never waited for: their receives
+ * are cancelled, while a send may still read its buffer until the peer
+ * receives it or the process ends; wait for every batch first. */
 
 /* -------------------------------------------------------- checkpoints */
 

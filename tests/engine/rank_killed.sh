@@ -7,11 +7,16 @@
 # process must exit (through zinc's exit handler, which skips MPI_Finalize
 # after a comm failure), all within comm_timeout_s + 5 s of the kill.
 # usage: rank_killed.sh BIN MPIEXEC NP STAGE OVERLAP kill|stop [VARIANT [WHEN]]
-# (VARIANT and WHEN: test_rank_killed.c)
+# (VARIANT and WHEN: test_rank_killed.c; BIN gets STAGE OVERLAP SIGNAL and
+# the rest, which tests/pipe/test_pp_killed.c reads as PP WORLD SIGNAL WHEN)
+# Environment: RANK_KILLED_VICTIM, the world rank lost (default NP - 1);
+# RANK_KILLED_OP, an extended regex for the operation the survivors' first
+# failure must name (default: a collective's name).
 set -uo pipefail
 bin=$1 mpiexec=$2 np=$3 stage=$4 overlap=$5 signal=$6
 shift 6
-victim=$((np - 1)) survivors=$((np - 1))
+victim=${RANK_KILLED_VICTIM:-$((np - 1))} survivors=$((np - 1))
+export RANK_KILLED_VICTIM=$victim
 timeout_s=4 limit=9 destroy_limit=2 # comm_timeout_s in test_rank_killed.c, the allowances
 log=$(mktemp)
 RANK_KILLED_NVME_DIR=$(mktemp -d -p "${ZINC_TEST_BINARY_DIR:-/tmp}" rank_killed_nvme.XXXXXX)
@@ -42,7 +47,7 @@ if echo "$out" | grep -qE 'ERROR: (Address|Leak|Undefined|Thread)Sanitizer|runti
 fi
 names_victim="(rank\(s\) ([0-9]+,)*$victim(,|[^0-9,]|$)|rank $victim([^0-9]|$))"
 # the collective that missed the victim, by its name in comm/comm.c
-names_op="(all-reduce|reduce-scatter|all-gatherv?|broadcast|all-to-all-v|: barrier)"
+names_op=${RANK_KILLED_OP:-"(all-reduce|reduce-scatter|all-gatherv?|broadcast|all-to-all-v|: barrier)"}
 count() { echo "$out" | grep -cE "$1"; }
 n=$(count "^survivor [0-9]+: ZINC_ERR_COMM after [0-9.]+ s: .*$names_victim")
 [ "$n" -eq "$survivors" ] || fail "$n of $survivors survivors reported ZINC_ERR_COMM naming rank $victim"

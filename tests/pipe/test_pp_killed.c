@@ -1,0 +1,184 @@
+/*
+ * test_pp_killed.c — a pipeline stage killed (SIGKILL) or frozen
+ * (SIGSTOP) in the middle of its transfers must not hang the others:
+ * every survivor fails with ZINC_ERR_COMM within zinc.comm_timeout_s (4 s
+ * here) plus the grace for its neighbours' notes, naming the lost rank —
+ * also a stage whose neighbour is itself stuck waiting for it, or failed
+ * because of it — and its next call names the rank again; then
+ * zinc_engine_destroy returns at once and the process exits. Run by
+ * tests/engine/rank_killed.sh under `mpirun --enable-recovery`, which
+ * checks the lines printed here (the same as test_rank_killed.c's).
+ *
+ * usage: test_pp_killed PP WORLD SIGNAL [WHEN]
+ *   PP     pipeline_parallel_size (the world is PP x dp ranks)
+ *   WORLD  1: every step ends with an all-reduce over the world (a loss
+ *          mean), so that ranks of other pipeline groups meet the loss
+ *          there; 0: transfers only
+ *   SIGNAL kill|stop
+ *   WHEN   where the victim goes in the third step: fwd, before its
+ *          forward receive; started (or bwd: the same place), after it
+ *          started its forward send (mid-transfer: the send is posted,
+ *          its peer may be receiving it) and before its backward receive
+ * The victim is world rank $RANK_KILLED_VICTIM (rank_killed.sh's; default
+ * the last).
+ *
+ * Each step, stage s: forward, receive from s-1 and start the send to s+1;
+ * backward, receive from s+1 and start the send to s-1; wait for both
+ * sends; then (WORLD) the all-reduce.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "zinc.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int my_rank = -1;
+static double kill_time = 0;
+
+/* Registered before the engine creates its comm, so it runs after the
+ * comm's own atexit handler: the line proves exit finished. */
+static void report_exit(void) {
+  if (my_rank >= 0 && kill_time > 0) {
+    printf("survivor %d: exited after %.1f s\n", my_rank, now_s() - kill_time);
+    fflush(stdout);
+  }
+}
+
+#define N 100000 /* elements per transfer: past the eager size */
+
+int main(int argc, char **argv) {
+  if (argc < 4) {
+    fprintf(stderr, "usage: test_pp_killed PP WORLD kill|stop [fwd|started|bwd]\n");
+    return 2;
+  }
+  int pp = atoi(argv[1]), world_sum = atoi(argv[2]), freeze = !strcmp(argv[3], "stop");
+  const char *when = argc > 4 ? argv[4] : "fwd";
+  if (strcmp(when, "fwd") && strcmp(when, "started") && strcmp(when, "bwd")) {
+    fprintf(stderr, "test_pp_killed: WHEN is fwd, started or bwd, not %s\n", when);
+    return 2;
+  }
+  atexit(report_exit);
+  zinc_config *cfg;
+  if (zinc_config_parse("{\"train_micro_batch_size_per_gpu\": 1, \"zinc\": "
+                        "{\"comm_timeout_s\": 4}}", &cfg) != ZINC_OK) {
+    fprintf(stderr, "config: %s\n", zinc_last_error());
+    return 2;
+  }
+  zinc_options o = ZINC_OPTIONS_INIT;
+  o.device = ZINC_DEVICE_CPU;
+  o.threads = 1;
+  o.pipeline_parallel_size = pp;
+  zinc_engine *e;
+  if (zinc_engine_create(cfg, &o, &e) != ZINC_OK) {
+    fprintf(stderr, "engine: %s\n", zinc_last_error());
+    return 2;
+  }
+  zinc_config_free(cfg);
+  if (zinc_pp_size(e) < 2) {
+    printf("SKIPPED: needs 2 or more stages\n");
+    zinc_engine_destroy(e);
+    return 77;
+  }
+  const char *v = getenv("RANK_KILLED_VICTIM");
+  int rank = zinc_rank(e), victim = v ? atoi(v) : zinc_world_size(e) - 1;
+  int first = zinc_pp_is_first(e), last = zinc_pp_is_last(e);
+  float *act = calloc(N, sizeof *act), *grad = calloc(N, sizeof *grad);
+  float *act_out = calloc(N, sizeof *act_out), *grad_out = calloc(N, sizeof *grad_out);
+  zinc_status st = ZINC_OK;
+  const char *where = "create";
+#define LOSE_VICTIM()                                                                          \
+  do {                                                                                         \
+    if (rank == victim) {                                                                      \
+      if (freeze) {                                                                            \
+        printf("victim %d: pid %ld stopping\n", rank, (long)getpid());                         \
+        fflush(stdout);                                                                        \
+        raise(SIGSTOP);                                                                        \
+        _exit(3); /* continued by mistake: leave, reporting nothing */                         \
+      }                                                                                        \
+      raise(SIGKILL);                                                                          \
+    }                                                                                          \
+  } while (0)
+  for (int step = 0; step < 6 && st == ZINC_OK; step++) {
+    zinc_pp_handle *fwd = NULL, *bwd = NULL;
+    if (step == 2) /* the survivors count from here: a survivor may wait
+                      for the victim before the victim's WHEN comes */
+      kill_time = now_s();
+    if (step == 2 && !strcmp(when, "fwd"))
+      LOSE_VICTIM();
+    if (!first) {
+      zinc_pp_op r = {ZINC_PP_RECV_PREV, act, N, ZINC_F32};
+      where = "zinc_pp_transfer (receive forward)";
+      st = zinc_pp_transfer(e, &r, 1);
+    }
+    if (st == ZINC_OK && !last) {
+      for (int i = 0; i < N; i++)
+        act_out[i] = act[i] + 1;
+      zinc_pp_op s = {ZINC_PP_SEND_NEXT, act_out, N, ZINC_F32};
+      where = "zinc_pp_start (send forward)";
+      st = zinc_pp_start(e, &s, 1, &fwd);
+    }
+    if (st == ZINC_OK && step == 2 && strcmp(when, "fwd")) /* started, bwd */
+      LOSE_VICTIM();
+    if (st == ZINC_OK && !last) {
+      zinc_pp_op r = {ZINC_PP_RECV_NEXT, grad, N, ZINC_F32};
+      where = "zinc_pp_transfer (receive backward)";
+      st = zinc_pp_transfer(e, &r, 1);
+    }
+    if (st == ZINC_OK && !first) {
+      for (int i = 0; i < N; i++)
+        grad_out[i] = grad[i] + 1;
+      zinc_pp_op s = {ZINC_PP_SEND_PREV, grad_out, N, ZINC_F32};
+      where = "zinc_pp_start (send backward)";
+      st = zinc_pp_start(e, &s, 1, &bwd);
+    }
+    if (st == ZINC_OK && fwd) {
+      where = "zinc_pp_wait (send forward)";
+      st = zinc_pp_wait(e, fwd);
+      fwd = NULL;
+    }
+    if (st == ZINC_OK && bwd) {
+      where = "zinc_pp_wait (send backward)";
+      st = zinc_pp_wait(e, bwd);
+      bwd = NULL;
+    }
+    if (st == ZINC_OK && world_sum) {
+      double loss = 1;
+      where = "zinc_allreduce_host_scope (world)";
+      st = zinc_allreduce_host_scope(e, ZINC_SCOPE_WORLD, &loss, 1, ZINC_REDUCE_MEAN);
+    }
+    /* a handle left after a failure is destroy's to drop */
+  }
+  if (st == ZINC_OK) {
+    printf("%s %d: finished without noticing the lost rank\n",
+           kill_time > 0 ? "survivor" : "rank", rank);
+    zinc_engine_destroy(e);
+    return 1;
+  }
+  my_rank = rank;
+  double t = now_s() - kill_time;
+  printf("survivor %d: %s after %.1f s: %s\n", rank, zinc_status_name(st), t, zinc_last_error());
+  printf("survivor %d: failed in %s\n", rank, where);
+  zinc_pp_op again = {first ? ZINC_PP_SEND_NEXT : ZINC_PP_RECV_PREV, act, N, ZINC_F32};
+  zinc_status later = zinc_pp_transfer(e, &again, 1);
+  printf("survivor %d: later call: %s: %s\n", rank, zinc_status_name(later), zinc_last_error());
+  fflush(stdout);
+  double t0 = now_s();
+  zinc_engine_destroy(e);
+  printf("survivor %d: destroy took %.1f s\n", rank, now_s() - t0);
+  printf("survivor %d: destroy returned after %.1f s\n", rank, now_s() - kill_time);
+  fflush(stdout);
+  free(act);
+  free(grad);
+  free(act_out);
+  free(grad_out);
+  return 0;
+}
