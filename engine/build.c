@@ -42,19 +42,23 @@ static size_t persistent_bytes(const zinc_engine *e) {
  * the run is stage 3 in name only: say so once, at build. */
 static void note_persistent(const zinc_engine *e) {
   int persistent = 0, all = 0;
+  unsigned long long bytes = 0; /* the parameters' own, without the segments' padding */
   for (int mi = 0; mi < e->nmodules; mi++) {
     const zinc_module *m = e->modules[mi];
     for (int i = 0; i < m->nparams; i++) {
+      const zinc_param *p = m->params[i];
       all++;
-      persistent += m->segs[m->params[i]->segment].persistent;
+      if (m->segs[p->segment].persistent) {
+        persistent++;
+        bytes += (unsigned long long)p->numel * zinc_dtype_size(p->dtype);
+      }
     }
   }
   if (persistent > 0)
-    zinc_log0(ZINC_LOG_INFO, "stage 3: %d of %d parameters persistent: below "
-              "stage3_param_persistence_threshold %lld, kept whole on every rank (%.3g MB "
-              "on each), not partitioned; lower the threshold to partition them", persistent, all,
-              (long long)e->cfg.stage3_param_persistence_threshold,
-              (double)e->persist_bytes / 1e6);
+    zinc_log0(ZINC_LOG_INFO, "stage 3: %d of %d parameters persistent (%llu bytes): below "
+              "stage3_param_persistence_threshold %lld, kept whole on every rank, not "
+              "partitioned; lower the threshold to partition them", persistent, all, bytes,
+              (long long)e->cfg.stage3_param_persistence_threshold);
 }
 
 /* What the build allocates for good, by location and category (the
