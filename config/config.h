@@ -178,7 +178,7 @@ typedef struct {
    * bf16 (2 bytes per trained element instead of 4); bf16.
    * bf16_optimizer_states (needs the first, as DeepSpeed): its moments too.
    * Each value is computed in fp32 and rounded as bf16_rounding says. The
-   * reduced gradients stay fp32 (docs/precision.md says why). */
+   * reduced gradients stay fp32 (docs/config.md, bf16). */
   int bf16_master_weights_and_grads;      /* false                        */
   int bf16_optimizer_states;              /* false                        */
   int bf16_rounding;                      /* zinc.bf16_rounding: ZINC_ROUND_
