@@ -258,8 +258,8 @@ static zinc_status check_scheduler(zinc_cfg_reader *r, const json_t *root,
  * asserts that the states need the master weights in bf16; so does zinc.
  * It also asserts ZeRO stages 1-3, which zinc does not need: the stage-0
  * optimizer runs the same fused passes over every chunk. The 1-bit
- * optimizers update their own fp32 state (engine/reduce/), and the partial
- * and NVMe placements move fp32 arrays: refused with them, naming both. */
+ * optimizers update their own fp32 state (engine/reduce/): refused with
+ * them, naming both. Every placement keeps the arrays in their dtype. */
 static zinc_status check_bf16_state(zinc_cfg_reader *r, const json_t *root,
                                     const zinc_settings *s) {
   const char *bf = json_object_get(root, "bfloat16") ? "bfloat16" : "bf16";
@@ -284,21 +284,6 @@ static zinc_status check_bf16_state(zinc_cfg_reader *r, const json_t *root,
                         "at stage 0 only, where it refuses bf16 master weights); remove the "
                         "key or use Adam/AdamW, Lamb, Lion, Adagrad or SGD",
                         zinc_optim_type_name(s->optimizer));
-  }
-  const zinc_offload_settings *oo = &s->offload_optimizer;
-  const char *other = NULL;
-  if (oo->device == ZINC_OFFLOAD_NVME)
-    other = "zero_optimization.offload_optimizer.device \"nvme\"";
-  else if (s->stage == 3 && s->offload_param.device == ZINC_OFFLOAD_NVME)
-    other = "zero_optimization.offload_param.device \"nvme\"";
-  else if (oo->device == ZINC_OFFLOAD_CPU && oo->ratio < 1.0 && s->stage >= 1)
-    other = "zero_optimization.offload_optimizer.ratio below 1 (partial offload)";
-  if (other) {
-    point_at(r, key);
-    return zinc_cfg_bad(r, at, "false with %s: zinc keeps bf16 master weights and optimizer "
-                        "states on the device or in host memory (offload_optimizer \"cpu\" "
-                        "with ratio 1), not yet in the partial or NVMe placements; remove "
-                        "the key or the offload setting", other);
   }
   return ZINC_OK;
 }

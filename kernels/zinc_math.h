@@ -216,7 +216,8 @@ typedef struct {
 } zinc_opt_seg;
 
 /* The optimizer arrays of s from element `off` on, each in its dtype (a
- * NULL slot stays NULL); the other fields are s's. */
+ * NULL slot stays NULL); nothing else is set (a piece cut from a segment
+ * also advances its global_offset by off: stochastic rounding's counter). */
 static ZINC_HD void zinc_opt_seg_slots_at(zinc_opt_seg *w, const zinc_opt_seg *s, int64_t off) {
   int64_t m = s->master_dtype == 1 ? 2 : 4, st = s->state_dtype == 1 ? 2 : 4;
   w->master = s->master ? (float *)((char *)s->master + off * m) : NULL;

@@ -235,6 +235,7 @@ static zinc_status update(zinc_engine *e, const zinc_opt_coef *c, int ncoef, con
     *w = *s;
     w->n = p[i].n;
     zinc_opt_seg_slots_at(w, s, p[i].off); /* NULL: a slot not kept */
+    w->global_offset = s->global_offset + p[i].off;
     size_t ges = zinc_dt_size(s->grad_dtype), pes = zinc_dtype_size(s->param_dtype);
     if (pass != ZINC_OPT_PASS_UPDATE) { /* Lamb's APPLY reads no gradient */
       w->grad = NULL;

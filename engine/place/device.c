@@ -105,7 +105,8 @@ static void *opt_array(zinc_engine *e, int array) {
 /* A bf16 array through f32 host values: widened exactly on read, rounded
  * to nearest even on write (a checkpoint of fp32 states loaded into a
  * bf16-state run), a bounded piece at a time. */
-static zinc_status bf16_io(zinc_engine *e, char *at, int64_t count, float *host, int write) {
+zinc_status zinc_place_bf16_io(zinc_engine *e, void *at, int64_t count, float *host,
+                               int write) {
   enum { PIECE = 1 << 16 };
   uint16_t *tmp = NULL;
   zinc_status st = zinc_calloc((void **)&tmp, count < PIECE ? (size_t)count : PIECE, 2,
@@ -115,11 +116,11 @@ static zinc_status bf16_io(zinc_engine *e, char *at, int64_t count, float *host,
     if (write) {
       for (int64_t i = 0; i < n; i++)
         tmp[i] = zinc_f32_to_bf16(host[x + i]);
-      st = e->dev->ops->copy(e->dev, at + x * 2, tmp, (size_t)n * 2, e->stream);
+      st = e->dev->ops->copy(e->dev, (char *)at + x * 2, tmp, (size_t)n * 2, e->stream);
       if (st == ZINC_OK)
         st = zinc_engine_sync(e);
     } else {
-      st = e->dev->ops->copy(e->dev, tmp, at + x * 2, (size_t)n * 2, e->stream);
+      st = e->dev->ops->copy(e->dev, tmp, (char *)at + x * 2, (size_t)n * 2, e->stream);
       if (st == ZINC_OK)
         st = zinc_engine_sync(e);
       for (int64_t i = 0; i < n && st == ZINC_OK; i++)
@@ -134,7 +135,7 @@ static zinc_status bf16_io(zinc_engine *e, char *at, int64_t count, float *host,
 static zinc_status device_opt_io(zinc_engine *e, int array, int64_t off, int64_t count,
                                  float *host, int write) {
   if (zinc_array_dtype(e, array) == ZINC_BF16)
-    return bf16_io(e, (char *)opt_array(e, array) + off * 2, count, host, write);
+    return zinc_place_bf16_io(e, (char *)opt_array(e, array) + off * 2, count, host, write);
   while (count > 0) {
     float *at;
     int64_t n = count;

@@ -13,19 +13,25 @@
  *  - every master weight and moment zinc reports (zinc_param_get_full) is
  *    a bf16 value (its low 16 bits zero), and with fp32 states they are not;
  *  - the same bits at stages 0 to 3, with the optimizer on the CPU at 1
- *    to 3 (and the parameters at 3), for AdamW, Lamb, Lion, Adagrad and SGD with momentum, with
+ *    to 3 (and the parameters at 3), half of it (partial offload, ratio
+ *    0.5) at 2, on NVMe at 1 and with the parameters at 3, the
+ *    parameters alone on NVMe at 3, for AdamW, Lamb, Lion, Adagrad and SGD with momentum, with
  *    round to nearest even and with stochastic rounding; stochastic
  *    rounding differs from nearest and another seed gives other bits;
  *  - the optimizer-state bytes (profiler) of a bf16-parameter model are
  *    exactly half of the fp32-state run's at every stage, and the ZeRO
  *    formula counts them;
  *  - the settings zinc refuses: bf16_optimizer_states without the master
- *    weights in bf16, a 1-bit optimizer, NVMe and partial offload, each
+ *    weights in bf16, a 1-bit optimizer, a rounding it has not, each
  *    naming the key.
  */
+#include <sys/stat.h>
+
 #include "engine_test.h"
 
 #define STEPS 12
+
+static char nvme_dir[512]; /* the NVMe cases' swap files */
 
 /* bf16 to nearest even, from the bits (zinc_math.h is not used here). */
 static float bf16_round(double v) {
@@ -179,21 +185,30 @@ static void check_stages(const char *type, const char *rounding) {
   float **base = NULL;
   const struct {
     int stage;
-    const char *offload, *offload_param;
-  } cases[] = {{0, "none", NULL}, {1, "none", NULL}, {2, "none", NULL}, {3, "none", NULL},
-               {1, "cpu", NULL},  {2, "cpu", NULL},  {3, "cpu", "cpu"}};
+    const char *offload, *offload_param, *offload_extra;
+  } cases[] = {{0, "none", NULL, NULL}, {1, "none", NULL, NULL}, {2, "none", NULL, NULL},
+               {3, "none", NULL, NULL}, {1, "cpu", NULL, NULL},  {2, "cpu", NULL, NULL},
+               {3, "cpu", "cpu", NULL},
+               {2, "cpu", NULL, ", \"ratio\": 0.5"}, /* partial offload */
+               {1, "nvme", NULL, NULL},  {3, "nvme", "nvme", NULL},
+               {3, "none", "nvme", NULL}}; /* the parameters alone on NVMe */
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     r.stage = cases[k].stage;
     r.offload = cases[k].offload;
     r.offload_param = cases[k].offload_param;
+    r.offload_extra = cases[k].offload_extra;
+    int nvme = !strcmp(r.offload, "nvme") || (r.offload_param && !strcmp(r.offload_param, "nvme"));
+    r.nvme_path = nvme ? nvme_dir : NULL;
+    r.sub_group = nvme || r.offload_extra ? 700 : 0; /* several sub-groups */
     float **p = et_train_with(r, NULL, zinc);
     if (!base) {
       base = p;
       continue;
     }
     char what[160];
-    snprintf(what, sizeof what, "%s %s: stage %d offload %s%s against stage 0", type,
-             rounding, r.stage, r.offload, r.offload_param ? " and parameters cpu" : "");
+    snprintf(what, sizeof what, "%s %s: stage %d offload %s%s%s against stage 0", type,
+             rounding, r.stage, r.offload, r.offload_extra ? " ratio 0.5" : "",
+             r.offload_param ? " (and the parameters)" : "");
     ET_CHECK(et_same_bits(&r.shape, p, base, what), "%s", what);
     et_free_params(p);
   }
@@ -201,6 +216,9 @@ static void check_stages(const char *type, const char *rounding) {
     r.stage = 1;
     r.offload = "none";
     r.offload_param = NULL;
+    r.offload_extra = NULL;
+    r.nvme_path = NULL;
+    r.sub_group = 0;
     float **nearest = et_train_with(r, NULL, "\"zinc\": {\"bf16_rounding\": \"nearest\"}");
     float **seed8 = et_train_with(
         r, NULL, "\"zinc\": {\"bf16_rounding\": \"stochastic\", \"bf16_rounding_seed\": 8}");
@@ -277,14 +295,6 @@ static void check_refusals(void) {
   r.stage = 1;
   r.bf16_extra = ", \"bf16_optimizer_states\": true";
   check_refused("states without master", r, "bf16.bf16_optimizer_states");
-  r.bf16_extra = BF16_BOTH;
-  r.offload = "nvme";
-  r.nvme_path = "/tmp";
-  check_refused("NVMe", r, "bf16.bf16_master_weights_and_grads");
-  r.offload = "cpu";
-  r.nvme_path = NULL;
-  r.offload_extra = ", \"ratio\": 0.5";
-  check_refused("partial offload", r, "bf16.bf16_master_weights_and_grads");
   r = et_defaults();
   r.bf16_extra = BF16_BOTH;
   check_refused("OneBitAdam", r, "bf16.bf16_master_weights_and_grads");
@@ -294,6 +304,8 @@ static void check_refusals(void) {
 }
 
 int main(void) {
+  snprintf(nvme_dir, sizeof nvme_dir, "%s/bf16_state_nvme", et_binary_dir());
+  mkdir(nvme_dir, 0700);
   /* an engine first, so that et_rank/et_world are known to the reference */
   et_run probe = et_defaults();
   probe.steps = 1;
