@@ -174,6 +174,17 @@ typedef struct {
   int fp16_consecutive_hysteresis;        /* false                        */
   double fp16_min_loss_scale;             /* 1; 0 = no floor              */
   int bf16_enabled;                       /* false                        */
+  /* bf16.bf16_master_weights_and_grads: the optimizer's master weights in
+   * bf16 (2 bytes per trained element instead of 4); bf16.
+   * bf16_optimizer_states (needs the first, as DeepSpeed): its moments too.
+   * Each value is computed in fp32 and rounded as bf16_rounding says. The
+   * reduced gradients stay fp32 (docs/config.md, bf16). */
+  int bf16_master_weights_and_grads;      /* false                        */
+  int bf16_optimizer_states;              /* false                        */
+  int bf16_rounding;                      /* zinc.bf16_rounding: ZINC_ROUND_
+                                             NEAREST_EVEN (0, DeepSpeed's)
+                                             or ZINC_ROUND_STOCHASTIC      */
+  int64_t bf16_rounding_seed;             /* zinc.bf16_rounding_seed: 0   */
 
   /* ---- optimizer */
   zinc_optim_type optimizer;              /* Adam                          */

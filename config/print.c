@@ -183,6 +183,8 @@ static json_t *settings_json(const zinc_settings *s) {
   put(root, "fp16", fp16);
   json_t *bf16 = json_object();
   put(bf16, "enabled", bool_or_auto(s->bf16_enabled));
+  put(bf16, "bf16_master_weights_and_grads", json_boolean(s->bf16_master_weights_and_grads));
+  put(bf16, "bf16_optimizer_states", json_boolean(s->bf16_optimizer_states));
   put(root, "bf16", bf16);
 
   json_t *opt = json_object(), *params = json_object(), *betas = json_array();
@@ -308,6 +310,8 @@ static json_t *settings_json(const zinc_settings *s) {
   put(z, "placement_verbose", json_boolean(s->placement_verbose));
   put(z, "max_consecutive_skips", json_integer(s->max_consecutive_skips));
   put(z, "checkpoint_timeout_s", json_real(s->checkpoint_timeout_s));
+  put(z, "bf16_rounding", json_string(s->bf16_rounding ? "stochastic" : "nearest"));
+  put(z, "bf16_rounding_seed", json_integer(s->bf16_rounding_seed));
   json_t *cz = json_object();
   put(cz, "gradient_bits", json_integer(s->compress_gradient_bits));
   static const char *const grad_codecs[] = {"quant", "terngrad", "dgc", "powersgd"};

@@ -249,8 +249,8 @@ static const zinc_key bf16_keys[] = {
     ZINC_KB_AUTO(T, "enabled", bf16_enabled),
     ZINC_KINERT("immediate_grad_update", "false"),
     ZINC_KINERT("check_grad_overflow", "false"),
-    ZINC_KINERT("bf16_master_weights_and_grads", "false"),
-    ZINC_KINERT("bf16_optimizer_states", "false"),
+    ZINC_KB(T, "bf16_master_weights_and_grads", bf16_master_weights_and_grads),
+    ZINC_KB(T, "bf16_optimizer_states", bf16_optimizer_states),
 };
 
 static zinc_status read_precision(zinc_cfg_reader *r, const json_t *root, zinc_settings *s) {
@@ -974,6 +974,8 @@ static const zinc_key zinc_keys[] = {
     ZINC_KL(T, "max_consecutive_skips", max_consecutive_skips, 0, 0, 0),
     ZINC_KF(T, "checkpoint_timeout_s", checkpoint_timeout_s, 0, 1e6, ZINC_KEY_LO_OPEN, 0),
     ZINC_KCUSTOM("compression"),
+    ZINC_KCUSTOM("bf16_rounding"),
+    ZINC_KL(T, "bf16_rounding_seed", bf16_rounding_seed, 0, 0, 0),
 };
 
 /* "zinc": {"compression": {...}}: the codecs of compressed communication,
@@ -1142,6 +1144,21 @@ static zinc_status read_zinc(zinc_cfg_reader *r, const json_t *root, zinc_settin
     s->memory_timeline = zinc_strdup(json_string_value(v));
     if (!s->memory_timeline)
       return zinc_error(ZINC_ERR_NOMEM, "out of memory copying %s", r->path);
+  }
+  if (v)
+    zinc_cfg_pop(r, m);
+  /* How a value computed in fp32 is stored in bf16 (bf16 master weights or
+   * optimizer states): DeepSpeed's round to nearest even, or stochastic
+   * rounding, drawn from a hash of the seed, the step and the element's
+   * place in the model, so that runs stay reproducible bit for bit. */
+  if ((v = zinc_cfg_enter(r, obj, "bf16_rounding", &m)) && !json_is_null(v)) {
+    const char *name = json_is_string(v) ? json_string_value(v) : "";
+    if (!strcmp(name, "nearest"))
+      s->bf16_rounding = 0;
+    else if (!strcmp(name, "stochastic"))
+      s->bf16_rounding = 1;
+    else
+      return zinc_cfg_bad(r, v, "\"nearest\" (round to nearest even) or \"stochastic\"");
   }
   if (v)
     zinc_cfg_pop(r, m);

@@ -254,9 +254,44 @@ static zinc_status check_scheduler(zinc_cfg_reader *r, const json_t *root,
   return ZINC_OK;
 }
 
+/* bf16 master weights and optimizer states (bf16 section). DeepSpeed
+ * asserts that the states need the master weights in bf16; so does zinc.
+ * It also asserts ZeRO stages 1-3, which zinc does not need: the stage-0
+ * optimizer runs the same fused passes over every chunk. The 1-bit
+ * optimizers update their own fp32 state (engine/reduce/): refused with
+ * them, naming both. Every placement keeps the arrays in their dtype. */
+static zinc_status check_bf16_state(zinc_cfg_reader *r, const json_t *root,
+                                    const zinc_settings *s) {
+  const char *bf = json_object_get(root, "bfloat16") ? "bfloat16" : "bf16";
+  char key[96];
+  if (s->bf16_optimizer_states && !s->bf16_master_weights_and_grads) {
+    snprintf(key, sizeof key, "%s.bf16_optimizer_states", bf);
+    point_at(r, key);
+    return zinc_cfg_bad(r, json_at(json_object_get(root, bf), "bf16_optimizer_states"),
+                        "false while %s.bf16_master_weights_and_grads is false: bf16 "
+                        "optimizer states need bf16 master weights (as DeepSpeed asserts); "
+                        "set both to true, or remove bf16_optimizer_states", bf);
+  }
+  if (!s->bf16_master_weights_and_grads)
+    return ZINC_OK;
+  snprintf(key, sizeof key, "%s.bf16_master_weights_and_grads", bf);
+  const json_t *at = json_at(json_object_get(root, bf), "bf16_master_weights_and_grads");
+  if (s->optimizer == ZINC_OPTIM_ONEBIT_ADAM || s->optimizer == ZINC_OPTIM_ZERO_ONE_ADAM ||
+      s->optimizer == ZINC_OPTIM_ONEBIT_LAMB) {
+    point_at(r, key);
+    return zinc_cfg_bad(r, at, "false with optimizer.type \"%s\": the 1-bit optimizers keep "
+                        "their master weights and moments in fp32 (and DeepSpeed runs them "
+                        "at stage 0 only, where it refuses bf16 master weights); remove the "
+                        "key or use Adam/AdamW, Lamb, Lion, Adagrad or SGD",
+                        zinc_optim_type_name(s->optimizer));
+  }
+  return ZINC_OK;
+}
+
 zinc_status zinc_cfg_validate(zinc_cfg_reader *r, const json_t *root, zinc_settings *s) {
   ZINC_CHECK(check_precision(r, root, s));
   ZINC_CHECK(check_zero(r, root, s));
+  ZINC_CHECK(check_bf16_state(r, root, s));
   ZINC_CHECK(check_batch(r, root, s));
   ZINC_CHECK(check_scheduler(r, root, s));
   zinc_cfg_pop(r, 0);

@@ -91,6 +91,12 @@ void zinc_build_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_
 static zinc_status alloc_states(zinc_engine *e) {
   int stage = e->cfg.stage;
   e->master_in_params = zinc_master_aliases_params(e);
+  if (e->cfg.bf16_master_weights_and_grads)
+    zinc_log0(ZINC_LOG_INFO, "optimizer state: bf16 master weights, %s moments, rounded %s: "
+              "%llu bytes per trained element (bf16 section)",
+              e->cfg.bf16_optimizer_states ? "bf16" : "fp32",
+              e->cfg.bf16_rounding ? "stochastically" : "to nearest even",
+              (unsigned long long)zinc_opt_elem_bytes(e));
   e->opt_location = e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NONE ? ZINC_LOC_DEVICE
                                                                           : ZINC_LOC_HOST;
   /* parameters */

@@ -174,7 +174,9 @@ struct zinc_engine {
   int64_t grad_host_writes; /* writes of reduced gradients into host memory
                              across PCIe (one per module reduction, or one
                              per window with grad_window_sum; tests)    */
-  float *master, *exp_avg, *exp_avg_sq; /* (opt_numel) f32 */
+  void *master, *exp_avg, *exp_avg_sq; /* (opt_numel) each in its dtype:
+                             zinc_master_dtype, zinc_state_dtype (place.h;
+                             fp32 unless the bf16 section says bf16) */
   int64_t opt_numel;      /* S, or N*S at stage 0 (trained units only) */
   zinc_opt_hparams optim;  /* the optimizer (optimizer.type and params) */
   int opt_slots;          /* its state slots (ZINC_OPT_SLOT_* bits)     */

@@ -295,9 +295,18 @@ static zinc_status adam_segments(zinc_engine *e, zinc_opt_seg **out) {
     const char *g = zinc_grads_chunk(e, run->unit, run->owner, &gdt);
     zinc_opt_seg *s = &segs[i];
     /* in memory; with NVMe offload nvme_step.c points into its buffers */
-    s->master = e->master ? e->master + run->opt_offset : NULL; /* NULL: below */
-    s->exp_avg = e->exp_avg ? e->exp_avg + run->opt_offset : NULL;
-    s->exp_avg_sq = e->exp_avg_sq ? e->exp_avg_sq + run->opt_offset : NULL;
+    /* the arrays in their dtypes (fp32, or bf16 with the bf16 section) */
+    s->master_dtype = zinc_master_dtype(e);
+    s->state_dtype = zinc_state_dtype(e);
+    zinc_opt_seg base = {.master = e->master, .exp_avg = e->exp_avg,
+                         .exp_avg_sq = e->exp_avg_sq, .master_dtype = s->master_dtype,
+                         .state_dtype = s->state_dtype};
+    zinc_opt_seg_slots_at(s, &base, run->opt_offset); /* master NULL: below */
+    /* stochastic rounding's counter: the element's place in its segment,
+     * the segment's in the model; the same whatever the stage, the data-
+     * parallel size or the placement (bitwise across stages) */
+    s->global_offset = ((int64_t)u->module << 40) + ((int64_t)u->segment << 36) +
+                       u->seg_offset + run->unit_offset;
     s->grad = g ? g + (size_t)in_chunk * zinc_dt_size(gdt) : NULL; /* NULL: on NVMe */
     s->grad_dtype = gdt;
     s->n = run->n;
@@ -525,6 +534,10 @@ zinc_status zinc_step_run(zinc_engine *e, zinc_step_info *info) {
     /* OneCycle cycles beta1 (and sets beta2 0.99) */
     zinc_betas_at(&e->cfg, e->step, &h.beta1, &h.beta2);
     ZINC_CHECK(zinc_opt_coef_init(&c[g], &h, e->step + 1, base * coef));
+    /* bf16 master weights or states: how a value is stored (zinc.bf16_rounding) */
+    c[g].bf16_rounding = e->cfg.bf16_rounding;
+    c[g].rounding_seed = (uint64_t)e->cfg.bf16_rounding_seed;
+    c[g].rounding_step = e->step + 1;
   }
   zinc_opt_seg *segs = NULL;
   zinc_status st = adam_segments(e, &segs);

@@ -764,7 +764,8 @@ ZINC_API zinc_status zinc_comms_reset(zinc_engine *e);
 /* --------------------------------------------------- full-state access */
 
 typedef enum {
-  ZINC_STATE_PARAM,      /* fp32 master value of the parameter           */
+  ZINC_STATE_PARAM,      /* master value of the parameter (fp32, or bf16
+                            widened with bf16_master_weights_and_grads)  */
   ZINC_STATE_GRAD,       /* reduced, averaged gradient (valid after the
                             last backward_end of a window, before step)  */
   ZINC_STATE_EXP_AVG,    /* Adam and Lamb m; Lion m; SGD's momentum buffer */

@@ -215,6 +215,16 @@ typedef struct {
                                draws (zinc_sr_draw) */
 } zinc_opt_seg;
 
+/* The optimizer arrays of s from element `off` on, each in its dtype (a
+ * NULL slot stays NULL); nothing else is set (a piece cut from a segment
+ * also advances its global_offset by off: stochastic rounding's counter). */
+static ZINC_HD void zinc_opt_seg_slots_at(zinc_opt_seg *w, const zinc_opt_seg *s, int64_t off) {
+  int64_t m = s->master_dtype == 1 ? 2 : 4, st = s->state_dtype == 1 ? 2 : 4;
+  w->master = s->master ? (float *)((char *)s->master + off * m) : NULL;
+  w->exp_avg = s->exp_avg ? (float *)((char *)s->exp_avg + off * st) : NULL;
+  w->exp_avg_sq = s->exp_avg_sq ? (float *)((char *)s->exp_avg_sq + off * st) : NULL;
+}
+
 /* A chunk whose sum of squares is wanted (gradient norm, overflow check). */
 typedef struct {
   const void *data;         /* (n) dtype */

@@ -9,6 +9,10 @@
  *                   [--buffers N] [--steps 2] [--block-mib 1] [--queue-depth 8]
  * One rank (run it directly or under mpirun -n 1). The state is fp32
  * master + exp_avg + exp_avg_sq (12 bytes per parameter); parameters bf16.
+ * --bf16-states keeps the master and moments in bf16 (the bf16 section's
+ * bf16_master_weights_and_grads and bf16_optimizer_states): the same
+ * model (the parameter count --state-gib gives at 12 bytes), 6 bytes per
+ * parameter to read and write.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +44,7 @@ int main(int argc, char **argv) {
   double gib = 4;
   const char *dir = "/tmp/zinc_nvme_bench";
   int64_t sub_group = 100000000;
-  int buffers = 4, steps = 2, block_mib = 1, qd = 8;
+  int buffers = 4, steps = 2, block_mib = 1, qd = 8, bf16_states = 0;
   for (int i = 1; i < argc; i++) {
     const char *v = i + 1 < argc ? argv[i + 1] : "0";
     if (!strcmp(argv[i], "--state-gib")) gib = atof(v), i++;
@@ -50,9 +54,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--steps")) steps = atoi(v), i++;
     else if (!strcmp(argv[i], "--block-mib")) block_mib = atoi(v), i++;
     else if (!strcmp(argv[i], "--queue-depth")) qd = atoi(v), i++;
+    else if (!strcmp(argv[i], "--bf16-states")) bf16_states = 1;
     else {
       fprintf(stderr, "usage: %s [--state-gib G] [--dir DIR] [--sub-group N] [--buffers N] "
-              "[--steps N] [--block-mib M] [--queue-depth Q]\n", argv[0]);
+              "[--steps N] [--block-mib M] [--queue-depth Q] [--bf16-states]\n", argv[0]);
       return 2;
     }
   }
@@ -62,21 +67,24 @@ int main(int argc, char **argv) {
   int modules = (int)((params + per_module - 1) / per_module);
   char json[2048];
   snprintf(json, sizeof json,
-           "{\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\": true},"
+           "{\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\": true%s},"
            " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4}},"
            " \"zero_optimization\": {\"stage\": 2, \"sub_group_size\": %lld,"
            " \"reduce_bucket_size\": 50000000,"
            " \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\","
            " \"buffer_count\": %d}},"
            " \"aio\": {\"block_size\": %d, \"queue_depth\": %d, \"intra_op_parallelism\": 2}}",
+           bf16_states ? ", \"bf16_master_weights_and_grads\": true, "
+                         "\"bf16_optimizer_states\": true" : "",
            (long long)sub_group, dir, buffers, block_mib << 20, qd);
   zinc_config *cfg;
   if (zinc_config_parse(json, &cfg) != ZINC_OK)
     die("config");
   double read_bw = 0, write_bw = 0;
-  uint64_t state_bytes = (uint64_t)params * 12;
-  printf("nvme_step_bench: %.2f G parameters (bf16), optimizer state %.2f GiB on %s, "
+  uint64_t state_bytes = (uint64_t)params * (bf16_states ? 6 : 12);
+  printf("nvme_step_bench: %.2f G parameters (bf16), %s optimizer state %.2f GiB on %s, "
          "sub-groups of %lld, %d buffers, aio %d MiB x %d\n", (double)params / 1e9,
+         bf16_states ? "bf16" : "fp32",
          (double)state_bytes / (1ull << 30), dir, (long long)sub_group, buffers, block_mib, qd);
   uint64_t rate_bytes = state_bytes < (2ull << 30) ? state_bytes : (2ull << 30);
   /* 256 MiB regions, like large sub-groups; two in flight */

@@ -25,6 +25,7 @@
 #include "base/endian.h"
 #include "base/env.h"
 #include "base/fs.h"
+#include "kernels/zinc_math.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "shard sections are the host's f32 bytes, little-endian on disk; add byte "
@@ -102,17 +103,19 @@ zinc_status zinc_ckpt_fault_hit(zinc_ckpt_fault *f, const char *op, const char *
 
 /* ------------------------------------------------------------ trailer */
 
-/* layout: magic 0..7, version 8, rank 12, world 16, nsections 20,
+/* layout: magic 0..7, version 8, rank 12, world 16, nsections 20 (version
+ * 2: byte 21 the bf16 sections' bits),
  * elements 24..31, section crcs 32..43, save id 44..51, mp_rank 52,
  * mp_size 56 (44..59 zero in shards written before the identity),
  * trailer crc 60..63 */
 void zinc_shard_trailer_encode(const zinc_shard_trailer *t, unsigned char out[ZINC_SHARD_TRAILER]) {
   memset(out, 0, ZINC_SHARD_TRAILER);
   memcpy(out, ZINC_SHARD_MAGIC, 8);
-  zinc_le_put_u32(out + 8, t->version);
+  /* the version says what a reader must know: 2 only with bf16 sections */
+  zinc_le_put_u32(out + 8, t->bf16_sections ? ZINC_SHARD_VERSION : ZINC_SHARD_VERSION_F32);
   zinc_le_put_u32(out + 12, t->rank);
   zinc_le_put_u32(out + 16, t->world);
-  zinc_le_put_u32(out + 20, t->nsections);
+  zinc_le_put_u32(out + 20, t->nsections | (t->bf16_sections & 0xffu) << 8);
   zinc_le_put_u64(out + 24, t->elements);
   for (int i = 0; i < ZINC_SHARD_MAX_SECTIONS; i++)
     zinc_le_put_u32(out + 32 + 4 * i, t->section_crc[i]);
@@ -138,16 +141,22 @@ zinc_status zinc_shard_trailer_decode(const unsigned char *buf, size_t len, cons
   out->rank = zinc_le_get_u32(buf + 12);
   out->world = zinc_le_get_u32(buf + 16);
   out->nsections = zinc_le_get_u32(buf + 20);
+  if (out->version == ZINC_SHARD_VERSION) {
+    out->bf16_sections = out->nsections >> 8 & 0xffu;
+    out->nsections &= ~0xff00u;
+  }
   out->elements = zinc_le_get_u64(buf + 24);
   for (int i = 0; i < ZINC_SHARD_MAX_SECTIONS; i++)
     out->section_crc[i] = zinc_le_get_u32(buf + 32 + 4 * i);
   out->save_id = zinc_le_get_u64(buf + 44);
   out->mp_rank = zinc_le_get_u32(buf + 52);
   out->mp_size = zinc_le_get_u32(buf + 56);
-  if (out->version != ZINC_SHARD_VERSION)
-    return zinc_error(ZINC_ERR_CORRUPT, "shard %s: format version %u, this zinc reads %d",
-                      what, out->version, ZINC_SHARD_VERSION);
+  if (out->version != ZINC_SHARD_VERSION && out->version != ZINC_SHARD_VERSION_F32)
+    return zinc_error(ZINC_ERR_CORRUPT, "shard %s: format version %u, this zinc reads %d and "
+                      "%d", what, out->version, ZINC_SHARD_VERSION_F32, ZINC_SHARD_VERSION);
   if (out->nsections < 1 || out->nsections > ZINC_SHARD_MAX_SECTIONS ||
+      (out->version == ZINC_SHARD_VERSION &&
+       (out->bf16_sections == 0 || out->bf16_sections >> out->nsections)) ||
       out->world == 0 || out->rank >= out->world || out->elements > (UINT64_MAX / 16))
     return zinc_error(ZINC_ERR_CORRUPT, "shard %s: trailer fields out of range (rank %u of "
                       "%u, %u sections, %llu elements)", what, out->rank, out->world,
@@ -212,6 +221,17 @@ zinc_status zinc_rank_trailer_decode(const unsigned char *buf, size_t len, const
   return ZINC_OK;
 }
 
+size_t zinc_shard_elem_bytes(const zinc_shard_trailer *t, int s) {
+  return t->bf16_sections >> s & 1u ? 2 : 4;
+}
+
+uint64_t zinc_shard_section_offset(const zinc_shard_trailer *t, int s) {
+  uint64_t off = 0;
+  for (int i = 0; i < s; i++)
+    off += t->elements * zinc_shard_elem_bytes(t, i);
+  return off;
+}
+
 /* ------------------------------------------------------------- writer */
 
 struct zinc_shard_writer {
@@ -226,9 +246,12 @@ struct zinc_shard_writer {
 };
 
 zinc_status zinc_shard_writer_open(const char *path, const zinc_rank_file_id *id,
-                                   int nsections, uint64_t elements, zinc_ckpt_fault *fault,
-                                   zinc_shard_writer **out) {
+                                   int nsections, unsigned bf16_sections, uint64_t elements,
+                                   zinc_ckpt_fault *fault, zinc_shard_writer **out) {
   *out = NULL;
+  if (nsections < 1 || nsections > ZINC_SHARD_MAX_SECTIONS || bf16_sections >> nsections)
+    return zinc_error(ZINC_ERR_INVALID, "shard %s: %d sections, bf16 bits %#x", path,
+                      nsections, bf16_sections);
   zinc_shard_writer *w = calloc(1, sizeof *w);
   if (!w || !(w->path = zinc_strdup(path))) {
     free(w);
@@ -248,6 +271,8 @@ zinc_status zinc_shard_writer_open(const char *path, const zinc_rank_file_id *id
   w->t.mp_rank = id->save_id ? id->mp_rank : 0;
   w->t.mp_size = id->save_id ? id->mp_size : 0;
   w->t.nsections = (uint32_t)nsections;
+  w->t.bf16_sections = bf16_sections;
+  w->t.version = bf16_sections ? ZINC_SHARD_VERSION : ZINC_SHARD_VERSION_F32;
   w->t.elements = elements;
   w->fault = fault;
   *out = w;
@@ -271,10 +296,18 @@ zinc_status zinc_shard_writer_append(zinc_shard_writer *w, const float *data, si
                         "elements", w->path, w->t.nsections, (unsigned long long)w->t.elements);
     uint64_t room = w->t.elements - w->in_section;
     size_t take = n < room ? n : (size_t)room;
-    size_t bytes = take * sizeof(float);
-    w->t.section_crc[w->section] = zinc_crc32c(w->t.section_crc[w->section], data, bytes);
-    w->file_crc = zinc_crc32c(w->file_crc, data, bytes);
-    ZINC_CHECK(shard_write(w, data, bytes));
+    const void *out = data;
+    uint16_t half[2048];
+    if (zinc_shard_elem_bytes(&w->t, w->section) == 2) { /* a bf16 section */
+      take = take < 2048 ? take : 2048;
+      for (size_t i = 0; i < take; i++)
+        half[i] = zinc_f32_to_bf16(data[i]);
+      out = half;
+    }
+    size_t bytes = take * zinc_shard_elem_bytes(&w->t, w->section);
+    w->t.section_crc[w->section] = zinc_crc32c(w->t.section_crc[w->section], out, bytes);
+    w->file_crc = zinc_crc32c(w->file_crc, out, bytes);
+    ZINC_CHECK(shard_write(w, out, bytes));
     data += take;
     n -= take;
     w->in_section += take;
@@ -361,12 +394,13 @@ zinc_status zinc_shard_reader_open(const char *path, zinc_shard_reader **out) {
                        : zinc_fs_pread_all(fd, path, tr, sizeof tr, r->size - ZINC_SHARD_TRAILER);
   if (st == ZINC_OK)
     st = zinc_shard_trailer_decode(tr, sizeof tr, path, &r->t);
-  if (st == ZINC_OK &&
-      (uint64_t)r->size != r->t.nsections * r->t.elements * 4 + ZINC_SHARD_TRAILER)
+  uint64_t data = st == ZINC_OK ? zinc_shard_section_offset(&r->t, (int)r->t.nsections) : 0;
+  if (st == ZINC_OK && (uint64_t)r->size != data + ZINC_SHARD_TRAILER)
     st = zinc_error(ZINC_ERR_CORRUPT, "shard %s is %lld bytes; its trailer says %u sections "
-                    "of %llu f32 (%llu bytes): truncated or damaged", path,
-                    (long long)r->size, r->t.nsections, (unsigned long long)r->t.elements,
-                    (unsigned long long)(r->t.nsections * r->t.elements * 4 + ZINC_SHARD_TRAILER));
+                    "of %llu elements (%u of them bf16, %llu bytes): truncated or damaged",
+                    path, (long long)r->size, r->t.nsections, (unsigned long long)r->t.elements,
+                    (unsigned)__builtin_popcount(r->t.bf16_sections),
+                    (unsigned long long)(data + ZINC_SHARD_TRAILER));
   if (st != ZINC_OK) {
     zinc_shard_reader_close(r);
     return st;
@@ -390,8 +424,8 @@ zinc_status zinc_shard_reader_verify(zinc_shard_reader *r, const uint32_t *expec
   zinc_status st = ZINC_OK;
   for (uint32_t s = 0; s < r->t.nsections && st == ZINC_OK; s++) {
     uint32_t crc = 0;
-    uint64_t left = r->t.elements * 4;
-    int64_t off = (int64_t)(s * r->t.elements * 4);
+    uint64_t left = r->t.elements * zinc_shard_elem_bytes(&r->t, (int)s);
+    int64_t off = (int64_t)zinc_shard_section_offset(&r->t, (int)s);
     while (left > 0 && st == ZINC_OK) {
       size_t n = left < CHUNK ? (size_t)left : CHUNK;
       st = zinc_fs_pread_all(r->fd, r->path, buf, n, off);
@@ -403,8 +437,8 @@ zinc_status zinc_shard_reader_verify(zinc_shard_reader *r, const uint32_t *expec
     if (st == ZINC_OK && crc != r->t.section_crc[s])
       st = zinc_error(ZINC_ERR_CORRUPT, "shard %s: section %u (bytes %lld..%lld) fails its "
                       "crc32c (damaged file)", r->path, s,
-                      (long long)(s * r->t.elements * 4),
-                      (long long)((s + 1) * r->t.elements * 4));
+                      (long long)zinc_shard_section_offset(&r->t, (int)s),
+                      (long long)zinc_shard_section_offset(&r->t, (int)s + 1));
   }
   if (st == ZINC_OK && expect_crc) {
     unsigned char tr[ZINC_SHARD_TRAILER];
@@ -426,14 +460,23 @@ zinc_status zinc_shard_reader_read(zinc_shard_reader *r, int section, uint64_t o
                       "%d is outside the file (%u sections of %llu)", r->path, n,
                       (unsigned long long)offset, section, r->t.nsections,
                       (unsigned long long)r->t.elements);
-  int64_t at = (int64_t)(((uint64_t)section * r->t.elements + offset) * 4);
+  size_t es = zinc_shard_elem_bytes(&r->t, section);
+  int64_t at = (int64_t)(zinc_shard_section_offset(&r->t, section) + offset * es);
   if (r->fault_err || r->delay_call)
     r->reads++;
   if (r->delay_call && r->reads == r->delay_call)
     sleep_for(r->delay_s);
   if (r->fault_err && r->reads == r->fault_call)
     return zinc_fs_error("read", r->path, at, r->fault_err);
-  return zinc_fs_pread_all(r->fd, r->path, dst, n * 4, at);
+  if (es == 4)
+    return zinc_fs_pread_all(r->fd, r->path, dst, n * 4, at);
+  /* bf16: read into dst's second half, widen forwards (element i is read
+   * before dst[i] is written, and dst[i] ends before element i + 1) */
+  uint16_t *half = (uint16_t *)((char *)dst + n * 2);
+  ZINC_CHECK(zinc_fs_pread_all(r->fd, r->path, half, n * 2, at));
+  for (size_t i = 0; i < n; i++)
+    dst[i] = zinc_bf16_to_f32(half[i]);
+  return ZINC_OK;
 }
 
 void zinc_shard_reader_close(zinc_shard_reader *r) {

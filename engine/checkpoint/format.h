@@ -6,12 +6,16 @@
  * A checkpoint directory <dir>/<tag>/ holds:
  *   rank_NNNNN.zshard   one per saving data-parallel rank:
  *                       [section 0][section 1][section 2][trailer, 64 B]
- *                       each section `elements` little-endian f32 (fp32
- *                       master, exp_avg, exp_avg_sq of the rank's chunks);
- *                       the trailer: "ZINCSHRD", version, rank, world,
- *                       nsections, elements, crc32c of each section, the
- *                       save's identity (below), crc32c of the trailer
- *                       (little-endian, base/endian.h);
+ *                       each section `elements` little-endian f32, or
+ *                       bf16 (the master, exp_avg, exp_avg_sq of the
+ *                       rank's chunks, in the dtype the run kept them:
+ *                       the bf16 section's keys); the trailer: "ZINCSHRD",
+ *                       version, rank, world, nsections, elements, crc32c
+ *                       of each section, the save's identity (below),
+ *                       crc32c of the trailer (little-endian,
+ *                       base/endian.h). Version 1: every section f32;
+ *                       version 2: some bf16, bit i of nsections' second
+ *                       byte set for each (older readers refuse it);
  *   rank_NNNNN.zef      with error feedback on (engine/reduce/compress.c):
  *                       the rank's residual bytes, raw (manifest.h, zinc_manifest_ef;
  *                       engine/checkpoint/ef.c), then the identity trailer;
@@ -65,7 +69,8 @@ extern "C" {
 #endif
 
 #define ZINC_SHARD_MAGIC "ZINCSHRD"
-#define ZINC_SHARD_VERSION 1
+#define ZINC_SHARD_VERSION 2     /* the newest read and written */
+#define ZINC_SHARD_VERSION_F32 1 /* every section f32: written so when none is bf16 */
 #define ZINC_SHARD_TRAILER 64
 #define ZINC_SHARD_MAX_SECTIONS 3
 #define ZINC_MANIFEST_NAME "manifest.json"
@@ -91,6 +96,7 @@ typedef struct {
   uint32_t version;
   uint32_t rank, world;
   uint32_t nsections;
+  uint32_t bf16_sections;  /* bit i: section i holds bf16 (version 2), else f32 */
   uint64_t elements;                               /* per section */
   uint32_t section_crc[ZINC_SHARD_MAX_SECTIONS];
   /* bytes 44..59: the save's id, mp_rank, mp_size; all zero in shards
@@ -134,13 +140,20 @@ void zinc_ckpt_fault_init(zinc_ckpt_fault *f);
 zinc_status zinc_ckpt_fault_hit(zinc_ckpt_fault *f, const char *op, const char *path,
                                 int64_t offset);
 
+/* Bytes of section s's elements (2 for bf16, 4 for f32) and the byte
+ * offset of section s in the file (s = nsections: the data's end). */
+size_t zinc_shard_elem_bytes(const zinc_shard_trailer *t, int s);
+uint64_t zinc_shard_section_offset(const zinc_shard_trailer *t, int s);
+
 /* Streaming shard writer: sections are written in order, `elements` f32
- * values each, in any number of appends; finish writes the trailer, fsyncs
+ * values each, in any number of appends, stored as f32 or, in the sections
+ * whose bit is set in bf16_sections, as bf16 (rounded to nearest even:
+ * exact for values a bf16 array held); finish writes the trailer, fsyncs
  * and closes. The whole-file crc32c and size come back for the manifest. */
 typedef struct zinc_shard_writer zinc_shard_writer;
 zinc_status zinc_shard_writer_open(const char *path, const zinc_rank_file_id *id,
-                                   int nsections, uint64_t elements, zinc_ckpt_fault *fault,
-                                   zinc_shard_writer **out);
+                                   int nsections, unsigned bf16_sections, uint64_t elements,
+                                   zinc_ckpt_fault *fault, zinc_shard_writer **out);
 zinc_status zinc_shard_writer_append(zinc_shard_writer *w, const float *data, size_t n);
 zinc_status zinc_shard_writer_finish(zinc_shard_writer *w, uint32_t *file_crc, int64_t *bytes);
 void zinc_shard_writer_abort(zinc_shard_writer *w); /* close and unlink */

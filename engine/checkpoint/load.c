@@ -167,7 +167,32 @@ typedef struct {
   float *zeros;                  /* STAGING_ELEMS zeros for the arrays no section fills */
   int section_of[3];             /* per state array (state_arrays order): the saved
                                     section read into it, -1: zeros */
+  int dtypes_said;               /* the dtype conversion was said (dtype_note) */
 } load_ctx;
+
+/* Once per load, on rank 0: the arrays saved in another dtype than this
+ * run keeps them in (the bf16 section's keys), and what the load does. */
+static void dtype_note(zinc_engine *e, load_ctx *c, const zinc_shard_reader *rd) {
+  if (c->dtypes_said)
+    return;
+  c->dtypes_said = 1;
+  const zinc_shard_trailer *t = zinc_shard_reader_trailer(rd);
+  int arrays[3], narrays = state_arrays(e, arrays);
+  for (int k = 0; k < narrays; k++) {
+    int s = c->section_of[k];
+    if (s < 0)
+      continue;
+    int saved = zinc_shard_elem_bytes(t, s) == 2 ? ZINC_BF16 : ZINC_F32;
+    int here = zinc_array_dtype(e, arrays[k]);
+    if (saved != here)
+      zinc_log0(ZINC_LOG_INFO, "checkpoint %s: %s was saved in %s and this run keeps it in "
+                "%s (bf16.%s): %s", c->dir->path, section_names[arrays[k]],
+                saved == ZINC_BF16 ? "bf16" : "fp32", here == ZINC_BF16 ? "bf16" : "fp32",
+                arrays[k] == 0 ? "bf16_master_weights_and_grads" : "bf16_optimizer_states",
+                here == ZINC_BF16 ? "rounded to nearest even as it loads"
+                                  : "widened exactly as it loads");
+  }
+}
 
 /* Which saved section fills each state array: the one of its name; none
  * (zeros) for the moments of a weights-only load and for a slot the save
@@ -251,6 +276,7 @@ static zinc_status load_piece(zinc_engine *e, const zinc_unit *u, int ui, int r,
           ZINC_CHECK(zinc_opt_write(e, arrays[a_i], dst0 + (x - param_off), n, c->zeros));
           continue;
         }
+        dtype_note(e, c, rd);
         ZINC_CHECK(zinc_shard_reader_read(rd, c->section_of[a_i],
                                           (uint64_t)(pc->file_offset + (x - pc->param_offset)),
                                           c->staging, (size_t)n));

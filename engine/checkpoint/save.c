@@ -49,7 +49,11 @@ static zinc_status write_shard(zinc_engine *e, const char *path, const zinc_rank
   if (st != ZINC_OK)
     return st;
   int arrays[3], narrays = state_arrays(e, arrays);
-  st = zinc_shard_writer_open(path, id, narrays, (uint64_t)e->shard_numel, fault, &w);
+  unsigned bf16 = 0; /* saved in the dtype the run keeps them in */
+  for (int k = 0; k < narrays; k++)
+    if (zinc_array_dtype(e, arrays[k]) == ZINC_BF16)
+      bf16 |= 1u << k;
+  st = zinc_shard_writer_open(path, id, narrays, bf16, (uint64_t)e->shard_numel, fault, &w);
   for (int k = 0; k < narrays && st == ZINC_OK; k++) {
     int s = arrays[k];
     /* streamed a bounded piece at a time, wherever the state lives */

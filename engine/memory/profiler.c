@@ -191,8 +191,7 @@ uint64_t zinc_formula_model_states(const zinc_engine *e) {
   double tpsi = psi - (double)(e->psi_frozen[0] + e->psi_frozen[1] + e->psi_frozen[2]);
   double tbytes = pbytes - 4.0 * e->psi_frozen[ZINC_F32] -
                   2.0 * (e->psi_frozen[ZINC_BF16] + e->psi_frozen[ZINC_F16]);
-  double v = 0, k = (zinc_master_aliases_params(e) ? 0.0 : 4.0) +
-                    (double)zinc_opt_state_bytes(&e->optim);
+  double v = 0, k = (double)zinc_opt_elem_bytes(e); /* master and moments */
   switch (e->cfg.stage) {
   case 0: v = pbytes + tbytes + k * tpsi; break;
   case 1: v = pbytes + tbytes + k * tpsi / n; break;

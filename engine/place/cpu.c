@@ -234,9 +234,8 @@ static zinc_status update(zinc_engine *e, const zinc_opt_coef *c, int ncoef, con
     zinc_opt_seg *w = &work[i];
     *w = *s;
     w->n = p[i].n;
-    w->master = s->master + p[i].off;
-    w->exp_avg = s->exp_avg ? s->exp_avg + p[i].off : NULL; /* NULL: a slot not kept */
-    w->exp_avg_sq = s->exp_avg_sq ? s->exp_avg_sq + p[i].off : NULL;
+    zinc_opt_seg_slots_at(w, s, p[i].off); /* NULL: a slot not kept */
+    w->global_offset = s->global_offset + p[i].off;
     size_t ges = zinc_dt_size(s->grad_dtype), pes = zinc_dtype_size(s->param_dtype);
     if (pass != ZINC_OPT_PASS_UPDATE) { /* Lamb's APPLY reads no gradient */
       w->grad = NULL;

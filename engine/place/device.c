@@ -12,6 +12,7 @@
  * parameter memory itself (master_in_params): e->master stays NULL and the
  * accessors (access.c) read the parameters.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine.h"
@@ -38,9 +39,7 @@ void zinc_place_grads_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZIN
 
 void zinc_place_state_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]) {
   uint64_t n = (uint64_t)e->opt_numel; /* trained units only */
-  bytes[memory_location(e)][ZINC_MEM_OPTIM] +=
-      (uint64_t)(zinc_master_aliases_params(e) ? 0 : 4) * n +
-      (uint64_t)zinc_opt_state_bytes(&e->optim) * n;
+  bytes[memory_location(e)][ZINC_MEM_OPTIM] += zinc_opt_elem_bytes(e) * n;
 }
 
 static void device_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]) {
@@ -55,18 +54,25 @@ zinc_status zinc_place_grads_alloc(zinc_engine *e) {
                                   ZINC_MEM_GRADS, (void **)&e->grad_part, "gradient partition");
 }
 
+/* Bytes of optimizer array `array` (0 master, 1-2 the moments). */
+static size_t array_bytes(const zinc_engine *e, int array) {
+  return (size_t)e->opt_numel * zinc_dtype_size(zinc_array_dtype(e, array));
+}
+
 zinc_status zinc_place_state_alloc(zinc_engine *e) {
-  size_t ob = (size_t)e->opt_numel * 4;
   if (!e->master_in_params)
-    ZINC_CHECK(zinc_engine_buffer_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM,
-                                        (void **)&e->master, "fp32 master parameters"));
+    ZINC_CHECK(zinc_engine_buffer_alloc(e, array_bytes(e, 0), e->opt_location, ZINC_MEM_OPTIM,
+                                        &e->master,
+                                        zinc_master_dtype(e) == ZINC_BF16
+                                            ? "bf16 master parameters"
+                                            : "fp32 master parameters"));
   /* only the slots this optimizer keeps (optim/optimizer.h) */
   if (e->opt_slots & ZINC_OPT_SLOT_EXP_AVG)
-    ZINC_CHECK(zinc_engine_buffer_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM,
-                                        (void **)&e->exp_avg, "optimizer exp_avg"));
+    ZINC_CHECK(zinc_engine_buffer_alloc(e, array_bytes(e, 1), e->opt_location, ZINC_MEM_OPTIM,
+                                        &e->exp_avg, "optimizer exp_avg"));
   if (e->opt_slots & ZINC_OPT_SLOT_EXP_AVG_SQ)
-    ZINC_CHECK(zinc_engine_buffer_alloc(e, ob, e->opt_location, ZINC_MEM_OPTIM,
-                                        (void **)&e->exp_avg_sq, "optimizer exp_avg_sq"));
+    ZINC_CHECK(zinc_engine_buffer_alloc(e, array_bytes(e, 2), e->opt_location, ZINC_MEM_OPTIM,
+                                        &e->exp_avg_sq, "optimizer exp_avg_sq"));
   return ZINC_OK;
 }
 
@@ -76,11 +82,11 @@ static zinc_status device_init(zinc_engine *e) {
 }
 
 void zinc_place_memory_free(zinc_engine *e) {
-  size_t ob = (size_t)e->opt_numel * 4;
   if (e->master)
-    zinc_engine_buffer_free(e, e->master, ob, e->opt_location, ZINC_MEM_OPTIM);
-  zinc_engine_buffer_free(e, e->exp_avg, ob, e->opt_location, ZINC_MEM_OPTIM);
-  zinc_engine_buffer_free(e, e->exp_avg_sq, ob, e->opt_location, ZINC_MEM_OPTIM);
+    zinc_engine_buffer_free(e, e->master, array_bytes(e, 0), e->opt_location, ZINC_MEM_OPTIM);
+  zinc_engine_buffer_free(e, e->exp_avg, array_bytes(e, 1), e->opt_location, ZINC_MEM_OPTIM);
+  zinc_engine_buffer_free(e, e->exp_avg_sq, array_bytes(e, 2), e->opt_location,
+                          ZINC_MEM_OPTIM);
   zinc_engine_buffer_free(e, e->grad_part, (size_t)e->train_shard_numel * 4, e->opt_location,
                           ZINC_MEM_GRADS);
   e->master = e->exp_avg = e->exp_avg_sq = e->grad_part = NULL;
@@ -92,13 +98,44 @@ zinc_status zinc_place_device_optim(zinc_engine *e, const zinc_opt_coef *c, int 
   return e->dev->ops->optim(e->dev, e->stream, c, ncoef, segs, nseg, pass, norms);
 }
 
-static float *opt_array(zinc_engine *e, int array) {
+static void *opt_array(zinc_engine *e, int array) {
   return array == 0 ? e->master : array == 1 ? e->exp_avg : e->exp_avg_sq;
+}
+
+/* A bf16 array through f32 host values: widened exactly on read, rounded
+ * to nearest even on write (a checkpoint of fp32 states loaded into a
+ * bf16-state run), a bounded piece at a time. */
+zinc_status zinc_place_bf16_io(zinc_engine *e, void *at, int64_t count, float *host,
+                               int write) {
+  enum { PIECE = 1 << 16 };
+  uint16_t *tmp = NULL;
+  zinc_status st = zinc_calloc((void **)&tmp, count < PIECE ? (size_t)count : PIECE, 2,
+                               "bf16 optimizer state staging");
+  for (int64_t x = 0; x < count && st == ZINC_OK; x += PIECE) {
+    int64_t n = count - x < PIECE ? count - x : PIECE;
+    if (write) {
+      for (int64_t i = 0; i < n; i++)
+        tmp[i] = zinc_f32_to_bf16(host[x + i]);
+      st = e->dev->ops->copy(e->dev, (char *)at + x * 2, tmp, (size_t)n * 2, e->stream);
+      if (st == ZINC_OK)
+        st = zinc_engine_sync(e);
+    } else {
+      st = e->dev->ops->copy(e->dev, tmp, (char *)at + x * 2, (size_t)n * 2, e->stream);
+      if (st == ZINC_OK)
+        st = zinc_engine_sync(e);
+      for (int64_t i = 0; i < n && st == ZINC_OK; i++)
+        host[x + i] = zinc_bf16_to_f32(tmp[i]);
+    }
+  }
+  free(tmp);
+  return st;
 }
 
 /* One device copy (per chunk when the master is the parameter memory). */
 static zinc_status device_opt_io(zinc_engine *e, int array, int64_t off, int64_t count,
                                  float *host, int write) {
+  if (zinc_array_dtype(e, array) == ZINC_BF16)
+    return zinc_place_bf16_io(e, (char *)opt_array(e, array) + off * 2, count, host, write);
   while (count > 0) {
     float *at;
     int64_t n = count;
@@ -107,7 +144,7 @@ static zinc_status device_opt_io(zinc_engine *e, int array, int64_t off, int64_t
       at = zinc_master_in_params(e, off, &left);
       n = count < left ? count : left;
     } else {
-      at = opt_array(e, array) + off;
+      at = (float *)opt_array(e, array) + off;
     }
     ZINC_CHECK(e->dev->ops->copy(e->dev, write ? (void *)at : (void *)host,
                                  write ? (const void *)host : (const void *)at, (size_t)n * 4,

@@ -94,14 +94,21 @@ static void opt_groups(const zinc_engine *e, int64_t *group, int *ngroups) {
   *ngroups = n > 0 ? (int)n : 1;
 }
 
-/* The arrays a region holds: the master, then each kept slot. at[a] is
- * array a's position (-1 when the optimizer does not keep it); returns
- * their count. */
-static int opt_arrays(const zinc_engine *e, int at[3]) {
+/* The arrays a region holds: the master, then each kept slot, each in its
+ * dtype (place.h). at[a] is array a's position (-1 when the optimizer does
+ * not keep it), pre[a] the bytes per element of the arrays before it;
+ * returns their count, *elem_bytes the bytes per element of them all. */
+static int opt_arrays(const zinc_engine *e, int at[3], uint64_t pre[3], uint64_t *elem_bytes) {
   int n = 0;
-  at[0] = n++;
-  at[1] = e->opt_slots & ZINC_OPT_SLOT_EXP_AVG ? n++ : -1;
-  at[2] = e->opt_slots & ZINC_OPT_SLOT_EXP_AVG_SQ ? n++ : -1;
+  uint64_t b = 0;
+  for (int a = 0; a < 3; a++) {
+    int kept = a == 0 || (a == 1 && (e->opt_slots & ZINC_OPT_SLOT_EXP_AVG)) ||
+               (a == 2 && (e->opt_slots & ZINC_OPT_SLOT_EXP_AVG_SQ));
+    at[a] = kept ? n++ : -1;
+    pre[a] = b;
+    b += kept ? zinc_dtype_size(zinc_array_dtype(e, a)) : 0;
+  }
+  *elem_bytes = b;
   return n;
 }
 
@@ -114,7 +121,7 @@ static int opt_buffers(const zinc_engine *e, int ngroups) {
 /* A sub-group's gradient buffer: in whole 4 KiB (the usual alignment, and
  * the one the estimator assumes), so that the estimate is the build's. */
 static uint64_t grad_buffer_bytes(int64_t g, size_t align) {
-  return zinc_round_up(region_bytes(1, g), align > 4096 ? align : 4096);
+  return zinc_round_up(region_bytes(4, g), align > 4096 ? align : 4096);
 }
 
 /* Swap blocks hold block_bytes of payload in a slot of aio.block_size. */
@@ -163,7 +170,8 @@ void zinc_nvme_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_N
   if (opt_nvme) {
     int64_t g;
     int ng, at[3];
-    int arrays = opt_arrays(e, at);
+    uint64_t pre[3], arrays; /* bytes per element of every array */
+    opt_arrays(e, at, pre, &arrays);
     opt_groups(e, &g, &ng);
     uint64_t disk = 0;
     for (int k = 0; k < ng; k++) {
@@ -177,7 +185,7 @@ void zinc_nvme_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_N
       uint64_t gdisk = 0;
       for (int k = 0; k < ng; k++) {
         int64_t len = e->opt_numel - (int64_t)k * g < g ? e->opt_numel - (int64_t)k * g : g;
-        gdisk += swap_disk_bytes(e, region_bytes(1, len), align);
+        gdisk += swap_disk_bytes(e, region_bytes(4, len), align);
       }
       bytes[ZINC_LOC_NVME][ZINC_MEM_GRADS] += gdisk;
       bytes[ZINC_LOC_HOST][ZINC_MEM_GRADS] +=
@@ -215,10 +223,10 @@ zinc_status zinc_nvme_init(zinc_engine *e) {
   uint64_t *regions = NULL;
   if (opt_nvme) {
     opt_groups(e, &n->group, &n->ngroups);
-    n->arrays = opt_arrays(e, n->at);
+    n->arrays = opt_arrays(e, n->at, n->pre, &n->elem_bytes);
     ZINC_CHECK(zinc_calloc((void **)&regions, (size_t)n->ngroups, sizeof *regions, "regions"));
     for (int k = 0; k < n->ngroups; k++)
-      regions[k] = region_bytes(n->arrays, group_len(n, e->opt_numel, k));
+      regions[k] = region_bytes(n->elem_bytes, group_len(n, e->opt_numel, k));
     zinc_swap_params sp = {.paths = (const char *const *)os->nvme_paths,
                            .path_count = os->nvme_path_count,
                            .rank = e->world_rank,
@@ -233,7 +241,7 @@ zinc_status zinc_nvme_init(zinc_engine *e) {
     zinc_prof_account(e->prof, ZINC_LOC_NVME, ZINC_MEM_OPTIM,
                       (int64_t)zinc_swap_disk_bytes(n->opt));
     n->nbuf = opt_buffers(e, n->ngroups);
-    n->buf_bytes = zinc_swap_buffer_bytes(n->opt, region_bytes(n->arrays, n->group));
+    n->buf_bytes = zinc_swap_buffer_bytes(n->opt, region_bytes(n->elem_bytes, n->group));
     for (int b = 0; b < n->nbuf; b++) {
       ZINC_CHECK(zinc_aio_buffer_alloc(n->aio, n->buf_bytes, (void **)&n->buf[b]));
       n->host_bytes += n->buf_bytes;
@@ -243,7 +251,7 @@ zinc_status zinc_nvme_init(zinc_engine *e) {
   if (opt_nvme && zinc_nvme_grads_swapped(e)) {
     ZINC_CHECK(zinc_calloc((void **)&regions, (size_t)n->ngroups, sizeof *regions, "regions"));
     for (int k = 0; k < n->ngroups; k++)
-      regions[k] = region_bytes(1, group_len(n, e->opt_numel, k));
+      regions[k] = region_bytes(4, group_len(n, e->opt_numel, k));
     zinc_swap_params sp = {.paths = (const char *const *)os->nvme_paths,
                            .path_count = os->nvme_path_count,
                            .rank = e->world_rank,
@@ -302,11 +310,12 @@ zinc_status zinc_nvme_init(zinc_engine *e) {
     ZINC_CHECK(area_zero(n->grad, n->bounce, n->bounce_bytes));
   if (n->param)
     ZINC_CHECK(area_zero(n->param, n->bounce, n->bounce_bytes));
-  zinc_log0(ZINC_LOG_INFO, "NVMe offload: %s%s%s%s, %d sub-groups of %lld elements (%d fp32 "
-            "arrays each), %d host buffers of %.1f MiB", n->opt ? "optimizer state" : "",
-            n->grad ? " and gradients" : "", n->opt && n->param ? " and " : "",
-            n->param ? "parameters" : "", n->ngroups,
-            (long long)n->group, n->arrays, n->nbuf, (double)n->buf_bytes / (1 << 20));
+  zinc_log0(ZINC_LOG_INFO, "NVMe offload: %s%s%s%s, %d sub-groups of %lld elements (%d "
+            "arrays each, %llu bytes per element), %d host buffers of %.1f MiB",
+            n->opt ? "optimizer state" : "", n->grad ? " and gradients" : "",
+            n->opt && n->param ? " and " : "", n->param ? "parameters" : "", n->ngroups,
+            (long long)n->group, n->arrays, (unsigned long long)n->elem_bytes, n->nbuf,
+            (double)n->buf_bytes / (1 << 20));
   return ZINC_OK;
 }
 
@@ -426,13 +435,32 @@ static zinc_status region_io(zinc_nvme *n, zinc_swap *sw, int region, uint64_t o
 zinc_status zinc_nvme_opt_io(zinc_engine *e, int array, int64_t off, int64_t count, float *data,
                              int write) {
   zinc_nvme *n = nvme_of(e);
-  int pos = n->at[array]; /* kept: array_kept */
+  /* kept (array_kept); a bf16 array is read into data's upper half and
+   * widened forwards, written through a rounded copy in data's place */
+  uint64_t es = zinc_dtype_size(zinc_array_dtype(e, array));
   while (count > 0) {
     int k = (int)(off / n->group);
     int64_t g = group_len(n, e->opt_numel, k), i = off - (int64_t)k * n->group;
     int64_t take = count < g - i ? count : g - i;
-    ZINC_CHECK(region_io(n, n->opt, k, (uint64_t)((int64_t)pos * g + i) * 4, data,
-                         (uint64_t)take * 4, write));
+    uint64_t at = n->pre[array] * (uint64_t)g + (uint64_t)i * es;
+    if (es == 4) {
+      ZINC_CHECK(region_io(n, n->opt, k, at, data, (uint64_t)take * 4, write));
+    } else if (write) {
+      uint16_t *half = malloc((size_t)take * 2);
+      if (!half)
+        return zinc_error(ZINC_ERR_NOMEM, "no host memory for %lld bf16 optimizer elements",
+                          (long long)take);
+      for (int64_t j = 0; j < take; j++)
+        half[j] = zinc_f32_to_bf16(data[j]);
+      zinc_status st = region_io(n, n->opt, k, at, half, (uint64_t)take * 2, 1);
+      free(half);
+      ZINC_CHECK(st);
+    } else {
+      uint16_t *half = (uint16_t *)(data + take) - take;
+      ZINC_CHECK(region_io(n, n->opt, k, at, half, (uint64_t)take * 2, 0));
+      for (int64_t j = 0; j < take; j++)
+        data[j] = zinc_bf16_to_f32(half[j]);
+    }
     data += take;
     off += take;
     count -= take;

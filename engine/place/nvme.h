@@ -27,8 +27,12 @@ struct zinc_nvme {
   int arrays;                  /* A: master + kept slots, arrays per region */
   int at[3];                   /* array (0 master, 1 exp_avg, 2 exp_avg_sq)
                                   -> position in a region, -1: not kept     */
+  uint64_t elem_bytes;         /* E: bytes of one element of every array (4
+                                  each fp32, 2 each bf16: place.h's dtypes) */
+  uint64_t pre[3];             /* bytes per element of the arrays before
+                                  array a: it starts at pre[a] x len         */
   int nbuf;
-  float *buf[NVME_MAX_BUFFERS];      /* (A G) f32 host, registered          */
+  float *buf[NVME_MAX_BUFFERS];      /* (E G bytes) host, registered         */
   size_t buf_bytes;
   zinc_aio_handle *rd[NVME_MAX_BUFFERS], *wr[NVME_MAX_BUFFERS];
   zinc_swap *grad;             /* regions: sub-groups' gradients, or NULL   */
@@ -54,9 +58,11 @@ static inline int64_t group_len(const zinc_nvme *n, int64_t total, int k) {
   return total - a < n->group ? total - a : n->group;
 }
 
-/* Bytes of a region of `len` elements (an empty rank keeps one element). */
-static inline uint64_t region_bytes(int arrays, int64_t len) {
-  return (uint64_t)(len > 0 ? len : 1) * 4 * (uint64_t)arrays;
+/* Bytes of a region of `len` elements of elem_bytes each (every array's
+ * element: nvme->elem_bytes; 4 for a gradient region); an empty rank keeps
+ * one element. */
+static inline uint64_t region_bytes(uint64_t elem_bytes, int64_t len) {
+  return (uint64_t)(len > 0 ? len : 1) * elem_bytes;
 }
 
 #endif /* ZINC_ENGINE_PLACE_NVME_H */

@@ -67,8 +67,13 @@ static int group_pieces(zinc_engine *e, const zinc_opt_seg *segs, int k, float *
                         zinc_opt_seg *piece) {
   zinc_nvme *n = nvme_of(e);
   int64_t a0 = (int64_t)k * n->group, g = group_len(n, e->opt_numel, k);
-  float *Mm = M && n->at[1] >= 0 ? M + n->at[1] * g : NULL;
-  float *Mv = M && n->at[2] >= 0 ? M + n->at[2] * g : NULL;
+  /* the region's arrays in their dtypes: master, then the kept slots */
+  zinc_opt_seg base = {.master = M,
+                       .exp_avg = M && n->at[1] >= 0 ? (float *)((char *)M + n->pre[1] * g) : NULL,
+                       .exp_avg_sq = M && n->at[2] >= 0 ? (float *)((char *)M + n->pre[2] * g)
+                                                         : NULL,
+                       .master_dtype = zinc_master_dtype(e),
+                       .state_dtype = zinc_state_dtype(e)};
   size_t p0 = pstage ? shard_byte_of(e, a0) : 0;
   int np = 0;
   while (*first < e->nruns && e->runs[*first].opt_offset + e->runs[*first].n <= a0)
@@ -81,9 +86,8 @@ static int group_pieces(zinc_engine *e, const zinc_opt_seg *segs, int k, float *
     if (x0 >= x1)
       continue;
     zinc_opt_seg s = segs[j];
-    s.master = M ? M + (x0 - a0) : NULL;
-    s.exp_avg = Mm ? Mm + (x0 - a0) : NULL;
-    s.exp_avg_sq = Mv ? Mv + (x0 - a0) : NULL;
+    zinc_opt_seg_slots_at(&s, &base, x0 - a0); /* NULL: not read yet, or not kept */
+    s.global_offset = segs[j].global_offset + (x0 - r->opt_offset);
     s.grad = G ? (const void *)(G + (x0 - a0))
              : segs[j].grad ? (const char *)segs[j].grad +
                                   (size_t)(x0 - r->opt_offset) * zinc_dt_size(s.grad_dtype)
@@ -209,9 +213,9 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, co
   }
   if (st == ZINC_OK && K > 0) {
     st = zinc_swap_read(n->opt, 0, 0, n->buf[0],
-                        region_bytes(n->arrays, group_len(n, e->opt_numel, 0)), &n->rd[0]);
+                        region_bytes(n->elem_bytes, group_len(n, e->opt_numel, 0)), &n->rd[0]);
     if (st == ZINC_OK && read_grads)
-      st = zinc_swap_read(n->grad, 0, 0, n->gbuf[0], region_bytes(1, group_len(n, e->opt_numel, 0)),
+      st = zinc_swap_read(n->grad, 0, 0, n->gbuf[0], region_bytes(4, group_len(n, e->opt_numel, 0)),
                           &n->grd[0]);
     holds[0] = 0;
     if (st == ZINC_OK && staged) {
@@ -231,11 +235,11 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, co
       }
       if (st == ZINC_OK)
         st = zinc_swap_read(n->opt, k + 1, 0, n->buf[nb],
-                            region_bytes(n->arrays, group_len(n, e->opt_numel, k + 1)),
+                            region_bytes(n->elem_bytes, group_len(n, e->opt_numel, k + 1)),
                             &n->rd[nb]);
       if (st == ZINC_OK && read_grads)
         st = zinc_swap_read(n->grad, k + 1, 0, n->gbuf[nb],
-                            region_bytes(1, group_len(n, e->opt_numel, k + 1)), &n->grd[nb]);
+                            region_bytes(4, group_len(n, e->opt_numel, k + 1)), &n->grd[nb]);
       holds[nb] = k + 1;
     }
     /* and its gradients into the other slot (consumed by sub-group k - 1) */
@@ -249,9 +253,9 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, co
         n->wr[b] = NULL;
       }
       if (st == ZINC_OK)
-        st = zinc_swap_read(n->opt, k, 0, n->buf[b], region_bytes(n->arrays, g), &n->rd[b]);
+        st = zinc_swap_read(n->opt, k, 0, n->buf[b], region_bytes(n->elem_bytes, g), &n->rd[b]);
       if (st == ZINC_OK && read_grads)
-        st = zinc_swap_read(n->grad, k, 0, n->gbuf[b], region_bytes(1, g), &n->grd[b]);
+        st = zinc_swap_read(n->grad, k, 0, n->gbuf[b], region_bytes(4, g), &n->grd[b]);
       holds[b] = k;
     }
     if (st == ZINC_OK && n->rd[b]) {
@@ -282,7 +286,7 @@ zinc_status zinc_nvme_step(zinc_engine *e, const zinc_opt_coef *c, int ncoef, co
     /* the state's write goes out first, so that it overlaps the
      * parameters' (read-modify-write of partial blocks, synchronous) */
     if (st == ZINC_OK)
-      st = zinc_swap_write(n->opt, k, 0, M, region_bytes(n->arrays, g), &n->wr[b]);
+      st = zinc_swap_write(n->opt, k, 0, M, region_bytes(n->elem_bytes, g), &n->wr[b]);
     if (st == ZINC_OK && pstage) {
       size_t p0 = shard_byte_of(e, a0);
       st = zinc_pshard_write(e, p0, shard_byte_of(e, a0 + g) - p0, pstage);

@@ -12,8 +12,9 @@
  * offloaded. D = that count x G elements (at most opt_numel):
  *
  *   optimizer elements  [0, D)             [D, opt_numel)
- *   master, exp_avg,    dev[a]: (D) f32    host[a]: (opt_numel - D) f32
+ *   master, exp_avg,    dev[a]: (D)        host[a]: (opt_numel - D)
  *   exp_avg_sq          on the device      in (pinned) host memory
+ *   (fp32, or bf16 with the bf16 section's keys, on both sides)
  *   updated by          the device's op    the CPU optimizer (the staged
  *                                          pipeline of cpu.c on
  *                                          the cuda device, or with
@@ -53,10 +54,11 @@ int64_t zinc_partial_device_numel(const zinc_engine *e) {
   return d < e->opt_numel ? d : e->opt_numel;
 }
 
-/* Bytes per optimizer element: the fp32 master and the kept slots. */
-static uint64_t elem_bytes(const zinc_engine *e) {
-  return 4 + (uint64_t)zinc_opt_state_bytes(&e->optim);
-}
+/* Bytes per optimizer element: the master and the kept slots. */
+static uint64_t elem_bytes(const zinc_engine *e) { return zinc_opt_elem_bytes(e); }
+
+/* Bytes of one element of array a. */
+static size_t es(const zinc_engine *e, int a) { return zinc_dtype_size(zinc_array_dtype(e, a)); }
 
 void zinc_partial_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]) {
   if (!zinc_partial_enabled(e))
@@ -94,13 +96,12 @@ zinc_status zinc_partial_alloc(zinc_engine *e) {
     if (!slot_kept(e, a))
       continue;
     if (p->device_numel > 0)
-      ZINC_CHECK(zinc_engine_buffer_alloc(e, (size_t)p->device_numel * 4, ZINC_LOC_DEVICE,
-                                          ZINC_MEM_OPTIM, (void **)&p->dev[a],
+      ZINC_CHECK(zinc_engine_buffer_alloc(e, (size_t)p->device_numel * es(e, a),
+                                          ZINC_LOC_DEVICE, ZINC_MEM_OPTIM, &p->dev[a],
                                           array_what(a, 1)));
     if (host_numel > 0)
-      ZINC_CHECK(zinc_engine_buffer_alloc(e, (size_t)host_numel * 4, ZINC_LOC_HOST,
-                                          ZINC_MEM_OPTIM, (void **)&p->host[a],
-                                          array_what(a, 0)));
+      ZINC_CHECK(zinc_engine_buffer_alloc(e, (size_t)host_numel * es(e, a), ZINC_LOC_HOST,
+                                          ZINC_MEM_OPTIM, &p->host[a], array_what(a, 0)));
   }
   zinc_log0(ZINC_LOG_INFO, "partial optimizer offload (ratio %g): %lld of %lld optimizer "
             "elements on the device, %lld offloaded", e->cfg.offload_optimizer.ratio,
@@ -112,9 +113,9 @@ void zinc_partial_free(zinc_engine *e) {
   zinc_partial *p = &e->pl->partial;
   int64_t host_numel = e->opt_numel - p->device_numel;
   for (int a = 0; a < 3; a++) {
-    zinc_engine_buffer_free(e, p->dev[a], (size_t)p->device_numel * 4, ZINC_LOC_DEVICE,
-                            ZINC_MEM_OPTIM);
-    zinc_engine_buffer_free(e, p->host[a], (size_t)host_numel * 4, ZINC_LOC_HOST,
+    zinc_engine_buffer_free(e, p->dev[a], (size_t)p->device_numel * es(e, a),
+                            ZINC_LOC_DEVICE, ZINC_MEM_OPTIM);
+    zinc_engine_buffer_free(e, p->host[a], (size_t)host_numel * es(e, a), ZINC_LOC_HOST,
                             ZINC_MEM_OPTIM);
   }
   memset(p, 0, sizeof *p);
@@ -122,23 +123,26 @@ void zinc_partial_free(zinc_engine *e) {
 
 /* Optimizer element x of array a: its address on whichever side holds it,
  * and how many elements follow it on that side. */
-static float *state_at(const zinc_engine *e, int a, int64_t x, int64_t *left) {
+static void *state_at(const zinc_engine *e, int a, int64_t x, int64_t *left) {
   const zinc_partial *p = &e->pl->partial;
   if (x < p->device_numel) {
     *left = p->device_numel - x;
-    return p->dev[a] ? p->dev[a] + x : NULL;
+    return p->dev[a] ? (char *)p->dev[a] + (size_t)x * es(e, a) : NULL;
   }
   *left = e->opt_numel - x;
-  return p->host[a] ? p->host[a] + (x - p->device_numel) : NULL;
+  return p->host[a] ? (char *)p->host[a] + (size_t)(x - p->device_numel) * es(e, a) : NULL;
 }
 
 zinc_status zinc_partial_opt_io(zinc_engine *e, int array, int64_t off, int64_t count,
                                 float *host, int write) {
   while (count > 0) {
     int64_t left;
-    float *at = state_at(e, array, off, &left);
+    void *at = state_at(e, array, off, &left);
     int64_t n = count < left ? count : left;
-    ZINC_CHECK(e->dev->ops->copy(e->dev, write ? (void *)at : (void *)host,
+    if (zinc_array_dtype(e, array) == ZINC_BF16)
+      ZINC_CHECK(zinc_place_bf16_io(e, at, n, host, write));
+    else
+      ZINC_CHECK(e->dev->ops->copy(e->dev, write ? (void *)at : (void *)host,
                                  write ? (const void *)host : (const void *)at, (size_t)n * 4,
                                  e->stream));
     off += n;
@@ -155,6 +159,7 @@ static zinc_opt_seg piece_of(const zinc_engine *e, const zinc_opt_seg *s, const 
   zinc_opt_seg w = *s;
   int64_t skip = x0 - r->opt_offset, left;
   w.n = x1 - x0;
+  w.global_offset = s->global_offset + skip;
   w.master = state_at(e, 0, x0, &left);
   w.exp_avg = state_at(e, 1, x0, &left);
   w.exp_avg_sq = state_at(e, 2, x0, &left);

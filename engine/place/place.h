@@ -150,8 +150,29 @@ int64_t zinc_lamb_grid(const zinc_engine *e);
  * too). */
 static inline int zinc_master_aliases_params(const zinc_engine *e) {
   return e->psi[ZINC_BF16] == 0 && e->psi[ZINC_F16] == 0 &&
+         !e->cfg.bf16_master_weights_and_grads &&
          e->cfg.offload_optimizer.device == ZINC_OFFLOAD_NONE &&
          !(e->cfg.stage == 3 && e->cfg.offload_param.device != ZINC_OFFLOAD_NONE);
+}
+
+/* The dtypes the optimizer keeps its master weights (array 0) and its
+ * moments (arrays 1, 2) in: ZINC_F32, or ZINC_BF16 with the bf16 section's
+ * bf16_master_weights_and_grads and bf16_optimizer_states. Every value is
+ * computed in fp32 by the optimizer and rounded when stored (zinc_math.h). */
+static inline int zinc_master_dtype(const zinc_engine *e) {
+  return e->cfg.bf16_master_weights_and_grads ? ZINC_BF16 : ZINC_F32;
+}
+static inline int zinc_state_dtype(const zinc_engine *e) {
+  return e->cfg.bf16_optimizer_states ? ZINC_BF16 : ZINC_F32;
+}
+static inline int zinc_array_dtype(const zinc_engine *e, int array) {
+  return array == 0 ? zinc_master_dtype(e) : zinc_state_dtype(e);
+}
+/* Bytes per trained element of the optimizer state: the master (none when
+ * it is the parameter memory) and the slots the optimizer keeps. */
+static inline uint64_t zinc_opt_elem_bytes(const zinc_engine *e) {
+  return (zinc_master_aliases_params(e) ? 0 : zinc_dtype_size(zinc_master_dtype(e))) +
+         (uint64_t)zinc_opt_state_bytes(&e->optim) / 4 * zinc_dtype_size(zinc_state_dtype(e));
 }
 
 /* ------------------------------------------------------------- access.c */

@@ -42,10 +42,16 @@ typedef struct {
  * memory; e->master, exp_avg, exp_avg_sq are then NULL. */
 typedef struct {
   int64_t device_numel;   /* D: a whole number of sub-groups */
-  float *dev[3];          /* (D) f32 on the device: master, exp_avg,
-                             exp_avg_sq (NULL: a slot not kept) */
-  float *host[3];         /* (opt_numel - D) f32 in host memory: the same */
+  void *dev[3];           /* (D) on the device: master, exp_avg, exp_avg_sq
+                             in their dtypes (place.h's zinc_array_dtype;
+                             NULL: a slot not kept) */
+  void *host[3];          /* (opt_numel - D) in host memory: the same */
 } zinc_partial;
+
+/* bf16 optimizer array elements at `at` (wherever the device's copy op
+ * reaches) to/from count f32 host values: widened exactly on read,
+ * rounded to nearest even on write (device.c). */
+zinc_status zinc_place_bf16_io(zinc_engine *e, void *at, int64_t count, float *host, int write);
 
 /* The host cache in front of the NVMe parameter partition
  * (offload_param.max_in_cpu, pcache.c): partition bytes

@@ -198,7 +198,7 @@ zinc_status zinc_dga_sync(zinc_engine *e, int adopt_rank0) {
   int n = 0;
   c[n++] = (zinc_coll){.kind = ZINC_COLL_BROADCAST, .recv = e->param_full,
                        .count = e->full_bytes, .dtype = ZINC_DT_U8};
-  float *state[3] = {e->master, e->exp_avg, e->exp_avg_sq};
+  float *state[3] = {e->master, e->exp_avg, e->exp_avg_sq}; /* fp32: stage 0, no bf16 (validate.c) */
   for (int k = 0; k < 3; k++)
     if (state[k])
       c[n++] = (zinc_coll){.kind = ZINC_COLL_BROADCAST, .recv = state[k],

@@ -260,7 +260,7 @@ zinc_status zinc_onebit_lamb_norm(zinc_engine *e, double *total, int *overflow) 
 static float *master_of(const zinc_engine *e, const lb_param *q) {
   if (e->master_in_params)
     return (float *)q->p->module->segs[q->p->segment].full + q->p->seg_offset;
-  return e->master + q->opt;
+  return (float *)e->master + q->opt;
 }
 
 static double grad_at(const lb_param *q, int64_t j, double scale) {
@@ -282,7 +282,7 @@ zinc_status zinc_onebit_lamb_update(zinc_engine *e, double lr_base, double grad_
     if (z->np > 0 && z->coeff[3] == 0.0) { /* the first compression step: the scalings */
       double sum = 0.0;
       for (int i = 0; i < z->np; i++) {
-        const float *m = e->exp_avg + z->params[i].opt;
+        const float *m = (float *)e->exp_avg + z->params[i].opt;
         double sq = 0.0;
         for (int64_t j = 0; j < z->params[i].n; j++)
           sq += (double)m[j] * m[j];
@@ -297,7 +297,7 @@ zinc_status zinc_onebit_lamb_update(zinc_engine *e, double lr_base, double grad_
     }
     for (int i = 0; i < z->np; i++) {
       const lb_param *q = &z->params[i];
-      float *m = e->exp_avg + q->opt, *last = z->m_last + q->opt, *f = z->flat + q->flat;
+      float *m = (float *)e->exp_avg + q->opt, *last = z->m_last + q->opt, *f = z->flat + q->flat;
       double scaling = z->coeff[4 * i + 2];
       for (int64_t j = 0; j < q->n; j++) {
         last[j] = m[j];
@@ -321,7 +321,7 @@ zinc_status zinc_onebit_lamb_update(zinc_engine *e, double lr_base, double grad_
     const lb_param *q = &z->params[i];
     const zinc_param_group *g = &e->groups[q->p->group];
     double lr = lr_base * g->lr_scale, wd = q->p->decay ? g->weight_decay : 0.0;
-    float *p = master_of(e, q), *m = e->exp_avg + q->opt, *v = e->exp_avg_sq + q->opt;
+    float *p = master_of(e, q), *m = (float *)e->exp_avg + q->opt, *v = (float *)e->exp_avg_sq + q->opt;
     float *vf = z->v_fresh + q->opt;
     double *k = z->coeff + 4 * i;
     double wsq = 0.0, dsq = 0.0, u0sq = 0.0, fmax = -INFINITY;

@@ -356,7 +356,7 @@ typedef struct {
 static float *master_of(const zinc_engine *e, const zo_param *q) {
   if (e->master_in_params)
     return (float *)q->p->module->segs[q->p->segment].full + q->p->seg_offset;
-  return e->master + q->opt;
+  return (float *)e->master + q->opt;
 }
 
 /* One pass of the update over elements [begin, end) of one parameter:
@@ -379,7 +379,7 @@ static void zo_part(void *ctx, int64_t begin, int64_t end, int tid) {
   const zo_param *q = jb->q;
   const zo_coef *c = jb->c;
   const zinc_segment *seg = &q->p->module->segs[q->p->segment];
-  float *p = master_of(jb->e, q), *m = jb->e->exp_avg + q->opt, *v = jb->e->exp_avg_sq + q->opt;
+  float *p = master_of(jb->e, q), *m = (float *)jb->e->exp_avg + q->opt, *v = (float *)jb->e->exp_avg_sq + q->opt;
   float *u = jb->z->u + q->opt, *y = jb->z->x + q->opt;
   for (int64_t j = begin; j < end; j++) {
     switch (jb->pass) {

@@ -88,6 +88,8 @@ typedef struct {
   const char *offload_extra; /* extra offload_optimizer members (", \"k\": v"
                               each after a comma), or NULL */
   const char *param_extra; /* the same for offload_param, or NULL */
+  const char *bf16_extra;  /* extra bf16 members (", \"k\": v" each after
+                              a comma), or NULL */
   tm_shape shape;
   const et_optim *optim;   /* NULL: AdamW, lr 0.01, betas (0.9, 0.999), eps 1e-8,
                               weight_decay 0.01 (et_adamw_default) */
@@ -188,7 +190,7 @@ static inline char *et_config_json(const et_run *r) {
       "  \"optimizer\": %s,%s\n"
       "  \"fp16\": {\"enabled\": %s, \"initial_scale_power\": 12, \"loss_scale_window\": %d,"
       " \"hysteresis\": 1, \"min_loss_scale\": 1},\n"
-      "  \"bf16\": {\"enabled\": %s},\n"
+      "  \"bf16\": {\"enabled\": %s%s},\n"
       "  \"zero_optimization\": {\n"
       "    \"stage\": %d, \"reduce_bucket_size\": %lld, \"allgather_bucket_size\": %lld,\n"
       "    \"overlap_comm\": %s, \"stage3_param_persistence_threshold\": %lld,\n"
@@ -201,7 +203,7 @@ static inline char *et_config_json(const et_run *r) {
       /* torch.optim.SGD under ZeRO: the flag DeepSpeed asks for it */
       r->optim && et_optim_is(r->optim, "SGD") ? " \"zero_allow_untested_optimizer\": true," : "",
       r->dtype == ZINC_F16 ? "true" : "false", r->fp16_window,
-      r->dtype == ZINC_BF16 ? "true" : "false", r->stage, (long long)r->reduce_bucket,
+      r->dtype == ZINC_BF16 ? "true" : "false", r->bf16_extra ? r->bf16_extra : "", r->stage, (long long)r->reduce_bucket,
       (long long)r->allgather_bucket, r->overlap ? "true" : "false", (long long)r->persist, (long long)r->prefetch,
       (long long)r->max_live, (long long)r->reuse, sub_group, r->zero_extra ? r->zero_extra : "", r->stage == 0 ? "none" : r->offload,
       opt_nvme ? ", \"nvme_path\": \"" : "", opt_nvme ? r->nvme_path : "",

@@ -136,8 +136,8 @@ json.dump(cfg, open(sys.argv[3], "w"), indent=1)
 PY
   exact_run "$work/exact.json" --steps "$steps" "$@"
   run compressed "$work/compressed.json" --steps "$steps" "$@"
-  grep -m1 -E "compressed communication|delayed gradient averaging" "$work/compressed.out" || {
-    echo "FAIL: the engine did not say it compresses"; exit 1; }
+  grep -m1 -E "compressed communication|delayed gradient averaging|optimizer state: bf16" \
+    "$work/compressed.out" || { echo "FAIL: the engine did not say it applies $extra"; exit 1; }
   awk -F, -v b="$bound" -v want="$want" -v what="$extra" '
     FNR == 1 { f++ } FNR > 1 { l[f, FNR] = $2; n[f] = FNR }
     END { for (f = 1; f <= 2; f++) { s = 0; k = 0

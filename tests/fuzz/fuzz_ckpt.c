@@ -113,7 +113,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     zinc_shard_trailer t;
     if (zinc_shard_trailer_decode(in, sizeof in, "fuzz", &t) == ZINC_OK) {
       if (t.rank >= t.world || t.nsections < 1 || t.nsections > ZINC_SHARD_MAX_SECTIONS ||
-          t.version != ZINC_SHARD_VERSION ||
+          (t.version != ZINC_SHARD_VERSION && t.version != ZINC_SHARD_VERSION_F32) ||
+          (t.version == ZINC_SHARD_VERSION) != (t.bf16_sections != 0) ||
           (t.save_id ? t.mp_rank >= t.mp_size : t.mp_rank || t.mp_size))
         abort();
       /* every field decoded is the one encoded: bytes 0..59 come back */

@@ -244,8 +244,12 @@ static int cmd_estimate(int argc, char **argv) {
         return fail();
       if (!printed) {
         first = est;
-        printf("model: %.3f B parameters, largest module %.1f M elements\n\n",
+        printf("model: %.3f B parameters, largest module %.1f M elements\n",
                (double)est.params / 1e9, (double)est.largest_module / 1e6);
+        /* the master weights and moments as the bf16 section keeps them */
+        printf("optimizer state: master weights %s, moments %s\n\n",
+               cfg->s.bf16_master_weights_and_grads ? "bf16" : "fp32",
+               cfg->s.bf16_optimizer_states ? "bf16" : "fp32");
         printf("  %-5s %-17s %14s %16s %16s\n", "stage", "offload_optimizer", "per GPU GiB",
                "per node host GiB", "ZeRO formula GiB");
         printed = 1;

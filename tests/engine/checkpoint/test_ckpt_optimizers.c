@@ -15,6 +15,15 @@
  *    engine's state is unchanged.
  * An optimizer whose config the engine refuses fails with the engine's
  * message (and the others still run); nothing is skipped.
+ *
+ * With --bf16 (test_ckpt_optimizers_bf16) every run keeps its master
+ * weights and moments in bf16 (the bf16 section's keys), and also:
+ *  - across dtypes: the stage-1 save of the bf16 run loaded by an fp32-state
+ *    run holds the same values (widened exactly), and the fp32 run's save
+ *    loaded by a bf16-state run holds each saved value rounded to nearest
+ *    even (rounded here from the bits), at stage 1 and at stage 3
+ *    resharded to stage 2;
+ *  - the bf16 run's shards are half the fp32 run's, trailers aside.
  */
 #include <mpi.h>
 #include <sys/stat.h>
@@ -22,6 +31,9 @@
 #include "engine/engine_test.h"
 
 static char root[512];
+static int bf16_run; /* --bf16: master weights and moments in bf16 */
+static const char *const BF16_STATES =
+    ", \"bf16_master_weights_and_grads\": true, \"bf16_optimizer_states\": true";
 
 typedef struct {
   et_optim o;
@@ -94,6 +106,7 @@ static et_run run_for(const member *f, int stage) {
   et_run r = et_defaults();
   r.optim = &f->o;
   r.stage = stage;
+  r.bf16_extra = bf16_run ? BF16_STATES : NULL;
   if (stage == 3) {
     r.offload = "cpu";
     r.offload_param = "cpu";
@@ -212,12 +225,100 @@ static void test_other_type(const member *f, const member *saver) {
   zinc_engine_destroy(e);
 }
 
+/* x rounded to bf16, nearest even (from the bits; zinc_math.h not used). */
+static float bf16_round(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) != 0x7f800000u)
+    u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  memcpy(&x, &u, 4);
+  return x;
+}
+
+static long long shard_bytes(const char *dir) {
+  char p[900];
+  snprintf(p, sizeof p, "%s/step3/rank_00000.zshard", dir);
+  struct stat sb;
+  return stat(p, &sb) == 0 ? (long long)sb.st_size : -1;
+}
+
+/* A checkpoint of f at `stage` saved with states in one dtype, loaded by a
+ * run at `load_stage` keeping them in the other (--bf16 runs only). */
+static void test_cross_dtype(const member *f, int stage, int load_stage) {
+  char bdir[700], fdir[700], what[200];
+  ckpt_dir(bdir, sizeof bdir, f, stage); /* test_resume's bf16 save */
+  snprintf(fdir, sizeof fdir, "%s/%s_s%d_fp32", root, f->o.type, stage);
+  et_run rb = run_for(f, stage), rf = rb;
+  rf.bf16_extra = NULL;
+  if (!engine_accepts(&rb, f->o.type))
+    return;
+  /* the fp32 run's save after 3 steps */
+  et_model a;
+  zinc_engine *e = et_open(&rf, NULL, &a);
+  ET_OK(et_steps(&a, &rf, 0, 3));
+  state saved32;
+  capture(&a, &rf, f->slots, &saved32);
+  ET_OK(zinc_save_checkpoint(e, fdir, "step3"));
+  et_model_free(&a);
+  zinc_engine_destroy(e);
+  /* the bf16 run's save (test_resume): its states, read back by a bf16 run */
+  et_run lb = run_for(f, load_stage), lf = lb;
+  lf.bf16_extra = NULL;
+  e = et_open(&lb, NULL, &a);
+  ET_OK(zinc_load_checkpoint(e, bdir, "step3"));
+  state saved16;
+  capture(&a, &lb, f->slots, &saved16);
+  et_model_free(&a);
+  zinc_engine_destroy(e);
+  /* bf16 save into an fp32-state run: the same values */
+  e = et_open(&lf, NULL, &a);
+  ET_OK(zinc_load_checkpoint(e, bdir, "step3"));
+  state got;
+  capture(&a, &lf, f->slots, &got);
+  snprintf(what, sizeof what, "%s: bf16 states saved at stage %d, loaded as fp32 at stage %d",
+           f->o.type, stage, load_stage);
+  ET_CHECK(same_state(&lf, &got, &saved16, what), "%s: not the saved values", what);
+  ET_OK(et_steps(&a, &lf, 3, 4)); /* and it trains on */
+  state_free(&got);
+  et_model_free(&a);
+  zinc_engine_destroy(e);
+  /* fp32 save into a bf16-state run: each value rounded to nearest even */
+  e = et_open(&lb, NULL, &a);
+  ET_OK(zinc_load_checkpoint(e, fdir, "step3"));
+  capture(&a, &lb, f->slots, &got);
+  for (int k = 0; k < 3; k++)
+    if (saved32.s[k])
+      for (int i = 0; i < TM_NPARAM; i++)
+        for (int64_t j = 0; j < tm_numel(&rf.shape, i); j++)
+          saved32.s[k][i][j] = bf16_round(saved32.s[k][i][j]);
+  snprintf(what, sizeof what, "%s: fp32 states saved at stage %d, loaded as bf16 at stage %d",
+           f->o.type, stage, load_stage);
+  ET_CHECK(same_state(&lb, &got, &saved32, what), "%s: not the saved values rounded to "
+           "nearest even", what);
+  ET_OK(et_steps(&a, &lb, 3, 4));
+  state_free(&got);
+  et_model_free(&a);
+  zinc_engine_destroy(e);
+  /* half the bytes on disk */
+  long long b16 = shard_bytes(bdir), b32 = shard_bytes(fdir);
+  ET_CHECK(b16 > 64 && (b16 - 64) * 2 == b32 - 64, "%s: shard of %lld bytes with bf16 states, "
+           "%lld with fp32 (64-byte trailers): not half", f->o.type, b16, b32);
+  if (et_rank == 0 && et_failures == 0)
+    printf("%s: loads across dtypes as stated (stage %d to %d); shard %lld bytes with bf16 "
+           "states, %lld with fp32\n", f->o.type, stage, load_stage, b16, b32);
+  state_free(&saved16);
+  state_free(&saved32);
+}
+
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &et_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &et_world);
-  snprintf(root, sizeof root, "%s/ckpt_optimizers_np%d", et_binary_dir(), et_world);
+  bf16_run = argc > 1 && !strcmp(argv[1], "--bf16");
+  snprintf(root, sizeof root, "%s/ckpt_optimizers%s_np%d", et_binary_dir(),
+           bf16_run ? "_bf16" : "", et_world);
   char cmd[1200];
   snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", root, root);
   if (et_rank == 0 && system(cmd) != 0)
@@ -230,6 +331,10 @@ int main(int argc, char **argv) {
   /* each type loads the next one's checkpoint */
   for (int k = 0; k < NFAMILY; k++)
     test_other_type(&family[k], &family[(k + 1) % NFAMILY]);
+  for (int k = 0; k < NFAMILY && bf16_run; k++) {
+    test_cross_dtype(&family[k], 1, 1);
+    test_cross_dtype(&family[k], 3, 2);
+  }
   if (et_failures == 0 && et_rank == 0) {
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
     if (system(cmd) != 0)

@@ -2,7 +2,8 @@
  * test_profiler.c — the memory profiler and estimator, under mpirun:
  *  - right after build the profiler's figures equal what the build plans to
  *    allocate, exactly, for stages 0-3 x offload none/cpu/nvme, and stage 3
- *    with the parameters offloaded to cpu or nvme (the 2% formula
+ *    with the parameters offloaded to cpu or nvme, and with bf16 master
+ *    weights and moments at stages 0-3 (the 2% formula
  *    check is test_model_state_bytes.c's, on a model large enough that
  *    alignment padding is negligible);
  *  - the estimator (tools/zinc-mem) is within 5% of the peak the profiler
@@ -43,8 +44,11 @@ static void train_and_estimate(zinc_engine *e, et_model *m, const et_run *r, zin
 
 static char nvme_dir[512];
 
+static const char *bf16_states; /* the bf16 section's keys for test_stage, or NULL */
+
 static void test_stage(int stage, const char *offload, const char *offload_param) {
   et_run r = et_defaults();
+  r.bf16_extra = bf16_states;
   r.stage = stage;
   r.offload = offload;
   r.offload_param = offload_param;
@@ -76,9 +80,10 @@ static void test_stage(int stage, const char *offload, const char *offload_param
              offload, zinc_mem_location_name(l), measured, predicted, 100 * rel);
   }
   if (et_rank == 0)
-    printf("stage %d offload %-4s/%-4s %d ranks: build matches its plan; device peak %llu, "
+    printf("stage %d offload %-4s/%-4s%s %d ranks: build matches its plan; device peak %llu, "
            "estimate %llu; host peak %llu, estimate %llu; nvme %llu, estimate %llu\n", stage,
-           offload, offload_param ? offload_param : "none", zinc_dp_size(e),
+           offload, offload_param ? offload_param : "none", bf16_states ? " bf16 states" : "",
+           zinc_dp_size(e),
            (unsigned long long)st.peak_total[0], (unsigned long long)est.peak[0],
            (unsigned long long)st.peak_total[1], (unsigned long long)est.peak[1],
            (unsigned long long)st.peak_total[2], (unsigned long long)est.peak[2]);
@@ -173,6 +178,13 @@ int main(int argc, char **argv) {
   test_stage(3, "cpu", "cpu");
   test_stage(3, "nvme", "nvme");
   test_stage(3, "none", "nvme");
+  /* bf16 master weights and moments: the build, the plan and the estimate */
+  bf16_states = ", \"bf16_master_weights_and_grads\": true, \"bf16_optimizer_states\": true";
+  for (int stage = 0; stage <= 3; stage++)
+    test_stage(stage, "none", NULL);
+  test_stage(2, "cpu", NULL);
+  test_stage(3, "cpu", "cpu");
+  bf16_states = NULL;
   test_stage3_bounded();
   test_timeline_and_report();
   int bad = et_failures;
