@@ -151,6 +151,12 @@ size_t zinc_grads_window_bytes(const zinc_engine *e) {
   return (size_t)e->train_shard_numel * 4;
 }
 
+int zinc_grads_plain(const zinc_engine *e) {
+  const zinc_settings *s = &e->cfg;
+  return !s->zero_quantized_gradients && s->communication_data_type < 0 &&
+         !zinc_reduce_keeps_grads(e);
+}
+
 /* Where this micro-batch's reduced chunks are added: the window's device
  * sum, or the partition itself. */
 static float *partition_sum(zinc_engine *e) {

@@ -61,5 +61,12 @@ float zinc_grads_prescale(const zinc_engine *e);
 double zinc_grads_mean_base(const zinc_engine *e);
 /* Device bytes of grad_window_sum (0 when none). */
 size_t zinc_grads_window_bytes(const zinc_engine *e);
+/* The gradients travel only by the plain, exact reduce-scatter and no
+ * method reads or rewrites them beyond it: no gradient codec or
+ * communication_data_type, no row that keeps them in memory
+ * (zinc_reduce_keeps_grads). From the settings and layout, so the
+ * estimator's bare engine answers too (the NVMe placement's gradient
+ * swap asks). */
+int zinc_grads_plain(const zinc_engine *e);
 
 #endif /* ZINC_ENGINE_GRADS_H */

@@ -16,10 +16,15 @@ engine/reduce/ and the optimizer placements in engine/place/.
     (SEAM_HEADERS). Its includes that the tables have yet to remove are
     listed in TODO, each with what it is still for; the check counts them, and
     fails on an entry that no longer occurs, so the list only shrinks.
-  - A method includes the core's headers, engine/reduce/'s own headers,
-    the seam headers and SHARED; a placement likewise with engine/place/.
-  - checkpoint/ and memory/ are subsystems that may include anything in
-    engine/.
+  - A method includes the core's headers, engine/reduce/'s own headers
+    and SHARED; a placement likewise with engine/place/. Neither includes
+    the other seam's headers, its seam header included: what a placement
+    must know of the method (or a method of the placement) it asks the
+    core, which reaches the other seam through its header.
+  - memory/ (the profiler and the estimator) reaches the seams through
+    their headers only: the sizes are the tables' hooks.
+  - checkpoint/ is a subsystem that may include anything in engine/ (the
+    codec transport's error-feedback residuals are a file of its format).
 
 Usage: check_layers.py [repository root]   (exit 1 and one line per bad edge)
 """
@@ -53,10 +58,9 @@ SHARED = {
 }
 # (file, include) edges from the core (or across the seams) to a method's or
 # a placement's own header that the reducer and placement tables remove
-TODO = {
-    ("engine/place/nvme.c", "engine/reduce/methods.h"): "which methods keep the "
-                                                        "gradient partition in memory",
-}
+TODO = {}
+# subsystems that reach the seams through the seam headers only
+THROUGH_SEAMS = {"engine/memory"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 SOURCE = re.compile(r"\.(c|h|cu|cuh)$")
 
@@ -119,11 +123,16 @@ def judge_engine(rel, inc, todo_seen):
     if not inc.startswith("engine/"):
         return None
     src, dst = os.path.dirname(rel), os.path.dirname(inc)
+    if src in THROUGH_SEAMS and dst in SEAM_DIRS and inc not in SEAM_HEADERS:
+        return f"{src}/ reaches {dst}/ through {SEAMS[dst]} only (docs/layout.md)"
     if src not in CORE_DIRS | SEAM_DIRS:
-        return None  # checkpoint/, memory/: subsystems, free inside engine/
+        return None  # checkpoint/, memory/ (past the check above): subsystems
+    if src in SEAM_DIRS and dst in SEAM_DIRS and dst != src:
+        return (f"{src}/ includes nothing of {dst}/, not even {SEAMS[dst]}: it asks the "
+                "core, which reaches the other seam through its header (docs/layout.md)")
     if dst not in SEAM_DIRS or inc in SEAM_HEADERS or dst == src:
         if src in SEAM_DIRS and dst not in CORE_DIRS | SEAM_DIRS and inc not in SHARED:
-            return (f"{src}/ includes the core's headers, its own, the seam headers and "
+            return (f"{src}/ includes the core's headers, its own and "
                     f"{', '.join(sorted(SHARED))} only")
         return None
     if (rel, inc) in TODO:

@@ -22,7 +22,7 @@
 #include "engine/engine.h"
 #include "engine/failure.h"
 #include "engine/place/place.h"
-#include "engine/reduce/methods.h"
+#include "engine/reduce/reduce.h"
 #include "engine/step.h"
 
 /* What dir/tag (tag NULL: latest) names as a directory under dir. */

@@ -4,13 +4,12 @@
  * sizes the build would allocate (zinc_build_sizes); a frozen parameter
  * (zinc_est_param.frozen) counts as the build lays it out: parameter
  * memory only; with hpZ the secondary partition counts as parameter
- * memory on the device; with quantized gradients and zeropp_loco_param the
- * error-feedback residuals count as gradient memory on the device, sized
- * as engine/reduce/compress.c allocates them (ef_bytes), with DGC's momentum
- * correction its velocities and own slices (zinc_dgc_state_bytes); OneBitAdam's worker and
- * server errors count as optimizer memory on the device
- * (zinc_onebit_adam_state_bytes); the device's window gradient sum of an
- * offloaded stage 2/3 with gradient accumulation (grads.c) comes with the
+ * memory on the device; what the gradient-communication method and the
+ * codec transport allocate (the error-feedback residuals, DGC's
+ * velocities, PowerSGD's Q's, delayed averaging's ring, the 1-bit
+ * optimizers' errors) is the reducer table's sizes (zinc_reduce_sizes in
+ * engine/reduce/reduce.h, within zinc_build_sizes); the device's window
+ * gradient sum of an offloaded stage 2/3 with gradient accumulation (grads.c) comes with the
  * build's sizes where the device is across PCIe (as the pinned staging:
  * the cuda device, or ZINC_OFFLOAD_STAGING=1). Stage 3 adds the
  * gathered parameters at their peak: the largest module plus what the
@@ -23,9 +22,10 @@
  * staging slots of the offloaded step (host buffers, 2 x up to 8 bytes x
  * min(sub_group_size, 16 M) elements; zinc_offload_staging_bytes, on the
  * cpu device too with ZINC_OFFLOAD_STAGING=1, which makes it stage like
- * cuda) and delayed averaging's pinned gradient staging (dga.c: the
- * trained gradients' bytes, host buffers). What the cuda device refuses
- * (PowerSGD, 0/1 Adam, 1-bit LAMB) is ZINC_ERR_UNSUPPORTED there.
+ * cuda) and delayed averaging's pinned gradient staging (the trained
+ * gradients' bytes, host buffers). A method the cuda device refuses (its
+ * row's cpu_only: PowerSGD, 0/1 Adam, 1-bit LAMB) is ZINC_ERR_UNSUPPORTED
+ * there.
  */
 #include "engine/memory/estimate.h"
 
@@ -35,30 +35,9 @@
 #include "engine/build.h"
 #include "engine/engine.h"
 #include "engine/memory/profiler.h"
-#include "engine/reduce/methods.h"
+#include "engine/reduce/reduce.h"
 #include "engine/stage3/stage3.h"
 #include "engine/step.h"
-#include "kernels/codec.h"
-
-/* The error-feedback residuals zinc_compress_init allocates: (N - 1)
- * slices of each trained unit's chunk, INT8 blocks (LoCo: about
- * (N - 1) / N x (1 + 4 / block) bytes per trained element) or fp32 (DGC:
- * (N - 1) / N x 4 bytes). The estimate has no node map: it counts them
- * whenever qgZ and LoCo (or DGC's residual) are on over several ranks, as
- * when the group spans nodes (with zinc.compression.scope "inter_node" on
- * one node the engine quantizes nothing and keeps none). */
-static uint64_t ef_bytes(const zinc_engine *e) {
-  const zinc_settings *s = &e->cfg;
-  int dgc = s->compress_gradient_codec == ZINC_GRAD_CODEC_DGC;
-  if (e->dp_size < 2 || !s->zero_quantized_gradients || s->stage < 1 ||
-      !(dgc ? s->dgc_residual : s->loco_enabled))
-    return 0;
-  uint64_t total = 0;
-  zinc_codec c = {dgc ? ZINC_CODEC_TOPK : ZINC_CODEC_INT8, (int)s->compress_block_size, 0};
-  for (int ui = 0; ui < e->ntrain_units; ui++)
-    total += (uint64_t)(e->dp_size - 1) * zinc_compress_ef_slice_bytes(c, e->units[ui].chunk);
-  return total ? total : 16;
-}
 
 zinc_status zinc_estimate_model(const zinc_settings *cfg, int dp_size, int64_t hidden_size,
                                 const zinc_est_param *params, int n, zinc_estimate *out) {
@@ -110,13 +89,7 @@ zinc_status zinc_estimate_model_on(const zinc_settings *cfg, zinc_est_device dev
   }
   if (st == ZINC_OK && e->sized_as_gpu) {
     /* what the cuda device refuses at build has no size there */
-    const char *none = zinc_powersgd_enabled(&e->cfg) ? "zinc.compression.gradient_codec "
-                                                        "\"powersgd\""
-                       : e->cfg.optimizer == ZINC_OPTIM_ZERO_ONE_ADAM ? "optimizer.type "
-                                                                        "\"ZeroOneAdam\""
-                       : e->cfg.optimizer == ZINC_OPTIM_ONEBIT_LAMB ? "optimizer.type "
-                                                                      "\"OneBitLamb\""
-                                                                    : NULL;
+    const char *none = zinc_reduce_cpu_only(&e->cfg);
     if (none)
       st = zinc_error(ZINC_ERR_UNSUPPORTED, "estimate on the cuda device: %s runs on the cpu "
                       "device only, so the cuda build refuses it; estimate for the cpu device "
@@ -127,18 +100,7 @@ zinc_status zinc_estimate_model_on(const zinc_settings *cfg, zinc_est_device dev
     st = zinc_layout_build(e);
   }
   if (st == ZINC_OK) {
-    zinc_build_sizes(e, out->bytes);
-    out->bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += ef_bytes(e) + zinc_dgc_state_bytes(e);
-    size_t dga = zinc_dga_state_bytes(&e->cfg, e->dp_size,
-                                      (int64_t)e->dp_size * e->train_shard_numel);
-    out->bytes[ZINC_LOC_HOST][ZINC_MEM_GRADS] += dga;
-    if (dga && e->sized_as_gpu) /* dga.c: the gradients staged to the host */
-      out->bytes[ZINC_LOC_HOST][ZINC_MEM_BUFFERS] += e->train_bytes ? e->train_bytes : 16;
-    uint64_t psgd_state, psgd_scratch; /* PowerSGD's Q's and errors, its scratch */
-    zinc_powersgd_sizes(e, &psgd_state, &psgd_scratch);
-    out->bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += psgd_state;
-    out->bytes[ZINC_LOC_DEVICE][ZINC_MEM_BUFFERS] += psgd_scratch;
-    out->bytes[ZINC_LOC_DEVICE][ZINC_MEM_OPTIM] += zinc_onebit_adam_state_bytes(e);
+    zinc_build_sizes(e, out->bytes); /* the placement's and the reducer's too */
     out->formula = zinc_formula_model_states(e);
     out->params = e->psi[0] + e->psi[1] + e->psi[2];
     size_t largest_gather = 0, total_gather = 0;

@@ -59,11 +59,11 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/grads.h"
 #include "engine/memory/profiler.h"
 #include "engine/place/nvme.h"
 #include "engine/place/place.h"
 #include "engine/place/placements.h"
-#include "engine/reduce/methods.h"
 #include "engine/stage3/stage3.h"
 #include "engine/support.h"
 #include "offload/aio.h"
@@ -394,9 +394,7 @@ int zinc_nvme_grads_swapped(const zinc_engine *e) {
   const zinc_settings *s = &e->cfg;
   int gpu = e->dev ? e->dev->ops->is_gpu : e->sized_as_gpu;
   return s->offload_optimizer.device == ZINC_OFFLOAD_NVME && s->stage >= 2 && !gpu &&
-         !s->zero_quantized_gradients && s->communication_data_type < 0 &&
-         !zinc_powersgd_enabled(s) &&
-         !zinc_dgc_momentum_on(s, e->dp_size) && s->optimizer <= ZINC_OPTIM_SGD;
+         zinc_grads_plain(e) && s->optimizer <= ZINC_OPTIM_SGD;
 }
 
 /* ------------------------------------------------ block-aligned bytes */

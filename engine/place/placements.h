@@ -183,10 +183,11 @@ int zinc_nvme_opt_on_disk(const zinc_engine *e);
 int zinc_nvme_param_on_disk(const zinc_engine *e);
 /* The reduced gradient partition lives in the NVMe swap area instead of
  * host memory (grad_part NULL): offload_optimizer nvme at stages 2-3 on a
- * host device without gradient compression, communication_data_type,
- * PowerSGD, DGC momentum or the
- * 1-bit/0-1 optimizers (zinc_nvme_grads_swapped: from the settings, for the
- * build and the estimator; zinc_nvme_grads_on_disk: this engine's). */
+ * host device when the gradients travel plainly (zinc_grads_plain: no
+ * gradient compression, communication_data_type, PowerSGD or DGC
+ * momentum) without the 1-bit/0-1 optimizers (zinc_nvme_grads_swapped:
+ * from the settings, for the build and the estimator;
+ * zinc_nvme_grads_on_disk: this engine's). */
 int zinc_nvme_grads_swapped(const zinc_engine *e);
 int zinc_nvme_grads_on_disk(const zinc_engine *e);
 /* Elements [off, off + count) of the partition on disk into dst (f32). */

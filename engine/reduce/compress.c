@@ -132,6 +132,27 @@ size_t zinc_compress_ef_slice_bytes(zinc_codec grad, int64_t chunk) {
   return zinc_codec_ef_bytes(grad, chunk);
 }
 
+/* The residuals zinc_compress_init allocates: (N - 1) slices of each
+ * trained unit's chunk, INT8 blocks (LoCo: about (N - 1) / N x (1 + 4 /
+ * block) bytes per trained element) or fp32 (DGC: (N - 1) / N x 4 bytes),
+ * gradient memory on the device. Without the node map (the estimator has
+ * none) they count whenever qgZ and LoCo (or DGC's residual) are on over
+ * several ranks, as when the group spans nodes (with
+ * zinc.compression.scope "inter_node" on one node the engine quantizes
+ * nothing and keeps none). The stage 0/1 scratch is not counted. */
+void zinc_compress_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]) {
+  const zinc_settings *s = &e->cfg;
+  int dgc = s->compress_gradient_codec == ZINC_GRAD_CODEC_DGC;
+  if (e->dp_size < 2 || !s->zero_quantized_gradients || s->stage < 1 ||
+      !(dgc ? s->dgc_residual : s->loco_enabled))
+    return;
+  uint64_t total = 0;
+  zinc_codec c = {dgc ? ZINC_CODEC_TOPK : ZINC_CODEC_INT8, (int)s->compress_block_size, 0};
+  for (int ui = 0; ui < e->ntrain_units; ui++)
+    total += (uint64_t)(e->dp_size - 1) * zinc_compress_ef_slice_bytes(c, e->units[ui].chunk);
+  bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += total ? total : 16;
+}
+
 /* The seed of a stochastic codec's draws (TERN2) for the slice of unit ui
  * this rank sends to peer p: a mix of (optimizer step, micro-step, unit,
  * sender, receiver), so every slice of every micro-step draws afresh,
@@ -284,14 +305,14 @@ static zinc_status encode_unit(zinc_engine *e, zinc_reduction *r, int ui, const 
   for (int p = 0; p < e->dp_size; p++) {
     const char *src = grad + (size_t)p * (size_t)u->chunk * es;
     if (p == e->dp_rank) {
-      if (e->rd->dgc) /* momentum correction: the own slice through top-k too */
+      if (zinc_dgc_corrects(e)) /* momentum correction: the own slice through top-k too */
         ZINC_CHECK(zinc_dgc_encode_slice(e, r->cx_codec, ui, p, src, NULL, NULL));
       continue;
     }
     zinc_codec c = pair_codec(e, r, p);
     char *dst = (char *)r->cx_send + r->cx_cursor[p];
     size_t b = slice_bytes(c, u->dtype, u->chunk);
-    if (e->rd->dgc)
+    if (zinc_dgc_corrects(e))
       ZINC_CHECK(zinc_dgc_encode_slice(e, c, ui, p, src, dst, ef_slice(e, ui, p)));
     else if (c.kind == ZINC_CODEC_NONE)
       ZINC_CHECK(e->dev->ops->copy(e->dev, dst, src, (size_t)u->chunk * es, e->stream));
@@ -411,7 +432,7 @@ static zinc_status sum_unit(zinc_engine *e, zinc_reduction *r, int ui, const cha
   size_t es = zinc_dtype_size(u->dtype);
   for (int p = 0; p < e->dp_size; p++) {
     int first = p == 0 && !accumulate;
-    if (p == e->dp_rank && e->rd->dgc) {
+    if (p == e->dp_rank && zinc_dgc_corrects(e)) {
       ZINC_CHECK(zinc_dgc_own_decode(e, r->cx_codec, ui, dst, !first));
       continue;
     }

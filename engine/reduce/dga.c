@@ -53,7 +53,7 @@
  * The ranks' parameters differ: rank i's carries its own last D local
  * terms instead of the average. Nothing re-synchronises them during
  * training (zinc_param_get_full assembles chunk r of every unit from rank
- * r: a mix). A checkpoint save does (zinc_dga_sync): it waits for the
+ * r: a mix). A checkpoint save does (the row's sync): it waits for the
  * all-reduces in flight, then every rank takes rank 0's parameters,
  * optimizer state and pending local gradients (broadcasts), so that the
  * checkpoint holds one model, rank 0's, and the ring (local gradients,
@@ -105,20 +105,29 @@ struct zinc_dga {
   int skip;               /* this step is skipped on every rank          */
 };
 
-/* Its state: the reducer's method-private pointer (reduce/methods.h). */
+/* Its state, behind the reducer's method-private pointer (e->rd->priv). */
 static struct zinc_dga *dga_of(const zinc_engine *e) { return e->rd->priv; }
 
 /* ------------------------------------------------------------ setup */
 
 static size_t ring_bytes(int64_t n, int delay) { return (size_t)delay * (size_t)n * 4; }
 
-size_t zinc_dga_state_bytes(const zinc_settings *s, int dp_size, int64_t train_elems) {
-  if (s->dga_delay <= 0 || s->stage != 0 || dp_size < 2)
-    return 0;
-  return 2 * ring_bytes(train_elems, (int)s->dga_delay) + (size_t)(1 + s->dga_delay) * 8;
+/* The row's sizes: the ring (host gradient memory) and, on a GPU device
+ * (sized_as_gpu: the estimator's), the gradients' host staging. */
+static void state_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]) {
+  const zinc_settings *s = &e->cfg;
+  if (s->dga_delay <= 0 || s->stage != 0 || e->dp_size < 2)
+    return;
+  int64_t n = (int64_t)e->dp_size * e->train_shard_numel;
+  bytes[ZINC_LOC_HOST][ZINC_MEM_GRADS] +=
+      2 * ring_bytes(n, (int)s->dga_delay) + (size_t)(1 + s->dga_delay) * 8;
+  if (e->dev ? e->dev->ops->is_gpu : e->sized_as_gpu)
+    bytes[ZINC_LOC_HOST][ZINC_MEM_BUFFERS] += e->train_bytes ? e->train_bytes : 16;
 }
 
-zinc_status zinc_dga_init(zinc_engine *e) {
+/* The ring of snapshots and its comm, after the layout (no state when off
+ * or on one rank). */
+static zinc_status dga_init(zinc_engine *e) {
   const zinc_settings *s = &e->cfg;
   if (s->dga_delay <= 0 || s->stage != 0)
     return ZINC_OK;
@@ -187,7 +196,12 @@ static zinc_status settle(zinc_engine *e) {
   return st;
 }
 
-zinc_status zinc_dga_sync(zinc_engine *e, int adopt_rank0) {
+/* Before a checkpoint: wait for the all-reduces in flight (agreed over
+ * the data-parallel group); adopt_rank0 (a save): then every rank takes
+ * rank 0's parameters, optimizer state and pending local gradients, so
+ * that the checkpoint holds one model and the run goes on from it, as a
+ * resumed one does. Collective. */
+static zinc_status dga_sync(zinc_engine *e, int adopt_rank0) {
   struct zinc_dga *d = dga_of(e);
   ZINC_CHECK(zinc_engine_agree(e, e->dp_host, settle(e)));
   if (!adopt_rank0)
@@ -212,7 +226,8 @@ zinc_status zinc_dga_sync(zinc_engine *e, int adopt_rank0) {
   return ZINC_OK;
 }
 
-void zinc_dga_free(zinc_engine *e) {
+/* Waits for the all-reduces in flight, then frees. */
+static void dga_free(zinc_engine *e) {
   struct zinc_dga *d = dga_of(e);
   if (!d)
     return;
@@ -232,7 +247,9 @@ void zinc_dga_free(zinc_engine *e) {
   e->rd->priv = NULL;
 }
 
-int zinc_dga_skipped(const zinc_engine *e) { return dga_of(e) ? dga_of(e)->skip : 0; }
+/* The step must be skipped: an inf/NaN in some rank's local gradient
+ * (agreed in dga_step); 0 when off. */
+static int dga_skipped(const zinc_engine *e) { return dga_of(e) ? dga_of(e)->skip : 0; }
 
 /* ------------------------------------------------------------ the step */
 
@@ -332,7 +349,11 @@ static void correct(zinc_engine *e, int slot, int old, double ratio, double clip
   }
 }
 
-zinc_status zinc_dga_step(zinc_engine *e) {
+/* In the step, in place of stage 0's gradient all-gather: this rank's
+ * corrected gradient (the all-reduce sum's units) into its gradient
+ * buffer, the all-reduce of its local gradient started. Collective over
+ * the data-parallel group. */
+static zinc_status dga_step(zinc_engine *e) {
   struct zinc_dga *d = dga_of(e);
   d->skip = 0;
   double over = 0.0, any = 0.0, sumsq = 0.0;
@@ -397,24 +418,25 @@ static zinc_status whole_grads(zinc_engine *e, int *done) {
   if (!dga_of(e))
     return ZINC_OK;
   *done = 1; /* the corrected gradient in place of the all-gather */
-  return zinc_dga_step(e);
+  return dga_step(e);
 }
 
 static zinc_status norm(zinc_engine *e, double *total, int *overflow) {
   (void)total;
-  *overflow = *overflow || zinc_dga_skipped(e); /* some rank's local gradient */
+  *overflow = *overflow || dga_skipped(e); /* some rank's local gradient */
   return ZINC_OK;
 }
 
 static zinc_status sync_before_checkpoint(zinc_engine *e, int adopt_rank0) {
-  return dga_of(e) ? zinc_dga_sync(e, adopt_rank0) : ZINC_OK;
+  return dga_of(e) ? dga_sync(e, adopt_rank0) : ZINC_OK;
 }
 
 const zinc_reducer zinc_reducer_dga = {
     .name = "delayed_averaging",
     .selects = selects,
-    .init = zinc_dga_init,
-    .free = zinc_dga_free,
+    .sizes = state_sizes,
+    .init = dga_init,
+    .free = dga_free,
     .local_grads = keeps_local,
     .whole_grads = whole_grads,
     .norm = norm,

@@ -22,14 +22,14 @@
  * owner's residuals (one slice per unit; the peers' residuals are
  * compress.c's cx_ef) and the owner's encoded slices (one TOPK slice per
  * unit at the warm-up's largest k, consumed in the same reduction);
- * gradient memory on the device, counted by the estimator
- * (zinc_dgc_state_bytes). The velocities and residuals are method state
+ * gradient memory on the device (the row's sizes: the build's and the
+ * estimator's count). The velocities and residuals are method state
  * in checkpoints (engine/checkpoint/mstate.h: "dgc.velocity",
  * "dgc.own_residual").
  *
  * The masking reads the kept indices from the TOPK bytes (codec.h's
  * uint16 index arrays) with a host loop: the cpu device only; on the cuda
- * device zinc_dgc_init fails with ZINC_ERR_UNSUPPORTED.
+ * device its init fails with ZINC_ERR_UNSUPPORTED.
  *
  * Local gradient clipping (zinc.compression.dgc.local_clipping, the
  * paper's Section 3.3 and Algorithm 1): before g enters the velocity,
@@ -60,6 +60,7 @@
 
 typedef struct zinc_dgc zinc_dgc;
 
+/* Its state, behind e->rd->priv while this row is the selected one. */
 struct zinc_dgc {
   float *vel;          /* velocities: unit ui's slice p at vel_off[ui] + p chunk */
   float *own_res;      /* the owner's residuals: unit ui's at res_off[ui]       */
@@ -74,7 +75,20 @@ struct zinc_dgc {
   int no_mask;         /* ZINC_TEST_DGC_NO_MASK                                   */
 };
 
-int zinc_dgc_momentum_on(const zinc_settings *s, int dp_size) {
+extern const zinc_reducer zinc_reducer_dgc;
+
+/* Its state, or NULL (off; or another row selected, whose priv this is
+ * not: the codec transport asks whatever the method). */
+static zinc_dgc *dgc_of(const zinc_engine *e) {
+  return e->rd && e->rd->method == &zinc_reducer_dgc ? e->rd->priv : NULL;
+}
+
+int zinc_dgc_corrects(const zinc_engine *e) { return dgc_of(e) != NULL; }
+
+/* Momentum correction (zinc.compression.dgc.momentum_correction) is on
+ * for this configuration over dp_size ranks: SGD then runs with momentum
+ * 0 (the momentum is in what was sent). */
+static int momentum_on(const zinc_settings *s, int dp_size) {
   return s->compress_gradient_codec == ZINC_GRAD_CODEC_DGC && s->dgc_momentum_correction &&
          s->zero_quantized_gradients && s->stage >= 1 && dp_size > 1;
 }
@@ -108,12 +122,13 @@ static void sizes(const zinc_engine *e, size_t *vel, size_t *res, size_t *own, s
   *own = b > 0 ? b : 16;
 }
 
-uint64_t zinc_dgc_state_bytes(const zinc_engine *e) {
-  if (!zinc_dgc_momentum_on(&e->cfg, e->dp_size))
-    return 0;
+/* The row's sizes: the three buffers, gradient memory on the device. */
+static void state_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]) {
+  if (!momentum_on(&e->cfg, e->dp_size))
+    return;
   size_t v, r, b;
   sizes(e, &v, &r, &b, NULL, NULL, NULL);
-  return (uint64_t)v + r + b;
+  bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += (uint64_t)v + r + b;
 }
 
 /* Some pair of data-parallel ranks travels exact (scope inter_node, two
@@ -176,19 +191,23 @@ static zinc_status check_config(const zinc_engine *e) {
   return ZINC_OK;
 }
 
-zinc_status zinc_dgc_init(zinc_engine *e) {
+/* Its velocities, the owner's residuals and encoded slices, after the
+ * codec transport's init (no state when momentum correction is off);
+ * registered as method state. ZINC_ERR_CONFIG for a configuration it
+ * cannot serve, ZINC_ERR_UNSUPPORTED on the cuda device. */
+static zinc_status dgc_init(zinc_engine *e) {
   const zinc_settings *s = &e->cfg;
   if (s->dgc_local_clipping && s->compress_gradient_codec == ZINC_GRAD_CODEC_DGC &&
       !s->dgc_momentum_correction)
     return zinc_error(ZINC_ERR_CONFIG, "zinc.compression.dgc.local_clipping = true needs "
                       "zinc.compression.dgc.momentum_correction true (zinc clips the local "
                       "gradient on its way into the velocity); set both or neither");
-  if (!zinc_dgc_momentum_on(s, e->dp_size))
+  if (!momentum_on(s, e->dp_size))
     return ZINC_OK;
   ZINC_CHECK(check_config(e));
   zinc_dgc *g;
   ZINC_CHECK(zinc_calloc((void **)&g, 1, sizeof *g, "DGC momentum correction"));
-  e->rd->dgc = g;
+  e->rd->priv = g;
   size_t n = (size_t)e->ntrain_units + 1;
   ZINC_CHECK(zinc_calloc((void **)&g->vel_off, 3 * n, sizeof(size_t), "DGC offsets"));
   g->res_off = g->vel_off + n;
@@ -216,8 +235,8 @@ zinc_status zinc_dgc_init(zinc_engine *e) {
   return ZINC_OK;
 }
 
-void zinc_dgc_free(zinc_engine *e) {
-  zinc_dgc *g = e->rd->dgc;
+static void dgc_free(zinc_engine *e) {
+  zinc_dgc *g = dgc_of(e);
   if (!g)
     return;
   if (g->vel)
@@ -229,7 +248,7 @@ void zinc_dgc_free(zinc_engine *e) {
                             ZINC_MEM_GRADS);
   free(g->vel_off);
   free(g);
-  e->rd->dgc = NULL;
+  e->rd->priv = NULL;
 }
 
 /* u <- u with the elements TOPK slice `bytes` kept (chunk n) set to 0:
@@ -245,7 +264,7 @@ static void mask_kept(float *u, const void *bytes, zinc_codec c, int64_t n) {
 
 zinc_status zinc_dgc_encode_slice(zinc_engine *e, zinc_codec c, int ui, int p, const char *src,
                                   void *dst, void *ef) {
-  zinc_dgc *g = e->rd->dgc;
+  zinc_dgc *g = dgc_of(e);
   const zinc_unit *un = &e->units[ui];
   int64_t n = un->chunk;
   float *u = g->vel + g->vel_off[ui] + (size_t)p * (size_t)n;
@@ -266,17 +285,20 @@ zinc_status zinc_dgc_encode_slice(zinc_engine *e, zinc_codec c, int ui, int p, c
 
 zinc_status zinc_dgc_own_decode(zinc_engine *e, zinc_codec c, int ui, float *dst,
                                 int accumulate) {
-  zinc_dgc *g = e->rd->dgc;
+  zinc_dgc *g = dgc_of(e);
   return e->dev->ops->decode(e->dev, e->stream, c, dst, ZINC_F32, g->own_bytes + g->bytes_off[ui],
                              e->units[ui].chunk, accumulate);
 }
 
 /* ------------------------------------------------ local gradient clipping */
 
-int zinc_dgc_clips_locally(const zinc_engine *e) { return e->rd->dgc && e->rd->dgc->local_clip; }
+int zinc_dgc_clips_locally(const zinc_engine *e) {
+  const zinc_dgc *g = dgc_of(e);
+  return g && g->local_clip;
+}
 
 zinc_status zinc_dgc_local_norm_add(zinc_engine *e, int ui, const char *grad) {
-  zinc_dgc *g = e->rd->dgc;
+  zinc_dgc *g = dgc_of(e);
   const zinc_unit *u = &e->units[ui];
   if (g->have_coef) { /* a new batch */
     g->have_coef = 0;
@@ -291,7 +313,7 @@ zinc_status zinc_dgc_local_norm_add(zinc_engine *e, int ui, const char *grad) {
 }
 
 zinc_status zinc_dgc_local_scale(zinc_engine *e, int ui, char *grad) {
-  zinc_dgc *g = e->rd->dgc;
+  zinc_dgc *g = dgc_of(e);
   const zinc_unit *u = &e->units[ui];
   if (!g->have_coef) {
     double norm = sqrt(g->sq), thr = e->cfg.gradient_clipping / sqrt((double)e->dp_size);
@@ -316,9 +338,11 @@ static int selects(const zinc_settings *s) {
 const zinc_reducer zinc_reducer_dgc = {
     .name = "dgc",
     .selects = selects,
-    .init = zinc_dgc_init,
-    .free = zinc_dgc_free,
-    .owns_momentum = zinc_dgc_momentum_on,
+    .sizes = state_sizes,
+    .init = dgc_init,
+    .free = dgc_free,
+    .owns_momentum = momentum_on,
+    .keeps_grads = momentum_on,
     .holds_window = zinc_dgc_clips_locally,
     .clips_locally = zinc_dgc_clips_locally,
 };

@@ -55,9 +55,24 @@
 #include "engine/engine.h"
 #include "engine/failure.h"
 #include "engine/reduce/methods.h"
+#include "engine/reduce/onebit.h"
 #include "engine/support.h"
 
-int zinc_onebit_local_grads(const zinc_engine *e) {
+/* Its state, behind e->rd->priv (OneBitAdam at stage 0; none otherwise). */
+typedef struct {
+  zinc_onebit_plan plan;   /* one segment per trained parameter, in the
+                              optimizer arrays (N*S)                    */
+  float *worker_error;     /* (worker_bytes) device: padded momentum    */
+  float *server_error;     /* (server_bytes) device: this rank's chunks */
+  size_t worker_bytes, server_bytes;
+  double *norms;           /* (2 N) host: the norm agreement's          */
+} onebit_adam;
+
+static onebit_adam *adam_of(const zinc_engine *e) { return e->rd->priv; }
+
+/* 1 when this step's gradients stay local (OneBitAdam, e->step >=
+ * freeze_step): the buckets reduce nothing, the step gathers nothing. */
+static int onebit_local_grads(const zinc_engine *e) {
   return e->cfg.optimizer == ZINC_OPTIM_ONEBIT_ADAM && e->cfg.stage == 0 &&
          e->step >= e->cfg.onebit_freeze_step;
 }
@@ -106,9 +121,10 @@ static zinc_status param_segments(const zinc_engine *e, zinc_onebit_seg **out, i
  * must see fail. */
 static int no_error_feedback(void) { return zinc_env_flag("ZINC_ONEBIT_NO_ERROR_FEEDBACK", 0); }
 
-uint64_t zinc_onebit_adam_state_bytes(const zinc_engine *e) {
+/* The row's sizes: the error buffers, optimizer memory on the device. */
+static void adam_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]) {
   if (e->cfg.optimizer != ZINC_OPTIM_ONEBIT_ADAM || e->cfg.stage != 0)
-    return 0;
+    return;
   uint64_t total = 0;
   for (int i = 0; i < e->nparams; i++) {
     const zinc_param *p = e->params[i];
@@ -117,31 +133,37 @@ uint64_t zinc_onebit_adam_state_bytes(const zinc_engine *e) {
     int64_t padded = zinc_onebit_padded(p->numel, e->dp_size);
     total += 4 * (uint64_t)(padded + padded / e->dp_size); /* worker + server */
   }
-  return total;
+  bytes[ZINC_LOC_DEVICE][ZINC_MEM_OPTIM] += total;
 }
 
-zinc_status zinc_onebit_adam_init(zinc_engine *e) {
+/* OneBitAdam at stage 0: the plan and the worker/server errors (registered
+ * as method state); nothing for another optimizer. After layout. */
+static zinc_status adam_init(zinc_engine *e) {
   if (e->cfg.optimizer != ZINC_OPTIM_ONEBIT_ADAM || e->cfg.stage != 0)
     return ZINC_OK;
+  onebit_adam *ob = NULL;
+  ZINC_CHECK(zinc_calloc((void **)&ob, 1, sizeof *ob, "1-bit Adam state"));
+  e->rd->priv = ob;
   zinc_onebit_seg *seg = NULL;
   int n = 0;
   ZINC_CHECK(param_segments(e, &seg, &n));
-  zinc_status st = zinc_onebit_plan_init(&e->rd->ob_plan, seg, n, e->dp_size, e->dp_rank);
+  zinc_status st = zinc_onebit_plan_init(&ob->plan, seg, n, e->dp_size, e->dp_rank);
   free(seg);
   ZINC_CHECK(st);
-  zinc_onebit_plan *p = &e->rd->ob_plan;
-  e->rd->ob_worker_bytes = p->worker_error_bytes ? p->worker_error_bytes : 16;
-  e->rd->ob_server_bytes = p->server_error_bytes ? p->server_error_bytes : 16;
-  ZINC_CHECK(zinc_engine_buffer_alloc(e, e->rd->ob_worker_bytes, ZINC_LOC_DEVICE, ZINC_MEM_OPTIM,
-                                      (void **)&e->rd->ob_worker_error, "1-bit Adam worker error"));
-  ZINC_CHECK(zinc_engine_buffer_alloc(e, e->rd->ob_server_bytes, ZINC_LOC_DEVICE, ZINC_MEM_OPTIM,
-                                      (void **)&e->rd->ob_server_error, "1-bit Adam server error"));
-  ZINC_CHECK(e->dev->ops->fill_zero(e->dev, e->rd->ob_worker_error, e->rd->ob_worker_bytes, e->stream));
-  ZINC_CHECK(e->dev->ops->fill_zero(e->dev, e->rd->ob_server_error, e->rd->ob_server_bytes, e->stream));
-  ZINC_CHECK(zinc_mstate_register(e, "onebit_adam.worker_error", e->rd->ob_worker_error,
-                                  e->rd->ob_worker_bytes, 0));
-  ZINC_CHECK(zinc_mstate_register(e, "onebit_adam.server_error", e->rd->ob_server_error,
-                                  e->rd->ob_server_bytes, 0));
+  zinc_onebit_plan *p = &ob->plan;
+  p->staged = zinc_env_flag("ZINC_TEST_ONEBIT_STAGED", 0); /* tests: onebit.h */
+  ob->worker_bytes = p->worker_error_bytes ? p->worker_error_bytes : 16;
+  ob->server_bytes = p->server_error_bytes ? p->server_error_bytes : 16;
+  ZINC_CHECK(zinc_engine_buffer_alloc(e, ob->worker_bytes, ZINC_LOC_DEVICE, ZINC_MEM_OPTIM,
+                                      (void **)&ob->worker_error, "1-bit Adam worker error"));
+  ZINC_CHECK(zinc_engine_buffer_alloc(e, ob->server_bytes, ZINC_LOC_DEVICE, ZINC_MEM_OPTIM,
+                                      (void **)&ob->server_error, "1-bit Adam server error"));
+  ZINC_CHECK(e->dev->ops->fill_zero(e->dev, ob->worker_error, ob->worker_bytes, e->stream));
+  ZINC_CHECK(e->dev->ops->fill_zero(e->dev, ob->server_error, ob->server_bytes, e->stream));
+  ZINC_CHECK(zinc_mstate_register(e, "onebit_adam.worker_error", ob->worker_error,
+                                  ob->worker_bytes, 0));
+  ZINC_CHECK(zinc_mstate_register(e, "onebit_adam.server_error", ob->server_error,
+                                  ob->server_bytes, 0));
   zinc_log0(ZINC_LOG_INFO, "compressed communication (OneBitAdam): exact Adam for %lld "
             "steps, then the momentum all-reduced 1-bit over %d ranks (%d parameters, %zu + "
             "%zu bytes of error buffers per rank)%s", (long long)e->cfg.onebit_freeze_step, e->dp_size, p->nseg,
@@ -151,42 +173,42 @@ zinc_status zinc_onebit_adam_init(zinc_engine *e) {
   return ZINC_OK;
 }
 
-void zinc_onebit_adam_free(zinc_engine *e) {
-  if (e->rd->ob_worker_error)
-    zinc_engine_buffer_free(e, e->rd->ob_worker_error, e->rd->ob_worker_bytes, ZINC_LOC_DEVICE,
+static void adam_free(zinc_engine *e) {
+  onebit_adam *ob = adam_of(e);
+  if (!ob)
+    return;
+  if (ob->worker_error)
+    zinc_engine_buffer_free(e, ob->worker_error, ob->worker_bytes, ZINC_LOC_DEVICE,
                             ZINC_MEM_OPTIM);
-  if (e->rd->ob_server_error)
-    zinc_engine_buffer_free(e, e->rd->ob_server_error, e->rd->ob_server_bytes, ZINC_LOC_DEVICE,
+  if (ob->server_error)
+    zinc_engine_buffer_free(e, ob->server_error, ob->server_bytes, ZINC_LOC_DEVICE,
                             ZINC_MEM_OPTIM);
-  e->rd->ob_worker_error = e->rd->ob_server_error = NULL;
-  zinc_onebit_plan_free(&e->rd->ob_plan);
+  zinc_onebit_plan_free(&ob->plan);
+  free(ob->norms);
+  free(ob);
+  e->rd->priv = NULL;
 }
 
-/* The 1-bit optimizers (OneBitAdam, ZeroOneAdam, OneBitLamb) at stage 0:
- * the buffer their norm agreement gathers into, allocated with the
- * engine so that no step allocates before that collective. */
+/* ------------------------------- the 1-bit family's norm agreement (methods.h) */
+
+/* The 1-bit optimizers (OneBitAdam, ZeroOneAdam, OneBitLamb) at stage 0. */
 static int onebit_family(const zinc_engine *e) {
   int o = e->cfg.optimizer;
   return e->cfg.stage == 0 && (o == ZINC_OPTIM_ONEBIT_ADAM || o == ZINC_OPTIM_ZERO_ONE_ADAM ||
                                o == ZINC_OPTIM_ONEBIT_LAMB);
 }
 
-zinc_status zinc_onebit_norms_init(zinc_engine *e) {
+zinc_status zinc_onebit_norms_init(const zinc_engine *e, double **norms) {
   if (!onebit_family(e))
     return ZINC_OK;
-  return zinc_calloc((void **)&e->rd->ob_norms, 2 * (size_t)e->dp_size, sizeof *e->rd->ob_norms,
+  return zinc_calloc((void **)norms, 2 * (size_t)e->dp_size, sizeof **norms,
                      "the 1-bit optimizers' norm agreement");
 }
 
-void zinc_onebit_norms_free(zinc_engine *e) {
-  free(e->rd->ob_norms);
-  e->rd->ob_norms = NULL;
-}
-
-zinc_status zinc_onebit_norm_agree(zinc_engine *e, const char *who, double *total,
-                                   int *overflow) {
+zinc_status zinc_onebit_norm_agree(zinc_engine *e, double *norms, const char *who,
+                                   double *total, int *overflow) {
   int n = e->dp_size;
-  double mine[2] = {*overflow ? 1.0 : *total, *overflow ? 1.0 : 0.0}, *all = e->rd->ob_norms;
+  double mine[2] = {*overflow ? 1.0 : *total, *overflow ? 1.0 : 0.0}, *all = norms;
   zinc_status st = ZINC_OK;
   if (n > 1)
     st = zinc_comm_allgather(e->dp_host, mine, all, 2, ZINC_DT_F64);
@@ -219,7 +241,7 @@ typedef struct {
 
 static zinc_status host_open(zinc_engine *e, const zinc_opt_seg *s, host_run *h) {
   memset(h, 0, sizeof *h);
-  if (!e->dev->ops->is_gpu && !e->rd->ob_plan.staged) { /* staged: tests, onebit.h */
+  if (!e->dev->ops->is_gpu && !adam_of(e)->plan.staged) { /* staged: tests, onebit.h */
     *h = (host_run){s->master, s->exp_avg, s->exp_avg_sq, s->grad, s->param_out, NULL};
     return ZINC_OK;
   }
@@ -306,9 +328,15 @@ static zinc_status update_pass(zinc_engine *e, const zinc_opt_coef *c,
   return ZINC_OK;
 }
 
-zinc_status zinc_onebit_adam_step(zinc_engine *e, const zinc_opt_coef *c,
-                                  const zinc_opt_seg *segs, zinc_status st,
-                                  double local_scale) {
+/* The compressed step over the runs (segs as step.c builds them); every
+ * rank calls it with st, its status so far (segs unused unless ZINC_OK),
+ * which is agreed before the collectives; local_scale turns a rank's
+ * gradient into its mean gradient, times the clipping coefficient.
+ * Returns the update's local status (the caller agrees on it). Collective
+ * over the data-parallel group. */
+static zinc_status adam_step(zinc_engine *e, const zinc_opt_coef *c, const zinc_opt_seg *segs,
+                             zinc_status st, double local_scale) {
+  onebit_adam *ob = adam_of(e);
   if (st == ZINC_OK)
     st = zinc_engine_sync(e);
   if (st == ZINC_OK) {
@@ -320,14 +348,14 @@ zinc_status zinc_onebit_adam_step(zinc_engine *e, const zinc_opt_coef *c,
    * collectives; every rank agrees exactly once here */
   ZINC_CHECK(zinc_engine_agree(e, e->dp_host, st));
   if (no_error_feedback()) {
-    ZINC_CHECK(e->dev->ops->fill_zero(e->dev, e->rd->ob_worker_error, e->rd->ob_worker_bytes, e->stream));
-    ZINC_CHECK(e->dev->ops->fill_zero(e->dev, e->rd->ob_server_error, e->rd->ob_server_bytes, e->stream));
+    ZINC_CHECK(e->dev->ops->fill_zero(e->dev, ob->worker_error, ob->worker_bytes, e->stream));
+    ZINC_CHECK(e->dev->ops->fill_zero(e->dev, ob->server_error, ob->server_bytes, e->stream));
     ZINC_CHECK(zinc_engine_sync(e));
   }
-  double waited = e->rd->ob_plan.comm_seconds;
-  st = zinc_onebit_allreduce(&e->rd->ob_plan, e->dev, e->stream, e->dp_host, e->exp_avg,
-                             e->rd->ob_worker_error, e->rd->ob_server_error);
-  e->t_comm_wait += e->rd->ob_plan.comm_seconds - waited;
+  double waited = ob->plan.comm_seconds;
+  st = zinc_onebit_allreduce(&ob->plan, e->dev, e->stream, e->dp_host, e->exp_avg,
+                             ob->worker_error, ob->server_error);
+  e->t_comm_wait += ob->plan.comm_seconds - waited;
   if (st != ZINC_OK)
     return zinc_error_wrap(st, "1-bit Adam: compressed momentum all-reduce (step %lld)",
                            (long long)e->step + 1);
@@ -339,40 +367,38 @@ zinc_status zinc_onebit_adam_step(zinc_engine *e, const zinc_opt_coef *c,
 static int selects(const zinc_settings *s) { return s->optimizer == ZINC_OPTIM_ONEBIT_ADAM; }
 
 static zinc_status init(zinc_engine *e) {
-  ZINC_CHECK(zinc_onebit_adam_init(e));
-  return zinc_onebit_norms_init(e);
+  ZINC_CHECK(adam_init(e));
+  onebit_adam *ob = adam_of(e);
+  return ob ? zinc_onebit_norms_init(e, &ob->norms) : ZINC_OK;
 }
 
-static void release(zinc_engine *e) {
-  zinc_onebit_adam_free(e);
-  zinc_onebit_norms_free(e);
-}
-
-static int local_grads(zinc_engine *e) { return zinc_onebit_local_grads(e); }
+static int local_grads(zinc_engine *e) { return onebit_local_grads(e); }
 
 static zinc_status whole_grads(zinc_engine *e, int *done) {
-  *done = zinc_onebit_local_grads(e); /* the local step reads each rank's own */
+  *done = onebit_local_grads(e); /* the local step reads each rank's own */
   return ZINC_OK;
 }
 
 static zinc_status norm(zinc_engine *e, double *total, int *overflow) {
-  return zinc_onebit_local_grads(e) ? zinc_onebit_norm_agree(e, "1-bit Adam", total, overflow)
-                                    : ZINC_OK;
+  return onebit_local_grads(e)
+             ? zinc_onebit_norm_agree(e, adam_of(e)->norms, "1-bit Adam", total, overflow)
+             : ZINC_OK;
 }
 
 static zinc_status update(zinc_engine *e, const zinc_reduce_update_args *a, zinc_status st,
                           int *done) {
-  if (!zinc_onebit_local_grads(e))
+  if (!onebit_local_grads(e))
     return st; /* the warm-up: the optimizer's exact step */
   *done = 1;
-  return zinc_onebit_adam_step(e, a->c, a->segs, st, a->local_scale);
+  return adam_step(e, a->c, a->segs, st, a->local_scale);
 }
 
 const zinc_reducer zinc_reducer_onebit_adam = {
     .name = "onebit_adam",
     .selects = selects,
+    .sizes = adam_sizes,
     .init = init,
-    .free = release,
+    .free = adam_free,
     .local_grads = local_grads,
     .whole_grads = whole_grads,
     .norm = norm,

@@ -79,6 +79,7 @@ typedef struct {
   int64_t flat;       /* first element in the concatenated momentum */
 } lb_param;
 
+/* Its state, behind e->rd->priv. */
 struct zinc_onebit_lamb {
   lb_param *params;
   int np;
@@ -89,7 +90,10 @@ struct zinc_onebit_lamb {
   double *coeff;      /* (4 np) host: coeff_freeze, last factor, scaling, set */
   float *flat;        /* (flat_n) scratch */
   float *m_last;      /* (opt_numel) scratch */
+  double *norms;      /* (2 N) host: the norm agreement's (methods.h) */
 };
+
+static struct zinc_onebit_lamb *lamb_of(const zinc_engine *e) { return e->rd->priv; }
 
 static int lamb_on(const zinc_engine *e) {
   return e->cfg.optimizer == ZINC_OPTIM_ONEBIT_LAMB;
@@ -97,8 +101,10 @@ static int lamb_on(const zinc_engine *e) {
 
 static int compressing(const zinc_engine *e) { return e->step + 1 > e->cfg.freeze_step; }
 
-int zinc_onebit_lamb_local_grads(const zinc_engine *e) {
-  return e->rd->onebit_lamb && e->dp_size > 1 && compressing(e);
+/* 1 when the coming step keeps the gradients rank-local: the compressed
+ * steps over several ranks. */
+static int lamb_local_grads(const zinc_engine *e) {
+  return lamb_of(e) && e->dp_size > 1 && compressing(e);
 }
 
 static int64_t trained_numel(const zinc_engine *e, int *np) {
@@ -112,7 +118,8 @@ static int64_t trained_numel(const zinc_engine *e, int *np) {
   return total;
 }
 
-void zinc_onebit_lamb_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]) {
+/* The row's sizes (the registry and layout only). */
+static void lamb_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]) {
   if (!lamb_on(e))
     return;
   int np;
@@ -124,8 +131,8 @@ void zinc_onebit_lamb_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZIN
   bytes[ZINC_LOC_HOST][ZINC_MEM_OPTIM] += 4 * (uint64_t)np * sizeof(double);
 }
 
-void zinc_onebit_lamb_free(zinc_engine *e) {
-  struct zinc_onebit_lamb *z = e->rd->onebit_lamb;
+static void lamb_free(zinc_engine *e) {
+  struct zinc_onebit_lamb *z = lamb_of(e);
   if (!z)
     return;
   size_t ob = (size_t)e->opt_numel * 4;
@@ -140,8 +147,9 @@ void zinc_onebit_lamb_free(zinc_engine *e) {
   zinc_engine_buffer_free(e, z->m_last, ob, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS);
   zinc_onebit_plan_free(&z->plan);
   free(z->params);
+  free(z->norms);
   free(z);
-  e->rd->onebit_lamb = NULL;
+  e->rd->priv = NULL;
 }
 
 static zinc_status alloc_zeroed(zinc_engine *e, size_t bytes, int loc, int cat, void **out,
@@ -159,7 +167,7 @@ static zinc_status alloc_zeroed(zinc_engine *e, size_t bytes, int loc, int cat, 
 static zinc_status coefficients_reset(zinc_engine *e, void *ptr, size_t bytes) {
   double *k = ptr;
   memset(ptr, 0, bytes);
-  for (int i = 0; i < e->rd->onebit_lamb->np; i++)
+  for (int i = 0; i < lamb_of(e)->np; i++)
     k[4 * i + 1] = 1.0;
   return ZINC_OK;
 }
@@ -169,7 +177,9 @@ static zinc_status fresh_variance_reset(zinc_engine *e, void *ptr, size_t bytes)
   return ZINC_OK;
 }
 
-zinc_status zinc_onebit_lamb_init(zinc_engine *e) {
+/* Its state, buffers and registered method state (after layout); the
+ * norm agreement's buffer is the row's init's. */
+static zinc_status lamb_init(zinc_engine *e) {
   const zinc_settings *c = &e->cfg;
   if (!lamb_on(e))
     return ZINC_OK;
@@ -182,7 +192,7 @@ zinc_status zinc_onebit_lamb_init(zinc_engine *e) {
                       "zinc's 1-bit LAMB runs on the cpu device only so far", e->dev->ops->name);
   struct zinc_onebit_lamb *z = NULL;
   ZINC_CHECK(zinc_calloc((void **)&z, 1, sizeof *z, "1-bit LAMB state"));
-  e->rd->onebit_lamb = z;
+  e->rd->priv = z;
   int np;
   z->flat_n = trained_numel(e, &np);
   ZINC_CHECK(zinc_calloc((void **)&z->params, (size_t)np + 1, sizeof *z->params,
@@ -251,10 +261,11 @@ zinc_status zinc_onebit_lamb_init(zinc_engine *e) {
   return ZINC_OK;
 }
 
-zinc_status zinc_onebit_lamb_norm(zinc_engine *e, double *total, int *overflow) {
-  if (!zinc_onebit_lamb_local_grads(e))
+/* On a rank-local step: the norm and overflow agreed (collective). */
+static zinc_status lamb_norm(zinc_engine *e, double *total, int *overflow) {
+  if (!lamb_local_grads(e))
     return ZINC_OK;
-  return zinc_onebit_norm_agree(e, "1-bit LAMB", total, overflow);
+  return zinc_onebit_norm_agree(e, lamb_of(e)->norms, "1-bit LAMB", total, overflow);
 }
 
 static float *master_of(const zinc_engine *e, const lb_param *q) {
@@ -268,12 +279,14 @@ static double grad_at(const lb_param *q, int64_t j, double scale) {
   return (double)zinc_load_as_f32(seg->grad, q->p->seg_offset + j, seg->dtype) * scale;
 }
 
-zinc_status zinc_onebit_lamb_update(zinc_engine *e, double lr_base, double grad_scale) {
-  struct zinc_onebit_lamb *z = e->rd->onebit_lamb;
+/* 1-bit LAMB's communication and update of step e->step + 1, as 0/1
+ * Adam's (zoadam.c). Collective over the data-parallel group. */
+static zinc_status lamb_update(zinc_engine *e, double lr_base, double grad_scale) {
+  struct zinc_onebit_lamb *z = lamb_of(e);
   const zinc_settings *cfg = &e->cfg;
   int64_t s = e->step + 1;
   int comp = compressing(e), n = e->dp_size;
-  double gscale = zinc_onebit_lamb_local_grads(e) ? grad_scale * n : grad_scale;
+  double gscale = lamb_local_grads(e) ? grad_scale * n : grad_scale;
   double b1, b2;
   zinc_betas_at(cfg, e->step, &b1, &b2);
   double eps = cfg->eps;
@@ -396,19 +409,19 @@ zinc_status zinc_onebit_lamb_update(zinc_engine *e, double lr_base, double grad_
 static int selects(const zinc_settings *s) { return s->optimizer == ZINC_OPTIM_ONEBIT_LAMB; }
 
 static zinc_status init(zinc_engine *e) {
-  ZINC_CHECK(zinc_onebit_lamb_init(e));
-  return zinc_onebit_norms_init(e);
+  ZINC_CHECK(lamb_init(e));
+  struct zinc_onebit_lamb *z = lamb_of(e);
+  return z ? zinc_onebit_norms_init(e, &z->norms) : ZINC_OK;
 }
 
 static void release(zinc_engine *e) {
-  zinc_onebit_lamb_free(e);
-  zinc_onebit_norms_free(e);
+  lamb_free(e);
 }
 
-static int local_grads(zinc_engine *e) { return zinc_onebit_lamb_local_grads(e); }
+static int local_grads(zinc_engine *e) { return lamb_local_grads(e); }
 
 static zinc_status whole_grads(zinc_engine *e, int *done) {
-  *done = zinc_onebit_lamb_local_grads(e); /* the local step reads each rank's own */
+  *done = lamb_local_grads(e); /* the local step reads each rank's own */
   return ZINC_OK;
 }
 
@@ -416,21 +429,22 @@ static zinc_status whole_grads(zinc_engine *e, int *done) {
  * no segs); a failure before it is agreed after its collectives. */
 static zinc_status update(zinc_engine *e, const zinc_reduce_update_args *a, zinc_status st,
                           int *done) {
-  if (!e->rd->onebit_lamb)
+  if (!lamb_of(e))
     return st;
   *done = 1;
-  zinc_status ust = zinc_onebit_lamb_update(e, a->lr, a->grad_scale);
+  zinc_status ust = lamb_update(e, a->lr, a->grad_scale);
   return st == ZINC_OK ? ust : st;
 }
 
 const zinc_reducer zinc_reducer_onebit_lamb = {
     .name = "onebit_lamb",
     .selects = selects,
-    .sizes = zinc_onebit_lamb_sizes,
+    .cpu_only = "optimizer.type \"OneBitLamb\"",
+    .sizes = lamb_sizes,
     .init = init,
     .free = release,
     .local_grads = local_grads,
     .whole_grads = whole_grads,
-    .norm = zinc_onebit_lamb_norm,
+    .norm = lamb_norm,
     .update = update,
 };

@@ -20,7 +20,7 @@
  * engine's own exact reduction (PyTorch's vanilla all-reduce phase; this
  * file does nothing). From t = start_powerSGD_iter on, the window's
  * launched reductions (buckets of modules, grads.c) are kept
- * (zinc_powersgd_defer) and reduced together at the window's flush
+ * (defer) and reduced together at the window's flush
  * (zinc_grads_flush, from zinc_backward_end), once every gradient is
  * complete, so that a step skipped for an inf or NaN anywhere can leave
  * the state untouched (below); this runs on the caller's thread, without
@@ -83,7 +83,7 @@
  * before anything reads them). 16-bit gradients are read into fp32 and the
  * result rounded once into the parameter dtype; P, Q and the errors are
  * fp32 whatever the parameter dtype (PyTorch computes in the gradient's
- * dtype). No GPU path yet: on the cuda device zinc_powersgd_init fails
+ * dtype). No GPU path yet: on the cuda device its init fails
  * with ZINC_ERR_UNSUPPORTED.
  *
  * Non-finite gradients (fp16 overflow): when the summed P or the exact
@@ -116,6 +116,8 @@ typedef struct {
   int64_t err_off;        /* floats into err (n x m, row-major) */
 } psgd_matrix;
 
+/* Its state, behind e->rd->priv. */
+typedef struct zinc_powersgd zinc_powersgd;
 struct zinc_powersgd {
   psgd_matrix *mats;      /* compressed parameters, registration order */
   int nmats;
@@ -164,11 +166,14 @@ static int plan_param(const zinc_settings *s, const zinc_param *p, int64_t *n, i
          (double)*n * (double)*m;
 }
 
-int zinc_powersgd_enabled(const zinc_settings *s) {
+static zinc_powersgd *psgd_of(const zinc_engine *e) { return e->rd->priv; }
+
+/* gradient_codec "powersgd" at stage 0 or 1 (the row's selects). */
+static int psgd_enabled(const zinc_settings *s) {
   return s->compress_gradient_codec == ZINC_GRAD_CODEC_POWERSGD && s->stage <= 1;
 }
 
-/* Sizes of everything this file allocates, as zinc_powersgd_init does. */
+/* Sizes of everything this file allocates, as psgd_init does. */
 typedef struct {
   int64_t q, err, p, acc; /* acc: the largest m r + the largest m */
   size_t rest[3];         /* bytes of the exact parameters, per dtype */
@@ -195,25 +200,27 @@ static void plan_sizes(const zinc_engine *e, psgd_sizes *z) {
   z->acc = mr + mm;
 }
 
-void zinc_powersgd_sizes(const zinc_engine *e, uint64_t *state, uint64_t *scratch) {
-  *state = *scratch = 0;
-  if (!zinc_powersgd_enabled(&e->cfg))
+/* The row's sizes: the state (Q's and errors, gradient memory) and the
+ * scratch (buffers), on the device; the registry only. */
+static void state_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]) {
+  if (!psgd_enabled(&e->cfg))
     return;
   psgd_sizes z;
   plan_sizes(e, &z);
-  *state = (uint64_t)(z.q + 1 + z.err) * 4;
-  *scratch = (uint64_t)(z.p + z.q) * 4 + (uint64_t)(z.acc + 1) * 12;
+  uint64_t scratch = (uint64_t)(z.p + z.q) * 4 + (uint64_t)(z.acc + 1) * 12;
   for (int d = 0; d < 3; d++)
-    *scratch += rest_section(z.rest[d]);
+    scratch += rest_section(z.rest[d]);
+  bytes[ZINC_LOC_DEVICE][ZINC_MEM_GRADS] += (uint64_t)(z.q + 1 + z.err) * 4;
+  bytes[ZINC_LOC_DEVICE][ZINC_MEM_BUFFERS] += scratch;
 }
 
 /* ----------------------------------------------------- setup */
 
-/* This rank's own part of zinc_powersgd_init: the plan, the state, the
- * row work (nothing collective). */
+/* This rank's own part of psgd_init: the plan, the state, the row work
+ * (nothing collective). */
 static zinc_status init_local(zinc_engine *e) {
-  ZINC_CHECK(zinc_calloc((void **)&e->rd->psgd, 1, sizeof *e->rd->psgd, "PowerSGD state"));
-  zinc_powersgd *ps = e->rd->psgd;
+  ZINC_CHECK(zinc_calloc(&e->rd->priv, 1, sizeof(zinc_powersgd), "PowerSGD state"));
+  zinc_powersgd *ps = psgd_of(e);
   psgd_sizes z;
   plan_sizes(e, &z);
   ZINC_CHECK(zinc_calloc((void **)&ps->mat_of, (size_t)e->nparams + 1, sizeof *ps->mat_of,
@@ -262,8 +269,10 @@ static zinc_status init_local(zinc_engine *e) {
                                   ZINC_MEM_BUFFERS, (void **)&ps->fwork, "PowerSGD rows");
 }
 
-zinc_status zinc_powersgd_init(zinc_engine *e) {
-  if (!zinc_powersgd_enabled(&e->cfg))
+/* Its Q matrices, errors and scratch (after layout; ZINC_ERR_UNSUPPORTED
+ * on the cuda device), registered as method state. */
+static zinc_status psgd_init(zinc_engine *e) {
+  if (!psgd_enabled(&e->cfg))
     return ZINC_OK;
   if (e->dev->ops->is_gpu) /* every rank alike */
     return zinc_error(ZINC_ERR_UNSUPPORTED, "zinc.compression.gradient_codec = \"powersgd\": "
@@ -272,7 +281,7 @@ zinc_status zinc_powersgd_init(zinc_engine *e) {
   /* a rank that failed on its own stops every rank here, before the
    * collective allocations of one step's wire buffers */
   ZINC_CHECK(zinc_engine_agree(e, e->dp_host, init_local(e)));
-  zinc_powersgd *ps = e->rd->psgd;
+  zinc_powersgd *ps = psgd_of(e);
   ps->p_wire_bytes = (size_t)ps->p_numel * 4;
   ps->q_wire_bytes = (size_t)ps->q_numel * 4;
   ZINC_CHECK(zinc_engine_comm_buffer_alloc(e, ps->p_wire_bytes, ZINC_MEM_BUFFERS,
@@ -289,8 +298,8 @@ zinc_status zinc_powersgd_init(zinc_engine *e) {
   return ZINC_OK;
 }
 
-void zinc_powersgd_free(zinc_engine *e) {
-  zinc_powersgd *ps = e->rd->psgd;
+static void psgd_free(zinc_engine *e) {
+  zinc_powersgd *ps = psgd_of(e);
   if (!ps)
     return;
   zinc_engine_buffer_free(e, ps->q, (size_t)ps->q_numel * 4 + 4, ZINC_LOC_DEVICE, ZINC_MEM_GRADS);
@@ -311,7 +320,7 @@ void zinc_powersgd_free(zinc_engine *e) {
   free(ps->mat_of);
   free(ps->deferred);
   free(ps);
-  e->rd->psgd = NULL;
+  e->rd->priv = NULL;
 }
 
 /* ------------------------------------------------ the numbers */
@@ -471,15 +480,19 @@ static void decompress(void *g, int dtype, float *err, const psgd_matrix *x, con
 
 /* ------------------------------------------------- the reduction */
 
-int zinc_powersgd_active(const zinc_engine *e) {
-  return e->rd->psgd && e->micro_step / e->cfg.gradient_accumulation_steps >= e->cfg.psgd_start_iter;
+/* This window's reduction is PowerSGD's (iteration >= start_powerSGD_iter). */
+static int psgd_active(const zinc_engine *e) {
+  return psgd_of(e) && e->micro_step / e->cfg.gradient_accumulation_steps >= e->cfg.psgd_start_iter;
 }
 
-int zinc_powersgd_take_whole(zinc_engine *e) {
-  if (!e->rd->psgd)
+/* 1 (once) when the last window's gradients are whole on every rank (the
+ * stage-0 all-gather is not needed). */
+static int psgd_take_whole(zinc_engine *e) {
+  zinc_powersgd *ps = psgd_of(e);
+  if (!ps)
     return 0;
-  int w = e->rd->psgd->whole;
-  e->rd->psgd->whole = 0;
+  int w = ps->whole;
+  ps->whole = 0;
   return w;
 }
 
@@ -496,7 +509,7 @@ static void *param_grad(const zinc_engine *e, const zinc_param *p) {
         if (!p->frozen && p->module->segs[p->segment].grad)
 
 static void log_stats(zinc_engine *e, int64_t t) {
-  zinc_powersgd *ps = e->rd->psgd;
+  zinc_powersgd *ps = psgd_of(e);
   if (t < ps->next_report)
     return;
   int64_t f = e->cfg.psgd_stats_frequency > 1 ? e->cfg.psgd_stats_frequency : 1;
@@ -507,7 +520,7 @@ static void log_stats(zinc_engine *e, int64_t t) {
 }
 
 static zinc_status reduce_modules(zinc_engine *e, const int *mods, int nmods) {
-  zinc_powersgd *ps = e->rd->psgd;
+  zinc_powersgd *ps = psgd_of(e);
   const zinc_settings *s = &e->cfg;
   const int64_t t = e->micro_step / s->gradient_accumulation_steps;
   const int N = e->dp_size;
@@ -591,7 +604,7 @@ static zinc_status reduce_modules(zinc_engine *e, const int *mods, int nmods) {
   }
   ps->before += before;
   ps->after += after;
-  e->rd->psgd->whole = 1;
+  ps->whole = 1;
   if (!pn) {
     log_stats(e, t);
     return ZINC_OK;
@@ -653,15 +666,20 @@ static zinc_status reduce_modules(zinc_engine *e, const int *mods, int nmods) {
   return ZINC_OK;
 }
 
-zinc_status zinc_powersgd_defer(zinc_engine *e, const int *mods, int nmods) {
-  zinc_powersgd *ps = e->rd->psgd;
+/* A launched reduction of these modules: kept for the flush (every module
+ * is launched once per window). */
+static zinc_status psgd_defer(zinc_engine *e, const int *mods, int nmods) {
+  zinc_powersgd *ps = psgd_of(e);
   memcpy(ps->deferred + ps->ndeferred, mods, (size_t)nmods * sizeof *mods);
   ps->ndeferred += nmods;
   return ZINC_OK;
 }
 
-zinc_status zinc_powersgd_flush(zinc_engine *e) {
-  zinc_powersgd *ps = e->rd->psgd;
+/* At the window's flush (collective over dp): the deferred modules reduced
+ * together; every rank's gradient buffer ends with the sum over ranks
+ * (approximated for the compressed parameters). */
+static zinc_status psgd_flush(zinc_engine *e) {
+  zinc_powersgd *ps = psgd_of(e);
   if (!ps || ps->ndeferred == 0)
     return ZINC_OK;
   int n = ps->ndeferred;
@@ -672,23 +690,32 @@ zinc_status zinc_powersgd_flush(zinc_engine *e) {
 /* ------------------------------------------------------ the table row */
 
 static zinc_status take_bucket(zinc_engine *e, const int *mods, int nmods, int *taken) {
-  if (!zinc_powersgd_active(e))
+  if (!psgd_active(e))
     return ZINC_OK;
   *taken = 1; /* reduced with the window's others at the flush */
-  return zinc_powersgd_defer(e, mods, nmods);
+  return psgd_defer(e, mods, nmods);
 }
 
 static zinc_status whole_grads(zinc_engine *e, int *done) {
-  *done = zinc_powersgd_take_whole(e);
+  *done = psgd_take_whole(e);
   return ZINC_OK;
+}
+
+/* It rewrites the gradient buffers at the flush. */
+static int keeps_grads(const zinc_settings *s, int dp_size) {
+  (void)dp_size;
+  return psgd_enabled(s);
 }
 
 const zinc_reducer zinc_reducer_powersgd = {
     .name = "powersgd",
-    .selects = zinc_powersgd_enabled,
-    .init = zinc_powersgd_init,
-    .free = zinc_powersgd_free,
+    .selects = psgd_enabled,
+    .cpu_only = "zinc.compression.gradient_codec \"powersgd\"",
+    .sizes = state_sizes,
+    .init = psgd_init,
+    .free = psgd_free,
+    .keeps_grads = keeps_grads,
     .take_bucket = take_bucket,
-    .flush = zinc_powersgd_flush,
+    .flush = psgd_flush,
     .whole_grads = whole_grads,
 };

@@ -55,13 +55,21 @@ void zinc_reduce_free(zinc_engine *e) {
 
 void zinc_reduce_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]) {
   const zinc_reducer *r = zinc_reducer_select(&e->cfg);
+  zinc_compress_sizes(e, bytes);
   if (r->sizes)
     r->sizes(e, bytes);
 }
 
+const char *zinc_reduce_cpu_only(const zinc_settings *s) { return zinc_reducer_select(s)->cpu_only; }
+
 int zinc_reduce_owns_momentum(const zinc_engine *e) {
   const zinc_reducer *r = zinc_reducer_select(&e->cfg);
   return r->owns_momentum ? r->owns_momentum(&e->cfg, e->dp_size) : 0;
+}
+
+int zinc_reduce_keeps_grads(const zinc_engine *e) {
+  const zinc_reducer *r = zinc_reducer_select(&e->cfg);
+  return r->keeps_grads ? r->keeps_grads(&e->cfg, e->dp_size) : 0;
 }
 
 int zinc_reduce_local_grads(zinc_engine *e) {

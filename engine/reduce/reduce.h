@@ -17,18 +17,26 @@
  *                 the settings; the first row of reduce.c's table that
  *                 answers 1 is the method, at most one can: config/
  *                 validate.c refuses the pairs that would both match)
+ *   cpu_only      (a string, not a hook) the setting that selects the row,
+ *                 named when the cuda device refuses it (the estimator
+ *                 says so rather than size it); NULL: it runs there
  *   sizes         bytes it allocates by location and category (build's
  *                 zinc_build_sizes, the profiler, the estimator); needs the
  *                 registry and layout only, never e->rd (the estimator's
- *                 bare engine has none)
- *   init / free   its state, after the layout and the codec transport's;
- *                 init registers the rank-local state a checkpoint must
- *                 keep with zinc_mstate_register (checkpoint/mstate.h): the
- *                 names it gives are part of the checkpoint format and
- *                 never change. free accepts a failed or partial init and
- *                 waits for anything it started.
+ *                 bare engine has none, nor a device: e->sized_as_gpu)
+ *   init / free   its state, after the layout and the codec transport's:
+ *                 a struct its own file defines, behind e->rd->priv, which
+ *                 no other file reads (init sets it, free frees it and
+ *                 sets it NULL); init registers the rank-local state a
+ *                 checkpoint must keep with zinc_mstate_register
+ *                 (checkpoint/mstate.h): the names it gives are part of
+ *                 the checkpoint format and never change. free accepts a
+ *                 failed or partial init and waits for anything it started.
  *   owns_momentum SGD's momentum lives in what the method sends: the
  *                 optimizer runs with momentum 0 (pure, like selects)
+ *   keeps_grads   the method reads or rewrites the gradient buffers beyond
+ *                 the plain reduce-scatter, so a placement must keep them
+ *                 in memory (the NVMe placement's gradient swap) (pure)
  *   local_grads   this window keeps the gradients rank-local: the buckets
  *                 launch nothing (their f32 sums are rounded into the
  *                 gradient buffer as a reduction would read them)
@@ -61,11 +69,11 @@
  * same point with the same arguments' shape, and they return a status that
  * every rank shares (zinc_engine_agree before any collective that could
  * otherwise wait for a failed peer). local_grads, holds_window,
- * clips_locally and owns_momentum must answer the same on every rank
- * (they read the configuration, the step counters and agreed state only).
- * init may fail locally (the build agrees).
+ * clips_locally, owns_momentum and keeps_grads must answer the same on
+ * every rank (they read the configuration, the step counters and agreed
+ * state only). init may fail locally (the build agrees).
  *
- * What a hook may touch: its own state (behind e->rd), the gradient
+ * What a hook may touch: its own state (e->rd->priv), the gradient
  * buffers of the modules it is handed or of the window (seg->grad,
  * grad_full, grad_acc at stages 0/1, grad_part at 2/3), the optimizer
  * state only in update, the data-parallel comms, the engine's allocation
@@ -95,10 +103,12 @@ typedef struct {
 typedef struct zinc_reducer {
   const char *name;
   int (*selects)(const zinc_settings *s);
+  const char *cpu_only;
   void (*sizes)(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]);
   zinc_status (*init)(zinc_engine *e);
   void (*free)(zinc_engine *e);
   int (*owns_momentum)(const zinc_settings *s, int dp_size);
+  int (*keeps_grads)(const zinc_settings *s, int dp_size);
   int (*local_grads)(zinc_engine *e);
   int (*holds_window)(const zinc_engine *e);
   zinc_status (*take_bucket)(zinc_engine *e, const int *mods, int nmods, int *taken);
@@ -119,8 +129,13 @@ const zinc_reducer *zinc_reducer_select(const zinc_settings *s);
  * reducer's behaviour when unset) */
 zinc_status zinc_reduce_init(zinc_engine *e); /* after the layout; e->rd */
 void zinc_reduce_free(zinc_engine *e);        /* any state; e->rd NULL after */
+/* The selected row's sizes plus the codec transport's error-feedback
+ * residuals, added into bytes (the registry and layout only: no e->rd). */
 void zinc_reduce_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]);
+/* The selected row's cpu_only (NULL: none, or it runs on the cuda device). */
+const char *zinc_reduce_cpu_only(const zinc_settings *s);
 int zinc_reduce_owns_momentum(const zinc_engine *e);
+int zinc_reduce_keeps_grads(const zinc_engine *e);
 int zinc_reduce_local_grads(zinc_engine *e);
 int zinc_reduce_holds_window(const zinc_engine *e);
 zinc_status zinc_reduce_take_bucket(zinc_engine *e, const int *mods, int nmods, int *taken);

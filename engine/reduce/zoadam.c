@@ -40,9 +40,9 @@
  * and when it reaches local_step_scaler it returns to 0 and
  * local_step_interval = min(local_step_clipper, 2 local_step_interval).
  * The engine all-reduces the gradients on full steps only
- * (zinc_zoadam_local_grads); on every other step they stay this rank's
+ * (local_grads); on every other step they stay this rank's
  * own, the norm and the inf/NaN check are summed over the ranks
- * (zinc_zoadam_norm), so every rank skips the same steps.
+ * (zoadam_norm), so every rank skips the same steps.
  *
  * The compressed all-reduce C is engine/reduce/onebit.h's (DeepSpeed's
  * NcclBackend.compressed_allreduce for every trained parameter at once, one
@@ -108,7 +108,8 @@ typedef struct {
   int64_t var_interval, var_counter, local_interval, local_counter;
 } zo_sched;
 
-struct zinc_zoadam {
+/* Its state, behind e->rd->priv. */
+typedef struct zinc_zoadam {
   zo_param *params;
   int np;
   zinc_onebit_plan plan; /* one segment per parameter, offsets into x */
@@ -118,7 +119,10 @@ struct zinc_zoadam {
   double *lrs;        /* (ZINC_MAX_PARAM_GROUPS) host */
   float *x;           /* (opt_numel) scratch: what C reduces, in place */
   zo_sched sched;
-};
+  double *norms;      /* (2 N) host: the norm agreement's (methods.h) */
+} zinc_zoadam;
+
+static zinc_zoadam *zoadam_of(const zinc_engine *e) { return e->rd->priv; }
 
 /* The trained parameters, each one run of stage 0's optimizer index. */
 static zinc_status plan_params(const zinc_engine *e, zinc_zoadam *z) {
@@ -176,7 +180,8 @@ static void zoadam_bytes(const zinc_engine *e, uint64_t *state, uint64_t *scratc
   *scratch = 4 * (uint64_t)e->opt_numel;
 }
 
-void zinc_zoadam_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]) {
+/* The row's sizes (the registry and layout only). */
+static void zoadam_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]) {
   if (e->cfg.optimizer != ZINC_OPTIM_ZERO_ONE_ADAM)
     return;
   uint64_t state, scratch;
@@ -216,18 +221,20 @@ static const zo_sched *sched_at(zinc_zoadam *z, const zinc_settings *c, int64_t 
   return &z->sched;
 }
 
-int zinc_zoadam_local_grads(zinc_engine *e) {
-  if (!e->rd->zoadam || e->dp_size < 2)
+/* 1 when the coming step keeps the gradients rank-local (no all-reduce by
+ * the engine): the compressed and local steps over several ranks. */
+static int zoadam_local_grads(zinc_engine *e) {
+  if (!zoadam_of(e) || e->dp_size < 2)
     return 0;
   int64_t s = e->step + 1;
-  const zo_sched *k = sched_at(e->rd->zoadam, &e->cfg, s);
+  const zo_sched *k = sched_at(zoadam_of(e), &e->cfg, s);
   return frozen_at(&e->cfg, s) || s % k->var_interval != 0;
 }
 
 /* ---------------------------------------------------------------- init */
 
-void zinc_zoadam_free(zinc_engine *e) {
-  zinc_zoadam *z = e->rd->zoadam;
+static void zoadam_free(zinc_engine *e) {
+  zinc_zoadam *z = zoadam_of(e);
   if (!z)
     return;
   zinc_engine_buffer_free(e, z->u, (size_t)e->opt_numel * 4, ZINC_LOC_DEVICE, ZINC_MEM_OPTIM);
@@ -240,8 +247,9 @@ void zinc_zoadam_free(zinc_engine *e) {
   zinc_engine_buffer_free(e, z->x, (size_t)e->opt_numel * 4, ZINC_LOC_DEVICE, ZINC_MEM_BUFFERS);
   zinc_onebit_plan_free(&z->plan);
   free(z->params);
+  free(z->norms);
   free(z);
-  e->rd->zoadam = NULL;
+  e->rd->priv = NULL;
 }
 
 /* An engine buffer of `bytes`, zeroed (memory the host reads: the cpu
@@ -253,7 +261,9 @@ static zinc_status alloc_zeroed(zinc_engine *e, size_t bytes, int loc, int cat, 
   return ZINC_OK;
 }
 
-zinc_status zinc_zoadam_init(zinc_engine *e) {
+/* Its state, buffers and registered method state (after layout); the
+ * norm agreement's buffer is the row's init's. */
+static zinc_status zoadam_init(zinc_engine *e) {
   const zinc_settings *c = &e->cfg;
   if (c->optimizer != ZINC_OPTIM_ZERO_ONE_ADAM)
     return ZINC_OK;
@@ -267,7 +277,7 @@ zinc_status zinc_zoadam_init(zinc_engine *e) {
                       "or the cpu device", e->dev->ops->name);
   zinc_zoadam *z = NULL;
   ZINC_CHECK(zinc_calloc((void **)&z, 1, sizeof *z, "0/1 Adam state"));
-  e->rd->zoadam = z;
+  e->rd->priv = z;
   ZINC_CHECK(plan_params(e, z));
   zinc_onebit_seg *segs = NULL;
   ZINC_CHECK(zinc_calloc((void **)&segs, (size_t)z->np + 1, sizeof *segs, "0/1 Adam segments"));
@@ -340,12 +350,15 @@ static zinc_status compressed_allreduce(zinc_engine *e, zinc_zoadam *z) {
 
 /* ---------------------------------------------------------------- step */
 
-zinc_status zinc_zoadam_norm(zinc_engine *e, double *total, int *overflow) {
-  if (!zinc_zoadam_local_grads(e))
+/* On a rank-local step: the gradient norm's sum of squares and the
+ * inf/NaN flag agreed over the data-parallel ranks (collective);
+ * otherwise a no-op. */
+static zinc_status zoadam_norm(zinc_engine *e, double *total, int *overflow) {
+  if (!zoadam_local_grads(e))
     return ZINC_OK;
   /* each rank's own gradients: an inf/NaN on any rank skips the step on
    * every rank (onebit_adam.c) */
-  return zinc_onebit_norm_agree(e, "0/1 Adam", total, overflow);
+  return zinc_onebit_norm_agree(e, zoadam_of(e)->norms, "0/1 Adam", total, overflow);
 }
 
 typedef struct {
@@ -429,8 +442,11 @@ static void zo_pass(const zinc_engine *e, zo_job *jb, const zo_coef *co, int pas
   }
 }
 
-zinc_status zinc_zoadam_update(zinc_engine *e, double lr, double grad_scale) {
-  zinc_zoadam *z = e->rd->zoadam;
+/* 0/1 Adam's communication and update of step e->step + 1 (lr before the
+ * group scales; grad_scale step.c's 1 / (loss scale x dp_size x
+ * accumulation)). Collective over the data-parallel group. */
+static zinc_status zoadam_update(zinc_engine *e, double lr, double grad_scale) {
+  zinc_zoadam *z = zoadam_of(e);
   const zinc_settings *cfg = &e->cfg;
   int64_t s = e->step + 1;
   const zo_sched *k = sched_at(z, cfg, s);
@@ -446,7 +462,7 @@ zinc_status zinc_zoadam_update(zinc_engine *e, double lr, double grad_scale) {
    * division by the ranks */
   zo_job jb = {.e = e, .z = z, .frozen = frozen, .full = full,
                .compressed = !frozen && !full && n > 1,
-               .gscale = zinc_zoadam_local_grads(e) ? grad_scale * n : grad_scale};
+               .gscale = zoadam_local_grads(e) ? grad_scale * n : grad_scale};
   zinc_status st = ZINC_OK;
   if (jb.compressed) { /* the compressed gradient */
     zo_pass(e, &jb, co, ZO_GRAD);
@@ -485,19 +501,19 @@ zinc_status zinc_zoadam_update(zinc_engine *e, double lr, double grad_scale) {
 static int selects(const zinc_settings *s) { return s->optimizer == ZINC_OPTIM_ZERO_ONE_ADAM; }
 
 static zinc_status init(zinc_engine *e) {
-  ZINC_CHECK(zinc_zoadam_init(e));
-  return zinc_onebit_norms_init(e);
+  ZINC_CHECK(zoadam_init(e));
+  zinc_zoadam *z = zoadam_of(e);
+  return z ? zinc_onebit_norms_init(e, &z->norms) : ZINC_OK;
 }
 
 static void release(zinc_engine *e) {
-  zinc_zoadam_free(e);
-  zinc_onebit_norms_free(e);
+  zoadam_free(e);
 }
 
-static int local_grads(zinc_engine *e) { return zinc_zoadam_local_grads(e); }
+static int local_grads(zinc_engine *e) { return zoadam_local_grads(e); }
 
 static zinc_status whole_grads(zinc_engine *e, int *done) {
-  *done = zinc_zoadam_local_grads(e); /* the local step reads each rank's own */
+  *done = zoadam_local_grads(e); /* the local step reads each rank's own */
   return ZINC_OK;
 }
 
@@ -505,21 +521,22 @@ static zinc_status whole_grads(zinc_engine *e, int *done) {
  * no segs); a failure before it is agreed after its collectives. */
 static zinc_status update(zinc_engine *e, const zinc_reduce_update_args *a, zinc_status st,
                           int *done) {
-  if (!e->rd->zoadam)
+  if (!zoadam_of(e))
     return st;
   *done = 1;
-  zinc_status ust = zinc_zoadam_update(e, a->lr, a->grad_scale);
+  zinc_status ust = zoadam_update(e, a->lr, a->grad_scale);
   return st == ZINC_OK ? ust : st;
 }
 
 const zinc_reducer zinc_reducer_zoadam = {
     .name = "zoadam",
     .selects = selects,
-    .sizes = zinc_zoadam_sizes,
+    .cpu_only = "optimizer.type \"ZeroOneAdam\"",
+    .sizes = zoadam_sizes,
     .init = init,
     .free = release,
     .local_grads = local_grads,
     .whole_grads = whole_grads,
-    .norm = zinc_zoadam_norm,
+    .norm = zoadam_norm,
     .update = update,
 };

@@ -33,7 +33,7 @@
 
 #include "engine/engine.h"
 #include "engine/memory/estimate.h"
-#include "engine/reduce/methods.h"
+#include "engine/reduce/reduce.h"
 #include "engine/support.h"
 #include "engine_test.h"
 
@@ -412,7 +412,7 @@ static void test_wire(void) {
     uint64_t S = (uint64_t)e->train_shard_numel;
     want = (uint64_t)steps * 2 * (uint64_t)(et_world - 1) * S * 4;
     if (dga) {
-      ET_OK(zinc_dga_sync(e, 0)); /* the last all-reduce is still in flight: count it */
+      ET_OK(zinc_reduce_sync(e, 0)); /* the last all-reduce is still in flight: count it */
       got[1] = wire_of(e, "all_reduce", (uint64_t)et_world * S * 4, &calls[1]);
     } else {
       uint64_t c1, c2;

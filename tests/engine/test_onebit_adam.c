@@ -42,7 +42,6 @@
 #include "engine/engine.h"
 #include "engine/memory/estimate.h"
 #include "engine/support.h"
-#include "engine/reduce/methods.h" /* the reducer's state: e->rd */
 #include "engine_test.h"
 
 #define FREEZE 3
@@ -541,11 +540,23 @@ static void test_config(void) {
  * ends elsewhere: the restored errors are what the bits depend on. */
 static char root[512];
 
+/* The worker (0) or server (1) error, as the method registered it
+ * (mstate.h); the cpu device: host memory. */
+static zinc_mstate_entry *error_of(zinc_engine *e, int server) {
+  const char *name = server ? "onebit_adam.server_error" : "onebit_adam.worker_error";
+  for (int i = 0; i < e->nmstate; i++)
+    if (!strcmp(e->mstate[i].name, name))
+      return &e->mstate[i];
+  ET_CHECK(0, "rank %d: no %s registered", et_rank, name);
+  return NULL;
+}
+
 static void errors_copy(zinc_engine *e, unsigned char **w, unsigned char **s) {
-  *w = malloc(e->rd->ob_worker_bytes);
-  *s = malloc(e->rd->ob_server_bytes);
-  memcpy(*w, e->rd->ob_worker_error, e->rd->ob_worker_bytes); /* the cpu device: host memory */
-  memcpy(*s, e->rd->ob_server_error, e->rd->ob_server_bytes);
+  zinc_mstate_entry *we = error_of(e, 0), *se = error_of(e, 1);
+  *w = malloc(we->bytes);
+  *s = malloc(se->bytes);
+  memcpy(*w, we->ptr, we->bytes);
+  memcpy(*s, se->ptr, se->bytes);
 }
 
 static void test_resume(void) {
@@ -559,7 +570,7 @@ static void test_resume(void) {
   ET_OK(zinc_save_checkpoint(e, dir, "t"));
   unsigned char *w_saved, *s_saved;
   errors_copy(e, &w_saved, &s_saved);
-  size_t wb = e->rd->ob_worker_bytes, sb = e->rd->ob_server_bytes;
+  size_t wb = error_of(e, 0)->bytes, sb = error_of(e, 1)->bytes;
   int nonzero = 0;
   for (size_t i = 0; i < wb; i++)
     nonzero |= w_saved[i];
@@ -575,14 +586,14 @@ static void test_resume(void) {
       break;
     e = onebit_open(r, FREEZE, NULL, &m);
     ET_OK(zinc_load_checkpoint(e, dir, "t"));
+    zinc_mstate_entry *we = error_of(e, 0), *se = error_of(e, 1);
     if (!zeroed)
-      ET_CHECK(e->rd->ob_worker_bytes == wb && e->rd->ob_server_bytes == sb &&
-                   !memcmp(e->rd->ob_worker_error, w_saved, wb) &&
-                   !memcmp(e->rd->ob_server_error, s_saved, sb),
+      ET_CHECK(we->bytes == wb && se->bytes == sb && !memcmp(we->ptr, w_saved, wb) &&
+                   !memcmp(se->ptr, s_saved, sb),
                "rank %d: the loaded worker/server errors differ from the saved ones", et_rank);
     else {
-      memset(e->rd->ob_worker_error, 0, e->rd->ob_worker_bytes);
-      memset(e->rd->ob_server_error, 0, e->rd->ob_server_bytes);
+      memset(we->ptr, 0, we->bytes);
+      memset(se->ptr, 0, se->bytes);
     }
     ET_OK(et_steps(&m, &r, k, STEPS));
     et_get_params(&m, got);
@@ -609,14 +620,16 @@ static void test_resume(void) {
 }
 
 /* The GPU path (each run's arrays and the all-reduce's buffers through
- * host copies) forced on the cpu device: the same bits as in place. */
+ * host copies) forced on the cpu device (ZINC_TEST_ONEBIT_STAGED): the
+ * same bits as in place. */
 static void test_staged(void) {
   et_run r = base_run();
   float **p[2];
   for (int staged = 0; staged < 2; staged++) {
     et_model m;
+    setenv("ZINC_TEST_ONEBIT_STAGED", staged ? "1" : "0", 1);
     zinc_engine *e = onebit_open(r, FREEZE, NULL, &m);
-    e->rd->ob_plan.staged = staged;
+    unsetenv("ZINC_TEST_ONEBIT_STAGED");
     ET_OK(et_steps(&m, &r, 0, STEPS));
     p[staged] = et_alloc_params(&r.shape);
     et_get_params(&m, p[staged]);
