@@ -58,26 +58,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/killed.h"
 #include "zinc.h"
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int my_rank = -1;
-static double kill_time = 0;
-
-/* Registered before the engine creates its comm, so it runs after the
- * comm's own atexit handler (which leaves MPI unfinalised after a comm
- * failure, comm.h): the line proves exit finished. */
-static void report_exit(void) {
-  if (my_rank >= 0 && kill_time > 0) {
-    printf("survivor %d: exited after %.1f s\n", my_rank, now_s() - kill_time);
-    fflush(stdout);
-  }
-}
 
 /* The config's variable parts for VARIANT, or 0 when it is unknown. */
 static int variant_json(const char *variant, int world, char *zero, size_t zn, char *zinc,
@@ -121,7 +104,7 @@ int main(int argc, char **argv) {
             "%s\n", when);
     return 2;
   }
-  atexit(report_exit);
+  atexit(killed_report_exit);
   const char *size_env = getenv("OMPI_COMM_WORLD_SIZE");
   int world = size_env ? atoi(size_env) : 1;
   char zero[512], zinc[512], json[1536];
@@ -137,21 +120,7 @@ int main(int argc, char **argv) {
            " \"aio\": {\"allow_buffered_io\": true},"
            " \"zinc\": {\"comm_timeout_s\": 4%s}}", stage, overlap ? "true" : "false", zero,
            zinc);
-  zinc_config *cfg;
-  if (zinc_config_parse(json, &cfg) != ZINC_OK) {
-    fprintf(stderr, "config: %s\n", zinc_last_error());
-    return 2;
-  }
-  zinc_options o = ZINC_OPTIONS_INIT;
-  o.device = ZINC_DEVICE_CPU;
-  o.threads = 1;
-  o.model_parallel_size = mp;
-  zinc_engine *e;
-  if (zinc_engine_create(cfg, &o, &e) != ZINC_OK) {
-    fprintf(stderr, "engine: %s\n", zinc_last_error());
-    return 2;
-  }
-  zinc_config_free(cfg);
+  zinc_engine *e = killed_engine(json, mp, 0);
   if (zinc_world_size(e) < 2) {
     printf("SKIPPED: needs 2 or more ranks\n");
     zinc_engine_destroy(e);
@@ -180,7 +149,7 @@ int main(int argc, char **argv) {
       }                                                                                        \
       raise(SIGKILL);                                                                          \
     }                                                                                          \
-    kill_time = now_s();                                                                       \
+    killed_time = killed_now();                                                                       \
   } while (0)
   for (int step = 0; step < 4 && st == ZINC_OK; step++) {
     for (int k = 0; k < 2 && st == ZINC_OK; k++) {
@@ -226,19 +195,19 @@ int main(int argc, char **argv) {
     if (st == ZINC_OK && step == 1 && !strcmp(when, "started"))
       LOSE_VICTIM(); /* with the step's started collectives in flight */
   }
-  my_rank = rank;
+  killed_rank = rank;
   printf("survivor %d: %s after %.1f s: %s\n", rank, zinc_status_name(st),
-         now_s() - kill_time, zinc_last_error());
+         killed_now() - killed_time, zinc_last_error());
   printf("survivor %d: failed in %s\n", rank, where);
   fflush(stdout);
   /* the engine refuses on, and still says which rank was lost */
   zinc_status again = zinc_module_fetch(e, m[0]);
   printf("survivor %d: later call: %s: %s\n", rank, zinc_status_name(again), zinc_last_error());
   fflush(stdout);
-  double t0 = now_s();
+  double t0 = killed_now();
   zinc_engine_destroy(e);
-  printf("survivor %d: destroy took %.2f s\n", rank, now_s() - t0);
-  printf("survivor %d: destroy returned after %.1f s\n", rank, now_s() - kill_time);
+  printf("survivor %d: destroy took %.2f s\n", rank, killed_now() - t0);
+  printf("survivor %d: destroy returned after %.1f s\n", rank, killed_now() - killed_time);
   fflush(stdout);
   return st == ZINC_ERR_COMM && again == ZINC_ERR_COMM ? 0 : 1;
 }

@@ -33,25 +33,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/killed.h"
 #include "zinc.h"
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int my_rank = -1;
-static double kill_time = 0;
-
-/* Registered before the engine creates its comm, so it runs after the
- * comm's own atexit handler: the line proves exit finished. */
-static void report_exit(void) {
-  if (my_rank >= 0 && kill_time > 0) {
-    printf("survivor %d: exited after %.1f s\n", my_rank, now_s() - kill_time);
-    fflush(stdout);
-  }
-}
 
 #define N 100000 /* elements per transfer: past the eager size */
 
@@ -66,23 +50,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "test_pp_killed: WHEN is fwd, started or bwd, not %s\n", when);
     return 2;
   }
-  atexit(report_exit);
-  zinc_config *cfg;
-  if (zinc_config_parse("{\"train_micro_batch_size_per_gpu\": 1, \"zinc\": "
-                        "{\"comm_timeout_s\": 4}}", &cfg) != ZINC_OK) {
-    fprintf(stderr, "config: %s\n", zinc_last_error());
-    return 2;
-  }
-  zinc_options o = ZINC_OPTIONS_INIT;
-  o.device = ZINC_DEVICE_CPU;
-  o.threads = 1;
-  o.pipeline_parallel_size = pp;
-  zinc_engine *e;
-  if (zinc_engine_create(cfg, &o, &e) != ZINC_OK) {
-    fprintf(stderr, "engine: %s\n", zinc_last_error());
-    return 2;
-  }
-  zinc_config_free(cfg);
+  atexit(killed_report_exit);
+  zinc_engine *e = killed_engine("{\"train_micro_batch_size_per_gpu\": 1, \"zinc\": "
+                                 "{\"comm_timeout_s\": 4}}", 0, pp);
   if (zinc_pp_size(e) < 2) {
     printf("SKIPPED: needs 2 or more stages\n");
     zinc_engine_destroy(e);
@@ -111,7 +81,7 @@ int main(int argc, char **argv) {
     zinc_pp_handle *fwd = NULL, *bwd = NULL;
     if (step == 2) /* the survivors count from here: a survivor may wait
                       for the victim before the victim's WHEN comes */
-      kill_time = now_s();
+      killed_time = killed_now();
     if (step == 2 && !strcmp(when, "fwd"))
       LOSE_VICTIM();
     if (!first) {
@@ -159,22 +129,22 @@ int main(int argc, char **argv) {
   }
   if (st == ZINC_OK) {
     printf("%s %d: finished without noticing the lost rank\n",
-           kill_time > 0 ? "survivor" : "rank", rank);
+           killed_time > 0 ? "survivor" : "rank", rank);
     zinc_engine_destroy(e);
     return 1;
   }
-  my_rank = rank;
-  double t = now_s() - kill_time;
+  killed_rank = rank;
+  double t = killed_now() - killed_time;
   printf("survivor %d: %s after %.1f s: %s\n", rank, zinc_status_name(st), t, zinc_last_error());
   printf("survivor %d: failed in %s\n", rank, where);
   zinc_pp_op again = {first ? ZINC_PP_SEND_NEXT : ZINC_PP_RECV_PREV, act, N, ZINC_F32};
   zinc_status later = zinc_pp_transfer(e, &again, 1);
   printf("survivor %d: later call: %s: %s\n", rank, zinc_status_name(later), zinc_last_error());
   fflush(stdout);
-  double t0 = now_s();
+  double t0 = killed_now();
   zinc_engine_destroy(e);
-  printf("survivor %d: destroy took %.1f s\n", rank, now_s() - t0);
-  printf("survivor %d: destroy returned after %.1f s\n", rank, now_s() - kill_time);
+  printf("survivor %d: destroy took %.1f s\n", rank, killed_now() - t0);
+  printf("survivor %d: destroy returned after %.1f s\n", rank, killed_now() - killed_time);
   fflush(stdout);
   free(act);
   free(grad);

@@ -24,27 +24,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/killed.h"
 #include "zinc.h"
 
 #define LOSS_AFTER_S 1.0 /* the victim dies this long after the save began */
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int my_rank = -1;
-static double kill_time = 0;
-
-/* Registered before the engine creates its comm, so it runs after the
- * comm's own atexit handler: the line proves exit finished. */
-static void report_exit(void) {
-  if (my_rank >= 0 && kill_time > 0) {
-    printf("survivor %d: exited after %.1f s\n", my_rank, now_s() - kill_time);
-    fflush(stdout);
-  }
-}
 
 static void *die_soon(void *arg) {
   (void)arg;
@@ -57,21 +41,12 @@ static void *die_soon(void *arg) {
 int main(int argc, char **argv) {
   int stage = argc > 1 ? atoi(argv[1]) : 2;
   int freeze = argc > 3 && !strcmp(argv[3], "stop");
-  atexit(report_exit);
+  atexit(killed_report_exit);
   char json[512];
   snprintf(json, sizeof json,
            "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": %d},"
            " \"zinc\": {\"comm_timeout_s\": 2, \"checkpoint_timeout_s\": 4}}", stage);
-  zinc_config *cfg;
-  if (zinc_config_parse(json, &cfg) != ZINC_OK)
-    return 2;
-  zinc_options o = ZINC_OPTIONS_INIT;
-  o.device = ZINC_DEVICE_CPU;
-  o.threads = 1;
-  zinc_engine *e;
-  if (zinc_engine_create(cfg, &o, &e) != ZINC_OK)
-    return 2;
-  zinc_config_free(cfg);
+  zinc_engine *e = killed_engine(json, 0, 0);
   if (zinc_world_size(e) < 2) {
     printf("SKIPPED: needs 2 or more ranks\n");
     zinc_engine_destroy(e);
@@ -98,20 +73,20 @@ int main(int argc, char **argv) {
     zinc_save_checkpoint(e, dir, "t");
     _exit(3); /* woke up: leave, reporting nothing */
   }
-  kill_time = now_s() + LOSS_AFTER_S;
+  killed_time = killed_now() + LOSS_AFTER_S;
   zinc_status st = zinc_save_checkpoint(e, dir, "t");
-  my_rank = rank;
-  printf("survivor %d: %s after %.1f s: %s\n", rank, zinc_status_name(st), now_s() - kill_time,
+  killed_rank = rank;
+  printf("survivor %d: %s after %.1f s: %s\n", rank, zinc_status_name(st), killed_now() - killed_time,
          zinc_last_error());
   fflush(stdout);
   /* the engine refuses on, and still says which rank was lost */
   zinc_status again = zinc_module_fetch(e, m);
   printf("survivor %d: later call: %s: %s\n", rank, zinc_status_name(again), zinc_last_error());
   fflush(stdout);
-  double t0 = now_s();
+  double t0 = killed_now();
   zinc_engine_destroy(e);
-  printf("survivor %d: destroy took %.2f s\n", rank, now_s() - t0);
-  printf("survivor %d: destroy returned after %.1f s\n", rank, now_s() - kill_time);
+  printf("survivor %d: destroy took %.2f s\n", rank, killed_now() - t0);
+  printf("survivor %d: destroy returned after %.1f s\n", rank, killed_now() - killed_time);
   fflush(stdout);
   return st == ZINC_ERR_COMM && again == ZINC_ERR_COMM ? 0 : 1;
 }
