@@ -138,19 +138,7 @@ int main(int argc, char **argv) {
   zinc_status st = ZINC_OK;
   const char *where = "build";
   /* the victim goes here: SIGKILL, or SIGSTOP and never continues */
-#define LOSE_VICTIM()                                                                          \
-  do {                                                                                         \
-    if (rank == victim) {                                                                      \
-      if (freeze) {                                                                            \
-        printf("victim %d: pid %ld stopping\n", rank, (long)getpid());                         \
-        fflush(stdout);                                                                        \
-        raise(SIGSTOP);                                                                        \
-        _exit(3); /* continued by mistake: leave, reporting nothing */                         \
-      }                                                                                        \
-      raise(SIGKILL);                                                                          \
-    }                                                                                          \
-    killed_time = killed_now();                                                                       \
-  } while (0)
+#define LOSE_VICTIM() do { killed_lose(rank, victim, freeze); killed_time = killed_now(); } while (0)
   for (int step = 0; step < 4 && st == ZINC_OK; step++) {
     for (int k = 0; k < 2 && st == ZINC_OK; k++) {
       where = "forward fetch";

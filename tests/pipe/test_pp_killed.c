@@ -65,18 +65,7 @@ int main(int argc, char **argv) {
   float *act_out = calloc(N, sizeof *act_out), *grad_out = calloc(N, sizeof *grad_out);
   zinc_status st = ZINC_OK;
   const char *where = "create";
-#define LOSE_VICTIM()                                                                          \
-  do {                                                                                         \
-    if (rank == victim) {                                                                      \
-      if (freeze) {                                                                            \
-        printf("victim %d: pid %ld stopping\n", rank, (long)getpid());                         \
-        fflush(stdout);                                                                        \
-        raise(SIGSTOP);                                                                        \
-        _exit(3); /* continued by mistake: leave, reporting nothing */                         \
-      }                                                                                        \
-      raise(SIGKILL);                                                                          \
-    }                                                                                          \
-  } while (0)
+#define LOSE_VICTIM() do { killed_lose(rank, victim, freeze); } while (0)
   for (int step = 0; step < 6 && st == ZINC_OK; step++) {
     zinc_pp_handle *fwd = NULL, *bwd = NULL;
     if (step == 2) /* the survivors count from here: a survivor may wait
