@@ -215,6 +215,19 @@ typedef struct {
                                draws (zinc_sr_draw) */
 } zinc_opt_seg;
 
+/* Widening n bf16 values in place into an f32 buffer of n: the values are
+ * put in the buffer's upper half (zinc_bf16_upper), then widened forwards
+ * (element i is read before dst[i] is written, and dst[i] ends before
+ * element i + 1 starts). */
+static ZINC_HD uint16_t *zinc_bf16_upper(float *dst, int64_t n) {
+  return (uint16_t *)((char *)dst + n * 2);
+}
+static ZINC_HD void zinc_bf16_widen_upper(float *dst, int64_t n) {
+  const uint16_t *h = zinc_bf16_upper(dst, n);
+  for (int64_t i = 0; i < n; i++)
+    dst[i] = zinc_bf16_to_f32(h[i]);
+}
+
 /* The optimizer arrays of s from element `off` on, each in its dtype (a
  * NULL slot stays NULL); nothing else is set (a piece cut from a segment
  * also advances its global_offset by off: stochastic rounding's counter). */

@@ -470,12 +470,9 @@ zinc_status zinc_shard_reader_read(zinc_shard_reader *r, int section, uint64_t o
     return zinc_fs_error("read", r->path, at, r->fault_err);
   if (es == 4)
     return zinc_fs_pread_all(r->fd, r->path, dst, n * 4, at);
-  /* bf16: read into dst's second half, widen forwards (element i is read
-   * before dst[i] is written, and dst[i] ends before element i + 1) */
-  uint16_t *half = (uint16_t *)((char *)dst + n * 2);
-  ZINC_CHECK(zinc_fs_pread_all(r->fd, r->path, half, n * 2, at));
-  for (size_t i = 0; i < n; i++)
-    dst[i] = zinc_bf16_to_f32(half[i]);
+  /* bf16: read into dst's upper half, widened in place (zinc_math.h) */
+  ZINC_CHECK(zinc_fs_pread_all(r->fd, r->path, zinc_bf16_upper(dst, (int64_t)n), n * 2, at));
+  zinc_bf16_widen_upper(dst, (int64_t)n);
   return ZINC_OK;
 }
 

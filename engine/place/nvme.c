@@ -454,10 +454,9 @@ zinc_status zinc_nvme_opt_io(zinc_engine *e, int array, int64_t off, int64_t cou
       free(half);
       ZINC_CHECK(st);
     } else {
-      uint16_t *half = (uint16_t *)(data + take) - take;
-      ZINC_CHECK(region_io(n, n->opt, k, at, half, (uint64_t)take * 2, 0));
-      for (int64_t j = 0; j < take; j++)
-        data[j] = zinc_bf16_to_f32(half[j]);
+      ZINC_CHECK(region_io(n, n->opt, k, at, zinc_bf16_upper(data, take), (uint64_t)take * 2,
+                           0));
+      zinc_bf16_widen_upper(data, take);
     }
     data += take;
     off += take;

@@ -54,16 +54,13 @@ int64_t zinc_partial_device_numel(const zinc_engine *e) {
   return d < e->opt_numel ? d : e->opt_numel;
 }
 
-/* Bytes per optimizer element: the master and the kept slots. */
-static uint64_t elem_bytes(const zinc_engine *e) { return zinc_opt_elem_bytes(e); }
-
 /* Bytes of one element of array a. */
 static size_t es(const zinc_engine *e, int a) { return zinc_dtype_size(zinc_array_dtype(e, a)); }
 
 void zinc_partial_sizes(const zinc_engine *e, uint64_t bytes[ZINC_LOC_N][ZINC_MEM_NCAT]) {
   if (!zinc_partial_enabled(e))
     return;
-  uint64_t moved = (uint64_t)zinc_partial_device_numel(e) * elem_bytes(e);
+  uint64_t moved = (uint64_t)zinc_partial_device_numel(e) * zinc_opt_elem_bytes(e);
   bytes[ZINC_LOC_HOST][ZINC_MEM_OPTIM] -= moved;
   bytes[ZINC_LOC_DEVICE][ZINC_MEM_OPTIM] += moved;
 }

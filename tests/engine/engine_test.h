@@ -712,6 +712,19 @@ static inline float **et_train_with(et_run r, const char *zero_extra, const char
   return p;
 }
 
+/* v rounded to bf16, to nearest even, written from the bit pattern (the
+ * tests' own, not zinc_math.h's): the reference for bf16 optimizer state. */
+static inline float et_bf16_round(double v) {
+  float f = (float)v;
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) != 0x7f800000u) /* finite */
+    u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
 /* ||a - b|| / ||b|| over all parameters. */
 static inline double et_rel_l2(const tm_shape *sh, float **a, float **b) {
   double num = 0, den = 0;

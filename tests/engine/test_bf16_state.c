@@ -4,7 +4,7 @@
  * mpirun, through the public API:
  *  - the model against this file's own reference: the tiny model trained
  *    without zinc by AdamW whose master weights and moments are rounded to
- *    bf16 (to nearest even, written here from the bit pattern) after each
+ *    bf16 (to nearest even, engine_test.h's, from the bit pattern) after each
  *    step, computed in double. zinc's fp32 arithmetic may round a value the
  *    other way now and then, so the check is a distance: zinc within a
  *    tenth of the distance between that reference and the fp32-state one
@@ -33,18 +33,6 @@
 
 static char nvme_dir[512]; /* the NVMe cases' swap files */
 
-/* bf16 to nearest even, from the bits (zinc_math.h is not used here). */
-static float bf16_round(double v) {
-  float f = (float)v;
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if ((u & 0x7f800000u) != 0x7f800000u) /* finite */
-    u += 0x7fffu + ((u >> 16) & 1u);
-  u &= 0xffff0000u;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
 static int is_bf16(float f) {
   uint32_t u;
   memcpy(&u, &f, 4);
@@ -68,7 +56,7 @@ static void reference(const et_run *r, int bf16, float **final) {
     V[i] = calloc((size_t)n, 4);
     for (int64_t j = 0; j < n; j++) { /* the trainer's fp32 values until the first step */
       P[i][j] = tm_init_value(sh, i, j);
-      W[i][j] = bf16 ? bf16_round(P[i][j]) : P[i][j];
+      W[i][j] = bf16 ? et_bf16_round(P[i][j]) : P[i][j];
     }
   }
   for (int s = 0; s < r->steps; s++) {
@@ -83,9 +71,9 @@ static void reference(const et_run *r, int bf16, float **final) {
         if (et_param_decays(i))
           p *= 1 - o.lr * o.weight_decay;
         p -= o.lr / bc1 * m / (sqrt(v) / sqrt(bc2) + o.eps);
-        M[i][j] = bf16 ? bf16_round(m) : (float)m;
-        V[i][j] = bf16 ? bf16_round(v) : (float)v;
-        P[i][j] = W[i][j] = bf16 ? bf16_round(p) : (float)p;
+        M[i][j] = bf16 ? et_bf16_round(m) : (float)m;
+        V[i][j] = bf16 ? et_bf16_round(v) : (float)v;
+        P[i][j] = W[i][j] = bf16 ? et_bf16_round(p) : (float)p;
       }
   }
   for (int i = 0; i < TM_NPARAM; i++) {

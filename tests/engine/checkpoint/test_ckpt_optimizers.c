@@ -225,17 +225,6 @@ static void test_other_type(const member *f, const member *saver) {
   zinc_engine_destroy(e);
 }
 
-/* x rounded to bf16, nearest even (from the bits; zinc_math.h not used). */
-static float bf16_round(float x) {
-  uint32_t u;
-  memcpy(&u, &x, 4);
-  if ((u & 0x7f800000u) != 0x7f800000u)
-    u += 0x7fffu + ((u >> 16) & 1u);
-  u &= 0xffff0000u;
-  memcpy(&x, &u, 4);
-  return x;
-}
-
 static long long shard_bytes(const char *dir) {
   char p[900];
   snprintf(p, sizeof p, "%s/step3/rank_00000.zshard", dir);
@@ -291,7 +280,7 @@ static void test_cross_dtype(const member *f, int stage, int load_stage) {
     if (saved32.s[k])
       for (int i = 0; i < TM_NPARAM; i++)
         for (int64_t j = 0; j < tm_numel(&rf.shape, i); j++)
-          saved32.s[k][i][j] = bf16_round(saved32.s[k][i][j]);
+          saved32.s[k][i][j] = et_bf16_round(saved32.s[k][i][j]);
   snprintf(what, sizeof what, "%s: fp32 states saved at stage %d, loaded as bf16 at stage %d",
            f->o.type, stage, load_stage);
   ET_CHECK(same_state(&lb, &got, &saved32, what), "%s: not the saved values rounded to "
