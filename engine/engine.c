@@ -519,7 +519,6 @@ zinc_status zinc_engine_build(zinc_engine *e, zinc_init_fn init, void *ctx) {
     return zinc_error(ZINC_ERR_INVALID, "zinc_engine_build: engine is NULL");
   if (e->built)
     return zinc_error(ZINC_ERR_INVALID, "zinc_engine_build: the engine is already built");
-  ZINC_CHECK(zinc_pipe_check_build(e)); /* what a pipeline cannot do yet (engine/pipe.c) */
   int any16[3] = {0, 0, 0};
   for (int i = 0; i < e->nparams; i++)
     any16[e->params[i]->dtype] = 1;

@@ -25,6 +25,7 @@
 #include "engine/engine.h"
 #include "engine/failure.h"
 #include "engine/pipe.h"
+#include "engine/reduce/reduce.h"
 
 struct zinc_pipe {
   zinc_grid grid;
@@ -35,6 +36,9 @@ struct zinc_pipe {
                              host buffers; self without a pipeline          */
   zinc_comm *nccl;        /* the same group for device buffers on a GPU
                              engine with a pipeline, else NULL              */
+  zinc_comm *stage;       /* the ranks of this stage (dp x tp of them, in
+                             world order), host buffers; NULL without a
+                             pipeline (the world is the one stage)          */
   zinc_pp_handle *open;   /* handles started, not yet waited for           */
 };
 
@@ -92,6 +96,7 @@ zinc_status zinc_pipe_create(zinc_engine *e) {
   ZINC_CHECK(e->world->ops->split(e->world, zinc_grid_pp_color(&p->grid, e->world_rank),
                                   e->world_rank, &p->host));
   p->host->xfer_label = "stage"; /* comm rank = stage: "stage 1 (rank 5)" */
+  ZINC_CHECK(e->world->ops->split(e->world, p->me.stage, e->world_rank, &p->stage));
   if (p->host->rank != p->me.stage || p->host->size != p->grid.pp) /* the invariant */
     return zinc_error(ZINC_ERR_COMM, "pipeline group of rank %d: rank %d of %d, expected "
                       "stage %d of %d", e->world_rank, p->host->rank, p->host->size,
@@ -117,17 +122,42 @@ zinc_status zinc_pipe_check_config(const zinc_engine *e) {
                       "give the stages; write the same number in the config, or \"auto\"",
                       (long long)stages, e->opt.pipeline_parallel_size,
                       e->pipe->grid.pp == 1 ? " (no pipeline)" : "");
+  if (e->pipe->grid.pp == 1)
+    return ZINC_OK;
+  /* Stage 3 gathers a module at each fetch and follows the fetch order
+   * recorded in the first micro-batch; a 1F1B stage runs the forward
+   * passes of later micro-batches between a micro-batch's backward passes,
+   * a different order in the warm-up, the steady state and the drain. */
+  if (e->cfg.stage == 3)
+    return zinc_error(ZINC_ERR_CONFIG, "zero_optimization.stage 3 with "
+                      "pipeline_parallel_size %d: stage 3 gathers parameters in the order of "
+                      "one micro-batch's forward then backward pass, and a pipeline schedule "
+                      "interleaves the forward passes of later micro-batches; use stage 0, 1 "
+                      "or 2 with a pipeline (each stage's ranks hold only its own layers)",
+                      e->pipe->grid.pp);
+  /* These methods agree the norm and the overflow skip over their own
+   * data-parallel state, not yet over every stage. */
+  const char *method = zinc_reducer_select(&e->cfg)->name;
+  if (zinc_reducer_select(&e->cfg)->norm)
+    return zinc_error(ZINC_ERR_CONFIG, "the %s gradient reduction with "
+                      "pipeline_parallel_size %d: its gradient norm and overflow skip are "
+                      "agreed over the data-parallel group only, not yet over every pipeline "
+                      "stage; use the plain reduction (compressed or not), DGC or PowerSGD "
+                      "with a pipeline", method, e->pipe->grid.pp);
   return ZINC_OK;
 }
 
-zinc_status zinc_pipe_check_build(const zinc_engine *e) {
-  if (e->pipe && e->pipe->grid.pp > 1)
-    return zinc_error(ZINC_ERR_INVALID, "zinc_engine_build: pipeline_parallel_size %d: "
-                      "training across pipeline stages is not implemented yet (the gradient "
-                      "norm, clipping, the overflow skip and checkpoints do not cover every "
-                      "stage); the groups and the transfers between stages work without a "
-                      "build (docs/3d.md)", e->pipe->grid.pp);
-  return ZINC_OK;
+zinc_status zinc_pipe_refuse(const zinc_engine *e, const char *what) {
+  if (!e->pipe || e->pipe->grid.pp == 1)
+    return ZINC_OK;
+  return zinc_error(ZINC_ERR_INVALID, "%s: pipeline_parallel_size %d: not implemented yet "
+                    "with a pipeline (each stage holds only its own modules, and the file "
+                    "layout for several stages is not written yet; docs/3d.md)", what,
+                    e->pipe->grid.pp);
+}
+
+zinc_comm *zinc_pipe_stage_comm(const zinc_engine *e) {
+  return e->pipe && e->pipe->stage ? e->pipe->stage : e->world;
 }
 
 zinc_comm *zinc_pipe_host_comm(const zinc_engine *e) { return e->pipe ? e->pipe->host : NULL; }
@@ -149,6 +179,7 @@ void zinc_pipe_destroy(zinc_engine *e) {
              "never waited for: dropped (receives cancelled; a send may still read its "
              "buffer); call zinc_pp_wait for every batch", dropped);
   zinc_comm_destroy(p->nccl);
+  zinc_comm_destroy(p->stage);
   zinc_comm_destroy(p->host);
   free(p);
   e->pipe = NULL;

@@ -4,9 +4,11 @@
  * between neighbouring stages (include/zinc.h, "Pipeline parallelism").
  *
  * The engine calls these where it makes and frees its groups (engine.c:
- * create_comms, create_device, zinc_engine_destroy) and where it refuses
- * what a pipeline cannot do yet (zinc_engine_build). The rest of the engine
- * reads e->pipe only through them.
+ * create_comms, create_device, zinc_engine_destroy), where it checks the
+ * config, where it refuses what a pipeline cannot do yet (checkpoints),
+ * and where the whole model's figures meet (the registered model per
+ * stage, the gradient norm over the stages). The rest of the engine reads
+ * e->pipe only through them.
  */
 #ifndef ZINC_ENGINE_PIPE_H
 #define ZINC_ENGINE_PIPE_H
@@ -30,12 +32,19 @@ zinc_status zinc_pipe_create(zinc_engine *e);
 /* Collective over the pipeline group: on a GPU engine, the NCCL comm its
  * transfers run on (bootstrapped over the group's host comm). */
 zinc_status zinc_pipe_create_device(zinc_engine *e, int cuda_device);
-/* The config's "pipeline": {"stages": n} against the options: local,
- * ZINC_ERR_CONFIG naming both when they differ. */
+/* The config against the pipeline (local, ZINC_ERR_CONFIG naming the
+ * key): "pipeline": {"stages": n} other than the options' size; with more
+ * than one stage, ZeRO stage 3 and the gradient methods whose norm is
+ * agreed over the data-parallel group only (delayed averaging, the 1-bit
+ * family), each with the reason. */
 zinc_status zinc_pipe_check_config(const zinc_engine *e);
-/* What a pipeline cannot do yet: zinc_engine_build with more than one
- * stage is ZINC_ERR_INVALID (local; every rank has the same sizes). */
-zinc_status zinc_pipe_check_build(const zinc_engine *e);
+/* What a pipeline cannot do yet (checkpoints, safetensors files): with
+ * more than one stage, ZINC_ERR_INVALID naming `what` (local; every rank
+ * has the same sizes), else ZINC_OK. */
+zinc_status zinc_pipe_refuse(const zinc_engine *e, const char *what);
+/* The ranks of this rank's pipeline stage (the world without a pipeline):
+ * where the registered model is compared. */
+zinc_comm *zinc_pipe_stage_comm(const zinc_engine *e);
 /* The pipeline group for host buffers (ZINC_SCOPE_PP). */
 zinc_comm *zinc_pipe_host_comm(const zinc_engine *e);
 /* Free the handles never waited for, the comms and e->pipe. NULL pipe:

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/pipe.h"
 #include "engine/failure.h"
 
 static int name_ok(const char *name) {
@@ -314,8 +315,12 @@ static void line_at(const char *t, int i, char *out, size_t cap) {
 zinc_status zinc_registry_agree(zinc_engine *e) {
   if (e->world_size == 1)
     return ZINC_OK;
+  /* compared within each pipeline stage (the world without a pipeline):
+   * its data- and tensor-parallel ranks hold the same modules */
+  zinc_comm *stage = zinc_pipe_stage_comm(e);
+  int ref_rank = zinc_coords_rank(e, zinc_pp_rank(e), 0, 0);
   char *mine = model_text(e), *ref = NULL;
-  zinc_status st = zinc_engine_agree_rank0_text(e, e->world, mine, "registered model", &ref);
+  zinc_status st = zinc_engine_agree_rank0_text(e, stage, mine, "registered model", &ref);
   if (st != ZINC_OK) {
     free(mine);
     return st;
@@ -327,11 +332,13 @@ zinc_status zinc_registry_agree(zinc_engine *e) {
     char theirs[600], ours[600];
     line_at(ref, line, theirs, sizeof theirs);
     line_at(mine, line, ours, sizeof ours);
-    st = zinc_error(ZINC_ERR_INVALID, "the registered model differs between ranks: %s %s on "
-                    "rank 0 but %s on rank %d (name, dtype, shape, weight decay, lr scale, frozen); "
-                    "every rank must register the same modules and parameters, with the same "
-                    "shapes and settings, in the same order",
-                    line ? "a parameter is" : "the model has", theirs, ours, e->world_rank);
+    st = zinc_error(ZINC_ERR_INVALID, "the registered model differs between ranks%s: %s %s on "
+                    "rank %d but %s on rank %d (name, dtype, shape, weight decay, lr scale, "
+                    "frozen); every rank %smust register the same modules and parameters, with "
+                    "the same shapes and settings, in the same order",
+                    stage == e->world ? "" : " of a pipeline stage",
+                    line ? "a parameter is" : "the model has", theirs, ref_rank, ours,
+                    e->world_rank, stage == e->world ? "" : "of a stage ");
   }
   st = zinc_engine_agree(e, e->world, st);
   free(ref);

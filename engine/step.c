@@ -36,9 +36,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/exact_sum.h"
 #include "engine/engine.h"
 #include "engine/failure.h"
 #include "engine/grads.h"
+#include "engine/pipe.h"
 #include "engine/place/place.h"
 #include "engine/reduce/reduce.h"
 #include "engine/stage3/stage3.h"
@@ -177,14 +179,44 @@ static zinc_status sumsq_on_disk(zinc_engine *e, zinc_sumsq_chunk *pieces, unsig
   return st;
 }
 
-/* Squared L2 norm of the whole model's gradient sum (still scaled),
- * canonical: pieces summed per rank in unit order, then over the
- * data-parallel ranks, then over the model-parallel ranks, each in the
- * comm's canonical order (comm.h), a replicated parameter counted on model-parallel rank 0 only.
+/* Squared L2 norm of the whole model's gradient sum (still scaled): every
+ * piece's sum of squares (the device's kernel, one piece at a time) added
+ * exactly (base/exact_sum.h), over this rank's pieces, the data-parallel
+ * ranks, the model-parallel ranks and the pipeline stages, then rounded
+ * once: the same double for any layout that has the same pieces, whatever
+ * rank holds them (a pipeline of p stages equals one stage holding every
+ * module). A replicated parameter counts on model-parallel rank 0 only.
  * *overflow: an inf or NaN anywhere, replicated parameters on every
  * model-parallel rank included — the same answer on every rank. Without
  * replicated parameters the pieces are the chunks. Collective over the
- * data-parallel group (stages 1-3) and the model-parallel group. */
+ * data-parallel group (stages 1-3), the model-parallel group and the
+ * pipeline group. */
+typedef struct {
+  zinc_xsum counted;   /* the norm's terms                                 */
+  zinc_xsum elsewhere; /* replicated pieces counted on mp rank 0: checked
+                          for inf/NaN only                                 */
+} norm_sums;
+
+/* Every rank's sums of `c` merged into *mine (an all-gather of the bytes;
+ * the merge is exact, so its order does not matter). */
+static zinc_status merge_over(zinc_engine *e, zinc_comm *c, norm_sums *mine) {
+  if (c->size == 1)
+    return ZINC_OK;
+  norm_sums *all = NULL;
+  ZINC_CHECK(zinc_engine_host_calloc(e, (void **)&all, (size_t)c->size, sizeof *all,
+                                     "norm partial sums"));
+  zinc_status st = zinc_comm_allgather(c, mine, all, sizeof *mine, ZINC_DT_U8);
+  if (st == ZINC_OK) {
+    memset(mine, 0, sizeof *mine);
+    for (int r = 0; r < c->size; r++) {
+      zinc_xsum_merge(&mine->counted, &all[r].counted);
+      zinc_xsum_merge(&mine->elsewhere, &all[r].elsewhere);
+    }
+  }
+  free(all);
+  return st;
+}
+
 static zinc_status grad_sumsq(zinc_engine *e, double *total, int *overflow) {
   int r0 = e->cfg.stage == 0 ? 0 : e->dp_rank;
   int nr = e->cfg.stage == 0 ? e->dp_size : 1;
@@ -201,7 +233,7 @@ static zinc_status grad_sumsq(zinc_engine *e, double *total, int *overflow) {
   zinc_sumsq_chunk *pieces = NULL;
   unsigned char *rep = NULL;
   int *first = NULL; /* first piece of (rank, unit) */
-  double *partials = NULL, *per_rank = NULL, *mp_all = NULL;
+  double *partials = NULL;
   /* local: the pieces and their sums of squares (allocations, the device's
    * kernel); then every rank learns whether any failed before the gathers */
   zinc_status st = zinc_engine_host_calloc(e, (void **)&pieces, (size_t)cap + 1, sizeof *pieces,
@@ -213,12 +245,6 @@ static zinc_status grad_sumsq(zinc_engine *e, double *total, int *overflow) {
                                  sizeof *first, "norm pieces");
   if (st == ZINC_OK)
     st = zinc_engine_host_calloc(e, (void **)&partials, (size_t)cap + 1, sizeof *partials,
-                                 "norm partial sums");
-  if (st == ZINC_OK)
-    st = zinc_engine_host_calloc(e, (void **)&per_rank, 2 * (size_t)e->dp_size,
-                                 sizeof *per_rank, "norm partial sums");
-  if (st == ZINC_OK && e->mp_size > 1)
-    st = zinc_engine_host_calloc(e, (void **)&mp_all, 2 * (size_t)e->mp_size, sizeof *mp_all,
                                  "norm partial sums");
   int npieces = 0;
   if (st == ZINC_OK && zinc_place_grad_location(e) == ZINC_LOC_NVME) {
@@ -237,48 +263,24 @@ static zinc_status grad_sumsq(zinc_engine *e, double *total, int *overflow) {
   if (st != ZINC_OK)
     zinc_error_wrap(st, "gradient norm");
   ZINC_CHECK_GOTO(zinc_engine_agree(e, e->world, st), st, out);
-  /* per rank: [counted in the norm, replicated and counted on mp rank 0] */
-  for (int r = 0; r < nr; r++) {
-    double counted = 0.0, elsewhere = 0.0;
-    for (int k = first[r * nu]; k < first[(r + 1) * nu]; k++) {
-      if (rep[k] && e->mp_rank != 0)
-        elsewhere += partials[k];
-      else
-        counted += partials[k];
-    }
-    per_rank[2 * (r0 + r)] = counted;
-    per_rank[2 * (r0 + r) + 1] = elsewhere;
-  }
-  if (e->cfg.stage != 0 && e->dp_size > 1) {
-    double mine[2] = {per_rank[2 * e->dp_rank], per_rank[2 * e->dp_rank + 1]};
-    ZINC_CHECK_GOTO(zinc_comm_allgather(e->dp_host, mine, per_rank, 2, ZINC_DT_F64), st, out);
-  }
-  double group[2] = {0.0, 0.0};
-  for (int r = 0; r < e->dp_size; r++) {
-    group[0] += per_rank[2 * r];
-    group[1] += per_rank[2 * r + 1];
-  }
-  *total = group[0];
-  double check = group[1];
-  if (e->mp_size > 1) {
-    st = zinc_comm_allgather(e->mp_host, group, mp_all, 2, ZINC_DT_F64);
-    *total = check = 0.0;
-    for (int r = 0; st == ZINC_OK && r < e->mp_size; r++) {
-      *total += mp_all[2 * r];
-      check += mp_all[2 * r + 1];
-    }
-    if (st != ZINC_OK)
-      goto out;
-  }
-  *overflow = !isfinite(*total) || !isfinite(check);
+  /* stage 0 holds every rank's chunks and adds them all here; stages 1-3
+   * add their own and merge over the data-parallel group */
+  norm_sums sums;
+  memset(&sums, 0, sizeof sums);
+  for (int k = 0; k < npieces; k++)
+    zinc_xsum_add(rep[k] && e->mp_rank != 0 ? &sums.elsewhere : &sums.counted, partials[k]);
+  if (e->cfg.stage != 0)
+    ZINC_CHECK_GOTO(merge_over(e, e->dp_host, &sums), st, out);
+  ZINC_CHECK_GOTO(merge_over(e, e->mp_host, &sums), st, out);
+  ZINC_CHECK_GOTO(merge_over(e, zinc_pipe_host_comm(e), &sums), st, out);
+  *total = zinc_xsum_value(&sums.counted);
+  *overflow = !isfinite(*total) || !isfinite(zinc_xsum_value(&sums.elsewhere));
   st = ZINC_OK;
 out:
   free(pieces);
   free(rep);
   free(first);
   free(partials);
-  free(per_rank);
-  free(mp_all);
   return st;
 }
 

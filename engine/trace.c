@@ -221,6 +221,12 @@ static zinc_status record(zinc_engine *e, zinc_event_kind kind, zinc_module *m, 
 }
 
 zinc_status zinc_trace_event_add(zinc_engine *e, zinc_event_kind kind, zinc_module *m) {
+  /* With a pipeline (stages 0-2), fetch and release issue no collective
+   * and a 1F1B stage runs other micro-batches' forward passes between a
+   * micro-batch's backward passes, in an order that changes from the
+   * warm-up to the drain: only the reductions are recorded and followed. */
+  if (kind != ZINC_EV_READY && zinc_pp_size(e) > 1)
+    return ZINC_OK;
   if (e->recording)
     return record(e, kind, m, 0);
   int pos = e->trace_pos;

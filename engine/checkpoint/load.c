@@ -20,6 +20,7 @@
 #include "engine/checkpoint/format.h"
 #include "engine/checkpoint/wait_bound.h"
 #include "engine/engine.h"
+#include "engine/pipe.h"
 #include "engine/failure.h"
 #include "engine/place/place.h"
 #include "engine/reduce/reduce.h"
@@ -515,6 +516,7 @@ static zinc_status load_checkpoint(zinc_engine *e, const char *dir, const char *
 zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char *tag,
                                     unsigned flags) {
   ZINC_CHECK(check_call(e, dir, tag, "zinc_load_checkpoint", 0));
+  ZINC_CHECK(zinc_pipe_refuse(e, "zinc_load_checkpoint"));
   if (flags & ~ZINC_LOAD_WEIGHTS_ONLY)
     return zinc_error(ZINC_ERR_INVALID, "zinc_load_checkpoint_ex: flags 0x%x has bits other "
                       "than ZINC_LOAD_WEIGHTS_ONLY", flags);

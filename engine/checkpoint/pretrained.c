@@ -36,6 +36,7 @@
 #include "engine/checkpoint/safetensors.h"
 #include "engine/checkpoint/wait_bound.h"
 #include "engine/engine.h"
+#include "engine/pipe.h"
 #include "engine/failure.h"
 #include "engine/place/place.h"
 #include "engine/step.h"
@@ -553,6 +554,7 @@ zinc_status zinc_load_safetensors(zinc_engine *e, const char *path,
   if (report)
     memset(report, 0, sizeof *report);
   ZINC_CHECK(zinc_engine_usable(e, "zinc_load_safetensors"));
+  ZINC_CHECK(zinc_pipe_refuse(e, "zinc_load_safetensors"));
   if (!path || !path[0])
     return zinc_error(ZINC_ERR_INVALID, "zinc_load_safetensors: path is NULL or empty");
   if (e->mb_open)

@@ -18,6 +18,7 @@
 #include "base/fs.h"
 #include "engine/checkpoint/wait_bound.h"
 #include "engine/engine.h"
+#include "engine/pipe.h"
 #include "engine/failure.h"
 #include "kernels/zinc_math.h"
 
@@ -209,6 +210,7 @@ static zinc_status export_safetensors(zinc_engine *e, const char *path, int dtyp
 
 zinc_status zinc_export_safetensors(zinc_engine *e, const char *path, int dtype) {
   ZINC_CHECK(zinc_engine_usable(e, "zinc_export_safetensors"));
+  ZINC_CHECK(zinc_pipe_refuse(e, "zinc_export_safetensors"));
   if (!path || !path[0])
     return zinc_error(ZINC_ERR_INVALID, "zinc_export_safetensors: path is NULL or empty");
   if (dtype != -1 && zinc_dtype_size((zinc_dtype)dtype) == 0)

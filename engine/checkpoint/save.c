@@ -22,6 +22,7 @@
 #include "engine/checkpoint/format.h"
 #include "engine/checkpoint/wait_bound.h"
 #include "engine/engine.h"
+#include "engine/pipe.h"
 #include "engine/failure.h"
 #include "engine/place/place.h"
 #include "engine/reduce/methods.h"
@@ -424,6 +425,7 @@ static zinc_status save_checkpoint(zinc_engine *e, const char *dir, const char *
 
 zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *tag) {
   ZINC_CHECK(check_call(e, dir, tag, "zinc_save_checkpoint", 1));
+  ZINC_CHECK(zinc_pipe_refuse(e, "zinc_save_checkpoint"));
   /* the method: nothing in flight (delayed averaging: one model to save,
    * no all-reduce writing into what is loaded) */
   ZINC_CHECK(zinc_reduce_sync(e, 1));
