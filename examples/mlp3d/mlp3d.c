@@ -14,12 +14,12 @@
  * and initial values do not depend on p, d or the tensor-parallel rank's
  * stage, so every layout trains the same model.
  *
- * A step is m micro-batches (gradient_accumulation_steps) in 1F1B order:
- * stage s runs min(p-s-1, m) forward passes ahead (warm-up), then
- * alternates one forward and one backward, then drains the backward
- * passes; it holds the activations of at most p-s micro-batches. zinc
- * counts a micro-batch at each backward (zinc_backward_end, zinc_step)
- * and runs the optimizer at the m-th.
+ * A step is m micro-batches (gradient_accumulation_steps) in 1F1B order
+ * (pp_schedule.h, with the transfers): stage s runs min(p-s-1, m) forward
+ * passes ahead, then alternates one forward and one backward, then drains
+ * the backward passes; it holds the activations of at most p-s micro-
+ * batches. zinc counts a micro-batch at each backward (zinc_backward_end,
+ * zinc_step) and runs the optimizer at the m-th.
  *
  *   mpirun -n 8 mlp3d --pp 2 --tp 2 --zero 1 --micro 4 --steps 20
  *
@@ -34,6 +34,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "pp_schedule.h"
 #include "zinc.h"
 
 typedef struct {
@@ -56,6 +57,7 @@ typedef struct {
   float **Z;            /* [slot][j]: X A_r (batch, fr)                        */
   float *H, *dY, *dX, *T, *dZ;
   double loss;          /* last stage: sum of this step's micro-batch losses  */
+  zinc_step_info info;  /* the last zinc_step's                               */
 } stage;
 
 static void die(const char *what) {
@@ -233,93 +235,24 @@ static void backward(stage *S, int k) {
   check(zinc_backward_end(S->e), "backward_end");
 }
 
-/* The transfers between stages. Each names its micro-batch's buffers;
- * a crossing pair (send one way, receive the other) goes in one batch. */
-static zinc_pp_op op(zinc_pp_dir dir, float *buf, const stage *S) {
-  return (zinc_pp_op){dir, buf, (int64_t)S->a->batch * S->a->d, ZINC_F32};
+/* Where micro-batch k's activations live: slot k mod (p - s). */
+static void *in_of(void *ctx, int k) {
+  stage *S = ctx;
+  return S->X[(size_t)(k % S->slots) * (S->nl + 1)];
 }
-static float *in_of(stage *S, int k) { return S->X[(size_t)(k % S->slots) * (S->nl + 1)]; }
-static float *out_of(stage *S, int k) { return S->X[(size_t)(k % S->slots) * (S->nl + 1) + S->nl]; }
-
-static void recv_forward(stage *S, int k) {
-  if (S->first) {
-    input(S, k, in_of(S, k));
-    return;
-  }
-  zinc_pp_op o = op(ZINC_PP_RECV_PREV, in_of(S, k), S);
-  check(zinc_pp_transfer(S->e, &o, 1), "receive activations");
+static void *out_of(void *ctx, int k) {
+  stage *S = ctx;
+  return S->X[(size_t)(k % S->slots) * (S->nl + 1) + S->nl];
 }
-static void send_forward(stage *S, int k) {
-  if (S->last)
-    return;
-  zinc_pp_op o = op(ZINC_PP_SEND_NEXT, out_of(S, k), S);
-  check(zinc_pp_transfer(S->e, &o, 1), "send activations");
-}
-static void recv_backward(stage *S) {
-  if (S->last)
-    return;
-  zinc_pp_op o = op(ZINC_PP_RECV_NEXT, S->dY, S);
-  check(zinc_pp_transfer(S->e, &o, 1), "receive gradients");
-}
-static void send_backward(stage *S) {
-  if (S->first)
-    return;
-  zinc_pp_op o = op(ZINC_PP_SEND_PREV, S->dY, S);
-  check(zinc_pp_transfer(S->e, &o, 1), "send gradients");
-}
-/* micro-batch k's output forward, a gradient back */
-static void send_forward_recv_backward(stage *S, int k) {
-  if (S->last)
-    return;
-  zinc_pp_op o[2] = {op(ZINC_PP_SEND_NEXT, out_of(S, k), S), op(ZINC_PP_RECV_NEXT, S->dY, S)};
-  check(zinc_pp_transfer(S->e, o, 2), "send activations, receive gradients");
-}
-/* the input gradient back, micro-batch k's input forward */
-static void send_backward_recv_forward(stage *S, int k) {
-  if (S->first) {
-    input(S, k, in_of(S, k));
-    return;
-  }
-  zinc_pp_op o[2] = {op(ZINC_PP_SEND_PREV, S->dY, S), op(ZINC_PP_RECV_PREV, in_of(S, k), S)};
-  check(zinc_pp_transfer(S->e, o, 2), "send gradients, receive activations");
-}
-
-/* zinc counts the micro-batch; the m-th runs the optimizer (collective over
- * every stage: the norm, clipping and the overflow skip cover the whole
- * model). Called after the input gradient left, so that the previous
- * stage, which needs it for its own last backward, reaches its step too. */
-static void count_micro(stage *S, zinc_step_info *info) {
-  check(zinc_step(S->e, info), "step");
-}
-
-/* One optimizer step in 1F1B order. */
-static void train_step(stage *S, zinc_step_info *info) {
-  int m = S->a->micro, p = zinc_pp_size(S->e), s = zinc_pp_rank(S->e);
-  int warmup = p - s - 1 < m ? p - s - 1 : m, steady = m - warmup;
-  S->loss = 0;
-  for (int i = 0; i < warmup; i++) {
-    recv_forward(S, i);
-    forward(S, i);
-    send_forward(S, i);
-  }
-  if (steady > 0)
-    recv_forward(S, warmup);
-  for (int i = 0; i < steady; i++) {
-    forward(S, warmup + i);
-    send_forward_recv_backward(S, warmup + i);
-    backward(S, i);
-    if (i == steady - 1)
-      send_backward(S);
-    else
-      send_backward_recv_forward(S, warmup + i + 1);
-    count_micro(S, info);
-  }
-  for (int i = steady; i < m; i++) {
-    recv_backward(S);
-    backward(S, i);
-    send_backward(S);
-    count_micro(S, info);
-  }
+static void feed(void *ctx, int k) { input(ctx, k, in_of(ctx, k)); }
+static void forward_cb(void *ctx, int k) { forward(ctx, k); }
+static void backward_cb(void *ctx, int k) { backward(ctx, k); }
+/* zinc counts the micro-batch; the m-th runs the optimizer, whose norm,
+ * clipping and overflow skip cover every stage */
+static zinc_status count_micro(void *ctx, int k) {
+  stage *S = ctx;
+  (void)k;
+  return zinc_step(S->e, &S->info);
 }
 
 static uint64_t fnv(const void *data, size_t n) {
@@ -439,11 +372,17 @@ int main(int argc, char **argv) {
   init_ctx ic = {&a, zinc_mp_rank(e)};
   check(zinc_engine_build(e, init_fn, &ic), "build");
 
+  pp_stage sched = {.ctx = &S, .count = (int64_t)act, .dtype = ZINC_F32, .input = in_of,
+                    .output = out_of, .grad = S.dY, .feed = feed, .forward = forward_cb,
+                    .backward = backward_cb, .done = count_micro};
   int world = zinc_world_size(e);
   double *all = calloc((size_t)world, sizeof *all);
   for (S.step = 0; S.step < a.steps; S.step++) {
-    zinc_step_info info = ZINC_STEP_INFO_INIT;
-    train_step(&S, &info);
+    /* one step: m micro-batches in 1F1B order (pp_schedule.h) */
+    S.loss = 0;
+    S.info = (zinc_step_info)ZINC_STEP_INFO_INIT;
+    check(pp_1f1b(e, a.micro, &sched), "1F1B step");
+    zinc_step_info info = S.info;
     /* the loss lives on the last stage: every rank's share gathered and
      * summed in rank order, so that any layout adds the same numbers in
      * the same order (the other stages add zeros) */
