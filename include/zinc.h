@@ -932,11 +932,23 @@ ZINC_API zinc_status zinc_mp_allreduce_sum(zinc_engine *e, float *data, int64_t 
  * "pipeline": {"stages": n} gives a number other than p with
  * ZINC_ERR_CONFIG naming both (write the same in both, or "auto").
  *
- * Not yet: training across stages. With p > 1 zinc_engine_build is
- * refused with ZINC_ERR_INVALID (nothing changes): the gradient norm,
- * clipping, the overflow skip and checkpoints do not yet cover every
- * stage. The groups, the queries and the transfers below work on an
- * engine that is created and not built (docs/3d.md). */
+ * Training across stages (ZeRO stages 0-2): each stage registers and
+ * builds only its own modules; the registered model is compared within a
+ * stage. A micro-batch is one backward pass (grads_ready per module,
+ * zinc_backward_end, zinc_step) and the gradient_accumulation_steps-th
+ * zinc_step runs the optimizer; that step is collective over every stage:
+ * the gradient norm (summed exactly, so any p gives the bits of p = 1),
+ * clipping, the overflow skip and the loss scale cover the whole model,
+ * and a step is skipped on every stage or none. Call zinc_step after the
+ * micro-batch's input gradient was sent to the previous stage (it needs
+ * it to reach its own step). With a pipeline only grads_ready is recorded
+ * in the module order (fetch and release may interleave other micro-
+ * batches' forward passes, as 1F1B does). Refused at zinc_engine_create
+ * with ZINC_ERR_CONFIG and the reason: ZeRO stage 3, and the gradient
+ * methods that agree their own norm (delayed averaging, the 1-bit
+ * family). Not yet (ZINC_ERR_INVALID naming the pipeline size, nothing
+ * changes): checkpoints and safetensors files. The schedule of
+ * examples/mlp3d (pp_schedule.h) shows the calls; docs/3d.md. */
 
 /* World rank of this rank's neighbour in its pipeline group: the previous
  * stage's (same dp_rank and mp_rank), or the next one's; -1 on the first
