@@ -18,7 +18,13 @@
  *   WHEN   where the victim goes in the third step: fwd, before its
  *          forward receive; started (or bwd: the same place), after it
  *          started its forward send (mid-transfer: the send is posted,
- *          its peer may be receiving it) and before its backward receive
+ *          its peer may be receiving it) and before its backward receive;
+ *          train: the engine is built (a module per stage) and each step
+ *          is 2 micro-batches in 1F1B order (examples/mlp3d/pp_schedule.h)
+ *          with zinc_step after each backward, the optimizer's step
+ *          collective over every stage; the victim goes in the forward
+ *          pass of the third step's second micro-batch, after the first
+ *          micro-batch's transfers and step
  * The victim is world rank $RANK_KILLED_VICTIM (rank_killed.sh's; default
  * the last).
  *
@@ -34,10 +40,82 @@
 #include <unistd.h>
 
 #include "common/killed.h"
+#include "pp_schedule.h"
 #include "zinc.h"
 
 
 #define N 100000 /* elements per transfer: past the eager size */
+
+/* WHEN train: one stage's module and buffers for pp_schedule.h */
+typedef struct {
+  zinc_engine *e;
+  zinc_module *m;
+  zinc_param *w;
+  float *in, *out, *grad;
+  int step, rank, victim, freeze;
+  const char *where;
+} train_stage;
+
+static void *in_of(void *ctx, int k) { (void)k; return ((train_stage *)ctx)->in; }
+static void *out_of(void *ctx, int k) { (void)k; return ((train_stage *)ctx)->out; }
+static void feed(void *ctx, int k) { (void)ctx, (void)k; }
+
+static void forward(void *ctx, int k) {
+  train_stage *T = ctx;
+  if (T->step == 2 && k == 1)
+    killed_lose(T->rank, T->victim, T->freeze);
+  if (zinc_module_fetch(T->e, T->m) == ZINC_OK)
+    zinc_module_release(T->e, T->m);
+  for (int i = 0; i < N; i++)
+    T->out[i] = T->in[i] + 1;
+}
+
+static void backward(void *ctx, int k) {
+  train_stage *T = ctx;
+  (void)k;
+  if (zinc_module_fetch(T->e, T->m) != ZINC_OK)
+    return; /* the engine stopped: the schedule's next call says why */
+  float *g = zinc_param_grad(T->w);
+  if (g)
+    g[0] += 1.0f;
+  zinc_module_grads_ready(T->e, T->m);
+  zinc_module_release(T->e, T->m);
+  zinc_backward_end(T->e);
+}
+
+static zinc_status done(void *ctx, int k) {
+  train_stage *T = ctx;
+  (void)k;
+  zinc_step_info info = ZINC_STEP_INFO_INIT;
+  T->where = "zinc_step";
+  zinc_status st = zinc_step(T->e, &info);
+  T->where = "the 1F1B step's transfers";
+  return st;
+}
+
+/* WHEN train: 6 steps of 2 micro-batches; the first failure, and where. */
+static zinc_status train(zinc_engine *e, int rank, int victim, int freeze, float *bufs[3],
+                         const char **where) {
+  train_stage T = {.e = e, .in = bufs[0], .out = bufs[1], .grad = bufs[2], .rank = rank,
+                   .victim = victim, .freeze = freeze, .where = "the 1F1B step's transfers"};
+  char name[32];
+  snprintf(name, sizeof name, "stage%d", zinc_pp_rank(e));
+  T.m = zinc_module_add(e, name);
+  int64_t shape[1] = {256};
+  T.w = zinc_param_add(e, T.m, "w", ZINC_F32, 1, shape);
+  *where = "zinc_engine_build";
+  zinc_status st = T.w ? zinc_engine_build(e, NULL, NULL) : ZINC_ERR_INVALID;
+  pp_stage S = {.ctx = &T, .count = N, .dtype = ZINC_F32, .input = in_of, .output = out_of,
+                .grad = T.grad, .feed = feed, .forward = forward, .backward = backward,
+                .done = done};
+  for (T.step = 0; T.step < 6 && st == ZINC_OK; T.step++) {
+    if (T.step == 2)
+      killed_time = killed_now();
+    st = pp_1f1b(e, 2, &S);
+    *where = T.where;
+  }
+  return st;
+}
 
 int main(int argc, char **argv) {
   if (argc < 4) {
@@ -46,13 +124,15 @@ int main(int argc, char **argv) {
   }
   int pp = atoi(argv[1]), world_sum = atoi(argv[2]), freeze = !strcmp(argv[3], "stop");
   const char *when = argc > 4 ? argv[4] : "fwd";
-  if (strcmp(when, "fwd") && strcmp(when, "started") && strcmp(when, "bwd")) {
-    fprintf(stderr, "test_pp_killed: WHEN is fwd, started or bwd, not %s\n", when);
+  if (strcmp(when, "fwd") && strcmp(when, "started") && strcmp(when, "bwd") &&
+      strcmp(when, "train")) {
+    fprintf(stderr, "test_pp_killed: WHEN is fwd, started, bwd or train, not %s\n", when);
     return 2;
   }
   atexit(killed_report_exit);
-  zinc_engine *e = killed_engine("{\"train_micro_batch_size_per_gpu\": 1, \"zinc\": "
-                                 "{\"comm_timeout_s\": 4}}", 0, pp);
+  zinc_engine *e = killed_engine("{\"train_micro_batch_size_per_gpu\": 1, "
+                                 "\"gradient_accumulation_steps\": 2, \"zero_optimization\": "
+                                 "{\"stage\": 1}, \"zinc\": {\"comm_timeout_s\": 4}}", 0, pp);
   if (zinc_pp_size(e) < 2) {
     printf("SKIPPED: needs 2 or more stages\n");
     zinc_engine_destroy(e);
@@ -66,7 +146,9 @@ int main(int argc, char **argv) {
   zinc_status st = ZINC_OK;
   const char *where = "create";
 #define LOSE_VICTIM() do { killed_lose(rank, victim, freeze); } while (0)
-  for (int step = 0; step < 6 && st == ZINC_OK; step++) {
+  if (!strcmp(when, "train"))
+    st = train(e, rank, victim, freeze, (float *[3]){act, act_out, grad}, &where);
+  for (int step = 0; step < 6 && st == ZINC_OK && strcmp(when, "train"); step++) {
     zinc_pp_handle *fwd = NULL, *bwd = NULL;
     if (step == 2) /* the survivors count from here: a survivor may wait
                       for the victim before the victim's WHEN comes */
