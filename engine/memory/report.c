@@ -185,7 +185,9 @@ zinc_status zinc_memory_report_all(zinc_engine *e, int json, char **text) {
   if (json) {
     sb_printf(&b, "{\"world_size\": %d, \"stage\": %d, \"ranks\": [", n, e->cfg.stage);
     for (int r = 0; r < n; r++) {
-      sb_printf(&b, "%s{\"rank\": %d", r ? ", " : "", r);
+      int stage = 0;
+      zinc_rank_coords(e, r, &stage, NULL, NULL);
+      sb_printf(&b, "%s{\"rank\": %d, \"pipeline_stage\": %d", r ? ", " : "", r, stage);
       for (int f = 0; f < F_N; f++)
         sb_printf(&b, ", \"%s\": %.0f", field_names[f], all[(size_t)r * F_N + (size_t)f]);
       sb_printf(&b, "}");
@@ -201,7 +203,12 @@ zinc_status zinc_memory_report_all(zinc_engine *e, int json, char **text) {
     }
     sb_printf(&b, "}\n");
   } else {
-    sb_printf(&b, "memory of every rank (stage %d, %d ranks), MiB\n", e->cfg.stage, n);
+    int pp = zinc_pp_size(e);
+    if (pp > 1) /* each stage holds its own layers: the ranks differ by stage */
+      sb_printf(&b, "memory of every rank (ZeRO stage %d, %d ranks, %d pipeline stages: "
+                "rank:stage), MiB\n", e->cfg.stage, n, pp);
+    else
+      sb_printf(&b, "memory of every rank (stage %d, %d ranks), MiB\n", e->cfg.stage, n);
     int cpu = e->dev && !e->dev->ops->is_gpu; /* the device's memory is host memory */
     sb_printf(&b, "  %-6s %10s %10s %10s %10s %10s %10s %12s %12s %8s\n", "rank",
               cpu ? "host" : "device", cpu ? "host peak" : "dev peak",
@@ -210,7 +217,10 @@ zinc_status zinc_memory_report_all(zinc_engine *e, int json, char **text) {
     for (int r = 0; r <= n + 2; r++) {
       const double *v = r < n ? all + (size_t)r * F_N : r == n ? mn : r == n + 1 ? mx : mean;
       char label[16];
-      if (r < n)
+      int stage = 0;
+      if (r < n && pp > 1 && zinc_rank_coords(e, r, &stage, NULL, NULL) == ZINC_OK)
+        snprintf(label, sizeof label, "%d:s%d", r, stage);
+      else if (r < n)
         snprintf(label, sizeof label, "%d", r);
       else
         snprintf(label, sizeof label, "%s", r == n ? "min" : r == n + 1 ? "max" : "mean");

@@ -38,7 +38,7 @@
 #include "zinc.h"
 
 typedef struct {
-  int layers, d, f, batch, micro, steps, pp, tp, zero;
+  int layers, d, f, batch, micro, steps, pp, tp, zero, memory;
   double clip;
   const char *offload, *dump;
 } args;
@@ -293,7 +293,7 @@ static void dump(stage *S, const char *dir) {
 
 static void usage(void) {
   fprintf(stderr, "usage: mlp3d [--pp P] [--tp T] [--zero 0|1|2] [--offload none|cpu] "
-          "[--layers L] [--micro M] [--batch B] [--steps N] [--clip C] [--dump DIR]\n");
+          "[--layers L] [--micro M] [--batch B] [--steps N] [--clip C] [--dump DIR] [--memory]\n");
   exit(2);
 }
 
@@ -302,7 +302,7 @@ int main(int argc, char **argv) {
             .tp = 1, .zero = 1, .clip = 1.0, .offload = "none"};
   for (int i = 1; i < argc; i++) {
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!v && strncmp(argv[i], "--", 2) == 0)
+    if (!v && strncmp(argv[i], "--", 2) == 0 && strcmp(argv[i], "--memory"))
       usage();
     if (!strcmp(argv[i], "--pp")) a.pp = atoi(v), i++;
     else if (!strcmp(argv[i], "--tp")) a.tp = atoi(v), i++;
@@ -314,6 +314,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--steps")) a.steps = atoi(v), i++;
     else if (!strcmp(argv[i], "--clip")) a.clip = atof(v), i++;
     else if (!strcmp(argv[i], "--dump")) a.dump = v, i++;
+    else if (!strcmp(argv[i], "--memory")) a.memory = 1;
     else usage();
   }
   if (a.pp < 1 || a.tp < 1 || a.micro < 1 || a.batch < 1 || a.steps < 0 || a.layers < a.pp ||
@@ -369,6 +370,12 @@ int main(int argc, char **argv) {
     S.Z[k] = calloc((size_t)a.batch * S.fr, sizeof(float));
   S.H = calloc(act, 4), S.dY = calloc(act, 4), S.dX = calloc(act, 4), S.T = calloc(act, 4);
   S.dZ = calloc((size_t)a.batch * S.fr, 4);
+  /* the activations of the micro-batches in flight: what a stage holds
+   * beside zinc's state, p - s of them on stage s */
+  uint64_t in_flight = (uint64_t)S.slots * ((uint64_t)(S.nl + 1) * act +
+                                            (uint64_t)S.nl * a.batch * S.fr) * sizeof(float);
+  check(zinc_memory_register_activations(e, "1F1B micro-batches in flight", ZINC_LOC_DEVICE,
+                                         in_flight), "activation memory");
   init_ctx ic = {&a, zinc_mp_rank(e)};
   check(zinc_engine_build(e, init_fn, &ic), "build");
 
@@ -397,6 +404,13 @@ int main(int argc, char **argv) {
   }
   if (a.dump)
     dump(&S, a.dump);
+  if (a.memory) { /* every rank's bytes: each stage's own parameters and activations */
+    char *text = NULL;
+    check(zinc_memory_report_all(e, 0, &text), "memory report");
+    if (text)
+      fputs(text, stdout);
+    free(text);
+  }
   zinc_engine_destroy(e);
   for (int k = 0; k < S.slots * (S.nl + 1); k++)
     free(S.X[k]);

@@ -7,6 +7,7 @@
 # offload none and cpu: every step's loss and gradient norm, and every
 # parameter's final bytes, equal. With tensor parallelism (tp 2) the sums
 # inside a block are split, so the losses agree within a tolerance instead.
+# The memory report shows each stage's bytes.
 # usage: mlp3d_check.sh MLP3D MPIEXEC OUTDIR [CASES]
 #   CASES: "zero:offload:dp" triples (default: the sample below)
 set -euo pipefail
@@ -46,4 +47,13 @@ paste "$out/tp_ref.steps" "$out/tp_pp2.steps" | awk '{ d = $4 - $13; if (d < 0) 
   if (d > 1e-5 * $4) { print "FAIL: step " $2 ": loss " $4 " (tp 1) vs " $13 " (pp 2 x tp 2)"; bad = 1 } }
   END { exit bad }'
 echo "pp 2 x tp 2: every loss within 1e-5 (relative) of pp 1 x tp 1"
+# memory per stage: the report names each rank's stage, and a stage holds
+# the activations of p - s micro-batches in flight (the same parameters
+# on every stage here), so its bytes fall from the first stage to the last
+run mem 4 --zero 1 --pp 4 --layers 8 --batch 64 --memory
+grep -E '^  [0-9]+:s[0-9]+ ' "$out/mem.log" | awk '{ split($1, rs, ":s"); if (rs[2] != NR - 1) bad = 1
+    if (NR > 1 && $2 >= prev) bad = 1; prev = $2; n++ }
+  END { if (n != 4 || bad) { print "FAIL: the memory report does not show 4 stages holding less the later they come"; exit 1 } }' || {
+  cat "$out/mem.log"; exit 1; }
+echo "memory per stage: 4 stages, each holding less than the one before (p - s micro-batches in flight)"
 rm -rf "$out"
