@@ -151,9 +151,9 @@ zinc_status zinc_pipe_refuse(const zinc_engine *e, const char *what) {
   if (!e->pipe || e->pipe->grid.pp == 1)
     return ZINC_OK;
   return zinc_error(ZINC_ERR_INVALID, "%s: pipeline_parallel_size %d: not implemented yet "
-                    "with a pipeline (each stage holds only its own modules, and the file "
-                    "layout for several stages is not written yet; docs/3d.md)", what,
-                    e->pipe->grid.pp);
+                    "with a pipeline (each stage holds only its own modules, and one file of "
+                    "the whole model needs every stage's; save a checkpoint instead, "
+                    "docs/3d.md)", what, e->pipe->grid.pp);
 }
 
 zinc_comm *zinc_pipe_stage_comm(const zinc_engine *e) {

@@ -38,7 +38,7 @@ zinc_status zinc_pipe_create_device(zinc_engine *e, int cuda_device);
  * agreed over the data-parallel group only (delayed averaging, the 1-bit
  * family), each with the reason. */
 zinc_status zinc_pipe_check_config(const zinc_engine *e);
-/* What a pipeline cannot do yet (checkpoints, safetensors files): with
+/* What a pipeline cannot do yet (safetensors files of the model): with
  * more than one stage, ZINC_ERR_INVALID naming `what` (local; every rank
  * has the same sizes), else ZINC_OK. */
 zinc_status zinc_pipe_refuse(const zinc_engine *e, const char *what);

@@ -31,6 +31,7 @@
 #include "engine/checkpoint/format.h"
 #include "engine/engine.h"
 #include "engine/failure.h"
+#include "engine/pipe.h"
 
 #define STAGING_ELEMS (1 << 20) /* 4 MiB of f32 between device and file */
 
@@ -62,23 +63,42 @@ static inline zinc_status check_call(zinc_engine *e, const char *dir, const char
   return ZINC_OK;
 }
 
-/* ---------------------------------------------------- model parallelism
+/* ------------------------------------------ model and pipeline parallelism
  *
  * With model_parallel_size N > 1 each model-parallel rank's shard of the
  * model is a checkpoint of its own — shards, manifest, checksums, client
- * state — in <dir>/<tag>/mp_rank_NN/, written by its data-parallel group;
- * world rank 0 owns <dir> (lock, publication of <dir>/<tag> as a whole,
- * latest), and the ranks agree over the world at every step, so the whole
- * model is published at once or not at all. Without model parallelism the
- * files are in <dir>/<tag>/ itself, as they always were. A load needs the
- * model_parallel_size of the save. */
+ * state — in <dir>/<tag>/mp_rank_NN/, written by its data-parallel group.
+ * With pipeline_parallel_size P > 1 each stage's part is in
+ * <dir>/<tag>/pp_stage_SS/ (its mp_rank_NN/ parts inside with model
+ * parallelism). World rank 0 owns <dir> (lock, publication of <dir>/<tag>
+ * as a whole, latest), and the ranks agree over the world at every step,
+ * so the whole model is published at once or not at all. Without either
+ * the files are in <dir>/<tag>/ itself, as they always were. A load needs
+ * the model- and pipeline-parallel sizes of the save. */
 
 #define MP_DIR_FORMAT "mp_rank_%02d"
+#define PP_DIR_FORMAT "pp_stage_%02d"
 
-/* The communicator the ranks agree over: the world when model-parallel
- * ranks save or load parts of one checkpoint. */
+/* Whether a checkpoint of this engine is in parts (a directory each). */
+static inline int ckpt_in_parts(const zinc_engine *e) {
+  return e->mp_size > 1 || zinc_pp_size(e) > 1;
+}
+
+/* This rank's part under <dir>/<tag>: "", "mp_rank_NN", "pp_stage_SS" or
+ * "pp_stage_SS/mp_rank_NN". */
+static inline void ckpt_part_name(const zinc_engine *e, char *buf, size_t n) {
+  int len = 0;
+  buf[0] = '\0';
+  if (zinc_pp_size(e) > 1)
+    len = snprintf(buf, n, PP_DIR_FORMAT "%s", zinc_pp_rank(e), e->mp_size > 1 ? "/" : "");
+  if (e->mp_size > 1 && len >= 0 && (size_t)len < n)
+    snprintf(buf + len, n - (size_t)len, MP_DIR_FORMAT, e->mp_rank);
+}
+
+/* The communicator the ranks agree over: the world when the ranks save or
+ * load parts of one checkpoint. */
 static inline zinc_comm *agree_comm(const zinc_engine *e) {
-  return e->mp_size > 1 ? e->world : e->dp_host;
+  return ckpt_in_parts(e) ? e->world : e->dp_host;
 }
 
 /* ------------------------------------------------------------ publish.c */

@@ -38,27 +38,63 @@ static zinc_status resolve_name(const char *dir, const char *tag, char **name) {
   return st;
 }
 
-/* Open this rank's checkpoint: dir/tag itself, or its mp_rank_NN part;
- * a checkpoint saved at another model_parallel_size is refused naming both. */
+/* The pipeline size a checkpoint under top was saved with: 1 when it has
+ * no pp_stage_00 part, else what that part's manifest says (-1: more than
+ * one, unreadable). */
+static int saved_pipeline(const char *top) {
+  char pp0[32], mp0[32];
+  snprintf(pp0, sizeof pp0, PP_DIR_FORMAT, 0);
+  snprintf(mp0, sizeof mp0, MP_DIR_FORMAT, 0);
+  char *stage0 = zinc_path_join(top, pp0);
+  struct stat sb;
+  if (!stage0 || lstat(stage0, &sb) != 0) {
+    free(stage0);
+    return 1;
+  }
+  zinc_ckpt_dir *d = NULL;
+  int saved = -1;
+  if (zinc_ckpt_dir_open(top, pp0, &d) == ZINC_OK || zinc_ckpt_dir_open(stage0, mp0, &d) == ZINC_OK)
+    saved = d->manifest->pp_size;
+  zinc_ckpt_dir_close(d);
+  free(stage0);
+  return saved;
+}
+
+/* Open this rank's checkpoint: dir/tag itself, or its part (mp_rank_NN,
+ * pp_stage_SS, pp_stage_SS/mp_rank_NN); a checkpoint saved at another
+ * model- or pipeline-parallel size is refused naming both. */
 static zinc_status open_for_engine(const zinc_engine *e, const char *dir, const char *tag,
                                    zinc_ckpt_dir **out) {
   *out = NULL;
   char *name = NULL;
   ZINC_CHECK(resolve_name(dir, tag, &name));
-  char *top = zinc_path_join(dir, name), sub[32], mp0[32];
+  int pp = zinc_pp_size(e);
+  char *top = zinc_path_join(dir, name), sub[32], mp0[32], stage[32];
   snprintf(sub, sizeof sub, MP_DIR_FORMAT, e->mp_rank);
   snprintf(mp0, sizeof mp0, MP_DIR_FORMAT, 0);
-  char *probe = top ? zinc_path_join(top, e->mp_size > 1 ? ZINC_MANIFEST_NAME : mp0) : NULL;
+  snprintf(stage, sizeof stage, PP_DIR_FORMAT, zinc_pp_rank(e));
+  /* where this rank's part lives: top, or its stage's directory */
+  char *base = top && pp > 1 ? zinc_path_join(top, stage) : top ? zinc_strdup(top) : NULL;
+  char *probe = base ? zinc_path_join(base, e->mp_size > 1 ? ZINC_MANIFEST_NAME : mp0) : NULL;
   zinc_status st = probe ? ZINC_OK : zinc_error(ZINC_ERR_NOMEM, "checkpoint load: out of host "
                                                 "memory");
+  int saved_pp = st == ZINC_OK ? saved_pipeline(top) : 1;
   struct stat sb;
-  if (st == ZINC_OK && e->mp_size > 1 && lstat(probe, &sb) == 0)
+  if (st == ZINC_OK && saved_pp != pp) {
+    char n[32] = "more than 1";
+    if (saved_pp > 0)
+      snprintf(n, sizeof n, "%d", saved_pp);
+    st = zinc_error(ZINC_ERR_INVALID, "checkpoint %s was saved with pipeline_parallel_size %s "
+                    "and this engine runs pipeline_parallel_size %d: load it at the pipeline "
+                    "size it was saved with (loading at another pipeline size is not "
+                    "implemented yet)", top, n, pp);
+  } else if (st == ZINC_OK && e->mp_size > 1 && lstat(probe, &sb) == 0)
     st = zinc_error(ZINC_ERR_INVALID, "checkpoint %s was saved with model_parallel_size 1 and "
                     "this engine runs model_parallel_size %d: load it at the size it was "
                     "saved with", top, e->mp_size);
   else if (st == ZINC_OK && e->mp_size == 1 && lstat(probe, &sb) == 0) {
     zinc_ckpt_dir *d0 = NULL;
-    int saved = zinc_ckpt_dir_open(top, mp0, &d0) == ZINC_OK ? d0->manifest->mp_size : -1;
+    int saved = zinc_ckpt_dir_open(base, mp0, &d0) == ZINC_OK ? d0->manifest->mp_size : -1;
     zinc_ckpt_dir_close(d0);
     char n[32] = "more than 1";
     if (saved > 0)
@@ -67,18 +103,33 @@ static zinc_status open_for_engine(const zinc_engine *e, const char *dir, const 
                     "(one part per model-parallel rank) and this engine runs "
                     "model_parallel_size 1: load it at the size it was saved with", top, n);
   }
-  if (st == ZINC_OK)
-    st = e->mp_size > 1 ? zinc_ckpt_dir_open(top, sub, out) : zinc_ckpt_dir_open(dir, tag, out);
+  if (st == ZINC_OK) {
+    if (e->mp_size > 1)
+      st = zinc_ckpt_dir_open(base, sub, out);
+    else if (pp > 1)
+      st = zinc_ckpt_dir_open(top, stage, out);
+    else
+      st = zinc_ckpt_dir_open(dir, tag, out);
+  }
   if (st == ZINC_OK && ((*out)->manifest->mp_size != e->mp_size ||
                         (*out)->manifest->mp_rank != e->mp_rank)) {
     st = zinc_error(ZINC_ERR_INVALID, "checkpoint %s holds model-parallel rank %d of "
                     "model_parallel_size %d; this rank is model-parallel rank %d of %d: load it "
                     "at the size it was saved with", (*out)->path, (*out)->manifest->mp_rank,
                     (*out)->manifest->mp_size, e->mp_rank, e->mp_size);
+  } else if (st == ZINC_OK && ((*out)->manifest->pp_size != pp ||
+                               (*out)->manifest->pp_stage != zinc_pp_rank(e))) {
+    st = zinc_error(ZINC_ERR_INVALID, "checkpoint %s holds pipeline stage %d of "
+                    "pipeline_parallel_size %d; this rank is stage %d of %d: a part moved "
+                    "between stages, or load it at the size it was saved with", (*out)->path,
+                    (*out)->manifest->pp_stage, (*out)->manifest->pp_size, zinc_pp_rank(e), pp);
+  }
+  if (st != ZINC_OK) {
     zinc_ckpt_dir_close(*out);
     *out = NULL;
   }
   free(probe);
+  free(base);
   free(top);
   free(name);
   return st;
@@ -301,7 +352,7 @@ static zinc_status agree_on_view(zinc_engine *e, const char *dir, const zinc_ckp
   if (with_crc)
     snprintf(mine, sizeof mine, "tag \"%s\" step %lld manifest crc32c %08x", d->manifest->tag,
              (long long)d->manifest->step, d->manifest_crc);
-  else /* the model-parallel parts: each its own manifest, one tag and step */
+  else /* the model- or pipeline-parallel parts: each its own manifest, one tag and step */
     snprintf(mine, sizeof mine, "tag \"%s\" step %lld", d->manifest->tag,
              (long long)d->manifest->step);
   char *all = calloc((size_t)size, VIEW);
@@ -418,7 +469,7 @@ static zinc_status load_checkpoint(zinc_engine *e, const char *dir, const char *
   st = zinc_engine_agree(e, ac, st);
   if (st == ZINC_OK)
     st = agree_on_view(e, dir, d, e->dp_host, e->dp_size, 1);
-  if (e->mp_size > 1) {
+  if (ckpt_in_parts(e)) {
     st = zinc_engine_agree(e, ac, st);
     if (st == ZINC_OK)
       st = agree_on_view(e, dir, d, e->world, e->world_size, 0);
@@ -472,7 +523,7 @@ static zinc_status load_checkpoint(zinc_engine *e, const char *dir, const char *
   st = zinc_engine_agree(e, ac, st);
   if (st == ZINC_OK)
     st = zinc_params_from_master(e);
-  if (e->mp_size > 1)
+  if (ckpt_in_parts(e))
     st = zinc_engine_agree(e, ac, st);
   if (st == ZINC_OK) {
     const zinc_manifest *m = d->manifest;
@@ -516,7 +567,6 @@ static zinc_status load_checkpoint(zinc_engine *e, const char *dir, const char *
 zinc_status zinc_load_checkpoint_ex(zinc_engine *e, const char *dir, const char *tag,
                                     unsigned flags) {
   ZINC_CHECK(check_call(e, dir, tag, "zinc_load_checkpoint", 0));
-  ZINC_CHECK(zinc_pipe_refuse(e, "zinc_load_checkpoint"));
   if (flags & ~ZINC_LOAD_WEIGHTS_ONLY)
     return zinc_error(ZINC_ERR_INVALID, "zinc_load_checkpoint_ex: flags 0x%x has bits other "
                       "than ZINC_LOAD_WEIGHTS_ONLY", flags);

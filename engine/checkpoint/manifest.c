@@ -141,6 +141,10 @@ char *zinc_manifest_to_json(const zinc_manifest *m) {
     json_object_set_new(root, "model_parallel_size", json_integer(m->mp_size));
     json_object_set_new(root, "mp_rank", json_integer(m->mp_rank));
   }
+  if (m->pp_size > 1) {
+    json_object_set_new(root, "pipeline_parallel_size", json_integer(m->pp_size));
+    json_object_set_new(root, "pipeline_stage", json_integer(m->pp_stage));
+  }
   if (m->client_state_bytes >= 0) {
     json_t *cs = json_object();
     char crc[16];
@@ -618,6 +622,15 @@ zinc_status zinc_manifest_parse(const char *text, size_t len, const char *what,
     if (!get_int(&r, root, "mp_rank", "$", 0, m->mp_size - 1, &v))
       goto done;
     m->mp_rank = (int)v;
+  }
+  m->pp_size = 1;
+  if (json_object_get(root, "pipeline_parallel_size")) { /* written since pipeline saves */
+    if (!get_int(&r, root, "pipeline_parallel_size", "$", 1, 1 << 24, &v))
+      goto done;
+    m->pp_size = (int)v;
+    if (!get_int(&r, root, "pipeline_stage", "$", 0, m->pp_size - 1, &v))
+      goto done;
+    m->pp_stage = (int)v;
   }
   json_t *cs = json_object_get(root, "client_state");
   if (cs) { /* written since the trainer's blob */

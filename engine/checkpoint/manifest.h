@@ -137,6 +137,9 @@ typedef struct {
   /* model parallelism: this manifest's model-parallel rank of mp_size
    * (1 and 0 in checkpoints of runs without it) */
   int mp_size, mp_rank;
+  /* pipeline parallelism: this manifest's stage of pp_size (1 and 0 in
+   * checkpoints of runs without a pipeline) */
+  int pp_size, pp_stage;
   char *sections[3];     /* names of the sections in every file, in order */
   int nsections;
   zinc_manifest_file *files;

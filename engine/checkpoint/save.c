@@ -126,6 +126,8 @@ static zinc_status write_manifest(zinc_engine *e, const char *partial, const cha
   m.skipped_steps = e->skipped_steps;
   m.mp_size = e->mp_size;
   m.mp_rank = e->mp_rank;
+  m.pp_size = zinc_pp_size(e);
+  m.pp_stage = zinc_pp_rank(e);
   m.client_state_bytes = -1;
   zinc_loss_scaler_state(&e->scaler, &m.scaler_scale, &m.scaler_iter, &m.scaler_last_overflow,
                          &m.scaler_hysteresis);
@@ -318,18 +320,20 @@ static zinc_status save_checkpoint(zinc_engine *e, const char *dir, const char *
                           .mp_size = (uint32_t)e->mp_size};
   if (st == ZINC_OK)
     st = zinc_comm_broadcast(ac, &id.save_id, 1, ZINC_DT_I64, 0);
-  /* the directory this rank's part goes to (model parallelism: its own) */
+  /* the directory this rank's part goes to (model and pipeline
+   * parallelism: its own) */
   char *setdir = NULL;
+  int parts = ckpt_in_parts(e);
   if (st == ZINC_OK) {
-    char sub[32];
-    snprintf(sub, sizeof sub, MP_DIR_FORMAT, e->mp_rank);
-    setdir = e->mp_size > 1 ? zinc_path_join(partial, sub) : zinc_strdup(partial);
+    char sub[64];
+    ckpt_part_name(e, sub, sizeof sub);
+    setdir = parts ? zinc_path_join(partial, sub) : zinc_strdup(partial);
     if (!setdir)
       st = zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for a path under %s",
                       partial);
-    if (st == ZINC_OK && e->mp_size > 1 && e->dp_rank == 0 && mkdir(setdir, 0755) != 0)
-      st = zinc_fs_error("create directory", setdir, -1, errno);
-    if (e->mp_size > 1)
+    if (st == ZINC_OK && parts && e->dp_rank == 0)
+      st = zinc_fs_mkdirs(setdir);
+    if (parts)
       st = zinc_engine_agree(e, ac, st);
   }
   /* 2. every rank writes and fsyncs its shard */
@@ -379,7 +383,7 @@ static zinc_status save_checkpoint(zinc_engine *e, const char *dir, const char *
                             "%s/%s (%zu bytes); free host memory and retry", setdir, extra,
                             strlen(setdir) + strlen(extra) + 2);
     free(xpath);
-    if (e->mp_size > 1)
+    if (parts)
       st = zinc_engine_agree(e, ac, st);
   }
   /* 4. data-parallel rank 0 of each part: manifest, checksums; then the
@@ -390,8 +394,16 @@ static zinc_status save_checkpoint(zinc_engine *e, const char *dir, const char *
     st = write_manifest(e, setdir, tag, id.save_id, info, extra, &pub.fault);
     if (st == ZINC_OK)
       st = zinc_fs_fsync(setdir, 1);
+    if (st == ZINC_OK && zinc_pp_size(e) > 1 && e->mp_size > 1) { /* its stage's entry */
+      char stage_name[32];
+      snprintf(stage_name, sizeof stage_name, PP_DIR_FORMAT, zinc_pp_rank(e));
+      char *stage_dir = zinc_path_join(partial, stage_name);
+      st = stage_dir ? zinc_fs_fsync(stage_dir, 1)
+                     : zinc_error(ZINC_ERR_NOMEM, "checkpoint save: no host memory for a path");
+      free(stage_dir);
+    }
   }
-  if (e->mp_size > 1) { /* every part complete before the whole is published */
+  if (parts) { /* every part complete before the whole is published */
     st = zinc_engine_agree(e, ac, st);
     if (st == ZINC_OK && owner)
       st = zinc_fs_fsync(partial, 1);
@@ -411,8 +423,8 @@ static zinc_status save_checkpoint(zinc_engine *e, const char *dir, const char *
     for (int r = 0; r < e->dp_size; r++)
       total += info[INFO * r + 1] + info[INFO * r + 3] + info[INFO * r + 5];
     zinc_log0(ZINC_LOG_INFO, "saved checkpoint %s: %d shards%s, %.1f MiB%s, step %lld, "
-              "%.2f s", final, e->dp_size, e->mp_size > 1 ? " per model-parallel rank" : "",
-              (double)total / (1 << 20), e->mp_size > 1 ? " (model-parallel rank 0)" : "",
+              "%.2f s", final, e->dp_size, parts ? " per part" : "",
+              (double)total / (1 << 20), parts ? " (the first part)" : "",
               (long long)e->step, zinc_now() - t0);
   }
   free(setdir);
@@ -425,7 +437,6 @@ static zinc_status save_checkpoint(zinc_engine *e, const char *dir, const char *
 
 zinc_status zinc_save_checkpoint(zinc_engine *e, const char *dir, const char *tag) {
   ZINC_CHECK(check_call(e, dir, tag, "zinc_save_checkpoint", 1));
-  ZINC_CHECK(zinc_pipe_refuse(e, "zinc_save_checkpoint"));
   /* the method: nothing in flight (delayed averaging: one model to save,
    * no all-reduce writing into what is loaded) */
   ZINC_CHECK(zinc_reduce_sync(e, 1));

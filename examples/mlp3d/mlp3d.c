@@ -40,7 +40,8 @@
 typedef struct {
   int layers, d, f, batch, micro, steps, pp, tp, zero, memory;
   double clip;
-  const char *offload, *dump;
+  const char *offload, *dump, *ckpt_dir;
+  int save_every, resume;
 } args;
 
 typedef struct {
@@ -293,7 +294,8 @@ static void dump(stage *S, const char *dir) {
 
 static void usage(void) {
   fprintf(stderr, "usage: mlp3d [--pp P] [--tp T] [--zero 0|1|2] [--offload none|cpu] "
-          "[--layers L] [--micro M] [--batch B] [--steps N] [--clip C] [--dump DIR] [--memory]\n");
+          "[--layers L] [--micro M] [--batch B] [--steps N] [--clip C] [--dump DIR] [--memory]\n"
+          "             [--ckpt-dir DIR [--save-every K] [--resume]]\n");
   exit(2);
 }
 
@@ -302,7 +304,8 @@ int main(int argc, char **argv) {
             .tp = 1, .zero = 1, .clip = 1.0, .offload = "none"};
   for (int i = 1; i < argc; i++) {
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!v && strncmp(argv[i], "--", 2) == 0 && strcmp(argv[i], "--memory"))
+    if (!v && strncmp(argv[i], "--", 2) == 0 && strcmp(argv[i], "--memory") &&
+        strcmp(argv[i], "--resume"))
       usage();
     if (!strcmp(argv[i], "--pp")) a.pp = atoi(v), i++;
     else if (!strcmp(argv[i], "--tp")) a.tp = atoi(v), i++;
@@ -315,6 +318,9 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--clip")) a.clip = atof(v), i++;
     else if (!strcmp(argv[i], "--dump")) a.dump = v, i++;
     else if (!strcmp(argv[i], "--memory")) a.memory = 1;
+    else if (!strcmp(argv[i], "--ckpt-dir")) a.ckpt_dir = v, i++;
+    else if (!strcmp(argv[i], "--save-every")) a.save_every = atoi(v), i++;
+    else if (!strcmp(argv[i], "--resume")) a.resume = 1;
     else usage();
   }
   if (a.pp < 1 || a.tp < 1 || a.micro < 1 || a.batch < 1 || a.steps < 0 || a.layers < a.pp ||
@@ -384,7 +390,14 @@ int main(int argc, char **argv) {
                     .backward = backward_cb, .done = count_micro};
   int world = zinc_world_size(e);
   double *all = calloc((size_t)world, sizeof *all);
-  for (S.step = 0; S.step < a.steps; S.step++) {
+  int first_step = 0;
+  if (a.ckpt_dir && a.resume) { /* each stage loads its own part; the data goes on */
+    check(zinc_load_checkpoint(e, a.ckpt_dir, NULL), "resume");
+    first_step = (int)zinc_step_count(e);
+    if (zinc_rank(e) == 0)
+      printf("resumed from %s at step %d\n", a.ckpt_dir, first_step);
+  }
+  for (S.step = first_step; S.step < a.steps; S.step++) {
     /* one step: m micro-batches in 1F1B order (pp_schedule.h) */
     S.loss = 0;
     S.info = (zinc_step_info)ZINC_STEP_INFO_INIT;
@@ -401,6 +414,12 @@ int main(int argc, char **argv) {
     if (zinc_rank(e) == 0)
       printf("step %3d  loss %.9f (%a)  grad norm %.6f (%a)%s\n", S.step, mean, mean,
              info.grad_norm, info.grad_norm, info.skipped ? "  skipped" : "");
+    int done = S.step + 1;
+    if (a.ckpt_dir && ((a.save_every > 0 && done % a.save_every == 0) || done == a.steps)) {
+      char tag[32];
+      snprintf(tag, sizeof tag, "global_step%d", done);
+      check(zinc_save_checkpoint(e, a.ckpt_dir, tag), "save"); /* every stage's part */
+    }
   }
   if (a.dump)
     dump(&S, a.dump);

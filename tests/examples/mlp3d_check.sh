@@ -7,7 +7,8 @@
 # offload none and cpu: every step's loss and gradient norm, and every
 # parameter's final bytes, equal. With tensor parallelism (tp 2) the sums
 # inside a block are split, so the losses agree within a tolerance instead.
-# The memory report shows each stage's bytes.
+# Checkpoints of a pipeline resume bitwise; the memory report shows each
+# stage's bytes.
 # usage: mlp3d_check.sh MLP3D MPIEXEC OUTDIR [CASES]
 #   CASES: "zero:offload:dp" triples (default: the sample below)
 set -euo pipefail
@@ -47,6 +48,53 @@ paste "$out/tp_ref.steps" "$out/tp_pp2.steps" | awk '{ d = $4 - $13; if (d < 0) 
   if (d > 1e-5 * $4) { print "FAIL: step " $2 ": loss " $4 " (tp 1) vs " $13 " (pp 2 x tp 2)"; bad = 1 } }
   END { exit bad }'
 echo "pp 2 x tp 2: every loss within 1e-5 (relative) of pp 1 x tp 1"
+# checkpoints of a pipeline: each stage's part (its tensor-parallel parts
+# inside), published together; a run resumed from one continues as the run
+# that never stopped, bit for bit; another pipeline size is refused
+# naming both sizes, on every rank, changing nothing
+resume() { # name np flags...: 3 steps and a save, then 6 resumed, against 6 straight
+  local name=$1 np=$2; shift 2
+  local ck="$out/$name.ckpt"
+  run "${name}_straight" "$np" "$@"
+  "$mpiexec" -n "$np" --oversubscribe "$bin" --steps 3 --micro 4 --clip 0.05 --ckpt-dir "$ck" "$@" \
+    >"$out/$name.first.log" 2>&1 || { cat "$out/$name.first.log"; echo "FAIL: $name: the first half"; exit 1; }
+  "$mpiexec" -n "$np" --oversubscribe "$bin" --steps 6 --micro 4 --clip 0.05 --ckpt-dir "$ck" \
+    --resume --dump "$out/${name}_resumed" "$@" >"$out/$name.resumed.log" 2>&1 ||
+    { cat "$out/$name.resumed.log"; echo "FAIL: $name: the resumed half"; exit 1; }
+  grep -q "resumed from .* at step 3" "$out/$name.resumed.log" || {
+    cat "$out/$name.resumed.log"; echo "FAIL: $name did not resume at step 3"; exit 1; }
+  cat "$out/$name.first.log" "$out/$name.resumed.log" | grep '^step' >"$out/${name}_resumed.steps"
+  cat "$out/${name}_resumed"/stage* | sort >"$out/${name}_resumed.params"
+  same "${name}_straight" "${name}_resumed"
+  echo "$name: saved at step 3, resumed: bitwise the run that never stopped"
+}
+resume pp2_dp2_z1 4 --zero 1 --pp 2
+resume pp2_tp2_z2_cpu 4 --zero 2 --offload cpu --pp 2 --tp 2
+[ -d "$out/pp2_tp2_z2_cpu.ckpt/global_step3/pp_stage_01/mp_rank_01" ] || {
+  find "$out/pp2_tp2_z2_cpu.ckpt"; echo "FAIL: no part for stage 1, tensor-parallel rank 1"; exit 1; }
+for pp in 1 4; do
+  if "$mpiexec" -n 4 --oversubscribe "$bin" --steps 6 --zero 1 --pp $pp --ckpt-dir "$out/pp2_dp2_z1.ckpt" \
+       --resume >"$out/refused$pp.log" 2>&1; then
+    cat "$out/refused$pp.log"; echo "FAIL: a pp 2 checkpoint loaded at pp $pp"; exit 1
+  fi
+  n=$(grep -c "saved with pipeline_parallel_size 2 and this engine runs pipeline_parallel_size $pp" \
+      "$out/refused$pp.log" || true)
+  [ "$n" -eq 4 ] || { cat "$out/refused$pp.log"; echo "FAIL: $n of 4 ranks named both pipeline sizes"; exit 1; }
+done
+echo "a pp 2 checkpoint at pp 1 and pp 4: refused on every rank, naming both sizes"
+if [ -n "${ZINC_CKPT:-}" ]; then # the tool lists and verifies each stage's part
+  top="$out/pp2_dp2_z1.ckpt/global_step3"
+  for s in 0 1; do
+    "$ZINC_CKPT" verify "$top" pp_stage_0$s >/dev/null || { echo "FAIL: zinc-ckpt verify stage $s"; exit 1; }
+    "$ZINC_CKPT" list "$top" pp_stage_0$s | grep -q "pipeline stage $s of 2" || {
+      echo "FAIL: zinc-ckpt list does not name stage $s"; exit 1; }
+  done
+  said=$("$ZINC_CKPT" list "$out/pp2_dp2_z1.ckpt" global_step3 2>&1 || true)
+  echo "$said" | grep -q "name a part as DIR/TAG and pp_stage_SS" || {
+    echo "$said"; echo "FAIL: zinc-ckpt does not say how to name a stage's part"; exit 1; }
+  echo "zinc-ckpt: lists and verifies each stage's part, and says how to name one"
+fi
+
 # memory per stage: the report names each rank's stage, and a stage holds
 # the activations of p - s micro-batches in flight (the same parameters
 # on every stage here), so its bytes fall from the first stage to the last

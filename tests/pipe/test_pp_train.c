@@ -14,8 +14,8 @@
  *  - what a pipeline refuses, on every rank with the same status, naming
  *    the reason: ZeRO stage 3 and the 1-bit family at create; a model that
  *    differs between the ranks of one stage at build (naming the stage's
- *    first rank); checkpoints and safetensors files (not yet), which
- *    change nothing: training goes on.
+ *    first rank); safetensors files of the model (not yet), which change
+ *    nothing: training goes on.
  */
 #include <mpi.h>
 #include <unistd.h>
@@ -143,13 +143,14 @@ static void train(int zero, int pp) {
              "reference by %g (clipped by the whole model's norm%s)", zero, pp, step, stage,
              worst, skip ? "; a skipped step changes nothing" : "");
   }
-  /* not yet with a pipeline: refused on every rank, nothing changes */
-  char dir[128];
-  snprintf(dir, sizeof dir, "/tmp/zinc_pp_train_%d", (int)getppid());
-  expect_all(zinc_save_checkpoint(e, dir, "t"), ZINC_ERR_INVALID, "save with a pipeline",
-             "zinc_save_checkpoint", "not implemented yet");
-  expect_all(zinc_export_safetensors(e, dir, ZINC_F32), ZINC_ERR_INVALID,
+  /* not yet with a pipeline: refused on every rank, nothing changes (a
+   * checkpoint works: examples' mlp3d_check.sh resumes from one) */
+  char path[128];
+  snprintf(path, sizeof path, "/tmp/zinc_pp_train_%d.safetensors", (int)getppid());
+  expect_all(zinc_export_safetensors(e, path, ZINC_F32), ZINC_ERR_INVALID,
              "export with a pipeline", "zinc_export_safetensors", "pipeline_parallel_size");
+  expect_all(zinc_load_safetensors(e, path, NULL, NULL), ZINC_ERR_INVALID,
+             "loading weights with a pipeline", "zinc_load_safetensors", "not implemented yet");
   zinc_step_info info = ZINC_STEP_INFO_INIT;
   train_step(e, m, p, STEPS, 0, &info); /* training goes on */
   ET_CHECK(!info.skipped, "the step after the refusals was skipped");

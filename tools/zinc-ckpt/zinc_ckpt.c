@@ -60,8 +60,9 @@ static void list_tags(const char *dir) {
   free(latest);
 }
 
-/* zinc_ckpt_dir_open, and for a model-parallel checkpoint (no manifest of
- * its own, a part per model-parallel rank) the way to name a part. */
+/* zinc_ckpt_dir_open, and for a checkpoint in parts (no manifest of its
+ * own: a part per model-parallel rank, or per pipeline stage) the way to
+ * name a part. */
 static zinc_status open_dir(const char *dir, const char *tag, zinc_ckpt_dir **d) {
   zinc_status st = zinc_ckpt_dir_open(dir, tag, d);
   if (st == ZINC_OK)
@@ -69,11 +70,25 @@ static zinc_status open_dir(const char *dir, const char *tag, zinc_ckpt_dir **d)
   char *name = NULL, path[4096];
   struct stat sb;
   if (tag || zinc_ckpt_latest_read(dir, &name) == ZINC_OK) {
-    snprintf(path, sizeof path, "%s/%s/mp_rank_00", dir, tag ? tag : name);
+    const char *t = tag ? tag : name;
+    snprintf(path, sizeof path, "%s/%s/mp_rank_00", dir, t);
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
       zinc_error_wrap(st, "%s/%s is a model-parallel checkpoint, one part per model-parallel "
                       "rank: name a part as DIR/TAG and mp_rank_NN (zinc-ckpt list %s/%s "
-                      "mp_rank_00)", dir, tag ? tag : name, dir, tag ? tag : name);
+                      "mp_rank_00)", dir, t, dir, t);
+    snprintf(path, sizeof path, "%s/%s/pp_stage_00/mp_rank_00", dir, t);
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+      zinc_error_wrap(st, "%s/%s is a pipeline checkpoint with model parallelism, one part per "
+                      "stage and model-parallel rank: name a part as DIR/TAG/pp_stage_SS and "
+                      "mp_rank_NN (zinc-ckpt list %s/%s/pp_stage_00 mp_rank_00)", dir, t, dir,
+                      t);
+    else {
+      snprintf(path, sizeof path, "%s/%s/pp_stage_00", dir, t);
+      if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        zinc_error_wrap(st, "%s/%s is a pipeline checkpoint, one part per stage: name a part "
+                        "as DIR/TAG and pp_stage_SS (zinc-ckpt list %s/%s pp_stage_00)", dir, t,
+                        dir, t);
+    }
   }
   free(name);
   return st;
@@ -92,6 +107,8 @@ static int cmd_list(const char *dir, const char *tag) {
   printf("  step %lld, micro-batches %lld, skipped steps %lld, loss scale %g\n",
          (long long)m->step, (long long)m->micro_step, (long long)m->skipped_steps,
          m->scaler_scale);
+  if (m->pp_size > 1)
+    printf("  pipeline stage %d of %d (this stage's modules)\n", m->pp_stage, m->pp_size);
   if (m->mp_size > 1)
     printf("  model-parallel rank %d of %d (this part of the model)\n", m->mp_rank, m->mp_size);
   if (m->client_state_bytes >= 0)
