@@ -946,8 +946,10 @@ ZINC_API zinc_status zinc_mp_allreduce_sum(zinc_engine *e, float *data, int64_t 
  * batches' forward passes, as 1F1B does). Refused at zinc_engine_create
  * with ZINC_ERR_CONFIG and the reason: ZeRO stage 3, and the gradient
  * methods that agree their own norm (delayed averaging, the 1-bit
- * family). Not yet (ZINC_ERR_INVALID naming the pipeline size, nothing
- * changes): checkpoints and safetensors files. The schedule of
+ * family). Checkpoints: each stage's part under <tag>/pp_stage_SS,
+ * published together; a load needs the pipeline size of the save (another
+ * is refused naming both). Not yet (ZINC_ERR_INVALID naming the pipeline
+ * size, nothing changes): safetensors files of the model. The schedule of
  * examples/mlp3d (pp_schedule.h) shows the calls; docs/3d.md. */
 
 /* World rank of this rank's neighbour in its pipeline group: the previous
@@ -1062,7 +1064,10 @@ ZINC_API zinc_status zinc_pp_transfer(zinc_engine *e, const zinc_pp_op *ops,
  * manifest, checksums, client state), and dir/tag is published as a whole
  * once every part is complete; such a checkpoint loads at the same
  * model_parallel_size (any data-parallel size and stage), and another size
- * is refused with ZINC_ERR_INVALID naming both. The ranks wait for peers
+ * is refused with ZINC_ERR_INVALID naming both. With a pipeline each
+ * stage's part is under dir/tag/pp_stage_SS/ (its mp_rank_NN/ parts
+ * inside), published the same way, and loads at the same
+ * pipeline_parallel_size (another is refused naming both). The ranks wait for peers
  * still writing up to the config's zinc.checkpoint_timeout_s (default
  * 1800 s; comm_timeout_s if larger), not comm_timeout_s: a slow peer is
  * not a lost one (the same holds for zinc_load_checkpoint,
