@@ -5,7 +5,10 @@
 #
 # Without RANKS the test runs as one process. With RANKS it runs under
 # mpirun once per rank count, as name_np<N> (oversubscribed: CI has 2
-# cores). Exit code 77 means SKIPPED (ctest prints it as "Skipped"): a test
+# cores); the variants above the smallest multi-rank count are labelled
+# `wide` as well: the sanitizer builds run each program at one rank and at
+# its smallest multi-rank count (the same code under the sanitizer), the
+# plain build at every count. Exit code 77 means SKIPPED (ctest prints it as "Skipped"): a test
 # that needs a GPU, several ranks or a missing kernel feature says so loudly
 # instead of passing. Every test links zinc_test_common (tests/common/: the
 # seeded random generator, the bitwise comparison, stderr capture).
@@ -48,16 +51,29 @@ function(zinc_add_test)
     set(_names ${T_NAME})
   else()
     set(_names "")
+    set(_narrow 0) # the smallest rank count above 1
+    foreach(n ${T_RANKS})
+      if(n GREATER 1 AND (_narrow EQUAL 0 OR n LESS _narrow))
+        set(_narrow ${n})
+      endif()
+    endforeach()
     foreach(n ${T_RANKS})
       add_test(NAME ${T_NAME}_np${n}
         COMMAND ${ZINC_MPIEXEC} ${MPIEXEC_NUMPROC_FLAG} ${n} --oversubscribe
                 ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${T_NAME}> ${T_ARGS})
       list(APPEND _names ${T_NAME}_np${n})
+      if(n GREATER _narrow)
+        list(APPEND _wide ${T_NAME}_np${n})
+      endif()
     endforeach()
     list(APPEND T_LABELS mpi)
   endif()
   foreach(_n ${_names})
+    set(_labels ${T_LABELS})
+    if(_n IN_LIST _wide)
+      list(APPEND _labels wide)
+    endif()
     set_tests_properties(${_n} PROPERTIES ENVIRONMENT "${ZINC_TEST_ENV}"
-      SKIP_RETURN_CODE 77 TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}")
+      SKIP_RETURN_CODE 77 TIMEOUT ${T_TIMEOUT} LABELS "${_labels}")
   endforeach()
 endfunction()

@@ -6,7 +6,9 @@
 #   2. the CUDA build (-Werror): compile and link only here; its `gpu` tests
 #      run when a GPU is present and say SKIPPED otherwise;
 #   3. the AddressSanitizer + UBSan build and the suite under it (not the
-#      tests labelled `slow`, which the CPU build runs);
+#      tests labelled `slow`, which the CPU build runs, nor `wide`: each
+#      multi-rank program runs at its smallest rank counts, the CPU build
+#      at every count);
 #   4. the ThreadSanitizer build and the threaded tests under it (not `slow`);
 #   5. bounded libFuzzer runs of every parser of outside input;
 #   6. valgrind memcheck on the single-process tests (the engine's own tests
@@ -51,7 +53,7 @@ if want asan; then
   cmake -S . -B build/asan -DZINC_CUDA=OFF -DZINC_WERROR=ON -DZINC_SANITIZE=address,undefined \
         -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZINC_BENCH=OFF >/dev/null
   cmake --build build/asan -j "$jobs"
-  ctest --test-dir build/asan --output-on-failure -j 2 -LE 'bench|slow|tsan-only'
+  ctest --test-dir build/asan --output-on-failure -j 2 -LE 'bench|slow|tsan-only|wide'
 fi
 
 if want tsan; then
