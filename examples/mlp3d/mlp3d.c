@@ -41,7 +41,7 @@
 typedef struct {
   int layers, d, f, batch, micro, steps, pp, tp, zero, memory;
   double clip;
-  const char *offload, *dump, *ckpt_dir;
+  const char *offload, *nvme_path, *dump, *ckpt_dir;
   int save_every, resume;
 } args;
 
@@ -245,7 +245,8 @@ static void dump(stage *S, const char *dir) {
 }
 
 static void usage(void) {
-  fprintf(stderr, "usage: mlp3d [--pp P] [--tp T] [--zero 0|1|2] [--offload none|cpu] "
+  fprintf(stderr, "usage: mlp3d [--pp P] [--tp T] [--zero 0|1|2] [--offload none|cpu|nvme] "
+          "[--nvme-path DIR] "
           "[--layers L] [--micro M] [--batch B] [--steps N] [--clip C] [--dump DIR] [--memory]\n"
           "             [--ckpt-dir DIR [--save-every K] [--resume]]\n");
   exit(2);
@@ -253,7 +254,8 @@ static void usage(void) {
 
 int main(int argc, char **argv) {
   args a = {.layers = 4, .d = 24, .f = 64, .batch = 8, .micro = 4, .steps = 20, .pp = 1,
-            .tp = 1, .zero = 1, .clip = 1.0, .offload = "none"};
+            .tp = 1, .zero = 1, .clip = 1.0, .offload = "none",
+            .nvme_path = "/tmp/zinc_nvme"};
   for (int i = 1; i < argc; i++) {
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v && strncmp(argv[i], "--", 2) == 0 && strcmp(argv[i], "--memory") &&
@@ -263,6 +265,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--tp")) a.tp = atoi(v), i++;
     else if (!strcmp(argv[i], "--zero")) a.zero = atoi(v), i++;
     else if (!strcmp(argv[i], "--offload")) a.offload = v, i++;
+    else if (!strcmp(argv[i], "--nvme-path")) a.nvme_path = v, i++;
     else if (!strcmp(argv[i], "--layers")) a.layers = atoi(v), i++;
     else if (!strcmp(argv[i], "--micro")) a.micro = atoi(v), i++;
     else if (!strcmp(argv[i], "--batch")) a.batch = atoi(v), i++;
@@ -283,8 +286,9 @@ int main(int argc, char **argv) {
            "{\"train_micro_batch_size_per_gpu\": %d, \"gradient_accumulation_steps\": %d,"
            " \"gradient_clipping\": %g,"
            " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003, \"weight_decay\": 0.01}},"
-           " \"zero_optimization\": {\"stage\": %d, \"offload_optimizer\": {\"device\": \"%s\"}}}",
-           a.batch, a.micro, a.clip, a.zero, a.offload);
+           " \"zero_optimization\": {\"stage\": %d, \"offload_optimizer\": {\"device\": \"%s\","
+           " \"nvme_path\": \"%s\"}}}",
+           a.batch, a.micro, a.clip, a.zero, a.offload, a.nvme_path);
   zinc_config *cfg;
   check(zinc_config_parse(json, &cfg), "config");
   zinc_options opt = ZINC_OPTIONS_INIT;

@@ -4,7 +4,7 @@
 # p = 2 and 4 stages (1F1B, 4 micro-batches a step, gradient clipping at
 # 0.05, below every step's norm, so that the norm reaches the weights)
 # against p = 1 with the same data-parallel size, at ZeRO stages 0-2 with
-# offload none and cpu: every step's loss and gradient norm, and every
+# offload none, cpu and NVMe: every step's loss and gradient norm, and every
 # parameter's final bytes, equal. With tensor parallelism (tp 2) the sums
 # inside a block are split, so the losses agree within a tolerance instead.
 # Checkpoints of a pipeline resume bitwise; the memory report shows each
@@ -13,8 +13,8 @@
 #   CASES: "zero:offload:dp" triples (default: the sample below)
 set -euo pipefail
 bin=$1 mpiexec=$2 out=$3
-cases=${4:-"0:none:1 1:none:2 2:none:1 1:cpu:1 2:cpu:2"}
-rm -rf "$out"; mkdir -p "$out"
+cases=${4:-"0:none:1 1:none:2 2:none:1 1:cpu:1 2:cpu:2 2:nvme:2"}
+rm -rf "$out"; mkdir -p "$out/nvme"
 run() { # name np args...
   local name=$1 np=$2; shift 2
   "$mpiexec" -n "$np" --oversubscribe "$bin" --steps 6 --micro 4 --clip 0.05 --dump "$out/$name" "$@" \
@@ -31,7 +31,7 @@ same() { # ref other
 }
 for c in $cases; do
   IFS=: read -r zero offload dp <<<"$c"
-  flags=(--zero "$zero" --offload "$offload")
+  flags=(--zero "$zero" --offload "$offload" --nvme-path "$out/nvme")
   ref=z${zero}_${offload}_dp${dp}_pp1
   run "$ref" "$dp" "${flags[@]}"
   for pp in 2 4; do
