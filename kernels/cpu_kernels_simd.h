@@ -910,9 +910,12 @@ SIMD_INLINE void simd_adam_pair_span(const zinc_opt_coef *c, int decay,
       h1e = simd_sr_hash_pair(&draws, i, 1, 0);
       h1o = simd_sr_hash_pair(&draws, i, 1, 1);
     }
-    vi rme = simd_bf16_raw(me, sr, SIMD_DRAW_HI(h0e)), rmo = simd_bf16_raw(mo, sr, SIMD_DRAW_HI(h0o));
-    vi rve = simd_bf16_raw(ve, sr, SIMD_DRAW_LO(h1e)), rvo = simd_bf16_raw(vo, sr, SIMD_DRAW_LO(h1o));
-    vi rpe = simd_bf16_raw(pe, sr, SIMD_DRAW_LO(h0e)), rpo = simd_bf16_raw(po, sr, SIMD_DRAW_LO(h0o));
+    vi rme = simd_bf16_raw(me, sr, SIMD_DRAW_HI(h0e));
+    vi rmo = simd_bf16_raw(mo, sr, SIMD_DRAW_HI(h0o));
+    vi rve = simd_bf16_raw(ve, sr, SIMD_DRAW_LO(h1e));
+    vi rvo = simd_bf16_raw(vo, sr, SIMD_DRAW_LO(h1o));
+    vi rpe = simd_bf16_raw(pe, sr, SIMD_DRAW_LO(h0e));
+    vi rpo = simd_bf16_raw(po, sr, SIMD_DRAW_LO(h0o));
     if (ZINC_UNLIKELY(vm_any(vm_or(vm_or(vm_unord(pe, po), vm_unord(me, mo)), vm_unord(ve, vo))))) {
       rme = simd_bf16_raw_nan(me, rme);
       rmo = simd_bf16_raw_nan(mo, rmo);
@@ -1040,8 +1043,10 @@ SIMD_INLINE void simd_lion_pair_span(const zinc_opt_coef *c, int decay,
       h0e = simd_sr_hash_pair(&draws, i, 0, 0);
       h0o = simd_sr_hash_pair(&draws, i, 0, 1);
     }
-    vi rme = simd_bf16_raw(me, sr, SIMD_DRAW_HI(h0e)), rmo = simd_bf16_raw(mo, sr, SIMD_DRAW_HI(h0o));
-    vi rpe = simd_bf16_raw(pe, sr, SIMD_DRAW_LO(h0e)), rpo = simd_bf16_raw(po, sr, SIMD_DRAW_LO(h0o));
+    vi rme = simd_bf16_raw(me, sr, SIMD_DRAW_HI(h0e));
+    vi rmo = simd_bf16_raw(mo, sr, SIMD_DRAW_HI(h0o));
+    vi rpe = simd_bf16_raw(pe, sr, SIMD_DRAW_LO(h0e));
+    vi rpo = simd_bf16_raw(po, sr, SIMD_DRAW_LO(h0o));
     if (ZINC_UNLIKELY(vm_any(vm_or(vm_unord(pe, po), vm_unord(me, mo))))) {
       rme = simd_bf16_raw_nan(me, rme);
       rmo = simd_bf16_raw_nan(mo, rmo);
@@ -1167,8 +1172,10 @@ SIMD_INLINE void simd_adagrad_pair_span(const zinc_opt_coef *c, int decay,
       h1e = simd_sr_hash_pair(&draws, i, 1, 0);
       h1o = simd_sr_hash_pair(&draws, i, 1, 1);
     }
-    vi rse = simd_bf16_raw(se, sr, SIMD_DRAW_LO(h1e)), rso = simd_bf16_raw(so, sr, SIMD_DRAW_LO(h1o));
-    vi rpe = simd_bf16_raw(pe, sr, SIMD_DRAW_LO(h0e)), rpo = simd_bf16_raw(po, sr, SIMD_DRAW_LO(h0o));
+    vi rse = simd_bf16_raw(se, sr, SIMD_DRAW_LO(h1e));
+    vi rso = simd_bf16_raw(so, sr, SIMD_DRAW_LO(h1o));
+    vi rpe = simd_bf16_raw(pe, sr, SIMD_DRAW_LO(h0e));
+    vi rpo = simd_bf16_raw(po, sr, SIMD_DRAW_LO(h0o));
     if (ZINC_UNLIKELY(vm_any(vm_or(vm_unord(pe, po), vm_unord(se, so))))) {
       rse = simd_bf16_raw_nan(se, rse);
       rso = simd_bf16_raw_nan(so, rso);
@@ -1301,8 +1308,10 @@ SIMD_INLINE void simd_sgd_pair_span(const zinc_opt_coef *c, int decay,
       h0e = simd_sr_hash_pair(&draws, i, 0, 0);
       h0o = simd_sr_hash_pair(&draws, i, 0, 1);
     }
-    vi rbe = simd_bf16_raw(be, sr, SIMD_DRAW_HI(h0e)), rbo = simd_bf16_raw(bo, sr, SIMD_DRAW_HI(h0o));
-    vi rpe = simd_bf16_raw(pe, sr, SIMD_DRAW_LO(h0e)), rpo = simd_bf16_raw(po, sr, SIMD_DRAW_LO(h0o));
+    vi rbe = simd_bf16_raw(be, sr, SIMD_DRAW_HI(h0e));
+    vi rbo = simd_bf16_raw(bo, sr, SIMD_DRAW_HI(h0o));
+    vi rpe = simd_bf16_raw(pe, sr, SIMD_DRAW_LO(h0e));
+    vi rpo = simd_bf16_raw(po, sr, SIMD_DRAW_LO(h0o));
     /* without a buffer be, bo are the loaded master: their NaNs patch
      * raw sums that are not stored */
     if (ZINC_UNLIKELY(vm_any(vm_or(vm_unord(pe, po), vm_unord(be, bo))))) {
@@ -1467,7 +1476,8 @@ SIMD_INLINE void simd_lamb_apply_pair_span(const zinc_opt_coef *c, int decay, fl
       h0e = simd_sr_hash_pair(&draws, i, 0, 0);
       h0o = simd_sr_hash_pair(&draws, i, 0, 1);
     }
-    vi rpe = simd_bf16_raw(pe, sr, SIMD_DRAW_LO(h0e)), rpo = simd_bf16_raw(po, sr, SIMD_DRAW_LO(h0o));
+    vi rpe = simd_bf16_raw(pe, sr, SIMD_DRAW_LO(h0e));
+    vi rpo = simd_bf16_raw(po, sr, SIMD_DRAW_LO(h0o));
     if (ZINC_UNLIKELY(vm_any(vm_unord(pe, po)))) {
       rpe = simd_bf16_raw_nan(pe, rpe);
       rpo = simd_bf16_raw_nan(po, rpo);
