@@ -180,36 +180,27 @@ AVX2_INLINE vf load_sign(const uint8_t *p, vf s) {
 #define vi_set1(x) _mm256_set1_epi32((int)(x))
 #define vi_xor(a, b) _mm256_xor_si256((a), (b))
 #define vi_and(a, b) _mm256_and_si256((a), (b))
+#define vi_or(a, b) _mm256_or_si256((a), (b))
 #define vi_add(a, b) _mm256_add_epi32((a), (b))
 #define vi_srli(a, k) _mm256_srli_epi32((a), (k))
+#define vi_slli(a, k) _mm256_slli_epi32((a), (k))
 #define vi_mullo(a, b) _mm256_mullo_epi32((a), (b))
 #define vi_iota() _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)
-#define vf_from_bf16_bits(b) _mm256_castsi256_ps(_mm256_slli_epi32((b), 16))
+#define vf_as_vi(x) _mm256_castps_si256(x)
+#define vi_as_vf(x) _mm256_castsi256_ps(x)
 /* every lane is <= 0xffff, so the unsigned-saturating pack is exact */
 #define vi_pack_u16(b) _mm_packus_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256((b), 1))
-
-/* NaN lanes: the upper half with the quiet bit, as zinc_f32_to_bf16. */
-AVX2_INLINE vi bf16_nan_fix(vi u, vi r) {
-  __m256i mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
-  __m256i nan = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7f800000));
-  __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
-  return _mm256_blendv_epi8(r, quiet, nan);
-}
-
-AVX2_INLINE vi vf_bf16_rne_bits(vf x) {
-  __m256i u = _mm256_castps_si256(x);
-  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  __m256i r = _mm256_srli_epi32(
-      _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
-  return bf16_nan_fix(u, r);
-}
-
-AVX2_INLINE vi vf_bf16_sr_bits(vf x, vi draw) {
-  __m256i u = _mm256_castps_si256(x);
-  __m256i r = _mm256_srli_epi32(
-      _mm256_add_epi32(u, _mm256_and_si256(draw, _mm256_set1_epi32(0xffff))), 16);
-  return bf16_nan_fix(u, r);
-}
+#define vi_loadu(p) _mm256_loadu_si256((const __m256i *)(p))
+#define vi_storeu(p, x) _mm256_storeu_si256((__m256i *)(p), (x))
+#define vi_stream(p, x) _mm256_stream_si256((__m256i *)(p), (x))
+/* the odd 16-bit words (each lane's upper half) from hi, the even ones
+ * from lo's upper halves shifted down */
+#define vi_merge_bf16(lo, hi) _mm256_blend_epi16(_mm256_srli_epi32((lo), 16), (hi), 0xaa)
+typedef __m256 vm; /* a lane mask, all ones or zero per lane */
+#define vm_unord(a, b) _mm256_cmp_ps((a), (b), _CMP_UNORD_Q)
+#define vm_or(a, b) _mm256_or_ps((a), (b))
+#define vm_any(m) _mm256_movemask_ps(m)
+#define vi_select(m, a, b) _mm256_blendv_epi8((a), (b), _mm256_castps_si256(m))
 
 #include "kernels/cpu_kernels_simd.h"
 

@@ -192,35 +192,28 @@ AVX512_INLINE vf load_sign(const uint8_t *p, vf s) {
 #define vi_set1(x) _mm512_set1_epi32((int)(x))
 #define vi_xor(a, b) _mm512_xor_si512((a), (b))
 #define vi_and(a, b) _mm512_and_si512((a), (b))
+#define vi_or(a, b) _mm512_or_si512((a), (b))
 #define vi_add(a, b) _mm512_add_epi32((a), (b))
 #define vi_srli(a, k) _mm512_srli_epi32((a), (k))
+#define vi_slli(a, k) _mm512_slli_epi32((a), (k))
 #define vi_mullo(a, b) _mm512_mullo_epi32((a), (b))
 #define vi_iota() _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
-#define vf_from_bf16_bits(b) _mm512_castsi512_ps(_mm512_slli_epi32((b), 16))
+#define vf_as_vi(x) _mm512_castps_si512(x)
+#define vi_as_vf(x) _mm512_castsi512_ps(x)
 #define vi_pack_u16(b) _mm512_cvtepi32_epi16(b)
-
-/* NaN lanes: the upper half with the quiet bit, as zinc_f32_to_bf16. */
-AVX512_INLINE vi bf16_nan_fix(vi u, vi r) {
-  __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                          _mm512_set1_epi32(0x7f800000));
-  return _mm512_mask_mov_epi32(
-      r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
-}
-
-AVX512_INLINE vi vf_bf16_rne_bits(vf x) {
-  __m512i u = _mm512_castps_si512(x);
-  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(
-      _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
-  return bf16_nan_fix(u, r);
-}
-
-AVX512_INLINE vi vf_bf16_sr_bits(vf x, vi draw) {
-  __m512i u = _mm512_castps_si512(x);
-  __m512i r = _mm512_srli_epi32(
-      _mm512_add_epi32(u, _mm512_and_si512(draw, _mm512_set1_epi32(0xffff))), 16);
-  return bf16_nan_fix(u, r);
-}
+#define vi_loadu(p) _mm512_loadu_si512((const void *)(p))
+#define vi_storeu(p, x) _mm512_storeu_si512((void *)(p), (x))
+#define vi_stream(p, x) _mm512_stream_si512((void *)(p), (x))
+/* each lane's upper half from hi, its lower half from lo's upper half
+ * (0xca: the bitwise select a ? b : c) */
+#define vi_merge_bf16(lo, hi)                                                                \
+  _mm512_ternarylogic_epi32(_mm512_set1_epi32((int)0xffff0000u), (hi),                     \
+                            _mm512_srli_epi32((lo), 16), 0xca)
+typedef __mmask16 vm; /* a lane mask */
+#define vm_unord(a, b) _mm512_cmp_ps_mask((a), (b), _CMP_UNORD_Q)
+#define vm_or(a, b) ((vm)((a) | (b)))
+#define vm_any(m) ((int)(m))
+#define vi_select(m, a, b) _mm512_mask_mov_epi32((a), (m), (b))
 
 #include "kernels/cpu_kernels_simd.h"
 

@@ -638,19 +638,46 @@ static SIMD_FN void simd_codec_decode(int kind, int64_t block, void *dst, int dd
 /* The loops over master and state slots stored in bf16 (either or both):
  * the element functions *_elem_st of zinc_math.h with vectors. Slots load
  * and widen bf16, the arithmetic is the fp32 loop's above operation for
- * operation, and each new value is rounded as it is stored, to nearest even
- * or with the element's draws (stochastic). The draws of a vector are
- * zinc_sr_draw's for its SIMD_W consecutive global indices: the span never
- * crosses a multiple of 2^32 (cpu_kernels.c cuts it there; Lamb's UPDATE
- * takes the scalar path for a block that does), so the index's upper half
- * and the stream bases are fixed for the span. Each ISA file defines,
- * besides the macros above:
- *   vi_set1 vi_xor vi_and vi_add vi_srli vi_mullo vi_iota (0, 1, ..)
- *   vf_bf16_rne_bits(x) vf_bf16_sr_bits(x, r)  bf16 bits in the low half
- *                       of each 32-bit lane, as zinc_f32_to_bf16 and
- *                       zinc_f32_to_bf16_sr (r: a draw per lane)
- *   vi_pack_u16(b)      the lanes' low halves as a vh
- *   vf_from_bf16_bits(b) the bf16 values widened to fp32 */
+ * operation (the simd_*_math functions, shared by both layouts below), and
+ * each new value is rounded as it is stored, to nearest even or with the
+ * element's draws (stochastic).
+ *
+ * A store rounds in two steps: the "raw" 32-bit sum (the value's bits plus
+ * 0x7fff plus the kept half's lowest bit, or plus the draw), whose upper
+ * half is the bf16 value, then a shift or a merge into 16-bit lanes; the
+ * value as stored is the raw sum with its lower half cleared. A NaN lane
+ * takes zinc_f32_to_bf16's quiet NaN (raw = bits | 0x400000, upper half
+ * (bits >> 16) | 0x40); NaNs being rare, a loop tests every value it
+ * stores for one at once (vm_unord, two vectors a compare) and patches the
+ * raw sums only when there is one.
+ *
+ * Two layouts, chosen per call:
+ *  - natural: lane k of a vector holds element i + k. Used when any array
+ *    (a slot, the gradient, the compute copy) is 32-bit or fp16, and for
+ *    Lamb's UPDATE, whose sums of squares follow the element order.
+ *  - paired: every array is bf16 (master, state, gradient, and the compute
+ *    copy when there is one). One load of 2 * SIMD_W values gives two
+ *    vectors without a shuffle: lane k's lower 16 bits (element i + 2k)
+ *    shifted up, and its upper 16 bits (element i + 2k + 1) masked; the
+ *    results go back with one shift and one blend (vi_merge_bf16), where
+ *    the natural layout widens and packs across 128-bit lanes. Elements
+ *    are independent, so the order they are computed in changes no bit;
+ *    each draw is that of its element's global index.
+ *
+ * The draws of a vector are zinc_sr_draw's for its elements' global
+ * indices: the span never crosses a multiple of 2^32 (cpu_kernels.c cuts it
+ * there; Lamb's UPDATE takes the scalar path for a block that does), so
+ * the index's upper half and the stream bases are fixed for the span. Each
+ * ISA file defines, besides the macros above:
+ *   vi_set1 vi_xor vi_and vi_or vi_add vi_srli vi_slli vi_mullo
+ *   vi_iota (0, 1, ..)  vf_as_vi vi_as_vf (bit casts)
+ *   vi_pack_u16(b)      the lanes' lower halves as a vh
+ *   vi_loadu vi_storeu vi_stream   2 * SIMD_W bf16 values (vi_stream: at
+ *                       an address aligned to their size)
+ *   vi_merge_bf16(lo, hi)  per 32-bit lane: lo's upper half in the lower
+ *                       half, hi's upper half kept
+ *   vm vm_unord(a, b)   the lanes where a or b is NaN; vm_or, vm_any (any
+ *                       lane set), vi_select(m, a, b) (b where m, else a) */
 
 SIMD_INLINE vi simd_mix32(vi x) { /* zinc_sr_mix32 */
   x = vi_xor(x, vi_srli(x, 16));
@@ -681,20 +708,56 @@ SIMD_INLINE vi simd_sr_hash(const simd_sr *s, int64_t i, int stream) {
   return simd_mix32(vi_xor(idx, stream ? s->base1 : s->base0));
 }
 
+/* h_s of the even (odd 0) or odd (odd 1) elements of the pair at i:
+ * elements i + 2k + odd, k = 0 .. SIMD_W - 1. */
+SIMD_INLINE vi simd_sr_hash_pair(const simd_sr *s, int64_t i, int stream, int odd) {
+  vi idx = vi_add(vi_set1(s->lo0 + (uint32_t)i + (uint32_t)odd), vi_add(vi_iota(), vi_iota()));
+  return simd_mix32(vi_xor(idx, stream ? s->base1 : s->base0));
+}
+
+/* A slot's 16-bit draw from its stream's hash (zinc_sr_draw): master and
+ * exp_avg_sq the lower half, exp_avg the upper half. */
+#define SIMD_DRAW_LO(h) vi_and((h), vi_set1(0xffff))
+#define SIMD_DRAW_HI(h) vi_srli((h), 16)
+
+/* The raw sum of x rounded to nearest even (sr 0) or with the draw r. */
+SIMD_INLINE vi simd_bf16_raw(vf x, int sr, vi r) {
+  vi u = vf_as_vi(x);
+  if (sr)
+    return vi_add(u, r);
+  return vi_add(u, vi_add(vi_and(vi_srli(u, 16), vi_set1(1)), vi_set1(0x7fff)));
+}
+
+/* The raw sum with x's NaN lanes quieted as zinc_f32_to_bf16 does. */
+SIMD_INLINE vi simd_bf16_raw_nan(vf x, vi raw) {
+  return vi_select(vm_unord(x, x), raw, vi_or(vf_as_vi(x), vi_set1(0x400000)));
+}
+
+/* The value as stored: the raw sum's upper half, widened. */
+SIMD_INLINE vf simd_bf16_stored(vi raw) {
+  return vi_as_vf(vi_and(raw, vi_set1(0xffff0000u)));
+}
+
+/* The even and odd elements of 2 * SIMD_W bf16 values (paired layout). */
+SIMD_INLINE vf simd_bf16_even(vi b) { return vi_as_vf(vi_slli(b, 16)); }
+SIMD_INLINE vf simd_bf16_odd(vi b) { return vi_as_vf(vi_and(b, vi_set1(0xffff0000u))); }
+
 SIMD_INLINE vf simd_slot_load(const void *base, int64_t i, int bf16) {
   return bf16 ? vf_load_bf16((const uint16_t *)base + i) : vf_loadu((const float *)base + i);
 }
 
 /* Stores x to a slot (bf16 rounded to nearest even, or with the draws r
- * when sr) and returns it as stored. */
+ * when sr) and returns it as stored (natural layout). */
 SIMD_INLINE vf simd_slot_store(void *base, int64_t i, int bf16, vf x, int sr, vi r) {
   if (!bf16) {
     vf_storeu((float *)base + i, x);
     return x;
   }
-  vi b = sr ? vf_bf16_sr_bits(x, r) : vf_bf16_rne_bits(x);
-  vh_storeu((uint16_t *)base + i, vi_pack_u16(b));
-  return vf_from_bf16_bits(b);
+  vi raw = simd_bf16_raw(x, sr, r);
+  if (ZINC_UNLIKELY(vm_any(vm_unord(x, x))))
+    raw = simd_bf16_raw_nan(x, raw);
+  vh_storeu((uint16_t *)base + i, vi_pack_u16(vi_srli(raw, 16)));
+  return simd_bf16_stored(raw);
 }
 
 /* The span's storage with mb, sb (compile-time constants at every call)
@@ -706,20 +769,89 @@ SIMD_INLINE zinc_opt_store simd_store_of(const zinc_opt_store *st, int mb, int s
   return s;
 }
 
+/* The paired layout applies: master, state, gradient (gdt < 0: none read)
+ * and the compute copy (odt < 0: none) all bf16. */
+SIMD_INLINE int simd_paired(const zinc_opt_store *st, int gdt, int odt) {
+  return st->master_bf16 && st->state_bf16 && (gdt < 0 || gdt == ZINC_BF16) &&
+         (odt < 0 || odt == ZINC_BF16);
+}
+
+/* As simd_stream_peel for the paired layout's bf16 compute copy (stores of
+ * 2 * SIMD_W values). */
+SIMD_INLINE int64_t simd_pair_stream_peel(const uint16_t *out, int64_t n) {
+  if (!out || n < SIMD_STREAM_MIN)
+    return -1;
+  uintptr_t vb = 2 * SIMD_W * 2, a = (uintptr_t)out;
+  if (a % 2)
+    return -1;
+  return (int64_t)(((vb - a % vb) % vb) / 2);
+}
+
+/* The master as stored, merged, to p and to the compute copy. */
+SIMD_INLINE void simd_pair_store_master(uint16_t *p, uint16_t *out, int64_t i, vi pw,
+                                        int has_out, int stream) {
+  vi_storeu(p + i, pw);
+  if (has_out) {
+    if (stream)
+      vi_stream(out + i, pw);
+    else
+      vi_storeu(out + i, pw);
+  }
+}
+
 /* The (master, state) storage pairs a loop is specialised for: CASE(MB, SB)
  * for the three pairs with a bf16 slot; the switch key is MB * 2 + SB. */
 #define SIMD_EVERY_BF16_STORE(CASE) CASE(0, 1) CASE(1, 0) CASE(1, 1)
 
+/* The paired loops are specialised for (compute copy, stochastic): CASE(O,
+ * SR) for O none (0) or bf16 (1); the switch key is O * 2 + SR. */
+#define SIMD_EVERY_PAIR_CASE(CASE) CASE(0, 0) CASE(0, 1) CASE(1, 0) CASE(1, 1)
+
+/* ------------------------------------------------------- Adam, bf16 slots */
+
+typedef struct {
+  vf grad_scale, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, inv_sqrt_bc2, step_size;
+  vf weight_decay, decay_factor;
+  int l2, decoupled;
+} simd_adam_k;
+
+SIMD_INLINE simd_adam_k simd_adam_k_of(const zinc_opt_coef *c, int decay) {
+  simd_adam_k k;
+  k.grad_scale = vf_set1(c->grad_scale);
+  k.beta1 = vf_set1(c->beta1);
+  k.one_minus_beta1 = vf_set1(c->one_minus_beta1);
+  k.beta2 = vf_set1(c->beta2);
+  k.one_minus_beta2 = vf_set1(c->one_minus_beta2);
+  k.eps = vf_set1(c->eps);
+  k.inv_sqrt_bc2 = vf_set1(c->inv_sqrt_bc2);
+  k.step_size = vf_set1(c->step_size);
+  k.weight_decay = vf_set1(c->weight_decay);
+  k.decay_factor = vf_set1(c->decay_factor);
+  k.l2 = decay && !c->adamw;
+  k.decoupled = decay && c->adamw;
+  return k;
+}
+
+/* zinc_adam_elem with vectors (g: the gradient as loaded). */
+SIMD_INLINE void simd_adam_math(const simd_adam_k *k, vf g, vf *p, vf *m, vf *v) {
+  vf pv = *p;
+  g = vf_mul(g, k->grad_scale);
+  if (k->l2)
+    g = vf_fmadd(k->weight_decay, pv, g);
+  vf mv = vf_fmadd(k->beta1, *m, vf_mul(k->one_minus_beta1, g));
+  vf vv = vf_fmadd(k->beta2, *v, vf_mul(vf_mul(k->one_minus_beta2, g), g));
+  vf d = vf_fmadd(vf_sqrt(vv), k->inv_sqrt_bc2, k->eps);
+  if (k->decoupled)
+    pv = vf_mul(pv, k->decay_factor);
+  *p = vf_fnmadd(k->step_size, vf_div(mv, d), pv);
+  *m = mv;
+  *v = vv;
+}
+
 SIMD_INLINE void simd_adam_st_span(const zinc_opt_coef *c, int decay, const zinc_opt_store *st0,
                                    int mb, int sb, void *p, void *m, void *v, const void *g,
                                    int gdt, void *out, int odt, int64_t idx0, int64_t n) {
-  const vf grad_scale = vf_set1(c->grad_scale);
-  const vf beta1 = vf_set1(c->beta1), one_minus_beta1 = vf_set1(c->one_minus_beta1);
-  const vf beta2 = vf_set1(c->beta2), one_minus_beta2 = vf_set1(c->one_minus_beta2);
-  const vf eps = vf_set1(c->eps), inv_sqrt_bc2 = vf_set1(c->inv_sqrt_bc2);
-  const vf step_size = vf_set1(c->step_size);
-  const vf weight_decay = vf_set1(c->weight_decay), decay_factor = vf_set1(c->decay_factor);
-  const int l2 = decay && !c->adamw, decoupled = decay && c->adamw;
+  const simd_adam_k k = simd_adam_k_of(c, decay);
   const zinc_opt_store st = simd_store_of(st0, mb, sb);
   const int sr = st.stochastic;
   const simd_sr draws = simd_sr_init(&st, idx0);
@@ -730,27 +862,18 @@ SIMD_INLINE void simd_adam_st_span(const zinc_opt_coef *c, int decay, const zinc
   else
     i = 0;
   for (; i + SIMD_W <= n; i += SIMD_W) {
-    vf gv = simd_load(g, i, gdt);
     vf pv = simd_slot_load(p, i, mb), mv = simd_slot_load(m, i, sb);
     vf vv = simd_slot_load(v, i, sb);
-    gv = vf_mul(gv, grad_scale);
-    if (l2)
-      gv = vf_fmadd(weight_decay, pv, gv);
-    mv = vf_fmadd(beta1, mv, vf_mul(one_minus_beta1, gv));
-    vv = vf_fmadd(beta2, vv, vf_mul(vf_mul(one_minus_beta2, gv), gv));
-    vf d = vf_fmadd(vf_sqrt(vv), inv_sqrt_bc2, eps);
-    if (decoupled)
-      pv = vf_mul(pv, decay_factor);
-    pv = vf_fnmadd(step_size, vf_div(mv, d), pv);
+    simd_adam_math(&k, simd_load(g, i, gdt), &pv, &mv, &vv);
     vi h0 = vi_set1(0), h1 = vi_set1(0);
     if (sr) {
       h0 = simd_sr_hash(&draws, i, 0);
       if (sb)
         h1 = simd_sr_hash(&draws, i, 1);
     }
-    simd_slot_store(m, i, sb, mv, sr, vi_srli(h0, 16));
-    simd_slot_store(v, i, sb, vv, sr, h1);
-    pv = simd_slot_store(p, i, mb, pv, sr, h0);
+    simd_slot_store(m, i, sb, mv, sr, SIMD_DRAW_HI(h0));
+    simd_slot_store(v, i, sb, vv, sr, SIMD_DRAW_LO(h1));
+    pv = simd_slot_store(p, i, mb, pv, sr, SIMD_DRAW_LO(h0));
     if (odt >= 0)
       simd_store(out, i, odt, pv, stream);
   }
@@ -759,11 +882,72 @@ SIMD_INLINE void simd_adam_st_span(const zinc_opt_coef *c, int decay, const zinc
   zinc_cpu_adam_st_tail(c, decay, &st, p, m, v, g, gdt, out, odt, idx0, i, n);
 }
 
+/* Every array bf16 (simd_paired); has_out and sr are constants. */
+SIMD_INLINE void simd_adam_pair_span(const zinc_opt_coef *c, int decay,
+                                     const zinc_opt_store *st0, uint16_t *p, uint16_t *m,
+                                     uint16_t *v, const uint16_t *g, uint16_t *out, int has_out,
+                                     int sr, int64_t idx0, int64_t n) {
+  const simd_adam_k k = simd_adam_k_of(c, decay);
+  const zinc_opt_store st = simd_store_of(st0, 1, 1);
+  const int odt = has_out ? ZINC_BF16 : -1;
+  const simd_sr draws = simd_sr_init(&st, idx0);
+  int64_t i = has_out ? simd_pair_stream_peel(out, n) : -1;
+  const int stream = i >= 0;
+  if (stream)
+    zinc_cpu_adam_st_tail(c, decay, &st, p, m, v, g, ZINC_BF16, out, odt, idx0, 0, i);
+  else
+    i = 0;
+  for (; i + 2 * SIMD_W <= n; i += 2 * SIMD_W) {
+    vi gb = vi_loadu(g + i), pb = vi_loadu(p + i), mb = vi_loadu(m + i), vb = vi_loadu(v + i);
+    vf pe = simd_bf16_even(pb), me = simd_bf16_even(mb), ve = simd_bf16_even(vb);
+    vf po = simd_bf16_odd(pb), mo = simd_bf16_odd(mb), vo = simd_bf16_odd(vb);
+    simd_adam_math(&k, simd_bf16_even(gb), &pe, &me, &ve);
+    simd_adam_math(&k, simd_bf16_odd(gb), &po, &mo, &vo);
+    vi h0e = vi_set1(0), h0o = h0e, h1e = h0e, h1o = h0e;
+    if (sr) {
+      h0e = simd_sr_hash_pair(&draws, i, 0, 0);
+      h0o = simd_sr_hash_pair(&draws, i, 0, 1);
+      h1e = simd_sr_hash_pair(&draws, i, 1, 0);
+      h1o = simd_sr_hash_pair(&draws, i, 1, 1);
+    }
+    vi rme = simd_bf16_raw(me, sr, SIMD_DRAW_HI(h0e));
+    vi rmo = simd_bf16_raw(mo, sr, SIMD_DRAW_HI(h0o));
+    vi rve = simd_bf16_raw(ve, sr, SIMD_DRAW_LO(h1e));
+    vi rvo = simd_bf16_raw(vo, sr, SIMD_DRAW_LO(h1o));
+    vi rpe = simd_bf16_raw(pe, sr, SIMD_DRAW_LO(h0e));
+    vi rpo = simd_bf16_raw(po, sr, SIMD_DRAW_LO(h0o));
+    if (ZINC_UNLIKELY(vm_any(vm_or(vm_or(vm_unord(pe, po), vm_unord(me, mo)), vm_unord(ve, vo))))) {
+      rme = simd_bf16_raw_nan(me, rme);
+      rmo = simd_bf16_raw_nan(mo, rmo);
+      rve = simd_bf16_raw_nan(ve, rve);
+      rvo = simd_bf16_raw_nan(vo, rvo);
+      rpe = simd_bf16_raw_nan(pe, rpe);
+      rpo = simd_bf16_raw_nan(po, rpo);
+    }
+    vi_storeu(m + i, vi_merge_bf16(rme, rmo));
+    vi_storeu(v + i, vi_merge_bf16(rve, rvo));
+    simd_pair_store_master(p, out, i, vi_merge_bf16(rpe, rpo), has_out, stream);
+  }
+  if (stream)
+    _mm_sfence();
+  zinc_cpu_adam_st_tail(c, decay, &st, p, m, v, g, ZINC_BF16, out, odt, idx0, i, n);
+}
+
 static SIMD_FN void simd_adam_st(const zinc_opt_coef *c, int decay, const zinc_opt_store *st,
                                  void *p, void *m, void *v, const void *g, int gdt, void *out,
                                  int odt, int64_t idx0, int64_t n) {
   if (!out)
     odt = -1;
+  if (simd_paired(st, gdt, odt)) {
+#define ADAM_PAIR_CASE(O, SR)                                                              \
+  case (O) * 2 + (SR):                                                                     \
+    simd_adam_pair_span(c, decay, st, p, m, v, g, (O) ? out : NULL, (O), (SR), idx0, n);   \
+    return;
+    switch ((odt >= 0) * 2 + st->stochastic) {
+      SIMD_EVERY_PAIR_CASE(ADAM_PAIR_CASE)
+    }
+#undef ADAM_PAIR_CASE
+  }
 #define ADAM_ST_CASE(MB, SB)                                                               \
   case (MB) * 2 + (SB):                                                                    \
     simd_adam_st_span(c, decay, st, (MB), (SB), p, m, v, g, gdt, out, odt, idx0, n);       \
@@ -776,13 +960,41 @@ static SIMD_FN void simd_adam_st(const zinc_opt_coef *c, int decay, const zinc_o
 #undef ADAM_ST_CASE
 }
 
+/* ------------------------------------------------------- Lion, bf16 slots */
+
+typedef struct {
+  vf grad_scale, beta1, one_minus_beta1, beta2, one_minus_beta2, step_size, decay_factor;
+  int decay;
+} simd_lion_k;
+
+SIMD_INLINE simd_lion_k simd_lion_k_of(const zinc_opt_coef *c, int decay) {
+  simd_lion_k k;
+  k.grad_scale = vf_set1(c->grad_scale);
+  k.beta1 = vf_set1(c->beta1);
+  k.one_minus_beta1 = vf_set1(c->one_minus_beta1);
+  k.beta2 = vf_set1(c->beta2);
+  k.one_minus_beta2 = vf_set1(c->one_minus_beta2);
+  k.step_size = vf_set1(c->step_size);
+  k.decay_factor = vf_set1(c->decay_factor);
+  k.decay = decay;
+  return k;
+}
+
+/* zinc_lion_elem with vectors. */
+SIMD_INLINE void simd_lion_math(const simd_lion_k *k, vf g, vf *p, vf *m) {
+  vf pv = *p;
+  g = vf_mul(g, k->grad_scale);
+  vf cv = vf_fmadd(k->beta1, *m, vf_mul(k->one_minus_beta1, g));
+  if (k->decay)
+    pv = vf_mul(pv, k->decay_factor);
+  *p = vf_sub(pv, vf_copysign(k->step_size, cv));
+  *m = vf_fmadd(k->beta2, *m, vf_mul(k->one_minus_beta2, g));
+}
+
 SIMD_INLINE void simd_lion_st_span(const zinc_opt_coef *c, int decay, const zinc_opt_store *st0,
                                    int mb, int sb, void *p, void *m, const void *g, int gdt,
                                    void *out, int odt, int64_t idx0, int64_t n) {
-  const vf grad_scale = vf_set1(c->grad_scale);
-  const vf beta1 = vf_set1(c->beta1), one_minus_beta1 = vf_set1(c->one_minus_beta1);
-  const vf beta2 = vf_set1(c->beta2), one_minus_beta2 = vf_set1(c->one_minus_beta2);
-  const vf step_size = vf_set1(c->step_size), decay_factor = vf_set1(c->decay_factor);
+  const simd_lion_k k = simd_lion_k_of(c, decay);
   const zinc_opt_store st = simd_store_of(st0, mb, sb);
   const int sr = st.stochastic;
   const simd_sr draws = simd_sr_init(&st, idx0);
@@ -793,16 +1005,11 @@ SIMD_INLINE void simd_lion_st_span(const zinc_opt_coef *c, int decay, const zinc
   else
     i = 0;
   for (; i + SIMD_W <= n; i += SIMD_W) {
-    vf gv = vf_mul(simd_load(g, i, gdt), grad_scale);
     vf pv = simd_slot_load(p, i, mb), mv = simd_slot_load(m, i, sb);
-    vf cv = vf_fmadd(beta1, mv, vf_mul(one_minus_beta1, gv));
-    if (decay)
-      pv = vf_mul(pv, decay_factor);
-    pv = vf_sub(pv, vf_copysign(step_size, cv));
-    mv = vf_fmadd(beta2, mv, vf_mul(one_minus_beta2, gv));
+    simd_lion_math(&k, simd_load(g, i, gdt), &pv, &mv);
     vi h0 = sr ? simd_sr_hash(&draws, i, 0) : vi_set1(0);
-    simd_slot_store(m, i, sb, mv, sr, vi_srli(h0, 16));
-    pv = simd_slot_store(p, i, mb, pv, sr, h0);
+    simd_slot_store(m, i, sb, mv, sr, SIMD_DRAW_HI(h0));
+    pv = simd_slot_store(p, i, mb, pv, sr, SIMD_DRAW_LO(h0));
     if (odt >= 0)
       simd_store(out, i, odt, pv, stream);
   }
@@ -811,11 +1018,64 @@ SIMD_INLINE void simd_lion_st_span(const zinc_opt_coef *c, int decay, const zinc
   zinc_cpu_lion_st_tail(c, decay, &st, p, m, g, gdt, out, odt, idx0, i, n);
 }
 
+SIMD_INLINE void simd_lion_pair_span(const zinc_opt_coef *c, int decay,
+                                     const zinc_opt_store *st0, uint16_t *p, uint16_t *m,
+                                     const uint16_t *g, uint16_t *out, int has_out, int sr,
+                                     int64_t idx0, int64_t n) {
+  const simd_lion_k k = simd_lion_k_of(c, decay);
+  const zinc_opt_store st = simd_store_of(st0, 1, 1);
+  const int odt = has_out ? ZINC_BF16 : -1;
+  const simd_sr draws = simd_sr_init(&st, idx0);
+  int64_t i = has_out ? simd_pair_stream_peel(out, n) : -1;
+  const int stream = i >= 0;
+  if (stream)
+    zinc_cpu_lion_st_tail(c, decay, &st, p, m, g, ZINC_BF16, out, odt, idx0, 0, i);
+  else
+    i = 0;
+  for (; i + 2 * SIMD_W <= n; i += 2 * SIMD_W) {
+    vi gb = vi_loadu(g + i), pb = vi_loadu(p + i), mb = vi_loadu(m + i);
+    vf pe = simd_bf16_even(pb), me = simd_bf16_even(mb);
+    vf po = simd_bf16_odd(pb), mo = simd_bf16_odd(mb);
+    simd_lion_math(&k, simd_bf16_even(gb), &pe, &me);
+    simd_lion_math(&k, simd_bf16_odd(gb), &po, &mo);
+    vi h0e = vi_set1(0), h0o = h0e;
+    if (sr) {
+      h0e = simd_sr_hash_pair(&draws, i, 0, 0);
+      h0o = simd_sr_hash_pair(&draws, i, 0, 1);
+    }
+    vi rme = simd_bf16_raw(me, sr, SIMD_DRAW_HI(h0e));
+    vi rmo = simd_bf16_raw(mo, sr, SIMD_DRAW_HI(h0o));
+    vi rpe = simd_bf16_raw(pe, sr, SIMD_DRAW_LO(h0e));
+    vi rpo = simd_bf16_raw(po, sr, SIMD_DRAW_LO(h0o));
+    if (ZINC_UNLIKELY(vm_any(vm_or(vm_unord(pe, po), vm_unord(me, mo))))) {
+      rme = simd_bf16_raw_nan(me, rme);
+      rmo = simd_bf16_raw_nan(mo, rmo);
+      rpe = simd_bf16_raw_nan(pe, rpe);
+      rpo = simd_bf16_raw_nan(po, rpo);
+    }
+    vi_storeu(m + i, vi_merge_bf16(rme, rmo));
+    simd_pair_store_master(p, out, i, vi_merge_bf16(rpe, rpo), has_out, stream);
+  }
+  if (stream)
+    _mm_sfence();
+  zinc_cpu_lion_st_tail(c, decay, &st, p, m, g, ZINC_BF16, out, odt, idx0, i, n);
+}
+
 static SIMD_FN void simd_lion_st(const zinc_opt_coef *c, int decay, const zinc_opt_store *st,
                                  void *p, void *m, const void *g, int gdt, void *out, int odt,
                                  int64_t idx0, int64_t n) {
   if (!out)
     odt = -1;
+  if (simd_paired(st, gdt, odt)) {
+#define LION_PAIR_CASE(O, SR)                                                              \
+  case (O) * 2 + (SR):                                                                     \
+    simd_lion_pair_span(c, decay, st, p, m, g, (O) ? out : NULL, (O), (SR), idx0, n);      \
+    return;
+    switch ((odt >= 0) * 2 + st->stochastic) {
+      SIMD_EVERY_PAIR_CASE(LION_PAIR_CASE)
+    }
+#undef LION_PAIR_CASE
+  }
 #define LION_ST_CASE(MB, SB)                                                               \
   case (MB) * 2 + (SB):                                                                    \
     simd_lion_st_span(c, decay, st, (MB), (SB), p, m, g, gdt, out, odt, idx0, n);          \
@@ -828,12 +1088,39 @@ static SIMD_FN void simd_lion_st(const zinc_opt_coef *c, int decay, const zinc_o
 #undef LION_ST_CASE
 }
 
+/* ---------------------------------------------------- Adagrad, bf16 slots */
+
+typedef struct {
+  vf grad_scale, weight_decay, eps, step_size;
+  int decay;
+} simd_adagrad_k;
+
+SIMD_INLINE simd_adagrad_k simd_adagrad_k_of(const zinc_opt_coef *c, int decay) {
+  simd_adagrad_k k;
+  k.grad_scale = vf_set1(c->grad_scale);
+  k.weight_decay = vf_set1(c->weight_decay);
+  k.eps = vf_set1(c->eps);
+  k.step_size = vf_set1(c->step_size);
+  k.decay = decay;
+  return k;
+}
+
+/* zinc_adagrad_elem with vectors. */
+SIMD_INLINE void simd_adagrad_math(const simd_adagrad_k *k, vf g, vf *p, vf *s) {
+  vf pv = *p;
+  g = vf_mul(g, k->grad_scale);
+  if (k->decay)
+    g = vf_fmadd(k->weight_decay, pv, g);
+  vf sv = vf_fmadd(g, g, *s);
+  *p = vf_fnmadd(k->step_size, vf_div(g, vf_add(vf_sqrt(sv), k->eps)), pv);
+  *s = sv;
+}
+
 SIMD_INLINE void simd_adagrad_st_span(const zinc_opt_coef *c, int decay,
                                       const zinc_opt_store *st0, int mb, int sb, void *p,
                                       void *s, const void *g, int gdt, void *out, int odt,
                                       int64_t idx0, int64_t n) {
-  const vf grad_scale = vf_set1(c->grad_scale), weight_decay = vf_set1(c->weight_decay);
-  const vf eps = vf_set1(c->eps), step_size = vf_set1(c->step_size);
+  const simd_adagrad_k k = simd_adagrad_k_of(c, decay);
   const zinc_opt_store st = simd_store_of(st0, mb, sb);
   const int sr = st.stochastic;
   const simd_sr draws = simd_sr_init(&st, idx0);
@@ -844,16 +1131,12 @@ SIMD_INLINE void simd_adagrad_st_span(const zinc_opt_coef *c, int decay,
   else
     i = 0;
   for (; i + SIMD_W <= n; i += SIMD_W) {
-    vf gv = vf_mul(simd_load(g, i, gdt), grad_scale);
-    vf pv = simd_slot_load(p, i, mb);
-    if (decay)
-      gv = vf_fmadd(weight_decay, pv, gv);
-    vf sv = vf_fmadd(gv, gv, simd_slot_load(s, i, sb));
-    pv = vf_fnmadd(step_size, vf_div(gv, vf_add(vf_sqrt(sv), eps)), pv);
+    vf pv = simd_slot_load(p, i, mb), sv = simd_slot_load(s, i, sb);
+    simd_adagrad_math(&k, simd_load(g, i, gdt), &pv, &sv);
     vi h0 = sr && mb ? simd_sr_hash(&draws, i, 0) : vi_set1(0);
     vi h1 = sr && sb ? simd_sr_hash(&draws, i, 1) : vi_set1(0);
-    simd_slot_store(s, i, sb, sv, sr, h1);
-    pv = simd_slot_store(p, i, mb, pv, sr, h0);
+    simd_slot_store(s, i, sb, sv, sr, SIMD_DRAW_LO(h1));
+    pv = simd_slot_store(p, i, mb, pv, sr, SIMD_DRAW_LO(h0));
     if (odt >= 0)
       simd_store(out, i, odt, pv, stream);
   }
@@ -862,11 +1145,66 @@ SIMD_INLINE void simd_adagrad_st_span(const zinc_opt_coef *c, int decay,
   zinc_cpu_adagrad_st_tail(c, decay, &st, p, s, g, gdt, out, odt, idx0, i, n);
 }
 
+SIMD_INLINE void simd_adagrad_pair_span(const zinc_opt_coef *c, int decay,
+                                        const zinc_opt_store *st0, uint16_t *p, uint16_t *s,
+                                        const uint16_t *g, uint16_t *out, int has_out, int sr,
+                                        int64_t idx0, int64_t n) {
+  const simd_adagrad_k k = simd_adagrad_k_of(c, decay);
+  const zinc_opt_store st = simd_store_of(st0, 1, 1);
+  const int odt = has_out ? ZINC_BF16 : -1;
+  const simd_sr draws = simd_sr_init(&st, idx0);
+  int64_t i = has_out ? simd_pair_stream_peel(out, n) : -1;
+  const int stream = i >= 0;
+  if (stream)
+    zinc_cpu_adagrad_st_tail(c, decay, &st, p, s, g, ZINC_BF16, out, odt, idx0, 0, i);
+  else
+    i = 0;
+  for (; i + 2 * SIMD_W <= n; i += 2 * SIMD_W) {
+    vi gb = vi_loadu(g + i), pb = vi_loadu(p + i), sb = vi_loadu(s + i);
+    vf pe = simd_bf16_even(pb), se = simd_bf16_even(sb);
+    vf po = simd_bf16_odd(pb), so = simd_bf16_odd(sb);
+    simd_adagrad_math(&k, simd_bf16_even(gb), &pe, &se);
+    simd_adagrad_math(&k, simd_bf16_odd(gb), &po, &so);
+    vi h0e = vi_set1(0), h0o = h0e, h1e = h0e, h1o = h0e;
+    if (sr) {
+      h0e = simd_sr_hash_pair(&draws, i, 0, 0);
+      h0o = simd_sr_hash_pair(&draws, i, 0, 1);
+      h1e = simd_sr_hash_pair(&draws, i, 1, 0);
+      h1o = simd_sr_hash_pair(&draws, i, 1, 1);
+    }
+    vi rse = simd_bf16_raw(se, sr, SIMD_DRAW_LO(h1e));
+    vi rso = simd_bf16_raw(so, sr, SIMD_DRAW_LO(h1o));
+    vi rpe = simd_bf16_raw(pe, sr, SIMD_DRAW_LO(h0e));
+    vi rpo = simd_bf16_raw(po, sr, SIMD_DRAW_LO(h0o));
+    if (ZINC_UNLIKELY(vm_any(vm_or(vm_unord(pe, po), vm_unord(se, so))))) {
+      rse = simd_bf16_raw_nan(se, rse);
+      rso = simd_bf16_raw_nan(so, rso);
+      rpe = simd_bf16_raw_nan(pe, rpe);
+      rpo = simd_bf16_raw_nan(po, rpo);
+    }
+    vi_storeu(s + i, vi_merge_bf16(rse, rso));
+    simd_pair_store_master(p, out, i, vi_merge_bf16(rpe, rpo), has_out, stream);
+  }
+  if (stream)
+    _mm_sfence();
+  zinc_cpu_adagrad_st_tail(c, decay, &st, p, s, g, ZINC_BF16, out, odt, idx0, i, n);
+}
+
 static SIMD_FN void simd_adagrad_st(const zinc_opt_coef *c, int decay, const zinc_opt_store *st,
                                     void *p, void *s, const void *g, int gdt, void *out,
                                     int odt, int64_t idx0, int64_t n) {
   if (!out)
     odt = -1;
+  if (simd_paired(st, gdt, odt)) {
+#define ADAGRAD_PAIR_CASE(O, SR)                                                           \
+  case (O) * 2 + (SR):                                                                     \
+    simd_adagrad_pair_span(c, decay, st, p, s, g, (O) ? out : NULL, (O), (SR), idx0, n);   \
+    return;
+    switch ((odt >= 0) * 2 + st->stochastic) {
+      SIMD_EVERY_PAIR_CASE(ADAGRAD_PAIR_CASE)
+    }
+#undef ADAGRAD_PAIR_CASE
+  }
 #define ADAGRAD_ST_CASE(MB, SB)                                                            \
   case (MB) * 2 + (SB):                                                                    \
     simd_adagrad_st_span(c, decay, st, (MB), (SB), p, s, g, gdt, out, odt, idx0, n);       \
@@ -879,13 +1217,46 @@ static SIMD_FN void simd_adagrad_st(const zinc_opt_coef *c, int decay, const zin
 #undef ADAGRAD_ST_CASE
 }
 
+/* -------------------------------------------------------- SGD, bf16 slots */
+
+typedef struct {
+  vf grad_scale, weight_decay, momentum, step_size, one_minus_dampening;
+  int decay, has_buf, first, nesterov;
+} simd_sgd_k;
+
+SIMD_INLINE simd_sgd_k simd_sgd_k_of(const zinc_opt_coef *c, int decay) {
+  simd_sgd_k k;
+  k.grad_scale = vf_set1(c->grad_scale);
+  k.weight_decay = vf_set1(c->weight_decay);
+  k.momentum = vf_set1(c->momentum);
+  k.step_size = vf_set1(c->step_size);
+  k.one_minus_dampening = vf_set1(c->one_minus_dampening);
+  k.decay = decay;
+  k.has_buf = c->momentum != 0.0f;
+  k.first = c->first_step;
+  k.nesterov = c->nesterov;
+  return k;
+}
+
+/* zinc_sgd_elem with vectors: *buf is read (unless on the first step) and
+ * receives the new buffer when k->has_buf. */
+SIMD_INLINE void simd_sgd_math(const simd_sgd_k *k, vf g, vf *p, vf *buf) {
+  vf pv = *p;
+  vf d = vf_mul(g, k->grad_scale);
+  if (k->decay)
+    d = vf_fmadd(k->weight_decay, pv, d);
+  if (k->has_buf) {
+    vf b = k->first ? d : vf_fmadd(k->momentum, *buf, vf_mul(k->one_minus_dampening, d));
+    *buf = b;
+    d = k->nesterov ? vf_fmadd(k->momentum, b, d) : b;
+  }
+  *p = vf_fnmadd(k->step_size, d, pv);
+}
+
 SIMD_INLINE void simd_sgd_st_span(const zinc_opt_coef *c, int decay, const zinc_opt_store *st0,
                                   int mb, int sb, void *p, void *buf, const void *g, int gdt,
                                   void *out, int odt, int64_t idx0, int64_t n) {
-  const vf grad_scale = vf_set1(c->grad_scale), weight_decay = vf_set1(c->weight_decay);
-  const vf momentum = vf_set1(c->momentum), step_size = vf_set1(c->step_size);
-  const vf one_minus_dampening = vf_set1(c->one_minus_dampening);
-  const int has_buf = c->momentum != 0.0f, first = c->first_step, nesterov = c->nesterov;
+  const simd_sgd_k k = simd_sgd_k_of(c, decay);
   const zinc_opt_store st = simd_store_of(st0, mb, sb);
   const int sr = st.stochastic;
   const simd_sr draws = simd_sr_init(&st, idx0);
@@ -896,20 +1267,13 @@ SIMD_INLINE void simd_sgd_st_span(const zinc_opt_coef *c, int decay, const zinc_
   else
     i = 0;
   for (; i + SIMD_W <= n; i += SIMD_W) {
-    vf d = vf_mul(simd_load(g, i, gdt), grad_scale);
     vf pv = simd_slot_load(p, i, mb);
-    if (decay)
-      d = vf_fmadd(weight_decay, pv, d);
+    vf b = k.has_buf && !k.first ? simd_slot_load(buf, i, sb) : pv;
+    simd_sgd_math(&k, simd_load(g, i, gdt), &pv, &b);
     vi h0 = sr ? simd_sr_hash(&draws, i, 0) : vi_set1(0);
-    if (has_buf) {
-      vf b = first ? d
-                   : vf_fmadd(momentum, simd_slot_load(buf, i, sb),
-                              vf_mul(one_minus_dampening, d));
-      simd_slot_store(buf, i, sb, b, sr, vi_srli(h0, 16));
-      d = nesterov ? vf_fmadd(momentum, b, d) : b;
-    }
-    pv = vf_fnmadd(step_size, d, pv);
-    pv = simd_slot_store(p, i, mb, pv, sr, h0);
+    if (k.has_buf)
+      simd_slot_store(buf, i, sb, b, sr, SIMD_DRAW_HI(h0));
+    pv = simd_slot_store(p, i, mb, pv, sr, SIMD_DRAW_LO(h0));
     if (odt >= 0)
       simd_store(out, i, odt, pv, stream);
   }
@@ -918,11 +1282,68 @@ SIMD_INLINE void simd_sgd_st_span(const zinc_opt_coef *c, int decay, const zinc_
   zinc_cpu_sgd_st_tail(c, decay, &st, p, buf, g, gdt, out, odt, idx0, i, n);
 }
 
+SIMD_INLINE void simd_sgd_pair_span(const zinc_opt_coef *c, int decay,
+                                    const zinc_opt_store *st0, uint16_t *p, uint16_t *buf,
+                                    const uint16_t *g, uint16_t *out, int has_out, int sr,
+                                    int64_t idx0, int64_t n) {
+  const simd_sgd_k k = simd_sgd_k_of(c, decay);
+  const zinc_opt_store st = simd_store_of(st0, 1, 1);
+  const int odt = has_out ? ZINC_BF16 : -1;
+  const simd_sr draws = simd_sr_init(&st, idx0);
+  int64_t i = has_out ? simd_pair_stream_peel(out, n) : -1;
+  const int stream = i >= 0;
+  if (stream)
+    zinc_cpu_sgd_st_tail(c, decay, &st, p, buf, g, ZINC_BF16, out, odt, idx0, 0, i);
+  else
+    i = 0;
+  for (; i + 2 * SIMD_W <= n; i += 2 * SIMD_W) {
+    vi gb = vi_loadu(g + i), pb = vi_loadu(p + i);
+    vi bb = k.has_buf && !k.first ? vi_loadu(buf + i) : pb;
+    vf pe = simd_bf16_even(pb), be = simd_bf16_even(bb);
+    vf po = simd_bf16_odd(pb), bo = simd_bf16_odd(bb);
+    simd_sgd_math(&k, simd_bf16_even(gb), &pe, &be);
+    simd_sgd_math(&k, simd_bf16_odd(gb), &po, &bo);
+    vi h0e = vi_set1(0), h0o = h0e;
+    if (sr) {
+      h0e = simd_sr_hash_pair(&draws, i, 0, 0);
+      h0o = simd_sr_hash_pair(&draws, i, 0, 1);
+    }
+    vi rbe = simd_bf16_raw(be, sr, SIMD_DRAW_HI(h0e));
+    vi rbo = simd_bf16_raw(bo, sr, SIMD_DRAW_HI(h0o));
+    vi rpe = simd_bf16_raw(pe, sr, SIMD_DRAW_LO(h0e));
+    vi rpo = simd_bf16_raw(po, sr, SIMD_DRAW_LO(h0o));
+    /* without a buffer be, bo are the loaded master: their NaNs patch
+     * raw sums that are not stored */
+    if (ZINC_UNLIKELY(vm_any(vm_or(vm_unord(pe, po), vm_unord(be, bo))))) {
+      rbe = simd_bf16_raw_nan(be, rbe);
+      rbo = simd_bf16_raw_nan(bo, rbo);
+      rpe = simd_bf16_raw_nan(pe, rpe);
+      rpo = simd_bf16_raw_nan(po, rpo);
+    }
+    if (k.has_buf)
+      vi_storeu(buf + i, vi_merge_bf16(rbe, rbo));
+    simd_pair_store_master(p, out, i, vi_merge_bf16(rpe, rpo), has_out, stream);
+  }
+  if (stream)
+    _mm_sfence();
+  zinc_cpu_sgd_st_tail(c, decay, &st, p, buf, g, ZINC_BF16, out, odt, idx0, i, n);
+}
+
 static SIMD_FN void simd_sgd_st(const zinc_opt_coef *c, int decay, const zinc_opt_store *st,
                                 void *p, void *buf, const void *g, int gdt, void *out, int odt,
                                 int64_t idx0, int64_t n) {
   if (!out)
     odt = -1;
+  if (simd_paired(st, gdt, odt)) {
+#define SGD_PAIR_CASE(O, SR)                                                               \
+  case (O) * 2 + (SR):                                                                     \
+    simd_sgd_pair_span(c, decay, st, p, buf, g, (O) ? out : NULL, (O), (SR), idx0, n);     \
+    return;
+    switch ((odt >= 0) * 2 + st->stochastic) {
+      SIMD_EVERY_PAIR_CASE(SGD_PAIR_CASE)
+    }
+#undef SGD_PAIR_CASE
+  }
 #define SGD_ST_CASE(MB, SB)                                                                \
   case (MB) * 2 + (SB):                                                                    \
     simd_sgd_st_span(c, decay, st, (MB), (SB), p, buf, g, gdt, out, odt, idx0, n);         \
@@ -935,7 +1356,10 @@ static SIMD_FN void simd_sgd_st(const zinc_opt_coef *c, int decay, const zinc_op
 #undef SGD_ST_CASE
 }
 
-/* One block, as simd_lamb_update_span; u from the moments as stored. */
+/* ------------------------------------------------------- Lamb, bf16 slots */
+
+/* One block, as simd_lamb_update_span; u from the moments as stored
+ * (natural layout: the lanes of the sums follow the element order). */
 SIMD_INLINE void simd_lamb_update_st_span(const zinc_opt_coef *c, int decay,
                                           const zinc_opt_store *st0, int mb, int sb,
                                           const void *p, void *m, void *v, const void *g,
@@ -958,8 +1382,8 @@ SIMD_INLINE void simd_lamb_update_st_span(const zinc_opt_coef *c, int decay,
     vf vv = vf_fmadd(beta2, simd_slot_load(v, i, sb), vf_mul(vf_mul(one_minus_beta2, gv), gv));
     vi h0 = sr ? simd_sr_hash(&draws, i, 0) : vi_set1(0);
     vi h1 = sr ? simd_sr_hash(&draws, i, 1) : vi_set1(0);
-    mv = simd_slot_store(m, i, sb, mv, sr, vi_srli(h0, 16));
-    vv = simd_slot_store(v, i, sb, vv, sr, h1);
+    mv = simd_slot_store(m, i, sb, mv, sr, SIMD_DRAW_HI(h0));
+    vv = simd_slot_store(v, i, sb, vv, sr, SIMD_DRAW_LO(h1));
     sq_add(&w_acc, pv, i);
     sq_add(&u_acc, simd_lamb_dir(pv, mv, vv, eps, weight_decay, decay), i);
   }
@@ -1015,9 +1439,50 @@ SIMD_INLINE void simd_lamb_apply_st_span(const zinc_opt_coef *c, int decay, floa
     vf u = simd_lamb_dir(pv, simd_slot_load(m, i, sb), simd_slot_load(v, i, sb), eps,
                          weight_decay, decay);
     pv = vf_fnmadd(step, u, pv);
-    pv = simd_slot_store(p, i, mb, pv, sr, sr ? simd_sr_hash(&draws, i, 0) : vi_set1(0));
+    vi h0 = sr ? simd_sr_hash(&draws, i, 0) : vi_set1(0);
+    pv = simd_slot_store(p, i, mb, pv, sr, SIMD_DRAW_LO(h0));
     if (odt >= 0)
       simd_store(out, i, odt, pv, stream);
+  }
+  if (stream)
+    _mm_sfence();
+  zinc_cpu_lamb_apply_st_tail(c, decay, ratio, &st, p, m, v, out, odt, idx0, i, n);
+}
+
+SIMD_INLINE void simd_lamb_apply_pair_span(const zinc_opt_coef *c, int decay, float ratio,
+                                           const zinc_opt_store *st0, uint16_t *p,
+                                           const uint16_t *m, const uint16_t *v, uint16_t *out,
+                                           int has_out, int sr, int64_t idx0, int64_t n) {
+  const vf step = vf_set1(c->step_size * ratio); /* as zinc_lamb_apply_elem */
+  const vf eps = vf_set1(c->eps), weight_decay = vf_set1(c->weight_decay);
+  const zinc_opt_store st = simd_store_of(st0, 1, 1);
+  const int odt = has_out ? ZINC_BF16 : -1;
+  const simd_sr draws = simd_sr_init(&st, idx0);
+  int64_t i = has_out ? simd_pair_stream_peel(out, n) : -1;
+  const int stream = i >= 0;
+  if (stream)
+    zinc_cpu_lamb_apply_st_tail(c, decay, ratio, &st, p, m, v, out, odt, idx0, 0, i);
+  else
+    i = 0;
+  for (; i + 2 * SIMD_W <= n; i += 2 * SIMD_W) {
+    vi pb = vi_loadu(p + i), mb = vi_loadu(m + i), vb = vi_loadu(v + i);
+    vf pe = simd_bf16_even(pb), po = simd_bf16_odd(pb);
+    pe = vf_fnmadd(step, simd_lamb_dir(pe, simd_bf16_even(mb), simd_bf16_even(vb), eps,
+                                       weight_decay, decay), pe);
+    po = vf_fnmadd(step, simd_lamb_dir(po, simd_bf16_odd(mb), simd_bf16_odd(vb), eps,
+                                       weight_decay, decay), po);
+    vi h0e = vi_set1(0), h0o = h0e;
+    if (sr) {
+      h0e = simd_sr_hash_pair(&draws, i, 0, 0);
+      h0o = simd_sr_hash_pair(&draws, i, 0, 1);
+    }
+    vi rpe = simd_bf16_raw(pe, sr, SIMD_DRAW_LO(h0e));
+    vi rpo = simd_bf16_raw(po, sr, SIMD_DRAW_LO(h0o));
+    if (ZINC_UNLIKELY(vm_any(vm_unord(pe, po)))) {
+      rpe = simd_bf16_raw_nan(pe, rpe);
+      rpo = simd_bf16_raw_nan(po, rpo);
+    }
+    simd_pair_store_master(p, out, i, vi_merge_bf16(rpe, rpo), has_out, stream);
   }
   if (stream)
     _mm_sfence();
@@ -1030,6 +1495,17 @@ static SIMD_FN void simd_lamb_apply_st(const zinc_opt_coef *c, int decay, float 
                                        int64_t n) {
   if (!out)
     odt = -1;
+  if (simd_paired(st, -1, odt)) {
+#define LAMB_APPLY_PAIR_CASE(O, SR)                                                        \
+  case (O) * 2 + (SR):                                                                     \
+    simd_lamb_apply_pair_span(c, decay, ratio, st, p, m, v, (O) ? out : NULL, (O), (SR),   \
+                              idx0, n);                                                    \
+    return;
+    switch ((odt >= 0) * 2 + st->stochastic) {
+      SIMD_EVERY_PAIR_CASE(LAMB_APPLY_PAIR_CASE)
+    }
+#undef LAMB_APPLY_PAIR_CASE
+  }
 #define LAMB_APPLY_ST_CASE(MB, SB)                                                         \
   case (MB) * 2 + (SB):                                                                    \
     simd_lamb_apply_st_span(c, decay, ratio, st, (MB), (SB), p, m, v, out, odt, idx0, n);  \
