@@ -197,24 +197,19 @@ typedef struct {
                           for inf/NaN only                                 */
 } norm_sums;
 
-/* Every rank's sums of `c` merged into *mine (an all-gather of the bytes;
- * the merge is exact, so its order does not matter). */
-static zinc_status merge_over(zinc_engine *e, zinc_comm *c, norm_sums *mine) {
+/* Every rank's sums of `c` merged into *mine (an all-gather of the bytes
+ * into `all`, c->size of them; the merge is exact, so its order does not
+ * matter). */
+static zinc_status merge_over(zinc_comm *c, norm_sums *mine, norm_sums *all) {
   if (c->size == 1)
     return ZINC_OK;
-  norm_sums *all = NULL;
-  ZINC_CHECK(zinc_engine_host_calloc(e, (void **)&all, (size_t)c->size, sizeof *all,
-                                     "norm partial sums"));
-  zinc_status st = zinc_comm_allgather(c, mine, all, sizeof *mine, ZINC_DT_U8);
-  if (st == ZINC_OK) {
-    memset(mine, 0, sizeof *mine);
-    for (int r = 0; r < c->size; r++) {
-      zinc_xsum_merge(&mine->counted, &all[r].counted);
-      zinc_xsum_merge(&mine->elsewhere, &all[r].elsewhere);
-    }
+  ZINC_CHECK(zinc_comm_allgather(c, mine, all, sizeof *mine, ZINC_DT_U8));
+  memset(mine, 0, sizeof *mine);
+  for (int r = 0; r < c->size; r++) {
+    zinc_xsum_merge(&mine->counted, &all[r].counted);
+    zinc_xsum_merge(&mine->elsewhere, &all[r].elsewhere);
   }
-  free(all);
-  return st;
+  return ZINC_OK;
 }
 
 static zinc_status grad_sumsq(zinc_engine *e, double *total, int *overflow) {
@@ -234,6 +229,10 @@ static zinc_status grad_sumsq(zinc_engine *e, double *total, int *overflow) {
   unsigned char *rep = NULL;
   int *first = NULL; /* first piece of (rank, unit) */
   double *partials = NULL;
+  norm_sums *gathered = NULL; /* the largest group's sums, gathered */
+  zinc_comm *pipe = zinc_pipe_host_comm(e);
+  int most = e->dp_size > e->mp_size ? e->dp_size : e->mp_size;
+  most = pipe->size > most ? pipe->size : most;
   /* local: the pieces and their sums of squares (allocations, the device's
    * kernel); then every rank learns whether any failed before the gathers */
   zinc_status st = zinc_engine_host_calloc(e, (void **)&pieces, (size_t)cap + 1, sizeof *pieces,
@@ -245,6 +244,9 @@ static zinc_status grad_sumsq(zinc_engine *e, double *total, int *overflow) {
                                  sizeof *first, "norm pieces");
   if (st == ZINC_OK)
     st = zinc_engine_host_calloc(e, (void **)&partials, (size_t)cap + 1, sizeof *partials,
+                                 "norm partial sums");
+  if (st == ZINC_OK)
+    st = zinc_engine_host_calloc(e, (void **)&gathered, (size_t)most, sizeof *gathered,
                                  "norm partial sums");
   int npieces = 0;
   if (st == ZINC_OK && zinc_place_grad_location(e) == ZINC_LOC_NVME) {
@@ -270,9 +272,9 @@ static zinc_status grad_sumsq(zinc_engine *e, double *total, int *overflow) {
   for (int k = 0; k < npieces; k++)
     zinc_xsum_add(rep[k] && e->mp_rank != 0 ? &sums.elsewhere : &sums.counted, partials[k]);
   if (e->cfg.stage != 0)
-    ZINC_CHECK_GOTO(merge_over(e, e->dp_host, &sums), st, out);
-  ZINC_CHECK_GOTO(merge_over(e, e->mp_host, &sums), st, out);
-  ZINC_CHECK_GOTO(merge_over(e, zinc_pipe_host_comm(e), &sums), st, out);
+    ZINC_CHECK_GOTO(merge_over(e->dp_host, &sums, gathered), st, out);
+  ZINC_CHECK_GOTO(merge_over(e->mp_host, &sums, gathered), st, out);
+  ZINC_CHECK_GOTO(merge_over(pipe, &sums, gathered), st, out);
   *total = zinc_xsum_value(&sums.counted);
   *overflow = !isfinite(*total) || !isfinite(zinc_xsum_value(&sums.elsewhere));
   st = ZINC_OK;
@@ -281,6 +283,7 @@ out:
   free(rep);
   free(first);
   free(partials);
+  free(gathered);
   return st;
 }
 
