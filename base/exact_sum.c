@@ -1,7 +1,7 @@
 /*
  * exact_sum.c — the order-independent sum of exact_sum.h: each double is
  * its 53-bit integer mantissa shifted to its exponent's place in a
- * 35 x 64-bit integer.
+ * 34 x 64-bit integer.
  */
 #include <math.h>
 #include <string.h>

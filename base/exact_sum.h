@@ -8,7 +8,7 @@
  * (per rank, then per group) changes the last bits, and with clipping the
  * last bits of the norm reach the weights. Added here, every term goes into
  * a wide fixed-point integer without rounding (binary64's whole range, LSB
- * 2^-1074, with 140 bits of headroom for carries), integers from other
+ * 2^-1074, with 78 bits of headroom for carries), integers from other
  * ranks add exactly, and the one rounding happens at the end: any layout
  * that has the same terms gets the same double.
  */
@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#define ZINC_XSUM_LIMBS 35
+#define ZINC_XSUM_LIMBS 34
 
 /* value = sum of limb[i] * 2^(64 i - 1074); `bad` counts terms that were
  * not finite or negative (left out of the sum). Plain data: rank-to-rank

@@ -196,6 +196,7 @@ typedef struct {
   zinc_xsum elsewhere; /* replicated pieces counted on mp rank 0: checked
                           for inf/NaN only                                 */
 } norm_sums;
+_Static_assert(sizeof(norm_sums) == ZINC_NORM_SUMS_BYTES, "the norm's message, as step.h says");
 
 /* Every rank's sums of `c` merged into *mine (an all-gather of the bytes
  * into `all`, c->size of them; the merge is exact, so its order does not

@@ -15,7 +15,9 @@
  *                   stages 1-2: every unit's updated parameter chunk;
  *                   stage 3: a module's units at each gather (below);
  *                   stages 1-3: also the gradient norm's partial sums,
- *                   2 f64 per rank (a 16-byte message);
+ *                   two exact sums per rank (a message of
+ *                   ZINC_NORM_SUMS_BYTES, N = 560 bytes: engine/step.h;
+ *                   never a chunk's size, a multiple of 64 bytes);
  *   all-reduce      only the engine's failure agreements, 4 i64 (32 B).
  *
  * Stage 3 gathers: the first micro-batch records the module order, so it
@@ -62,12 +64,12 @@
  *                      intra-node            inter-node
  *   reduce-scatter     (p-1) K chunks        (K-1) chunks
  *   all-gather chunks  (p-1) K G             (K-1) G
- *   all-gather norms   (p-1) K 16            (K-1) 16      (stages 1-3)
+ *   all-gather norms   (p-1) K N             (K-1) N       (stages 1-3)
  *   all-reduce         the rule above, per agreement
  *
  * At 2 nodes x 2 ranks (K = p = 2): reduce-scatter 2 chunks + 1 chunks,
- * all-gather 2 G + 1 G, norms 32 + 16, an agreement 32 + 32 (flat at 4
- * ranks on one node: 3 chunks, 3 G, 48, 48 + 0). Across nodes a rank's
+ * all-gather 2 G + 1 G, norms 2 N + N, an agreement 32 + 32 (flat at 4
+ * ranks on one node: 3 chunks, 3 G, 3 N, 48 + 0). Across nodes a rank's
  * reduce-scatter or all-gather sends (K-1) c, where a flat path over the
  * same nodes would send (K-1) p c.
  *
@@ -76,6 +78,7 @@
  * cluster). The node-aware path (algo "hier") runs when K > 1.
  * `--stage S` checks that stage only (f32 and bf16, without overlap_comm).
  */
+#include "engine/step.h"
 #include "engine_test.h"
 
 #define STEPS 3
@@ -236,14 +239,26 @@ static void check_stage(int stage, int overlap, zinc_dtype dtype) {
         ag_msg += (uint64_t)gathers * (uint64_t)(L.unit_numel[u] / n) * es;
       }
   }
-  expect_tally(run, "all-gather of chunks", sum_rows(rows, nrows, ZINC_COMMS_ALL_GATHER, 32 * es,
-                                                       ~0ull),
-               ag_calls, ag_msg, wi * ag_msg, wx * ag_msg);
-  /* the norm's partial sums: 2 f64 per rank, once per step at stages 1-3 */
+  /* the norm's partial sums: one message of N bytes per rank, once per
+   * step at stages 1-3; told from the chunks by its size: a chunk is a
+   * multiple of ZINC_ALIGN_ELEMS 16-bit or 32-bit elements, N is not */
+  const uint64_t N = ZINC_NORM_SUMS_BYTES;
+  ET_CHECK(N % (ZINC_ALIGN_ELEMS * 2) != 0, "the norm's message (%llu bytes) could be a "
+           "chunk's size: the test cannot tell them apart", (unsigned long long)N);
+  tally norms = sum_rows(rows, nrows, ZINC_COMMS_ALL_GATHER, N, N);
+  tally gathered = sum_rows(rows, nrows, ZINC_COMMS_ALL_GATHER, 32 * es, ~0ull);
+  gathered.calls -= norms.calls;
+  gathered.msg -= norms.msg;
+  gathered.wire_intra -= norms.wire_intra;
+  gathered.wire_inter -= norms.wire_inter;
+  expect_tally(run, "all-gather of chunks", gathered, ag_calls, ag_msg, wi * ag_msg,
+               wx * ag_msg);
   uint64_t norm_calls = stage == 0 ? 0 : STEPS;
-  expect_tally(run, "all-gather of norms", sum_rows(rows, nrows, ZINC_COMMS_ALL_GATHER, 1,
-                                                      32 * es - 1),
-               norm_calls, norm_calls * 16, wi * norm_calls * 16, wx * norm_calls * 16);
+  expect_tally(run, "all-gather of norms", norms, norm_calls, norm_calls * N, wi * norm_calls * N,
+               wx * norm_calls * N);
+  tally other = sum_rows(rows, nrows, ZINC_COMMS_ALL_GATHER, 0, 32 * es - 1);
+  ET_CHECK(other.calls == 0, "%s: %llu all-gathers of under %llu bytes, neither chunks nor "
+           "the norm's", run, (unsigned long long)other.calls, (unsigned long long)(32 * es));
   /* all-reduce only for agreement (4 x i64); nothing else */
   tally ar = sum_rows(rows, nrows, ZINC_COMMS_ALL_REDUCE, 0, ~0ull);
   tally ar32 = sum_rows(rows, nrows, ZINC_COMMS_ALL_REDUCE, 32, 32);
