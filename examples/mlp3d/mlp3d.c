@@ -35,7 +35,6 @@
 #include <sys/stat.h>
 
 #include "pp_schedule.h"
-#include "tp_block.h"
 #include "zinc.h"
 
 typedef struct {
@@ -72,16 +71,45 @@ static void check(zinc_status st, const char *what) {
     die(what);
 }
 
+static uint64_t mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  return x ^ (x >> 33);
+}
+static float uniform(uint64_t k) { return (float)((double)(mix(k) >> 11) / 9007199254740992.0 * 2 - 1); }
+
+static float gelu(float x) { return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x))); }
+static float gelu_grad(float x) {
+  float t = tanhf(0.7978845608f * (x + 0.044715f * x * x * x));
+  return 0.5f * (1 + t) + 0.5f * x * (1 - t * t) * 0.7978845608f * (1 + 3 * 0.044715f * x * x);
+}
+
 typedef struct {
   const args *a;
   int tp_rank;
 } init_ctx;
 
-/* The full A and B are the same whatever the layout (tp_block.h); the
- * block's global index (its name) seeds it. */
+/* The full A and B are the same whatever the layout: tensor-parallel rank r
+ * holds columns [r fr, (r+1) fr) of A and the same rows of B; the block's
+ * global index (its name) seeds it. */
 static zinc_status init_fn(const zinc_param *p, float *dst, int64_t numel, void *vctx) {
   const init_ctx *c = vctx;
-  tp_block_init(p, dst, numel, c->a->d, c->a->f, c->a->tp, c->tp_rank);
+  int layer = atoi(zinc_module_name(zinc_param_module(p)) + 5);
+  if (zinc_param_name(p)[0] == 'c') { /* replicated: no tensor-parallel index */
+    for (int64_t i = 0; i < numel; i++)
+      dst[i] = 0.01f * uniform(((uint64_t)layer << 48) ^ (3ull << 40) ^ (uint64_t)i);
+    return ZINC_OK;
+  }
+  int d = c->a->d, fr = c->a->f / c->a->tp, col0 = c->tp_rank * fr;
+  int is_a = zinc_param_name(p)[0] == 'A';
+  for (int64_t i = 0; i < numel; i++) {
+    int row = is_a ? (int)(i / fr) : (int)(i / d) + col0;
+    int col = is_a ? (int)(i % fr) + col0 : (int)(i % d);
+    uint64_t key = ((uint64_t)layer << 48) ^ ((uint64_t)is_a << 40) ^ ((uint64_t)row << 20) ^ (uint64_t)col;
+    dst[i] = uniform(key) / sqrtf((float)(is_a ? d : c->a->f));
+  }
   return ZINC_OK;
 }
 
@@ -93,7 +121,7 @@ static void input(const stage *S, int k, float *X) {
   for (int b = 0; b < a->batch; b++)
     for (int i = 0; i < a->d; i++) {
       uint64_t g = ((((uint64_t)S->step * a->micro + k) * dp + r) * a->batch + b) * 1000 + i;
-      X[b * a->d + i] = tp_uniform(g);
+      X[b * a->d + i] = uniform(g);
     }
 }
 
@@ -109,6 +137,26 @@ static void target(const stage *S, int k, float *T) {
   free(X);
 }
 
+/* Z = X A_r, H = GeLU(Z) B_r (partial; the tensor-parallel group sums it) */
+static void block_forward(const stage *S, const float *X, const float *A, const float *B,
+                          float *Z, float *H) {
+  int d = S->a->d, fr = S->fr;
+  for (int b = 0; b < S->a->batch; b++) {
+    for (int j = 0; j < fr; j++) {
+      float s = 0;
+      for (int i = 0; i < d; i++)
+        s += X[b * d + i] * A[i * fr + j];
+      Z[b * fr + j] = s;
+    }
+    for (int k = 0; k < d; k++) {
+      float s = 0;
+      for (int j = 0; j < fr; j++)
+        s += gelu(Z[b * fr + j]) * B[j * d + k];
+      H[b * d + k] = s;
+    }
+  }
+}
+
 /* Forward pass of micro-batch k through this stage's blocks; its input is
  * in slot k's X[0]. The last stage adds the loss. */
 static void forward(stage *S, int k) {
@@ -120,7 +168,7 @@ static void forward(stage *S, int k) {
     check(zinc_module_fetch(S->e, S->mod[j]), "fetch");
     const float *A = zinc_param_data(S->A[j]), *B = zinc_param_data(S->B[j]);
     const float *c = zinc_param_data(S->c[j]);
-    tp_block_forward(a->batch, a->d, S->fr, X[j], A, B, Z[j], S->H);
+    block_forward(S, X[j], A, B, Z[j], S->H);
     check(zinc_mp_allreduce_sum(S->e, S->H, (int64_t)act), "tensor-parallel all-reduce");
     for (size_t i = 0; i < act; i++)
       X[j + 1][i] = X[j][i] + S->H[i] + c[i % (size_t)a->d];
@@ -163,12 +211,12 @@ static void backward(stage *S, int k) {
         gc[q] += S->dY[b * d + q];
     for (int b = 0; b < a->batch; b++) {
       for (int j2 = 0; j2 < fr; j2++) {
-        float z = Z[j][b * fr + j2], g = tp_gelu(z), dg = 0;
+        float z = Z[j][b * fr + j2], g = gelu(z), dg = 0;
         for (int q = 0; q < d; q++) {
           gB[j2 * d + q] += g * S->dY[b * d + q];
           dg += B[j2 * d + q] * S->dY[b * d + q];
         }
-        S->dZ[b * fr + j2] = dg * tp_gelu_grad(z);
+        S->dZ[b * fr + j2] = dg * gelu_grad(z);
       }
       for (int i = 0; i < d; i++) {
         float s2 = 0;

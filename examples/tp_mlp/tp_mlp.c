@@ -28,7 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tp_block.h"
 #include "zinc.h"
 
 typedef struct {
@@ -50,6 +49,21 @@ static void die(const char *what) {
   exit(1);
 }
 
+static uint64_t mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  return x ^ (x >> 33);
+}
+static float uniform(uint64_t k) { return (float)((double)(mix(k) >> 11) / 9007199254740992.0 * 2 - 1); }
+
+static float gelu(float x) { return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x))); }
+static float gelu_grad(float x) {
+  float t = tanhf(0.7978845608f * (x + 0.044715f * x * x * x));
+  return 0.5f * (1 + t) + 0.5f * x * (1 - t * t) * 0.7978845608f * (1 + 3 * 0.044715f * x * x);
+}
+
 typedef struct {
   const args *a;
   int mp_rank;
@@ -59,8 +73,41 @@ typedef struct {
  * holds columns [r*fr, (r+1)*fr) of A and the same rows of B. */
 static zinc_status init_fn(const zinc_param *p, float *dst, int64_t numel, void *vctx) {
   const init_ctx *c = vctx;
-  tp_block_init(p, dst, numel, c->a->d, c->a->f, c->a->mp, c->mp_rank);
+  int layer = atoi(zinc_module_name(zinc_param_module(p)) + 5);
+  if (zinc_param_name(p)[0] == 'c') { /* replicated: no model-parallel index */
+    for (int64_t i = 0; i < numel; i++)
+      dst[i] = 0.01f * uniform(((uint64_t)layer << 48) ^ (3ull << 40) ^ (uint64_t)i);
+    return ZINC_OK;
+  }
+  int d = c->a->d, fr = c->a->f / c->a->mp, col0 = c->mp_rank * fr;
+  int is_a = zinc_param_name(p)[0] == 'A';
+  for (int64_t i = 0; i < numel; i++) {
+    int row = is_a ? (int)(i / fr) : (int)(i / d) + col0;
+    int col = is_a ? (int)(i % fr) + col0 : (int)(i % d);
+    uint64_t key = ((uint64_t)layer << 48) ^ ((uint64_t)is_a << 40) ^ ((uint64_t)row << 20) ^ (uint64_t)col;
+    dst[i] = uniform(key) / sqrtf((float)(is_a ? d : c->a->f));
+  }
   return ZINC_OK;
+}
+
+/* Z = X A_r, H = GeLU(Z) B_r (partial; the caller sums over the group) */
+static void block_forward(const args *a, int fr, const float *X, const float *A, const float *B,
+                          float *Z, float *H) {
+  int d = a->d;
+  for (int b = 0; b < a->batch; b++) {
+    for (int j = 0; j < fr; j++) {
+      float s = 0;
+      for (int i = 0; i < d; i++)
+        s += X[b * d + i] * A[i * fr + j];
+      Z[b * fr + j] = s;
+    }
+    for (int k = 0; k < d; k++) {
+      float s = 0;
+      for (int j = 0; j < fr; j++)
+        s += gelu(Z[b * fr + j]) * B[j * d + k];
+      H[b * d + k] = s;
+    }
+  }
 }
 
 int main(int argc, char **argv) {
@@ -142,7 +189,7 @@ int main(int argc, char **argv) {
     for (int b = 0; b < a.batch; b++)
       for (int i = 0; i < a.d; i++) {
         uint64_t g = (((uint64_t)s * dp + dpr) * a.batch + b) * 1000 + i;
-        m.X[0][b * a.d + i] = tp_uniform(g);
+        m.X[0][b * a.d + i] = uniform(g);
       }
     for (int b = 0; b < a.batch; b++)
       for (int i = 0; i < a.d; i++)
@@ -155,7 +202,7 @@ int main(int argc, char **argv) {
       const float *c = zinc_param_data(m.c[l]);
       if (a.checkpoint && zinc_activation_save(e, l, m.X[l], act * 4) != ZINC_OK)
         die("activation save");
-      tp_block_forward(a.batch, a.d, m.fr, m.X[l], A, B, m.Z[l], H);
+      block_forward(&a, m.fr, m.X[l], A, B, m.Z[l], H);
       if (zinc_mp_allreduce_sum(e, H, (int64_t)act) != ZINC_OK)
         die("mp all-reduce");
       for (size_t i = 0; i < act; i++)
@@ -189,17 +236,17 @@ int main(int argc, char **argv) {
       if (a.checkpoint) { /* bring the input back and recompute the block */
         if (zinc_activation_restore(e, l, m.X[l], act * 4) != ZINC_OK)
           die("activation restore");
-        tp_block_forward(a.batch, a.d, m.fr, m.X[l], A, B, m.Z[l], H);
+        block_forward(&a, m.fr, m.X[l], A, B, m.Z[l], H);
         zinc_activation_free(e, l);
       }
       for (int b = 0; b < a.batch; b++) {
         for (int j = 0; j < m.fr; j++) {
-          float z = m.Z[l][b * m.fr + j], g = tp_gelu(z), dg = 0;
+          float z = m.Z[l][b * m.fr + j], g = gelu(z), dg = 0;
           for (int k = 0; k < a.d; k++) {
             gB[j * a.d + k] += g * dY[b * a.d + k];
             dg += B[j * a.d + k] * dY[b * a.d + k];
           }
-          dZ[b * m.fr + j] = dg * tp_gelu_grad(z);
+          dZ[b * m.fr + j] = dg * gelu_grad(z);
         }
         for (int i = 0; i < a.d; i++) {
           float s2 = 0;
