@@ -334,9 +334,11 @@ int main(int argc, char **argv) {
            "{\"train_micro_batch_size_per_gpu\": %d, \"gradient_accumulation_steps\": %d,"
            " \"gradient_clipping\": %g,"
            " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003, \"weight_decay\": 0.01}},"
-           " \"zero_optimization\": {\"stage\": %d, \"offload_optimizer\": {\"device\": \"%s\","
-           " \"nvme_path\": \"%s\"}}}",
-           a.batch, a.micro, a.clip, a.zero, a.offload, a.nvme_path);
+           " \"zero_optimization\": {\"stage\": %d, \"offload_optimizer\": {\"device\": \"%s\""
+           "%s%s%s}}}",
+           a.batch, a.micro, a.clip, a.zero, a.offload,
+           strcmp(a.offload, "nvme") ? "" : ", \"nvme_path\": \"",
+           strcmp(a.offload, "nvme") ? "" : a.nvme_path, strcmp(a.offload, "nvme") ? "" : "\"");
   zinc_config *cfg;
   check(zinc_config_parse(json, &cfg), "config");
   zinc_options opt = ZINC_OPTIONS_INIT;
