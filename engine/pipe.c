@@ -137,13 +137,13 @@ zinc_status zinc_pipe_check_config(const zinc_engine *e) {
                       e->pipe->grid.pp);
   /* These methods agree the norm and the overflow skip over their own
    * data-parallel state, not yet over every stage. */
-  const char *method = zinc_reducer_select(&e->cfg)->name;
-  if (zinc_reducer_select(&e->cfg)->norm)
+  const zinc_reducer *method = zinc_reducer_select(&e->cfg);
+  if (method->norm)
     return zinc_error(ZINC_ERR_CONFIG, "the %s gradient reduction with "
                       "pipeline_parallel_size %d: its gradient norm and overflow skip are "
                       "agreed over the data-parallel group only, not yet over every pipeline "
                       "stage; use the plain reduction (compressed or not), DGC or PowerSGD "
-                      "with a pipeline", method, e->pipe->grid.pp);
+                      "with a pipeline", method->name, e->pipe->grid.pp);
   return ZINC_OK;
 }
 

@@ -152,7 +152,7 @@ static int chunk_pieces(const zinc_engine *e, int ui, int owner, zinc_sumsq_chun
  * of the largest chunk, each piece summed whole by the device's kernel, so
  * the partials are those of the partition in memory. */
 static zinc_status sumsq_on_disk(zinc_engine *e, zinc_sumsq_chunk *pieces, unsigned char *rep,
-                                 int *first, double *partials, int *npieces) {
+                                 double *partials, int *npieces) {
   int nu = e->ntrain_units;
   int64_t most = 1;
   for (int ui = 0; ui < nu; ui++)
@@ -164,7 +164,6 @@ static zinc_status sumsq_on_disk(zinc_engine *e, zinc_sumsq_chunk *pieces, unsig
   zinc_status st = ZINC_OK;
   int np = 0;
   for (int ui = 0; ui < nu && st == ZINC_OK; ui++) {
-    first[ui] = np;
     st = zinc_place_grad_read(e, e->units[ui].shard_offset, e->units[ui].chunk, buf);
     int k = chunk_pieces(e, ui, e->dp_rank, pieces + np, rep + np, buf);
     if (st == ZINC_OK)
@@ -173,7 +172,6 @@ static zinc_status sumsq_on_disk(zinc_engine *e, zinc_sumsq_chunk *pieces, unsig
       st = zinc_engine_sync(e); /* before the buffer is read into again */
     np += k;
   }
-  first[nu] = np;
   *npieces = np;
   zinc_engine_buffer_free(e, buf, (size_t)most * 4, ZINC_LOC_HOST, ZINC_MEM_GRADS);
   return st;
@@ -228,7 +226,6 @@ static zinc_status grad_sumsq(zinc_engine *e, double *total, int *overflow) {
   int cap = nu * nr * (2 * most_rep + 1);
   zinc_sumsq_chunk *pieces = NULL;
   unsigned char *rep = NULL;
-  int *first = NULL; /* first piece of (rank, unit) */
   double *partials = NULL;
   norm_sums *gathered = NULL; /* the largest group's sums, gathered */
   zinc_comm *pipe = zinc_pipe_host_comm(e);
@@ -241,9 +238,6 @@ static zinc_status grad_sumsq(zinc_engine *e, double *total, int *overflow) {
   if (st == ZINC_OK)
     st = zinc_engine_host_calloc(e, (void **)&rep, (size_t)cap + 1, 1, "norm pieces");
   if (st == ZINC_OK)
-    st = zinc_engine_host_calloc(e, (void **)&first, (size_t)(nu * nr) + 1,
-                                 sizeof *first, "norm pieces");
-  if (st == ZINC_OK)
     st = zinc_engine_host_calloc(e, (void **)&partials, (size_t)cap + 1, sizeof *partials,
                                  "norm partial sums");
   if (st == ZINC_OK)
@@ -251,14 +245,11 @@ static zinc_status grad_sumsq(zinc_engine *e, double *total, int *overflow) {
                                  "norm partial sums");
   int npieces = 0;
   if (st == ZINC_OK && zinc_place_grad_location(e) == ZINC_LOC_NVME) {
-    st = sumsq_on_disk(e, pieces, rep, first, partials, &npieces);
+    st = sumsq_on_disk(e, pieces, rep, partials, &npieces);
   } else if (st == ZINC_OK) {
     for (int r = 0; r < nr; r++)
-      for (int ui = 0; ui < nu; ui++) {
-        first[r * nu + ui] = npieces;
+      for (int ui = 0; ui < nu; ui++)
         npieces += chunk_pieces(e, ui, r0 + r, pieces + npieces, rep + npieces, NULL);
-      }
-    first[nr * nu] = npieces;
     st = e->dev->ops->sumsq(e->dev, e->stream, pieces, npieces, partials);
   }
   if (st == ZINC_OK)
@@ -282,7 +273,6 @@ static zinc_status grad_sumsq(zinc_engine *e, double *total, int *overflow) {
 out:
   free(pieces);
   free(rep);
-  free(first);
   free(partials);
   free(gathered);
   return st;
